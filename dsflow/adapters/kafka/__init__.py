@@ -1,0 +1,1 @@
+"""Kafka-protocol stores: admin, clients, the Spark data source and the embedded dev broker."""

@@ -1,0 +1,112 @@
+"""Kafka topics through the AdminClient: describe, ensure (create), delete, list.
+
+Every call checks first that the broker accepts connections (a dead broker is DSF-E702
+at once, not after librdkafka's retries) and waits at most `TIMEOUT` seconds per request.
+
+Topic configs are written on create but not read back: tansu answers DescribeConfigs
+with nothing, so `describe_topic` reports `configs={}`.
+
+Error codes: DSF-E701 the topic exists with another partition count; DSF-E702 the broker
+cannot be reached; DSF-E703 the broker refused a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dsflow.adapters.kafka.client import LOG, assert_reachable, client_config, request_failed
+from dsflow.errors import DsflowError
+
+TIMEOUT = 10.0
+"""Seconds to wait for one admin request."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic as dsflow declares or finds it."""
+
+    name: str
+    partitions: int = 1
+    replicas: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+    """Topic-level configs such as cleanup.policy; empty when read back from a broker."""
+
+
+def describe_topic(bootstrap: str, name: str, extra: Mapping[str, str] | None = None) -> TopicSpec | None:
+    """The topic's partition and replica counts from metadata, or None if it does not exist."""
+    topic = _metadata(_admin(bootstrap, extra), bootstrap).topics.get(name)
+    if topic is None or topic.error is not None or not topic.partitions:
+        return None
+    first = topic.partitions[min(topic.partitions)]
+    return TopicSpec(name=name, partitions=len(topic.partitions), replicas=max(1, len(first.replicas)))
+
+
+def ensure_topic(bootstrap: str, spec: TopicSpec, extra: Mapping[str, str] | None = None) -> bool:
+    """Create the topic; True if this call created it, False if it already existed alike.
+
+    An existing topic with another partition count is DSF-E701: Kafka cannot shrink a
+    topic and growing one reshuffles keys, so dsflow does neither silently.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap, extra)
+    new = NewTopic(spec.name, spec.partitions, spec.replicas, config=dict(spec.configs))
+    future = admin.create_topics([new], request_timeout=TIMEOUT)[spec.name]
+    try:
+        future.result(timeout=TIMEOUT + 5)
+        return True
+    except KafkaException as exc:
+        if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise request_failed(bootstrap, f"creating topic '{spec.name}'", exc) from exc
+    found = describe_topic(bootstrap, spec.name, extra)
+    if found is not None and found.partitions != spec.partitions:
+        raise _partition_mismatch(spec, found)
+    return False
+
+
+def _partition_mismatch(spec: TopicSpec, found: TopicSpec) -> DsflowError:
+    return DsflowError(
+        "DSF-E701",
+        f"Kafka topic '{spec.name}' exists with {found.partitions} partition(s), declared with {spec.partitions}",
+        hint=f"declare partitions: {found.partitions}, or delete the topic (its data is lost) so it can be recreated",
+    )
+
+
+def delete_topic(bootstrap: str, name: str, extra: Mapping[str, str] | None = None) -> bool:
+    """Delete the topic; True if it existed."""
+    from confluent_kafka import KafkaException
+
+    admin = _admin(bootstrap, extra)  # keep a reference: a collected client cancels its futures
+    future = admin.delete_topics([name], request_timeout=TIMEOUT)[name]
+    try:
+        future.result(timeout=TIMEOUT + 5)
+        return True
+    except KafkaException as exc:
+        if exc.args[0].name() == "UNKNOWN_TOPIC_OR_PART":
+            return False
+        raise request_failed(bootstrap, f"deleting topic '{name}'", exc) from exc
+
+
+def list_topics(bootstrap: str, extra: Mapping[str, str] | None = None) -> list[str]:
+    """Sorted names of the broker's topics, without internal ones (starting with "__")."""
+    metadata = _metadata(_admin(bootstrap, extra), bootstrap)
+    return sorted(name for name in metadata.topics if not name.startswith("__"))
+
+
+def _admin(bootstrap: str, extra: Mapping[str, str] | None):
+    from confluent_kafka.admin import AdminClient
+
+    assert_reachable(bootstrap)
+    return AdminClient({**client_config(bootstrap, extra), "logger": LOG})
+
+
+def _metadata(admin, bootstrap: str):
+    """All topics' metadata. Never names a topic: tansu auto-creates topics named in a request."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return admin.list_topics(timeout=TIMEOUT)
+    except KafkaException as exc:
+        raise request_failed(bootstrap, "listing topics", exc) from exc

@@ -1,0 +1,441 @@
+"""Small helpers on confluent-kafka: offsets, ranged reads, producing JSON lines, printing records.
+
+Written for the Kafka protocol in general and for the dev broker (tansu 0.6) in particular:
+
+- tansu's high watermark is the *base offset of the last batch* + 1, not the end of the log;
+  `end_offsets` reads the last batch to find the true end.
+- joining a consumer group takes ~20 s on tansu, so every consumer here uses `assign()`
+  and never commits; positions live in the caller (Spark checkpoints, CLI flags).
+- confluent-kafka can crash at interpreter exit when a consumer is left open: every
+  consumer made here is closed in a `finally`, and `consumer()` is a context manager.
+
+Error codes raised here:
+
+    DSF-E702  the broker cannot be reached
+    DSF-E703  a Kafka request failed (metadata, offsets)
+    DSF-E704  a ranged read made no progress for `stall_timeout` seconds
+    DSF-E705  records could not be delivered
+    DSF-E706  an input line is not valid JSON
+    DSF-E708  the topic does not exist
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from dsflow.errors import DsflowError
+
+LOG = logging.getLogger("dsflow.kafka")
+
+REQUEST_TIMEOUT = 10.0
+"""Seconds to wait for one metadata / offsets request before giving up."""
+
+STALL_TIMEOUT = 60.0
+"""Seconds a ranged read may go without progress before it fails."""
+
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "group.id": "dsflow-reader",  # required by the client; never joined (assign only) nor committed
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "fetch.wait.max.ms": 100,
+}
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "partitioner": "murmur2_random",  # the Java client's choice: same key -> same partition
+    "linger.ms": 5,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+}
+
+_UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_WAIT_COORD"}
+_FATAL_READ = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED"}
+
+
+def client_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A librdkafka config: `extra` settings (e.g. security.protocol) plus the bootstrap servers."""
+    return {**dict(extra or {}), "bootstrap.servers": bootstrap}
+
+
+# --- connecting -------------------------------------------------------------------------------
+
+
+def unreachable(bootstrap: str, detail: str) -> DsflowError:
+    """The error for a broker we cannot talk to."""
+    return DsflowError(
+        "DSF-E702",
+        f"cannot reach Kafka broker at {bootstrap}: {detail}",
+        hint="start it (`dsflow dev up` for the embedded broker) or fix `bootstrap.servers`",
+    )
+
+
+def request_failed(bootstrap: str, what: str, exc: BaseException) -> DsflowError:
+    """Wrap a KafkaException: unreachable brokers get DSF-E702, anything else DSF-E703."""
+    err = exc.args[0] if exc.args else None
+    name = err.name() if hasattr(err, "name") else ""
+    if name in _UNREACHABLE:
+        return unreachable(bootstrap, f"{what}: {err.str()}")
+    return DsflowError("DSF-E703", f"Kafka request failed at {bootstrap}: {what}: {exc}")
+
+
+def assert_reachable(bootstrap: str, timeout: float = 3.0) -> None:
+    """Fail fast with DSF-E702 when no bootstrap address accepts a TCP connection.
+
+    librdkafka retries a refused connection until the request timeout; this check turns a
+    dead broker into an error in milliseconds instead.
+    """
+    problems = []
+    for host, port in _addresses(bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            problems.append(f"{host}:{port} ({exc.strerror or exc})")
+    raise unreachable(bootstrap, "; ".join(problems) or "no address given")
+
+
+def _addresses(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for item in bootstrap.split(","):
+        item = item.strip().split("://", 1)[-1]
+        if not item:
+            continue
+        host, _, port = item.rpartition(":")
+        out.append((host.strip("[]") or "localhost", int(port) if port.isdigit() else 9092))
+    return out
+
+
+def new_consumer(config: Mapping[str, Any]):
+    """A Consumer with dsflow's defaults under `config`; the caller must close it."""
+    c = _consumer_type()({**CONSUMER_DEFAULTS, **config, "logger": LOG})
+    c.dsflow_bootstrap = str(config.get("bootstrap.servers", "the configured broker"))
+    return c
+
+
+@functools.cache
+def _consumer_type() -> type:
+    from confluent_kafka import Consumer
+
+    class DsflowConsumer(Consumer):
+        """A Consumer that remembers its bootstrap servers, for error messages."""
+
+    return DsflowConsumer
+
+
+class DeliveryErrors(list):
+    """A producer's delivery callback that keeps the failures (reported alone: delivery.report.only.error)."""
+
+    def __call__(self, err, msg) -> None:
+        if err is not None:
+            self.append(err.str())
+
+
+def new_producer(config: Mapping[str, Any], errors: DeliveryErrors):
+    """A Producer with batching defaults under `config`, reporting failed deliveries to `errors`."""
+    from confluent_kafka import Producer
+
+    return Producer({
+        **PRODUCER_DEFAULTS, **config, "logger": LOG,
+        "on_delivery": errors, "delivery.report.only.error": True,
+    })
+
+
+@contextmanager
+def consumer(config: Mapping[str, Any]) -> Iterator[Any]:
+    """A Consumer that is always closed on exit."""
+    c = new_consumer(config)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# --- offsets ----------------------------------------------------------------------------------
+
+
+def topic_partitions(client, topic: str, timeout: float = REQUEST_TIMEOUT) -> list[int]:
+    """Sorted partition ids of `topic`; DSF-E708 if it does not exist.
+
+    Lists all topics rather than asking for one: a metadata request naming a topic
+    makes tansu auto-create it.
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = client.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise request_failed(_bootstrap_of(client), "listing topics", exc) from exc
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise DsflowError(
+            "DSF-E708", f"Kafka topic '{topic}' does not exist",
+            hint="create it (`dsflow apply`) or fix the topic name",
+        )
+    return sorted(found.partitions)
+
+
+def watermarks(consumer, topic: str, partitions: Iterable[int], timeout: float = REQUEST_TIMEOUT) -> dict[int, tuple[int, int]]:
+    """(low, high) watermarks per partition, as the broker reports them."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    out = {}
+    for p in partitions:
+        try:
+            out[p] = tuple(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout))
+        except KafkaException as exc:
+            raise request_failed(_bootstrap_of(consumer), f"offsets of {topic}[{p}]", exc) from exc
+    return out
+
+
+def start_offsets(consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """The first offset still held per partition (low watermark)."""
+    return {p: low for p, (low, _) in watermarks(consumer, topic, partitions).items()}
+
+
+def end_offsets(consumer, topic: str, partitions: Iterable[int], first_wait: float = 2.0) -> dict[int, int]:
+    """The true end offset (last offset + 1) per partition.
+
+    tansu reports the high watermark as the last batch's base offset + 1, so for every
+    partition with data we read from `high - 1` to the end of that batch:
+    end = max(high, last offset seen + 1). On a real Kafka broker this reads one record
+    per partition. The consumer is left unassigned.
+    """
+    highs = {p: high for p, (_, high) in watermarks(consumer, topic, partitions).items()}
+    probe = {p: high - 1 for p, high in highs.items() if high > 0}
+    seen = _last_offsets(consumer, topic, probe, first_wait) if probe else {}
+    return {p: max(high, seen.get(p, -1) + 1) for p, high in highs.items()}
+
+
+def _last_offsets(consumer, topic: str, starts: dict[int, int], first_wait: float) -> dict[int, int]:
+    """Highest offset seen per partition reading from `starts` until the partitions go quiet."""
+    from confluent_kafka import TopicPartition
+
+    consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + first_wait
+    try:
+        while len(seen) < len(starts) and time.monotonic() < deadline:
+            _note_offsets(consumer.consume(10_000, 0.05), seen)
+        for _ in range(1_000):  # bounded: a busy partition must not keep us here forever
+            if not _note_offsets(consumer.consume(10_000, 0.1), seen):
+                break
+    finally:
+        consumer.unassign()
+    return seen
+
+
+def _note_offsets(messages: list, seen: dict[int, int]) -> int:
+    count = 0
+    for m in messages:
+        if m.error() is None:
+            seen[m.partition()] = max(seen.get(m.partition(), -1), m.offset())
+            count += 1
+    return count
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def read_range(
+    consumer, topic: str, partition: int, start: int, end: int,
+    max_batch: int = 10_000, stall_timeout: float = STALL_TIMEOUT,
+) -> Iterator[list]:
+    """Messages with start <= offset < end from one partition, in lists of at most `max_batch`.
+
+    Offsets missing in the log (compaction, transaction markers) are skipped: progress is
+    judged by the offsets of the messages received and by the consumer's position. Raises
+    DSF-E704 when no progress is made for `stall_timeout` seconds. Unassigns on exit; the
+    caller closes the consumer.
+    """
+    from confluent_kafka import TopicPartition
+
+    if start >= end:
+        return
+    tp = TopicPartition(topic, partition)
+    consumer.assign([TopicPartition(topic, partition, start)])
+    pos, last_error, progressed_at = start, None, time.monotonic()
+    try:
+        while pos < end:
+            messages = consumer.consume(min(end - pos, max_batch), 0.5)
+            batch, new_pos, error = _take(messages, pos, end, f"{topic}[{partition}]")
+            last_error = error or last_error
+            if batch:
+                yield batch
+            if new_pos == pos:
+                new_pos = max(pos, min(end, _position(consumer, tp)))
+            if new_pos > pos:
+                pos, progressed_at = new_pos, time.monotonic()
+            elif time.monotonic() - progressed_at > stall_timeout:
+                raise _stalled(topic, partition, pos, end, stall_timeout, last_error)
+    finally:
+        consumer.unassign()
+
+
+def _take(messages: list, pos: int, end: int, where: str) -> tuple[list, int, str | None]:
+    """Messages in [pos, end), the next position, and the last non-fatal error seen."""
+    batch, error = [], None
+    for m in messages:
+        err = m.error()
+        if err is not None:
+            if err.fatal() or err.name() in _FATAL_READ:
+                raise DsflowError("DSF-E703", f"reading {where} at offset {pos} failed: {err.str()}")
+            error = err.str()
+            continue
+        offset = m.offset()
+        if pos <= offset < end:
+            batch.append(m)
+            pos = offset + 1
+    return batch, pos, error
+
+
+def _position(consumer, tp) -> int:
+    """Where the consumer will fetch next (past gaps and control records), or -1."""
+    offset = consumer.position([tp])[0].offset
+    return offset if offset >= 0 else -1
+
+
+def _stalled(topic: str, partition: int, pos: int, end: int, timeout: float, error: str | None) -> DsflowError:
+    cause = f"; last error: {error}" if error else ""
+    return DsflowError(
+        "DSF-E704",
+        f"no progress reading {topic}[{partition}] at offset {pos} (reading up to {end}) for {timeout:.0f}s{cause}",
+        hint="check that the broker is up and the topic was not deleted or recreated since the offsets were recorded",
+    )
+
+
+def _bootstrap_of(client) -> str:
+    """Best-effort broker address for messages (the client does not expose its config)."""
+    return getattr(client, "dsflow_bootstrap", "the configured broker")
+
+
+# --- producing JSON lines / printing records -------------------------------------------------
+
+
+def produce_json_lines(
+    bootstrap: str, topic: str, lines: Iterable[str], key_field: str | None = None,
+    extra: Mapping[str, str] | None = None, timeout: float = 30.0,
+) -> int:
+    """Produce one record per non-blank JSON line; returns how many were delivered.
+
+    Every line is validated before anything is sent: a bad line raises DSF-E706 naming
+    its 1-based line number and nothing is produced. With `key_field`, the record key is
+    that field of the JSON object (strings as-is, other values JSON-encoded; absent -> no key).
+    """
+    records = _parse_json_lines(lines, key_field)
+    assert_reachable(bootstrap)
+    errors = DeliveryErrors()
+    producer = new_producer(client_config(bootstrap, extra), errors)
+    for key, value in records:
+        produce_one(producer, topic, value, key)
+    flush_or_raise(producer, topic, len(records), errors, timeout)
+    return len(records)
+
+
+def _parse_json_lines(lines: Iterable[str], key_field: str | None) -> list[tuple[str | None, str]]:
+    records = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DsflowError(
+                "DSF-E706", f"line {number}: invalid JSON: {exc.msg} at column {exc.colno}",
+                hint="each line must be one JSON document; nothing was produced",
+            ) from exc
+        records.append((_key_of(parsed, key_field, number), text))
+    return records
+
+
+def _key_of(parsed: Any, key_field: str | None, number: int) -> str | None:
+    if key_field is None:
+        return None
+    if not isinstance(parsed, dict):
+        raise DsflowError(
+            "DSF-E706", f"line {number}: a key field '{key_field}' was asked for but the line is not a JSON object",
+            hint="drop the key option or produce JSON objects",
+        )
+    value = parsed.get(key_field)
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def produce_one(producer, topic: str, value: str | bytes | None, key: str | bytes | None, partition: int | None = None) -> None:
+    """produce(), waiting for room in the local queue whenever it is full."""
+    while True:
+        try:
+            if partition is None:
+                producer.produce(topic, value, key)
+            else:
+                producer.produce(topic, value, key, partition)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def flush_or_raise(producer, topic: str, count: int, errors: list[str], timeout: float = 60.0) -> None:
+    """Flush and raise DSF-E705 if anything was not delivered."""
+    left = producer.flush(timeout)
+    if left:
+        errors.append(f"{left} record(s) still queued after {timeout:.0f}s")
+    if errors:
+        raise DsflowError(
+            "DSF-E705", f"{len(errors)} of {count} record(s) not delivered to topic '{topic}': {errors[0]}",
+            hint="check that the topic exists and the broker is healthy",
+        )
+
+
+def print_records(
+    bootstrap: str, topic: str, from_beginning: bool = True, limit: int | None = None,
+    timeout: float = 5.0, extra: Mapping[str, str] | None = None,
+) -> Iterator[dict]:
+    """Records of every partition as dicts (key, value, partition, offset, timestamp in ms).
+
+    Starts at the earliest offsets or at the true end (`end_offsets`), stops after `limit`
+    records or when nothing arrives for `timeout` seconds. Uses assign(), never a group.
+    """
+    assert_reachable(bootstrap)
+    with consumer(client_config(bootstrap, extra)) as c:
+        parts = topic_partitions(c, topic)
+        starts = start_offsets(c, topic, parts) if from_beginning else end_offsets(c, topic, parts)
+        yield from _follow(c, topic, starts, limit, timeout)
+
+
+def _follow(c, topic: str, starts: dict[int, int], limit: int | None, timeout: float) -> Iterator[dict]:
+    from confluent_kafka import TopicPartition
+
+    c.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
+    count, idle_since = 0, time.monotonic()
+    while (limit is None or count < limit) and time.monotonic() - idle_since < timeout:
+        m = c.poll(0.2)
+        if m is None or m.error() is not None:
+            continue
+        idle_since, count = time.monotonic(), count + 1
+        yield record_dict(m)
+
+
+def record_dict(m) -> dict:
+    """A consumed message as a plain dict; key and value decoded as UTF-8."""
+    _, ts = m.timestamp()
+    return {
+        "key": decode(m.key()),
+        "value": decode(m.value()),
+        "partition": m.partition(),
+        "offset": m.offset(),
+        "timestamp": ts if ts >= 0 else None,
+    }
+
+
+def decode(raw: bytes | None) -> str | None:
+    """UTF-8 text of a key or value; invalid bytes become U+FFFD."""
+    return None if raw is None else raw.decode("utf-8", "replace")

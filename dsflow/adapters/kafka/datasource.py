@@ -1,0 +1,411 @@
+"""Kafka topics as a Spark Python data source, `dsflow_kafka`, on confluent-kafka.
+
+    spark.readStream.format("dsflow_kafka")
+        .option("bootstrap.servers", "127.0.0.1:9092").option("topic", "orders").load()
+
+Options (keys are case-insensitive):
+
+    bootstrap.servers      required
+    topic                  required
+    starting.position      earliest (default) | latest; used only when a query has no checkpoint
+    max.records.per.batch  optional cap on records per micro-batch (offset-based)
+    stall.timeout.seconds  fail a read task that makes no progress this long (default 60)
+    kafka.<setting>        passed to librdkafka without the prefix, e.g. kafka.security.protocol
+
+Reading yields key, value, topic, partition, offset, timestamp (see SCHEMA). Offsets are
+{"<partition>": next offset}; a partition missing from the start offset is read from 0.
+Records are read with assign() only: no consumer group, nothing committed to Kafka; the
+Spark checkpoint is the only record of progress.
+
+Writing takes a `value` column (STRING or BINARY), optional `key` (STRING or BINARY) and
+optional `partition` (INT); other columns are ignored, and a `topic` column never picks
+the target: the `topic` option does. The sink is at-least-once: a task retried or a query
+restarted after a failure can write the same records again.
+
+Nothing here holds a Kafka client when pickled: clients are made where they are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+)
+
+from dsflow.adapters.kafka import client
+from dsflow.errors import DsflowError
+
+SCHEMA = StructType([
+    StructField("key", StringType()),
+    StructField("value", StringType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+])
+"""Rows read from Kafka; timestamp is the record timestamp (ms since the epoch)."""
+
+CHUNK_ROWS = 10_000
+"""Rows per Arrow RecordBatch produced by a read task."""
+
+KAFKA_PREFIX = "kafka."
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """The data source options, parsed and checked once."""
+
+    bootstrap: str
+    topic: str
+    starting_position: str = "earliest"
+    max_records_per_batch: int | None = None
+    stall_timeout: float = client.STALL_TIMEOUT
+    client: dict[str, str] = field(default_factory=dict)
+    """librdkafka settings from the `kafka.` options, prefix removed."""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
+        """Options as Spark hands them over (keys possibly lower-cased)."""
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        extra = {k[len(KAFKA_PREFIX):]: v for k, v in opts.items() if k.startswith(KAFKA_PREFIX)}
+        start = opts.get("starting.position", "earliest").strip().lower()
+        if start not in ("earliest", "latest"):
+            raise _bad_option("starting.position", start, "earliest or latest")
+        return cls(
+            bootstrap=_required(opts, "bootstrap.servers"),
+            topic=_required(opts, "topic"),
+            starting_position=start,
+            max_records_per_batch=_positive(opts, "max.records.per.batch", int),
+            stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
+            client=extra,
+        )
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The librdkafka config for clients of this source or sink."""
+        return client.client_config(self.bootstrap, self.client)
+
+
+def _required(opts: dict[str, str], key: str) -> str:
+    value = opts.get(key, "").strip()
+    if not value:
+        raise DsflowError("DSF-E707", f"dsflow_kafka: option '{key}' is required", hint=f'add .option("{key}", ...)')
+    return value
+
+
+def _positive(opts: dict[str, str], key: str, kind: type) -> Any:
+    if key not in opts:
+        return None
+    try:
+        value = kind(opts[key])
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise _bad_option(key, opts[key], "a positive number")
+    return value
+
+
+def _bad_option(key: str, value: str, expected: str) -> DsflowError:
+    return DsflowError("DSF-E707", f"dsflow_kafka: option '{key}' is '{value}'; expected {expected}")
+
+
+class KafkaDataSource(DataSource):
+    """Read and write Kafka topics, batch or streaming, under the name `dsflow_kafka`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dsflow_kafka"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> KafkaBatchReader:
+        return KafkaBatchReader(KafkaOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        return KafkaStreamReader(KafkaOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        if overwrite:
+            raise DsflowError("DSF-E707", "dsflow_kafka cannot overwrite a topic", hint='use .mode("append")')
+        return KafkaBatchWriter(KafkaOptions.parse(self.options), check_write_schema(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        return KafkaStreamWriter(KafkaOptions.parse(self.options), check_write_schema(schema))
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    """One read task: offsets start <= offset < end of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    config: dict[str, Any] = field(repr=False)  # may hold credentials: kept out of Spark logs
+    stall_timeout: float = client.STALL_TIMEOUT
+
+
+def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
+    """The task's records as Arrow RecordBatches of up to CHUNK_ROWS rows."""
+    consumer = client.new_consumer(task.config)
+    try:
+        chunks = client.read_range(
+            consumer, task.topic, task.partition, task.start, task.end, CHUNK_ROWS, task.stall_timeout
+        )
+        for messages in chunks:
+            yield to_record_batch(messages, task.topic)
+    finally:
+        consumer.close()
+
+
+def to_record_batch(messages: list, topic: str) -> Any:
+    """Consumed messages as a RecordBatch matching SCHEMA."""
+    import pyarrow as pa
+
+    stamps = [m.timestamp()[1] for m in messages]
+    columns = [
+        pa.array([client.decode(m.key()) for m in messages], pa.string()),
+        pa.array([client.decode(m.value()) for m in messages], pa.string()),
+        pa.array([topic] * len(messages), pa.string()),
+        pa.array([m.partition() for m in messages], pa.int32()),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array([ts * 1000 if ts >= 0 else None for ts in stamps], pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
+
+
+def arrow_schema() -> Any:
+    """SCHEMA in Arrow, as Spark expects it back from read()."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("key", pa.string()), ("value", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
+    ])
+
+
+def plan_ranges(options: KafkaOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[KafkaRange]:
+    """One task per partition with records between the two offsets."""
+    return [
+        KafkaRange(options.topic, int(p), int(start.get(p, 0)), int(stop), options.config, options.stall_timeout)
+        for p, stop in end.items()
+        if int(start.get(p, 0)) < int(stop)
+    ]
+
+
+def as_offset(positions: Mapping[int, int]) -> dict[str, int]:
+    """{partition: offset} as a JSON-able Spark offset, keys in partition order."""
+    return {str(p): int(positions[p]) for p in sorted(positions)}
+
+
+class _ConsumerHolder:
+    """One lazily made Consumer, dropped when pickled and closed by `close()`."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._consumer: Any = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_consumer": None}
+
+    def consumer(self) -> Any:
+        if self._consumer is None:
+            client.assert_reachable(self.options.bootstrap)
+            self._consumer = client.new_consumer(self.options.config)
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def end_offsets(self) -> dict[int, int]:
+        c = self.consumer()
+        return client.end_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
+
+    def start_offsets(self) -> dict[int, int]:
+        c = self.consumer()
+        return client.start_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over offset ranges; the driver-side reader keeps one Consumer for offsets."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._offsets = _ConsumerHolder(options)
+        self._target: dict[int, int] | None = None
+
+    def initialOffset(self) -> dict:
+        if self.options.starting_position == "latest":
+            return as_offset(self._offsets.end_offsets())
+        return as_offset(self._offsets.start_offsets())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records_per_batch:
+            return ReadMaxRows(self.options.max_records_per_batch)
+        return super().getDefaultReadLimit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an availableNow run: records arriving later wait for the next run."""
+        self._target = self._offsets.end_offsets()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        available = self._target if self._target is not None else self._offsets.end_offsets()
+        begin = {p: int(start.get(str(p), 0)) for p in available}
+        end = {p: max(begin[p], available[p]) for p in available}
+        if isinstance(limit, ReadMaxRows):
+            end = cap_rows(begin, end, limit.max_rows)
+        kept = {int(p): int(v) for p, v in start.items() if int(p) not in end}
+        return as_offset({**kept, **end})
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
+        return plan_ranges(self.options, start, end)
+
+    def read(self, partition: KafkaRange) -> Iterator[Any]:
+        return read_range_arrow(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in the Spark checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        self._offsets.close()
+
+
+def cap_rows(begin: dict[int, int], end: dict[int, int], max_rows: int) -> dict[int, int]:
+    """Lower `end` so that at most max_rows offsets are covered, shared fairly across partitions."""
+    budget = max_rows
+    capped = dict(end)
+    pending = sorted(end, key=lambda p: (end[p] - begin[p], p))
+    for i, p in enumerate(pending):
+        take = min(end[p] - begin[p], budget // (len(pending) - i))
+        capped[p] = begin[p] + take
+        budget -= take
+    return capped
+
+
+class KafkaBatchReader(DataSourceReader):
+    """A one-off read of everything in the topic (earliest to the true end)."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[KafkaRange]:
+        holder = _ConsumerHolder(self.options)
+        try:
+            start, end = holder.start_offsets(), holder.end_offsets()
+        finally:
+            holder.close()
+        return plan_ranges(self.options, as_offset(start), as_offset(end))
+
+    def read(self, partition: KafkaRange) -> Iterator[Any]:
+        return read_range_arrow(partition)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class KafkaCommit(WriterCommitMessage):
+    """What one write task delivered."""
+
+    records: int
+
+
+_WRITE_COLUMNS = {
+    "value": (StringType, BinaryType),
+    "key": (StringType, BinaryType),
+    "partition": (IntegerType, LongType),
+}
+
+
+def check_write_schema(schema: StructType) -> StructType:
+    """DSF-E707 unless there is a `value` column and key/value/partition have usable types."""
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise DsflowError(
+            "DSF-E707", f"writing to Kafka needs a 'value' column; got {', '.join(types) or 'none'}",
+            hint="select your payload AS value (e.g. to_json(struct(*)) AS value)",
+        )
+    for name, allowed in _WRITE_COLUMNS.items():
+        if name in types and not isinstance(types[name], allowed):
+            raise DsflowError(
+                "DSF-E707", f"column '{name}' is {types[name].simpleString()}; expected "
+                + " or ".join(t().simpleString() for t in allowed),
+                hint=f"cast it, e.g. CAST({name} AS {allowed[0]().simpleString()})",
+            )
+    return schema
+
+
+def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
+    """Produce every row of the Arrow batches to the topic, flush, and return the count."""
+    errors = client.DeliveryErrors()
+    producer = client.new_producer(options.config, errors)
+    count = 0
+    for batch in batches:
+        for value, key, part in zip(*_write_columns(batch)):
+            client.produce_one(producer, options.topic, value, key, part)
+        count += batch.num_rows
+        producer.poll(0)
+    client.flush_or_raise(producer, options.topic, count, errors)
+    return count
+
+
+def _write_columns(batch: Any) -> tuple:
+    """(values, keys, partitions) of a batch; absent columns become None for every row."""
+    names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
+
+    def column(name: str) -> Any:
+        return batch.column(names[name]).to_pylist() if name in names else repeat(None, batch.num_rows)
+
+    return column("value"), column("key"), column("partition")
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch task produces its rows and flushes before reporting success.
+
+    commit and abort do nothing: records are visible as soon as they are delivered, so a
+    failed and retried batch can leave duplicates (at-least-once), never gaps.
+    """
+
+    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Any]) -> KafkaCommit:
+        return KafkaCommit(produce_batches(self.options, iterator))
+
+    def commit(self, messages: list, batchId: int) -> None:
+        """Nothing to do: the records were delivered by the tasks."""
+
+    def abort(self, messages: list, batchId: int) -> None:
+        """Nothing can be undone: delivered records stay (at-least-once)."""
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """df.write.format("dsflow_kafka").mode("append"): same delivery as the stream writer."""
+
+    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Any]) -> KafkaCommit:
+        return KafkaCommit(produce_batches(self.options, iterator))

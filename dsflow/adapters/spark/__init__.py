@@ -1,0 +1,1 @@
+"""The Spark runtime: session building, SQL translation and the per-query driver."""

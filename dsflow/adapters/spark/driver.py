@@ -1,0 +1,121 @@
+"""The query driver: one process runs one continuous query until told to stop.
+
+    python -m dsflow.adapters.spark.driver SPEC.json
+
+It writes its status (state, rates, last progress) to the spec's status file every few seconds,
+stops gracefully on SIGTERM, and records a failure with its message before exiting non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dsflow.adapters.spark.spec import QuerySpec
+
+STATUS_EVERY_SECONDS = 2.0
+
+
+def build_dataframe(spark, spec: QuerySpec):
+    """The streaming DataFrame of (key, value) rows the sink writes."""
+    from pyspark.sql import functions as F
+
+    for source in spec.sources:
+        raw = (spark.readStream.format("dsflow_kafka")
+               .option("bootstrap.servers", source.client_config["bootstrap.servers"])
+               .option("topic", source.topic)
+               .option("starting.position", source.starting_position))
+        for key, value in source.client_config.items():
+            if key != "bootstrap.servers":
+                raw = raw.option(f"kafka.{key}", value)
+        parsed = raw.load().select(F.col("key").alias("__key"), F.from_json("value", source.schema_ddl).alias("__v"))
+        parsed.select("__key", "__v.*").createOrReplaceTempView(source.view)
+    result = spark.sql(spec.select_sql)
+    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in spec.sink.columns]))
+    return result.select(F.col("__key").alias("key"), value.alias("value"))
+
+
+def start_query(spark, spec: QuerySpec):
+    frame = build_dataframe(spark, spec)
+    writer = (frame.writeStream.format("dsflow_kafka")
+              .option("bootstrap.servers", spec.sink.client_config["bootstrap.servers"])
+              .option("topic", spec.sink.topic)
+              .option("checkpointLocation", spec.checkpoint)
+              .queryName(spec.name.replace(".", "_"))
+              .trigger(processingTime=spec.trigger_interval))
+    for key, value in spec.sink.client_config.items():
+        if key != "bootstrap.servers":
+            writer = writer.option(f"kafka.{key}", value)
+    return writer.start()
+
+
+def write_status(path: str, status: dict[str, Any]) -> None:
+    target = Path(path)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(status, default=str))
+    os.replace(tmp, target)
+
+
+def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
+    progress = query.lastProgress if query is not None else None
+    status: dict[str, Any] = {"name": spec.name, "version": spec.version, "pid": os.getpid(), "state": state,
+                              "updated_at": time.time()}
+    if progress:
+        status.update({
+            "batch_id": progress.get("batchId"),
+            "input_rows_per_second": progress.get("inputRowsPerSecond"),
+            "processed_rows_per_second": progress.get("processedRowsPerSecond"),
+            "num_input_rows": progress.get("numInputRows"),
+            "last_progress_at": progress.get("timestamp"),
+            "sources": [{"description": s.get("description"), "end_offset": s.get("endOffset")}
+                        for s in progress.get("sources", [])],
+        })
+    return status
+
+
+def run(spec: QuerySpec) -> int:
+    from dsflow.adapters.spark.session import build_session
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    write_status(spec.status_path, {"name": spec.name, "version": spec.version, "pid": os.getpid(),
+                                    "state": "starting", "updated_at": time.time()})
+    spark = build_session(spec.master, f"dsflow:{spec.name}", spec.spark_conf)
+    query = None
+    try:
+        query = start_query(spark, spec)
+        while not stop.is_set() and query.isActive:
+            write_status(spec.status_path, progress_status(spec, query, "running"))
+            query.awaitTermination(STATUS_EVERY_SECONDS)
+        if query.isActive:
+            query.stop()
+        error = query.exception()
+        if error is not None:
+            raise RuntimeError(str(error))
+        write_status(spec.status_path, progress_status(spec, query, "stopped"))
+        return 0
+    except Exception as err:  # noqa: BLE001 - the status file is how the failure reaches dsflow status
+        status = progress_status(spec, query, "failed")
+        status["error"] = str(err).splitlines()[0][:2000] if str(err) else type(err).__name__
+        write_status(spec.status_path, status)
+        print(f"query {spec.name} failed: {err}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    spec = QuerySpec.model_validate_json(Path(args[0]).read_text())
+    return run(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

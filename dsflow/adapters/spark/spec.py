@@ -1,0 +1,44 @@
+"""What a query driver needs to run one continuous query: frozen, JSON-serializable."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SourceSpec(BaseModel):
+    """One Kafka topic read into a temporary view."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    view: str
+    topic: str
+    client_config: dict[str, str]
+    schema_ddl: str = Field(description="Spark DDL of the JSON value, e.g. 'id BIGINT, name STRING'")
+    starting_position: str = "earliest"
+
+
+class SinkSpec(BaseModel):
+    """The Kafka topic a query writes to."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    client_config: dict[str, str]
+    columns: list[str]
+
+
+class QuerySpec(BaseModel):
+    """A continuous query ready to run in a Spark driver."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    version: str
+    master: str
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    checkpoint: str
+    status_path: str
+    trigger_interval: str
+    sources: list[SourceSpec]
+    sink: SinkSpec
+    select_sql: str = Field(description="Spark SQL over the source views, with a __key column carried through")

@@ -1,0 +1,1 @@
+"""State backends: read, write and lock the deployed state."""

@@ -1,0 +1,163 @@
+"""CLI sub-commands around the pipeline: the dev broker, topics, data generation and scaffolding."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from dsflow import operations
+from dsflow.errors import DsflowError
+
+console = Console(highlight=False, soft_wrap=True)
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+def _dev_dir(options: operations.Options) -> Path:
+    return options.project_dir / ".dsflow" / "dev"
+
+
+@click.group()
+def dev() -> None:
+    """The embedded development broker (tansu on 127.0.0.1, in memory)."""
+
+
+@dev.command("up")
+@click.option("--port", default=9092, show_default=True)
+@click.pass_context
+def dev_up(ctx: click.Context, port: int) -> None:
+    """Start the dev broker and wait until it answers."""
+    from dsflow.adapters.kafka import devbroker
+
+    info = devbroker.start(_dev_dir(ctx.obj), port=port)
+    console.print(f"Broker running at {info.bootstrap} (pid {info.pid}); log: {info.log}")
+
+
+@dev.command("down")
+@click.pass_context
+def dev_down(ctx: click.Context) -> None:
+    """Stop the dev broker started by 'dsflow dev up'."""
+    from dsflow.adapters.kafka import devbroker
+
+    stopped = devbroker.stop(_dev_dir(ctx.obj))
+    console.print("Broker stopped." if stopped else "No dev broker was running.")
+
+
+@dev.command("status")
+@click.pass_context
+def dev_status(ctx: click.Context) -> None:
+    """Say whether the dev broker runs."""
+    from dsflow.adapters.kafka import devbroker
+
+    info = devbroker.read(_dev_dir(ctx.obj))
+    console.print(f"Broker running at {info.bootstrap} (pid {info.pid})" if info else "No dev broker is running.")
+
+
+def _bootstrap(ctx: click.Context, bootstrap: str | None, store: str | None) -> tuple[str, dict[str, str]]:
+    if bootstrap:
+        return bootstrap, {}
+    project = operations.load(ctx.obj).project
+    name = store or project.default_store
+    found = project.store(name) if name else None
+    if found is None:
+        raise DsflowError("DSF-E030", f"no store '{name}' in the project", hint="pass --store NAME or --bootstrap")
+    return found.bootstrap_servers, dict(found.properties)
+
+
+def _topic_of(ctx: click.Context, name: str, bootstrap: str | None) -> str:
+    """A relation name resolves to its topic; anything else is taken as a topic name."""
+    if bootstrap:
+        return name
+    project = operations.load(ctx.obj).project
+    parts = name.split(".")
+    for relation in project.relations:
+        if relation.fqn == ".".join(parts) or relation.fqn.endswith("." + name):
+            return relation.topic
+    return name
+
+
+@click.group()
+def topic() -> None:
+    """Produce to and print Kafka topics."""
+
+
+@topic.command("produce")
+@click.argument("name")
+@click.option("--file", "file", type=click.File("r"), default="-", help="JSON lines (default: stdin)")
+@click.option("--key-field", help="take each record's key from this JSON field")
+@click.option("--store", help="store to use (default: the project's default store)")
+@click.option("--bootstrap", help="broker address, instead of a project store")
+@click.pass_context
+def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, store: str | None,
+                  bootstrap: str | None) -> None:
+    """Produce JSON lines to topic NAME (a topic or a relation name)."""
+    from dsflow.adapters.kafka.client import produce_json_lines
+
+    address, extra = _bootstrap(ctx, bootstrap, store)
+    count = produce_json_lines(address, _topic_of(ctx, name, bootstrap), file, key_field=key_field, extra=extra)
+    console.print(f"Produced {count} record(s).")
+
+
+@topic.command("print")
+@click.argument("name")
+@click.option("--from-beginning/--latest", default=True, show_default=True)
+@click.option("--limit", type=int, default=None, help="stop after this many records")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="stop after this many idle seconds")
+@click.option("--store")
+@click.option("--bootstrap")
+@click.pass_context
+def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int | None, timeout: float,
+                store: str | None, bootstrap: str | None) -> None:
+    """Print records of topic NAME as JSON lines (key, value, partition, offset, timestamp)."""
+    import json
+
+    from dsflow.adapters.kafka.client import print_records
+
+    address, extra = _bootstrap(ctx, bootstrap, store)
+    for record in print_records(address, _topic_of(ctx, name, bootstrap), from_beginning=from_beginning,
+                                limit=limit, timeout=timeout, extra=extra):
+        click.echo(json.dumps(record, default=str))
+
+
+@click.command()
+@click.argument("relation")
+@click.option("--generator", default=None, help="pageviews, users or columns (default: columns)")
+@click.option("--rate", type=float, default=10.0, show_default=True, help="records/s; 0 = as fast as possible")
+@click.option("--count", type=int, default=None, help="records to produce (default: until Ctrl-C)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_context
+def datagen(ctx: click.Context, relation: str, generator: str | None, rate: float, count: int | None,
+            seed: int) -> None:
+    """Feed RELATION's topic with generated records."""
+    from dsflow.datagen import DatagenSpec, run
+
+    project = operations.load(ctx.obj).project
+    found = next((r for r in project.relations if r.fqn == relation or r.fqn.endswith("." + relation)), None)
+    if found is None:
+        raise DsflowError("DSF-E040", f"unknown relation '{relation}'", hint="see 'dsflow graph'")
+    store = project.store(found.store)
+    spec = DatagenSpec(topic=found.topic, generator=generator or "columns", rate=rate, count=count, seed=seed,
+                       key_columns=found.primary_key, columns=tuple((c.name, c.type) for c in found.columns))
+    try:
+        produced = run(store.bootstrap_servers, spec, config=dict(store.properties))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    console.print(f"Produced {produced} record(s) to {found.topic}.")
+
+
+@click.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--name", default=None, help="project name (default: the folder's name)")
+def init(directory: Path, name: str | None) -> None:
+    """Scaffold a new project in DIRECTORY from templates/."""
+    if (directory / "dsflow.yml").exists():
+        raise DsflowError("DSF-E015", f"{directory / 'dsflow.yml'} already exists", hint="choose an empty folder")
+    if not TEMPLATES.is_dir():
+        raise DsflowError("DSF-E016", f"templates not found at {TEMPLATES}", hint="install dsflow from its source tree")
+    shutil.copytree(TEMPLATES, directory, dirs_exist_ok=True)
+    config = directory / "dsflow.yml"
+    config.write_text(config.read_text().replace("__PROJECT_NAME__", name or directory.resolve().name))
+    console.print(f"Created a dsflow project in {directory}. Next: dsflow -C {directory} validate")

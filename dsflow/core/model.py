@@ -1,0 +1,177 @@
+"""Resolved project models: what the loader produces and the planner consumes.
+
+Every declared object carries the Location it came from. Models are frozen.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsflow.errors import Location
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class Column(Frozen):
+    """A relation column."""
+
+    name: str
+    type: str = Field(description="SQL type in the DeltaStream dialect, e.g. BIGINT, VARCHAR")
+    nullable: bool = True
+
+
+class Store(Frozen):
+    """A connection to a streaming system (Kafka for now)."""
+
+    name: str
+    type: Literal["kafka"]
+    bootstrap_servers: str
+    properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
+    sensitive: frozenset[str] = Field(default_factory=frozenset, description="keys whose values are secrets")
+    description: str = ""
+    location: Location | None = None
+
+    def client_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap_servers, **self.properties}
+
+
+class Database(Frozen):
+    """A namespace of schemas."""
+
+    name: str
+    description: str = ""
+    location: Location | None = None
+
+
+class Schema(Frozen):
+    """A namespace of relations inside a database."""
+
+    database: str
+    name: str
+    location: Location | None = None
+
+    @property
+    def fqn(self) -> str:
+        return f"{self.database}.{self.name}"
+
+
+class Relation(Frozen):
+    """A stream (append-only events) or changelog (events keyed by a primary key) backed by a topic."""
+
+    fqn: str = Field(description="database.schema.name")
+    kind: Literal["stream", "changelog"]
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    store: str
+    topic: str
+    value_format: Literal["json"] = "json"
+    key_format: str | None = None
+    timestamp: str | None = None
+    partitions: int = 1
+    replicas: int = 1
+    topic_configs: dict[str, str] = Field(default_factory=dict)
+    defined_by_query: str | None = Field(None, description="fqn of the CSAS query that defines it")
+    location: Location | None = None
+
+    @property
+    def name(self) -> str:
+        return self.fqn.rsplit(".", 1)[-1]
+
+    def column(self, name: str) -> Column | None:
+        lowered = name.lower()
+        return next((c for c in self.columns if c.name.lower() == lowered), None)
+
+
+class Source(Frozen):
+    """One relation read by a query, with the alias it has in the SELECT."""
+
+    relation: str
+    alias: str
+    starting_position: Literal["earliest", "latest"] = "earliest"
+
+
+class Query(Frozen):
+    """A continuous query: CREATE STREAM/CHANGELOG AS SELECT or INSERT INTO ... SELECT."""
+
+    fqn: str
+    statement: Literal["csas", "ctas", "insert"]
+    sink: str = Field(description="fqn of the relation written to")
+    sources: tuple[Source, ...]
+    select_sql: str = Field(description="normalized SELECT with fully qualified relation names")
+    output_columns: tuple[Column, ...]
+    trigger_interval: str = "1 second"
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    location: Location | None = None
+
+
+class Datagen(Frozen):
+    """A background generator feeding a relation's topic with synthetic records."""
+
+    name: str
+    relation: str
+    generator: str
+    rate: float = 1.0
+    count: int | None = None
+    seed: int = 0
+    location: Location | None = None
+
+
+class Role(Frozen):
+    """A role that privileges are granted to."""
+
+    name: str
+    inherits: tuple[str, ...] = ()
+    location: Location | None = None
+
+
+class Grant(Frozen):
+    """A privilege on an object, granted to a role."""
+
+    role: str
+    privilege: Literal["USAGE", "SELECT", "INSERT", "CREATE", "ALL"]
+    on: str = Field(description="address of the object, e.g. relation.db.schema.name")
+    location: Location | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}.{self.privilege.lower()}.{self.on}"
+
+
+class RuntimeSettings(Frozen):
+    """Where and how continuous queries run."""
+
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    trigger_interval: str = "1 second"
+    checkpoint_root: str = ".dsflow/checkpoints"
+
+
+class Project(Frozen):
+    """A whole resolved project for one environment."""
+
+    name: str
+    root: str
+    environment: str
+    default_database: str
+    default_schema: str
+    default_store: str | None
+    state_path: str
+    runtime: RuntimeSettings
+    stores: tuple[Store, ...] = ()
+    databases: tuple[Database, ...] = ()
+    schemas: tuple[Schema, ...] = ()
+    relations: tuple[Relation, ...] = ()
+    queries: tuple[Query, ...] = ()
+    datagens: tuple[Datagen, ...] = ()
+    roles: tuple[Role, ...] = ()
+    grants: tuple[Grant, ...] = ()
+
+    def relation(self, fqn: str) -> Relation | None:
+        return next((r for r in self.relations if r.fqn == fqn), None)
+
+    def store(self, name: str) -> Store | None:
+        return next((s for s in self.stores if s.name == name), None)

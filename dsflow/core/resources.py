@@ -1,0 +1,113 @@
+"""A project as a flat set of resources, each with dependencies and two fingerprints.
+
+The data hash covers what, when changed, forces a replacement (a topic's partitions, a query's
+SQL); the metadata hash covers what can change in place (a trigger interval, a description).
+Secret values never enter a resource: they are replaced by a hash of themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsflow.core.address import Address, Kind
+from dsflow.core.model import Project, Relation, Store
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One managed object: its address, what it depends on, and its attributes."""
+
+    address: Address
+    depends_on: tuple[Address, ...]
+    data: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def data_hash(self) -> str:
+        return fingerprint(self.data)
+
+    @property
+    def metadata_hash(self) -> str:
+        return fingerprint(self.metadata)
+
+
+def fingerprint(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def redact(value: str) -> str:
+    return "sensitive:" + hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+def project_resources(project: Project) -> list[Resource]:
+    """Every resource the project declares, in declaration order."""
+    resources: list[Resource] = [_store(s) for s in project.stores]
+    resources += [Resource(Address(Kind.DATABASE, d.name), (), {"name": d.name}, {"description": d.description})
+                  for d in project.databases]
+    resources += [Resource(Address(Kind.SCHEMA, s.fqn), (Address(Kind.DATABASE, s.database),), {"name": s.fqn})
+                  for s in project.schemas]
+    resources += [_relation(r) for r in project.relations]
+    resources += [_query(project, q) for q in project.queries]
+    resources += [
+        Resource(Address(Kind.DATAGEN, g.name), (Address(Kind.RELATION, g.relation),),
+                 {"relation": g.relation, "generator": g.generator, "seed": g.seed, "count": g.count},
+                 {"rate": g.rate})
+        for g in project.datagens
+    ]
+    resources += [Resource(Address(Kind.ROLE, r.name), tuple(Address(Kind.ROLE, i) for i in r.inherits),
+                           {"name": r.name, "inherits": list(r.inherits)}) for r in project.roles]
+    resources += [
+        Resource(Address(Kind.GRANT, g.key), (Address(Kind.ROLE, g.role), Address.parse(g.on)),
+                 {"role": g.role, "privilege": g.privilege, "on": g.on})
+        for g in project.grants
+    ]
+    return resources
+
+
+def _store(store: Store) -> Resource:
+    properties = {k: (redact(v) if k in store.sensitive else v) for k, v in store.properties.items()}
+    return Resource(
+        Address(Kind.STORE, store.name), (),
+        {"type": store.type, "bootstrap_servers": store.bootstrap_servers, "properties": properties},
+        {"description": store.description},
+    )
+
+
+def _relation(relation: Relation) -> Resource:
+    database, schema, _ = relation.fqn.split(".")
+    deps = [Address(Kind.STORE, relation.store), Address(Kind.SCHEMA, f"{database}.{schema}")]
+    data = {
+        "kind": relation.kind,
+        "columns": [[c.name, c.type] for c in relation.columns],
+        "primary_key": list(relation.primary_key),
+        "store": relation.store,
+        "topic": relation.topic,
+        "value_format": relation.value_format,
+        "key_format": relation.key_format,
+        "partitions": relation.partitions,
+        "replicas": relation.replicas,
+        "topic_configs": relation.topic_configs,
+    }
+    return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, {"timestamp": relation.timestamp})
+
+
+def _query(project: Project, query) -> Resource:
+    deps = [Address(Kind.RELATION, s.relation) for s in query.sources]
+    deps.append(Address(Kind.RELATION, query.sink))
+    data = {
+        "statement": query.statement,
+        "sink": query.sink,
+        "sources": [[s.relation, s.alias, s.starting_position] for s in query.sources],
+        "select": query.select_sql,
+        "output_columns": [[c.name, c.type] for c in query.output_columns],
+    }
+    metadata = {
+        "trigger_interval": query.trigger_interval,
+        "spark_conf": query.spark_conf,
+        "spark_master": project.runtime.spark_master,
+    }
+    return Resource(Address(Kind.QUERY, query.fqn), tuple(dict.fromkeys(deps)), data, metadata)

@@ -1,0 +1,48 @@
+"""The deployed state: what the last apply made, with lineage and serial (pure data)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+STATE_FORMAT_VERSION = 1
+
+
+class DeployedResource(BaseModel):
+    """A resource as recorded after it was applied."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str
+    depends_on: list[str] = Field(default_factory=list)
+    data_hash: str
+    metadata_hash: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    outputs: dict[str, Any] = Field(default_factory=dict, description="what apply made: pid, checkpoint, created topic")
+
+
+class State(BaseModel):
+    """All deployed resources of one project environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = STATE_FORMAT_VERSION
+    lineage: str = Field("", description="set on the first write; a plan records it")
+    serial: int = 0
+    project: str = ""
+    environment: str = ""
+    resources: dict[str, DeployedResource] = Field(default_factory=dict)
+
+    def with_lineage(self) -> State:
+        return self if self.lineage else self.model_copy(update={"lineage": str(uuid.uuid4())})
+
+    def with_resource(self, resource: DeployedResource) -> State:
+        resources = {**self.resources, resource.address: resource}
+        return self.model_copy(update={"resources": resources, "serial": self.serial + 1})
+
+    def without(self, address: str) -> State:
+        resources = {k: v for k, v in self.resources.items() if k != address}
+        return self.model_copy(update={"resources": resources, "serial": self.serial + 1})

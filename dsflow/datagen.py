@@ -1,0 +1,372 @@
+"""Synthetic data generators, so example pipelines run by themselves.
+
+A generator turns a sequence number and a seeded `random.Random` into one (key, record) pair.
+`run` produces those records as compact JSON to a Kafka topic at a steady rate; `main` is the
+background process `dsflow apply` starts:
+
+    python -m dsflow.datagen --bootstrap HOST:PORT --topic T --generator pageviews --rate 10
+
+Output is deterministic given the seed and start_seq, except wall-clock timestamps.
+
+Errors: DSF-E711 delivery failed, DSF-E712 unknown generator, DSF-E713 bad column or key
+column for the `columns` generator, DSF-E714 invalid rate, count or start_seq.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dsflow.errors import DsflowError
+
+__all__ = [
+    "GENERATORS",
+    "Columns",
+    "DatagenSpec",
+    "Generator",
+    "Pageviews",
+    "Users",
+    "build_generator",
+    "main",
+    "run",
+]
+
+FLUSH_INTERVAL_S = 1.0  # flush at least this often, so records show up promptly
+FINAL_FLUSH_TIMEOUT_S = 30.0
+PROGRESS_INTERVAL_S = 10.0
+MAX_LAG_S = 1.0  # after a stall, catch up at most this much backlog in a burst
+_STEP_S = 0.05  # longest single sleep, so `stop` is noticed quickly
+
+
+class Generator(Protocol):
+    """Makes record number `seq`; all randomness comes from `rng`."""
+
+    def make(self, seq: int, rng: random.Random) -> tuple[str | None, dict]: ...
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Pageviews:
+    """ksqlDB-style page views; `id` is the sequence number, unique per record; key = userid."""
+
+    def make(self, seq: int, rng: random.Random) -> tuple[str | None, dict]:
+        userid = f"User_{rng.randint(1, 9)}"
+        record = {"viewtime": _now_ms(), "userid": userid, "pageid": f"Page_{rng.randint(1, 99)}", "id": seq}
+        return userid, record
+
+
+class Users:
+    """A changelog of user upserts: userid cycles User_1..User_9; key = userid."""
+
+    GENDERS = ("MALE", "FEMALE", "OTHER")
+
+    def make(self, seq: int, rng: random.Random) -> tuple[str | None, dict]:
+        userid = f"User_{seq % 9 + 1}"
+        record = {
+            "registertime": _now_ms(),
+            "userid": userid,
+            "regionid": f"Region_{rng.randint(1, 9)}",
+            "gender": rng.choice(self.GENDERS),
+        }
+        return userid, record
+
+
+_TYPE_ALIASES = {
+    "BIGINT": "BIGINT", "LONG": "BIGINT",
+    "INT": "INT", "INTEGER": "INT",
+    "DOUBLE": "DOUBLE", "FLOAT": "DOUBLE",
+    "VARCHAR": "VARCHAR", "STRING": "VARCHAR", "TEXT": "VARCHAR",
+    "BOOLEAN": "BOOLEAN", "BOOL": "BOOLEAN",
+    "TIMESTAMP": "TIMESTAMP", "TIMESTAMP_LTZ": "TIMESTAMP", "TIMESTAMP_NTZ": "TIMESTAMP",
+}
+
+
+def _normalize_type(column: str, sql_type: str) -> str:
+    base = re.sub(r"\(.*\)$", "", sql_type.strip()).strip().upper()
+    if base not in _TYPE_ALIASES:
+        raise DsflowError(
+            "DSF-E713", f"datagen column {column!r} has unsupported type {sql_type!r}",
+            hint="use BIGINT, INT, DOUBLE, VARCHAR, BOOLEAN or TIMESTAMP",
+        )
+    return _TYPE_ALIASES[base]
+
+
+def _random_value(name: str, sql_type: str, rng: random.Random) -> Any:
+    if sql_type == "BIGINT":
+        return rng.randint(0, 1_000_000)
+    if sql_type == "INT":
+        return rng.randint(0, 1_000)
+    if sql_type == "DOUBLE":
+        return round(rng.uniform(0, 1_000), 3)
+    if sql_type == "VARCHAR":
+        return f"{name}_{rng.randint(1, 9)}"
+    if sql_type == "BOOLEAN":
+        return rng.random() < 0.5
+    return _now_ms()  # TIMESTAMP, as epoch milliseconds
+
+
+class Columns:
+    """Records shaped by a column list; a column named `id` carries the sequence number."""
+
+    def __init__(self, columns: Sequence[tuple[str, str]], key_columns: Sequence[str] = ()):
+        if not columns:
+            raise DsflowError("DSF-E713", "the columns generator needs at least one column",
+                              hint="declare the relation's columns, e.g. [(\"id\", \"BIGINT\")]")
+        self.columns = tuple((name, _normalize_type(name, sql_type)) for name, sql_type in columns)
+        names = {name for name, _ in self.columns}
+        missing = [k for k in key_columns if k not in names]
+        if missing:
+            raise DsflowError("DSF-E713", f"datagen key column {missing[0]!r} is not a column",
+                              hint=f"key columns must be among: {', '.join(sorted(names))}")
+        self.key_column = key_columns[0] if key_columns else None
+
+    def make(self, seq: int, rng: random.Random) -> tuple[str | None, dict]:
+        record = {}
+        for name, sql_type in self.columns:
+            if name == "id" and sql_type in ("BIGINT", "INT", "VARCHAR"):
+                record[name] = str(seq) if sql_type == "VARCHAR" else seq
+            else:
+                record[name] = _random_value(name, sql_type, rng)
+        if self.key_column is None:
+            return None, record
+        value = record[self.key_column]
+        return (value if isinstance(value, str) else json.dumps(value)), record
+
+
+@dataclass(frozen=True)
+class DatagenSpec:
+    """What to generate, where, and how fast."""
+
+    topic: str
+    generator: str = "pageviews"
+    rate: float = 1.0
+    """Records per second; 0 means as fast as possible."""
+    count: int | None = None
+    """Records to produce; None means until stopped."""
+    seed: int = 0
+    key_columns: tuple[str, ...] = ()
+    """For `columns`: the first one's value is the record key; none means a null key."""
+    columns: tuple[tuple[str, str], ...] = ()
+    """For `columns`: (name, sql_type) pairs."""
+    start_seq: int = 0
+    """First sequence number, so a restarted generator continues ids."""
+
+    def __post_init__(self) -> None:
+        if self.rate < 0:
+            raise DsflowError("DSF-E714", f"datagen rate must be >= 0, got {self.rate}",
+                              hint="use 0 for as fast as possible")
+        if self.count is not None and self.count < 0:
+            raise DsflowError("DSF-E714", f"datagen count must be >= 0, got {self.count}",
+                              hint="leave count unset to run until stopped")
+        if self.start_seq < 0:
+            raise DsflowError("DSF-E714", f"datagen start_seq must be >= 0, got {self.start_seq}")
+
+
+GENERATORS: dict[str, Callable[[DatagenSpec], Generator]] = {
+    "pageviews": lambda spec: Pageviews(),
+    "users": lambda spec: Users(),
+    "columns": lambda spec: Columns(spec.columns, spec.key_columns),
+}
+
+
+def build_generator(spec: DatagenSpec) -> Generator:
+    factory = GENERATORS.get(spec.generator)
+    if factory is None:
+        raise DsflowError("DSF-E712", f"unknown datagen generator {spec.generator!r}",
+                          hint=f"use one of: {', '.join(sorted(GENERATORS))}")
+    return factory(spec)
+
+
+class _Pacer:
+    """Deadline pacing: record i is due at start + i/rate, so sleeps never accumulate drift."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic):
+        self.interval = 1.0 / rate if rate > 0 else 0.0
+        self.clock = clock
+        self.due = clock()
+
+    def delay(self) -> float:
+        return max(0.0, self.due - self.clock()) if self.interval else 0.0
+
+    def advance(self) -> None:
+        if not self.interval:
+            return
+        self.due += self.interval
+        floor = self.clock() - MAX_LAG_S
+        if self.due < floor:  # stalled: drop the backlog beyond MAX_LAG_S instead of bursting
+            self.due = floor
+
+
+class _Sink:
+    """A producer that remembers the first delivery error and raises it as DSF-E711."""
+
+    def __init__(self, bootstrap: str, topic: str, config: Mapping[str, str] | None):
+        from confluent_kafka import Producer
+
+        settings = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
+                    "message.timeout.ms": 60_000, **(config or {})}
+        self.producer = Producer(settings)
+        self.topic = topic
+        self.error: str | None = None
+        self.last_flush = time.monotonic()
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None and self.error is None:
+            self.error = str(err)
+
+    def send(self, key: str | None, record: dict) -> None:
+        value = json.dumps(record, separators=(",", ":")).encode()
+        while True:
+            try:
+                self.producer.produce(self.topic, value, key.encode() if key is not None else None,
+                                      on_delivery=self._on_delivery)
+                break
+            except BufferError:  # local queue full: wait for deliveries
+                self.poll(0.1)
+        self.poll(0)
+
+    def poll(self, timeout: float = 0) -> None:
+        self.producer.poll(timeout)
+        self.check()
+
+    def maybe_flush(self) -> None:
+        if time.monotonic() - self.last_flush >= FLUSH_INTERVAL_S:
+            self.flush(FINAL_FLUSH_TIMEOUT_S)
+
+    def flush(self, timeout: float) -> None:
+        left = self.producer.flush(timeout)
+        self.last_flush = time.monotonic()
+        self.check()
+        if left:
+            raise DsflowError("DSF-E711", f"{left} record(s) to topic {self.topic!r} not delivered in {timeout:.0f}s",
+                              hint="check that the broker is up and reachable")
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise DsflowError("DSF-E711", f"delivery to topic {self.topic!r} failed: {self.error}",
+                              hint="check that the broker is up and the topic exists")
+
+
+class _Progress:
+    """Calls `report(total)` about every PROGRESS_INTERVAL_S seconds, even while idle."""
+
+    def __init__(self, report: Callable[[int], None] | None):
+        self.report = report
+        self.total = 0
+        self.next_at = time.monotonic() + PROGRESS_INTERVAL_S
+
+    def tick(self) -> None:
+        if self.report is not None and time.monotonic() >= self.next_at:
+            self.report(self.total)
+            self.next_at = time.monotonic() + PROGRESS_INTERVAL_S
+
+
+def _wait(pacer: _Pacer, sink: _Sink, progress: _Progress, stop: threading.Event) -> bool:
+    """Sleep until the next record is due, in small steps; False if stopped meanwhile."""
+    while (delay := pacer.delay()) > 0.001:
+        sink.poll(0)
+        progress.tick()
+        if stop.wait(min(delay, _STEP_S)):
+            return False
+    return not stop.is_set()
+
+
+def run(
+    bootstrap: str,
+    spec: DatagenSpec,
+    stop: threading.Event | None = None,
+    *,
+    config: Mapping[str, str] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
+    """Produce spec.count records (or until `stop` is set); returns how many were produced.
+
+    `config` adds producer settings (e.g. security); `on_progress` gets the running total
+    about every PROGRESS_INTERVAL_S seconds. Raises DsflowError DSF-E711 on delivery errors.
+    """
+    generator = build_generator(spec)
+    stop = stop or threading.Event()
+    rng = random.Random(spec.seed)
+    sink = _Sink(bootstrap, spec.topic, config)
+    pacer = _Pacer(spec.rate)
+    progress = _Progress(on_progress)
+    seq = spec.start_seq
+    while spec.count is None or progress.total < spec.count:
+        if not _wait(pacer, sink, progress, stop):
+            break
+        key, record = generator.make(seq, rng)
+        sink.send(key, record)
+        seq += 1
+        progress.total += 1
+        pacer.advance()
+        sink.maybe_flush()
+        progress.tick()
+    sink.flush(FINAL_FLUSH_TIMEOUT_S)
+    return progress.total
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dsflow.datagen", description="Produce synthetic records to a topic.")
+    p.add_argument("--bootstrap", required=True, help="host:port of the Kafka broker")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--generator", default="pageviews", choices=sorted(GENERATORS))
+    p.add_argument("--rate", type=float, default=1.0, help="records per second; 0 = as fast as possible")
+    p.add_argument("--count", type=int, default=None, help="records to produce; default: until stopped")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start-seq", type=int, default=0, help="first sequence number (id)")
+    p.add_argument("--column", action="append", default=[], metavar="NAME:TYPE", help="for --generator columns")
+    p.add_argument("--key", action="append", default=[], metavar="COLUMN", help="key column(s) for columns")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE", help="extra producer setting")
+    return p
+
+
+def _split(items: list[str], sep: str, what: str, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items:
+        left, found, right = item.partition(sep)
+        if not found or not left or not right:
+            parser.error(f"{what} must look like {'NAME:TYPE' if sep == ':' else 'KEY=VALUE'}, got {item!r}")
+        pairs.append((left.strip(), right.strip()))
+    return pairs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry: exit 0 when done or stopped by SIGTERM/SIGINT, 1 on errors, 2 on usage errors."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def log(total: int) -> None:
+        print(f"datagen {args.topic}: {total} records produced", flush=True)
+
+    try:
+        spec = DatagenSpec(
+            topic=args.topic, generator=args.generator, rate=args.rate, count=args.count, seed=args.seed,
+            key_columns=tuple(args.key), columns=tuple(_split(args.column, ":", "--column", parser)),
+            start_seq=args.start_seq,
+        )
+        print(f"datagen {args.topic}: started ({args.generator}, rate {args.rate:g}/s)", flush=True)
+        total = run(args.bootstrap, spec, stop, config=dict(_split(args.property, "=", "--property", parser)),
+                    on_progress=log)
+    except DsflowError as exc:
+        print(str(exc), file=sys.stderr, flush=True)
+        return 1
+    print(f"datagen {args.topic}: done, {total} records produced", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""What apply does for each kind of resource: one executor per kind, registered in one dict.
+
+An executor turns a planned change into effects on real systems and returns the outputs to
+record in state (a PID, a checkpoint, whether dsflow created a topic). It never re-decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dsflow.adapters import process
+from dsflow.core.address import Address, Kind
+from dsflow.core.model import Project
+from dsflow.core.plan import Action, Change
+from dsflow.core.state import DeployedResource
+from dsflow.errors import DsflowError
+from dsflow.workspace import Workspace
+
+DRIVER_MODULE = "dsflow.adapters.spark.driver"
+DATAGEN_MODULE = "dsflow.datagen"
+
+
+@dataclass(frozen=True)
+class Context:
+    project: Project
+    workspace: Workspace
+
+
+class Executor(Protocol):
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]: ...
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]: ...
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None: ...
+
+
+class RecordOnly:
+    """Logical objects (stores, namespaces, roles, grants): recorded in state, nothing to touch yet."""
+
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        return {}
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        return dict(deployed.outputs)
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+        return None
+
+
+class TopicExecutor:
+    """A relation's Kafka topic: created with its partitions and configs, deleted only if dsflow created it."""
+
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+
+        relation = ctx.project.relation(Address.parse(change.address).name)
+        store = ctx.project.store(relation.store)
+        spec = TopicSpec(relation.topic, relation.partitions, relation.replicas, dict(relation.topic_configs))
+        created = ensure_topic(store.bootstrap_servers, spec, store.properties)
+        return {"topic": relation.topic, "store": store.name, "bootstrap": store.bootstrap_servers,
+                "created_by_dsflow": created}
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        outputs = self.create(ctx, change)
+        outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow", False)
+        return outputs
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+        from dsflow.adapters.kafka.admin import delete_topic
+
+        if not deployed.outputs.get("created_by_dsflow"):
+            return
+        store = ctx.project.store(deployed.outputs.get("store", ""))
+        extra = store.properties if store else None
+        delete_topic(deployed.outputs["bootstrap"], deployed.outputs["topic"], extra)
+
+
+class QueryExecutor:
+    """A continuous query: one background Spark driver process per query version."""
+
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        from dsflow.adapters.spark.translate import query_spec
+
+        name = Address.parse(change.address).name
+        query = next(q for q in ctx.project.queries if q.fqn == name)
+        version = change.data_hash or "v"
+        run_dir = ctx.workspace.query_dir(name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = ctx.workspace.checkpoint(name, version)
+        spec = query_spec(ctx.project, query, version, str(checkpoint), str(run_dir / "status.json"))
+        spec_path = run_dir / "spec.json"
+        spec_path.write_text(spec.model_dump_json(indent=2))
+        (run_dir / "status.json").unlink(missing_ok=True)
+        pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log")
+        return {"pid": pid, "version": version, "checkpoint": str(checkpoint), "run_dir": str(run_dir)}
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        self.delete(ctx, deployed)
+        return self.create(ctx, change)
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+        process.stop(deployed.outputs.get("pid"), DRIVER_MODULE)
+
+
+class DatagenExecutor:
+    """A background data generator feeding a relation's topic."""
+
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        name = Address.parse(change.address).name
+        gen = next(g for g in ctx.project.datagens if g.name == name)
+        relation = ctx.project.relation(gen.relation)
+        store = ctx.project.store(relation.store)
+        run_dir = ctx.workspace.datagen_dir(name)
+        args = ["--bootstrap", store.bootstrap_servers, "--topic", relation.topic, "--generator", gen.generator,
+                "--rate", str(gen.rate), "--seed", str(gen.seed)]
+        if gen.count is not None:
+            args += ["--count", str(gen.count)]
+        for column in relation.columns:
+            args += ["--column", f"{column.name}:{column.type}"]
+        for key in relation.primary_key:
+            args += ["--key", key]
+        pid = process.launch(DATAGEN_MODULE, args, run_dir / "datagen.log")
+        return {"pid": pid, "topic": relation.topic}
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        self.delete(ctx, deployed)
+        return self.create(ctx, change)
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+        process.stop(deployed.outputs.get("pid"), DATAGEN_MODULE, timeout=15)
+
+
+EXECUTORS: dict[Kind, Executor] = {
+    Kind.STORE: RecordOnly(),
+    Kind.DATABASE: RecordOnly(),
+    Kind.SCHEMA: RecordOnly(),
+    Kind.ROLE: RecordOnly(),
+    Kind.GRANT: RecordOnly(),
+    Kind.RELATION: TopicExecutor(),
+    Kind.QUERY: QueryExecutor(),
+    Kind.DATAGEN: DatagenExecutor(),
+}
+
+
+def run_change(ctx: Context, change: Change, deployed: DeployedResource | None) -> dict[str, Any] | None:
+    """Carry out one change; returns outputs to record, or None when the resource is gone."""
+    executor = EXECUTORS[Address.parse(change.address).kind]
+    if change.action is Action.CREATE:
+        return executor.create(ctx, change)
+    if change.action is Action.UPDATE:
+        return executor.update(ctx, change, deployed)
+    if change.action is Action.REPLACE:
+        executor.delete(ctx, deployed)
+        return executor.create(ctx, change)
+    if change.action is Action.DELETE:
+        executor.delete(ctx, deployed)
+        return None
+    raise DsflowError("DSF-E810", f"cannot apply action {change.action} to {change.address}")

@@ -1,0 +1,131 @@
+"""Resolving YAML objects (stores, databases, roles, grants, datagen) into core models."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from dsflow.core.model import Database, Datagen, Grant, Role, Schema, Store
+from dsflow.errors import Diagnostic, Location
+from dsflow.load.raw import RawObjectsFile
+from dsflow.load.yamlpos import Positioned
+
+SECRET_KEY = re.compile(r"(password|secret|token|api[._-]?key|credential|private[._-]?key|jaas)", re.I)
+
+
+@dataclass
+class YamlObjects:
+    """Everything the YAML files declared, with where each came from."""
+
+    stores: list[Store] = field(default_factory=list)
+    databases: list[tuple[Database, list[str]]] = field(default_factory=list)
+    roles: list[tuple[Role, list[tuple[str, str, Location]]]] = field(default_factory=list)
+    datagens: list[Datagen] = field(default_factory=list)
+
+
+def pydantic_diagnostics(err: ValidationError, pos: Positioned) -> list[Diagnostic]:
+    out = []
+    for item in err.errors():
+        loc = tuple(item["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            out.append(Diagnostic("DSF-E010", f"unknown key '{loc[-1]}' at {where}", pos.location(loc),
+                                  hint="remove it or check its spelling in docs/project.md"))
+        elif item["type"] == "missing":
+            out.append(Diagnostic("DSF-E011", f"missing required key '{loc[-1]}' at {where}", pos.location(loc[:-1]),
+                                  hint="add it; see docs/project.md"))
+        else:
+            out.append(Diagnostic("DSF-E012", f"invalid value at {where}: {item['msg']}", pos.location(loc),
+                                  hint="see docs/project.md for the allowed values"))
+    return out
+
+
+def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObjects) -> list[Diagnostic]:
+    """Validate one YAML file's content and add its objects to `into`."""
+    if data is None:
+        return []
+    try:
+        raw = RawObjectsFile.model_validate(data)
+    except ValidationError as err:
+        return pydantic_diagnostics(err, pos)
+    diagnostics: list[Diagnostic] = []
+    for i, store in enumerate(raw.stores):
+        loc = pos.location(("stores", i))
+        props = {k: _text(v) for k, v in store.properties.items()}
+        sensitive = frozenset(k for k, v in props.items() if v in secrets)
+        for key, value in props.items():
+            if SECRET_KEY.search(key) and key not in sensitive:
+                diagnostics.append(Diagnostic(
+                    "DSF-E060", f"secret '{key}' of store '{store.name}' is written in clear text",
+                    pos.location(("stores", i, "properties", key)),
+                    hint=f"use {{{{ env_var('{store.name.upper()}_{_env_name(key)}') }}}} instead"))
+        into.stores.append(Store(name=store.name, type=store.type, bootstrap_servers=store.bootstrap_servers,
+                                 properties=props, sensitive=sensitive, description=store.description, location=loc))
+    for i, db in enumerate(raw.databases):
+        into.databases.append((Database(name=db.name, description=db.description,
+                                        location=pos.location(("databases", i))), db.schemas))
+    for i, role in enumerate(raw.roles):
+        grants = [(g.privilege.upper(), g.on, pos.location(("roles", i, "grants", j)))
+                  for j, g in enumerate(role.grants)]
+        into.roles.append((Role(name=role.name, inherits=tuple(role.inherits),
+                                location=pos.location(("roles", i))), grants))
+    for i, gen in enumerate(raw.datagen):
+        into.datagens.append(Datagen(name=gen.name, relation=gen.relation, generator=gen.generator, rate=gen.rate,
+                                     count=gen.count, seed=gen.seed, location=pos.location(("datagen", i))))
+    return diagnostics
+
+
+def schemas_of(objects: YamlObjects, default_db: str, default_schema: str) -> tuple[list[Database], list[Schema]]:
+    """Declared databases and schemas, plus the project's default ones."""
+    databases = [db for db, _ in objects.databases]
+    schemas = [Schema(database=db.name, name=s, location=db.location) for db, names in objects.databases for s in names]
+    if not any(d.name == default_db for d in databases):
+        databases.append(Database(name=default_db, description="project default"))
+    if not any(s.fqn == f"{default_db}.{default_schema}" for s in schemas):
+        schemas.append(Schema(database=default_db, name=default_schema))
+    return databases, schemas
+
+
+def resolve_grants(objects: YamlObjects, known: dict[str, str], resolve_relation) -> tuple[list[Role], list[Grant], list[Diagnostic]]:
+    """Roles and grants; `known` maps addresses to themselves for lookup, `resolve_relation` qualifies names."""
+    roles = [r for r, _ in objects.roles]
+    names = {r.name for r in roles}
+    diagnostics: list[Diagnostic] = []
+    grants: list[Grant] = []
+    from dsflow.load.suggest import did_you_mean
+
+    for role, raw_grants in objects.roles:
+        for parent in role.inherits:
+            if parent not in names:
+                diagnostics.append(Diagnostic("DSF-E070", f"role '{role.name}' inherits unknown role '{parent}'",
+                                              role.location, hint=did_you_mean(parent, names)))
+        for privilege, on, loc in raw_grants:
+            address = _grant_target(on, known, resolve_relation)
+            if address is None:
+                diagnostics.append(Diagnostic("DSF-E071", f"grant on unknown object '{on}'", loc,
+                                              hint=did_you_mean(on, known)))
+                continue
+            grants.append(Grant(role=role.name, privilege=privilege, on=address, location=loc))
+    return roles, grants, diagnostics
+
+
+def _grant_target(on: str, known: dict[str, str], resolve_relation) -> str | None:
+    if on in known:
+        return on
+    kind, _, rest = on.partition(".")
+    if kind == "relation" and rest:
+        on = rest
+    candidate = f"relation.{resolve_relation(on)}"
+    return candidate if candidate in known else None
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _env_name(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", key).upper()

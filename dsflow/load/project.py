@@ -1,0 +1,224 @@
+"""The loader's facade: from a project folder to a resolved, validated Project.
+
+discover files -> render templates -> parse YAML and SQL -> resolve -> validate.
+Every problem found is collected; loading raises ProjectError once with all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dsflow.core.address import Address, Kind
+from dsflow.core.graph import Graph
+from dsflow.core.model import Datagen, Project, RuntimeSettings
+from dsflow.errors import Diagnostic, Location, ProjectError, Severity
+from dsflow.load.objects import YamlObjects, pydantic_diagnostics, read_objects, resolve_grants, schemas_of
+from dsflow.load.queries import Namespace, resolve_statements
+from dsflow.load.raw import RawProjectConfig
+from dsflow.load.render import RenderContext, render
+from dsflow.load.sql import RawStatement, parse_sql_file
+from dsflow.load.suggest import did_you_mean
+from dsflow.load.yamlpos import Positioned, parse_yaml
+
+PROJECT_FILE = "dsflow.yml"
+SKIP_DIRS = {".dsflow", ".git", "target", "__pycache__", ".venv"}
+
+
+@dataclass
+class LoadResult:
+    """A loaded project (None if loading failed), every diagnostic, and the secrets seen."""
+
+    project: Project | None
+    diagnostics: list[Diagnostic]
+    secrets: set[str] = field(default_factory=set)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
+
+
+def load_project(root: Path, environment: str | None = None, variables: Mapping[str, Any] | None = None,
+                 environ: Mapping[str, str] | None = None) -> Project:
+    """Load and validate; raise ProjectError with every diagnostic if anything is wrong."""
+    result = check_project(root, environment, variables, environ)
+    if result.errors or result.project is None:
+        raise ProjectError(diagnostics=result.diagnostics)
+    return result.project
+
+
+def check_project(root: Path, environment: str | None = None, variables: Mapping[str, Any] | None = None,
+                  environ: Mapping[str, str] | None = None) -> LoadResult:
+    """Load and validate, returning diagnostics instead of raising."""
+    root = root.resolve()
+    config_path = root / PROJECT_FILE
+    if not config_path.exists():
+        return LoadResult(None, [Diagnostic("DSF-E013", f"no {PROJECT_FILE} in {root}", Location(str(config_path)),
+                                            hint="run 'dsflow init' or pass -C PROJECT_DIR")])
+    config, diagnostics = _read_config(config_path)
+    if config is None:
+        return LoadResult(None, diagnostics)
+    env_name = environment or config.default_environment
+    if env_name not in config.environments:
+        return LoadResult(None, [Diagnostic("DSF-E014", f"unknown environment '{env_name}'", Location(PROJECT_FILE),
+                                            hint=did_you_mean(env_name, config.environments))])
+    context = RenderContext({**config.environments[env_name].vars, **(variables or {})},
+                            **({"environ": dict(environ)} if environ is not None else {}))
+    loader = _Loader(root, config, env_name, context)
+    project = loader.run()
+    return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), context.secrets)
+
+
+def _sort_key(diagnostic: Diagnostic) -> tuple:
+    loc = diagnostic.location or Location("")
+    return (loc.file, loc.line, loc.col, diagnostic.code)
+
+
+def _read_config(path: Path) -> tuple[RawProjectConfig | None, list[Diagnostic]]:
+    data, pos, diagnostics = parse_yaml(path.read_text(), PROJECT_FILE)
+    if diagnostics:
+        return None, diagnostics
+    try:
+        return RawProjectConfig.model_validate(data or {}), []
+    except ValidationError as err:
+        return None, pydantic_diagnostics(err, pos)
+
+
+def discover(root: Path) -> list[Path]:
+    """Project files: every .yml/.yaml/.sql outside hidden and build folders, sorted."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
+            continue
+        if path.is_file() and path.suffix in (".yml", ".yaml", ".sql") and rel.as_posix() != PROJECT_FILE:
+            found.append(path)
+    return found
+
+
+class _Loader:
+    """One load: collects diagnostics while walking the stages."""
+
+    def __init__(self, root: Path, config: RawProjectConfig, env_name: str, context: RenderContext):
+        self.root = root
+        self.config = config
+        self.env_name = env_name
+        self.context = context
+        self.diagnostics: list[Diagnostic] = []
+
+    def report(self, diagnostic: Diagnostic) -> None:
+        self.diagnostics.append(diagnostic)
+
+    def run(self) -> Project | None:
+        objects = YamlObjects()
+        statements: list[tuple[str, RawStatement]] = []
+        for path in discover(self.root):
+            rel = path.relative_to(self.root).as_posix()
+            text = self._render(path, rel)
+            if text is None:
+                continue
+            if path.suffix == ".sql":
+                parsed, problems = parse_sql_file(text, rel)
+                statements += [(rel, s) for s in parsed]
+                self.diagnostics += problems
+            else:
+                self._read_yaml(text, rel, objects)
+        return self._resolve(objects, statements)
+
+    def _render(self, path: Path, rel: str) -> str | None:
+        try:
+            raw = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            self.report(Diagnostic("DSF-E006", f"cannot read file: {err}", Location(rel)))
+            return None
+        text, problems = render(raw, rel, self.context)
+        self.diagnostics += problems
+        return text
+
+    def _read_yaml(self, text: str, rel: str, objects: YamlObjects) -> None:
+        data, pos, problems = parse_yaml(text, rel)
+        self.diagnostics += problems
+        if problems:
+            return
+        if data is not None and not isinstance(data, dict):
+            self.report(Diagnostic("DSF-E012", "a project YAML file must be a mapping", pos.location(),
+                                   hint="top-level keys: stores, databases, roles, datagen"))
+            return
+        self.diagnostics += read_objects(data, pos, self.context.secrets, objects)
+
+    def _resolve(self, objects: YamlObjects, statements: list[tuple[str, RawStatement]]) -> Project | None:
+        cfg = self.config
+        databases, schemas = schemas_of(objects, cfg.default.database, cfg.default.schema_)
+        self._check_unique("store", [(s.name, s.location) for s in objects.stores])
+        self._check_unique("database", [(d.name, d.location) for d in databases])
+        self._check_unique("role", [(r.name, r.location) for r, _ in objects.roles])
+        self._check_unique("datagen", [(g.name, g.location) for g in objects.datagens])
+        stores = {s.name: s for s in objects.stores}
+        default_store = cfg.default.store or (objects.stores[0].name if len(objects.stores) == 1 else None)
+        if cfg.default.store and cfg.default.store not in stores:
+            self.report(Diagnostic("DSF-E021", f"unknown default store '{cfg.default.store}'", Location(PROJECT_FILE),
+                                   hint=did_you_mean(cfg.default.store, stores)))
+        ns = Namespace(cfg.default.database, cfg.default.schema_, default_store, {s.fqn for s in schemas}, stores,
+                       self.context.secrets, cfg.runtime.trigger_interval)
+        queries = resolve_statements(statements, ns, self.report)
+        self._check_query_cycles(queries)
+        datagens = self._datagens(objects.datagens, ns)
+        known = {str(Address(Kind.RELATION, r)): "" for r in ns.relations}
+        known |= {f"store.{s}": "" for s in stores} | {f"database.{d.name}": "" for d in databases}
+        known |= {f"schema.{s.fqn}": "" for s in schemas}
+        roles, grants, problems = resolve_grants(objects, known, lambda n: ns.qualify_name(n.split(".")))
+        self.diagnostics += problems
+        state_path = cfg.state.path
+        return Project(
+            name=cfg.name, root=str(self.root), environment=self.env_name,
+            default_database=cfg.default.database, default_schema=cfg.default.schema_, default_store=default_store,
+            state_path=state_path,
+            runtime=RuntimeSettings(spark_master=cfg.runtime.spark_master, spark_conf=cfg.runtime.spark_conf,
+                                    trigger_interval=cfg.runtime.trigger_interval,
+                                    checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
+            stores=tuple(objects.stores), databases=tuple(databases), schemas=tuple(schemas),
+            relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
+            roles=tuple(roles), grants=tuple(grants),
+        )
+
+    def _check_unique(self, what: str, items: list[tuple[str, Location | None]]) -> None:
+        seen: dict[str, Location | None] = {}
+        for name, loc in items:
+            if name in seen:
+                self.report(Diagnostic("DSF-E020", f"{what} '{name}' is defined twice", loc,
+                                       hint=f"first defined at {seen[name]}"))
+            seen.setdefault(name, loc)
+
+    def _check_query_cycles(self, queries) -> None:
+        deps: dict[Address, list[Address]] = {}
+        for q in queries:
+            sink = Address(Kind.RELATION, q.sink)
+            deps.setdefault(sink, []).extend(Address(Kind.RELATION, s.relation) for s in q.sources)
+            for s in q.sources:
+                deps.setdefault(Address(Kind.RELATION, s.relation), [])
+        for cycle in Graph.from_dependencies(deps).cycles():
+            names = " -> ".join(a.name for a in cycle)
+            where = next((q.location for q in queries if Address(Kind.RELATION, q.sink) in cycle), None)
+            self.report(Diagnostic("DSF-E050", f"dependency cycle between relations: {names}", where,
+                                   hint="a query cannot write, even indirectly, into a relation it reads"))
+
+    def _datagens(self, gens: list[Datagen], ns: Namespace) -> list[Datagen]:
+        from dsflow.datagen import GENERATORS
+
+        out = []
+        for gen in gens:
+            fqn = ns.qualify_name(gen.relation.split("."))
+            if fqn not in ns.relations:
+                self.report(Diagnostic("DSF-E040", f"datagen '{gen.name}' feeds unknown relation '{gen.relation}'",
+                                       gen.location, hint=did_you_mean(gen.relation, [r.rsplit('.', 1)[-1] for r in ns.relations])))
+                continue
+            if gen.generator not in GENERATORS:
+                self.report(Diagnostic("DSF-E073", f"unknown generator '{gen.generator}'", gen.location,
+                                       hint=did_you_mean(gen.generator, GENERATORS)))
+                continue
+            out.append(gen.model_copy(update={"relation": fqn}))
+        return out

@@ -1,0 +1,351 @@
+"""Resolving SQL statements into relations and continuous queries, with their checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
+
+from dsflow.core.model import Column, Query, Relation, Source, Store
+from dsflow.errors import Diagnostic, Location
+from dsflow.load.objects import SECRET_KEY
+from dsflow.load.sql import DIALECT, RawStatement, node_location
+from dsflow.load.suggest import did_you_mean
+
+RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas"}
+QUERY_PROPS = {"trigger.interval", "starting.position"}
+TOPIC_CONFIG_PREFIX = "kafka.topic."
+VALUE_FORMATS = {"json"}
+TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR"}
+UNSUPPORTED = {
+    exp.Join: "joins", exp.AggFunc: "aggregations", exp.Group: "GROUP BY", exp.Window: "window functions",
+    exp.Union: "UNION", exp.Subquery: "subqueries", exp.Limit: "LIMIT", exp.Order: "ORDER BY",
+}
+
+
+@dataclass
+class Namespace:
+    """What names resolve against while statements are resolved."""
+
+    default_db: str
+    default_schema: str
+    default_store: str | None
+    schemas: set[str]
+    stores: dict[str, Store]
+    secrets: set[str]
+    trigger_interval: str
+    relations: dict[str, Relation] = field(default_factory=dict)
+
+    def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
+        parts = tuple(parts)
+        if len(parts) == 1:
+            return f"{self.default_db}.{self.default_schema}.{parts[0]}"
+        if len(parts) == 2:
+            return f"{self.default_db}.{parts[0]}.{parts[1]}"
+        return ".".join(parts[-3:])
+
+
+Report = Callable[[Diagnostic], None]
+
+
+def resolve_statements(statements: list[tuple[str, RawStatement]], ns: Namespace, report: Report) -> list[Query]:
+    """Declared relations first, then CREATE ... AS SELECT in dependency order, then INSERT INTO."""
+    for path, st in statements:
+        if not st.is_query and st.kind in ("stream", "changelog"):
+            _declare(ns, _declared_relation(path, st, ns, report), st, report)
+    pending = [(p, s) for p, s in statements if s.is_query and s.kind != "insert"]
+    queries = _resolve_ctas_in_order(pending, ns, report)
+    counts: dict[str, int] = {}
+    for path, st in statements:
+        if st.kind == "insert":
+            query = _insert(path, st, ns, report, counts)
+            if query is not None:
+                queries.append(query)
+    return queries
+
+
+def _declare(ns: Namespace, relation: Relation | None, st: RawStatement, report: Report) -> None:
+    if relation is None:
+        return
+    if relation.fqn in ns.relations:
+        first = ns.relations[relation.fqn].location
+        report(Diagnostic("DSF-E020", f"relation '{relation.fqn}' is defined twice", st.location,
+                          hint=f"first defined at {first}"))
+        return
+    ns.relations[relation.fqn] = relation
+
+
+def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Report) -> Relation | None:
+    fqn = _checked_name(st, ns, report)
+    if fqn is None:
+        return None
+    _check_props(st, RELATION_PROPS, report)
+    columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
+    if not columns:
+        report(Diagnostic("DSF-E032", f"{st.kind} '{fqn}' declares no columns", st.location,
+                          hint="list the columns: CREATE STREAM name (col TYPE, ...) WITH (...)"))
+        return None
+    _check_duplicate_columns([c.name for c in st.columns], st, report)
+    if st.prop("value.format") is None:
+        report(Diagnostic("DSF-E030", f"{st.kind} '{fqn}' is missing the required property 'value.format'",
+                          st.location, hint="add 'value.format' = 'json' to its WITH clause"))
+    names = {c.name.lower() for c in columns}
+    _check_primary_key(st, fqn, names, report)
+    return _relation(st, fqn, columns, ns, report, inherit=None)
+
+
+def _checked_name(st: RawStatement, ns: Namespace, report: Report) -> str | None:
+    fqn = ns.qualify_name(st.name)
+    schema = fqn.rsplit(".", 1)[0]
+    if schema not in ns.schemas:
+        report(Diagnostic("DSF-E022", f"unknown database or schema '{schema}' for '{fqn}'", st.location,
+                          hint=did_you_mean(schema, ns.schemas)))
+        return None
+    return fqn
+
+
+def _check_primary_key(st: RawStatement, fqn: str, names: set[str], report: Report) -> None:
+    if st.kind == "changelog" and not st.primary_key:
+        report(Diagnostic("DSF-E033", f"changelog '{fqn}' has no PRIMARY KEY", st.location,
+                          hint="add PRIMARY KEY (col, ...) to its column list"))
+    if st.kind == "stream" and st.primary_key:
+        report(Diagnostic("DSF-E033", f"stream '{fqn}' cannot have a PRIMARY KEY", st.location,
+                          hint="declare it as CREATE CHANGELOG"))
+    for key in st.primary_key:
+        if key.lower() not in names:
+            report(Diagnostic("DSF-E041", f"primary key column '{key}' is not a column of '{fqn}'", st.location,
+                              hint=did_you_mean(key, names)))
+
+
+def _check_duplicate_columns(names: list[str], st: RawStatement, report: Report) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            report(Diagnostic("DSF-E044", f"column '{name}' appears twice", st.location, hint="rename one of them"))
+        seen.add(name.lower())
+
+
+def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
+    for prop in st.properties:
+        if prop.key in allowed or prop.key.startswith(TOPIC_CONFIG_PREFIX):
+            if SECRET_KEY.search(prop.key):
+                report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL",
+                                  prop.location, hint="secrets belong in store YAML as {{ env_var('NAME') }}"))
+            continue
+        report(Diagnostic("DSF-E031", f"unknown property '{prop.key}'", prop.location,
+                          hint=did_you_mean(prop.key, allowed)))
+
+
+def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Namespace, report: Report,
+              inherit: Relation | None, primary_key: tuple[str, ...] | None = None) -> Relation | None:
+    store_name = _prop(st, "store") or (inherit.store if inherit else None) or ns.default_store
+    if store_name is None or store_name not in ns.stores:
+        loc = st.prop("store").location if st.prop("store") else st.location
+        report(Diagnostic("DSF-E021", f"unknown store '{store_name}' for '{fqn}'", loc,
+                          hint=did_you_mean(store_name or "", ns.stores)))
+        return None
+    value_format = _prop(st, "value.format") or (inherit.value_format if inherit else "json")
+    if value_format not in VALUE_FORMATS:
+        report(Diagnostic("DSF-E032", f"unsupported value.format '{value_format}'", st.prop("value.format").location,
+                          hint=f"supported: {', '.join(sorted(VALUE_FORMATS))}"))
+        return None
+    partitions = _int_prop(st, "topic.partitions", inherit.partitions if inherit else 1, report)
+    replicas = _int_prop(st, "topic.replicas", inherit.replicas if inherit else 1, report)
+    timestamp = _prop(st, "timestamp")
+    if timestamp and timestamp.lower() not in {c.name.lower() for c in columns}:
+        report(Diagnostic("DSF-E042", f"timestamp column '{timestamp}' is not a column of '{fqn}'",
+                          st.prop("timestamp").location, hint=did_you_mean(timestamp, [c.name for c in columns])))
+    configs = {p.key[len(TOPIC_CONFIG_PREFIX):]: p.value for p in st.properties if p.key.startswith(TOPIC_CONFIG_PREFIX)}
+    return Relation(fqn=fqn, kind="changelog" if st.kind == "changelog" else "stream", columns=columns,
+                    primary_key=primary_key if primary_key is not None else st.primary_key, store=store_name,
+                    topic=_prop(st, "topic") or fqn.rsplit(".", 1)[-1], value_format=value_format,
+                    key_format=_prop(st, "key.format"), timestamp=timestamp, partitions=partitions,
+                    replicas=replicas, topic_configs=configs, location=st.location)
+
+
+def _prop(st: RawStatement, key: str) -> str | None:
+    prop = st.prop(key)
+    return prop.value if prop else None
+
+
+def _int_prop(st: RawStatement, key: str, default: int, report: Report) -> int:
+    prop = st.prop(key)
+    if prop is None:
+        return default
+    if not prop.value.isdigit() or int(prop.value) < 1:
+        report(Diagnostic("DSF-E032", f"'{key}' must be a positive integer, got '{prop.value}'", prop.location,
+                          hint=f"e.g. '{key}' = 1"))
+        return default
+    return int(prop.value)
+
+
+def _resolve_ctas_in_order(pending: list[tuple[str, RawStatement]], ns: Namespace, report: Report) -> list[Query]:
+    queries: list[Query] = []
+    defined_by_pending = {ns.qualify_name(s.name) for _, s in pending}
+    while pending:
+        ready = [(p, s) for p, s in pending if all(t in ns.relations for t in _source_names(s, ns))]
+        if not ready:
+            for path, st in pending:
+                _report_unresolvable(path, st, ns, defined_by_pending, report)
+            break
+        for path, st in ready:
+            query = _ctas(path, st, ns, report)
+            if query is not None:
+                queries.append(query)
+        pending = [item for item in pending if item not in ready]
+    return queries
+
+
+def _source_names(st: RawStatement, ns: Namespace) -> list[str]:
+    return [ns.qualify_name([p.name for p in t.parts]) for t in st.select.find_all(exp.Table)]
+
+
+def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: set[str], report: Report) -> None:
+    for table in st.select.find_all(exp.Table):
+        name = ns.qualify_name([p.name for p in table.parts])
+        if name in ns.relations:
+            continue
+        loc = node_location(path, table, st.location)
+        if name in pending:
+            report(Diagnostic("DSF-E050", f"dependency cycle: '{ns.qualify_name(st.name)}' reads '{name}', "
+                              "which depends on it", loc, hint="a query cannot read its own output, even indirectly"))
+        else:
+            report(Diagnostic("DSF-E040", f"unknown relation '{table.sql(dialect=DIALECT)}'", loc,
+                              hint=did_you_mean(name.rsplit('.', 1)[-1], [r.rsplit('.', 1)[-1] for r in ns.relations])))
+
+
+def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query | None:
+    fqn = _checked_name(st, ns, report)
+    if fqn is None:
+        return None
+    if st.kind == "materialized view":
+        report(Diagnostic("DSF-E045", "CREATE MATERIALIZED VIEW is not supported yet", st.location,
+                          hint="use CREATE STREAM ... AS SELECT or CREATE CHANGELOG ... AS SELECT for now"))
+        return None
+    _check_props(st, RELATION_PROPS | QUERY_PROPS, report)
+    analysed = _analyse_select(path, st, ns, report)
+    if analysed is None:
+        return None
+    select_sql, sources, columns = analysed
+    first = ns.relations[sources[0].relation]
+    primary_key = _ctas_primary_key(st, fqn, first, columns, report)
+    relation = _relation(st, fqn, columns, ns, report, inherit=first, primary_key=primary_key)
+    if relation is None:
+        return None
+    relation = relation.model_copy(update={"defined_by_query": fqn})
+    _declare(ns, relation, st, report)
+    return _query(st, fqn, "csas" if st.kind == "stream" else "ctas", fqn, sources, select_sql, columns, ns, report)
+
+
+def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, columns: tuple[Column, ...],
+                      report: Report) -> tuple[str, ...]:
+    if st.kind != "changelog":
+        return ()
+    names = {c.name.lower() for c in columns}
+    if source.primary_key and all(k.lower() in names for k in source.primary_key):
+        return source.primary_key
+    report(Diagnostic("DSF-E033", f"changelog '{fqn}' needs its source's primary key columns in the SELECT",
+                      st.location, hint="select the key columns, or create a stream instead"))
+    return ()
+
+
+def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: dict[str, int]) -> Query | None:
+    target = ns.qualify_name(st.name)
+    if target not in ns.relations:
+        report(Diagnostic("DSF-E040", f"INSERT INTO unknown relation '{'.'.join(st.name)}'", st.location,
+                          hint=did_you_mean(st.name[-1], [r.rsplit('.', 1)[-1] for r in ns.relations])))
+        return None
+    analysed = _analyse_select(path, st, ns, report)
+    if analysed is None:
+        return None
+    select_sql, sources, columns = analysed
+    sink = ns.relations[target]
+    if [c.name.lower() for c in columns] != [c.name.lower() for c in sink.columns]:
+        report(Diagnostic("DSF-E043", f"INSERT INTO '{target}' selects ({', '.join(c.name for c in columns)}) "
+                          f"but the relation has ({', '.join(c.name for c in sink.columns)})", st.location,
+                          hint="select the target's columns, in order, with the same names (use AS)"))
+        return None
+    counts[target] = counts.get(target, 0) + 1
+    return _query(st, f"{target}_insert_{counts[target]}", "insert", target, sources, select_sql, columns, ns, report)
+
+
+def _query(st: RawStatement, fqn: str, statement: str, sink: str, sources: tuple[Source, ...], select_sql: str,
+           columns: tuple[Column, ...], ns: Namespace, report: Report) -> Query:
+    position = _prop(st, "starting.position") or "earliest"
+    if position not in ("earliest", "latest"):
+        report(Diagnostic("DSF-E032", f"'starting.position' must be 'earliest' or 'latest', got '{position}'",
+                          st.prop("starting.position").location, hint="'starting.position' = 'earliest'"))
+        position = "earliest"
+    sources = tuple(s.model_copy(update={"starting_position": position}) for s in sources)
+    return Query(fqn=fqn, statement=statement, sink=sink, sources=sources, select_sql=select_sql,
+                 output_columns=columns, trigger_interval=_prop(st, "trigger.interval") or ns.trigger_interval,
+                 location=st.location)
+
+
+def _analyse_select(path: str, st: RawStatement, ns: Namespace,
+                    report: Report) -> tuple[str, tuple[Source, ...], tuple[Column, ...]] | None:
+    select = st.select.copy()
+    for node_type, what in UNSUPPORTED.items():
+        node = select.find(node_type)
+        if node is not None:
+            report(Diagnostic("DSF-E045", f"{what} in continuous queries are not supported yet",
+                              node_location(path, node, st.location),
+                              hint="supported now: projections, expressions, CAST and WHERE over one relation"))
+            return None
+    tables = list(select.find_all(exp.Table))
+    if len(tables) != 1:
+        report(Diagnostic("DSF-E045", "a continuous query must read exactly one relation for now", st.location,
+                          hint="joins arrive with the stateful SQL work"))
+        return None
+    table = tables[0]
+    source = ns.relations[ns.qualify_name([p.name for p in table.parts])]
+    if not _columns_known(path, st, select, source, table, report):
+        return None
+    return _qualified(path, st, select, source, table, report)
+
+
+def _columns_known(path: str, st: RawStatement, select: exp.Query, source: Relation, table: exp.Table,
+                   report: Report) -> bool:
+    ok = True
+    aliases = {table.name.lower(), (table.alias or "").lower(), source.name.lower()}
+    for column in select.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            continue
+        if column.table and column.table.lower() not in aliases:
+            report(Diagnostic("DSF-E040", f"unknown relation or alias '{column.table}'",
+                              node_location(path, column, st.location), hint=did_you_mean(column.table, aliases - {""})))
+            ok = False
+        elif source.column(column.name) is None:
+            report(Diagnostic("DSF-E041", f"unknown column '{column.name}' in '{source.fqn}'",
+                              node_location(path, column, st.location),
+                              hint=did_you_mean(column.name, [c.name for c in source.columns])))
+            ok = False
+    return ok
+
+
+def _qualified(path: str, st: RawStatement, select: exp.Query, source: Relation, table: exp.Table,
+               report: Report) -> tuple[str, tuple[Source, ...], tuple[Column, ...]] | None:
+    db, schema, name = source.fqn.split(".")
+    for part, value in zip(("catalog", "db", "this"), (db, schema, name)):
+        table.set(part, exp.to_identifier(value))
+    mapping = {db: {schema: {name: {c.name: c.type for c in source.columns}}}}
+    try:
+        qualified = annotate_types(qualify(select, schema=mapping, dialect=DIALECT), schema=mapping, dialect=DIALECT)
+    except OptimizeError as err:
+        report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
+        return None
+    columns = []
+    for projection in qualified.selects:
+        type_ = projection.type.sql() if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
+        columns.append(Column(name=projection.alias_or_name, type=TYPE_ALIASES.get(type_, type_)))
+    if any(c.name.startswith("_col_") for c in columns):
+        report(Diagnostic("DSF-E044", "every computed column needs a name", st.location,
+                          hint="add AS name to each expression in the SELECT"))
+        return None
+    _check_duplicate_columns([c.name for c in columns], st, report)
+    alias = qualified.find(exp.Table).alias_or_name
+    return qualified.sql(dialect=DIALECT), (Source(relation=source.fqn, alias=alias),), tuple(columns)

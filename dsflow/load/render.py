@@ -1,0 +1,69 @@
+"""Jinja2 rendering of project files before parsing, with StrictUndefined.
+
+`var('x')` reads the selected environment's variables; `env_var('X', default)` reads the process
+environment and marks the value as a secret, so it is redacted from state, plans and output.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+
+from dsflow.errors import Diagnostic, Location
+
+_MISSING = object()
+
+
+@dataclass
+class RenderContext:
+    """Variables for one environment, plus the secrets seen while rendering."""
+
+    variables: Mapping[str, Any]
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    secrets: set[str] = field(default_factory=set)
+
+    def var(self, name: str, default: Any = _MISSING) -> Any:
+        if name in self.variables:
+            return self.variables[name]
+        if default is _MISSING:
+            raise jinja2.UndefinedError(f"variable '{name}' is not set for this environment")
+        return default
+
+    def env_var(self, name: str, default: Any = _MISSING) -> str:
+        if name in self.environ:
+            value = self.environ[name]
+        elif default is _MISSING:
+            raise jinja2.UndefinedError(f"environment variable '{name}' is not set")
+        else:
+            value = str(default)
+        if value:
+            self.secrets.add(value)
+        return value
+
+
+def render(text: str, path: str, context: RenderContext) -> tuple[str | None, list[Diagnostic]]:
+    """Render one file; on failure return None and a diagnostic with the template line."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.globals.update(var=context.var, env_var=context.env_var)
+    try:
+        return env.from_string(text).render(), []
+    except jinja2.TemplateSyntaxError as err:
+        return None, [Diagnostic("DSF-E003", f"template syntax error: {err.message}", Location(path, err.lineno or 0),
+                                 hint="check the {{ }} and {% %} blocks")]
+    except (jinja2.UndefinedError, jinja2.TemplateError) as err:
+        return None, [Diagnostic("DSF-E004", f"template error: {err}", Location(path, _template_line(err)),
+                                 hint="define it under environments.<env>.vars in dsflow.yml or pass --var")]
+
+
+def _template_line(err: BaseException) -> int:
+    tb = err.__traceback__
+    line = 0
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

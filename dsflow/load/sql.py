@@ -1,0 +1,200 @@
+"""Parsing .sql files into raw statements with sqlglot's DeltaStream dialect.
+
+Each statement is parsed on its own, so one syntax error does not hide the next statement's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from dsflow.errors import Diagnostic, Location
+from dsflow.load.dialect import DeltaStream
+
+DIALECT = DeltaStream()
+
+
+@dataclass(frozen=True)
+class RawProperty:
+    """One `'key' = value` of a WITH clause."""
+
+    key: str
+    value: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class RawColumn:
+    name: str
+    type: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class RawStatement:
+    """A parsed DDL or DML statement, before names are resolved."""
+
+    kind: str  # "stream" | "changelog" | "materialized view" | "insert"
+    name: tuple[str, ...]
+    location: Location
+    columns: tuple[RawColumn, ...] = ()
+    primary_key: tuple[str, ...] = ()
+    properties: tuple[RawProperty, ...] = ()
+    select: exp.Query | None = None
+    text: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def is_query(self) -> bool:
+        return self.select is not None
+
+    def prop(self, key: str) -> RawProperty | None:
+        return next((p for p in self.properties if p.key == key), None)
+
+
+def node_location(path: str, node: exp.Expr | None, fallback: Location | None = None) -> Location:
+    meta = getattr(node, "meta", None) or {}
+    if "line" not in meta:
+        if node is not None:
+            for child in node.walk():
+                child_meta = getattr(child, "meta", None) or {}
+                if "line" in child_meta:
+                    meta = child_meta
+                    break
+    if "line" not in meta:
+        return fallback or Location(path)
+    width = meta.get("end", 0) - meta.get("start", 0)
+    return Location(path, meta["line"], max(1, meta["col"] - width))
+
+
+def parse_sql_file(text: str, path: str) -> tuple[list[RawStatement], list[Diagnostic]]:
+    """All statements of one file and the diagnostics of those that failed to parse."""
+    try:
+        tokens = DIALECT.tokenize(text)
+    except TokenError as err:
+        return [], [Diagnostic("DSF-E002", f"SQL syntax error: {err}", _token_error_location(err, text, path),
+                               hint="check for an unclosed quote or comment")]
+    statements: list[RawStatement] = []
+    diagnostics: list[Diagnostic] = []
+    for chunk in _split(tokens):
+        statement, problems = _parse_statement(chunk, text, path)
+        diagnostics += problems
+        if statement is not None:
+            statements.append(statement)
+    return statements, diagnostics
+
+
+def _split(tokens: list[Token]) -> list[list[Token]]:
+    chunks: list[list[Token]] = [[]]
+    for token in tokens:
+        if token.token_type is TokenType.SEMICOLON:
+            chunks.append([])
+        else:
+            chunks[-1].append(token)
+    return [c for c in chunks if c]
+
+
+def _parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawStatement | None, list[Diagnostic]]:
+    start = Location(path, tokens[0].line, max(1, tokens[0].col - len(tokens[0].text) + 1))
+    snippet = text[tokens[0].start: tokens[-1].end + 1]
+    try:
+        parsed = DIALECT.parser().parse(tokens, text)
+    except ParseError as err:
+        info = err.errors[0] if err.errors else {}
+        loc = Location(path, info.get("line") or start.line, info.get("col") or start.col)
+        desc = info.get("description") or str(err)
+        return None, [Diagnostic("DSF-E002", f"SQL syntax error: {desc}", loc, hint="see the DeltaStream SQL reference in docs/project.md")]
+    expression = parsed[0] if parsed else None
+    try:
+        return _to_raw(expression, path, start, snippet), []
+    except _Unsupported as err:
+        return None, [Diagnostic("DSF-E005", str(err), start,
+                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE STREAM|CHANGELOG ... AS SELECT, INSERT INTO ... SELECT")]
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _to_raw(expression: exp.Expr | None, path: str, start: Location, snippet: str) -> RawStatement:
+    if isinstance(expression, exp.Create):
+        return _create(expression, path, start, snippet)
+    if isinstance(expression, exp.Insert) and isinstance(expression.expression, exp.Query):
+        target = expression.this
+        table = target.this if isinstance(target, exp.Schema) else target
+        return RawStatement("insert", _table_parts(table), node_location(path, table, start),
+                            select=expression.expression, text=snippet)
+    first = snippet.split(None, 2)[:2]
+    raise _Unsupported(f"unsupported statement: {' '.join(first).upper()} ...")
+
+
+def _create(create: exp.Create, path: str, start: Location, snippet: str) -> RawStatement:
+    kind = str(create.args.get("kind") or "").upper()
+    properties = create.args.get("properties")
+    materialized = bool(properties and properties.find(exp.MaterializedProperty))
+    if kind == "VIEW" and materialized:
+        kind_name = "materialized view"
+    elif kind in ("STREAM", "CHANGELOG"):
+        kind_name = kind.lower()
+    else:
+        raise _Unsupported(f"unsupported statement: CREATE {kind or '?'}")
+    target = create.this
+    table = target.this if isinstance(target, exp.Schema) else target
+    columns, primary_key = _columns(target, path, start) if isinstance(target, exp.Schema) else ((), ())
+    select = create.expression if isinstance(create.expression, exp.Query) else None
+    return RawStatement(kind_name, _table_parts(table), node_location(path, table, start), columns=columns,
+                        primary_key=primary_key, properties=_properties(properties, path, start),
+                        select=select, text=snippet)
+
+
+def _table_parts(table: exp.Expr) -> tuple[str, ...]:
+    if isinstance(table, exp.Table):
+        return tuple(p.name for p in table.parts)
+    return (table.name,)
+
+
+def _columns(schema: exp.Schema, path: str, start: Location) -> tuple[tuple[RawColumn, ...], tuple[str, ...]]:
+    columns: list[RawColumn] = []
+    primary_key: list[str] = []
+    for item in schema.expressions:
+        if isinstance(item, exp.ColumnDef):
+            kind = item.args.get("kind")
+            columns.append(RawColumn(item.name, kind.sql() if kind else "VARCHAR", node_location(path, item.this, start)))
+        elif isinstance(item, (exp.PrimaryKey, exp.Constraint)):
+            pk = item if isinstance(item, exp.PrimaryKey) else item.find(exp.PrimaryKey)
+            if pk is not None:
+                primary_key += [e.name for e in pk.expressions]
+    return tuple(columns), tuple(primary_key)
+
+
+def _properties(properties: exp.Properties | None, path: str, start: Location) -> tuple[RawProperty, ...]:
+    if properties is None:
+        return ()
+    out = []
+    for prop in properties.expressions:
+        if isinstance(prop, exp.Property):
+            key = prop.this.name if isinstance(prop.this, exp.Expr) else str(prop.this)
+            value = prop.args.get("value")
+            text = value.name if isinstance(value, (exp.Literal, exp.Identifier)) else (value.sql() if value else "")
+            out.append(RawProperty(key, text, node_location(path, prop.this, start)))
+    return tuple(out)
+
+
+def _token_error_location(err: TokenError, text: str, path: str) -> Location:
+    match = re.search(r"Error tokenizing '(.*)'", str(err), re.S)
+    if match:
+        offset = text.find(match.group(1))
+        if offset >= 0:
+            line = text.count("\n", 0, offset) + 1 + match.group(1).count("\n")
+            return Location(path, line, 1)
+    return Location(path)
+
+
+def parse_one_select(sql: str) -> exp.Query:
+    """Parse a standalone SELECT in the DeltaStream dialect (used for normalized query text)."""
+    return sqlglot.parse_one(sql, read=DIALECT)

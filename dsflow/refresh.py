@@ -1,0 +1,81 @@
+"""Refresh: look at the real systems to find drift before planning (dead queries, missing topics)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dsflow.adapters import process
+from dsflow.core.address import Address, Kind
+from dsflow.core.plan import Observation
+from dsflow.core.state import DeployedResource, State
+from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
+
+
+def refresh(state: State) -> dict[str, Observation]:
+    """One observation per deployed query, datagen and relation."""
+    observations: dict[str, Observation] = {}
+    topics_by_bootstrap: dict[str, set[str] | None] = {}
+    for key, deployed in state.resources.items():
+        kind = Address.parse(key).kind
+        if kind is Kind.QUERY:
+            observations[key] = _observe_query(deployed)
+        elif kind is Kind.DATAGEN:
+            observations[key] = _observe_datagen(deployed)
+        elif kind is Kind.RELATION:
+            observation = _observe_topic(deployed, topics_by_bootstrap)
+            if observation is not None:
+                observations[key] = observation
+    return observations
+
+
+def query_status(deployed: DeployedResource) -> dict:
+    """The driver's last written status, or {} if none."""
+    run_dir = deployed.outputs.get("run_dir")
+    if not run_dir:
+        return {}
+    try:
+        return json.loads((Path(run_dir) / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _observe_query(deployed: DeployedResource) -> Observation:
+    running = process.is_running(deployed.outputs.get("pid"), DRIVER_MODULE)
+    status = query_status(deployed)
+    if running and status.get("state") != "failed":
+        return Observation(address=deployed.address, healthy=True, detail="running")
+    if status.get("state") == "failed":
+        detail = f"query failed: {status.get('error', 'unknown error')}"
+    else:
+        detail = "query process is not running"
+    return Observation(address=deployed.address, healthy=False, detail=detail)
+
+
+def _observe_datagen(deployed: DeployedResource) -> Observation:
+    count = deployed.data.get("count")
+    running = process.is_running(deployed.outputs.get("pid"), DATAGEN_MODULE)
+    healthy = running or count is not None
+    return Observation(address=deployed.address, healthy=healthy,
+                       detail="running" if running else "generator process is not running")
+
+
+def _observe_topic(deployed: DeployedResource, cache: dict[str, set[str] | None]) -> Observation | None:
+    from dsflow.adapters.kafka.admin import list_topics
+    from dsflow.errors import DsflowError
+
+    bootstrap = deployed.outputs.get("bootstrap")
+    if not bootstrap:
+        return None
+    if bootstrap not in cache:
+        try:
+            cache[bootstrap] = set(list_topics(bootstrap))
+        except DsflowError:
+            cache[bootstrap] = None
+    topics = cache[bootstrap]
+    if topics is None:
+        return Observation(address=deployed.address, healthy=False, detail=f"broker {bootstrap} is unreachable")
+    if deployed.outputs.get("topic") not in topics:
+        return Observation(address=deployed.address, healthy=False, detail="topic is missing")
+    return Observation(address=deployed.address, healthy=True, detail="topic exists")
+

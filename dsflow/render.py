@@ -1,0 +1,99 @@
+"""Human renderings, each a pure function of serialized data (the plan JSON, diagnostics, status)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsflow.core.graph import Graph
+
+SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "no-op": " "}
+COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "no-op": "dim"}
+
+
+def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False) -> str:
+    """The plan as Terraform-style text, from its JSON form."""
+    lines = [f"dsflow plan for project '{plan['project']}', environment '{plan['environment']}'", ""]
+    actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
+    if not actionable:
+        lines.append("No changes. The deployed pipelines match the project.")
+        return "\n".join(lines)
+    for change in plan["changes"]:
+        if change["action"] == "no-op" and not show_noop:
+            continue
+        lines.append(_change_line(change, color))
+        lines.append(f"      reason: {change['reason']}")
+        if change.get("effect"):
+            lines.append(f"      effect: {change['effect']}")
+    counts = {a: sum(1 for c in actionable if c["action"] == a) for a in ("create", "update", "replace", "delete")}
+    lines += ["", f"Plan: {counts['create']} to create, {counts['update']} to update in place, "
+                  f"{counts['replace']} to replace, {counts['delete']} to delete."]
+    return "\n".join(lines)
+
+
+def _change_line(change: dict[str, Any], color: bool) -> str:
+    action = change["action"]
+    text = f"  {SYMBOL[action]:>3} {change['address']}  ({action}{', drift' if change.get('drift') else ''})"
+    return f"[{COLOR[action]}]{text}[/]" if color else text
+
+
+def diagnostics_text(diagnostics: list[dict[str, Any]]) -> str:
+    lines = []
+    for d in diagnostics:
+        where = _where(d)
+        lines.append(f"{where}{d['severity']} {d['code']}: {d['message']}")
+        if d.get("hint"):
+            lines.append(f"  hint: {d['hint']}")
+    errors = sum(1 for d in diagnostics if d["severity"] == "error")
+    lines.append(f"{errors} error(s) found." if errors else "No problems found.")
+    return "\n".join(lines)
+
+
+def _where(d: dict[str, Any]) -> str:
+    if not d.get("file"):
+        return ""
+    if d.get("line"):
+        return f"{d['file']}:{d['line']}:{d['col']}: " if d.get("col") else f"{d['file']}:{d['line']}: "
+    return f"{d['file']}: "
+
+
+def graph_text(graph: Graph) -> str:
+    """An indented tree from the roots; a node with several parents appears under each."""
+    lines: list[str] = []
+
+    def walk(node, depth: int) -> None:
+        lines.append(f"{'  ' * depth}{'└─ ' if depth else ''}{node}")
+        for child in graph.dependents(node):
+            walk(child, depth + 1)
+
+    for root in graph.roots():
+        walk(root, 0)
+    return "\n".join(lines)
+
+
+def graph_dot(graph: Graph) -> str:
+    lines = ["digraph dsflow {", "  rankdir=LR;"]
+    lines += [f'  "{n}" [shape={_dot_shape(n.kind.value)}];' for n in sorted(graph.nodes)]
+    lines += [f'  "{a}" -> "{b}";' for a, b in sorted(graph.edges())]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _dot_shape(kind: str) -> str:
+    return {"query": "box", "relation": "cylinder", "store": "folder"}.get(kind, "ellipse")
+
+
+def graph_mermaid(graph: Graph) -> str:
+    ids = {n: f"n{i}" for i, n in enumerate(sorted(graph.nodes))}
+    lines = ["flowchart LR"]
+    lines += [f'  {ids[n]}["{n}"]' for n in sorted(graph.nodes)]
+    lines += [f"  {ids[a]} --> {ids[b]}" for a, b in sorted(graph.edges())]
+    return "\n".join(lines)
+
+
+def status_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for e in entries:
+        rate = e.get("input_rows_per_second")
+        rows.append([e["address"], e["state"], f"{rate:.1f}" if isinstance(rate, (int, float)) else "-",
+                     str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"), e.get("error") or ""])
+    return rows
