@@ -13,7 +13,7 @@ import pytest
 
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, describe_topic, ensure_topic, list_topics
-from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptions, cap_rows
+from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptions, cap_rows, check_write_schema
 from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.errors import DsflowError
 
@@ -47,12 +47,23 @@ def test_options_are_case_insensitive_and_pass_kafka_settings() -> None:
         "Bootstrap.Servers": "h:1", "TOPIC": "t", "starting.position": "LATEST",
         "max.records.per.batch": "50", "kafka.client.id": "me",
     })
-    assert (opts.bootstrap, opts.topic, opts.starting_position, opts.max_records_per_batch) == ("h:1", "t", "latest", 50)
+    assert (opts.bootstrap, opts.topic, opts.starting_position) == ("h:1", "t", "latest")
+    assert opts.max_records_per_batch == 50
     assert opts.config == {"client.id": "me", "bootstrap.servers": "h:1"}
     with pytest.raises(DsflowError, match="'topic' is required"):
         KafkaOptions.parse({"bootstrap.servers": "h:1"})
     with pytest.raises(DsflowError, match="starting.position"):
         KafkaOptions.parse({"bootstrap.servers": "h:1", "topic": "t", "starting.position": "middle"})
+
+
+def test_write_schema_needs_a_value_column() -> None:
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    check_write_schema(StructType([StructField("value", StringType()), StructField("partition", IntegerType())]))
+    with pytest.raises(DsflowError, match="needs a 'value' column"):
+        check_write_schema(StructType([StructField("payload", StringType())]))
+    with pytest.raises(DsflowError, match="column 'key' is int"):
+        check_write_schema(StructType([StructField("value", StringType()), StructField("key", IntegerType())]))
 
 
 def test_cap_rows_shares_the_budget_fairly() -> None:
@@ -190,7 +201,7 @@ def _run_stream(spark, broker: str, source: str, sink: str, checkpoint: Path, ma
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(90), "availableNow query did not finish"
+    assert query.awaitTermination(120), "availableNow query did not finish"
     assert query.exception() is None
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
@@ -219,8 +230,8 @@ def test_stream_round_trip_resumes_exactly_from_checkpoint(broker: str, spark, t
     _assert_sink_holds(broker, sink, expected)
 
     expected += _produce_ids(broker, source, range(5_000, 6_000))
-    batches = _run_stream(spark, broker, source, sink, checkpoint, max_rows=400)
-    assert sum(batches) == 1_000 and len(batches) >= 3 and max(batches) <= 400
+    batches = _run_stream(spark, broker, source, sink, checkpoint, max_rows=600)
+    assert sum(batches) == 1_000 and len(batches) == 2 and max(batches) <= 600
     _assert_sink_holds(broker, sink, expected)
 
     assert sum(_run_stream(spark, broker, source, sink, checkpoint)) == 0  # nothing new: nothing read
@@ -230,3 +241,12 @@ def test_stream_round_trip_resumes_exactly_from_checkpoint(broker: str, spark, t
         "count(*) AS n", "count(DISTINCT partition) AS parts", "count(timestamp) AS stamped", "min(topic) AS topic"
     ).first()
     assert (row.n, row.parts, row.stamped, row.topic) == (len(expected), 2, len(expected), sink)
+
+
+@integration
+def test_batch_write_honours_key_and_partition_columns(broker: str, spark) -> None:
+    topic = _new_topic(broker, "batchw")
+    rows = {("k1", "v1", 1), ("k2", "v2", 1), (None, "v3", 0)}
+    frame = spark.createDataFrame(sorted(rows, key=str), "key STRING, value STRING, partition INT")
+    frame.write.format("dsflow_kafka").option("bootstrap.servers", broker).option("topic", topic).mode("append").save()
+    assert {(r["key"], r["value"], r["partition"]) for r in _read_all(broker, topic)} == rows

@@ -70,9 +70,11 @@ def project_resources(project: Project) -> list[Resource]:
 
 def _store(store: Store) -> Resource:
     properties = {k: (redact(v) if k in store.sensitive else v) for k, v in store.properties.items()}
+    bootstrap = store.bootstrap_servers
+    bootstrap = redact(bootstrap) if "bootstrap_servers" in store.sensitive else bootstrap
     return Resource(
         Address(Kind.STORE, store.name), (),
-        {"type": store.type, "bootstrap_servers": store.bootstrap_servers, "properties": properties},
+        {"type": store.type, "bootstrap_servers": bootstrap, "properties": properties},
         {"description": store.description},
     )
 

@@ -12,6 +12,7 @@ from dsflow.errors import Diagnostic, Location
 from dsflow.load.raw import RawObjectsFile
 from dsflow.load.yamlpos import Positioned
 
+BOOTSTRAP_KEY = "bootstrap_servers"  # in Store.sensitive when the bootstrap address came from env_var
 SECRET_KEY = re.compile(r"(password|secret|token|api[._-]?key|credential|private[._-]?key|jaas)", re.I)
 
 
@@ -31,7 +32,7 @@ def pydantic_diagnostics(err: ValidationError, pos: Positioned) -> list[Diagnost
         loc = tuple(item["loc"])
         where = ".".join(str(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
-            out.append(Diagnostic("DSF-E010", f"unknown key '{loc[-1]}' at {where}", pos.location(loc),
+            out.append(Diagnostic("DSF-E010", f"unknown key '{loc[-1]}' at {where}", pos.key_location(loc),
                                   hint="remove it or check its spelling in docs/project.md"))
         elif item["type"] == "missing":
             out.append(Diagnostic("DSF-E011", f"missing required key '{loc[-1]}' at {where}", pos.location(loc[:-1]),
@@ -54,7 +55,9 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
     for i, store in enumerate(raw.stores):
         loc = pos.location(("stores", i))
         props = {k: _text(v) for k, v in store.properties.items()}
-        sensitive = frozenset(k for k, v in props.items() if v in secrets)
+        sensitive = frozenset(k for k, v in props.items() if _holds_secret(v, secrets))
+        if _holds_secret(store.bootstrap_servers, secrets):
+            sensitive |= {BOOTSTRAP_KEY}
         for key, value in props.items():
             if SECRET_KEY.search(key) and key not in sensitive:
                 diagnostics.append(Diagnostic(
@@ -119,6 +122,11 @@ def _grant_target(on: str, known: dict[str, str], resolve_relation) -> str | Non
         on = rest
     candidate = f"relation.{resolve_relation(on)}"
     return candidate if candidate in known else None
+
+
+def _holds_secret(value: str, secrets: set[str]) -> bool:
+    """True if an env_var value was rendered into `value`, alone or inside a longer text (a JAAS config)."""
+    return any(secret in value for secret in secrets)
 
 
 def _text(value: object) -> str:

@@ -18,6 +18,10 @@ from dsflow.errors import Diagnostic, Location
 _MISSING = object()
 
 
+class _UnsetEnvVar(jinja2.UndefinedError):
+    """env_var('X') without a default, and X is not in the environment."""
+
+
 @dataclass
 class RenderContext:
     """Variables for one environment, plus the secrets seen while rendering."""
@@ -37,7 +41,7 @@ class RenderContext:
         if name in self.environ:
             value = self.environ[name]
         elif default is _MISSING:
-            raise jinja2.UndefinedError(f"environment variable '{name}' is not set")
+            raise _UnsetEnvVar(f"environment variable '{name}' is not set")
         else:
             value = str(default)
         if value:
@@ -54,6 +58,9 @@ def render(text: str, path: str, context: RenderContext) -> tuple[str | None, li
     except jinja2.TemplateSyntaxError as err:
         return None, [Diagnostic("DSF-E003", f"template syntax error: {err.message}", Location(path, err.lineno or 0),
                                  hint="check the {{ }} and {% %} blocks")]
+    except _UnsetEnvVar as err:
+        return None, [Diagnostic("DSF-E004", f"template error: {err}", Location(path, _template_line(err)),
+                                 hint="export it before running dsflow, or give env_var a default")]
     except (jinja2.UndefinedError, jinja2.TemplateError) as err:
         return None, [Diagnostic("DSF-E004", f"template error: {err}", Location(path, _template_line(err)),
                                  hint="define it under environments.<env>.vars in dsflow.yml or pass --var")]

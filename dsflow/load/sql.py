@@ -58,18 +58,14 @@ class RawStatement:
 
 
 def node_location(path: str, node: exp.Expr | None, fallback: Location | None = None) -> Location:
-    meta = getattr(node, "meta", None) or {}
-    if "line" not in meta:
-        if node is not None:
-            for child in node.walk():
-                child_meta = getattr(child, "meta", None) or {}
-                if "line" in child_meta:
-                    meta = child_meta
-                    break
-    if "line" not in meta:
-        return fallback or Location(path)
-    width = meta.get("end", 0) - meta.get("start", 0)
-    return Location(path, meta["line"], max(1, meta["col"] - width))
+    """Where a node starts: the earliest token of its subtree (`db.schema.name` starts at `db`)."""
+    found = []
+    for child in node.walk() if node is not None else ():
+        meta = getattr(child, "meta", None) or {}
+        if "line" in meta:
+            width = meta.get("end", 0) - meta.get("start", 0)
+            found.append(Location(path, meta["line"], max(1, meta["col"] - width)))
+    return min(found) if found else (fallback or Location(path))
 
 
 def parse_sql_file(text: str, path: str) -> tuple[list[RawStatement], list[Diagnostic]]:

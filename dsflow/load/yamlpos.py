@@ -40,6 +40,17 @@ class Positioned:
             return Location(self.path, 1, 1)
         return Location(self.path, node.start_mark.line + 1, node.start_mark.column + 1)
 
+    def key_location(self, keys: tuple[Any, ...]) -> Location:
+        """Where the last key of `keys` is written: its name, not its value (for an unknown key)."""
+        node = self._root
+        for key in keys[:-1]:
+            node = _child(node, key)
+        if keys and isinstance(node, yaml.MappingNode):
+            for knode, _ in node.value:
+                if knode.value == keys[-1]:
+                    return Location(self.path, knode.start_mark.line + 1, knode.start_mark.column + 1)
+        return self.location(keys)
+
 
 def _child(node: yaml.Node | None, key: Any) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):

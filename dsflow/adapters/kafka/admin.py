@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsflow.adapters.kafka.client import LOG, assert_reachable, client_config, request_failed
 from dsflow.errors import DsflowError
@@ -95,14 +96,14 @@ def list_topics(bootstrap: str, extra: Mapping[str, str] | None = None) -> list[
     return sorted(name for name in metadata.topics if not name.startswith("__"))
 
 
-def _admin(bootstrap: str, extra: Mapping[str, str] | None):
+def _admin(bootstrap: str, extra: Mapping[str, str] | None) -> Any:
     from confluent_kafka.admin import AdminClient
 
     assert_reachable(bootstrap)
     return AdminClient({**client_config(bootstrap, extra), "logger": LOG})
 
 
-def _metadata(admin, bootstrap: str):
+def _metadata(admin: Any, bootstrap: str) -> Any:
     """All topics' metadata. Never names a topic: tansu auto-creates topics named in a request."""
     from confluent_kafka import KafkaException
 

@@ -113,7 +113,7 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def new_consumer(config: Mapping[str, Any]):
+def new_consumer(config: Mapping[str, Any]) -> Any:
     """A Consumer with dsflow's defaults under `config`; the caller must close it."""
     c = _consumer_type()({**CONSUMER_DEFAULTS, **config, "logger": LOG})
     c.dsflow_bootstrap = str(config.get("bootstrap.servers", "the configured broker"))
@@ -133,12 +133,12 @@ def _consumer_type() -> type:
 class DeliveryErrors(list):
     """A producer's delivery callback that keeps the failures (reported alone: delivery.report.only.error)."""
 
-    def __call__(self, err, msg) -> None:
+    def __call__(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.append(err.str())
 
 
-def new_producer(config: Mapping[str, Any], errors: DeliveryErrors):
+def new_producer(config: Mapping[str, Any], errors: DeliveryErrors) -> Any:
     """A Producer with batching defaults under `config`, reporting failed deliveries to `errors`."""
     from confluent_kafka import Producer
 
@@ -161,7 +161,7 @@ def consumer(config: Mapping[str, Any]) -> Iterator[Any]:
 # --- offsets ----------------------------------------------------------------------------------
 
 
-def topic_partitions(client, topic: str, timeout: float = REQUEST_TIMEOUT) -> list[int]:
+def topic_partitions(client: Any, topic: str, timeout: float = REQUEST_TIMEOUT) -> list[int]:
     """Sorted partition ids of `topic`; DSF-E708 if it does not exist.
 
     Lists all topics rather than asking for one: a metadata request naming a topic
@@ -182,7 +182,9 @@ def topic_partitions(client, topic: str, timeout: float = REQUEST_TIMEOUT) -> li
     return sorted(found.partitions)
 
 
-def watermarks(consumer, topic: str, partitions: Iterable[int], timeout: float = REQUEST_TIMEOUT) -> dict[int, tuple[int, int]]:
+def watermarks(
+    consumer: Any, topic: str, partitions: Iterable[int], timeout: float = REQUEST_TIMEOUT,
+) -> dict[int, tuple[int, int]]:
     """(low, high) watermarks per partition, as the broker reports them."""
     from confluent_kafka import KafkaException, TopicPartition
 
@@ -195,18 +197,19 @@ def watermarks(consumer, topic: str, partitions: Iterable[int], timeout: float =
     return out
 
 
-def start_offsets(consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+def start_offsets(consumer: Any, topic: str, partitions: Iterable[int]) -> dict[int, int]:
     """The first offset still held per partition (low watermark)."""
     return {p: low for p, (low, _) in watermarks(consumer, topic, partitions).items()}
 
 
-def end_offsets(consumer, topic: str, partitions: Iterable[int], first_wait: float = 2.0) -> dict[int, int]:
+def end_offsets(consumer: Any, topic: str, partitions: Iterable[int], first_wait: float = 2.0) -> dict[int, int]:
     """The true end offset (last offset + 1) per partition.
 
     tansu reports the high watermark as the last batch's base offset + 1, so for every
     partition with data we read from `high - 1` to the end of that batch:
     end = max(high, last offset seen + 1). On a real Kafka broker this reads one record
-    per partition. The consumer is left unassigned.
+    per partition (or, when that offset is a transaction marker, waits `first_wait` for
+    nothing). The consumer is left unassigned.
     """
     highs = {p: high for p, (_, high) in watermarks(consumer, topic, partitions).items()}
     probe = {p: high - 1 for p, high in highs.items() if high > 0}
@@ -214,8 +217,12 @@ def end_offsets(consumer, topic: str, partitions: Iterable[int], first_wait: flo
     return {p: max(high, seen.get(p, -1) + 1) for p, high in highs.items()}
 
 
-def _last_offsets(consumer, topic: str, starts: dict[int, int], first_wait: float) -> dict[int, int]:
-    """Highest offset seen per partition reading from `starts` until the partitions go quiet."""
+def _last_offsets(consumer: Any, topic: str, starts: dict[int, int], first_wait: float) -> dict[int, int]:
+    """Highest offset seen per partition reading from `starts` until the partitions go quiet.
+
+    A batch arrives whole in one fetch, so stopping after `first_wait` more seconds on a
+    busy topic is safe: any end offset at or past the batch end is a valid end.
+    """
     from confluent_kafka import TopicPartition
 
     consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
@@ -224,9 +231,9 @@ def _last_offsets(consumer, topic: str, starts: dict[int, int], first_wait: floa
     try:
         while len(seen) < len(starts) and time.monotonic() < deadline:
             _note_offsets(consumer.consume(10_000, 0.05), seen)
-        for _ in range(1_000):  # bounded: a busy partition must not keep us here forever
-            if not _note_offsets(consumer.consume(10_000, 0.1), seen):
-                break
+        deadline = time.monotonic() + first_wait
+        while _note_offsets(consumer.consume(10_000, 0.1), seen) and time.monotonic() < deadline:
+            pass
     finally:
         consumer.unassign()
     return seen
@@ -245,7 +252,7 @@ def _note_offsets(messages: list, seen: dict[int, int]) -> int:
 
 
 def read_range(
-    consumer, topic: str, partition: int, start: int, end: int,
+    consumer: Any, topic: str, partition: int, start: int, end: int,
     max_batch: int = 10_000, stall_timeout: float = STALL_TIMEOUT,
 ) -> Iterator[list]:
     """Messages with start <= offset < end from one partition, in lists of at most `max_batch`.
@@ -296,7 +303,7 @@ def _take(messages: list, pos: int, end: int, where: str) -> tuple[list, int, st
     return batch, pos, error
 
 
-def _position(consumer, tp) -> int:
+def _position(consumer: Any, tp: Any) -> int:
     """Where the consumer will fetch next (past gaps and control records), or -1."""
     offset = consumer.position([tp])[0].offset
     return offset if offset >= 0 else -1
@@ -311,7 +318,7 @@ def _stalled(topic: str, partition: int, pos: int, end: int, timeout: float, err
     )
 
 
-def _bootstrap_of(client) -> str:
+def _bootstrap_of(client: Any) -> str:
     """Best-effort broker address for messages (the client does not expose its config)."""
     return getattr(client, "dsflow_bootstrap", "the configured broker")
 
@@ -370,7 +377,9 @@ def _key_of(parsed: Any, key_field: str | None, number: int) -> str | None:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def produce_one(producer, topic: str, value: str | bytes | None, key: str | bytes | None, partition: int | None = None) -> None:
+def produce_one(
+    producer: Any, topic: str, value: str | bytes | None, key: str | bytes | None, partition: int | None = None,
+) -> None:
     """produce(), waiting for room in the local queue whenever it is full."""
     while True:
         try:
@@ -383,7 +392,7 @@ def produce_one(producer, topic: str, value: str | bytes | None, key: str | byte
             producer.poll(0.1)
 
 
-def flush_or_raise(producer, topic: str, count: int, errors: list[str], timeout: float = 60.0) -> None:
+def flush_or_raise(producer: Any, topic: str, count: int, errors: list[str], timeout: float = 60.0) -> None:
     """Flush and raise DSF-E705 if anything was not delivered."""
     left = producer.flush(timeout)
     if left:
@@ -411,7 +420,7 @@ def print_records(
         yield from _follow(c, topic, starts, limit, timeout)
 
 
-def _follow(c, topic: str, starts: dict[int, int], limit: int | None, timeout: float) -> Iterator[dict]:
+def _follow(c: Any, topic: str, starts: dict[int, int], limit: int | None, timeout: float) -> Iterator[dict]:
     from confluent_kafka import TopicPartition
 
     c.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
@@ -424,7 +433,7 @@ def _follow(c, topic: str, starts: dict[int, int], limit: int | None, timeout: f
         yield record_dict(m)
 
 
-def record_dict(m) -> dict:
+def record_dict(m: Any) -> dict:
     """A consumed message as a plain dict; key and value decoded as UTF-8."""
     _, ts = m.timestamp()
     return {

@@ -74,7 +74,7 @@ class KafkaOptions:
     starting_position: str = "earliest"
     max_records_per_batch: int | None = None
     stall_timeout: float = client.STALL_TIMEOUT
-    client: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)
     """librdkafka settings from the `kafka.` options, prefix removed."""
 
     @classmethod
@@ -91,13 +91,13 @@ class KafkaOptions:
             starting_position=start,
             max_records_per_batch=_positive(opts, "max.records.per.batch", int),
             stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
-            client=extra,
+            settings=extra,
         )
 
     @property
     def config(self) -> dict[str, Any]:
         """The librdkafka config for clients of this source or sink."""
-        return client.client_config(self.bootstrap, self.client)
+        return client.client_config(self.bootstrap, self.settings)
 
 
 def _required(opts: dict[str, str], key: str) -> str:

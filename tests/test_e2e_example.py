@@ -1,0 +1,170 @@
+"""The example project end to end on a real tansu broker and real Spark query drivers.
+
+apply -> records arrive with the right content -> plan shows no changes -> edit the WHERE clause
+-> only that query is replaced -> kill -9 a driver -> apply resumes it from its checkpoint with no
+record lost -> destroy leaves no topics and no processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from dsflow import operations
+from dsflow.adapters import process
+from dsflow.adapters.kafka.admin import list_topics
+from dsflow.adapters.kafka.client import print_records, produce_json_lines
+from dsflow.core.plan import Action
+from dsflow.executors import DRIVER_MODULE
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
+FIRST_BATCH = 200
+QUERY_FILTERED = "query.analytics.curated.pageviews_filtered"
+QUERY_ENRICHED = "query.analytics.curated.pageviews_enriched"
+
+
+@pytest.fixture()
+def project_dir(tmp_path: Path, broker: str) -> Path:
+    target = tmp_path / "example"
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns(".dsflow"))
+    stores = target / "stores" / "kafka.yml"
+    text = stores.read_text().replace("rate: {{ var('pageview_rate') }}", f"rate: 0\n    count: {FIRST_BATCH}")
+    stores.write_text(text.replace("rate: 1\n", "rate: 0\n    count: 20\n"))
+    return target
+
+
+def _options(project_dir: Path, broker: str) -> operations.Options:
+    return operations.Options(project_dir, None, {"bootstrap": broker})
+
+
+def _records(broker: str, topic: str) -> list[dict]:
+    return [{**json.loads(r["value"]), "__key": r["key"]}
+            for r in print_records(broker, topic, from_beginning=True, timeout=2.0)]
+
+
+def _wait_for_ids(broker: str, topic: str, expected: set[int], timeout: float = 240.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    records: list[dict] = []
+    while time.monotonic() < deadline:
+        records = _records(broker, topic)
+        if expected <= {r["id"] for r in records}:
+            return records
+        time.sleep(2)
+    missing = sorted(expected - {r["id"] for r in records})
+    raise AssertionError(f"{len(missing)} ids never reached {topic}: {missing[:20]}")
+
+
+def _apply(options: operations.Options) -> list:
+    loaded = operations.load(options)
+    plan = operations.plan(loaded)
+    result = operations.apply(loaded, plan)
+    assert result.ok, result.failed
+    return plan.actionable
+
+
+def _pids(options: operations.Options) -> dict[str, int]:
+    state = operations.load(options).workspace.state_backend().read()
+    return {k: v.outputs["pid"] for k, v in state.resources.items() if "pid" in v.outputs}
+
+
+def test_example_project_lifecycle(project_dir: Path, broker: str) -> None:
+    options = _options(project_dir, broker)
+    created = _apply(options)
+    assert {c.action for c in created} == {Action.CREATE}
+
+    source = _wait_for_ids(broker, "pageviews", set(range(FIRST_BATCH)), timeout=60)
+    by_id = {r["id"]: r for r in source}
+    expected_filtered = {i for i, r in by_id.items() if r["pageid"] != "Page_2"}
+    filtered = _wait_for_ids(broker, "pageviews_filtered", expected_filtered)
+    for record in filtered:
+        original = by_id[record["id"]]
+        assert record["pageid"] != "Page_2"
+        assert {k: record[k] for k in ("viewtime", "userid", "pageid")} == \
+               {k: original[k] for k in ("viewtime", "userid", "pageid")}
+        assert record["__key"] == original["userid"]
+    enriched = _wait_for_ids(broker, "pageviews_enriched", set(by_id))
+    for record in enriched:
+        original = by_id[record["id"]]
+        assert record["view_second"] == original["viewtime"] // 1000
+        assert record["user_upper"] == original["userid"].upper()
+        assert record["url"] == f"https://example.com/{original['pageid']}"
+        assert record["section"] == ("top" if original["pageid"].startswith("Page_1") else "other")
+
+    assert not operations.plan(operations.load(options)).has_changes
+
+    _edit_where_clause(project_dir, options, broker, by_id)
+    _kill_and_resume(options, broker, by_id)
+    _destroy(options, broker)
+
+
+def _edit_where_clause(project_dir: Path, options: operations.Options, broker: str, by_id: dict) -> None:
+    sql = project_dir / "sql" / "pipelines.sql"
+    sql.write_text(sql.read_text().replace("WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'"))
+    plan = operations.plan(operations.load(options))
+    assert [(c.address, c.action) for c in plan.actionable] == [(QUERY_FILTERED, Action.REPLACE)]
+    before = _pids(options)
+    _apply(options)
+    after = _pids(options)
+    assert after[QUERY_FILTERED] != before[QUERY_FILTERED]
+    assert after[QUERY_ENRICHED] == before[QUERY_ENRICHED], "an unrelated query was restarted"
+    assert not process.is_running(before[QUERY_FILTERED], DRIVER_MODULE)
+    with_page_2 = {i for i, r in by_id.items() if r["pageid"] == "Page_2"}
+    records = _wait_for_ids(broker, "pageviews_filtered", with_page_2)
+    assert not any(r["pageid"] == "Page_3" and r["id"] in with_page_2 for r in records)
+
+
+def _kill_and_resume(options: operations.Options, broker: str, by_id: dict) -> None:
+    pid = _pids(options)[QUERY_ENRICHED]
+    _wait_until_committed(options)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while process.is_running(pid, DRIVER_MODULE) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    more = [{"id": 10_000 + i, "viewtime": 1_700_000_000_000 + i, "userid": f"User_{i % 9 + 1}",
+             "pageid": f"Page_{i % 99 + 1}"} for i in range(300)]
+    produce_json_lines(broker, "pageviews", [json.dumps(r) for r in more], key_field="userid")
+
+    plan = operations.plan(operations.load(options))
+    assert [(c.address, c.action, c.drift) for c in plan.actionable] == [(QUERY_ENRICHED, Action.UPDATE, True)]
+    _apply(options)
+    new_pid = _pids(options)[QUERY_ENRICHED]
+    assert new_pid != pid and process.is_running(new_pid, DRIVER_MODULE)
+    expected = set(by_id) | {r["id"] for r in more}
+    records = _wait_for_ids(broker, "pageviews_enriched", expected)
+    assert expected == {r["id"] for r in records}
+    state = operations.load(options).workspace.state_backend().read()
+    assert state.resources[QUERY_ENRICHED].outputs["checkpoint"].endswith(
+        state.resources[QUERY_ENRICHED].data_hash)
+
+
+def _wait_until_committed(options: operations.Options, timeout: float = 60.0) -> None:
+    """Wait until the enriched query has reported progress, so a checkpoint exists to resume from."""
+    loaded = operations.load(options)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entries = {e["address"]: e for e in operations.status(loaded)}
+        if entries[QUERY_ENRICHED].get("batch_id") is not None:
+            assert entries[QUERY_ENRICHED]["state"] == "running"
+            return
+        time.sleep(1)
+    raise AssertionError("the enriched query never reported progress")
+
+
+def _destroy(options: operations.Options, broker: str) -> None:
+    pids = _pids(options)
+    loaded = operations.load(options)
+    result = operations.apply(loaded, operations.plan(loaded, destroy=True))
+    assert result.ok, result.failed
+    assert not operations.load(options).workspace.state_backend().read().resources
+    project_topics = {"pageviews", "users", "pageviews_filtered", "pageviews_enriched"}
+    assert not project_topics & set(list_topics(broker))
+    for address, pid in pids.items():
+        assert not process.is_running(pid, DRIVER_MODULE) and not process.is_running(pid, "dsflow.datagen"), address
