@@ -1,0 +1,132 @@
+"""Apply and destroy of topics on a real broker: ownership, partition mismatch, locking, saved plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dsflow import operations
+from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic, list_topics
+from dsflow.cli import cli
+from dsflow.core.plan import Action
+from dsflow.errors import DsflowError
+
+pytestmark = pytest.mark.integration
+
+
+def _project(tmp_path: Path, prefix: str, sql: str) -> Path:
+    root = tmp_path / prefix
+    root.mkdir()
+    (root / "dsflow.yml").write_text(f"name: {prefix}\ndefault:\n  store: k\n"
+                                     "environments:\n  dev:\n    vars: {bootstrap: 'unset:1'}\n")
+    (root / "stores.yml").write_text("stores:\n  - name: k\n    type: kafka\n"
+                                     "    bootstrap_servers: \"{{ var('bootstrap') }}\"\n")
+    (root / "rel.sql").write_text(sql)
+    return root
+
+
+def _options(root: Path, broker: str) -> operations.Options:
+    return operations.Options(root, None, {"bootstrap": broker})
+
+
+def test_destroy_never_deletes_a_topic_dsflow_did_not_create(tmp_path: Path, broker: str) -> None:
+    ensure_topic(broker, TopicSpec("own_pre_existing", 1, 1))
+    root = _project(tmp_path, "own", """
+        CREATE STREAM a (id BIGINT) WITH ('topic' = 'own_pre_existing', 'value.format' = 'json');
+        CREATE STREAM b (id BIGINT) WITH ('topic' = 'own_new', 'value.format' = 'json', 'topic.partitions' = 3);
+    """)
+    options = _options(root, broker)
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    assert describe_topic(broker, "own_new").partitions == 3
+    state = loaded.workspace.state_backend().read()
+    assert state.resources["relation.default.public.a"].outputs["created_by_dsflow"] is False
+    assert state.resources["relation.default.public.b"].outputs["created_by_dsflow"] is True
+
+    destroy = operations.plan(loaded, destroy=True)
+    assert [c.action for c in destroy.actionable] == [Action.DELETE] * len(destroy.actionable)
+    assert operations.apply(loaded, destroy).ok
+    topics = set(list_topics(broker))
+    assert "own_pre_existing" in topics and "own_new" not in topics
+
+
+def test_existing_topic_with_other_partitions_fails_apply_and_keeps_what_succeeded(tmp_path: Path, broker: str) -> None:
+    ensure_topic(broker, TopicSpec("mismatch_topic", 2, 1))
+    root = _project(tmp_path, "mismatch", """
+        CREATE STREAM a_ok (id BIGINT) WITH ('topic' = 'mismatch_ok', 'value.format' = 'json');
+        CREATE STREAM b_bad (id BIGINT) WITH ('topic' = 'mismatch_topic', 'value.format' = 'json', 'topic.partitions' = 4);
+    """)
+    loaded = operations.load(_options(root, broker))
+    result = operations.apply(loaded, operations.plan(loaded))
+    assert not result.ok
+    change, error = result.failed
+    assert change.address == "relation.default.public.b_bad"
+    assert isinstance(error, DsflowError) and error.code == "DSF-E701"
+    state = loaded.workspace.state_backend().read()
+    assert "relation.default.public.a_ok" in state.resources
+    assert "relation.default.public.b_bad" not in state.resources
+    again = operations.plan(loaded)
+    assert [(c.address, c.action) for c in again.actionable] == [("relation.default.public.b_bad", Action.CREATE)]
+
+
+def test_saved_plan_applies_once_and_a_stale_plan_is_refused(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "saved", "CREATE STREAM s (id BIGINT) WITH ('topic' = 'saved_s', 'value.format' = 'json');")
+    runner = CliRunner()
+    args = ["-C", str(root), "--var", f"bootstrap={broker}"]
+    planfile = tmp_path / "plan.json"
+    result = runner.invoke(cli, [*args, "plan", "--out", str(planfile), "--detailed-exitcode"])
+    assert result.exit_code == 3, result.output
+    assert json.loads(planfile.read_text())["changes"]
+    result = runner.invoke(cli, [*args, "apply", str(planfile)])
+    assert result.exit_code == 0, result.output
+    assert "saved_s" in list_topics(broker)
+    loaded = operations.load(_options(root, broker))
+    from dsflow.core.plan import Plan
+
+    stale = Plan.model_validate_json(planfile.read_text())
+    with pytest.raises(DsflowError) as err:
+        operations.apply(loaded, stale)
+    assert err.value.code == "DSF-E820"
+    result = runner.invoke(cli, [*args, "plan", "--detailed-exitcode"])
+    assert result.exit_code == 0 and "No changes" in result.output
+
+
+def test_second_apply_fails_fast_while_state_is_locked(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "locked", "CREATE STREAM s (id BIGINT) WITH ('topic' = 'locked_s', 'value.format' = 'json');")
+    loaded = operations.load(_options(root, broker))
+    backend = loaded.workspace.state_backend()
+    with backend.lock("apply") as held:
+        with pytest.raises(DsflowError) as err:
+            operations.apply(loaded, operations.plan(loaded))
+        assert err.value.code == "DSF-E802"
+        assert held.id in str(err.value.hint) and "apply" in err.value.message
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+
+
+def test_dead_broker_is_a_clear_error(tmp_path: Path) -> None:
+    from dsflow.adapters.kafka.devbroker import free_port
+
+    root = _project(tmp_path, "dead", "CREATE STREAM s (id BIGINT) WITH ('value.format' = 'json');")
+    loaded = operations.load(_options(root, f"127.0.0.1:{free_port()}"))
+    result = operations.apply(loaded, operations.plan(loaded))
+    assert not result.ok
+    assert isinstance(result.failed[1], DsflowError) and result.failed[1].code == "DSF-E702"
+
+
+def test_topic_produce_and_print_through_the_cli(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "cliio", "CREATE STREAM clicks (id BIGINT, page VARCHAR) WITH ('topic' = 'cliio_clicks', 'value.format' = 'json');")
+    runner = CliRunner()
+    args = ["-C", str(root), "--var", f"bootstrap={broker}"]
+    assert runner.invoke(cli, [*args, "apply", "--auto-approve"]).exit_code == 0
+    lines = "\n".join(json.dumps({"id": i, "page": f"p{i}"}) for i in range(5)) + "\n"
+    result = runner.invoke(cli, [*args, "topic", "produce", "clicks", "--key-field", "page"], input=lines)
+    assert result.exit_code == 0 and "Produced 5" in result.output, result.output
+    result = runner.invoke(cli, [*args, "topic", "print", "clicks", "--limit", "5", "--timeout", "10"])
+    printed = [json.loads(line) for line in result.output.splitlines()]
+    assert sorted(json.loads(r["value"])["id"] for r in printed) == list(range(5))
+    assert {r["key"] for r in printed} == {f"p{i}" for i in range(5)}
+    bad = runner.invoke(cli, [*args, "topic", "produce", "clicks"], input='{"id": 1}\n{oops\n')
+    assert bad.exit_code == 1 and "line 2" in (bad.output + str(bad.exception))

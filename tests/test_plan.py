@@ -1,0 +1,202 @@
+"""The dependency graph and the planner: pure, from resources and a State built in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from dsflow.core.address import Address, Kind
+from dsflow.core.graph import Graph
+from dsflow.core.plan import Action, Observation, Plan, make_plan
+from dsflow.core.resources import project_resources
+from dsflow.core.state import State
+from dsflow.load.project import load_project
+from projects import EXAMPLE_VARIABLES, applied, copy_example
+
+FILTERED_QUERY = "query.analytics.curated.pageviews_filtered"
+ENRICHED_QUERY = "query.analytics.curated.pageviews_enriched"
+ENRICHED_RELATION = "relation.analytics.curated.pageviews_enriched"
+PAGEVIEWS = "relation.analytics.public.pageviews"
+
+
+def rel(name: str) -> Address:
+    return Address(Kind.RELATION, name)
+
+
+def query(name: str) -> Address:
+    return Address(Kind.QUERY, name)
+
+
+# --- graph --------------------------------------------------------------------------------------------
+
+
+def test_graph_order_puts_dependencies_first_and_breaks_ties_by_kind_then_name():
+    store, schema = Address(Kind.STORE, "k"), Address(Kind.SCHEMA, "db.s")
+    graph = Graph.from_dependencies({
+        query("q"): [rel("b"), rel("a")],
+        rel("b"): [store, schema],
+        rel("a"): [store, schema],
+        schema: [Address(Kind.DATABASE, "db")],
+        Address(Kind.DATABASE, "db"): [],
+        store: [],
+    })
+    assert [str(a) for a in graph.order()] == [
+        "store.k", "database.db", "schema.db.s", "relation.a", "relation.b", "query.q"]
+    assert graph.cycles() == []
+    assert graph.roots() == [Address(Kind.DATABASE, "db"), store]  # sorted by address text
+    assert graph.dependencies(query("q")) == [rel("a"), rel("b")]
+    assert graph.dependents(store) == [rel("a"), rel("b")]
+    assert graph.descendants(schema) == {rel("a"), rel("b"), query("q")}
+    assert graph.descendants(query("unknown")) == set()
+
+
+def test_graph_ignores_dependencies_outside_it():
+    graph = Graph.from_dependencies({rel("a"): [Address(Kind.STORE, "elsewhere")]})
+    assert graph.nodes == [rel("a")]
+    assert graph.edges() == []
+
+
+def test_graph_cycles_are_found_and_order_refuses_them():
+    graph = Graph.from_dependencies({rel("a"): [rel("c")], rel("b"): [rel("a")], rel("c"): [rel("b")],
+                                     rel("d"): [rel("a")]})
+    assert graph.cycles() == [[rel("a"), rel("b"), rel("c")]]
+    with pytest.raises(nx.NetworkXUnfeasible):
+        graph.order()
+
+
+def test_address_round_trips_through_text():
+    address = Address.parse("relation.analytics.public.pageviews")
+    assert address == rel("analytics.public.pageviews")
+    assert str(address) == "relation.analytics.public.pageviews"
+
+
+# --- planning the example project ---------------------------------------------------------------------
+
+
+@pytest.fixture()
+def example(tmp_path) -> Path:
+    return copy_example(tmp_path)
+
+
+def plan_of(root: Path, state: State | None = None, **kwargs) -> Plan:
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    return make_plan(project.name, project.environment, project_resources(project), state or State(), **kwargs)
+
+
+def edit(root: Path, path: str, old: str, new: str) -> None:
+    file = root / path
+    text = file.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    file.write_text(text.replace(old, new))
+
+
+def actions(plan: Plan) -> dict[str, Action]:
+    return {c.address: c.action for c in plan.actionable}
+
+
+def test_plan_from_empty_state_creates_everything_in_dependency_order(example):
+    plan = plan_of(example)
+    assert {c.action for c in plan.changes} == {Action.CREATE}
+    assert len(plan.changes) == 17
+    assert plan.summary() == {"create": 17, "update": 0, "replace": 0, "delete": 0}
+    assert (plan.state_lineage, plan.state_serial) == ("", 0)
+    position = {c.address: i for i, c in enumerate(plan.changes)}
+    for change in plan.changes:
+        for dependency in change.depends_on:
+            assert position[dependency] < position[change.address], (dependency, change.address)
+    assert plan.changes[0].address == "store.kafka_main"
+
+
+def test_second_plan_after_apply_is_all_noop(example):
+    state = applied(plan_of(example))
+    assert state.lineage and state.serial == 17
+    again = plan_of(example, state)
+    assert not again.has_changes
+    assert {c.action for c in again.changes} == {Action.NOOP}
+    assert (again.state_lineage, again.state_serial) == (state.lineage, 17)
+
+
+def test_editing_a_where_clause_replaces_exactly_that_query(example):
+    state = applied(plan_of(example))
+    edit(example, "sql/pipelines.sql", "WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'")
+    plan = plan_of(example, state)
+    assert actions(plan) == {FILTERED_QUERY: Action.REPLACE}
+    [change] = plan.actionable
+    assert change.reason == "select changed (forces replacement)"
+    assert "new checkpoint" in change.effect
+    assert "'Page_2'" in change.before["select"] and "'Page_3'" in change.after["select"]
+
+
+def test_changing_trigger_interval_updates_in_place(example):
+    state = applied(plan_of(example))
+    edit(example, "sql/pipelines.sql", "CREATE STREAM curated.pageviews_enriched AS",
+         "CREATE STREAM curated.pageviews_enriched WITH ('trigger.interval' = '10 seconds') AS")
+    plan = plan_of(example, state)
+    assert actions(plan) == {ENRICHED_QUERY: Action.UPDATE}
+    [change] = plan.actionable
+    assert change.reason == "trigger_interval changed (in place)"
+    assert change.after_metadata["trigger_interval"] == "10 seconds"
+    assert "same checkpoint" in change.effect
+
+
+def test_changing_source_columns_replaces_the_relation_and_everything_reading_it(example):
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", "  pageid VARCHAR\n", "  pageid VARCHAR,\n  referrer VARCHAR\n")
+    plan = plan_of(example, state)
+    assert actions(plan) == {
+        PAGEVIEWS: Action.REPLACE,
+        FILTERED_QUERY: Action.REPLACE,
+        ENRICHED_QUERY: Action.REPLACE,
+        "datagen.pageviews_feed": Action.REPLACE,
+    }
+    by_address = {c.address: c for c in plan.changes}
+    assert by_address[PAGEVIEWS].reason == "columns changed (forces replacement)"
+    assert by_address[FILTERED_QUERY].reason == f"upstream {PAGEVIEWS} is replaced"
+    order = [c.address for c in plan.actionable]
+    assert order.index(PAGEVIEWS) < order.index(FILTERED_QUERY)
+    assert order.index(PAGEVIEWS) < order.index(ENRICHED_QUERY)
+
+
+def test_removing_a_relation_and_its_query_deletes_query_first(example):
+    state = applied(plan_of(example))
+    sql = example / "sql" / "pipelines.sql"
+    text = sql.read_text()
+    sql.write_text(text[: text.index("CREATE STREAM curated.pageviews_enriched")])
+    plan = plan_of(example, state)
+    assert [(c.address, c.action) for c in plan.actionable] == [
+        (ENRICHED_QUERY, Action.DELETE), (ENRICHED_RELATION, Action.DELETE)]
+    assert plan.actionable[0].before["sink"] == "analytics.curated.pageviews_enriched"
+    assert plan.actionable[1].effect == "topic deleted if dsflow created it"
+    assert plan.changes[:2] == plan.actionable  # deletes come before every other change
+
+
+def test_destroy_deletes_everything_dependents_first(example):
+    state = applied(plan_of(example))
+    plan = plan_of(example, state, destroy=True)
+    assert {c.action for c in plan.changes} == {Action.DELETE}
+    assert {c.address for c in plan.changes} == set(state.resources)
+    position = {c.address: i for i, c in enumerate(plan.changes)}
+    for change in plan.changes:
+        for dependency in change.depends_on:
+            assert position[change.address] < position[dependency], (change.address, dependency)
+    assert plan.changes[-1].address in ("store.kafka_main", "database.analytics")
+    assert not plan_of(example, applied(plan, state), destroy=True).has_changes
+
+
+def test_unhealthy_observation_is_drift_and_updates_in_place(example):
+    state = applied(plan_of(example))
+    seen = {FILTERED_QUERY: Observation(address=FILTERED_QUERY, healthy=False, detail="driver process not running"),
+            ENRICHED_QUERY: Observation(address=ENRICHED_QUERY, healthy=True)}
+    plan = plan_of(example, state, observations=seen)
+    assert actions(plan) == {FILTERED_QUERY: Action.UPDATE}
+    [change] = plan.actionable
+    assert change.drift is True
+    assert change.reason == "drift: driver process not running"
+    assert "resumes from its committed offsets" in change.effect
+
+
+def test_plan_json_round_trips(example):
+    plan = plan_of(example)
+    assert Plan.model_validate_json(plan.model_dump_json()) == plan
