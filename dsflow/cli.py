@@ -166,6 +166,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         console.print("Nothing deployed.")
         return
     table = Table("resource", "state", "input rows/s", "batch", "last progress", "error")
+    for column in table.columns:
+        column.overflow = "fold"
     for row in status_rows(entries):
         table.add_row(*row)
     console.print(table)

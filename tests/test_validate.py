@@ -318,7 +318,8 @@ def test_e043_insert_column_mismatch(tmp_path):
 @pytest.mark.parametrize("sql, message, hint", [
     ("CREATE STREAM f AS\nSELECT id, UPPER(userid)\nFROM pageviews;\n", "every computed column needs a name",
      "add AS name to each expression in the SELECT"),
-    ("CREATE STREAM f AS\nSELECT id, userid AS id\nFROM pageviews;\n", "column 'id' appears twice", "rename one of them"),
+    ("CREATE STREAM f AS\nSELECT id, userid AS id\nFROM pageviews;\n", "column 'id' appears twice",
+     "rename one of them"),
 ], ids=["unnamed", "duplicate"])
 def test_e044_unnamed_or_duplicate_column(tmp_path, sql, message, hint):
     d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E044")
@@ -410,7 +411,8 @@ def test_e073_unknown_generator(tmp_path):
 
 BROKEN = {
     "sql/sources.sql": PAGEVIEWS.replace("'topic' =", "'topik' =").replace("'viewtime'", "'view_time'"),
-    "sql/q.sql": "CREATE STREAM f AS\nSELECT id, pagid\nFROM pageviews;\n\nCREATE STREAM g AS SELECT id FROM pageview;\n",
+    "sql/q.sql": ("CREATE STREAM f AS\nSELECT id, pagid\nFROM pageviews;\n\n"
+                  "CREATE STREAM g AS SELECT id FROM pageview;\n"),
     "security/roles.yml": "roles:\n  - name: admin\n    inherits: [analyts]\n",
     "gen.yml": "datagen:\n  - name: g\n    relation: pageviews\n    generator: nope\n",
 }
@@ -501,7 +503,7 @@ def test_env_var_values_never_reach_resources_or_plan(tmp_path):
     assert store.properties["sasl.password"] == SECRETS["DSF_TEST_PASSWORD"]  # the runtime still needs it
 
     resources = project_resources(result.project)
-    store_data = next(r for r in resources if str(r.address) == "store.kafka_main").data
+    store_data = next(r for r in resources if str(r.address) == "store.kafka_main").metadata
     assert store_data["properties"]["sasl.password"].startswith("sensitive:")
     assert store_data["properties"]["client.id"] == "dsflow-tests"
     plan_json = make_plan("p", "dev", resources, State()).model_dump_json()
@@ -510,9 +512,10 @@ def test_env_var_values_never_reach_resources_or_plan(tmp_path):
         assert value not in dumped, name
 
 
-def test_rotated_secret_changes_the_fingerprint(tmp_path):
+def test_rotated_secret_changes_the_metadata_fingerprint_only(tmp_path):
     root = make_project(tmp_path, {"stores/kafka.yml": SECRET_STORE, **SOURCES})
     first = project_resources(load_project(root, environ=SECRETS))[0]
     second = project_resources(load_project(root, environ={**SECRETS, "DSF_TEST_PASSWORD": "rotated"}))[0]
     assert str(first.address) == "store.kafka_main"
-    assert first.data_hash != second.data_hash
+    assert first.data_hash == second.data_hash, "rotating a secret must not replace the store and its topics"
+    assert first.metadata_hash != second.metadata_hash

@@ -31,7 +31,8 @@ class Store(Frozen):
     type: Literal["kafka"]
     bootstrap_servers: str
     properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
-    sensitive: frozenset[str] = Field(default_factory=frozenset, description="property keys (and 'bootstrap_servers') whose values hold secrets")
+    sensitive: frozenset[str] = Field(default_factory=frozenset,
+                                      description="property keys (and 'bootstrap_servers') whose values hold secrets")
     description: str = ""
     location: Location | None = None
 

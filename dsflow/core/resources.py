@@ -74,8 +74,8 @@ def _store(store: Store) -> Resource:
     bootstrap = redact(bootstrap) if "bootstrap_servers" in store.sensitive else bootstrap
     return Resource(
         Address(Kind.STORE, store.name), (),
-        {"type": store.type, "bootstrap_servers": bootstrap, "properties": properties},
-        {"description": store.description},
+        {"type": store.type, "bootstrap_servers": bootstrap},
+        {"properties": properties, "description": store.description},
     )
 
 
@@ -111,5 +111,13 @@ def _query(project: Project, query) -> Resource:
         "trigger_interval": query.trigger_interval,
         "spark_conf": query.spark_conf,
         "spark_master": project.runtime.spark_master,
+        "runtime_spark_conf": project.runtime.spark_conf,
+        "store_config": fingerprint([_store(project.store(name)).metadata["properties"]
+                                     for name in _stores_used(project, query)]),
     }
     return Resource(Address(Kind.QUERY, query.fqn), tuple(dict.fromkeys(deps)), data, metadata)
+
+
+def _stores_used(project: Project, query) -> list[str]:
+    names = [project.relation(s.relation).store for s in query.sources] + [project.relation(query.sink).store]
+    return sorted(set(names))

@@ -20,7 +20,7 @@ RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "
 QUERY_PROPS = {"trigger.interval", "starting.position"}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
 VALUE_FORMATS = {"json"}
-TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR"}
+TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
 UNSUPPORTED = {
     exp.Join: "joins", exp.AggFunc: "aggregations", exp.Group: "GROUP BY", exp.Window: "window functions",
     exp.Union: "UNION", exp.Subquery: "subqueries", exp.Limit: "LIMIT", exp.Order: "ORDER BY",

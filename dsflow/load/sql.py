@@ -17,6 +17,7 @@ from dsflow.errors import Diagnostic, Location
 from dsflow.load.dialect import DeltaStream
 
 DIALECT = DeltaStream()
+TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP"}  # sqlglot's name for Spark's TIMESTAMP -> the name users write
 
 
 @dataclass(frozen=True)
@@ -160,12 +161,18 @@ def _columns(schema: exp.Schema, path: str, start: Location) -> tuple[tuple[RawC
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             kind = item.args.get("kind")
-            columns.append(RawColumn(item.name, kind.sql() if kind else "VARCHAR", node_location(path, item.this, start)))
+            columns.append(RawColumn(item.name, _type_text(kind), node_location(path, item.this, start)))
         elif isinstance(item, (exp.PrimaryKey, exp.Constraint)):
             pk = item if isinstance(item, exp.PrimaryKey) else item.find(exp.PrimaryKey)
             if pk is not None:
                 primary_key += [e.name for e in pk.expressions]
     return tuple(columns), tuple(primary_key)
+
+
+def _type_text(kind: exp.DataType | None) -> str:
+    """A column type as dsflow records it; Spark's TIMESTAMP stays TIMESTAMP (not sqlglot's TIMESTAMPTZ)."""
+    text = kind.sql() if kind else "VARCHAR"
+    return TYPE_NAMES.get(text, text)
 
 
 def _properties(properties: exp.Properties | None, path: str, start: Location) -> tuple[RawProperty, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -79,6 +80,15 @@ def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
     return status
 
 
+def error_summary(err: BaseException) -> str:
+    """The dsflow diagnostic inside a Spark error if there is one, else the error's first line."""
+    text = str(err)
+    found = re.search(r"DSF-E\d+[^\n]*", text)
+    if found:
+        return found.group(0)[:2000]
+    return text.splitlines()[0][:2000] if text else type(err).__name__
+
+
 def run(spec: QuerySpec) -> int:
     from dsflow.adapters.spark.session import build_session
 
@@ -103,7 +113,7 @@ def run(spec: QuerySpec) -> int:
         return 0
     except Exception as err:  # noqa: BLE001 - the status file is how the failure reaches dsflow status
         status = progress_status(spec, query, "failed")
-        status["error"] = str(err).splitlines()[0][:2000] if str(err) else type(err).__name__
+        status["error"] = error_summary(err)
         write_status(spec.status_path, status)
         print(f"query {spec.name} failed: {err}", file=sys.stderr)
         return 1

@@ -1,0 +1,189 @@
+"""The DeltaStream dialect: parse_sql_file for each statement form, and the Spark SQL it becomes.
+
+Pure: sqlglot only; the Spark translation is string-to-string and needs no Spark session.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+
+from dsflow.adapters.spark.translate import KEY_COLUMN, query_spec, schema_ddl, spark_select, spark_type, view_name
+from dsflow.errors import Location
+from dsflow.load.project import load_project
+from dsflow.load.sql import RawStatement, parse_one_select, parse_sql_file
+from projects import PAGEVIEWS, make_project
+
+
+def parse_one(text: str) -> RawStatement:
+    statements, problems = parse_sql_file(text, "f.sql")
+    assert problems == []
+    [statement] = statements
+    return statement
+
+
+def test_create_stream_with_columns_and_properties():
+    st = parse_one(PAGEVIEWS)
+    assert (st.kind, st.name, st.is_query, st.select) == ("stream", ("pageviews",), False, None)
+    assert st.location == Location("f.sql", 1, 15)
+    assert [(c.name, c.type, c.location.line, c.location.col) for c in st.columns] == [
+        ("id", "BIGINT", 2, 3), ("viewtime", "BIGINT", 3, 3), ("userid", "VARCHAR", 4, 3), ("pageid", "VARCHAR", 5, 3)]
+    assert [(p.key, p.value, p.location.line) for p in st.properties] == [
+        ("topic", "pageviews", 7), ("value.format", "json", 8), ("timestamp", "viewtime", 9)]
+    assert st.prop("value.format").location == Location("f.sql", 8, 3)
+    assert st.prop("store") is None
+    assert st.primary_key == ()
+    assert st.text == PAGEVIEWS.rstrip().rstrip(";")
+
+
+def test_column_types_and_property_values_as_written():
+    st = parse_one("CREATE STREAM s (a BIGINT, b DOUBLE, c TIMESTAMP, d DECIMAL(10, 2), e BOOLEAN, f INT, "
+                   "g ARRAY<VARCHAR>)\n"
+                   "WITH ('value.format' = 'json', 'topic.partitions' = 3, \"kafka.topic.retention.ms\" = '1000');")
+    assert [c.type for c in st.columns] == ["BIGINT", "DOUBLE", "TIMESTAMP", "DECIMAL(10, 2)", "BOOLEAN", "INT",
+                                            "ARRAY<VARCHAR>"]
+    assert {p.key: p.value for p in st.properties} == {
+        "value.format": "json", "topic.partitions": "3", "kafka.topic.retention.ms": "1000"}
+
+
+def test_create_changelog_with_primary_key():
+    st = parse_one("CREATE CHANGELOG users (\n  userid VARCHAR,\n  region VARCHAR,\n  PRIMARY KEY (userid)\n)"
+                   " WITH ('value.format' = 'json');")
+    assert (st.kind, st.name, st.primary_key) == ("changelog", ("users",), ("userid",))
+    assert [c.name for c in st.columns] == ["userid", "region"]
+    assert st.location == Location("f.sql", 1, 18)
+
+
+def test_create_stream_as_select_with_qualified_name():
+    st = parse_one("CREATE STREAM analytics.curated.big_views\n  WITH ('topic.partitions' = 1) AS\n"
+                   "SELECT id, pageid FROM pageviews WHERE id > 10;")
+    assert (st.kind, st.name, st.is_query, st.columns) == ("stream", ("analytics", "curated", "big_views"), True, ())
+    assert st.location == Location("f.sql", 1, 15)  # where the qualified name starts
+    assert isinstance(st.select, exp.Select)
+    assert st.select.sql() == "SELECT id, pageid FROM pageviews WHERE id > 10"
+    assert [(p.key, p.value, p.location) for p in st.properties] == [
+        ("topic.partitions", "1", Location("f.sql", 2, 9))]
+
+
+def test_create_changelog_as_select():
+    st = parse_one("CREATE CHANGELOG users_eu AS SELECT userid, region FROM users WHERE region = 'eu';")
+    assert (st.kind, st.name, st.is_query) == ("changelog", ("users_eu",), True)
+
+
+def test_insert_into_select():
+    st = parse_one("INSERT INTO curated.all_views\nSELECT id, pageid FROM pageviews;")
+    assert (st.kind, st.name, st.is_query) == ("insert", ("curated", "all_views"), True)
+    assert st.location == Location("f.sql", 1, 13)
+    assert st.select.sql() == "SELECT id, pageid FROM pageviews"
+
+
+def test_materialized_view_is_parsed_for_a_later_diagnostic():
+    st = parse_one("CREATE MATERIALIZED VIEW mv AS SELECT id FROM pageviews;")
+    assert (st.kind, st.name, st.is_query) == ("materialized view", ("mv",), True)
+
+
+def test_several_statements_with_comments_and_semicolons_in_strings():
+    text = ("/* sources\n   and queries */\n"
+            "CREATE STREAM s (a BIGINT, b VARCHAR) WITH ('value.format' = 'json');\n"
+            "-- a comment; with a semicolon\n"
+            "\n"
+            "INSERT INTO s SELECT a, 'x;y' AS b FROM s WHERE b = 'a;b'\n"
+            ";CREATE STREAM t AS SELECT a FROM s -- trailing comment, no semicolon at the end\n")
+    statements, problems = parse_sql_file(text, "f.sql")
+    assert problems == []
+    assert [(st.kind, st.name, st.location.line, st.location.col) for st in statements] == [
+        ("stream", ("s",), 3, 15), ("insert", ("s",), 6, 13), ("stream", ("t",), 7, 16)]
+    assert statements[1].select.sql() == "SELECT a, 'x;y' AS b FROM s WHERE b = 'a;b'"
+    assert statements[1].text == "INSERT INTO s SELECT a, 'x;y' AS b FROM s WHERE b = 'a;b'"
+
+
+def test_empty_and_comment_only_files_have_no_statements():
+    assert parse_sql_file("", "f.sql") == ([], [])
+    assert parse_sql_file("-- nothing here\n/* nor here */\n", "f.sql") == ([], [])
+
+
+def test_a_syntax_error_keeps_the_other_statements():
+    text = ("CREATE STREAM a (id BIGINT) WITH ('value.format' = 'json');\n"
+            "CREATE STREAM (;\nINSERT INTO a SELECT id FROM a;")
+    statements, problems = parse_sql_file(text, "f.sql")
+    assert [st.kind for st in statements] == ["stream", "insert"]
+    assert [(p.code, p.location.line) for p in problems] == [("DSF-E002", 2)]
+
+
+def test_unsupported_statement_is_e005_at_its_first_token():
+    statements, problems = parse_sql_file("\n  SELECT 1;", "f.sql")
+    assert statements == []
+    assert [(p.code, p.location, p.message) for p in problems] == [
+        ("DSF-E005", Location("f.sql", 2, 3), "unsupported statement: SELECT 1 ...")]
+
+
+def test_parse_one_select():
+    select = parse_one_select("SELECT `p`.`id` AS `id` FROM `analytics`.`public`.`pageviews` AS `p`")
+    assert [t.name for t in select.find_all(exp.Table)] == ["pageviews"]
+
+
+# --- Spark translation --------------------------------------------------------------------------------
+
+QUERIES = """\
+CREATE STREAM curated_views AS
+SELECT id, UPPER(userid) AS user_upper, CAST(viewtime / 1000 AS BIGINT) AS view_second
+FROM pageviews
+WHERE pageid <> 'Page_2';
+
+CREATE STREAM aliased AS SELECT p.id, p.pageid FROM pageviews AS p;
+"""
+
+
+def load(tmp_path):
+    return load_project(make_project(tmp_path, {"sql/sources.sql": PAGEVIEWS, "sql/queries.sql": QUERIES}))
+
+
+def test_spark_select_reads_the_view_and_carries_the_key(tmp_path):
+    project = load(tmp_path)
+    query = next(q for q in project.queries if q.fqn == "analytics.public.curated_views")
+    assert view_name(0, query) == "__src0_analytics_public_curated_views"
+    sql = spark_select(query)
+    assert sql == (
+        "SELECT `pageviews`.`id` AS `id`, UPPER(`pageviews`.`userid`) AS `user_upper`, "
+        "CAST(`pageviews`.`viewtime` / 1000 AS BIGINT) AS `view_second`, pageviews.__key AS __key "
+        "FROM __src0_analytics_public_curated_views AS pageviews WHERE `pageviews`.`pageid` <> 'Page_2'")
+    parsed = sqlglot.parse_one(sql, read="spark")
+    assert parsed.selects[-1].alias == KEY_COLUMN
+    assert "`analytics`" not in sql  # the source table is replaced by its temp view
+
+
+def test_spark_select_keeps_a_user_alias(tmp_path):
+    query = next(q for q in load(tmp_path).queries if q.fqn == "analytics.public.aliased")
+    sql = spark_select(query)
+    assert "FROM __src0_analytics_public_aliased AS p" in sql
+    assert sql.startswith("SELECT `p`.`id` AS `id`, `p`.`pageid` AS `pageid`, p.__key AS __key")
+
+
+def test_spark_types_and_schema_ddl(tmp_path):
+    assert [spark_type(t) for t in ("VARCHAR", "BIGINT", "TIMESTAMP", "DOUBLE")] == [
+        "STRING", "BIGINT", "TIMESTAMP", "DOUBLE"]
+    relation = load(tmp_path).relation("analytics.public.pageviews")
+    assert schema_ddl(relation.columns) == "`id` BIGINT, `viewtime` BIGINT, `userid` STRING, `pageid` STRING"
+
+
+def test_query_spec_is_pure_data(tmp_path):
+    project = load(tmp_path)
+    query = next(q for q in project.queries if q.fqn == "analytics.public.curated_views")
+    spec = query_spec(project, query, "v1", "/ck/v1", "/run/status.json")
+    assert (spec.name, spec.version, spec.checkpoint, spec.trigger_interval) == (
+        "analytics.public.curated_views", "v1", "/ck/v1", "1 second")
+    [source] = spec.sources
+    assert (source.view, source.topic, source.starting_position) == (
+        "__src0_analytics_public_curated_views", "pageviews", "earliest")
+    assert source.client_config == {"bootstrap.servers": "127.0.0.1:9092"}
+    assert (spec.sink.topic, spec.sink.columns) == ("curated_views", ["id", "user_upper", "view_second"])
+    assert spec.select_sql == spark_select(query)
+
+
+def test_timestamp_columns_stay_timestamp_through_a_query(tmp_path):
+    sql = ("CREATE STREAM clicks (id BIGINT, ts TIMESTAMP, note STRING)\n"
+           "  WITH ('value.format' = 'json', 'timestamp' = 'ts');\n"
+           "CREATE STREAM recent AS SELECT id, ts FROM clicks;\n")
+    project = load_project(make_project(tmp_path, {"sql/sources.sql": sql}))
+    assert [c.type for c in project.relation("analytics.public.clicks").columns] == ["BIGINT", "TIMESTAMP", "TEXT"]
+    assert [c.type for c in project.relation("analytics.public.recent").columns] == ["BIGINT", "TIMESTAMP"]
