@@ -8,6 +8,9 @@ Options (keys are case-insensitive):
     bootstrap.servers      required
     topic                  required
     starting.position      earliest (default) | latest; used only when a query has no checkpoint
+    starting.offsets       JSON {"<partition>": offset}: start there (offsets carried from an older
+                           query version); partitions not named start at starting.position
+    starting.timestamp     epoch ms: start at the first record at or after it (a replay)
     max.records.per.batch  optional cap on records per micro-batch (offset-based)
     stall.timeout.seconds  fail a read task that makes no progress this long (default 60)
     kafka.<setting>        passed to librdkafka without the prefix, e.g. kafka.security.protocol
@@ -26,6 +29,8 @@ Nothing here holds a Kafka client when pickled: clients are made where they are 
 """
 
 from __future__ import annotations
+
+import json
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +77,10 @@ class KafkaOptions:
     bootstrap: str
     topic: str
     starting_position: str = "earliest"
+    starting_offsets: dict[int, int] | None = None
+    """Per-partition start offsets (carried from a previous query version); others start at `starting_position`."""
+    starting_timestamp: int | None = None
+    """Epoch ms: start each partition at the first record at or after it (a replay)."""
     max_records_per_batch: int | None = None
     stall_timeout: float = client.STALL_TIMEOUT
     settings: dict[str, str] = field(default_factory=dict)
@@ -89,6 +98,8 @@ class KafkaOptions:
             bootstrap=_required(opts, "bootstrap.servers"),
             topic=_required(opts, "topic"),
             starting_position=start,
+            starting_offsets=_offsets_option(opts.get("starting.offsets")),
+            starting_timestamp=_positive(opts, "starting.timestamp", int),
             max_records_per_batch=_positive(opts, "max.records.per.batch", int),
             stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
             settings=extra,
@@ -98,6 +109,15 @@ class KafkaOptions:
     def config(self) -> dict[str, Any]:
         """The librdkafka config for clients of this source or sink."""
         return client.client_config(self.bootstrap, self.settings)
+
+
+def _offsets_option(text: str | None) -> dict[int, int] | None:
+    if not text:
+        return None
+    try:
+        return {int(p): int(o) for p, o in json.loads(text).items()}
+    except (ValueError, AttributeError) as err:
+        raise _bad_option("starting.offsets", text, 'JSON like {"0": 42, "1": 17}') from err
 
 
 def _required(opts: dict[str, str], key: str) -> str:
@@ -245,6 +265,24 @@ class _ConsumerHolder:
         c = self.consumer()
         return client.start_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
 
+    def offsets_at(self, timestamp_ms: int) -> dict[int, int]:
+        """The first offset at or after `timestamp_ms` per partition; the end where there is none."""
+        from confluent_kafka import TopicPartition
+
+        c = self.consumer()
+        parts = client.topic_partitions(c, self.options.topic)
+        found = c.offsets_for_times([TopicPartition(self.options.topic, p, timestamp_ms) for p in parts],
+                                    timeout=client.REQUEST_TIMEOUT)
+        ends = None
+        result = {}
+        for tp in found:
+            if tp.offset < 0:
+                ends = ends or self.end_offsets()
+                result[tp.partition] = ends[tp.partition]
+            else:
+                result[tp.partition] = tp.offset
+        return result
+
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over offset ranges; the driver-side reader keeps one Consumer for offsets."""
@@ -255,9 +293,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[int, int] | None = None
 
     def initialOffset(self) -> dict:
+        if self.options.starting_timestamp is not None:
+            return as_offset(self._offsets.offsets_at(self.options.starting_timestamp))
         if self.options.starting_position == "latest":
-            return as_offset(self._offsets.end_offsets())
-        return as_offset(self._offsets.start_offsets())
+            positions = self._offsets.end_offsets()
+        else:
+            positions = self._offsets.start_offsets()
+        carried = self.options.starting_offsets or {}
+        return as_offset({p: carried.get(p, off) for p, off in positions.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_records_per_batch:
