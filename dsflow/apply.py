@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from dsflow.core.address import Address
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change, Plan
+from dsflow.core.plan import desired_fingerprint
 from dsflow.core.resources import project_resources
-from dsflow.core.state import DeployedResource, State
+from dsflow.core.state import DeployedResource, LedgerEntry, State
 from dsflow.errors import DsflowError
-from dsflow.executors import Context, run_change
+from dsflow.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.workspace import Workspace
 
 
@@ -37,9 +39,13 @@ def check_plan_is_current(plan: Plan, state: State, project: Project) -> None:
     if plan.state_lineage != state.lineage or plan.state_serial != state.serial:
         raise DsflowError("DSF-E820", f"the plan was made against state serial {plan.state_serial}, "
                           f"but the state is now at serial {state.serial}", hint="run 'dsflow plan' again")
-    current = {str(r.address): r for r in project_resources(project)}
+    desired = project_resources(project)
+    if plan.desired_fingerprint and plan.mode != "destroy" and plan.desired_fingerprint != desired_fingerprint(desired):
+        raise DsflowError("DSF-E821", "the project files changed since the plan was made",
+                          hint="run 'dsflow plan' again")
+    current = {str(r.address): r for r in desired}
     for change in plan.changes:
-        if change.action is Action.DELETE:
+        if change.action in (Action.DELETE, Action.REFRESH):
             continue
         resource = current.get(change.address)
         if resource is None or resource.data_hash != change.data_hash or resource.metadata_hash != change.metadata_hash:
@@ -77,14 +83,34 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
 
 def _apply_one(ctx: Context, change: Change, state: State) -> State:
     deployed = state.resources.get(change.address)
-    outputs = run_change(ctx, change, deployed)
-    if outputs is None:
+    outputs = dict(run_change(ctx, change, deployed) or {})
+    state = _record_ledger(state, change, outputs.pop(LEDGER_STOPPED, None), outputs.pop(LEDGER_STARTED, None))
+    if outputs.pop(GONE, False):
         return state.without(change.address)
+    if change.action is Action.REFRESH:
+        return state.with_resource(deployed.model_copy(update={"outputs": outputs}))
     return state.with_resource(DeployedResource(
         address=change.address, depends_on=change.depends_on, data_hash=change.data_hash or "",
         metadata_hash=change.metadata_hash or "", data=change.after or {}, metadata=change.after_metadata or {},
         outputs=outputs,
     ))
+
+
+def _record_ledger(state: State, change: Change, stopped: dict | None, started: dict | None) -> State:
+    """Close the query's open ledger entry with where it stopped; open one for the version that started."""
+    if stopped is None and started is None:
+        return state
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    entries = list(state.ledger)
+    if stopped is not None:
+        for index in range(len(entries) - 1, -1, -1):
+            entry = entries[index]
+            if entry.query == change.address and entry.stopped_at is None:
+                entries[index] = entry.model_copy(update={"stopped_at": now, "stop_offsets": stopped["stop_offsets"]})
+                break
+    if started is not None:
+        entries.append(LedgerEntry(query=change.address, started_at=now, state_serial=state.serial + 1, **started))
+    return state.with_ledger(entries)
 
 
 def addresses(changes: list[Change]) -> list[Address]:

@@ -18,7 +18,8 @@ from rich.table import Table
 from dsflow import operations
 from dsflow.core.plan import Plan
 from dsflow.errors import DsflowError, ProjectError
-from dsflow.render import diagnostics_text, graph_dot, graph_mermaid, graph_text, plan_text, status_rows
+from dsflow.render import (diagnostics_text, graph_dot, graph_mermaid, graph_text, plan_markdown, plan_text,
+                           status_rows)
 
 EXIT_CHANGES = 3
 console = Console(highlight=False, soft_wrap=True)
@@ -78,25 +79,43 @@ def graph(ctx: click.Context, fmt: str) -> None:
     click.echo({"text": graph_text, "dot": graph_dot, "mermaid": graph_mermaid}[fmt](resource_graph))
 
 
+def _targets(values: tuple[str, ...]) -> frozenset[str]:
+    for value in values:
+        if "." not in value:
+            raise click.BadParameter(f"'{value}' is not an address like query.db.schema.name", param_hint="--target")
+    return frozenset(values)
+
+
+target_option = click.option("--target", "targets", multiple=True, metavar="ADDRESS",
+                             help="limit the plan to ADDRESS and what it depends on (repeatable)")
+
+
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="same as --format json")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), help="save the plan to FILE")
 @click.option("--destroy", is_flag=True, help="plan the removal of everything deployed")
 @click.option("--refresh/--no-refresh", default=True, show_default=True, help="look for drift first")
+@click.option("--refresh-only", is_flag=True, help="only show drift; applying it records what was seen")
+@target_option
 @click.option("--detailed-exitcode", is_flag=True, help=f"exit {EXIT_CHANGES} when the plan has changes")
 @click.option("--show-unchanged", is_flag=True, help="list up-to-date resources too")
 @click.pass_context
-def plan(ctx: click.Context, as_json: bool, out: Path | None, destroy: bool, refresh: bool,
-         detailed_exitcode: bool, show_unchanged: bool) -> None:
+def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy: bool, refresh: bool,
+         refresh_only: bool, targets: tuple[str, ...], detailed_exitcode: bool, show_unchanged: bool) -> None:
     """Show what apply would change."""
-    the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh)
+    the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
+                               targets=_targets(targets))
     data = the_plan.model_dump(mode="json")
     if out:
         out.write_text(json.dumps(data, indent=2))
-    if as_json:
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
         click.echo(json.dumps(data, indent=2))
+    elif fmt == "markdown":
+        click.echo(plan_markdown(data))
     else:
-        console.print(plan_text(data, color=True, show_noop=show_unchanged))
+        console.print(plan_text(data, color=True, show_noop=show_unchanged), markup=True)
         if out:
             console.print(f"\nSaved the plan to {out}. Apply it with: dsflow apply {out}")
     if detailed_exitcode and the_plan.has_changes:
@@ -106,24 +125,62 @@ def plan(ctx: click.Context, as_json: bool, out: Path | None, destroy: bool, ref
 @cli.command()
 @click.argument("planfile", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
+@click.option("--refresh-only", is_flag=True, help="record drift in state without changing anything")
+@target_option
 @click.pass_context
-def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool) -> None:
+def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh_only: bool,
+          targets: tuple[str, ...]) -> None:
     """Carry out the plan (a saved PLANFILE, or a fresh one)."""
     loaded = _load(ctx)
     if planfile:
         the_plan = Plan.model_validate_json(planfile.read_text())
     else:
-        the_plan = operations.plan(loaded)
+        the_plan = operations.plan(loaded, refresh_only=refresh_only, targets=_targets(targets))
     _apply(loaded, the_plan, auto_approve or planfile is not None)
 
 
 @cli.command()
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
+@target_option
 @click.pass_context
-def destroy(ctx: click.Context, auto_approve: bool) -> None:
+def destroy(ctx: click.Context, auto_approve: bool, targets: tuple[str, ...]) -> None:
     """Stop every query and delete what dsflow created, in reverse dependency order."""
     loaded = _load(ctx)
-    _apply(loaded, operations.plan(loaded, destroy=True), auto_approve)
+    _apply(loaded, operations.plan(loaded, destroy=True, targets=_targets(targets)), auto_approve)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def history(ctx: click.Context, query: str, as_json: bool) -> None:
+    """Every version of QUERY: when it ran, its checkpoint, and the offsets it started and stopped at."""
+    loaded = _load(ctx)
+    state = loaded.workspace.state_backend().read()
+    address = query if query.startswith("query.") else _query_address(loaded, query)
+    entries = [e.model_dump(mode="json") for e in state.history(address)]
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    if not entries:
+        console.print(f"No history for {address}.")
+        return
+    table = Table("version", "category", "started", "stopped", "start offsets", "stop offsets", "checkpoint")
+    for column in table.columns:
+        column.overflow = "fold"
+    for e in entries:
+        start = e["start_offsets"] or (f"ts {e['start_timestamp']}" if e["start_timestamp"] else "-")
+        table.add_row(e["version"], e["category"] or "-", e["started_at"], e["stopped_at"] or "running",
+                      json.dumps(start) if isinstance(start, dict) else start,
+                      json.dumps(e["stop_offsets"]) if e["stop_offsets"] else "-", e["checkpoint"])
+    console.print(table)
+
+
+def _query_address(loaded: operations.Loaded, name: str) -> str:
+    for q in loaded.project.queries:
+        if q.fqn == name or q.fqn.endswith("." + name):
+            return f"query.{q.fqn}"
+    return f"query.{name}"
 
 
 def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool) -> None:

@@ -6,11 +6,16 @@ record in state (a PID, a checkpoint, whether dsflow created a topic). It never 
 
 from __future__ import annotations
 
+import json
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from dsflow.adapters import process
+from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
+from dsflow.core.categories import Category
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change
 from dsflow.core.state import DeployedResource
@@ -18,6 +23,9 @@ from dsflow.errors import DsflowError
 from dsflow.workspace import Workspace
 
 DRIVER_MODULE = "dsflow.adapters.spark.driver"
+LEDGER_STARTED = "_ledger_started"
+LEDGER_STOPPED = "_ledger_stopped"
+GONE = "_gone"
 DATAGEN_MODULE = "dsflow.datagen"
 
 
@@ -32,7 +40,7 @@ class Executor(Protocol):
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]: ...
 
-    def delete(self, ctx: Context, deployed: DeployedResource) -> None: ...
+    def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any] | None: ...
 
 
 class RecordOnly:
@@ -77,30 +85,80 @@ class TopicExecutor:
 
 
 class QueryExecutor:
-    """A continuous query: one background Spark driver process per query version."""
+    """A continuous query: one background Spark driver process per query, started as its category says."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
+        return self._start(ctx, change, checkpoint, StartAt(), Category.NEW)
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        """In place, keep checkpoint, or drift repair: the new version resumes from the same checkpoint."""
+        stopped = self._stop(deployed)
+        category = change.category or Category.IN_PLACE
+        outputs = self._start(ctx, change, Path(deployed.outputs["checkpoint"]), StartAt(), category)
+        return {**outputs, LEDGER_STOPPED: stopped}
+
+    def replace(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        """Carry offsets or replay: stop the old version, start the new one on a fresh checkpoint."""
+        stopped = self._stop(deployed)
+        start = _start_at(change, stopped["stop_offsets"] or {})
+        checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
+        outputs = self._start(ctx, change, checkpoint, start, change.category or Category.REPLAY)
+        return {**outputs, LEDGER_STOPPED: stopped}
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any]:
+        return {LEDGER_STOPPED: self._stop(deployed)}
+
+    def _start(self, ctx: Context, change: Change, checkpoint: Path, start: StartAt,
+               category: Category) -> dict[str, Any]:
         from dsflow.adapters.spark.translate import query_spec
 
         name = Address.parse(change.address).name
         query = next(q for q in ctx.project.queries if q.fqn == name)
-        version = change.data_hash or "v"
         run_dir = ctx.workspace.query_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
-        checkpoint = ctx.workspace.checkpoint(name, version)
-        spec = query_spec(ctx.project, query, version, str(checkpoint), str(run_dir / "status.json"))
+        _stop_orphan(run_dir)
+        spec = query_spec(ctx.project, query, change.data_hash or "v", str(checkpoint), str(run_dir / "status.json"),
+                          start)
         spec_path = run_dir / "spec.json"
         spec_path.write_text(spec.model_dump_json(indent=2))
         (run_dir / "status.json").unlink(missing_ok=True)
         pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log")
-        return {"pid": pid, "version": version, "checkpoint": str(checkpoint), "run_dir": str(run_dir)}
+        started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
+                   "start_offsets": start.offsets or None, "start_timestamp": start.timestamp}
+        return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),
+                "topics": [s.topic for s in spec.sources], LEDGER_STARTED: started}
 
-    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        self.delete(ctx, deployed)
-        return self.create(ctx, change)
+    def _stop(self, deployed: DeployedResource) -> dict[str, Any]:
+        from dsflow.adapters.spark.checkpoint import committed_offsets
 
-    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
         process.stop(deployed.outputs.get("pid"), DRIVER_MODULE)
+        checkpoint = Path(deployed.outputs.get("checkpoint", ""))
+        offsets = committed_offsets(checkpoint) if checkpoint.is_dir() else None
+        topics = deployed.outputs.get("topics", [])
+        by_topic = dict(zip(topics, offsets)) if offsets else None
+        return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
+
+
+def _fresh_version_dir(change: Change) -> str:
+    return f"{change.data_hash or 'v'}-{uuid.uuid4().hex[:8]}"
+
+
+def _start_at(change: Change, carried: dict[str, dict[str, int]]) -> StartAt:
+    if change.category is Category.CARRY_OFFSETS:
+        return StartAt(offsets=carried)
+    if change.override and change.override.isdigit():
+        return StartAt(timestamp=int(change.override))
+    return StartAt(position="earliest")
+
+
+def _stop_orphan(run_dir: Path) -> None:
+    """A driver left running by an interrupted apply (started, never recorded) is stopped first."""
+    try:
+        pid = json.loads((run_dir / "status.json").read_text()).get("pid")
+    except (OSError, ValueError):
+        return
+    process.stop(pid, DRIVER_MODULE)
 
 
 class DatagenExecutor:
@@ -144,16 +202,19 @@ EXECUTORS: dict[Kind, Executor] = {
 
 
 def run_change(ctx: Context, change: Change, deployed: DeployedResource | None) -> dict[str, Any] | None:
-    """Carry out one change; returns outputs to record, or None when the resource is gone."""
+    """Carry out one change; returns outputs to record (a resource that is gone returns only ledger keys)."""
     executor = EXECUTORS[Address.parse(change.address).kind]
     if change.action is Action.CREATE:
         return executor.create(ctx, change)
     if change.action is Action.UPDATE:
         return executor.update(ctx, change, deployed)
     if change.action is Action.REPLACE:
+        if hasattr(executor, "replace"):
+            return executor.replace(ctx, change, deployed)
         executor.delete(ctx, deployed)
         return executor.create(ctx, change)
     if change.action is Action.DELETE:
-        executor.delete(ctx, deployed)
-        return None
+        return {GONE: True, **(executor.delete(ctx, deployed) or {})}
+    if change.action is Action.REFRESH:
+        return {**deployed.outputs, "observed": change.observed}
     raise DsflowError("DSF-E810", f"cannot apply action {change.action} to {change.address}")

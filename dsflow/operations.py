@@ -12,11 +12,12 @@ from dsflow.apply import ApplyResult, apply_plan
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
-from dsflow.core.plan import Plan, make_plan
+from dsflow.core.categories import Category
+from dsflow.core.plan import Plan, PlanOptions, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
 from dsflow.load.project import load_project
-from dsflow.refresh import query_status, refresh
+from dsflow.refresh import query_status, refresh, replay_estimate
 from dsflow.workspace import Workspace
 
 
@@ -44,11 +45,21 @@ def resource_graph(project: Project) -> Graph:
     return Graph.from_dependencies({r.address: r.depends_on for r in project_resources(project)})
 
 
-def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True) -> Plan:
+def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
+         targets: frozenset[str] = frozenset()) -> Plan:
+    """Refresh (unless told not to), diff, and attach replay estimates measured on the sources."""
     state = loaded.workspace.state_backend().read()
-    observations = refresh(state) if do_refresh and not destroy else {}
-    return make_plan(loaded.project.name, loaded.project.environment, project_resources(loaded.project), state,
-                     observations, destroy=destroy)
+    observations = refresh(state) if (do_refresh or refresh_only) and not destroy else {}
+    options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets)
+    resources = project_resources(loaded.project)
+    the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+    replays = [c for c in the_plan.changes if c.category is Category.REPLAY]
+    if not replays:
+        return the_plan
+    estimates = {c.address: e for c in replays
+                 if (e := replay_estimate(loaded.project, c, state.resources.get(c.address))) is not None}
+    options = PlanOptions(observations=observations, destroy=destroy, targets=targets, estimates=estimates)
+    return make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
 
 
 def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None) -> ApplyResult:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
-from dsflow.core.plan import Observation
+from dsflow.core.plan import Estimate, Observation
 from dsflow.core.state import DeployedResource, State
 from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
 
@@ -43,6 +43,10 @@ def query_status(deployed: DeployedResource) -> dict:
 def _observe_query(deployed: DeployedResource) -> Observation:
     running = process.is_running(deployed.outputs.get("pid"), DRIVER_MODULE)
     status = query_status(deployed)
+    checkpoint = deployed.outputs.get("checkpoint")
+    if checkpoint and status.get("batch_id") is not None and not Path(checkpoint).is_dir():
+        return Observation(address=deployed.address, healthy=False,
+                           detail="checkpoint is gone; the query restarts from its starting position")
     if running and status.get("state") != "failed":
         return Observation(address=deployed.address, healthy=True, detail="running")
     if status.get("state") == "failed":
@@ -79,3 +83,38 @@ def _observe_topic(deployed: DeployedResource, cache: dict[str, set[str] | None]
         return Observation(address=deployed.address, healthy=False, detail="topic is missing")
     return Observation(address=deployed.address, healthy=True, detail="topic exists")
 
+
+
+def replay_estimate(project, change, deployed: DeployedResource | None) -> Estimate | None:
+    """Records a replay re-reads (from the sources' current offsets) and the time at the measured rate."""
+    from dsflow.adapters.kafka import client
+    from dsflow.errors import DsflowError
+
+    query = next((q for q in project.queries if f"query.{q.fqn}" == change.address), None)
+    if query is None:
+        return None
+    total = 0
+    for source in query.sources:
+        relation = project.relation(source.relation)
+        store = project.store(relation.store)
+        try:
+            total += _records_from(client, store, relation.topic, change.override)
+        except DsflowError:
+            return None
+    rate = (query_status(deployed).get("processed_rows_per_second") if deployed else None) or None
+    return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None)
+
+
+def _records_from(client, store, topic: str, override: str | None) -> int:
+    from confluent_kafka import TopicPartition
+
+    with client.consumer(client.client_config(store.bootstrap_servers, store.properties)) as consumer:
+        parts = client.topic_partitions(consumer, topic)
+        ends = client.end_offsets(consumer, topic, parts)
+        if override and override.isdigit():
+            found = consumer.offsets_for_times([TopicPartition(topic, p, int(override)) for p in parts],
+                                               timeout=client.REQUEST_TIMEOUT)
+            starts = {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
+        else:
+            starts = client.start_offsets(consumer, topic, parts)
+    return sum(max(0, ends[p] - starts.get(p, 0)) for p in parts)

@@ -6,8 +6,11 @@ from typing import Any
 
 from dsflow.core.graph import Graph
 
-SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "no-op": " "}
-COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "no-op": "dim"}
+SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refresh": "!", "no-op": " "}
+COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "refresh": "cyan",
+         "no-op": "dim"}
+CATEGORY_TITLE = {"new": "new", "in_place": "in place", "keep_checkpoint": "keep checkpoint",
+                  "carry_offsets": "carry offsets", "replay": "replay", "replace_relation": "replace relation"}
 
 
 def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False) -> str:
@@ -21,18 +24,78 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
         if change["action"] == "no-op" and not show_noop:
             continue
         lines.append(_change_line(change, color))
-        lines.append(f"      reason: {change['reason']}")
-        if change.get("effect"):
-            lines.append(f"      effect: {change['effect']}")
+        lines += [f"      {label}: {text}" for label, text in change_details(change)]
+    lines += ["", summary_line(plan)]
+    return "\n".join(lines)
+
+
+def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
+    """Labelled lines under a change: reason, category, effect, estimate, affected queries."""
+    details = [("reason", change["reason"])]
+    if change.get("category") and change["category"] != "new":
+        details.append(("category", CATEGORY_TITLE[change["category"]]))
+    if change.get("override"):
+        details.append(("override", f"'start.position' = '{change['override']}'"))
+    if change.get("effect"):
+        details.append(("effect", change["effect"]))
+    estimate = change.get("estimate")
+    if estimate:
+        seconds = estimate.get("seconds")
+        timing = f", about {_duration(seconds)} at {estimate['rate_per_second']:.0f} rows/s" if seconds else \
+            " (no measured rate yet)"
+        details.append(("replay", f"~{estimate['records']:,} records to reprocess{timing}"))
+    if change.get("affected"):
+        details.append(("affects", ", ".join(change["affected"])))
+    return details
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def summary_line(plan: dict[str, Any]) -> str:
+    actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
+    if plan.get("mode") == "refresh-only":
+        return f"Refresh: {len(actionable)} object(s) changed outside dsflow; apply records what was seen."
     counts = {a: sum(1 for c in actionable if c["action"] == a) for a in ("create", "update", "replace", "delete")}
-    lines += ["", f"Plan: {counts['create']} to create, {counts['update']} to update in place, "
-                  f"{counts['replace']} to replace, {counts['delete']} to delete."]
+    return (f"Plan: {counts['create']} to create, {counts['update']} to update in place, "
+            f"{counts['replace']} to replace, {counts['delete']} to delete.")
+
+
+def plan_markdown(plan: dict[str, Any]) -> str:
+    """The plan as a pull-request comment."""
+    title = f"### dsflow plan: `{plan['project']}` ({plan['environment']})"
+    actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
+    if not actionable:
+        return f"{title}\n\nNo changes. The deployed pipelines match the project."
+    lines = [title, "", f"**{summary_line(plan)}**", "", "| | resource | action | category | reason |",
+             "|---|---|---|---|---|"]
+    for change in actionable:
+        category = CATEGORY_TITLE.get(change.get("category") or "", "")
+        drift = " (drift)" if change.get("drift") else ""
+        lines.append(f"| `{SYMBOL[change['action']]}` | `{change['address']}` | {change['action']}{drift} | "
+                     f"{category} | {change['reason']} |")
+    detailed = [c for c in actionable if c.get("effect") or c.get("estimate") or c.get("affected")]
+    if detailed:
+        lines += ["", "<details><summary>What happens to running queries</summary>", ""]
+        for change in detailed:
+            lines.append(f"- `{change['address']}`")
+            lines += [f"  - {label}: {text}" for label, text in change_details(change)[1:]]
+        lines += ["", "</details>"]
     return "\n".join(lines)
 
 
 def _change_line(change: dict[str, Any], color: bool) -> str:
     action = change["action"]
-    text = f"  {SYMBOL[action]:>3} {change['address']}  ({action}{', drift' if change.get('drift') else ''})"
+    if change.get("rollback_of"):
+        action_text = f"{action}, rollback"
+    else:
+        action_text = action
+    text = f"  {SYMBOL[action]:>3} {change['address']}  ({action_text}{', drift' if change.get('drift') else ''})"
     return f"[{COLOR[action]}]{text}[/]" if color else text
 
 

@@ -100,37 +100,121 @@ def test_example_project_lifecycle(project_dir: Path, broker: str) -> None:
 
     assert not operations.plan(operations.load(options)).has_changes
 
+    original = (project_dir / "sql" / "pipelines.sql").read_text()
     _edit_where_clause(project_dir, options, broker, by_id)
+    _carry_offsets(project_dir, options, broker, by_id)
+    _replay(project_dir, options, broker, by_id)
+    _rollback(project_dir, options, broker, by_id, original)
     _kill_and_resume(options, broker, by_id)
     _destroy(options, broker)
 
 
+def _produce_batch(broker: str, first_id: int, count: int) -> dict[int, dict]:
+    records = [{"id": first_id + i, "viewtime": 1_700_000_000_000 + i, "userid": f"User_{i % 9 + 1}",
+                "pageid": f"Page_{i % 5 + 1}"} for i in range(count)]
+    produce_json_lines(broker, "pageviews", [json.dumps(r) for r in records], key_field="userid")
+    return {r["id"]: r for r in records}
+
+
+def _ids(records: list[dict]) -> list[int]:
+    return [r["id"] for r in records]
+
+
 def _edit_where_clause(project_dir: Path, options: operations.Options, broker: str, by_id: dict) -> None:
+    """A filter change keeps the checkpoint: old records are not re-read, new ones use the new filter."""
     sql = project_dir / "sql" / "pipelines.sql"
     sql.write_text(sql.read_text().replace("WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'"))
     plan = operations.plan(operations.load(options))
-    assert [(c.address, c.action) for c in plan.actionable] == [(QUERY_FILTERED, Action.REPLACE)]
+    assert [(c.address, c.action, c.category) for c in plan.actionable] == \
+           [(QUERY_FILTERED, Action.UPDATE, "keep_checkpoint")]
     before = _pids(options)
+    checkpoint = _state(options).resources[QUERY_FILTERED].outputs["checkpoint"]
     _apply(options)
     after = _pids(options)
     assert after[QUERY_FILTERED] != before[QUERY_FILTERED]
     assert after[QUERY_ENRICHED] == before[QUERY_ENRICHED], "an unrelated query was restarted"
     assert not process.is_running(before[QUERY_FILTERED], DRIVER_MODULE)
-    with_page_2 = {i for i, r in by_id.items() if r["pageid"] == "Page_2"}
-    records = _wait_for_ids(broker, "pageviews_filtered", with_page_2)
-    assert not any(r["pageid"] == "Page_3" and r["id"] in with_page_2 for r in records)
+    assert _state(options).resources[QUERY_FILTERED].outputs["checkpoint"] == checkpoint
+
+    batch = _produce_batch(broker, 20_000, 100)
+    by_id.update(batch)
+    expected = {i for i, r in batch.items() if r["pageid"] != "Page_3"}
+    records = _wait_for_ids(broker, "pageviews_filtered", expected)
+    ids = _ids(records)
+    assert len(ids) == len(set(ids)), "records were processed twice: the checkpoint was not kept"
+    assert not {i for i, r in batch.items() if r["pageid"] == "Page_3"} & set(ids)
+    assert not {i for i, r in by_id.items() if r["pageid"] == "Page_2" and i < 20_000} & set(ids)
+
+
+def _carry_offsets(project_dir: Path, options: operations.Options, broker: str, by_id: dict) -> None:
+    """'start.position' = 'carry': a new checkpoint that starts exactly where the old version stopped."""
+    sql = project_dir / "sql" / "pipelines.sql"
+    sql.write_text(sql.read_text().replace(
+        "WITH ('topic.partitions' = 1) AS", "WITH ('topic.partitions' = 1, 'start.position' = 'carry') AS").replace(
+        "WHERE pageid <> 'Page_3'", "WHERE pageid <> 'Page_4'"))
+    plan = operations.plan(operations.load(options))
+    assert [(c.address, c.action, c.category, c.override) for c in plan.actionable] == \
+           [(QUERY_FILTERED, Action.REPLACE, "carry_offsets", "carry")]
+    _apply(options)
+    history = _state(options).history(QUERY_FILTERED)
+    assert history[-2].stop_offsets and history[-1].start_offsets == history[-2].stop_offsets
+    assert history[-1].checkpoint != history[-2].checkpoint and history[-1].category == "carry_offsets"
+
+    batch = _produce_batch(broker, 30_000, 100)
+    by_id.update(batch)
+    expected = {i for i, r in batch.items() if r["pageid"] != "Page_4"}
+    ids = _ids(_wait_for_ids(broker, "pageviews_filtered", expected))
+    assert len(ids) == len(set(ids)), "the carried offsets reprocessed records"
+    assert not {i for i, r in batch.items() if r["pageid"] == "Page_4"} & set(ids)
+
+
+def _replay(project_dir: Path, options: operations.Options, broker: str, by_id: dict) -> None:
+    """'start.position' = 'earliest': the plan estimates the re-read, and apply re-reads exactly that."""
+    sql = project_dir / "sql" / "pipelines.sql"
+    sql.write_text(sql.read_text().replace("'start.position' = 'carry'", "'start.position' = 'earliest'"))
+    plan = operations.plan(operations.load(options))
+    [change] = plan.actionable
+    assert (change.address, change.action, change.category) == (QUERY_FILTERED, Action.REPLACE, "replay")
+    assert change.estimate is not None and change.estimate.records == len(by_id)
+    end_before = len(_records(broker, "pageviews_filtered"))
+    _apply(options)
+    expected = {i for i, r in by_id.items() if r["pageid"] != "Page_4"}
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        replayed = _records(broker, "pageviews_filtered")[end_before:]
+        if len(replayed) >= len(expected):
+            break
+        time.sleep(2)
+    assert sorted(_ids(replayed)) == sorted(expected), "the replay did not re-read every source record once"
+
+
+def _rollback(project_dir: Path, options: operations.Options, broker: str, by_id: dict, original: str) -> None:
+    """Applying the original SQL again is a rollback: the plan says so and the query resumes without loss."""
+    (project_dir / "sql" / "pipelines.sql").write_text(original)
+    first_version = _state(options).history(QUERY_FILTERED)[0].version
+    plan = operations.plan(operations.load(options))
+    [change] = plan.actionable
+    assert change.address == QUERY_FILTERED and change.rollback_of == first_version
+    assert change.reason.startswith(f"rollback to version {first_version}")
+    _apply(options)
+    batch = _produce_batch(broker, 40_000, 50)
+    by_id.update(batch)
+    _wait_for_ids(broker, "pageviews_filtered", {i for i, r in batch.items() if r["pageid"] != "Page_2"})
+
+
+def _state(options: operations.Options):
+    return operations.load(options).workspace.state_backend().read()
 
 
 def _kill_and_resume(options: operations.Options, broker: str, by_id: dict) -> None:
     pid = _pids(options)[QUERY_ENRICHED]
+    checkpoint = _state(options).resources[QUERY_ENRICHED].outputs["checkpoint"]
     _wait_until_committed(options)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while process.is_running(pid, DRIVER_MODULE) and time.monotonic() < deadline:
         time.sleep(0.1)
-    more = [{"id": 10_000 + i, "viewtime": 1_700_000_000_000 + i, "userid": f"User_{i % 9 + 1}",
-             "pageid": f"Page_{i % 99 + 1}"} for i in range(300)]
-    produce_json_lines(broker, "pageviews", [json.dumps(r) for r in more], key_field="userid")
+    more = list(_produce_batch(broker, 10_000, 300).values())
 
     plan = operations.plan(operations.load(options))
     assert [(c.address, c.action, c.drift) for c in plan.actionable] == [(QUERY_ENRICHED, Action.UPDATE, True)]
@@ -138,11 +222,10 @@ def _kill_and_resume(options: operations.Options, broker: str, by_id: dict) -> N
     new_pid = _pids(options)[QUERY_ENRICHED]
     assert new_pid != pid and process.is_running(new_pid, DRIVER_MODULE)
     expected = set(by_id) | {r["id"] for r in more}
+    by_id.update({r["id"]: r for r in more})
     records = _wait_for_ids(broker, "pageviews_enriched", expected)
     assert expected == {r["id"] for r in records}
-    state = operations.load(options).workspace.state_backend().read()
-    assert state.resources[QUERY_ENRICHED].outputs["checkpoint"].endswith(
-        state.resources[QUERY_ENRICHED].data_hash)
+    assert _state(options).resources[QUERY_ENRICHED].outputs["checkpoint"] == checkpoint, "not resumed from its checkpoint"
 
 
 def _wait_until_committed(options: operations.Options, timeout: float = 60.0) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
-from dsflow.core.plan import Action, Observation, Plan, make_plan
+from dsflow.core.plan import PlanOptions, Action, Observation, Plan, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.state import State
 from dsflow.load.project import load_project
@@ -82,7 +82,8 @@ def example(tmp_path) -> Path:
 
 def plan_of(root: Path, state: State | None = None, **kwargs) -> Plan:
     project = load_project(root, variables=EXAMPLE_VARIABLES)
-    return make_plan(project.name, project.environment, project_resources(project), state or State(), **kwargs)
+    return make_plan(project.name, project.environment, project_resources(project), state or State(),
+                     PlanOptions(**kwargs))
 
 
 def edit(root: Path, path: str, old: str, new: str) -> None:
@@ -118,14 +119,15 @@ def test_second_plan_after_apply_is_all_noop(example):
     assert (again.state_lineage, again.state_serial) == (state.lineage, 17)
 
 
-def test_editing_a_where_clause_replaces_exactly_that_query(example):
+def test_editing_a_where_clause_changes_exactly_that_query_and_keeps_its_checkpoint(example):
     state = applied(plan_of(example))
     edit(example, "sql/pipelines.sql", "WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'")
     plan = plan_of(example, state)
-    assert actions(plan) == {FILTERED_QUERY: Action.REPLACE}
+    assert actions(plan) == {FILTERED_QUERY: Action.UPDATE}
     [change] = plan.actionable
-    assert change.reason == "select changed (forces replacement)"
-    assert "new checkpoint" in change.effect
+    assert change.reason == "select changed"
+    assert change.category == "keep_checkpoint"
+    assert "same checkpoint" in change.effect
     assert "'Page_2'" in change.before["select"] and "'Page_3'" in change.after["select"]
 
 

@@ -43,6 +43,9 @@ class Graph:
         """Creation order: dependencies first; ties broken by kind then name, so it is stable."""
         return list(nx.lexicographical_topological_sort(self._g, key=_sort_key))
 
+    def ancestors(self, node: Address) -> set[Address]:
+        return nx.ancestors(self._g, node) if node in self._g else set()
+
     def descendants(self, node: Address) -> set[Address]:
         return nx.descendants(self._g, node) if node in self._g else set()
 

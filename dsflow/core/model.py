@@ -106,6 +106,9 @@ class Query(Frozen):
     output_columns: tuple[Column, ...]
     trigger_interval: str = "1 second"
     spark_conf: dict[str, str] = Field(default_factory=dict)
+    start_position: str = Field("auto", description="override of the change category: auto, checkpoint, carry, "
+                                                    "earliest or an epoch-ms timestamp")
+    stateful: bool = False
     location: Location | None = None
 
 

@@ -5,6 +5,8 @@ The plan is data: it can be saved as JSON, rendered, and applied. Apply never re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
@@ -13,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
-from dsflow.core.resources import Resource
+from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
+from dsflow.core.resources import Resource, fingerprint
 from dsflow.core.state import State
 
 PLAN_FORMAT_VERSION = 1
@@ -26,11 +29,22 @@ class Action(str, Enum):
     UPDATE = "update"
     REPLACE = "replace"
     DELETE = "delete"
+    REFRESH = "refresh"
     NOOP = "no-op"
 
     @property
     def symbol(self) -> str:
-        return {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "no-op": " "}[self.value]
+        return {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refresh": "!", "no-op": " "}[self.value]
+
+
+class Estimate(BaseModel):
+    """How much a replay re-reads: records from the sources' current offsets, and time at the measured rate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    records: int
+    rate_per_second: float | None = None
+    seconds: float | None = None
 
 
 class Change(BaseModel):
@@ -49,6 +63,12 @@ class Change(BaseModel):
     data_hash: str | None = None
     metadata_hash: str | None = None
     drift: bool = False
+    category: Category | None = Field(None, description="for queries: what happens to running state")
+    override: str | None = Field(None, description="the 'start.position' override that decided the category")
+    estimate: Estimate | None = Field(None, description="for replays: what will be re-read")
+    affected: list[str] = Field(default_factory=list, description="for relation replacements: downstream queries")
+    rollback_of: str | None = Field(None, description="the earlier version this change returns to")
+    observed: str | None = Field(None, description="for refresh-only: what the refresh saw")
 
 
 class Observation(BaseModel):
@@ -72,6 +92,9 @@ class Plan(BaseModel):
     created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     state_lineage: str
     state_serial: int
+    mode: str = Field("normal", description="normal, destroy or refresh-only")
+    targets: list[str] = Field(default_factory=list)
+    desired_fingerprint: str = Field("", description="hash of every desired resource; apply refuses if it moved")
     changes: list[Change]
 
     @property
@@ -83,45 +106,81 @@ class Plan(BaseModel):
         return bool(self.actionable)
 
     def summary(self) -> dict[str, int]:
-        counts = {a.value: 0 for a in Action if a is not Action.NOOP}
+        counts = {a.value: 0 for a in Action if a not in (Action.NOOP, Action.REFRESH)}
+        if self.mode == "refresh-only":
+            counts = {Action.REFRESH.value: 0}
         for change in self.actionable:
             counts[change.action.value] += 1
         return counts
 
 
-def make_plan(
-    project: str,
-    environment: str,
-    desired: list[Resource],
-    state: State,
-    observations: dict[str, Observation] | None = None,
-    destroy: bool = False,
-) -> Plan:
+@dataclass(frozen=True)
+class PlanOptions:
+    """How to plan: what a refresh saw, which resources to target, and the plan's mode."""
+
+    observations: Mapping[str, Observation] = field(default_factory=dict)
+    estimates: Mapping[str, Estimate] = field(default_factory=dict)
+    destroy: bool = False
+    refresh_only: bool = False
+    targets: frozenset[str] = frozenset()
+
+
+def make_plan(project: str, environment: str, desired: list[Resource], state: State,
+              options: PlanOptions | None = None) -> Plan:
     """Diff desired resources against state; deletes come first, in reverse dependency order."""
-    observations = observations or {}
-    wanted = {} if destroy else {str(r.address): r for r in desired}
+    options = options or PlanOptions()
+    wanted = {} if options.destroy else {str(r.address): r for r in desired}
+    mode = "destroy" if options.destroy else "refresh-only" if options.refresh_only else "normal"
+    common = dict(project=project, environment=environment, state_lineage=state.lineage, state_serial=state.serial,
+                  mode=mode, targets=sorted(options.targets), desired_fingerprint=desired_fingerprint(desired))
+    if options.refresh_only:
+        return Plan(changes=_refresh_changes(state, options.observations), **common)
     graph = Graph.from_dependencies({r.address: r.depends_on for r in wanted.values()})
-    forward = _forward_changes(wanted, graph, state, observations)
-    deletes = _delete_changes(wanted, state)
-    return Plan(project=project, environment=environment, state_lineage=state.lineage,
-                state_serial=state.serial, changes=deletes + forward)
+    if options.targets:
+        wanted = _targeted(wanted, graph, options.targets)
+    forward = _forward_changes(wanted, graph, state, options)
+    deletes = _delete_changes(wanted, state, options.targets)
+    return Plan(changes=deletes + forward, **common)
 
 
-def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State,
-                     observations: dict[str, Observation]) -> list[Change]:
+def desired_fingerprint(desired: list[Resource]) -> str:
+    return fingerprint(sorted([str(r.address), r.data_hash, r.metadata_hash] for r in desired))
+
+
+def _targeted(wanted: dict[str, Resource], graph: Graph, targets: frozenset[str]) -> dict[str, Resource]:
+    keep: set[str] = set()
+    for target in targets:
+        if target in wanted:
+            keep.add(target)
+            keep |= {str(a) for a in graph.ancestors(Address.parse(target))}
+    return {k: v for k, v in wanted.items() if k in keep}
+
+
+def _refresh_changes(state: State, observations: Mapping[str, Observation]) -> list[Change]:
+    return [
+        Change(address=key, action=Action.REFRESH, reason=f"drift: {obs.detail}", drift=True,
+               depends_on=state.resources[key].depends_on, before=state.resources[key].data,
+               observed=obs.detail)
+        for key, obs in sorted(observations.items()) if not obs.healthy and key in state.resources
+    ]
+
+
+def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State, options: PlanOptions) -> list[Change]:
     replaced: dict[str, str] = {}
     changes = []
     for address in graph.order():
+        if str(address) not in wanted:
+            continue
         resource = wanted[str(address)]
-        change = _change_for(resource, state, observations, replaced, graph)
+        change = _change_for(resource, state, options, replaced, graph)
         if change.action is Action.REPLACE:
             replaced[change.address] = change.reason
         changes.append(change)
     return changes
 
 
-def _change_for(resource: Resource, state: State, observations: dict[str, Observation],
-                replaced: dict[str, str], graph: Graph) -> Change:
+def _change_for(resource: Resource, state: State, options: PlanOptions, replaced: dict[str, str],
+                graph: Graph) -> Change:
     key = str(resource.address)
     deployed = state.resources.get(key)
     common = dict(address=key, depends_on=[str(d) for d in resource.depends_on], after=resource.data,
@@ -129,17 +188,22 @@ def _change_for(resource: Resource, state: State, observations: dict[str, Observ
                   metadata_hash=resource.metadata_hash)
     kind = resource.address.kind
     if deployed is None:
-        return Change(action=Action.CREATE, reason="not yet deployed", effect=_effect(kind, Action.CREATE), **common)
+        category = Category.NEW if kind is Kind.QUERY else None
+        return Change(action=Action.CREATE, reason="not yet deployed", effect=_effect(kind, Action.CREATE),
+                      category=category, **common)
     common["before"] = deployed.data
+    upstream = _replaced_upstream(resource, graph, replaced)
+    if kind is Kind.QUERY:
+        return query_change(resource, deployed, state, options, upstream, common)
     if deployed.data_hash != resource.data_hash:
         fields = _changed_fields(deployed.data, resource.data)
+        extra = _relation_extra(resource, graph) if kind is Kind.RELATION else {}
         return Change(action=Action.REPLACE, reason=f"{', '.join(fields)} changed (forces replacement)",
-                      effect=_effect(kind, Action.REPLACE), **common)
-    upstream = _replaced_upstream(resource, graph, replaced)
-    if upstream and kind in (Kind.QUERY, Kind.DATAGEN, Kind.RELATION):
+                      effect=_effect(kind, Action.REPLACE), **extra, **common)
+    if upstream and kind in (Kind.DATAGEN, Kind.RELATION):
         return Change(action=Action.REPLACE, reason=f"upstream {upstream} is replaced",
                       effect=_effect(kind, Action.REPLACE), **common)
-    observed = observations.get(key)
+    observed = options.observations.get(key)
     if observed is not None and not observed.healthy:
         return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
                       effect=_effect(kind, Action.UPDATE), **common)
@@ -148,6 +212,11 @@ def _change_for(resource: Resource, state: State, observations: dict[str, Observ
         return Change(action=Action.UPDATE, reason=f"{', '.join(fields)} changed (in place)",
                       effect=_effect(kind, Action.UPDATE), **common)
     return Change(action=Action.NOOP, reason="up to date", **common)
+
+
+def _relation_extra(resource: Resource, graph: Graph) -> dict[str, Any]:
+    downstream = sorted(str(a) for a in graph.descendants(resource.address) if a.kind is Kind.QUERY)
+    return {"category": Category.REPLACE_RELATION, "affected": downstream}
 
 
 def _replaced_upstream(resource: Resource, graph: Graph, replaced: dict[str, str]) -> str | None:
@@ -159,8 +228,10 @@ def _replaced_upstream(resource: Resource, graph: Graph, replaced: dict[str, str
     return None
 
 
-def _delete_changes(wanted: dict[str, Resource], state: State) -> list[Change]:
+def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozenset[str]) -> list[Change]:
     gone = {k: v for k, v in state.resources.items() if k not in wanted}
+    if targets:
+        gone = {k: v for k, v in gone.items() if k in targets or set(v.depends_on) & targets}
     graph = Graph.from_dependencies({Address.parse(k): [Address.parse(d) for d in v.depends_on]
                                      for k, v in gone.items()})
     ordered = list(reversed(graph.order()))
@@ -193,3 +264,53 @@ def _effect(kind: Kind, action: Action) -> str | None:
             Action.DELETE: "topic deleted if dsflow created it",
         }[action]
     return None
+
+
+
+def query_change(resource: Resource, deployed, state: State, options: PlanOptions, upstream: str | None,
+                 common: dict[str, Any]) -> Change:
+    """A deployed query's change: its action and category from the rules in core/categories.py."""
+    key = str(resource.address)
+    override = resource.metadata.get("start_position")
+    observed = options.observations.get(key)
+    rollback = _rollback_version(state, key, deployed.data_hash, resource.data_hash)
+    decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream)
+    if decided is None:
+        if observed is not None and not observed.healthy:
+            return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
+                          category=Category.IN_PLACE, effect=effect_text(Category.IN_PLACE, None), **common)
+        return Change(action=Action.NOOP, reason="up to date", **common)
+    action, category, reason, used_override = decided
+    if rollback:
+        reason = f"rollback to version {rollback}; {reason}"
+    estimate = options.estimates.get(key) if category is Category.REPLAY else None
+    return Change(action=action, reason=reason, category=category, override=used_override, estimate=estimate,
+                  rollback_of=rollback, effect=effect_text(category, used_override), **common)
+
+
+def decide_query(before: dict[str, Any], after: dict[str, Any], before_meta: dict[str, Any],
+                 after_meta: dict[str, Any], override: str | None,
+                 upstream: str | None) -> tuple[Action, Category, str, str | None] | None:
+    """None when nothing changed; else the action, category, reason and deciding override."""
+    if upstream is None and before == after:
+        if before_meta == after_meta:
+            return None
+        fields = _changed_fields(before_meta, after_meta)
+        if "start_position" in fields and is_replay_override(override):
+            return Action.REPLACE, Category.REPLAY, f"'start.position' set to '{override}'", override
+        return Action.UPDATE, Category.IN_PLACE, f"{', '.join(fields)} changed (in place)", None
+    category, used = query_category(before, after, override, upstream is not None)
+    if upstream is not None and before == after:
+        reason = f"upstream {upstream} is replaced"
+    else:
+        reason = f"{', '.join(_changed_fields(before, after))} changed"
+    if used:
+        reason += f"; overridden by 'start.position' = '{used}'"
+    action = Action.UPDATE if category is Category.KEEP_CHECKPOINT else Action.REPLACE
+    return action, category, reason, used
+
+
+def _rollback_version(state: State, key: str, current: str, wanted: str) -> str | None:
+    if current == wanted:
+        return None
+    return next((e.version for e in reversed(state.history(key)) if e.version == wanted), None)

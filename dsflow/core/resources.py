@@ -106,9 +106,11 @@ def _query(project: Project, query) -> Resource:
         "sources": [[s.relation, s.alias, s.starting_position] for s in query.sources],
         "select": query.select_sql,
         "output_columns": [[c.name, c.type] for c in query.output_columns],
+        "stateful": query.stateful,
     }
     metadata = {
         "trigger_interval": query.trigger_interval,
+        "start_position": query.start_position,
         "spark_conf": query.spark_conf,
         "spark_master": project.runtime.spark_master,
         "runtime_spark_conf": project.runtime.spark_conf,

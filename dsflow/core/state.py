@@ -24,6 +24,23 @@ class DeployedResource(BaseModel):
     outputs: dict[str, Any] = Field(default_factory=dict, description="what apply made: pid, checkpoint, created topic")
 
 
+class LedgerEntry(BaseModel):
+    """One version of a continuous query: how it started, where it kept its checkpoint, where it stopped."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    query: str
+    version: str = Field(description="the query's data hash")
+    category: str | None = Field(None, description="how this version started: new, in_place, keep_checkpoint, ...")
+    checkpoint: str
+    started_at: str
+    start_offsets: dict[str, dict[str, int]] | None = Field(None, description="topic -> partition -> offset carried in")
+    start_timestamp: int | None = None
+    stopped_at: str | None = None
+    stop_offsets: dict[str, dict[str, int]] | None = Field(None, description="committed offsets when it stopped")
+    state_serial: int = 0
+
+
 class State(BaseModel):
     """All deployed resources of one project environment."""
 
@@ -35,6 +52,13 @@ class State(BaseModel):
     project: str = ""
     environment: str = ""
     resources: dict[str, DeployedResource] = Field(default_factory=dict)
+    ledger: list[LedgerEntry] = Field(default_factory=list, description="every query version ever applied")
+
+    def history(self, query: str) -> list[LedgerEntry]:
+        return [e for e in self.ledger if e.query == query]
+
+    def with_ledger(self, entries: list[LedgerEntry]) -> State:
+        return self.model_copy(update={"ledger": entries})
 
     def with_lineage(self) -> State:
         return self if self.lineage else self.model_copy(update={"lineage": str(uuid.uuid4())})

@@ -163,7 +163,8 @@ class _Loader:
             self.report(Diagnostic("DSF-E021", f"unknown default store '{cfg.default.store}'", Location(PROJECT_FILE),
                                    hint=did_you_mean(cfg.default.store, stores)))
         ns = Namespace(cfg.default.database, cfg.default.schema_, default_store, {s.fqn for s in schemas}, stores,
-                       self.context.secrets, cfg.runtime.trigger_interval)
+                       self.context.secrets, cfg.runtime.trigger_interval,
+                       topic_prefix=cfg.environments[self.env_name].topic_prefix)
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
         datagens = self._datagens(objects.datagens, ns)

@@ -17,7 +17,7 @@ from dsflow.load.sql import DIALECT, RawStatement, node_location
 from dsflow.load.suggest import did_you_mean
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas"}
-QUERY_PROPS = {"trigger.interval", "starting.position"}
+QUERY_PROPS = {"trigger.interval", "starting.position", "start.position"}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
 VALUE_FORMATS = {"json"}
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
@@ -38,6 +38,7 @@ class Namespace:
     stores: dict[str, Store]
     secrets: set[str]
     trigger_interval: str
+    topic_prefix: str = ""
     relations: dict[str, Relation] = field(default_factory=dict)
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
@@ -162,7 +163,7 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
     configs = {p.key[len(TOPIC_CONFIG_PREFIX):]: p.value for p in st.properties if p.key.startswith(TOPIC_CONFIG_PREFIX)}
     return Relation(fqn=fqn, kind="changelog" if st.kind == "changelog" else "stream", columns=columns,
                     primary_key=primary_key if primary_key is not None else st.primary_key, store=store_name,
-                    topic=_prop(st, "topic") or fqn.rsplit(".", 1)[-1], value_format=value_format,
+                    topic=ns.topic_prefix + (_prop(st, "topic") or fqn.rsplit(".", 1)[-1]), value_format=value_format,
                     key_format=_prop(st, "key.format"), timestamp=timestamp, partitions=partitions,
                     replicas=replicas, topic_configs=configs, location=st.location)
 
@@ -283,7 +284,19 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: str, sources: tuple
     sources = tuple(s.model_copy(update={"starting_position": position}) for s in sources)
     return Query(fqn=fqn, statement=statement, sink=sink, sources=sources, select_sql=select_sql,
                  output_columns=columns, trigger_interval=_prop(st, "trigger.interval") or ns.trigger_interval,
-                 location=st.location)
+                 start_position=_start_position(st, report), location=st.location)
+
+
+def _start_position(st: RawStatement, report: Report) -> str:
+    prop = st.prop("start.position")
+    if prop is None:
+        return "auto"
+    value = prop.value.strip().lower()
+    if value in ("auto", "checkpoint", "carry", "earliest") or value.isdigit():
+        return value
+    report(Diagnostic("DSF-E032", f"'start.position' must be auto, checkpoint, carry, earliest or an epoch-ms "
+                      f"timestamp, got '{prop.value}'", prop.location, hint="'start.position' = 'carry'"))
+    return "auto"
 
 
 def _analyse_select(path: str, st: RawStatement, ns: Namespace,

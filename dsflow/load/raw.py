@@ -42,6 +42,7 @@ class RawEnvironment(Raw):
     """Per-environment values."""
 
     vars: dict[str, Any] = Field(default_factory=dict)
+    topic_prefix: str = Field("", description="prepended to every topic name, so environments can share a broker")
 
 
 class RawProjectConfig(Raw):

@@ -32,6 +32,10 @@ def build_dataframe(spark, spec: QuerySpec):
                .option("bootstrap.servers", source.client_config["bootstrap.servers"])
                .option("topic", source.topic)
                .option("starting.position", source.starting_position))
+        if source.starting_offsets:
+            raw = raw.option("starting.offsets", json.dumps(source.starting_offsets))
+        if source.starting_timestamp is not None:
+            raw = raw.option("starting.timestamp", str(source.starting_timestamp))
         for key, value in source.client_config.items():
             if key != "bootstrap.servers":
                 raw = raw.option(f"kafka.{key}", value)

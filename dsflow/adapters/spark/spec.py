@@ -15,6 +15,8 @@ class SourceSpec(BaseModel):
     client_config: dict[str, str]
     schema_ddl: str = Field(description="Spark DDL of the JSON value, e.g. 'id BIGINT, name STRING'")
     starting_position: str = "earliest"
+    starting_offsets: dict[str, int] | None = Field(None, description="carried from a previous version")
+    starting_timestamp: int | None = Field(None, description="epoch ms to replay from")
 
 
 class SinkSpec(BaseModel):

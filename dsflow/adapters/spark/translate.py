@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from sqlglot import exp
 
 from dsflow.core.model import Column, Project, Query
@@ -9,6 +11,15 @@ from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
 from dsflow.load.sql import parse_one_select
 
 KEY_COLUMN = "__key"
+
+
+@dataclass(frozen=True)
+class StartAt:
+    """Where a new checkpoint's sources start: carried offsets per topic, a position, or a timestamp."""
+
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    position: str | None = None
+    timestamp: int | None = None
 
 
 def spark_type(sql_type: str) -> str:
@@ -35,14 +46,19 @@ def spark_select(query: Query) -> str:
     return select.sql(dialect="spark")
 
 
-def query_spec(project: Project, query: Query, version: str, checkpoint: str, status_path: str) -> QuerySpec:
+def query_spec(project: Project, query: Query, version: str, checkpoint: str, status_path: str,
+               start: StartAt | None = None) -> QuerySpec:
+    """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
+    start = start or StartAt()
     sources = []
     for index, source in enumerate(query.sources):
         relation = project.relation(source.relation)
         store = project.store(relation.store)
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic,
                                   client_config=store.client_config(), schema_ddl=schema_ddl(relation.columns),
-                                  starting_position=source.starting_position))
+                                  starting_position=start.position or source.starting_position,
+                                  starting_offsets=start.offsets.get(relation.topic),
+                                  starting_timestamp=start.timestamp))
     sink_relation = project.relation(query.sink)
     sink_store = project.store(sink_relation.store)
     return QuerySpec(

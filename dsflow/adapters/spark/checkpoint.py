@@ -1,0 +1,24 @@
+"""Reading a Structured Streaming checkpoint: the source offsets of the last committed batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    commits = checkpoint / "commits"
+    ids = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    return max(ids) if ids else None
+
+
+def committed_offsets(checkpoint: Path) -> list[dict[str, int]] | None:
+    """Per source, in query order, the end offsets of the last committed batch; None if nothing committed.
+
+    An offsets file is `v1`, a metadata line, then one JSON offset per source.
+    """
+    batch = last_committed_batch(checkpoint)
+    if batch is None:
+        return None
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    return [{str(k): int(v) for k, v in json.loads(line).items()} for line in lines[2:] if line.strip()]

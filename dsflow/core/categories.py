@@ -1,0 +1,74 @@
+"""What a change to a continuous query does to its running state, decided from data.
+
+    in_place         only runtime settings changed: restart on the same checkpoint
+    keep_checkpoint  the SQL changed in a way Spark resumes from (stateless, same sources)
+    carry_offsets    state cannot be kept; the new version starts each source where the old stopped
+    replay           the new version rebuilds from an earlier position (earliest or a timestamp)
+    replace_relation a relation's schema or key changed; every query downstream is listed
+
+The rules follow Spark's checkpoint compatibility: filters and projections of a stateless query
+may change; the set of sources may not; stateful operators keep state only for identical plans.
+A query's 'start.position' property overrides the decision and the plan shows the override.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+
+class Category(str, Enum):
+    IN_PLACE = "in_place"
+    KEEP_CHECKPOINT = "keep_checkpoint"
+    CARRY_OFFSETS = "carry_offsets"
+    REPLAY = "replay"
+    REPLACE_RELATION = "replace_relation"
+    NEW = "new"
+
+
+OVERRIDES = ("auto", "checkpoint", "carry", "earliest", "<epoch ms>")
+
+EFFECTS = {
+    Category.NEW: "new checkpoint; sources read from their starting position",
+    Category.IN_PLACE: "restarted on the same checkpoint; resumes from its committed offsets",
+    Category.KEEP_CHECKPOINT: "restarted with the new SQL on the same checkpoint; nothing reprocessed or skipped",
+    Category.CARRY_OFFSETS: "new checkpoint; each source starts where the old version stopped "
+                            "(offsets carried from the old checkpoint); nothing reprocessed or skipped",
+    Category.REPLAY: "new checkpoint; sources re-read from {position}",
+}
+
+
+def is_replay_override(value: str | None) -> bool:
+    return value is not None and (value == "earliest" or value.isdigit())
+
+
+def query_category(before: dict[str, Any], after: dict[str, Any], override: str | None,
+                   upstream_replaced: bool) -> tuple[Category, str | None]:
+    """The category of a changed query's data, and the override that decided it (if any)."""
+    if override and override != "auto":
+        if override == "checkpoint":
+            return Category.KEEP_CHECKPOINT, override
+        if override == "carry":
+            return Category.CARRY_OFFSETS, override
+        if is_replay_override(override):
+            return Category.REPLAY, override
+    if upstream_replaced:
+        return Category.REPLAY, None
+    if checkpoint_compatible(before, after):
+        return Category.KEEP_CHECKPOINT, None
+    return Category.CARRY_OFFSETS, None
+
+
+def checkpoint_compatible(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Spark can resume `after` from `before`'s checkpoint: both stateless, same sources, same sink topic."""
+    if before.get("stateful") or after.get("stateful"):
+        return False
+    same_sources = [s[0] for s in before.get("sources", [])] == [s[0] for s in after.get("sources", [])]
+    return same_sources and before.get("sink") == after.get("sink")
+
+
+def effect_text(category: Category, override: str | None) -> str:
+    if category is Category.REPLAY:
+        position = "the earliest offset" if override in (None, "earliest") else f"timestamp {override} (epoch ms)"
+        return EFFECTS[category].format(position=position)
+    return EFFECTS[category]
