@@ -6,6 +6,8 @@ again converges. A plan made against another state (lineage or serial) is refuse
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -15,7 +17,7 @@ from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change, Plan
 from dsflow.core.plan import desired_fingerprint
 from dsflow.core.resources import project_resources
-from dsflow.core.state import DeployedResource, LedgerEntry, State
+from dsflow.core.state import DeployedResource, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
 from dsflow.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.workspace import Workspace
@@ -62,13 +64,20 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
         state = backend.read()
         check_plan_is_current(plan, state, project)
         state = state.with_lineage().model_copy(update={"project": project.name, "environment": project.environment})
-        ctx = Context(project, workspace)
+        interrupted = state.pending
         pending = list(plan.actionable)
         for index, change in enumerate(pending):
             on_event("start", change)
+            resumed = interrupted.intent if interrupted and interrupted.address == change.address else {}
+            state = state.with_pending(PendingChange(address=change.address, action=change.action.value,
+                                                     intent=dict(resumed)))
+            backend.write(state)
+            holder = _IntentRecorder(backend, state)
+            ctx = Context(project, workspace, note=holder.note, resumed=resumed)
             try:
-                state = _apply_one(ctx, change, state)
+                state = _apply_one(ctx, change, holder.state).with_pending(None)
             except (DsflowError, Exception) as err:  # noqa: BLE001 - reported with the change that failed
+                state = holder.state
                 result.failed = (change, err)
                 result.skipped = pending[index + 1:]
                 on_event("failed", change)
@@ -79,6 +88,26 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             on_event("done", change)
         backend.write(state)
     return result
+
+
+PAUSE_AFTER_NOTE = "DSFLOW_FAILPOINT_PAUSE_AFTER_NOTE"
+"""Set to a resource address to make apply stop dead right after noting intent for it (tests only)."""
+
+
+class _IntentRecorder:
+    """Saves what an executor notes (a PID, whether a topic existed) before it acts on it."""
+
+    def __init__(self, backend, state: State):
+        self.backend = backend
+        self.state = state
+
+    def note(self, intent: dict) -> None:
+        pending = self.state.pending
+        merged = pending.model_copy(update={"intent": {**pending.intent, **intent}})
+        self.state = self.state.with_pending(merged)
+        self.backend.write(self.state)
+        if os.environ.get(PAUSE_AFTER_NOTE) == pending.address:
+            time.sleep(3600)  # a failpoint: tests kill the apply here, the worst moment to die
 
 
 def _apply_one(ctx: Context, change: Change, state: State) -> State:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,8 +32,13 @@ DATAGEN_MODULE = "dsflow.datagen"
 
 @dataclass(frozen=True)
 class Context:
+    """What executors may use: the project, its paths, and a way to note intent before acting."""
+
     project: Project
     workspace: Workspace
+    note: Callable[[dict[str, Any]], None] = lambda _: None
+    resumed: dict[str, Any] = field(default_factory=dict)
+    """What an earlier, interrupted attempt at the same change noted."""
 
 
 class Executor(Protocol):
@@ -60,14 +66,18 @@ class TopicExecutor:
     """A relation's Kafka topic: created with its partitions and configs, deleted only if dsflow created it."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
-        from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+        from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic
 
         relation = ctx.project.relation(Address.parse(change.address).name)
         store = ctx.project.store(relation.store)
         spec = TopicSpec(relation.topic, relation.partitions, relation.replicas, dict(relation.topic_configs))
+        existed = ctx.resumed.get("topic_existed")
+        if existed is None:
+            existed = describe_topic(store.bootstrap_servers, relation.topic, store.properties) is not None
+            ctx.note({"topic_existed": existed})
         created = ensure_topic(store.bootstrap_servers, spec, store.properties)
         return {"topic": relation.topic, "store": store.name, "bootstrap": store.bootstrap_servers,
-                "created_by_dsflow": created}
+                "created_by_dsflow": created or not existed}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         outputs = self.create(ctx, change)
@@ -118,12 +128,14 @@ class QueryExecutor:
         run_dir = ctx.workspace.query_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
         _stop_orphan(run_dir)
+        process.stop(ctx.resumed.get("pid"), DRIVER_MODULE)
         spec = query_spec(ctx.project, query, change.data_hash or "v", str(checkpoint), str(run_dir / "status.json"),
                           start)
         spec_path = run_dir / "spec.json"
         spec_path.write_text(spec.model_dump_json(indent=2))
         (run_dir / "status.json").unlink(missing_ok=True)
         pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log")
+        ctx.note({"pid": pid})
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp}
         return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),

@@ -41,6 +41,16 @@ class LedgerEntry(BaseModel):
     state_serial: int = 0
 
 
+class PendingChange(BaseModel):
+    """A change apply started but has not recorded yet, with what the executor noted on the way."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str
+    action: str
+    intent: dict[str, Any] = Field(default_factory=dict)
+
+
 class State(BaseModel):
     """All deployed resources of one project environment."""
 
@@ -53,6 +63,10 @@ class State(BaseModel):
     environment: str = ""
     resources: dict[str, DeployedResource] = Field(default_factory=dict)
     ledger: list[LedgerEntry] = Field(default_factory=list, description="every query version ever applied")
+    pending: PendingChange | None = Field(None, description="set while a change runs; left behind if apply died")
+
+    def with_pending(self, pending: PendingChange | None) -> State:
+        return self.model_copy(update={"pending": pending, "serial": self.serial + 1})
 
     def history(self, query: str) -> list[LedgerEntry]:
         return [e for e in self.ledger if e.query == query]

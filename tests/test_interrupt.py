@@ -1,0 +1,130 @@
+"""Interrupted applies: kill -9 and Ctrl-C mid-way, then plan and apply again converge."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dsflow import operations
+from dsflow.adapters import process
+from dsflow.adapters.kafka.admin import list_topics
+from dsflow.apply import PAUSE_AFTER_NOTE
+from dsflow.executors import DRIVER_MODULE
+
+pytestmark = pytest.mark.integration
+
+SQL = """
+CREATE STREAM {p}_src (id BIGINT, v VARCHAR) WITH ('topic' = '{p}_src', 'value.format' = 'json');
+CREATE STREAM {p}_a (id BIGINT) WITH ('topic' = '{p}_a', 'value.format' = 'json');
+CREATE STREAM {p}_b (id BIGINT) WITH ('topic' = '{p}_b', 'value.format' = 'json');
+CREATE STREAM {p}_out WITH ('topic' = '{p}_out') AS SELECT id, v FROM {p}_src WHERE id > 0;
+"""
+
+
+def _project(tmp_path: Path, prefix: str) -> Path:
+    root = tmp_path / prefix
+    root.mkdir()
+    (root / "dsflow.yml").write_text(f"name: {prefix}\ndefault:\n  store: k\nruntime:\n  spark_conf:\n"
+                                     "    spark.driver.memory: 512m\n")
+    (root / "stores.yml").write_text("stores:\n  - name: k\n    type: kafka\n"
+                                     "    bootstrap_servers: \"{{ var('bootstrap') }}\"\n")
+    (root / "p.sql").write_text(SQL.format(p=prefix))
+    return root
+
+
+def _dsflow(root: Path, broker: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var", f"bootstrap={broker}", *args]
+
+
+def _state_file(root: Path) -> Path:
+    return root / ".dsflow" / "state" / "dev.json"
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def _pending_pid(root: Path) -> int | None:
+    try:
+        pending = json.loads(_state_file(root).read_text()).get("pending") or {}
+    except (OSError, ValueError):
+        return None
+    return (pending.get("intent") or {}).get("pid")
+
+
+def _drivers_for(root: Path) -> list[int]:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(DRIVER_MODULE in c for c in cmd) and any(str(root) in c for c in cmd):
+            found.append(proc.info["pid"])
+    return found
+
+
+def test_kill_9_during_apply_then_apply_again_converges(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "killed")
+    env = {**os.environ, PAUSE_AFTER_NOTE: "query.default.public.killed_out"}
+    apply = subprocess.Popen(_dsflow(root, broker, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=env)
+    _wait_for(lambda: _pending_pid(root) is not None)
+    os.kill(apply.pid, signal.SIGKILL)
+    apply.wait()
+    orphan = _pending_pid(root)
+
+    locked = subprocess.run(_dsflow(root, broker, "apply", "--auto-approve"), capture_output=True, text=True)
+    assert locked.returncode == 1 and "DSF-E802" in locked.stderr and "'apply'" in locked.stderr
+    lock_id = json.loads((root / ".dsflow" / "state" / "dev.lock").read_text())["id"]
+    assert subprocess.run(_dsflow(root, broker, "force-unlock", lock_id)).returncode == 0
+
+    again = subprocess.run(_dsflow(root, broker, "apply", "--auto-approve"), capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    try:
+        assert not process.is_running(orphan, DRIVER_MODULE), "the driver of the interrupted apply was left running"
+        assert len(_drivers_for(root)) == 1
+        loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
+        assert not operations.plan(loaded).has_changes
+        state = loaded.workspace.state_backend().read()
+        assert state.pending is None
+        assert all(r.outputs["created_by_dsflow"] for k, r in state.resources.items() if k.startswith("relation."))
+    finally:
+        done = subprocess.run(_dsflow(root, broker, "destroy", "--auto-approve"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not {t for t in list_topics(broker) if t.startswith("killed_")}
+    assert not _drivers_for(root)
+
+
+def test_ctrl_c_during_apply_leaves_state_consistent(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "sigint")
+    apply = subprocess.Popen(_dsflow(root, broker, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    _wait_for(lambda: _state_file(root).exists() and len(json.loads(_state_file(root).read_text())["resources"]) >= 2)
+    apply.send_signal(signal.SIGINT)
+    assert apply.wait(60) != 0
+    assert not (root / ".dsflow" / "state" / "dev.lock").exists(), "Ctrl-C left the state locked"
+    loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
+    recorded = set(loaded.workspace.state_backend().read().resources)
+    assert recorded, "nothing recorded"
+    topics = set(list_topics(broker))
+    for address in recorded:
+        if address.startswith("relation."):
+            assert address.rsplit(".", 1)[-1] in topics
+    result = operations.apply(loaded, operations.plan(loaded))
+    assert result.ok, result.failed
+    assert not operations.plan(loaded).has_changes
+    assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
+    assert not {t for t in list_topics(broker) if t.startswith("sigint_")}
+    assert not _drivers_for(root)
