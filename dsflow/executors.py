@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dsflow.adapters import process
+from dsflow.adapters.spark.spec import ENV_REF
 from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category
@@ -131,10 +132,11 @@ class QueryExecutor:
         process.stop(ctx.resumed.get("pid"), DRIVER_MODULE)
         spec = query_spec(ctx.project, query, change.data_hash or "v", str(checkpoint), str(run_dir / "status.json"),
                           start)
+        spec, secrets = _secrets_to_env(spec, ctx.project)
         spec_path = run_dir / "spec.json"
         spec_path.write_text(spec.model_dump_json(indent=2))
         (run_dir / "status.json").unlink(missing_ok=True)
-        pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log")
+        pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=secrets)
         ctx.note({"pid": pid})
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp}
@@ -150,6 +152,27 @@ class QueryExecutor:
         topics = deployed.outputs.get("topics", [])
         by_topic = dict(zip(topics, offsets)) if offsets else None
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
+
+
+def _secrets_to_env(spec, project: Project):
+    """Secret values leave the spec file: it names environment variables the driver is started with."""
+    secret_values = {v for store in project.stores for k, v in store.client_config().items()
+                     if k in store.sensitive or (k == "bootstrap.servers" and "bootstrap_servers" in store.sensitive)}
+    env: dict[str, str] = {}
+
+    def hide(config: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for key, value in config.items():
+            if value in secret_values:
+                name = f"DSFLOW_SECRET_{len(env)}"
+                env[name] = value
+                value = f"{ENV_REF}{name}"
+            out[key] = value
+        return out
+
+    sources = [s.model_copy(update={"client_config": hide(s.client_config)}) for s in spec.sources]
+    sink = spec.sink.model_copy(update={"client_config": hide(spec.sink.client_config)})
+    return spec.model_copy(update={"sources": sources, "sink": sink}), env
 
 
 def _fresh_version_dir(change: Change) -> str:

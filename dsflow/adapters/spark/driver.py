@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dsflow.adapters.spark.spec import QuerySpec
+from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 
 STATUS_EVERY_SECONDS = 2.0
 
@@ -127,8 +127,18 @@ def run(spec: QuerySpec) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    spec = QuerySpec.model_validate_json(Path(args[0]).read_text())
+    spec = resolve_env_refs(QuerySpec.model_validate_json(Path(args[0]).read_text()))
     return run(spec)
+
+
+def resolve_env_refs(spec: QuerySpec) -> QuerySpec:
+    """Client settings written as '@env:NAME' (secrets) take their value from the environment."""
+    def resolve(config: dict[str, str]) -> dict[str, str]:
+        return {k: os.environ.get(v[len(ENV_REF):], "") if v.startswith(ENV_REF) else v for k, v in config.items()}
+
+    sources = [s.model_copy(update={"client_config": resolve(s.client_config)}) for s in spec.sources]
+    sink = spec.sink.model_copy(update={"client_config": resolve(spec.sink.client_config)})
+    return spec.model_copy(update={"sources": sources, "sink": sink})
 
 
 if __name__ == "__main__":

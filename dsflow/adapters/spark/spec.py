@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+ENV_REF = "@env:"
+"""A client setting written '@env:NAME' takes its value from the driver's environment (secrets stay off disk)."""
+
 
 class SourceSpec(BaseModel):
     """One Kafka topic read into a temporary view."""
