@@ -15,7 +15,7 @@ from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
 def refresh(state: State) -> dict[str, Observation]:
     """One observation per deployed query, datagen and relation."""
     observations: dict[str, Observation] = {}
-    topics_by_bootstrap: dict[str, set[str] | None] = {}
+    topics_by_bootstrap: dict[str, dict[str, int] | None] = {}
     for key, deployed in state.resources.items():
         kind = Address.parse(key).kind
         if kind is Kind.QUERY:
@@ -64,8 +64,8 @@ def _observe_datagen(deployed: DeployedResource) -> Observation:
                        detail="running" if running else "generator process is not running")
 
 
-def _observe_topic(deployed: DeployedResource, cache: dict[str, set[str] | None]) -> Observation | None:
-    from dsflow.adapters.kafka.admin import list_topics
+def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] | None]) -> Observation | None:
+    from dsflow.adapters.kafka.admin import partition_counts
     from dsflow.errors import DsflowError
 
     bootstrap = deployed.outputs.get("bootstrap")
@@ -73,16 +73,20 @@ def _observe_topic(deployed: DeployedResource, cache: dict[str, set[str] | None]
         return None
     if bootstrap not in cache:
         try:
-            cache[bootstrap] = set(list_topics(bootstrap))
+            cache[bootstrap] = partition_counts(bootstrap)
         except DsflowError:
             cache[bootstrap] = None
     topics = cache[bootstrap]
     if topics is None:
         return Observation(address=deployed.address, healthy=False, detail=f"broker {bootstrap} is unreachable")
-    if deployed.outputs.get("topic") not in topics:
+    topic = deployed.outputs.get("topic")
+    if topic not in topics:
         return Observation(address=deployed.address, healthy=False, detail="topic is missing")
+    expected = deployed.data.get("partitions")
+    if expected and topics[topic] != expected:
+        return Observation(address=deployed.address, healthy=False,
+                           detail=f"topic has {topics[topic]} partitions, the project declares {expected}")
     return Observation(address=deployed.address, healthy=True, detail="topic exists")
-
 
 
 def replay_estimate(project, change, deployed: DeployedResource | None) -> Estimate | None:

@@ -130,3 +130,28 @@ def test_topic_produce_and_print_through_the_cli(tmp_path: Path, broker: str) ->
     assert {r["key"] for r in printed} == {f"p{i}" for i in range(5)}
     bad = runner.invoke(cli, [*args, "topic", "produce", "clicks"], input='{"id": 1}\n{oops\n')
     assert bad.exit_code == 1 and "line 2" in (bad.output + str(bad.exception))
+
+
+def test_drift_missing_topic_is_shown_and_repaired(tmp_path: Path, broker: str) -> None:
+    from dsflow.adapters.kafka.admin import delete_topic
+
+    root = _project(tmp_path, "drift", """
+        CREATE STREAM a (id BIGINT) WITH ('topic' = 'drift_a', 'value.format' = 'json', 'topic.partitions' = 2);
+        CREATE STREAM b (id BIGINT) WITH ('topic' = 'drift_b', 'value.format' = 'json');
+    """)
+    loaded = operations.load(_options(root, broker))
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    delete_topic(broker, "drift_a")
+    delete_topic(broker, "drift_b")
+    ensure_topic(broker, TopicSpec("drift_b", 3, 1))
+    plan = operations.plan(loaded)
+    drift = {c.address: (c.action, c.drift, c.reason) for c in plan.actionable}
+    assert drift == {
+        "relation.default.public.a": (Action.UPDATE, True, "drift: topic is missing"),
+        "relation.default.public.b": (Action.UPDATE, True, "drift: topic has 3 partitions, the project declares 1"),
+    }
+    refresh_only = operations.plan(loaded, refresh_only=True)
+    assert {c.address for c in refresh_only.actionable} == set(drift)
+    result = operations.apply(loaded, plan)
+    assert describe_topic(broker, "drift_a").partitions == 2
+    assert not result.ok and result.failed[1].code == "DSF-E701"

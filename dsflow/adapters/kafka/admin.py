@@ -96,6 +96,12 @@ def list_topics(bootstrap: str, extra: Mapping[str, str] | None = None) -> list[
     return sorted(name for name in metadata.topics if not name.startswith("__"))
 
 
+def partition_counts(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Every topic's partition count, from one metadata request."""
+    metadata = _metadata(_admin(bootstrap, extra), bootstrap)
+    return {name: len(t.partitions) for name, t in metadata.topics.items() if not name.startswith("__")}
+
+
 def _admin(bootstrap: str, extra: Mapping[str, str] | None) -> Any:
     from confluent_kafka.admin import AdminClient
 
