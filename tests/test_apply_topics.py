@@ -155,3 +155,14 @@ def test_drift_missing_topic_is_shown_and_repaired(tmp_path: Path, broker: str) 
     result = operations.apply(loaded, plan)
     assert describe_topic(broker, "drift_a").partitions == 2
     assert not result.ok and result.failed[1].code == "DSF-E701"
+
+
+def test_saved_plan_is_refused_when_the_project_changed_since(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "edited", "CREATE STREAM s (id BIGINT) WITH ('topic' = 'edited_s', 'value.format' = 'json');")
+    loaded = operations.load(_options(root, broker))
+    saved = operations.plan(loaded)
+    (root / "more.sql").write_text("CREATE STREAM t (id BIGINT) WITH ('topic' = 'edited_t', 'value.format' = 'json');")
+    with pytest.raises(DsflowError) as err:
+        operations.apply(operations.load(_options(root, broker)), saved)
+    assert err.value.code == "DSF-E821"
+    assert "edited_s" not in list_topics(broker)

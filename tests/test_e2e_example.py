@@ -15,12 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from dsflow import operations
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import list_topics
 from dsflow.adapters.kafka.client import print_records, produce_json_lines
 from dsflow.core.plan import Action
+from dsflow.cli import cli
 from dsflow.executors import DRIVER_MODULE
 
 pytestmark = pytest.mark.integration
@@ -159,6 +161,9 @@ def _carry_offsets(project_dir: Path, options: operations.Options, broker: str, 
     history = _state(options).history(QUERY_FILTERED)
     assert history[-2].stop_offsets and history[-1].start_offsets == history[-2].stop_offsets
     assert history[-1].checkpoint != history[-2].checkpoint and history[-1].category == "carry_offsets"
+    shown = CliRunner().invoke(cli, ["-C", str(project_dir), "--var", f"bootstrap={broker}", "history",
+                                     "pageviews_filtered", "--json"])
+    assert [e["category"] for e in json.loads(shown.output)] == ["new", "keep_checkpoint", "carry_offsets"]
 
     batch = _produce_batch(broker, 30_000, 100)
     by_id.update(batch)
