@@ -273,7 +273,7 @@ def main() -> None:
         err_console.print(diagnostics_text([d.to_dict() for d in err.diagnostics]), markup=False)
         sys.exit(1)
     except DsflowError as err:
-        err_console.print(f"Error: {err}", markup=False)
+        err_console.print(str(err), markup=False)
         sys.exit(1)
     except SystemExit:
         raise

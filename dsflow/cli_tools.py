@@ -63,7 +63,7 @@ def _bootstrap(ctx: click.Context, bootstrap: str | None, store: str | None) -> 
     name = store or project.default_store
     found = project.store(name) if name else None
     if found is None:
-        raise DsflowError("DSF-E030", f"no store '{name}' in the project", hint="pass --store NAME or --bootstrap")
+        raise DsflowError("DSF-E021", f"no store '{name}' in the project", hint="pass --store NAME or --bootstrap")
     return found.bootstrap_servers, dict(found.properties)
 
 

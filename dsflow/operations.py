@@ -49,17 +49,29 @@ def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh
          targets: frozenset[str] = frozenset()) -> Plan:
     """Refresh (unless told not to), diff, and attach replay estimates measured on the sources."""
     state = loaded.workspace.state_backend().read()
-    observations = refresh(state) if (do_refresh or refresh_only) and not destroy else {}
+    _check_targets(targets, loaded.project, state)
+    observations = refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
     options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets)
     resources = project_resources(loaded.project)
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
-    replays = [c for c in the_plan.changes if c.category is Category.REPLAY]
+    replays = [c for c in the_plan.changes if c.category is Category.REPLAY and c.override]
     if not replays:
         return the_plan
     estimates = {c.address: e for c in replays
                  if (e := replay_estimate(loaded.project, c, state.resources.get(c.address))) is not None}
     options = PlanOptions(observations=observations, destroy=destroy, targets=targets, estimates=estimates)
     return make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+
+
+def _check_targets(targets: frozenset[str], project: Project, state) -> None:
+    known = {str(r.address) for r in project_resources(project)} | set(state.resources)
+    for target in sorted(targets):
+        if target not in known:
+            from dsflow.errors import DsflowError
+            from dsflow.load.suggest import did_you_mean
+
+            raise DsflowError("DSF-E024", f"--target '{target}' names no resource of the project or the state",
+                              hint=did_you_mean(target, known))
 
 
 def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None) -> ApplyResult:

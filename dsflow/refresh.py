@@ -12,8 +12,8 @@ from dsflow.core.state import DeployedResource, State
 from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
 
 
-def refresh(state: State) -> dict[str, Observation]:
-    """One observation per deployed query, datagen and relation."""
+def refresh(state: State, project=None) -> dict[str, Observation]:
+    """One observation per deployed query, datagen and relation (store settings from the project if known)."""
     observations: dict[str, Observation] = {}
     topics_by_bootstrap: dict[str, dict[str, int] | None] = {}
     for key, deployed in state.resources.items():
@@ -23,7 +23,7 @@ def refresh(state: State) -> dict[str, Observation]:
         elif kind is Kind.DATAGEN:
             observations[key] = _observe_datagen(deployed)
         elif kind is Kind.RELATION:
-            observation = _observe_topic(deployed, topics_by_bootstrap)
+            observation = _observe_topic(deployed, topics_by_bootstrap, _store_properties(project, deployed))
             if observation is not None:
                 observations[key] = observation
     return observations
@@ -64,7 +64,13 @@ def _observe_datagen(deployed: DeployedResource) -> Observation:
                        detail="running" if running else "generator process is not running")
 
 
-def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] | None]) -> Observation | None:
+def _store_properties(project, deployed: DeployedResource) -> dict[str, str] | None:
+    store = project.store(deployed.outputs.get("store", "")) if project is not None else None
+    return dict(store.properties) if store is not None else None
+
+
+def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] | None],
+                   extra: dict[str, str] | None = None) -> Observation | None:
     from dsflow.adapters.kafka.admin import partition_counts
     from dsflow.errors import DsflowError
 
@@ -73,7 +79,7 @@ def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] |
         return None
     if bootstrap not in cache:
         try:
-            cache[bootstrap] = partition_counts(bootstrap)
+            cache[bootstrap] = partition_counts(bootstrap, extra)
         except DsflowError:
             cache[bootstrap] = None
     topics = cache[bootstrap]

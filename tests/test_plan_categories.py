@@ -161,3 +161,22 @@ def test_refresh_only_lists_drift_and_nothing_else(deployed):
         ENRICHED: Observation(address=ENRICHED, healthy=False, detail="query process is not running")})
     assert [(c.address, c.action) for c in plan.actionable] == [(ENRICHED, Action.REFRESH)]
     assert plan.mode == "refresh-only"
+
+
+def test_destroy_with_a_target_removes_everything_that_depends_on_it(deployed):
+    root, state = deployed
+    plan = plan_of(root, state, destroy=True, targets=frozenset({"relation.analytics.public.pageviews"}))
+    deleted = {c.address for c in plan.actionable}
+    assert deleted == {"relation.analytics.public.pageviews", FILTERED, ENRICHED, "datagen.pageviews_feed"}
+    assert [c.address for c in plan.actionable][-1] == "relation.analytics.public.pageviews"
+
+
+def test_unknown_target_is_an_error(tmp_path):
+    from dsflow import operations
+    from dsflow.errors import DsflowError
+
+    root = copy_example(tmp_path)
+    loaded = operations.load(operations.Options(root, None, EXAMPLE_VARIABLES))
+    with pytest.raises(DsflowError) as err:
+        operations.plan(loaded, targets=frozenset({"query.analytics.curated.pageviews_filterd"}))
+    assert err.value.code == "DSF-E024" and "pageviews_filtered" in err.value.hint

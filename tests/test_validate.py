@@ -519,3 +519,20 @@ def test_rotated_secret_changes_the_metadata_fingerprint_only(tmp_path):
     assert str(first.address) == "store.kafka_main"
     assert first.data_hash == second.data_hash, "rotating a secret must not replace the store and its topics"
     assert first.metadata_hash != second.metadata_hash
+
+
+def test_e023_two_relations_sharing_a_topic(tmp_path):
+    found = diagnostics(tmp_path, {**SOURCES, "sql/copy.sql": """\
+        CREATE STREAM curated_copy WITH ('topic' = 'pageviews') AS SELECT * FROM pageviews;
+        """})
+    d = only(found, "DSF-E023")
+    assert d.location.file == "sql/copy.sql" and d.location.line == 1
+    assert "share topic 'pageviews'" in d.message and "'topic'" in d.hint
+
+
+def test_e032_trigger_interval_must_be_a_duration(tmp_path):
+    found = diagnostics(tmp_path, {**SOURCES, "sql/q.sql": """\
+        CREATE STREAM fast WITH ('trigger.interval' = 'often') AS SELECT * FROM pageviews;
+        """})
+    d = only(found, "DSF-E032")
+    assert d.location.file == "sql/q.sql" and "'trigger.interval'" in d.message

@@ -231,7 +231,10 @@ def _replaced_upstream(resource: Resource, graph: Graph, replaced: dict[str, str
 def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozenset[str]) -> list[Change]:
     gone = {k: v for k, v in state.resources.items() if k not in wanted}
     if targets:
-        gone = {k: v for k, v in gone.items() if k in targets or set(v.depends_on) & targets}
+        deployed = Graph.from_dependencies({Address.parse(k): [Address.parse(d) for d in v.depends_on]
+                                            for k, v in state.resources.items()})
+        reach = set(targets) | {str(a) for t in targets for a in deployed.descendants(Address.parse(t))}
+        gone = {k: v for k, v in gone.items() if k in reach}
     graph = Graph.from_dependencies({Address.parse(k): [Address.parse(d) for d in v.depends_on]
                                      for k, v in gone.items()})
     ordered = list(reversed(graph.order()))

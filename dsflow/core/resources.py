@@ -89,12 +89,12 @@ def _relation(relation: Relation) -> Resource:
         "store": relation.store,
         "topic": relation.topic,
         "value_format": relation.value_format,
-        "key_format": relation.key_format,
         "partitions": relation.partitions,
         "replicas": relation.replicas,
         "topic_configs": relation.topic_configs,
     }
-    return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, {"timestamp": relation.timestamp})
+    metadata = {"timestamp": relation.timestamp, "key_format": relation.key_format}
+    return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
 
 
 def _query(project: Project, query) -> Resource:

@@ -167,6 +167,7 @@ class _Loader:
                        topic_prefix=cfg.environments[self.env_name].topic_prefix)
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
+        self._check_topic_clashes(list(ns.relations.values()))
         datagens = self._datagens(objects.datagens, ns)
         known = {str(Address(Kind.RELATION, r)): "" for r in ns.relations}
         known |= {f"store.{s}": "" for s in stores} | {f"database.{d.name}": "" for d in databases}
@@ -193,6 +194,16 @@ class _Loader:
                 self.report(Diagnostic("DSF-E020", f"{what} '{name}' is defined twice", loc,
                                        hint=f"first defined at {seen[name]}"))
             seen.setdefault(name, loc)
+
+    def _check_topic_clashes(self, relations) -> None:
+        owners: dict[tuple[str, str], str] = {}
+        for relation in relations:
+            key = (relation.store, relation.topic)
+            if key in owners:
+                self.report(Diagnostic("DSF-E023", f"relations '{owners[key]}' and '{relation.fqn}' share topic "
+                                       f"'{relation.topic}' on store '{relation.store}'", relation.location,
+                                       hint="give one of them its own 'topic' property"))
+            owners.setdefault(key, relation.fqn)
 
     def _check_query_cycles(self, queries) -> None:
         deps: dict[Address, list[Address]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -283,8 +284,22 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: str, sources: tuple
         position = "earliest"
     sources = tuple(s.model_copy(update={"starting_position": position}) for s in sources)
     return Query(fqn=fqn, statement=statement, sink=sink, sources=sources, select_sql=select_sql,
-                 output_columns=columns, trigger_interval=_prop(st, "trigger.interval") or ns.trigger_interval,
+                 output_columns=columns, trigger_interval=_trigger_interval(st, ns, report),
                  start_position=_start_position(st, report), location=st.location)
+
+
+INTERVAL = re.compile(r"^\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)$", re.I)
+
+
+def _trigger_interval(st: RawStatement, ns: Namespace, report: Report) -> str:
+    prop = st.prop("trigger.interval")
+    if prop is None:
+        return ns.trigger_interval
+    if not INTERVAL.match(prop.value.strip()):
+        report(Diagnostic("DSF-E032", f"'trigger.interval' must be a duration like '1 second' or '500 ms', "
+                          f"got '{prop.value}'", prop.location, hint="'trigger.interval' = '5 seconds'"))
+        return ns.trigger_interval
+    return prop.value.strip()
 
 
 def _start_position(st: RawStatement, report: Report) -> str:
