@@ -13,7 +13,7 @@ from dsflow import operations
 from dsflow.errors import DsflowError
 
 console = Console(highlight=False, soft_wrap=True)
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).parent / "templates"  # a link to the repository's templates/, copied into wheels
 
 
 def _dev_dir(options: operations.Options) -> Path:
