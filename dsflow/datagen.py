@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import signal
@@ -328,6 +329,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--column", action="append", default=[], metavar="NAME:TYPE", help="for --generator columns")
     p.add_argument("--key", action="append", default=[], metavar="COLUMN", help="key column(s) for columns")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE", help="extra producer setting")
+    p.add_argument("--progress-file", default=None, help="where to record the next sequence number")
     return p
 
 
@@ -351,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def log(total: int) -> None:
         print(f"datagen {args.topic}: {total} records produced", flush=True)
+        if args.progress_file:
+            _write_progress(args.progress_file, args.start_seq + total)
 
     try:
         spec = DatagenSpec(
@@ -359,13 +363,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             start_seq=args.start_seq,
         )
         print(f"datagen {args.topic}: started ({args.generator}, rate {args.rate:g}/s)", flush=True)
-        total = run(args.bootstrap, spec, stop, config=dict(_split(args.property, "=", "--property", parser)),
-                    on_progress=log)
+        config = {**json.loads(os.environ.get(PROPERTIES_ENV, "{}")),
+                  **dict(_split(args.property, "=", "--property", parser))}
+        total = run(args.bootstrap, spec, stop, config=config, on_progress=log)
     except DsflowError as exc:
         print(str(exc), file=sys.stderr, flush=True)
         return 1
     print(f"datagen {args.topic}: done, {total} records produced", flush=True)
+    if args.progress_file:
+        _write_progress(args.progress_file, args.start_seq + total)
     return 0
+
+
+PROPERTIES_ENV = "DSFLOW_DATAGEN_PROPERTIES"
+"""JSON object of producer settings, passed through the environment so secrets stay out of `ps`."""
+
+
+def _write_progress(path: str, next_seq: int) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump({"next_seq": next_seq}, handle)
+    os.replace(tmp, path)
+
+
+def read_progress(path: str) -> int:
+    """The sequence number a restarted generator continues from (0 if it never ran)."""
+    try:
+        with open(path) as handle:
+            return int(json.load(handle)["next_seq"])
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 if __name__ == "__main__":

@@ -197,23 +197,32 @@ def _stop_orphan(run_dir: Path) -> None:
 
 
 class DatagenExecutor:
-    """A background data generator feeding a relation's topic."""
+    """A background data generator feeding a relation's topic; a restart continues its ids."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        from dsflow.datagen import PROPERTIES_ENV, read_progress
+
         name = Address.parse(change.address).name
         gen = next(g for g in ctx.project.datagens if g.name == name)
         relation = ctx.project.relation(gen.relation)
         store = ctx.project.store(relation.store)
         run_dir = ctx.workspace.datagen_dir(name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        process.stop(ctx.resumed.get("pid"), DATAGEN_MODULE, timeout=15)
+        progress = run_dir / "progress.json"
+        start_seq = read_progress(str(progress))
         args = ["--bootstrap", store.bootstrap_servers, "--topic", relation.topic, "--generator", gen.generator,
-                "--rate", str(gen.rate), "--seed", str(gen.seed)]
+                "--rate", str(gen.rate), "--seed", str(gen.seed), "--start-seq", str(start_seq),
+                "--progress-file", str(progress)]
         if gen.count is not None:
-            args += ["--count", str(gen.count)]
+            args += ["--count", str(max(0, gen.count - start_seq))]
         for column in relation.columns:
             args += ["--column", f"{column.name}:{column.type}"]
         for key in relation.primary_key:
             args += ["--key", key]
-        pid = process.launch(DATAGEN_MODULE, args, run_dir / "datagen.log")
+        env = {PROPERTIES_ENV: json.dumps(dict(store.properties))}
+        pid = process.launch(DATAGEN_MODULE, args, run_dir / "datagen.log", env=env)
+        ctx.note({"pid": pid})
         return {"pid": pid, "topic": relation.topic}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:

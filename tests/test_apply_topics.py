@@ -166,3 +166,30 @@ def test_saved_plan_is_refused_when_the_project_changed_since(tmp_path: Path, br
         operations.apply(operations.load(_options(root, broker)), saved)
     assert err.value.code == "DSF-E821"
     assert "edited_s" not in list_topics(broker)
+
+
+def test_restarted_generator_continues_its_ids(tmp_path: Path, broker: str) -> None:
+    from dsflow.adapters.kafka.client import print_records
+
+    root = _project(tmp_path, "gen", "CREATE STREAM gen_events (id BIGINT, kind VARCHAR) "
+                                     "WITH ('topic' = 'gen_events', 'value.format' = 'json');")
+    (root / "gen.yml").write_text("datagen:\n  - name: feed\n    relation: gen_events\n    generator: columns\n"
+                                  "    rate: 0\n    count: 30\n")
+    loaded = operations.load(_options(root, broker))
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(list(print_records(broker, "gen_events", timeout=0.5))) < 30:
+        time.sleep(0.5)
+    (root / "gen.yml").write_text((root / "gen.yml").read_text().replace("count: 30", "count: 50"))
+    loaded = operations.load(_options(root, broker))
+    plan = operations.plan(loaded)
+    assert [(c.address, c.action) for c in plan.actionable] == [("datagen.feed", Action.REPLACE)]
+    assert operations.apply(loaded, plan).ok
+    ids: list[int] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(ids) < 50:
+        ids = [json.loads(r["value"])["id"] for r in print_records(broker, "gen_events", timeout=0.5)]
+    assert sorted(ids) == list(range(50)), "a restarted generator must continue its ids, not repeat them"
+    assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
