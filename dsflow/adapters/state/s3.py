@@ -1,0 +1,151 @@
+"""The S3 state backend: the object <prefix>/<env>.json, and a lock object <prefix>/<env>.lock.
+
+Every write is one PUT, so the state object is never half written. A compare-and-swap write reads the
+object (body and ETag), compares its serial and lineage, and PUTs with `If-Match: <ETag>` (or
+`If-None-Match: *` when there is no object yet): a writer that raced in between makes S3 answer 412,
+reported as DSF-E804. The lock is an object created with `If-None-Match: *` holding the LockInfo JSON;
+it is deleted with `If-Match` on its own ETag, so a lock taken over after a force-unlock is left alone.
+
+Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, an instance role, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dsflow.adapters.state.base import LockInfo, check_current, check_unlock, locked_error, stale_error
+from dsflow.core.model import StateSettings
+from dsflow.core.state import State
+from dsflow.errors import DsflowError
+
+
+class S3StateBackend:
+    """State of one environment as an S3 object."""
+
+    def __init__(self, bucket: str, prefix: str, environment: str, endpoint_url: str | None = None,
+                 region: str | None = None):
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.environment = environment
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self._s3: Any = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.prefix}/{self.environment}.json" if self.prefix else f"{self.environment}.json"
+
+    @property
+    def lock_key(self) -> str:
+        return self.key.removesuffix(".json") + ".lock"
+
+    @property
+    def where(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def _client(self) -> Any:
+        if self._s3 is None:
+            import boto3
+
+            self._s3 = boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region)
+        return self._s3
+
+    def _get(self, key: str) -> tuple[bytes, str] | None:
+        """The object's body and ETag, or None if there is none."""
+        try:
+            found = self._client().get_object(Bucket=self.bucket, Key=key)
+            return found["Body"].read(), found["ETag"]
+        except Exception as err:  # noqa: BLE001 - botocore's errors are classified by code
+            if _code(err) in ("NoSuchKey", "404"):
+                return None
+            raise self._unreachable(err) from err
+
+    def _put(self, key: str, body: str, **condition: str) -> None:
+        self._client().put_object(Bucket=self.bucket, Key=key, Body=body.encode(),
+                                  ContentType="application/json", **condition)
+
+    def _unreachable(self, err: Exception) -> DsflowError:
+        return DsflowError("DSF-E805", f"state backend {self.where} failed: {err}",
+                           hint="check state.bucket, state.endpoint_url, state.region and the AWS credentials "
+                                "in the environment (the bucket must exist)")
+
+    def read(self) -> State:
+        found = self._get(self.key)
+        return self._parse(found[0]) if found else State(environment=self.environment)
+
+    def _parse(self, body: bytes) -> State:
+        try:
+            return State.model_validate_json(body)
+        except ValueError as err:
+            raise DsflowError("DSF-E801", f"state object {self.where} is unreadable: {err}",
+                              hint="restore an earlier version of the object (enable bucket versioning)") from err
+
+    def write(self, state: State, *, expected_serial: int | None = None) -> None:
+        body = state.model_dump_json(indent=2)
+        condition: dict[str, str] = {}
+        if expected_serial is not None:
+            found = self._get(self.key)
+            stored = self._parse(found[0]) if found else None
+            check_current((stored.serial, stored.lineage) if stored else None, state, expected_serial, self.where)
+            condition = {"IfMatch": found[1]} if found else {"IfNoneMatch": "*"}
+        try:
+            self._put(self.key, body, **condition)
+        except Exception as err:  # noqa: BLE001
+            if _code(err) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409", "NoSuchKey"):
+                raise stale_error(self.where, "another writer replaced it at the same time") from err
+            raise self._unreachable(err) from err
+
+    @contextmanager
+    def lock(self, operation: str) -> Iterator[LockInfo]:
+        info = LockInfo.new(operation)
+        try:
+            self._put(self.lock_key, info.to_json(), IfNoneMatch="*")
+        except Exception as err:  # noqa: BLE001
+            if _code(err) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise locked_error(self.lock_holder(), f"s3://{self.bucket}/{self.lock_key}") from None
+            raise self._unreachable(err) from err
+        try:
+            yield info
+        finally:
+            self._release(info)
+
+    def _release(self, info: LockInfo) -> None:
+        found = self._get(self.lock_key)
+        if found is None or LockInfo.from_json(found[0]) != info:
+            return  # force-unlocked, and maybe taken by someone else since
+        try:
+            self._client().delete_object(Bucket=self.bucket, Key=self.lock_key, IfMatch=found[1])
+        except Exception as err:  # noqa: BLE001
+            if _code(err) not in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+                raise self._unreachable(err) from err
+
+    def lock_holder(self) -> LockInfo | None:
+        found = self._get(self.lock_key)
+        return LockInfo.from_json(found[0]) if found else None
+
+    def force_unlock(self, lock_id: str) -> None:
+        found = self._get(self.lock_key)
+        check_unlock(LockInfo.from_json(found[0]) if found else None, lock_id)
+        try:
+            self._client().delete_object(Bucket=self.bucket, Key=self.lock_key, IfMatch=found[1])
+        except Exception as err:  # noqa: BLE001
+            if _code(err) in ("PreconditionFailed", "412"):
+                raise DsflowError("DSF-E803", "the lock changed hands while it was being removed",
+                                  hint="run 'dsflow force-unlock' again with the new holder's id if it is stale")
+            raise self._unreachable(err) from err
+
+
+def _code(err: Exception) -> str:
+    """The S3 error code of a botocore ClientError ('' for anything else)."""
+    response = getattr(err, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
+def from_settings(settings: StateSettings, root: Path, environment: str) -> S3StateBackend:
+    if not settings.bucket:
+        raise DsflowError("DSF-E805", "the s3 state backend needs state.bucket", hint="set it in dsflow.yml")
+    return S3StateBackend(settings.bucket, settings.prefix or settings.project, environment,
+                          endpoint_url=settings.endpoint_url, region=settings.region)
