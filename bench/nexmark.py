@@ -1,0 +1,4 @@
+"""The Nexmark generator used by the benchmarks; it lives in `dsflow.nexmark` so datagen can use it."""
+
+from dsflow.nexmark import *  # noqa: F401,F403
+from dsflow.nexmark import auction, bid, event, events, kind_of, nth_of_kind, person  # noqa: F401

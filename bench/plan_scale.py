@@ -1,0 +1,176 @@
+"""Plan time at scale: generated projects of N relations, timed as cold processes.
+
+A project of size N has N relations: N/2 declared streams and N/2 streams defined by a
+continuous query (`CREATE STREAM ... AS SELECT`, one query each). Every 4th query reads an
+earlier query's output instead of a declared stream, so the graph has depth. Statements are
+spread over files of 100. The equivalent dbt project has the N/2 declared streams as dbt
+sources and the N/2 queries as models (one .sql file each, `source()` or `ref()`), on dbt-duckdb.
+
+Timed: `dsflow validate`, `dsflow plan --no-refresh` (empty state: everything is a create), and
+`dbt parse --no-partial-parse`, each as a fresh process (interpreter start and imports included).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PER_FILE = 100
+DBT_VENV = Path("/tmp/dbt-venv")
+
+CONFIG = """\
+name: scale{n}
+default:
+  database: scale
+  schema: public
+  store: kafka_main
+runtime:
+  trigger_interval: 1 second
+default_environment: dev
+environments:
+  dev:
+    vars:
+      bootstrap: 127.0.0.1:9092
+"""
+
+STORE = """\
+stores:
+  - name: kafka_main
+    type: kafka
+    bootstrap_servers: "{{ var('bootstrap') }}"
+databases:
+  - name: scale
+    schemas: [public]
+"""
+
+SOURCE = ("CREATE STREAM s{i} (id BIGINT, ts BIGINT, user_id VARCHAR, amount DOUBLE, kind VARCHAR)\n"
+          "  WITH ('topic' = 's{i}', 'value.format' = 'json', 'timestamp' = 'ts', 'topic.partitions' = 2);\n")
+QUERY = ("CREATE STREAM q{i} AS\n"
+         "SELECT id, ts, UPPER(user_id) AS user_id, amount * 1.1 AS amount, kind\n"
+         "FROM {src} WHERE amount > {i} AND kind <> 'test';\n")
+
+DBT_PROJECT = """\
+name: scale{n}
+version: "1.0"
+profile: scale
+model-paths: ["models"]
+"""
+DBT_PROFILES = """\
+scale:
+  target: dev
+  outputs:
+    dev:
+      type: duckdb
+      path: "{path}"
+"""
+DBT_MODEL = ("select id, ts, upper(user_id) as user_id, amount * 1.1 as amount, kind\n"
+             "from {src} where amount > {i} and kind <> 'test'\n")
+
+
+def query_source(i: int, dbt: bool = False) -> str:
+    """Query i reads declared stream i, or (every 4th) the output of query i // 2."""
+    if i % 4 == 3 and i // 2 < i:
+        return f"{{{{ ref('q{i // 2}') }}}}" if dbt else f"q{i // 2}"
+    return f"{{{{ source('raw', 's{i}') }}}}" if dbt else f"s{i}"
+
+
+def write_dsflow_project(root: Path, n: int) -> Path:
+    half = n // 2
+    (root / "sql").mkdir(parents=True, exist_ok=True)
+    (root / "dsflow.yml").write_text(CONFIG.format(n=n))
+    (root / "stores.yml").write_text(STORE)
+    for start in range(0, half, PER_FILE):
+        stop = min(half, start + PER_FILE)
+        (root / "sql" / f"sources_{start:05d}.sql").write_text("\n".join(SOURCE.format(i=i) for i in range(start, stop)))
+        (root / "sql" / f"queries_{start:05d}.sql").write_text(
+            "\n".join(QUERY.format(i=i, src=query_source(i)) for i in range(start, stop)))
+    return root
+
+
+def write_dbt_project(root: Path, n: int) -> Path:
+    half = n // 2
+    models = root / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (root / "dbt_project.yml").write_text(DBT_PROJECT.format(n=n))
+    (root / "profiles.yml").write_text(DBT_PROFILES.format(path=root / "scale.duckdb"))
+    tables = "\n".join(f"      - name: s{i}" for i in range(half))
+    (models / "sources.yml").write_text(f"version: 2\nsources:\n  - name: raw\n    tables:\n{tables}\n")
+    for i in range(half):
+        (models / f"q{i}.sql").write_text(DBT_MODEL.format(i=i, src=query_source(i, dbt=True)))
+    return root
+
+
+@dataclass(frozen=True)
+class Timing:
+    tool: str
+    size: int
+    seconds: float | None
+    ok: bool
+    note: str = ""
+
+
+def timed(tool: str, size: int, argv: list[str], cwd: Path, env: dict | None = None, timeout: float = 900) -> Timing:
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Timing(tool, size, None, False, f"timed out after {timeout:.0f}s")
+    seconds = time.monotonic() - started
+    note = "" if done.returncode in (0, 3) else (done.stderr or done.stdout).strip().splitlines()[-1:][0][:200]
+    return Timing(tool, size, seconds, done.returncode in (0, 3), note)
+
+
+def dbt_available() -> str | None:
+    """The dbt executable of the side venv, or None."""
+    exe = DBT_VENV / "bin" / "dbt"
+    return str(exe) if exe.exists() else None
+
+
+def dbt_version() -> str | None:
+    exe = dbt_available()
+    if exe is None:
+        return None
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    core = next((line.split(":")[-1].strip() for line in out.splitlines() if "installed" in line), "?")
+    duck = next((line.split(":")[1].strip().split()[0] for line in out.splitlines() if "duckdb" in line), "?")
+    return f"dbt-core {core}, dbt-duckdb {duck}"
+
+
+def run_scale(sizes: list[int], work: Path, with_dbt: bool = True) -> list[Timing]:
+    """Generate and time every size; returns one Timing per tool and size."""
+    results = []
+    dsflow = [sys.executable, "-m", "dsflow.cli"] if not shutil.which("dsflow") else [shutil.which("dsflow")]
+    for n in sizes:
+        project = write_dsflow_project(work / f"dsflow_{n}", n)
+        results.append(timed("dsflow validate", n, [*dsflow, "-C", str(project), "validate"], project))
+        results.append(timed("dsflow plan --no-refresh", n, [*dsflow, "-C", str(project), "plan", "--no-refresh"],
+                             project))
+        exe = ensure_dbt() if with_dbt else None
+        if exe is not None:
+            dbt_root = write_dbt_project(work / f"dbt_{n}", n)
+            env = {**os.environ, "DBT_PROFILES_DIR": str(dbt_root), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+            results.append(timed("dbt parse", n, [exe, "parse", "--no-partial-parse"], dbt_root, env))
+        for r in results[-3:]:
+            print(f"  {r.tool:<26} {r.size:>6}: {r.seconds if r.seconds is None else round(r.seconds, 2)} s"
+                  f"{'' if r.ok else ' FAILED ' + r.note}", flush=True)
+    return results
+
+
+def ensure_dbt() -> str | None:
+    """Install dbt-core 1.10 + dbt-duckdb 1.10 into DBT_VENV if missing (the newest dbt does not
+    install on this machine: it downloads a binary). Not a dsflow dependency. None if it fails."""
+    if dbt_available():
+        return dbt_available()
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(DBT_VENV)], check=True, capture_output=True, timeout=300)
+        subprocess.run([str(DBT_VENV / "bin" / "pip"), "install", "-q", "dbt-core==1.10.*", "dbt-duckdb==1.10.*"],
+                       check=True, capture_output=True, timeout=900)
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"  dbt could not be installed: {exc}", flush=True)
+        return None
+    return dbt_available()

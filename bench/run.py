@@ -1,0 +1,265 @@
+"""The benchmark harness: one command, results to docs/benchmarks.md.
+
+    python bench/run.py                     # 1,000,000 Nexmark events, all sections (~15 min)
+    python bench/run.py --events 200000     # a smaller preload
+    python bench/run.py --smoke             # tiny sizes, seconds; what tests/test_bench_smoke.py runs
+    python bench/run.py --only throughput   # one section: throughput | latency | plan
+
+Starts its own tansu broker on a free port (stopped by PID at the end), preloads Nexmark events,
+then for q0-q2 measures (a) dsflow, (b) the same query hand-written in PySpark, (c) a plain
+Python confluent-kafka loop: records/s over the preload with the availableNow trigger and
+end-to-end latency at a fixed input rate. Then plan time at scale against dbt parse. Writes
+the numbers, the machine and the versions to docs/benchmarks.md (see bench/report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench import pipelines as P  # noqa: E402
+from bench import plan_scale, report  # noqa: E402
+from bench.preload import Preloaded, preload, recreate_topics  # noqa: E402
+
+SYSTEMS = ("dsflow", "pyspark", "loop")
+
+
+@dataclass
+class Config:
+    events: int = 1_000_000
+    partitions: int = 2
+    reps: int = 3
+    rate: float = 10_000
+    latency_seconds: float = 40
+    latency_warmup: float = 15
+    sizes: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
+    with_dbt: bool = True
+    sections: tuple[str, ...] = ("throughput", "latency", "plan")
+    latency_queries: tuple[str, ...] = P.QUERIES
+    latency_systems: tuple[str, ...] = SYSTEMS
+    verify: bool = False
+    """Read every sink back and compare it with what the generator says (smoke mode)."""
+    smoke: bool = False
+
+    @classmethod
+    def smoke_config(cls) -> Config:
+        return cls(events=3_000, reps=1, rate=200, latency_seconds=2, latency_warmup=0.5, sizes=[20],
+                   with_dbt=False, verify=True, smoke=True, latency_queries=("q0",), latency_systems=("dsflow",))
+
+
+# --- throughput -------------------------------------------------------------------------------
+
+
+def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded) -> list[dict]:
+    """records/s per query and system: a warm-up run, then `reps` measured runs (median and best)."""
+    specs = P.load_specs(bootstrap, work, cfg.partitions)
+    results = []
+    if not cfg.smoke:
+        _warm_up(spark, bootstrap, work, specs)
+    for query in P.QUERIES:
+        expected_out = loaded.q2_matches if query == "q2" else loaded.counts["bid"]
+        by_system: dict[str, list[P.Run]] = {s: [] for s in SYSTEMS}
+        verified = {s: True for s in SYSTEMS}
+        for _ in range(cfg.reps):  # interleaved, so a change of machine load hits every system alike
+            for system in SYSTEMS:
+                by_system[system].append(_one_run(spark, bootstrap, work, specs, query, system))
+                if cfg.verify:
+                    verified[system] = verified[system] and verify_sink(bootstrap, query, loaded)
+        for system in SYSTEMS:
+            runs = by_system[system]
+            rates = [r.rate for r in runs]
+            row = {"query": query, "system": system, "records_in": runs[-1].records_in,
+                   "records_out": runs[-1].records_out, "expected_out": expected_out,
+                   "median_rate": statistics.median(rates), "best_rate": max(rates),
+                   "seconds": [round(r.seconds, 2) for r in runs]}
+            if cfg.verify:
+                row["verified"] = verified[system]
+            results.append(row)
+            print(f"  {query} {system:<8} {row['median_rate']:>10,.0f} rec/s (best {row['best_rate']:,.0f}) "
+                  f"out {row['records_out']}/{expected_out}", flush=True)
+    return results
+
+
+def _warm_up(spark, bootstrap: str, work: Path, specs: dict) -> None:
+    """One untimed run: JVM JIT and the Python workers' first start are not what is measured."""
+    _one_run(spark, bootstrap, work, specs, "q0", "pyspark")
+
+
+def _one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str) -> P.Run:
+    topic = P.sink_topic(query)
+    recreate_topics(bootstrap, 2, [topic])
+    if system == "loop":
+        seconds, records_in, _ = P.run_loop(query, bootstrap, topic)
+    else:
+        frame = P.dsflow_frame(spark, specs[query]) if system == "dsflow" else P.pyspark_frame(spark, query, bootstrap)
+        checkpoint = str(work / f"ckpt-{query}-{system}-{time.time_ns()}")
+        seconds, records_in = P.run_available_now(frame, bootstrap, topic, checkpoint)
+    return P.Run(query, system, records_in, sink_count(bootstrap, topic), seconds)
+
+
+def sink_count(bootstrap: str, topic: str) -> int:
+    from dsflow.adapters.kafka import client
+
+    with client.consumer(client.client_config(bootstrap)) as c:
+        return sum(client.end_offsets(c, topic, client.topic_partitions(c, topic)).values())
+
+
+def verify_sink(bootstrap: str, query: str, loaded: Preloaded) -> bool:
+    """The sink holds exactly the records the query must produce from the preload (values and keys)."""
+    from dsflow import nexmark
+    from dsflow.adapters.kafka.client import print_records
+
+    bids = [(key, record) for kind, key, record in nexmark.events(0, loaded.events) if kind == "bid"]
+    expected = P.canonical(P.expected_records(query, bids))
+    got = P.canonical([(r["key"], json.loads(r["value"]))
+                       for r in print_records(bootstrap, P.sink_topic(query), timeout=2.0)])
+    if got != expected:
+        print(f"  {query}: sink differs from the expected records ({len(got)} vs {len(expected)})", flush=True)
+    return got == expected
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+
+def latency(spark, bootstrap: str, work: Path, cfg: Config) -> list[dict]:
+    """p50/p99 end-to-end latency at cfg.rate for each query and system."""
+    specs = P.load_specs(bootstrap, work, cfg.partitions)
+    results = []
+    for query in cfg.latency_queries:
+        for system in cfg.latency_systems:
+            recreate_topics(bootstrap, 2, [P.sink_topic(query)])
+            row = {"query": query, "system": system, **_latency_run(spark, bootstrap, work, specs, query, system, cfg)}
+            results.append(row)
+            print(f"  {query} {system:<8} p50 {row.get('p50_ms')} ms p99 {row.get('p99_ms')} ms "
+                  f"({row.get('arrived')} measured)", flush=True)
+    return results
+
+
+def _latency_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str, cfg: Config) -> dict:
+    seconds = cfg.latency_seconds + cfg.latency_warmup
+    runner, query_handle = None, None
+    if system == "loop":
+        runner = subprocess.Popen([sys.executable, str(REPO / "bench" / "pipelines.py"), "loop", query, bootstrap,
+                                   str(seconds + 30)], stdout=subprocess.DEVNULL)
+        time.sleep(2.0)
+    else:
+        query_handle = _start_streaming(spark, bootstrap, work, specs[query], query, system)
+    try:
+        probe = subprocess.run(
+            [sys.executable, str(REPO / "bench" / "latency.py"), "--bootstrap", bootstrap, "--sink",
+             P.sink_topic(query), "--rate", str(cfg.rate), "--seconds", str(seconds), "--warmup",
+             str(cfg.latency_warmup), *(["--filtered"] if query == "q2" else [])],
+            capture_output=True, text=True, timeout=seconds + 120)
+        if probe.returncode != 0:
+            return {"error": probe.stderr.strip().splitlines()[-1:]}
+        out = json.loads(probe.stdout.strip().splitlines()[-1])
+        if query_handle is not None:
+            out["batches"] = len(query_handle.recentProgress)
+        return out
+    finally:
+        if query_handle is not None:
+            query_handle.stop()
+        if runner is not None:
+            runner.terminate()
+            runner.wait(30)
+
+
+def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system: str):
+    """Start the query from the tail of the source and wait until its first batch is done."""
+    from dsflow.adapters.spark.driver import start_query
+
+    checkpoint = str(work / f"lat-{query}-{system}-{time.time_ns()}")
+    if system == "dsflow":
+        sources = [s.model_copy(update={"starting_position": "latest"}) for s in spec.sources]
+        handle = start_query(spark, spec.model_copy(update={"sources": sources, "checkpoint": checkpoint}))
+    else:
+        frame = P.pyspark_frame(spark, query, bootstrap, starting_position="latest")
+        handle = P.start_processing(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval)
+    deadline = time.monotonic() + 120
+    while handle.lastProgress is None and time.monotonic() < deadline:
+        if handle.exception() is not None:
+            raise RuntimeError(str(handle.exception()))
+        time.sleep(0.2)
+    return handle
+
+
+# --- the whole run ----------------------------------------------------------------------------
+
+
+def run_all(cfg: Config, bootstrap: str, spark, work: Path) -> dict:
+    """Every section in `cfg.sections` against a running broker and Spark session."""
+    results: dict = {"config": asdict(cfg), "load_before": os.getloadavg()}
+    kafka_sections = {"throughput", "latency"} & set(cfg.sections)
+    if kafka_sections:
+        print(f"preloading {cfg.events:,} Nexmark events", flush=True)
+        loaded = preload(bootstrap, cfg.events, cfg.partitions)
+        results["preload"] = asdict(loaded)
+        if "throughput" in cfg.sections:
+            print("throughput (availableNow over the preload)", flush=True)
+            results["throughput"] = throughput(spark, bootstrap, work, cfg, loaded)
+        if "latency" in cfg.sections:
+            print(f"latency at {cfg.rate:,.0f} events/s", flush=True)
+            results["latency"] = latency(spark, bootstrap, work, cfg)
+    if "plan" in cfg.sections:
+        print("plan time at scale", flush=True)
+        timings = plan_scale.run_scale(cfg.sizes, work / "scale", cfg.with_dbt)
+        results["plan"] = [asdict(t) for t in timings]
+        results["dbt_version"] = plan_scale.dbt_version() if cfg.with_dbt else None
+    results["load_after"] = os.getloadavg()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=None, help="Nexmark events to preload (default 1,000,000)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes; checks values, not speed")
+    parser.add_argument("--only", choices=["throughput", "latency", "plan"], action="append")
+    parser.add_argument("--rate", type=float, default=None, help="input rate of the latency runs (default 10,000/s)")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    args = parser.parse_args(argv)
+    cfg = Config.smoke_config() if args.smoke else Config()
+    if args.events:
+        cfg.events = args.events
+    if args.rate:
+        cfg.rate = args.rate
+    if args.only:
+        cfg.sections = tuple(args.only)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from dsflow.adapters.kafka import devbroker
+    from dsflow.adapters.spark.session import build_session
+
+    work = Path(tempfile.mkdtemp(prefix="dsflow-bench-"))
+    broker = devbroker.start(work / "broker", port=devbroker.free_port())
+    spark = None
+    try:
+        started = time.monotonic()
+        spark = build_session("local[2]", "dsflow-bench", {}) if {"throughput", "latency"} & set(cfg.sections) else None
+        results = run_all(cfg, broker.bootstrap, spark, work)
+        results["wall_seconds"] = time.monotonic() - started
+    finally:
+        if spark is not None:
+            spark.stop()
+        devbroker.stop(work / "broker")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    args.out.write_text(report.render(results, report.machine()))
+    print(f"wrote {args.out}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
