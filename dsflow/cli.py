@@ -252,6 +252,73 @@ def force_unlock(ctx: click.Context, lock_id: str) -> None:
     console.print(f"Lock {lock_id} removed.")
 
 
+@cli.command("query")
+@click.argument("sql")
+@click.option("--follow", is_flag=True, help="run SQL continuously over streams/changelogs until Ctrl-C")
+@click.option("--from", "position", type=click.Choice(["latest", "earliest"]), default="latest", show_default=True,
+              help="with --follow: where the sources start")
+@click.option("--json", "as_json", is_flag=True, help="print rows as JSON (one object per line with --follow)")
+@click.option("--csv", "as_csv", is_flag=True, help="print rows as CSV")
+@click.pass_context
+def query_command(ctx: click.Context, sql: str, follow: bool, position: str, as_json: bool, as_csv: bool) -> None:
+    """Query materialized views (a snapshot), or follow a stream or changelog with --follow."""
+    from dsflow import adhoc
+
+    project = _load(ctx).project
+    if not follow:
+        columns, rows = adhoc.view_query(project, sql)
+        _print_rows(columns, rows, as_json, as_csv, header=True)
+        return
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    printed = {"header": False}
+
+    def on_rows(columns: list[str], rows: list[tuple]) -> None:
+        _print_rows(columns, rows, as_json, as_csv, header=not printed["header"], stream=True)
+        printed["header"] = True
+
+    def on_started(checkpoint: Path) -> None:
+        err_console.print(f"Following (checkpoint {checkpoint}); press Ctrl-C to stop.", markup=False)
+
+    adhoc.follow(project, sql, on_rows, stop, position=position, on_started=on_started)
+    err_console.print("Stopped; temporary checkpoint removed.")
+
+
+def _print_rows(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bool, header: bool,
+                stream: bool = False) -> None:
+    import csv
+    import io
+
+    values = [[v.isoformat() if hasattr(v, "isoformat") else v for v in row] for row in rows]
+    if as_json:
+        items = [dict(zip(columns, row)) for row in values]
+        text = "\n".join(json.dumps(i, default=str) for i in items) if stream else json.dumps(items, default=str, indent=2)
+        click.echo(text, nl=bool(text))
+    elif as_csv:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        if header:
+            writer.writerow(columns)
+        writer.writerows(values)
+        click.echo(out.getvalue(), nl=False)
+    elif stream:
+        if header:
+            click.echo(" | ".join(columns))
+        for row in values:
+            click.echo(" | ".join("" if v is None else str(v) for v in row))
+    else:
+        table = Table(*columns)
+        for row in values:
+            table.add_row(*["" if v is None else str(v) for v in row])
+        console.print(table)
+        console.print(f"{len(rows)} row(s)")
+    sys.stdout.flush()
+
+
 from dsflow.cli_tools import datagen, dev, init, topic  # noqa: E402  (sub-commands live apart)
 
 cli.add_command(dev)

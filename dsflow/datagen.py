@@ -34,6 +34,7 @@ __all__ = [
     "Columns",
     "DatagenSpec",
     "Generator",
+    "Nexmark",
     "Pageviews",
     "Users",
     "build_generator",
@@ -145,6 +146,24 @@ class Columns:
         return (value if isinstance(value, str) else json.dumps(value)), record
 
 
+class Nexmark:
+    """Nexmark persons, auctions or bids (`dsflow.nexmark`); record `seq` is the seq-th of its kind.
+
+    Values are a pure function of (seed, seq); `date_time` is the wall clock. Key: a person's or
+    auction's id, a bid's auction.
+    """
+
+    def __init__(self, kind: str, seed: int = 0):
+        self.kind = kind
+        self.seed = seed
+
+    def make(self, seq: int, rng: random.Random) -> tuple[str | None, dict]:
+        from dsflow import nexmark
+
+        kind, key, record = nexmark.event(nexmark.nth_of_kind(self.kind, seq), self.seed, _now_ms())
+        return key, record
+
+
 @dataclass(frozen=True)
 class DatagenSpec:
     """What to generate, where, and how fast."""
@@ -178,6 +197,9 @@ GENERATORS: dict[str, Callable[[DatagenSpec], Generator]] = {
     "pageviews": lambda spec: Pageviews(),
     "users": lambda spec: Users(),
     "columns": lambda spec: Columns(spec.columns, spec.key_columns),
+    "nexmark_bids": lambda spec: Nexmark("bid", spec.seed),
+    "nexmark_auctions": lambda spec: Nexmark("auction", spec.seed),
+    "nexmark_persons": lambda spec: Nexmark("person", spec.seed),
 }
 
 

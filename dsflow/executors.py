@@ -95,6 +95,47 @@ class TopicExecutor:
         delete_topic(deployed.outputs["bootstrap"], deployed.outputs["topic"], extra)
 
 
+class ViewExecutor:
+    """A materialized view's snapshot table in the environment's SQLite file; deleting it drops the table."""
+
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        from dsflow.adapters.sqlite import mv
+
+        relation = ctx.project.relation(Address.parse(change.address).name)
+        database = mv.database_path(ctx.project.root, ctx.project.state_path, ctx.project.environment)
+        mv.ensure_table(database, relation.topic, [(c.name, c.type) for c in relation.columns], relation.primary_key)
+        return {"database": str(database), "table": relation.topic}
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        return self.create(ctx, change)
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+        from dsflow.adapters.sqlite import mv
+
+        if deployed.outputs.get("database") and deployed.outputs.get("table"):
+            mv.drop_table(deployed.outputs["database"], deployed.outputs["table"])
+
+
+class RelationExecutor:
+    """Relations by kind: a topic for streams and changelogs, a table for materialized views."""
+
+    def __init__(self) -> None:
+        self.topics = TopicExecutor()
+        self.views = ViewExecutor()
+
+    def _for(self, data: dict[str, Any] | None) -> Executor:
+        return self.views if (data or {}).get("kind") == "materialized_view" else self.topics
+
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        return self._for(change.after).create(ctx, change)
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        return self._for(change.after).update(ctx, change, deployed)
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any] | None:
+        return self._for(deployed.data).delete(ctx, deployed)
+
+
 class QueryExecutor:
     """A continuous query: one background Spark driver process per query, started as its category says."""
 
@@ -239,7 +280,7 @@ EXECUTORS: dict[Kind, Executor] = {
     Kind.SCHEMA: RecordOnly(),
     Kind.ROLE: RecordOnly(),
     Kind.GRANT: RecordOnly(),
-    Kind.RELATION: TopicExecutor(),
+    Kind.RELATION: RelationExecutor(),
     Kind.QUERY: QueryExecutor(),
     Kind.DATAGEN: DatagenExecutor(),
 }

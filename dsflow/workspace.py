@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from dsflow.adapters.state.local import LocalStateBackend
-from dsflow.core.model import Project
+from dsflow.adapters.state import StateBackend, make_backend
+from dsflow.core.model import Project, StateSettings
 
 
 @dataclass(frozen=True)
@@ -17,20 +17,21 @@ class Workspace:
     state_dir: Path
     checkpoint_root: Path
     environment: str
+    state: StateSettings = field(default_factory=StateSettings)
 
     @classmethod
     def of(cls, project: Project) -> Workspace:
         root = Path(project.root)
         return cls(root=root, state_dir=root / project.state_path,
                    checkpoint_root=root / project.runtime.checkpoint_root / project.environment,
-                   environment=project.environment)
+                   environment=project.environment, state=project.state)
 
     @property
     def run_dir(self) -> Path:
         return self.state_dir / "run" / self.environment
 
-    def state_backend(self) -> LocalStateBackend:
-        return LocalStateBackend(self.state_dir / "state", self.environment)
+    def state_backend(self) -> StateBackend:
+        return make_backend(self.state, self.root, self.environment)
 
     def query_dir(self, name: str) -> Path:
         return self.run_dir / "queries" / name

@@ -34,3 +34,39 @@ def spark():
     session = build_session("local[2]", app_name="dsflow-tests", conf={})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real moto S3 server on a free loopback port, stopped by its PID at the end; yields its URL."""
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tempfile.NamedTemporaryFile(prefix="dsflow-moto-", suffix=".log", delete=False)
+    server = subprocess.Popen([shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"moto_server did not start; see {log.name}") from None
+            time.sleep(0.1)
+    yield url
+    os.kill(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait()
+    os.unlink(log.name)

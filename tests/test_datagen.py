@@ -75,7 +75,7 @@ def start_cli(*args: str) -> subprocess.Popen:
 
 
 def test_registry_holds_the_builtins():
-    assert set(GENERATORS) == {"pageviews", "users", "columns"}
+    assert set(GENERATORS) == {"pageviews", "users", "columns", "nexmark_bids", "nexmark_auctions", "nexmark_persons"}
     assert isinstance(build_generator(DatagenSpec("t", "pageviews")), Pageviews)
     assert isinstance(build_generator(DatagenSpec("t", "users")), Users)
 

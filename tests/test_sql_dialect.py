@@ -11,7 +11,7 @@ from sqlglot import exp
 from dsflow.adapters.spark.translate import KEY_COLUMN, query_spec, schema_ddl, spark_select, spark_type, view_name
 from dsflow.errors import Location
 from dsflow.load.project import load_project
-from dsflow.load.sql import RawStatement, parse_one_select, parse_sql_file
+from dsflow.load.sql import DIALECT, RawStatement, parse_one_select, parse_sql_file
 from projects import PAGEVIEWS, make_project
 
 
@@ -187,3 +187,53 @@ def test_timestamp_columns_stay_timestamp_through_a_query(tmp_path):
     project = load_project(make_project(tmp_path, {"sql/sources.sql": sql}))
     assert [c.type for c in project.relation("analytics.public.clicks").columns] == ["BIGINT", "TIMESTAMP", "TEXT"]
     assert [c.type for c in project.relation("analytics.public.recent").columns] == ["BIGINT", "TIMESTAMP"]
+
+
+# --- windows, interval joins and aggregations -----------------------------------------------------------
+
+def test_window_table_functions_and_within_round_trip():
+    for text in ["SELECT window_start, COUNT(*) AS n FROM TUMBLE(pageviews, SIZE 10 SECONDS) "
+                 "GROUP BY window_start, window_end",
+                 "SELECT * FROM HOP(analytics.public.pageviews, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS) AS p",
+                 "SELECT a.id FROM pageviews AS a LEFT JOIN clicks AS b WITHIN 5 MINUTES ON a.k = b.k WHERE a.id > 1",
+                 "SELECT a.id FROM pageviews AS a JOIN clicks AS b WITHIN 1.5 SECONDS ON a.k = b.k"]:
+        assert parse_one_select(text).sql(dialect=DIALECT) == text
+
+
+def test_window_without_advance_is_a_syntax_error():
+    _, problems = parse_sql_file("CREATE CHANGELOG c AS SELECT COUNT(*) AS n FROM HOP(p, SIZE 1 MINUTE) "
+                                 "GROUP BY window_start, window_end;", "f.sql")
+    assert [p.code for p in problems] == ["DSF-E002"]
+    assert "ADVANCE BY" in problems[0].message
+
+
+STATEFUL = """\
+CREATE STREAM clicks (cid BIGINT, cts TIMESTAMP, userid VARCHAR) WITH ('value.format' = 'json', 'timestamp' = 'cts');
+CREATE CHANGELOG per_window AS SELECT window_start, window_end, pageid, COUNT(DISTINCT userid) AS users
+  FROM TUMBLE(pageviews, SIZE 10 SECONDS) AS p GROUP BY window_start, window_end, pageid;
+CREATE STREAM joined AS SELECT p.id, c.cid FROM pageviews p FULL JOIN clicks c WITHIN 2 MINUTES
+  ON p.userid = c.userid;
+"""
+
+
+def test_spark_translation_of_windows_joins_and_distinct_counts(tmp_path):
+    project = load_project(make_project(tmp_path, {"sql/sources.sql": PAGEVIEWS, "sql/q.sql": STATEFUL}))
+    window = next(q for q in project.queries if q.fqn.endswith("per_window"))
+    spec = query_spec(project, window, "v1", "/ck", "/st")
+    assert spec.select_sql == (
+        "SELECT p.__window.start AS `window_start`, p.__window.end AS `window_end`, `p`.`pageid` AS `pageid`, "
+        "SIZE(COLLECT_SET(`p`.`userid`)) AS `users` FROM __src0_analytics_public_per_window AS p "
+        "GROUP BY p.__window, `p`.`pageid`")
+    [source] = spec.sources
+    assert (source.event_time, source.watermark_delay, source.window) == (
+        "timestamp_millis(`viewtime`)", "5000 milliseconds", ["10000 milliseconds", "10000 milliseconds"])
+    assert (spec.sink.output_mode, spec.sink.key_columns) == ("update", ["window_start", "window_end", "pageid"])
+
+    joined = next(q for q in project.queries if q.fqn.endswith("joined"))
+    spec = query_spec(project, joined, "v1", "/ck", "/st")
+    assert spec.select_sql.endswith(
+        "COALESCE(p.__key, c.__key) AS __key FROM __src0_analytics_public_joined AS p FULL JOIN "
+        "__src1_analytics_public_joined AS c ON `p`.`userid` = `c`.`userid` AND c.__ts BETWEEN p.__ts - "
+        "INTERVAL '120000' MILLISECONDS AND p.__ts + INTERVAL '120000' MILLISECONDS")
+    assert [s.event_time for s in spec.sources] == ["timestamp_millis(`viewtime`)", "`cts`"]
+    assert (spec.sink.output_mode, spec.sink.key_columns) == ("append", [])

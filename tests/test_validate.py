@@ -328,19 +328,92 @@ def test_e044_unnamed_or_duplicate_column(tmp_path, sql, message, hint):
     assert d.hint == hint
 
 
-@pytest.mark.parametrize("sql, where, message", [
-    ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nJOIN pageviews b ON a.id = b.id;\n", (4, 6),
-     "joins in continuous queries are not supported yet"),
-    ("CREATE STREAM f AS\nSELECT userid, COUNT(*) AS n\nFROM pageviews\nGROUP BY userid;\n", (2, 16),
-     "aggregations in continuous queries are not supported yet"),
-    ("CREATE MATERIALIZED VIEW mv AS\nSELECT id FROM pageviews;\n", (1, 26),
-     "CREATE MATERIALIZED VIEW is not supported yet"),
-], ids=["join", "aggregation", "materialized-view"])
-def test_e045_unsupported_construct(tmp_path, sql, where, message):
-    d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E045")
-    assert at(d, "sql/q.sql", *where)
+CLICKS = ("CREATE STREAM clicks (cid BIGINT, cts BIGINT, userid VARCHAR) "
+          "WITH ('value.format' = 'json', 'timestamp' = 'cts');\n")
+
+
+@pytest.mark.parametrize("sql, where, message, hint", [
+    ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nRIGHT JOIN clicks b WITHIN 1 MINUTE ON a.userid = b.userid;\n",
+     (4, 7), "RIGHT JOIN is not supported", "swap the two relations and use LEFT JOIN"),
+    ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nJOIN clicks b ON a.userid = b.userid;\n", (4, 1),
+     "a join of two streams needs WITHIN, e.g. JOIN b WITHIN 5 MINUTES ON ...",
+     "WITHIN bounds how far apart in event time two joined records may be"),
+    ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nJOIN clicks b WITHIN 1 MINUTE ON a.id > b.cid;\n", (4, 1),
+     "a join needs an equality between the two relations in ON", "e.g. ON a.userid = b.userid"),
+    ("CREATE CHANGELOG f AS\nSELECT userid, STDDEV(id) AS s\nFROM pageviews\nGROUP BY userid;\n", (2, 16),
+     "aggregate STDDEV(`pageviews`.`id`) is not supported yet",
+     "supported: COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, MIN, MAX, AVG"),
+    ("CREATE STREAM f AS\nSELECT id FROM pageviews\nORDER BY id;\n", (3, 10),
+     "ORDER BY in continuous queries are not supported yet", None),
+], ids=["right-join", "join-without-within", "join-without-equality", "aggregate", "order-by"])
+def test_e045_unsupported_construct(tmp_path, sql, where, message, hint):
+    d = only(diagnostics(tmp_path, {**SOURCES, "sql/clicks.sql": CLICKS, "sql/q.sql": sql}), "DSF-E045")
+    assert (d.location.file, d.location.line) == ("sql/q.sql", where[0])
     assert d.message == message
-    assert d.hint.startswith(("supported now:", "use CREATE STREAM"))
+    assert hint is None or d.hint == hint
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("CREATE STREAM f AS SELECT userid, COUNT(*) AS n FROM pageviews GROUP BY userid;",
+     "'analytics.public.f' aggregates, so its result is a changelog keyed by the GROUP BY columns, not a stream"),
+    ("CREATE CHANGELOG f AS SELECT COUNT(*) AS n FROM pageviews GROUP BY userid;",
+     "GROUP BY column 'userid' must be selected: it keys the result"),
+    ("CREATE CHANGELOG f AS SELECT userid, pageid, COUNT(*) AS n FROM pageviews GROUP BY userid;",
+     "column 'pageid' must be in GROUP BY or inside an aggregate"),
+    ("CREATE CHANGELOG f AS SELECT window_start, window_end, COUNT(*) AS n\n"
+     "FROM TUMBLE(pageviews, SIZE 10 SECONDS) GROUP BY window_start;",
+     "a window needs GROUP BY window_start, window_end"),
+    ("CREATE CHANGELOG f AS SELECT COUNT(*) AS n FROM pageviews;", "an aggregation in a continuous query needs GROUP BY"),
+], ids=["stream-aggregates", "key-not-selected", "loose-column", "window-not-grouped", "no-group-by"])
+def test_e046_query_shape_does_not_fit(tmp_path, sql, message):
+    d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E046")
+    assert d.location.file == "sql/q.sql"
+    assert d.message == message
+
+
+def test_e047_exactly_once_on_a_stream_explains_why(tmp_path):
+    sql = "CREATE STREAM f WITH ('delivery.guarantee' = 'exactly-once') AS SELECT id FROM pageviews;\n"
+    d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E047")
+    assert at(d, "sql/q.sql", 1, 23)
+    assert d.message == "'exactly-once' is not available for the stream 'analytics.public.f'"
+    assert "at-least-once" in d.hint and "idempotent upserts" in d.hint
+
+
+def test_exactly_once_is_accepted_for_changelogs_and_views(tmp_path):
+    sql = ("CREATE CHANGELOG c WITH ('delivery.guarantee' = 'exactly-once') AS\n"
+           "  SELECT userid, COUNT(*) AS n FROM pageviews GROUP BY userid;\n"
+           "CREATE MATERIALIZED VIEW v WITH ('delivery.guarantee' = 'exactly-once') AS SELECT id FROM pageviews;\n")
+    result = check_project(make_project(tmp_path, {**SOURCES, "sql/q.sql": sql}))
+    assert result.diagnostics == []
+    assert {q.fqn: q.delivery_guarantee for q in result.project.queries} == {
+        "analytics.public.c": "exactly-once", "analytics.public.v": "exactly-once"}
+
+
+def test_stateful_queries_resolve_to_keys_modes_and_windows(tmp_path):
+    sql = ("CREATE CHANGELOG per_user AS SELECT userid, COUNT(*) AS n, COUNT(DISTINCT pageid) AS pages\n"
+           "  FROM pageviews GROUP BY userid;\n"
+           "CREATE CHANGELOG per_window WITH ('watermark.delay' = '30 seconds') AS\n"
+           "  SELECT window_start, window_end, pageid, COUNT(*) AS n\n"
+           "  FROM HOP(pageviews, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS) GROUP BY window_start, window_end, pageid;\n"
+           "CREATE STREAM joined AS SELECT p.id, c.cid FROM pageviews p LEFT JOIN clicks c WITHIN 5 MINUTES\n"
+           "  ON p.userid = c.userid;\n"
+           "CREATE MATERIALIZED VIEW by_page AS SELECT pageid, MAX(viewtime) AS last FROM pageviews GROUP BY pageid;\n")
+    project = load_project(make_project(tmp_path, {**SOURCES, "sql/clicks.sql": CLICKS, "sql/q.sql": sql}))
+    queries = {q.fqn.rsplit(".", 1)[-1]: q for q in project.queries}
+    per_user, per_window, joined, by_page = (queries[n] for n in ("per_user", "per_window", "joined", "by_page"))
+    assert (per_user.stateful, per_user.output_mode, per_user.key_columns) == (True, "update", ("userid",))
+    assert project.relation("analytics.public.per_user").primary_key == ("userid",)
+    assert [(c.name, c.type) for c in per_user.output_columns] == [("userid", "VARCHAR"), ("n", "BIGINT"),
+                                                                   ("pages", "BIGINT")]
+    assert per_window.window.model_dump() == {"kind": "hop", "source": "pageviews", "size": "1 minutes",
+                                              "advance": "10 seconds"}
+    assert per_window.watermark_delay == "30 seconds"
+    assert project.relation("analytics.public.per_window").primary_key == ("window_start", "window_end", "pageid")
+    assert [c.type for c in per_window.output_columns][:2] == ["TIMESTAMP", "TIMESTAMP"]
+    assert (joined.stateful, joined.output_mode, joined.join_within) == (True, "append", "5 minutes")
+    assert [s.relation for s in joined.sources] == ["analytics.public.pageviews", "analytics.public.clicks"]
+    view = project.relation("analytics.public.by_page")
+    assert (view.kind, view.primary_key, by_page.statement) == ("materialized_view", ("pageid",), "mv")
 
 
 def test_e050_cycle_between_queries(tmp_path):
@@ -536,3 +609,13 @@ def test_e032_trigger_interval_must_be_a_duration(tmp_path):
         """})
     d = only(found, "DSF-E032")
     assert d.location.file == "sql/q.sql" and "'trigger.interval'" in d.message
+
+
+def test_a_changed_stateful_query_is_replayed_not_carried():
+    from dsflow.core.categories import Category, query_category
+
+    before = {"stateful": True, "sources": [["analytics.public.pageviews", "p", "earliest"]], "sink": "s",
+              "select": "SELECT userid, COUNT(*) AS n ... GROUP BY userid"}
+    after = {**before, "select": "SELECT userid, COUNT(*) AS n ... WHERE id > 0 GROUP BY userid"}
+    assert query_category(before, after, None, False) == (Category.REPLAY, None)
+    assert query_category(before, after, "carry", False) == (Category.CARRY_OFFSETS, "carry")

@@ -7,7 +7,8 @@
     replace_relation a relation's schema or key changed; every query downstream is listed
 
 The rules follow Spark's checkpoint compatibility: filters and projections of a stateless query
-may change; the set of sources may not; stateful operators keep state only for identical plans.
+may change; the set of sources may not; stateful operators keep state only for identical plans, so a
+changed stateful query (aggregation, window, join) is replayed from the earliest offsets by default.
 A query's 'start.position' property overrides the decision and the plan shows the override.
 """
 
@@ -54,6 +55,8 @@ def query_category(before: dict[str, Any], after: dict[str, Any], override: str 
             return Category.REPLAY, override
     if upstream_replaced:
         return Category.REPLAY, None
+    if after.get("stateful") and not checkpoint_compatible(before, after):
+        return Category.REPLAY, None  # an aggregation started mid-stream would count only what follows
     if checkpoint_compatible(before, after):
         return Category.KEEP_CHECKPOINT, None
     return Category.CARRY_OFFSETS, None

@@ -81,7 +81,8 @@ def _store(store: Store) -> Resource:
 
 def _relation(relation: Relation) -> Resource:
     database, schema, _ = relation.fqn.split(".")
-    deps = [Address(Kind.STORE, relation.store), Address(Kind.SCHEMA, f"{database}.{schema}")]
+    deps = [Address(Kind.STORE, relation.store)] if relation.store else []
+    deps.append(Address(Kind.SCHEMA, f"{database}.{schema}"))
     data = {
         "kind": relation.kind,
         "columns": [[c.name, c.type] for c in relation.columns],
@@ -107,6 +108,7 @@ def _query(project: Project, query) -> Resource:
         "select": query.select_sql,
         "output_columns": [[c.name, c.type] for c in query.output_columns],
         "stateful": query.stateful,
+        **_stateful_data(query),
     }
     metadata = {
         "trigger_interval": query.trigger_interval,
@@ -120,6 +122,24 @@ def _query(project: Project, query) -> Resource:
     return Resource(Address(Kind.QUERY, query.fqn), tuple(dict.fromkeys(deps)), data, metadata)
 
 
+def _stateful_data(query) -> dict[str, Any]:
+    """What windows, joins, aggregations and guarantees add to a query's data; absent when they are not used."""
+    data: dict[str, Any] = {}
+    if query.output_mode != "append":
+        data["output_mode"] = query.output_mode
+    if query.key_columns:
+        data["key_columns"] = list(query.key_columns)
+    if query.window is not None:
+        data["window"] = query.window.model_dump()
+    if query.join_within:
+        data["join_within"] = query.join_within
+    if query.window is not None or query.join_within:
+        data["watermark_delay"] = query.watermark_delay
+    if query.delivery_guarantee != "at-least-once":
+        data["delivery_guarantee"] = query.delivery_guarantee
+    return data
+
+
 def _stores_used(project: Project, query) -> list[str]:
     names = [project.relation(s.relation).store for s in query.sources] + [project.relation(query.sink).store]
-    return sorted(set(names))
+    return sorted(n for n in set(names) if n)

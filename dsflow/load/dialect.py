@@ -1,12 +1,63 @@
 """The DeltaStream SQL dialect as a small extension of sqlglot's Spark dialect.
 
-It adds STREAM and CHANGELOG as creatable kinds; everything else is Spark SQL.
+It adds STREAM and CHANGELOG as creatable kinds, the window table functions
+`TUMBLE(rel, SIZE 10 SECONDS)` and `HOP(rel, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)`, and the
+interval join `a JOIN b WITHIN 5 MINUTES ON a.k = b.k`; everything else is Spark SQL.
 """
 
 from __future__ import annotations
 
+from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import TokenType
+
+
+class Tumble(exp.Expression, exp.Func):
+    """`TUMBLE(relation, SIZE n UNIT)`: fixed, non-overlapping windows over a relation."""
+
+    arg_types = {"this": True, "size": True}
+
+
+class Hop(exp.Expression, exp.Func):
+    """`HOP(relation, SIZE n UNIT, ADVANCE BY n UNIT)`: windows of `size` starting every `advance`."""
+
+    arg_types = {"this": True, "size": True, "advance": True}
+
+
+WINDOW_FUNCTIONS = (Tumble, Hop)
+
+
+def duration_text(interval: exp.Expr | None) -> str:
+    """`10 SECONDS` for an interval the dialect parsed (SIZE, ADVANCE BY, WITHIN)."""
+    if not isinstance(interval, exp.Interval):
+        return interval.sql() if interval is not None else ""
+    unit = interval.args.get("unit")
+    return f"{interval.this.name} {unit.name if unit is not None else ''}".strip()
+
+
+def _duration(self) -> exp.Interval | None:
+    """`n UNIT` (n an integer or decimal literal, UNIT a word such as SECONDS or MINUTE)."""
+    number = self._match(TokenType.NUMBER) and self._prev
+    if not number or not self._curr or self._curr.token_type not in (TokenType.VAR, *self.ID_VAR_TOKENS):
+        self.raise_error("expected a duration like 10 SECONDS")
+        return None
+    unit = self._curr.text.upper()
+    self._advance()
+    return self.expression(exp.Interval(this=exp.Literal.number(number.text), unit=exp.var(unit)))
+
+
+def _window_function(self, kind: type[exp.Func]) -> exp.Func:
+    table = self._parse_table_parts()
+    self._match(TokenType.COMMA)
+    if not self._match_text_seq("SIZE"):
+        self.raise_error("expected SIZE after the relation, e.g. TUMBLE(pageviews, SIZE 10 SECONDS)")
+    args = {"this": table, "size": _duration(self)}
+    if kind is Hop:
+        self._match(TokenType.COMMA)
+        if not self._match_text_seq("ADVANCE", "BY"):
+            self.raise_error("expected ADVANCE BY, e.g. HOP(pageviews, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)")
+        args["advance"] = _duration(self)
+    return self.expression(kind(**args))
 
 
 class DeltaStream(Spark):
@@ -18,3 +69,49 @@ class DeltaStream(Spark):
     class Parser(Spark.Parser):
         CREATABLES = {*Spark.Parser.CREATABLES, TokenType.STREAM}
         DB_CREATABLES = {*Spark.Parser.DB_CREATABLES, TokenType.STREAM}
+        FUNCTION_PARSERS = {
+            **Spark.Parser.FUNCTION_PARSERS,
+            "TUMBLE": lambda self: _window_function(self, Tumble),
+            "HOP": lambda self: _window_function(self, Hop),
+        }
+
+        def _parse_table_alias(self, alias_tokens=None):
+            if self._curr and self._curr.text.upper() == "WITHIN" and self._next \
+                    and self._next.token_type is TokenType.NUMBER:
+                return None
+            return super()._parse_table_alias(alias_tokens=alias_tokens)
+
+        def _parse_table(self, *args, **kwargs):
+            in_join = self._prev is not None and self._prev.token_type is TokenType.JOIN
+            table = super()._parse_table(*args, **kwargs)
+            if in_join and self._match_text_seq("WITHIN"):
+                self._ds_within = _duration(self)
+            return table
+
+        def _parse_join(self, *args, **kwargs):
+            self._ds_within = None
+            join = super()._parse_join(*args, **kwargs)
+            if join is not None and getattr(self, "_ds_within", None) is not None:
+                join.set("within", self._ds_within)
+            self._ds_within = None
+            return join
+
+    class Generator(Spark.Generator):
+        TRANSFORMS = {
+            **Spark.Generator.TRANSFORMS,
+            Tumble: lambda self, e: f"TUMBLE({self.sql(e, 'this')}, SIZE {duration_text(e.args['size'])})",
+            Hop: lambda self, e: (f"HOP({self.sql(e, 'this')}, SIZE {duration_text(e.args['size'])}, "
+                                  f"ADVANCE BY {duration_text(e.args['advance'])})"),
+        }
+
+        def join_sql(self, expression: exp.Join, *args, **kwargs) -> str:
+            within = expression.args.get("within")
+            if within is None:
+                return super().join_sql(expression, *args, **kwargs)
+            bare = expression.copy()
+            bare.set("within", None)
+            text = super().join_sql(bare, *args, **kwargs)
+            on = f" ON {self.sql(bare, 'on')}"
+            head, found, tail = text.rpartition(on)
+            clause = f" WITHIN {duration_text(within)}"
+            return f"{head}{clause}{on}{tail}" if found else text + clause

@@ -7,7 +7,7 @@ Every problem found is collected; loading raises ProjectError once with all of t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
-from dsflow.core.model import Datagen, Project, RuntimeSettings
+from dsflow.core.model import Datagen, Project, RuntimeSettings, StateSettings
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
 from dsflow.load.objects import YamlObjects, pydantic_diagnostics, read_objects, resolve_grants, schemas_of
 from dsflow.load.queries import Namespace, resolve_statements
@@ -178,7 +178,7 @@ class _Loader:
         return Project(
             name=cfg.name, root=str(self.root), environment=self.env_name,
             default_database=cfg.default.database, default_schema=cfg.default.schema_, default_store=default_store,
-            state_path=state_path,
+            state_path=state_path, state=self._state_settings(),
             runtime=RuntimeSettings(spark_master=cfg.runtime.spark_master, spark_conf=cfg.runtime.spark_conf,
                                     trigger_interval=cfg.runtime.trigger_interval,
                                     checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
@@ -186,6 +186,21 @@ class _Loader:
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
             roles=tuple(roles), grants=tuple(grants),
         )
+
+    def _state_settings(self) -> StateSettings:
+        """The state section with its templated values rendered (a DSN password comes from env_var)."""
+        raw = self.config.state
+        values: dict[str, str] = {}
+        for key in ("bucket", "prefix", "endpoint_url", "region", "dsn"):
+            value = getattr(raw, key)
+            if value is not None:
+                text, problems = render(value, PROJECT_FILE, self.context)
+                self.diagnostics += [replace(d, message=f"state.{key}: {d.message}", location=Location(PROJECT_FILE))
+                                     for d in problems]
+                if text is not None:
+                    values[key] = text
+        return StateSettings(backend=raw.backend, path=raw.path, project=self.config.name,
+                             table=raw.table or "dsflow_state", **values)
 
     def _check_unique(self, what: str, items: list[tuple[str, Location | None]]) -> None:
         seen: dict[str, Location | None] = {}

@@ -6,26 +6,18 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlglot import exp
-from sqlglot.errors import OptimizeError
-from sqlglot.optimizer.annotate_types import annotate_types
-from sqlglot.optimizer.qualify import qualify
-
 from dsflow.core.model import Column, Query, Relation, Source, Store
-from dsflow.errors import Diagnostic, Location
+from dsflow.errors import Diagnostic
 from dsflow.load.objects import SECRET_KEY
+from dsflow.load.select import Analysed, analyse_select, normalized_duration, source_tables
 from dsflow.load.sql import DIALECT, RawStatement, node_location
 from dsflow.load.suggest import did_you_mean
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas"}
-QUERY_PROPS = {"trigger.interval", "starting.position", "start.position"}
+QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee"}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
 VALUE_FORMATS = {"json"}
-TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
-UNSUPPORTED = {
-    exp.Join: "joins", exp.AggFunc: "aggregations", exp.Group: "GROUP BY", exp.Window: "window functions",
-    exp.Union: "UNION", exp.Subquery: "subqueries", exp.Limit: "LIMIT", exp.Order: "ORDER BY",
-}
+GUARANTEES = ("at-least-once", "exactly-once")
 
 
 @dataclass
@@ -203,11 +195,11 @@ def _resolve_ctas_in_order(pending: list[tuple[str, RawStatement]], ns: Namespac
 
 
 def _source_names(st: RawStatement, ns: Namespace) -> list[str]:
-    return [ns.qualify_name([p.name for p in t.parts]) for t in st.select.find_all(exp.Table)]
+    return [ns.qualify_name([p.name for p in t.parts]) for t in source_tables(st.select)]
 
 
 def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: set[str], report: Report) -> None:
-    for table in st.select.find_all(exp.Table):
+    for table in source_tables(st.select):
         name = ns.qualify_name([p.name for p in table.parts])
         if name in ns.relations:
             continue
@@ -224,35 +216,60 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     fqn = _checked_name(st, ns, report)
     if fqn is None:
         return None
-    if st.kind == "materialized view":
-        report(Diagnostic("DSF-E045", "CREATE MATERIALIZED VIEW is not supported yet", st.location,
-                          hint="use CREATE STREAM ... AS SELECT or CREATE CHANGELOG ... AS SELECT for now"))
-        return None
-    _check_props(st, RELATION_PROPS | QUERY_PROPS, report)
+    mv = st.kind == "materialized view"
+    _check_props(st, QUERY_PROPS if mv else RELATION_PROPS | QUERY_PROPS, report)
     analysed = _analyse_select(path, st, ns, report)
-    if analysed is None:
+    if analysed is None or not _shape_fits(st, fqn, analysed, report):
         return None
-    select_sql, sources, columns = analysed
-    first = ns.relations[sources[0].relation]
-    primary_key = _ctas_primary_key(st, fqn, first, columns, report)
-    relation = _relation(st, fqn, columns, ns, report, inherit=first, primary_key=primary_key)
+    first = ns.relations[analysed.sources[0].relation]
+    primary_key = _ctas_primary_key(st, fqn, first, analysed, report)
+    if mv:
+        relation = _mv_relation(st, fqn, analysed.columns, primary_key or ())
+    else:
+        relation = _relation(st, fqn, analysed.columns, ns, report, inherit=first, primary_key=primary_key)
     if relation is None:
         return None
     relation = relation.model_copy(update={"defined_by_query": fqn})
     _declare(ns, relation, st, report)
-    return _query(st, fqn, "csas" if st.kind == "stream" else "ctas", fqn, sources, select_sql, columns, ns, report)
+    statement = {"stream": "csas", "changelog": "ctas"}.get(st.kind, "mv")
+    return _query(st, fqn, statement, relation, analysed, ns, report)
 
 
-def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, columns: tuple[Column, ...],
-                      report: Report) -> tuple[str, ...]:
-    if st.kind != "changelog":
+def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) -> bool:
+    """An aggregation makes a changelog (or a view); a join makes a stream (or a view)."""
+    if st.kind == "stream" and analysed.aggregated:
+        report(Diagnostic("DSF-E046", f"'{fqn}' aggregates, so its result is a changelog keyed by the GROUP BY "
+                          "columns, not a stream", st.location,
+                          hint="use CREATE CHANGELOG ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
+        return False
+    if st.kind == "changelog" and analysed.join_within:
+        report(Diagnostic("DSF-E046", f"'{fqn}' joins two streams, so its result is a stream, not a changelog",
+                          st.location, hint="use CREATE STREAM ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
+        return False
+    return True
+
+
+def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: Analysed,
+                      report: Report) -> tuple[str, ...] | None:
+    if st.kind == "stream":
         return ()
-    names = {c.name.lower() for c in columns}
+    if analysed.aggregated:
+        return analysed.group_keys
+    if st.kind == "materialized view" and (source.kind != "changelog" or analysed.join_within):
+        return ()
+    names = {c.name.lower() for c in analysed.columns}
     if source.primary_key and all(k.lower() in names for k in source.primary_key):
         return source.primary_key
-    report(Diagnostic("DSF-E033", f"changelog '{fqn}' needs its source's primary key columns in the SELECT",
+    report(Diagnostic("DSF-E033", f"{'changelog' if st.kind == 'changelog' else 'materialized view'} '{fqn}' "
+                      "needs its source's primary key columns in the SELECT",
                       st.location, hint="select the key columns, or create a stream instead"))
     return ()
+
+
+def _mv_relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> Relation:
+    """A materialized view: its snapshot is a table (named like the view) in the environment's SQLite file."""
+    return Relation(fqn=fqn, kind="materialized_view", columns=columns, primary_key=primary_key, store="",
+                    topic=fqn.rsplit(".", 1)[-1], location=st.location)
 
 
 def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: dict[str, int]) -> Query | None:
@@ -264,28 +281,88 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
     analysed = _analyse_select(path, st, ns, report)
     if analysed is None:
         return None
-    select_sql, sources, columns = analysed
+    columns = analysed.columns
     sink = ns.relations[target]
     if [c.name.lower() for c in columns] != [c.name.lower() for c in sink.columns]:
         report(Diagnostic("DSF-E043", f"INSERT INTO '{target}' selects ({', '.join(c.name for c in columns)}) "
                           f"but the relation has ({', '.join(c.name for c in sink.columns)})", st.location,
                           hint="select the target's columns, in order, with the same names (use AS)"))
         return None
+    keys = {k.lower() for k in analysed.group_keys}
+    if analysed.aggregated and (sink.kind == "stream" or keys != {k.lower() for k in sink.primary_key}):
+        report(Diagnostic("DSF-E046", f"INSERT INTO '{target}' aggregates by ({', '.join(analysed.group_keys)}), "
+                          "so its target must be a changelog with exactly that primary key", st.location,
+                          hint="GROUP BY the target's primary key columns"))
+        return None
     counts[target] = counts.get(target, 0) + 1
-    return _query(st, f"{target}_insert_{counts[target]}", "insert", target, sources, select_sql, columns, ns, report)
+    return _query(st, f"{target}_insert_{counts[target]}", "insert", sink, analysed, ns, report)
 
 
-def _query(st: RawStatement, fqn: str, statement: str, sink: str, sources: tuple[Source, ...], select_sql: str,
-           columns: tuple[Column, ...], ns: Namespace, report: Report) -> Query:
+def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed: Analysed, ns: Namespace,
+           report: Report) -> Query:
     position = _prop(st, "starting.position") or "earliest"
     if position not in ("earliest", "latest"):
         report(Diagnostic("DSF-E032", f"'starting.position' must be 'earliest' or 'latest', got '{position}'",
                           st.prop("starting.position").location, hint="'starting.position' = 'earliest'"))
         position = "earliest"
-    sources = tuple(s.model_copy(update={"starting_position": position}) for s in sources)
-    return Query(fqn=fqn, statement=statement, sink=sink, sources=sources, select_sql=select_sql,
-                 output_columns=columns, trigger_interval=_trigger_interval(st, ns, report),
-                 start_position=_start_position(st, report), location=st.location)
+    sources = tuple(s.model_copy(update={"starting_position": position}) for s in analysed.sources)
+    _check_event_time(st, sources, analysed, ns, report)
+    return Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
+                 output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),
+                 start_position=_start_position(st, report), stateful=analysed.stateful,
+                 output_mode="update" if analysed.aggregated else "append",
+                 key_columns=analysed.group_keys if analysed.aggregated else (), window=analysed.window,
+                 join_within=analysed.join_within, watermark_delay=_watermark_delay(st, report),
+                 delivery_guarantee=_delivery_guarantee(st, sink, analysed, report), location=st.location)
+
+
+EVENT_TIME_TYPES = {"BIGINT", "INT", "TIMESTAMP", "TIMESTAMPTZ"}
+
+
+def _check_event_time(st: RawStatement, sources: tuple[Source, ...], analysed: Analysed, ns: Namespace,
+                      report: Report) -> None:
+    """Windows and joins need event time: a 'timestamp' column must be BIGINT (epoch ms) or TIMESTAMP."""
+    if analysed.window is None and analysed.join_within is None:
+        return
+    for source in sources:
+        relation = ns.relations[source.relation]
+        column = relation.column(relation.timestamp) if relation.timestamp else None
+        if column is not None and column.type.upper() not in EVENT_TIME_TYPES:
+            report(Diagnostic("DSF-E042", f"timestamp column '{column.name}' of '{relation.fqn}' is {column.type}; "
+                              "event time needs BIGINT (epoch ms) or TIMESTAMP", st.location,
+                              hint="name another column in 'timestamp', or convert it in an upstream query"))
+
+
+def _watermark_delay(st: RawStatement, report: Report) -> str:
+    prop = st.prop("watermark.delay")
+    if prop is None:
+        return "5 seconds"
+    duration = normalized_duration(prop.value)
+    if duration is None:
+        report(Diagnostic("DSF-E032", f"'watermark.delay' must be a duration like '10 seconds', got '{prop.value}'",
+                          prop.location, hint="'watermark.delay' = '30 seconds'"))
+        return "5 seconds"
+    return duration
+
+
+def _delivery_guarantee(st: RawStatement, sink: Relation, analysed: Analysed, report: Report) -> str:
+    prop = st.prop("delivery.guarantee")
+    if prop is None:
+        return "at-least-once"
+    value = prop.value.strip().lower()
+    if value not in GUARANTEES:
+        report(Diagnostic("DSF-E032", f"'delivery.guarantee' must be 'at-least-once' or 'exactly-once', got "
+                          f"'{prop.value}'", prop.location, hint="'delivery.guarantee' = 'at-least-once'"))
+        return "at-least-once"
+    if value == "exactly-once" and sink.kind == "stream":
+        report(Diagnostic(
+            "DSF-E047", f"'exactly-once' is not available for the stream '{sink.fqn}'", prop.location,
+            hint="a stream sink appends to Kafka, and a query killed after writing a micro-batch but before "
+                 "committing it writes the batch again on restart (Kafka transactions are not used), so it is "
+                 "at-least-once. Changelogs and materialized views are effectively exactly-once: their records "
+                 "are idempotent upserts by key. Remove the property, or write to a changelog or view."))
+        return "at-least-once"
+    return value
 
 
 INTERVAL = re.compile(r"^\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)$", re.I)
@@ -314,66 +391,5 @@ def _start_position(st: RawStatement, report: Report) -> str:
     return "auto"
 
 
-def _analyse_select(path: str, st: RawStatement, ns: Namespace,
-                    report: Report) -> tuple[str, tuple[Source, ...], tuple[Column, ...]] | None:
-    select = st.select.copy()
-    for node_type, what in UNSUPPORTED.items():
-        node = select.find(node_type)
-        if node is not None:
-            report(Diagnostic("DSF-E045", f"{what} in continuous queries are not supported yet",
-                              node_location(path, node, st.location),
-                              hint="supported now: projections, expressions, CAST and WHERE over one relation"))
-            return None
-    tables = list(select.find_all(exp.Table))
-    if len(tables) != 1:
-        report(Diagnostic("DSF-E045", "a continuous query must read exactly one relation for now", st.location,
-                          hint="joins arrive with the stateful SQL work"))
-        return None
-    table = tables[0]
-    source = ns.relations[ns.qualify_name([p.name for p in table.parts])]
-    if not _columns_known(path, st, select, source, table, report):
-        return None
-    return _qualified(path, st, select, source, table, report)
-
-
-def _columns_known(path: str, st: RawStatement, select: exp.Query, source: Relation, table: exp.Table,
-                   report: Report) -> bool:
-    ok = True
-    aliases = {table.name.lower(), (table.alias or "").lower(), source.name.lower()}
-    for column in select.find_all(exp.Column):
-        if isinstance(column.this, exp.Star):
-            continue
-        if column.table and column.table.lower() not in aliases:
-            report(Diagnostic("DSF-E040", f"unknown relation or alias '{column.table}'",
-                              node_location(path, column, st.location), hint=did_you_mean(column.table, aliases - {""})))
-            ok = False
-        elif source.column(column.name) is None:
-            report(Diagnostic("DSF-E041", f"unknown column '{column.name}' in '{source.fqn}'",
-                              node_location(path, column, st.location),
-                              hint=did_you_mean(column.name, [c.name for c in source.columns])))
-            ok = False
-    return ok
-
-
-def _qualified(path: str, st: RawStatement, select: exp.Query, source: Relation, table: exp.Table,
-               report: Report) -> tuple[str, tuple[Source, ...], tuple[Column, ...]] | None:
-    db, schema, name = source.fqn.split(".")
-    for part, value in zip(("catalog", "db", "this"), (db, schema, name)):
-        table.set(part, exp.to_identifier(value))
-    mapping = {db: {schema: {name: {c.name: c.type for c in source.columns}}}}
-    try:
-        qualified = annotate_types(qualify(select, schema=mapping, dialect=DIALECT), schema=mapping, dialect=DIALECT)
-    except OptimizeError as err:
-        report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
-        return None
-    columns = []
-    for projection in qualified.selects:
-        type_ = projection.type.sql() if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
-        columns.append(Column(name=projection.alias_or_name, type=TYPE_ALIASES.get(type_, type_)))
-    if any(c.name.startswith("_col_") for c in columns):
-        report(Diagnostic("DSF-E044", "every computed column needs a name", st.location,
-                          hint="add AS name to each expression in the SELECT"))
-        return None
-    _check_duplicate_columns([c.name for c in columns], st, report)
-    alias = qualified.find(exp.Table).alias_or_name
-    return qualified.sql(dialect=DIALECT), (Source(relation=source.fqn, alias=alias),), tuple(columns)
+def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:
+    return analyse_select(path, st, ns.relations, ns.qualify_name, report)

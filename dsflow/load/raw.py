@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Raw(BaseModel):
@@ -22,11 +22,38 @@ class RawDefaults(Raw):
     store: str | None = Field(None, description="store for relations that name none")
 
 
-class RawState(Raw):
-    """Where the deployed state is kept."""
+_BACKEND_KEYS = {"local": set(), "s3": {"bucket", "prefix", "endpoint_url", "region"}, "postgres": {"dsn", "table"}}
+_REQUIRED_KEYS = {"local": set(), "s3": {"bucket"}, "postgres": {"dsn"}}
 
-    backend: Literal["local"] = "local"
-    path: str = ".dsflow"
+
+class RawState(Raw):
+    """Where the deployed state is kept (docs/state.md). bucket, prefix, endpoint_url, region and dsn may use
+    {{ env_var('NAME') }} and {{ var('name') }}."""
+
+    backend: Literal["local", "s3", "postgres"] = Field("local",
+                                                        description="local file, S3 object or PostgreSQL table")
+    path: str = Field(".dsflow", description="local folder for state (local backend), run files and checkpoints")
+    bucket: str | None = Field(None, description="s3: the bucket; state is the object <prefix>/<env>.json")
+    prefix: str | None = Field(None, description="s3: key prefix (default: the project name)")
+    endpoint_url: str | None = Field(None, description="s3: endpoint of an S3-compatible store (MinIO, moto)")
+    region: str | None = Field(None, description="s3: the bucket's region")
+    dsn: str | None = Field(None, description="postgres: libpq DSN; put the password in {{ env_var('NAME') }}")
+    table: str | None = Field(None, pattern=r"^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$",
+                              description="postgres: state table, [schema.]name (default dsflow_state)")
+
+    @model_validator(mode="after")
+    def _settings_match_backend(self) -> RawState:
+        given = {k for k in set().union(*_BACKEND_KEYS.values()) if getattr(self, k) is not None}
+        foreign = given - _BACKEND_KEYS[self.backend]
+        missing = _REQUIRED_KEYS[self.backend] - given
+        problems = []
+        if foreign:
+            problems.append(f"not a setting of the {self.backend} state backend: {', '.join(sorted(foreign))}")
+        if missing:
+            problems.append(f"the {self.backend} state backend needs {', '.join(sorted(missing))}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class RawRuntime(Raw):

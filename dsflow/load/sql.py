@@ -111,7 +111,8 @@ def _parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawStat
         return _to_raw(expression, path, start, snippet), []
     except _Unsupported as err:
         return None, [Diagnostic("DSF-E005", str(err), start,
-                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE STREAM|CHANGELOG ... AS SELECT, INSERT INTO ... SELECT")]
+                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
+                                      "INSERT INTO ... SELECT")]
 
 
 class _Unsupported(Exception):
@@ -144,6 +145,8 @@ def _create(create: exp.Create, path: str, start: Location, snippet: str) -> Raw
     table = target.this if isinstance(target, exp.Schema) else target
     columns, primary_key = _columns(target, path, start) if isinstance(target, exp.Schema) else ((), ())
     select = create.expression if isinstance(create.expression, exp.Query) else None
+    if kind_name == "materialized view" and select is None:
+        raise _Unsupported("CREATE MATERIALIZED VIEW needs AS SELECT ...")
     return RawStatement(kind_name, _table_parts(table), node_location(path, table, start), columns=columns,
                         primary_key=primary_key, properties=_properties(properties, path, start),
                         select=select, text=snippet)
@@ -180,7 +183,7 @@ def _properties(properties: exp.Properties | None, path: str, start: Location) -
         return ()
     out = []
     for prop in properties.expressions:
-        if isinstance(prop, exp.Property):
+        if isinstance(prop, exp.Property) and not isinstance(prop, exp.MaterializedProperty):
             key = prop.this.name if isinstance(prop.this, exp.Expr) else str(prop.this)
             value = prop.args.get("value")
             text = value.name if isinstance(value, (exp.Literal, exp.Identifier)) else (value.sql() if value else "")

@@ -202,26 +202,75 @@ def start_offsets(consumer: Any, topic: str, partitions: Iterable[int]) -> dict[
     return {p: low for p, (low, _) in watermarks(consumer, topic, partitions).items()}
 
 
-def end_offsets(consumer: Any, topic: str, partitions: Iterable[int], first_wait: float = 2.0) -> dict[int, int]:
+END_SETTLE_S = 0.1
+"""How long `end_offsets` keeps reading a partition that is still being written to."""
+
+END_QUIET_S = 0.05
+"""A consume this long that brings nothing means the partitions went quiet."""
+
+
+def end_offsets(consumer: Any, topic: str, partitions: Iterable[int], first_wait: float = 2.0,
+                settle: float = END_SETTLE_S, quiet: float = END_QUIET_S) -> dict[int, int]:
     """The true end offset (last offset + 1) per partition.
 
     tansu reports the high watermark as the last batch's base offset + 1, so for every
     partition with data we read from `high - 1` to the end of that batch:
     end = max(high, last offset seen + 1). On a real Kafka broker this reads one record
     per partition (or, when that offset is a transaction marker, waits `first_wait` for
-    nothing). The consumer is left unassigned.
+    nothing). The consumer is left unassigned. Shorter `settle`/`quiet` make the call faster
+    and the answer possibly earlier than the true end (still valid: never past it).
     """
     highs = {p: high for p, (_, high) in watermarks(consumer, topic, partitions).items()}
     probe = {p: high - 1 for p, high in highs.items() if high > 0}
-    seen = _last_offsets(consumer, topic, probe, first_wait) if probe else {}
+    seen = _last_offsets(consumer, topic, probe, first_wait, settle, quiet) if probe else {}
     return {p: max(high, seen.get(p, -1) + 1) for p, high in highs.items()}
 
 
-def _last_offsets(consumer: Any, topic: str, starts: dict[int, int], first_wait: float) -> dict[int, int]:
+class EndTracker:
+    """End offsets for a reader that asks again and again (before every micro-batch), cheaply.
+
+    Per partition it remembers the last high watermark and the true end found behind it. The
+    probe that reads the last batch (see `end_offsets`) runs only for a partition whose high
+    watermark has stood still since the previous call and was not probed yet: a moving
+    watermark means the partition is busy, and `high` itself is a valid end (the rest of that
+    batch is read with the next one). So a busy topic costs one watermark request per
+    partition, a quiet one a single probe, and every answer is at most the true end.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[int, int, bool]] = {}  # partition -> (high, end, probed)
+
+    def ends(self, consumer: Any, topic: str, partitions: Iterable[int], settle: float = END_SETTLE_S,
+             quiet: float = END_QUIET_S) -> dict[int, int]:
+        highs = {p: high for p, (_, high) in watermarks(consumer, topic, partitions).items()}
+        probe, result = {}, {}
+        for p, high in highs.items():
+            before = self._known.get(p)
+            if before is not None and before[0] != high:
+                result[p], self._known[p] = high, (high, high, False)
+            elif before is not None and before[2]:
+                result[p] = before[1]
+            elif high > 0:
+                probe[p] = high - 1
+            else:
+                result[p], self._known[p] = high, (high, high, True)
+        seen = _last_offsets(consumer, topic, probe, 2.0, settle, quiet) if probe else {}
+        for p, start in probe.items():
+            end = max(start + 1, seen.get(p, -1) + 1)
+            result[p], self._known[p] = end, (start + 1, end, True)
+        return result
+
+
+def _last_offsets(consumer: Any, topic: str, starts: dict[int, int], first_wait: float,
+                  settle: float = END_SETTLE_S, quiet: float = END_QUIET_S) -> dict[int, int]:
     """Highest offset seen per partition reading from `starts` until the partitions go quiet.
 
-    A batch arrives whole in one fetch, so stopping after `first_wait` more seconds on a
-    busy topic is safe: any end offset at or past the batch end is a valid end.
+    A batch arrives whole in one fetch, so once every partition has shown its first record
+    the rest of that batch is already local and arrives within milliseconds: on a quiet topic
+    reading stops after `quiet` seconds with nothing new; on a busy topic (new batches keep
+    coming) it stops after `settle` seconds. Either way the end is at or past the end of the
+    batch holding `high - 1`, or, if the read was cut short, a valid earlier end whose rest is
+    found by the next call. Stopping early matters: this runs before every micro-batch.
     """
     from confluent_kafka import TopicPartition
 
@@ -230,9 +279,9 @@ def _last_offsets(consumer: Any, topic: str, starts: dict[int, int], first_wait:
     deadline = time.monotonic() + first_wait
     try:
         while len(seen) < len(starts) and time.monotonic() < deadline:
-            _note_offsets(consumer.consume(10_000, 0.05), seen)
-        deadline = time.monotonic() + first_wait
-        while _note_offsets(consumer.consume(10_000, 0.1), seen) and time.monotonic() < deadline:
+            _note_offsets(consumer.consume(10_000, quiet), seen)
+        deadline = time.monotonic() + settle
+        while _note_offsets(consumer.consume(10_000, quiet), seen) and time.monotonic() < deadline:
             pass
     finally:
         consumer.unassign()
@@ -287,7 +336,15 @@ def read_range(
 
 
 def _take(messages: list, pos: int, end: int, where: str) -> tuple[list, int, str | None]:
-    """Messages in [pos, end), the next position, and the last non-fatal error seen."""
+    """Messages in [pos, end), the next position, and the last non-fatal error seen.
+
+    Fast path without per-message Python: no errors and every offset already inside [pos, end)
+    (offsets of one partition ascend), which is the common case.
+    """
+    if messages and not any(map(_message_error, messages)):
+        first, last = messages[0].offset(), messages[-1].offset()
+        if pos <= first and last < end:
+            return messages, last + 1, None
     batch, error = [], None
     for m in messages:
         err = m.error()
@@ -301,6 +358,10 @@ def _take(messages: list, pos: int, end: int, where: str) -> tuple[list, int, st
             batch.append(m)
             pos = offset + 1
     return batch, pos, error
+
+
+def _message_error(message: Any) -> Any:
+    return message.error()
 
 
 def _position(consumer: Any, tp: Any) -> int:

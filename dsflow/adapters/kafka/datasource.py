@@ -69,6 +69,10 @@ CHUNK_ROWS = 10_000
 
 KAFKA_PREFIX = "kafka."
 
+QUICK_SETTLE_S = 0.02
+"""Between micro-batches, how long the end-offset probe reads (see client.end_offsets): this runs
+before every batch, so it bounds latency; an end found short is completed by the next batch."""
+
 
 @dataclass(frozen=True)
 class KafkaOptions:
@@ -197,19 +201,46 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
 
 
 def to_record_batch(messages: list, topic: str) -> Any:
-    """Consumed messages as a RecordBatch matching SCHEMA."""
-    import pyarrow as pa
+    """Consumed messages as a RecordBatch matching SCHEMA.
 
-    stamps = [m.timestamp()[1] for m in messages]
+    Column-wise, with `map` over the Message accessors instead of per-row Python frames; keys and
+    values go in as bytes and are checked as UTF-8 by Arrow in one pass. A batch with invalid
+    UTF-8 falls back to decoding row by row (invalid bytes become U+FFFD).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from confluent_kafka import Message
+
+    count = len(messages)
+    stamps = pa.array(list(map(_timestamp_ms, messages)), pa.int64())
+    stamps = pc.if_else(pc.less(stamps, 0), pa.scalar(None, pa.int64()), pc.multiply(stamps, 1000))
+    partition = messages[0].partition() if count else 0
     columns = [
-        pa.array([client.decode(m.key()) for m in messages], pa.string()),
-        pa.array([client.decode(m.value()) for m in messages], pa.string()),
-        pa.array([topic] * len(messages), pa.string()),
-        pa.array([m.partition() for m in messages], pa.int32()),
-        pa.array([m.offset() for m in messages], pa.int64()),
-        pa.array([ts * 1000 if ts >= 0 else None for ts in stamps], pa.timestamp("us", tz="UTC")),
+        _text_column(list(map(Message.key, messages))),
+        _text_column(list(map(Message.value, messages))),
+        pa.repeat(pa.scalar(topic, pa.string()), count),
+        pa.repeat(pa.scalar(partition, pa.int32()), count)
+        if all(m == partition for m in map(Message.partition, messages))
+        else pa.array(list(map(Message.partition, messages)), pa.int32()),
+        pa.array(list(map(Message.offset, messages)), pa.int64()),
+        stamps.cast(pa.timestamp("us", tz="UTC")),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
+
+
+def _timestamp_ms(message: Any) -> int:
+    return message.timestamp()[1]
+
+
+def _text_column(raw: list) -> Any:
+    """Keys or values (bytes or None) as an Arrow string column; invalid UTF-8 becomes U+FFFD."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(raw, pa.binary()).cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([client.decode(r) for r in raw], pa.string())
 
 
 def arrow_schema() -> Any:
@@ -242,9 +273,10 @@ class _ConsumerHolder:
     def __init__(self, options: KafkaOptions) -> None:
         self.options = options
         self._consumer: Any = None
+        self._tracker = client.EndTracker()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_consumer": None}
+        return {**self.__dict__, "_consumer": None, "_tracker": client.EndTracker()}
 
     def consumer(self) -> Any:
         if self._consumer is None:
@@ -257,9 +289,14 @@ class _ConsumerHolder:
             self._consumer.close()
             self._consumer = None
 
-    def end_offsets(self) -> dict[int, int]:
+    def end_offsets(self, quick: bool = False) -> dict[int, int]:
+        """True ends; `quick` (between micro-batches) may answer short of them on a busy partition:
+        the rest comes with the next batch (`client.EndTracker`)."""
         c = self.consumer()
-        return client.end_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
+        parts = client.topic_partitions(c, self.options.topic)
+        if quick:
+            return self._tracker.ends(c, self.options.topic, parts, QUICK_SETTLE_S, QUICK_SETTLE_S)
+        return client.end_offsets(c, self.options.topic, parts)
 
     def start_offsets(self) -> dict[int, int]:
         c = self.consumer()
@@ -312,7 +349,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._offsets.end_offsets()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        available = self._target if self._target is not None else self._offsets.end_offsets()
+        available = self._target if self._target is not None else self._offsets.end_offsets(quick=True)
         begin = {p: int(start.get(str(p), 0)) for p in available}
         end = {p: max(begin[p], available[p]) for p in available}
         if isinstance(limit, ReadMaxRows):
@@ -399,27 +436,45 @@ def check_write_schema(schema: StructType) -> StructType:
 
 
 def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
-    """Produce every row of the Arrow batches to the topic, flush, and return the count."""
+    """Produce every row of the Arrow batches to the topic, flush, and return the count.
+
+    The per-row work is one `produce` call in a tight loop (no helper call per row); a full
+    local queue is the exception path: serve deliveries and retry that row.
+    """
     errors = client.DeliveryErrors()
     producer = client.new_producer(options.config, errors)
     count = 0
     for batch in batches:
-        for value, key, part in zip(*_write_columns(batch)):
-            client.produce_one(producer, options.topic, value, key, part)
+        values, keys, partitions = _write_columns(batch)
+        if partitions is None:
+            _produce_rows(producer, options.topic, zip(values, keys))
+        else:
+            for value, key, part in zip(values, keys, partitions):
+                client.produce_one(producer, options.topic, value, key, part)
         count += batch.num_rows
         producer.poll(0)
     client.flush_or_raise(producer, options.topic, count, errors)
     return count
 
 
+def _produce_rows(producer: Any, topic: str, rows: Iterator[tuple]) -> None:
+    produce = producer.produce
+    for value, key in rows:
+        try:
+            produce(topic, value, key)
+        except BufferError:
+            client.produce_one(producer, topic, value, key)
+
+
 def _write_columns(batch: Any) -> tuple:
-    """(values, keys, partitions) of a batch; absent columns become None for every row."""
+    """(values, keys, partitions) of a batch: keys None per row when absent, partitions None when absent."""
     names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
 
     def column(name: str) -> Any:
         return batch.column(names[name]).to_pylist() if name in names else repeat(None, batch.num_rows)
 
-    return column("value"), column("key"), column("partition")
+    partitions = column("partition") if "partition" in names else None
+    return column("value"), column("key"), partitions
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):

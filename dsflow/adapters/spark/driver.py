@@ -18,15 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsflow.adapters.spark.frames import sink_frame, source_view, start_kafka_updates, start_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 
 STATUS_EVERY_SECONDS = 2.0
 
 
 def build_dataframe(spark, spec: QuerySpec):
-    """The streaming DataFrame of (key, value) rows the sink writes."""
-    from pyspark.sql import functions as F
-
+    """The streaming DataFrame the sink writes: (key, value) rows for Kafka, the SELECT's columns otherwise."""
     for source in spec.sources:
         raw = (spark.readStream.format("dsflow_kafka")
                .option("bootstrap.servers", source.client_config["bootstrap.servers"])
@@ -39,21 +38,27 @@ def build_dataframe(spark, spec: QuerySpec):
         for key, value in source.client_config.items():
             if key != "bootstrap.servers":
                 raw = raw.option(f"kafka.{key}", value)
-        parsed = raw.load().select(F.col("key").alias("__key"), F.from_json("value", source.schema_ddl).alias("__v"))
-        parsed.select("__key", "__v.*").createOrReplaceTempView(source.view)
+        source_view(raw.load(), source).createOrReplaceTempView(source.view)
     result = spark.sql(spec.select_sql)
-    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in spec.sink.columns]))
-    return result.select(F.col("__key").alias("key"), value.alias("value"))
+    if spec.sink.kind != "kafka":
+        return result
+    return sink_frame(result, spec.sink)
 
 
-def start_query(spark, spec: QuerySpec):
+def start_query(spark, spec: QuerySpec, available_now: bool = False):
+    """Start the query; `available_now` processes what is there now and stops (tests, one-off runs)."""
     frame = build_dataframe(spark, spec)
+    trigger = {"availableNow": True} if available_now else {"processingTime": spec.trigger_interval}
+    if spec.sink.kind == "sqlite":
+        return start_view(spec, frame, trigger)
+    if spec.sink.output_mode == "update":
+        return start_kafka_updates(spec, frame, trigger)
     writer = (frame.writeStream.format("dsflow_kafka")
               .option("bootstrap.servers", spec.sink.client_config["bootstrap.servers"])
               .option("topic", spec.sink.topic)
               .option("checkpointLocation", spec.checkpoint)
               .queryName(spec.name.replace(".", "_"))
-              .trigger(processingTime=spec.trigger_interval))
+              .trigger(**trigger))
     for key, value in spec.sink.client_config.items():
         if key != "bootstrap.servers":
             writer = writer.option(f"kafka.{key}", value)

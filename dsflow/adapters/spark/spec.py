@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 ENV_REF = "@env:"
@@ -20,16 +22,25 @@ class SourceSpec(BaseModel):
     starting_position: str = "earliest"
     starting_offsets: dict[str, int] | None = Field(None, description="carried from a previous version")
     starting_timestamp: int | None = Field(None, description="epoch ms to replay from")
+    event_time: str | None = Field(None, description="Spark SQL giving the event time (column __ts); "
+                                                     "None: the source needs no event time")
+    watermark_delay: str | None = Field(None, description="watermark on __ts, e.g. '5000 milliseconds'")
+    window: list[str] | None = Field(None, description="[size, slide] of window(__ts) as column __window")
 
 
 class SinkSpec(BaseModel):
-    """The Kafka topic a query writes to."""
+    """Where a query writes: a Kafka topic, a materialized view's SQLite table, or the terminal."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    topic: str
+    topic: str = Field(description="the Kafka topic, or the view's table")
     client_config: dict[str, str]
     columns: list[str]
+    kind: Literal["kafka", "sqlite", "console"] = "kafka"
+    output_mode: Literal["append", "update"] = "append"
+    key_columns: list[str] = Field(default_factory=list, description="Kafka: the key is made of these columns "
+                                   "(else the source key is carried); SQLite: upsert on them (else append)")
+    database: str | None = Field(None, description="SQLite file of a view")
 
 
 class QuerySpec(BaseModel):

@@ -1,0 +1,1 @@
+"""SQLite: the embedded store of materialized view snapshots."""

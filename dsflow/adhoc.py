@@ -1,0 +1,169 @@
+"""Interactive queries: `dsflow query` on view snapshots, `dsflow query --follow` on streams and changelogs.
+
+    view_query   one-off SQL over materialized views, run by SQLite on the environment's snapshot file
+    follow       a temporary continuous query whose micro-batches are handed to a callback until it is
+                 stopped (Ctrl-C); its checkpoint is a temporary folder, deleted when it stops
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from dsflow.core.model import Project, Query, Relation
+from dsflow.errors import Diagnostic, DsflowError, Location, ProjectError
+from dsflow.load.suggest import did_you_mean
+
+Rows = Callable[[list[str], list[tuple]], None]
+
+
+def _parse(sql: str) -> exp.Select:
+    from dsflow.load.sql import parse_one_select
+
+    try:
+        select = parse_one_select(sql)
+    except ParseError as err:
+        detail = err.errors[0].get("description") if err.errors else err
+        raise DsflowError("DSF-E720", f"cannot parse the query: {detail}",
+                          hint="write one SELECT statement") from err
+    if not isinstance(select, exp.Select):
+        raise DsflowError("DSF-E720", "dsflow query runs one SELECT statement", hint="e.g. SELECT * FROM my_view")
+    return select
+
+
+def _relation(project: Project, table: exp.Table) -> Relation:
+    parts = [p.name for p in table.parts]
+    if len(parts) == 1:
+        parts = [project.default_database, project.default_schema, *parts]
+    elif len(parts) == 2:
+        parts = [project.default_database, *parts]
+    fqn = ".".join(parts[-3:])
+    relation = project.relation(fqn)
+    if relation is None:
+        raise DsflowError("DSF-E720", f"unknown relation '{table.sql()}'",
+                          hint=did_you_mean(parts[-1], [r.name for r in project.relations]))
+    return relation
+
+
+def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:
+    """Run SQL over materialized views (their snapshot tables in SQLite): column names and rows."""
+    from dsflow.adapters.sqlite import mv
+
+    select = _parse(sql)
+    for table in list(select.find_all(exp.Table)):
+        relation = _relation(project, table)
+        if relation.kind != "materialized_view":
+            raise DsflowError("DSF-E720", f"'{relation.fqn}' is a {relation.kind}, not a materialized view",
+                              hint="dsflow query --follow runs a continuous query over streams and changelogs")
+        alias = table.alias_or_name
+        table.replace(exp.Table(this=exp.to_identifier(relation.topic, quoted=True),
+                                alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    database = mv.database_path(project.root, project.state_path, project.environment)
+    return mv.run_query(database, select.sql(dialect="sqlite"))
+
+
+def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
+    """The continuous query behind `--follow`, checked like a project query (DSF diagnostics)."""
+    from dsflow.load.select import analyse_select
+    from dsflow.load.sql import RawStatement
+
+    select = _parse(sql)
+    relations = {r.fqn: r for r in project.relations if r.kind != "materialized_view"}
+    for table in select.find_all(exp.Table):
+        _relation(project, table)
+    where = Location("<query>", 1, 1)
+    raw = RawStatement("stream", ("__follow",), where, select=select, text=sql)
+    problems: list[Diagnostic] = []
+
+    def qualify_name(parts):
+        parts = list(parts)
+        return ".".join(([project.default_database, project.default_schema] + parts)[-3:]) if len(parts) < 3 \
+            else ".".join(parts[-3:])
+
+    analysed = analyse_select("<query>", raw, relations, qualify_name, problems.append)
+    if analysed is None or problems:
+        raise ProjectError(diagnostics=problems or [Diagnostic("DSF-E720", "cannot run the query", where)])
+    sources = tuple(s.model_copy(update={"starting_position": position}) for s in analysed.sources)
+    return Query(fqn="adhoc.follow.query", statement="csas", sink="", sources=sources,
+                 select_sql=analysed.select_sql, output_columns=analysed.columns, stateful=analysed.stateful,
+                 output_mode="update" if analysed.aggregated else "append", window=analysed.window,
+                 join_within=analysed.join_within, trigger_interval="1 second")
+
+
+def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, position: str = "latest",
+           on_started: Callable[[Path], None] = lambda _: None) -> None:
+    """Run the query until `stop` is set (or Ctrl-C), handing each micro-batch's rows to `on_rows`.
+
+    The checkpoint is a temporary folder, removed at the end; the Spark session and its JVM are stopped.
+    """
+    from dsflow.adapters.spark.driver import build_dataframe
+    from dsflow.adapters.spark.session import build_session
+    from dsflow.adapters.spark.spec import QuerySpec, SinkSpec
+    from dsflow.adapters.spark.translate import source_specs, spark_select
+
+    query = follow_query(project, sql, position)
+    checkpoint = Path(tempfile.mkdtemp(prefix="dsflow-follow-"))
+    columns = [c.name for c in query.output_columns]
+    spec = QuerySpec(name="dsflow_follow", version="adhoc", master=project.runtime.spark_master,
+                     spark_conf=dict(project.runtime.spark_conf), checkpoint=str(checkpoint / "ck"),
+                     status_path=str(checkpoint / "status.json"), trigger_interval="1 second",
+                     sources=source_specs(project, query), select_sql=spark_select(query),
+                     sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
+                                   output_mode=query.output_mode))
+    spark = None
+    try:
+        on_started(checkpoint)
+        spark = build_session(spec.master, "dsflow:follow", spec.spark_conf)
+        if threading.current_thread() is threading.main_thread():  # Spark installed its own Ctrl-C handler
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+        frame = build_dataframe(spark, spec).select(*[f"`{c}`" for c in columns])
+
+        def batch(df, _batch_id: int) -> None:
+            rows = [tuple(r) for r in df.collect()]
+            if rows:
+                on_rows(columns, rows)
+
+        running = (frame.writeStream.foreachBatch(batch).outputMode(query.output_mode)
+                   .option("checkpointLocation", spec.checkpoint).trigger(processingTime="1 second").start())
+        try:
+            while not stop.is_set() and running.isActive:
+                running.awaitTermination(0.5)
+        finally:
+            if running.isActive:
+                running.stop()
+        error = running.exception()
+        if error is not None:
+            raise DsflowError("DSF-E723", f"the query failed: {str(error).splitlines()[0]}")
+    finally:
+        _stop_spark(spark)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def _stop_spark(spark: Any) -> None:
+    if spark is None:
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    spark.stop()
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    try:
+        if gateway is not None:
+            gateway.shutdown()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - last resort
+                proc.kill()
+        SparkContext._gateway = None
+        SparkContext._jvm = None

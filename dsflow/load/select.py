@@ -1,0 +1,337 @@
+"""The SELECT of a continuous query: its sources, shape (window, join, aggregation) and output columns.
+
+    FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..)
+    [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
+    GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)
+
+Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
+
+from dsflow.core.model import Column, Relation, Source, Window
+from dsflow.errors import Diagnostic
+from dsflow.load.dialect import WINDOW_FUNCTIONS, Hop, duration_text
+from dsflow.load.sql import DIALECT, RawStatement, node_location
+from dsflow.load.suggest import did_you_mean
+
+Report = Callable[[Diagnostic], None]
+TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
+UNSUPPORTED = {
+    exp.Window: "window functions (OVER)", exp.Union: "UNION", exp.Subquery: "subqueries",
+    exp.Limit: "LIMIT", exp.Order: "ORDER BY",
+}
+AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+WINDOW_COLUMNS = ("window_start", "window_end")
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*"
+                      r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)$", re.I)
+UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes", "h": "hours",
+         "d": "days"}
+SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT), "
+                  "TUMBLE/HOP windows, and [LEFT|FULL] JOIN ... WITHIN ... ON between two streams")
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """A resolved SELECT: normalized SQL over fully qualified relations, and what kind of query it makes."""
+
+    select_sql: str
+    sources: tuple[Source, ...]
+    columns: tuple[Column, ...]
+    aggregated: bool = False
+    group_keys: tuple[str, ...] = ()
+    window: Window | None = None
+    join_within: str | None = None
+    join_side: str | None = None
+
+    @property
+    def stateful(self) -> bool:
+        return self.aggregated or self.join_within is not None
+
+
+def normalized_duration(text: str) -> str | None:
+    """'10 SECONDS' -> '10 seconds', '500ms' -> '500 milliseconds'; None if it is no duration."""
+    found = DURATION.match(text.strip())
+    if not found:
+        return None
+    unit = found.group(2).lower()
+    unit = UNITS.get(unit, unit if unit.endswith("s") else unit + "s")
+    return f"{found.group(1)} {unit}"
+
+
+def source_tables(select: exp.Expr) -> list[exp.Table]:
+    """The relations a SELECT reads (a window function's relation, not the function itself)."""
+    return [t for t in select.find_all(exp.Table) if not isinstance(t.this, WINDOW_FUNCTIONS)]
+
+
+def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], qualify_name,
+                   report: Report) -> Analysed | None:
+    """Check and resolve st.select; every problem is reported, None if any."""
+    select = st.select.copy()
+    where = lambda node: node_location(path, node, st.location)  # noqa: E731
+    for node_type, what in UNSUPPORTED.items():
+        node = select.find(node_type)
+        if node is not None:
+            report(Diagnostic("DSF-E045", f"{what} in continuous queries are not supported yet", where(node),
+                              hint=SUPPORTED_HINT))
+            return None
+    window = _extract_window(select, where, report)
+    if window is False:
+        return None
+    tables = source_tables(select)
+    found = {id(t): relations[qualify_name([p.name for p in t.parts])] for t in tables}
+    join = _check_join(select, tables, found, where, st, report)
+    if join is False:
+        return None
+    if not _columns_known(select, tables, found, window, where, report):
+        return None
+    qualified = _qualified(select, tables, found, window, st, report)
+    if qualified is None:
+        return None
+    if join and not _join_equality(qualified, tables, where, st, report):
+        return None
+    shape = _aggregation(qualified, window, where, st, report)
+    if shape is None:
+        return None
+    if join and shape[0]:
+        report(Diagnostic("DSF-E045", "aggregating the result of a join is not supported yet", st.location,
+                          hint="write the join into a stream, and aggregate that stream in another query"))
+        return None
+    columns = _output_columns(qualified, st, report)
+    if columns is None:
+        return None
+    sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name) for t in tables)
+    return Analysed(qualified.sql(dialect=DIALECT), sources, columns, aggregated=shape[0], group_keys=shape[1],
+                    window=window or None, join_within=join[0] if join else None,
+                    join_side=join[1] if join else None)
+
+
+def _extract_window(select: exp.Select, where, report: Report) -> Window | None | bool:
+    """Replace TUMBLE(rel, ...)/HOP(rel, ...) by rel itself; the window it described, None, or False on error."""
+    wrapped = [t for t in select.find_all(exp.Table) if isinstance(t.this, WINDOW_FUNCTIONS)]
+    if not wrapped:
+        return None
+    if len(wrapped) > 1 or select.args.get("joins"):
+        report(Diagnostic("DSF-E045", "a window over a join, or more than one window, is not supported yet",
+                          where(wrapped[-1]), hint=SUPPORTED_HINT))
+        return False
+    outer = wrapped[0]
+    function = outer.this
+    inner: exp.Table = function.this.copy()
+    durations = {"size": function.args.get("size"), "advance": function.args.get("advance")}
+    texts: dict[str, str | None] = {}
+    for key, node in durations.items():
+        if node is None:
+            texts[key] = None
+            continue
+        texts[key] = normalized_duration(duration_text(node))
+        if texts[key] is None or float(texts[key].split()[0]) <= 0:
+            report(Diagnostic("DSF-E032", f"window {key.upper()} must be a positive duration like 10 SECONDS, got "
+                              f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "
+                              "MINUTES, HOURS, DAYS"))
+            return False
+    alias = outer.alias or inner.name
+    inner.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    outer.replace(inner)
+    return Window(kind="hop" if isinstance(function, Hop) else "tumble", source=alias, size=texts["size"],
+                  advance=texts["advance"])
+
+
+def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where, st: RawStatement,
+                report: Report) -> tuple[str, str] | None | bool:
+    """(within, side) of an interval join, None without a join, False on error."""
+    joins = select.args.get("joins") or []
+    if not joins:
+        return None
+    if len(joins) > 1 or len(tables) != 2:
+        report(Diagnostic("DSF-E045", "a continuous query may join two relations, not more", where(joins[-1]),
+                          hint=SUPPORTED_HINT))
+        return False
+    join = joins[0]
+    side = (join.side or "").upper() or "INNER"
+    kind = (join.kind or "").upper()
+    if side == "RIGHT":
+        report(Diagnostic("DSF-E045", "RIGHT JOIN is not supported", where(join),
+                          hint="swap the two relations and use LEFT JOIN"))
+        return False
+    if kind in ("CROSS", "SEMI", "ANTI") or join.args.get("on") is None:
+        report(Diagnostic("DSF-E045", f"{kind or 'a'} JOIN without ON is not supported", where(join),
+                          hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
+        return False
+    left, right = (found[id(t)] for t in tables)
+    within = join.args.get("within")
+    if left.kind != "stream" or right.kind != "stream":
+        report(Diagnostic("DSF-E045", "joins with a changelog (temporal joins) are not supported yet", where(join),
+                          hint="interval joins (JOIN ... WITHIN) between two streams are supported"))
+        return False
+    if within is None:
+        report(Diagnostic("DSF-E045", "a join of two streams needs WITHIN, e.g. JOIN b WITHIN 5 MINUTES ON ...",
+                          where(join), hint="WITHIN bounds how far apart in event time two joined records may be"))
+        return False
+    duration = normalized_duration(duration_text(within))
+    if duration is None:
+        report(Diagnostic("DSF-E032", f"WITHIN must be a duration like 5 MINUTES, got '{duration_text(within)}'",
+                          where(join), hint="units: MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"))
+        return False
+    join.set("within", None)
+    return duration, {"INNER": "inner", "LEFT": "left", "FULL": "full"}.get(side, "inner")
+
+
+def _columns_known(select: exp.Select, tables: list[exp.Table], found: dict, window: Window | None, where,
+                   report: Report) -> bool:
+    by_alias: dict[str, Relation] = {}
+    for t in tables:
+        relation = found[id(t)]
+        for name in {t.name, t.alias_or_name, relation.name}:
+            by_alias.setdefault(name.lower(), relation)
+    windowed = found[id(next(t for t in tables if t.alias_or_name == window.source))] if window else None
+
+    def has(relation: Relation, name: str) -> bool:
+        return relation.column(name) is not None or (relation is windowed and name.lower() in WINDOW_COLUMNS)
+
+    ok = True
+    outputs = {p.alias_or_name.lower() for p in select.selects}
+    for column in select.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            continue
+        if column.table:
+            relation = by_alias.get(column.table.lower())
+            if relation is None:
+                report(Diagnostic("DSF-E040", f"unknown relation or alias '{column.table}'", where(column),
+                                  hint=did_you_mean(column.table, set(by_alias))))
+                ok = False
+            elif not has(relation, column.name):
+                report(_unknown_column(column, relation, where))
+                ok = False
+            continue
+        owners = [found[id(t)] for t in tables if has(found[id(t)], column.name)]
+        if not owners and not (column.find_ancestor(exp.Group) and column.name.lower() in outputs):
+            report(_unknown_column(column, found[id(tables[0])], where))
+            ok = False
+        elif len(owners) > 1:
+            report(Diagnostic("DSF-E041", f"column '{column.name}' is ambiguous: both relations have it",
+                              where(column), hint=f"qualify it, e.g. {tables[0].alias_or_name}.{column.name}"))
+            ok = False
+    return ok
+
+
+def _unknown_column(column: exp.Column, relation: Relation, where) -> Diagnostic:
+    return Diagnostic("DSF-E041", f"unknown column '{column.name}' in '{relation.fqn}'", where(column),
+                      hint=did_you_mean(column.name, [c.name for c in relation.columns]))
+
+
+def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window: Window | None,
+               st: RawStatement, report: Report) -> exp.Select | None:
+    mapping: dict = {}
+    for table in tables:
+        relation = found[id(table)]
+        db, schema, name = relation.fqn.split(".")
+        for part, value in zip(("catalog", "db", "this"), (db, schema, name)):
+            table.set(part, exp.to_identifier(value))
+        columns = {c.name: c.type for c in relation.columns}
+        if window and table.alias_or_name == window.source:
+            columns |= {c: "TIMESTAMP" for c in WINDOW_COLUMNS}
+        mapping.setdefault(db, {}).setdefault(schema, {})[name] = columns
+    try:
+        return annotate_types(qualify(select, schema=mapping, dialect=DIALECT), schema=mapping, dialect=DIALECT)
+    except OptimizeError as err:
+        report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
+        return None
+
+
+def _join_equality(qualified: exp.Select, tables: list[exp.Table], where, st: RawStatement,
+                   report: Report) -> bool:
+    join = qualified.args["joins"][0]
+    left, right = tables[0].alias_or_name, tables[1].alias_or_name
+    for eq in join.args["on"].find_all(exp.EQ):
+        sides = {c.table for c in (eq.this, eq.expression) if isinstance(c, exp.Column)}
+        if sides == {left, right}:
+            return True
+    report(Diagnostic("DSF-E045", "a join needs an equality between the two relations in ON", where(join),
+                      hint=f"e.g. ON {left}.userid = {right}.userid"))
+    return False
+
+
+def _aggregation(qualified: exp.Select, window: Window | None, where, st: RawStatement,
+                 report: Report) -> tuple[bool, tuple[str, ...]] | None:
+    """(aggregated, the output names of the GROUP BY columns), None on error."""
+    group = qualified.args.get("group")
+    aggregates = list(qualified.find_all(exp.AggFunc))
+    for agg in aggregates:
+        if not isinstance(agg, AGGREGATES) or (isinstance(agg.this, exp.Distinct) and
+                                                  (not isinstance(agg, exp.Count) or len(agg.this.expressions) != 1)):
+            report(Diagnostic("DSF-E045", f"aggregate {agg.sql(dialect=DIALECT)} is not supported yet", where(agg),
+                              hint="supported: COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, MIN, MAX, AVG"))
+            return None
+    if group is None:
+        if aggregates:
+            report(Diagnostic("DSF-E046", "an aggregation in a continuous query needs GROUP BY", st.location,
+                              hint="group by the columns that key the result, e.g. GROUP BY userid"))
+            return None
+        if window:
+            report(Diagnostic("DSF-E046", "a window needs GROUP BY window_start, window_end", st.location,
+                              hint="e.g. GROUP BY window_start, window_end, userid"))
+            return None
+        return False, ()
+    return _group_keys(qualified, group, window, where, st, report)
+
+
+def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, where, st: RawStatement,
+                report: Report) -> tuple[bool, tuple[str, ...]] | None:
+    grouped: list[exp.Column] = []
+    for item in group.expressions:
+        if not isinstance(item, exp.Column):
+            report(Diagnostic("DSF-E045", "GROUP BY supports column names only", where(item),
+                              hint="compute the expression in an upstream query, then group by its column"))
+            return None
+        grouped.append(item)
+    names = {(c.table, c.name) for c in grouped}
+    if window and not all((window.source, w) in names for w in WINDOW_COLUMNS):
+        report(Diagnostic("DSF-E046", "a window needs GROUP BY window_start, window_end", where(group),
+                          hint="add window_start, window_end to the GROUP BY"))
+        return None
+    keys = []
+    for column in grouped:
+        output = next((p.alias_or_name for p in qualified.selects
+                       if isinstance(p.unalias(), exp.Column) and (p.unalias().table, p.unalias().name) ==
+                       (column.table, column.name)), None)
+        if output is None:
+            report(Diagnostic("DSF-E046", f"GROUP BY column '{column.name}' must be selected: it keys the result",
+                              where(column), hint=f"add {column.name} to the SELECT list"))
+            return None
+        keys.append(output)
+    for projection in qualified.selects:
+        loose = [c for c in projection.find_all(exp.Column)
+                 if not c.find_ancestor(exp.AggFunc) and (c.table, c.name) not in names]
+        if loose:
+            report(Diagnostic("DSF-E046", f"column '{loose[0].name}' must be in GROUP BY or inside an aggregate",
+                              where(loose[0]), hint=f"add it to GROUP BY, or aggregate it, e.g. MAX({loose[0].name})"))
+            return None
+    return True, tuple(dict.fromkeys(keys))
+
+
+def _output_columns(qualified: exp.Select, st: RawStatement, report: Report) -> tuple[Column, ...] | None:
+    columns = []
+    for projection in qualified.selects:
+        type_ = projection.type.sql() if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
+        columns.append(Column(name=projection.alias_or_name, type=TYPE_ALIASES.get(type_, type_)))
+    if any(c.name.startswith("_col_") for c in columns):
+        report(Diagnostic("DSF-E044", "every computed column needs a name", st.location,
+                          hint="add AS name to each expression in the SELECT"))
+        return None
+    seen: set[str] = set()
+    for column in columns:
+        if column.name.lower() in seen:
+            report(Diagnostic("DSF-E044", f"column '{column.name}' appears twice", st.location,
+                              hint="rename one of them"))
+        seen.add(column.name.lower())
+    return tuple(columns)
