@@ -18,9 +18,19 @@ from pathlib import Path
 from typing import Any
 
 PROJECT = Path(__file__).resolve().parent / "nexmark_project"
-QUERIES = ("q0", "q1", "q2")
+STATELESS = ("q0", "q1", "q2")
+STATEFUL = ("q3", "q5", "q7", "q8")
+QUERIES = STATELESS + STATEFUL
+CHANGELOGS = ("q5", "q7")
+"""Aggregations: update mode, the sink holds upserts by key (its final content is the last value per key)."""
 BID_DDL = "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, date_time BIGINT, extra STRING"
+PERSON_DDL = ("id BIGINT, name STRING, email_address STRING, credit_card STRING, city STRING, state STRING, "
+              "date_time BIGINT, extra STRING")
+AUCTION_DDL = ("id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, reserve BIGINT, "
+               "date_time BIGINT, expires BIGINT, seller BIGINT, category BIGINT, extra STRING")
 SOURCE_TOPIC = "nexmark_bid"
+WATERMARK_DELAY = "5 seconds"
+"""dsflow's default 'watermark.delay', which the bench project keeps."""
 
 
 def sink_topic(query: str) -> str:
@@ -66,21 +76,40 @@ def dsflow_frame(spark, spec) -> Any:
     return build_dataframe(spark, spec)
 
 
+def run_dsflow_available_now(spark, spec, checkpoint: str) -> tuple[float, int]:
+    """The query started exactly as dsflow's driver starts it (`start_query`), with the availableNow trigger."""
+    from dsflow.adapters.spark.driver import start_query
+
+    started = time.monotonic()
+    query = start_query(spark, spec.model_copy(update={"checkpoint": checkpoint}), available_now=True)
+    return _finish(query, started)
+
+
 # --- hand-written PySpark ---------------------------------------------------------------------
 
 
-def _bids(spark, bootstrap: str, starting_position: str) -> Any:
+def _events(spark, bootstrap: str, topic: str, ddl: str, starting_position: str, timed: bool = False) -> Any:
+    """key + the value's columns; with `timed`, event time `ts` from date_time (epoch ms), watermarked."""
     from pyspark.sql import functions as F
 
     raw = (spark.readStream.format("dsflow_kafka").option("bootstrap.servers", bootstrap)
-           .option("topic", SOURCE_TOPIC).option("starting.position", starting_position).load())
-    return raw.select("key", F.from_json("value", BID_DDL).alias("b")).select("key", "b.*")
+           .option("topic", topic).option("starting.position", starting_position).load())
+    rows = raw.select("key", F.from_json("value", ddl).alias("v")).select("key", "v.*")
+    if timed:
+        rows = rows.withColumn("ts", F.timestamp_millis("date_time")).withWatermark("ts", WATERMARK_DELAY)
+    return rows
+
+
+def _bids(spark, bootstrap: str, starting_position: str, timed: bool = False) -> Any:
+    return _events(spark, bootstrap, SOURCE_TOPIC, BID_DDL, starting_position, timed)
 
 
 def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "earliest") -> Any:
-    """q0-q2 written directly against the DataFrame API."""
+    """Each query written directly against the DataFrame API: (key, value) rows for the sink."""
     from pyspark.sql import functions as F
 
+    if query in STATEFUL:
+        return STATEFUL_FRAMES[query](spark, bootstrap, starting_position)
     bids = _bids(spark, bootstrap, starting_position)
     cols = ["auction", "bidder", "price", "channel", "url", "date_time", "extra"]
     if query == "q1":
@@ -91,22 +120,89 @@ def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "e
     return bids.select("key", F.to_json(F.struct(*cols)).alias("value"))
 
 
+def _q3_frame(spark, bootstrap: str, starting_position: str) -> Any:
+    from pyspark.sql import functions as F
+
+    auctions = _events(spark, bootstrap, "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
+    persons = _events(spark, bootstrap, "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
+    joined = auctions.join(persons, F.expr("a.seller = p.id AND p.ts BETWEEN a.ts - INTERVAL 10 SECONDS "
+                                           "AND a.ts + INTERVAL 10 SECONDS"))
+    joined = joined.where("a.category = 10 AND (p.state = 'OR' OR p.state = 'ID' OR p.state = 'CA')")
+    return joined.select(F.col("a.key").alias("key"),
+                         F.to_json(F.struct("p.name", "p.city", "p.state", "a.id")).alias("value"))
+
+
+def _q5_frame(spark, bootstrap: str, starting_position: str) -> Any:
+    from pyspark.sql import functions as F
+
+    counts = (_bids(spark, bootstrap, starting_position, timed=True)
+              .groupBy(F.window("ts", "10 seconds", "2 seconds").alias("w"), "auction")
+              .agg(F.count(F.lit(1)).alias("num"))
+              .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "auction", "num"))
+    return counts.select(F.to_json(F.struct("window_start", "window_end", "auction")).alias("key"),
+                         F.to_json(F.struct("window_start", "window_end", "auction", "num")).alias("value"))
+
+
+def _q7_frame(spark, bootstrap: str, starting_position: str) -> Any:
+    from pyspark.sql import functions as F
+
+    highest = (_bids(spark, bootstrap, starting_position, timed=True)
+               .groupBy(F.window("ts", "10 seconds").alias("w"))
+               .agg(F.max("price").alias("maxprice"), F.count(F.lit(1)).alias("bids"))
+               .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "maxprice", "bids"))
+    return highest.select(F.to_json(F.struct("window_start", "window_end")).alias("key"),
+                          F.to_json(F.struct("window_start", "window_end", "maxprice", "bids")).alias("value"))
+
+
+def _q8_frame(spark, bootstrap: str, starting_position: str) -> Any:
+    from pyspark.sql import functions as F
+
+    persons = _events(spark, bootstrap, "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
+    auctions = _events(spark, bootstrap, "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
+    joined = persons.join(auctions, F.expr(
+        "p.id = a.seller AND FLOOR(p.date_time / 10000) = FLOOR(a.date_time / 10000) "
+        "AND a.ts BETWEEN p.ts - INTERVAL 10 SECONDS AND p.ts + INTERVAL 10 SECONDS"))
+    value = F.struct(F.col("p.id").alias("id"), F.col("p.name").alias("name"),
+                     F.col("p.date_time").alias("person_time"), F.col("a.id").alias("auction"),
+                     F.col("a.date_time").alias("auction_time"))
+    return joined.select(F.col("p.key").alias("key"), F.to_json(value).alias("value"))
+
+
+STATEFUL_FRAMES: dict[str, Callable[[Any, str, str], Any]] = {
+    "q3": _q3_frame, "q5": _q5_frame, "q7": _q7_frame, "q8": _q8_frame,
+}
+
+
 # --- running a frame once over the preload ----------------------------------------------------
 
 
-def start_processing(frame, bootstrap: str, topic: str, checkpoint: str, interval: str) -> Any:
+def _writer(frame, bootstrap: str, topic: str, checkpoint: str, update: bool) -> Any:
+    """The sink: the dsflow_kafka stream writer, or (aggregations, update mode) foreachBatch + the batch writer,
+    the way dsflow writes a changelog."""
+    if not update:
+        return (frame.writeStream.format("dsflow_kafka").option("bootstrap.servers", bootstrap)
+                .option("topic", topic).option("checkpointLocation", checkpoint))
+
+    def write(batch, _batch_id: int) -> None:
+        batch.write.format("dsflow_kafka").mode("append").option("bootstrap.servers", bootstrap) \
+            .option("topic", topic).save()
+
+    return frame.writeStream.foreachBatch(write).outputMode("update").option("checkpointLocation", checkpoint)
+
+
+def start_processing(frame, bootstrap: str, topic: str, checkpoint: str, interval: str, update: bool = False) -> Any:
     """The hand-written query started the way the dsflow driver starts one (processing-time trigger)."""
-    return (frame.writeStream.format("dsflow_kafka").option("bootstrap.servers", bootstrap)
-            .option("topic", topic).option("checkpointLocation", checkpoint)
-            .trigger(processingTime=interval).start())
+    return _writer(frame, bootstrap, topic, checkpoint, update).trigger(processingTime=interval).start()
 
 
-def run_available_now(frame, bootstrap: str, topic: str, checkpoint: str) -> tuple[float, int]:
+def run_available_now(frame, bootstrap: str, topic: str, checkpoint: str, update: bool = False) -> tuple[float, int]:
     """Write `frame` to `topic` with the availableNow trigger; (seconds, input rows)."""
     started = time.monotonic()
-    query = (frame.writeStream.format("dsflow_kafka").option("bootstrap.servers", bootstrap)
-             .option("topic", topic).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
+    query = _writer(frame, bootstrap, topic, checkpoint, update).trigger(availableNow=True).start()
+    return _finish(query, started)
+
+
+def _finish(query, started: float) -> tuple[float, int]:
     query.awaitTermination()
     seconds = time.monotonic() - started
     if query.exception() is not None:
@@ -187,6 +283,69 @@ def expected_records(query: str, bids: list[tuple[str, dict]]) -> list[tuple[str
         if result is not None:
             out.append((key, result))
     return out
+
+
+def _iso(ms: int) -> str:
+    """A window bound as Spark's to_json writes a TIMESTAMP (session time zone UTC)."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def _hop_starts(ts: int, size: int, slide: int) -> list[int]:
+    first = ts - ts % slide - (size - slide)
+    return [start for start in range(first, ts + 1, slide) if start <= ts < start + size]
+
+
+def expected_stateful(query: str, events: list[tuple[str, str, dict]]) -> list[tuple[str | None, dict]]:
+    """What q3/q8 must write, or q5/q7's final content (one record per window key), for these events.
+
+    Assumes no event is behind the watermark, which holds for the generator's preload (event time
+    grows with the event number, far less than the 5 s delay apart between partitions).
+    """
+    persons = {r["id"]: (key, r) for kind, key, r in events if kind == "person"}
+    auctions = [(key, r) for kind, key, r in events if kind == "auction"]
+    bids = [r for kind, _, r in events if kind == "bid"]
+    out: list[tuple[str | None, dict]] = []
+    if query == "q3":
+        for key, a in auctions:
+            p = persons.get(a["seller"], (None, None))[1]
+            if (a["category"] == 10 and p is not None and p["state"] in ("OR", "ID", "CA")
+                    and abs(p["date_time"] - a["date_time"]) <= 10_000):
+                out.append((key, {"name": p["name"], "city": p["city"], "state": p["state"], "id": a["id"]}))
+    elif query == "q8":
+        for _, a in auctions:
+            pkey, p = persons.get(a["seller"], (None, None))
+            if (p is not None and p["date_time"] // 10_000 == a["date_time"] // 10_000
+                    and abs(p["date_time"] - a["date_time"]) <= 10_000):
+                out.append((pkey, {"id": p["id"], "name": p["name"], "person_time": p["date_time"],
+                                   "auction": a["id"], "auction_time": a["date_time"]}))
+    elif query == "q5":
+        counts: dict[tuple[int, int], int] = {}
+        for b in bids:
+            for start in _hop_starts(b["date_time"], 10_000, 2_000):
+                counts[(start, b["auction"])] = counts.get((start, b["auction"]), 0) + 1
+        out = [(None, {"window_start": _iso(s), "window_end": _iso(s + 10_000), "auction": a, "num": n})
+               for (s, a), n in counts.items()]
+    elif query == "q7":
+        windows: dict[int, tuple[int, int]] = {}
+        for b in bids:
+            start = b["date_time"] - b["date_time"] % 10_000
+            high, n = windows.get(start, (b["price"], 0))
+            windows[start] = (max(high, b["price"]), n + 1)
+        out = [(None, {"window_start": _iso(s), "window_end": _iso(s + 10_000), "maxprice": m, "bids": n})
+               for s, (m, n) in windows.items()]
+    return out
+
+
+def final_content(records: list[dict]) -> list[tuple[None, dict]]:
+    """A changelog sink's last value per key (records in partition-offset order, as read)."""
+    latest: dict[tuple, tuple[int, dict]] = {}
+    for r in records:
+        k = (r["partition"], r["key"])
+        if k not in latest or r["offset"] > latest[k][0]:
+            latest[k] = (r["offset"], json.loads(r["value"]))
+    return [(None, v) for _, v in latest.values()]
 
 
 def canonical(records: list[tuple[str | None, dict]]) -> list[tuple]:

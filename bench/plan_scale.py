@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PER_FILE = 100
-DBT_VENV = Path("/tmp/dbt-venv")
+DBT_VENV = Path(__file__).resolve().parent / ".venv-dbt"
+"""A venv of its own for dbt (never the main environment); `ensure_dbt` creates it when missing."""
 
 CONFIG = """\
 name: scale{n}

@@ -11,7 +11,7 @@ import json
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dsflow import nexmark
 from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, ensure_topic
@@ -30,6 +30,8 @@ class Preloaded:
     partitions: int
     q2_matches: int
     """Bids with auction % 123 = 0: what q2 must output."""
+    expected: dict[str, int] = field(default_factory=dict)
+    """Records the joins (q3, q8) must output, from the generated persons and auctions."""
 
 
 def encode_chunk(args: tuple[int, int, int]) -> tuple[dict[str, list[tuple[bytes, bytes]]], int]:
@@ -68,6 +70,7 @@ def preload(bootstrap: str, events: int, partitions: int = 2, seed: int = 0, wor
             errors.append(str(err))
 
     counts = {k: 0 for k in TOPICS}
+    people_and_auctions: list[tuple[str, str, dict]] = []
     bid_bytes = q2 = 0
     started = time.monotonic()
     chunks = [(s, min(events, s + CHUNK), seed) for s in range(0, events, CHUNK)]
@@ -82,13 +85,19 @@ def preload(bootstrap: str, events: int, partitions: int = 2, seed: int = 0, wor
                 for key, value in pairs:
                     _produce(producer, topic, value, key, report)
                 counts[kind] += len(pairs)
+                if kind != "bid":
+                    people_and_auctions += [(kind, k.decode(), json.loads(v)) for k, v in pairs]
                 if kind == "bid":
                     bid_bytes += sum(len(v) for _, v in pairs)
             producer.poll(0)
     left = producer.flush(120)
     if left or errors:
         raise RuntimeError(f"preload failed: {left} not flushed; {errors[:1]}")
-    return Preloaded(events, counts, bid_bytes / max(1, counts["bid"]), time.monotonic() - started, partitions, q2)
+    seconds = time.monotonic() - started
+    from bench.pipelines import expected_stateful
+
+    joins = {q: len(expected_stateful(q, people_and_auctions)) for q in ("q3", "q8")}
+    return Preloaded(events, counts, bid_bytes / max(1, counts["bid"]), seconds, partitions, q2, joins)
 
 
 class _Inline:

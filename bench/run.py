@@ -4,12 +4,14 @@
     python bench/run.py --events 200000     # a smaller preload
     python bench/run.py --smoke             # tiny sizes, seconds; what tests/test_bench_smoke.py runs
     python bench/run.py --only throughput   # one section: throughput | latency | plan
+    python bench/run.py --help              # every option (reps, queries, sizes, --no-dbt, ...)
 
 Starts its own tansu broker on a free port (stopped by PID at the end), preloads Nexmark events,
-then for q0-q2 measures (a) dsflow, (b) the same query hand-written in PySpark, (c) a plain
-Python confluent-kafka loop: records/s over the preload with the availableNow trigger and
-end-to-end latency at a fixed input rate. Then plan time at scale against dbt parse. Writes
-the numbers, the machine and the versions to docs/benchmarks.md (see bench/report.py).
+then for Nexmark q0-q3, q5, q7 and q8 measures (a) dsflow, (b) the same query hand-written in
+PySpark and, for q0-q2, (c) a plain Python confluent-kafka loop: records/s over the preload with
+the availableNow trigger; and end-to-end latency at a fixed input rate (q0-q2). Then plan time
+at scale against dbt parse. Writes the numbers, the machine and the versions to
+docs/benchmarks.md (see bench/report.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from bench import plan_scale, report  # noqa: E402
 from bench.preload import Preloaded, preload, recreate_topics  # noqa: E402
 
 SYSTEMS = ("dsflow", "pyspark", "loop")
+DOC = REPO / "docs" / "benchmarks.md"
 
 
 @dataclass
@@ -47,7 +50,8 @@ class Config:
     sizes: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
     with_dbt: bool = True
     sections: tuple[str, ...] = ("throughput", "latency", "plan")
-    latency_queries: tuple[str, ...] = P.QUERIES
+    queries: tuple[str, ...] = P.QUERIES
+    latency_queries: tuple[str, ...] = P.STATELESS
     latency_systems: tuple[str, ...] = SYSTEMS
     verify: bool = False
     """Read every sink back and compare it with what the generator says (smoke mode)."""
@@ -68,16 +72,17 @@ def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded
     results = []
     if not cfg.smoke:
         _warm_up(spark, bootstrap, work, specs)
-    for query in P.QUERIES:
-        expected_out = loaded.q2_matches if query == "q2" else loaded.counts["bid"]
-        by_system: dict[str, list[P.Run]] = {s: [] for s in SYSTEMS}
-        verified = {s: True for s in SYSTEMS}
+    for query in cfg.queries:
+        systems = systems_of(query)
+        expected_out = _expected_out(query, loaded)
+        by_system: dict[str, list[P.Run]] = {s: [] for s in systems}
+        verified = {s: True for s in systems}
         for _ in range(cfg.reps):  # interleaved, so a change of machine load hits every system alike
-            for system in SYSTEMS:
+            for system in systems:
                 by_system[system].append(_one_run(spark, bootstrap, work, specs, query, system))
                 if cfg.verify:
                     verified[system] = verified[system] and verify_sink(bootstrap, query, loaded)
-        for system in SYSTEMS:
+        for system in systems:
             runs = by_system[system]
             rates = [r.rate for r in runs]
             row = {"query": query, "system": system, "records_in": runs[-1].records_in,
@@ -92,6 +97,20 @@ def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded
     return results
 
 
+def systems_of(query: str) -> tuple[str, ...]:
+    """The plain loop exists for the stateless queries only (a join or window in it would be a stream processor)."""
+    return SYSTEMS if query in P.STATELESS else ("dsflow", "pyspark")
+
+
+def _expected_out(query: str, loaded: Preloaded) -> int | None:
+    """Records the sink must hold; None for the changelogs (their update count depends on the batching)."""
+    if query == "q2":
+        return loaded.q2_matches
+    if query in P.STATELESS:
+        return loaded.counts["bid"]
+    return loaded.expected.get(query)
+
+
 def _warm_up(spark, bootstrap: str, work: Path, specs: dict) -> None:
     """One untimed run: JVM JIT and the Python workers' first start are not what is measured."""
     _one_run(spark, bootstrap, work, specs, "q0", "pyspark")
@@ -100,12 +119,14 @@ def _warm_up(spark, bootstrap: str, work: Path, specs: dict) -> None:
 def _one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str) -> P.Run:
     topic = P.sink_topic(query)
     recreate_topics(bootstrap, 2, [topic])
+    checkpoint = str(work / f"ckpt-{query}-{system}-{time.time_ns()}")
     if system == "loop":
         seconds, records_in, _ = P.run_loop(query, bootstrap, topic)
+    elif system == "dsflow":
+        seconds, records_in = P.run_dsflow_available_now(spark, specs[query], checkpoint)
     else:
-        frame = P.dsflow_frame(spark, specs[query]) if system == "dsflow" else P.pyspark_frame(spark, query, bootstrap)
-        checkpoint = str(work / f"ckpt-{query}-{system}-{time.time_ns()}")
-        seconds, records_in = P.run_available_now(frame, bootstrap, topic, checkpoint)
+        frame = P.pyspark_frame(spark, query, bootstrap)
+        seconds, records_in = P.run_available_now(frame, bootstrap, topic, checkpoint, update=query in P.CHANGELOGS)
     return P.Run(query, system, records_in, sink_count(bootstrap, topic), seconds)
 
 
@@ -121,10 +142,16 @@ def verify_sink(bootstrap: str, query: str, loaded: Preloaded) -> bool:
     from dsflow import nexmark
     from dsflow.adapters.kafka.client import print_records
 
-    bids = [(key, record) for kind, key, record in nexmark.events(0, loaded.events) if kind == "bid"]
-    expected = P.canonical(P.expected_records(query, bids))
-    got = P.canonical([(r["key"], json.loads(r["value"]))
-                       for r in print_records(bootstrap, P.sink_topic(query), timeout=2.0)])
+    events = list(nexmark.events(0, loaded.events))
+    records = list(print_records(bootstrap, P.sink_topic(query), timeout=2.0))
+    if query in P.STATELESS:
+        expected = P.canonical(P.expected_records(query, [(k, r) for kind, k, r in events if kind == "bid"]))
+    else:
+        expected = P.canonical(P.expected_stateful(query, events))
+    if query in P.CHANGELOGS:
+        got = P.canonical(P.final_content(records))
+    else:
+        got = P.canonical([(r["key"], json.loads(r["value"])) for r in records])
     if got != expected:
         print(f"  {query}: sink differs from the expected records ({len(got)} vs {len(expected)})", flush=True)
     return got == expected
@@ -227,10 +254,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; checks values, not speed")
     parser.add_argument("--only", choices=["throughput", "latency", "plan"], action="append")
     parser.add_argument("--rate", type=float, default=None, help="input rate of the latency runs (default 10,000/s)")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the report (default docs/benchmarks.md; with --smoke a file in the temp folder)")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    parser.add_argument("--reps", type=int, default=None, help="measured runs per query and system (default 3)")
+    parser.add_argument("--queries", default=None, help="comma-separated, e.g. q0,q5 (default all: q0-q3,q5,q7,q8)")
+    parser.add_argument("--latency-seconds", type=float, default=None, help="measured seconds per latency run (40)")
+    parser.add_argument("--sizes", default=None, help="plan-scale sizes, comma-separated (default 100,1000,10000)")
+    parser.add_argument("--no-dbt", action="store_true", help="skip dbt parse (otherwise installed into bench/.venv-dbt)")
     args = parser.parse_args(argv)
     cfg = Config.smoke_config() if args.smoke else Config()
+    if args.reps:
+        cfg.reps = args.reps
+    if args.queries:
+        cfg.queries = tuple(q.strip() for q in args.queries.split(","))
+        cfg.latency_queries = tuple(q for q in cfg.latency_queries if q in cfg.queries)
+    if args.latency_seconds:
+        cfg.latency_seconds = args.latency_seconds
+    if args.sizes:
+        cfg.sizes = [int(n) for n in args.sizes.split(",")]
+    if args.no_dbt:
+        cfg.with_dbt = False
     if args.events:
         cfg.events = args.events
     if args.rate:
@@ -255,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         devbroker.stop(work / "broker")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
-    args.out.write_text(report.render(results, report.machine()))
-    print(f"wrote {args.out}", flush=True)
+    out = args.out or (work.parent / f"dsflow-bench-smoke-{os.getpid()}.md" if args.smoke else DOC)
+    out.write_text(report.render(results, report.machine(), report.hand_written(DOC)))
+    print(f"wrote {out}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

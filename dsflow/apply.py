@@ -60,9 +60,10 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
     """Carry out every actionable change in order, saving state after each one."""
     backend = workspace.state_backend()
     result = ApplyResult()
-    with backend.lock("apply"):
+    with backend.lock("destroy" if plan.mode == "destroy" else "apply"):
         state = backend.read()
         check_plan_is_current(plan, state, project)
+        writer = _StateWriter(backend, state.serial)
         state = state.with_lineage().model_copy(update={"project": project.name, "environment": project.environment})
         interrupted = state.pending
         pending = list(plan.actionable)
@@ -71,8 +72,8 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             resumed = interrupted.intent if interrupted and interrupted.address == change.address else {}
             state = state.with_pending(PendingChange(address=change.address, action=change.action.value,
                                                      intent=dict(resumed)))
-            backend.write(state)
-            holder = _IntentRecorder(backend, state)
+            writer.write(state)
+            holder = _IntentRecorder(writer, state)
             ctx = Context(project, workspace, note=holder.note, resumed=resumed)
             try:
                 state = _apply_one(ctx, change, holder.state).with_pending(None)
@@ -83,31 +84,57 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                 on_event("failed", change)
                 break
             finally:
-                backend.write(state)
+                writer.write(state)
             result.done.append(change)
             on_event("done", change)
-        backend.write(state)
+        writer.write(state)
     return result
+
+
+class _StateWriter:
+    """Every state write of one apply is a compare-and-swap on the serial it last read or wrote.
+
+    The lock keeps two applies apart; this also catches a writer that raced in without it (one whose
+    lock was force-unlocked under it, or another tool): the backend refuses with DSF-E804 and stores
+    nothing, so the state stays whole and names the other writer's changes.
+    """
+
+    def __init__(self, backend, serial: int):
+        self.backend = backend
+        self.serial = serial
+
+    def write(self, state: State) -> None:
+        self.backend.write(state, expected_serial=self.serial)
+        self.serial = state.serial
 
 
 PAUSE_AFTER_NOTE = "DSFLOW_FAILPOINT_PAUSE_AFTER_NOTE"
 """Set to a resource address to make apply stop dead right after noting intent for it (tests only)."""
+RESUME_FILE = "DSFLOW_FAILPOINT_RESUME_FILE"
+"""With PAUSE_AFTER_NOTE: the paused apply goes on once this file exists (tests only)."""
+
+
+def _failpoint_pause() -> None:
+    resume = os.environ.get(RESUME_FILE)
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline and not (resume and os.path.exists(resume)):
+        time.sleep(0.05 if resume else 60)
 
 
 class _IntentRecorder:
     """Saves what an executor notes (a PID, whether a topic existed) before it acts on it."""
 
-    def __init__(self, backend, state: State):
-        self.backend = backend
+    def __init__(self, writer: _StateWriter, state: State):
+        self.writer = writer
         self.state = state
 
     def note(self, intent: dict) -> None:
         pending = self.state.pending
         merged = pending.model_copy(update={"intent": {**pending.intent, **intent}})
         self.state = self.state.with_pending(merged)
-        self.backend.write(self.state)
+        self.writer.write(self.state)
         if os.environ.get(PAUSE_AFTER_NOTE) == pending.address:
-            time.sleep(3600)  # a failpoint: tests kill the apply here, the worst moment to die
+            _failpoint_pause()  # tests kill the apply here, the worst moment to die, or let it race
 
 
 def _apply_one(ctx: Context, change: Change, state: State) -> State:

@@ -133,7 +133,9 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
     """Carry out the plan (a saved PLANFILE, or a fresh one)."""
     loaded = _load(ctx)
     if planfile:
-        the_plan = Plan.model_validate_json(planfile.read_text())
+        from dsflow.core.plan_schema import plan_from_json
+
+        the_plan = plan_from_json(planfile.read_text(), str(planfile))
     else:
         the_plan = operations.plan(loaded, refresh_only=refresh_only, targets=_targets(targets))
     _apply(loaded, the_plan, auto_approve or planfile is not None)
@@ -325,6 +327,10 @@ cli.add_command(dev)
 cli.add_command(topic)
 cli.add_command(datagen)
 cli.add_command(init)
+
+from dsflow.cli_entities import entity  # noqa: E402
+
+cli.add_command(entity)
 
 
 def main() -> None:

@@ -120,10 +120,19 @@ class RelationExecutor:
     """Relations by kind: a topic for streams and changelogs, a table for materialized views."""
 
     def __init__(self) -> None:
+        from dsflow.adapters.tables.executor import TableExecutor
+
         self.topics = TopicExecutor()
         self.views = ViewExecutor()
+        self.tables = TableExecutor()
 
     def _for(self, data: dict[str, Any] | None) -> Executor:
+        from dsflow.adapters.postgres.executor import CdcExecutor, is_cdc
+
+        if is_cdc(data):  # a stream of a postgresql store: its replication slot and publication
+            return CdcExecutor()
+        if (data or {}).get("kind") == "table":
+            return self.tables
         return self.views if (data or {}).get("kind") == "materialized_view" else self.topics
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsflow import gcpause
 from dsflow.adapters import process
 from dsflow.apply import ApplyResult, apply_plan
 from dsflow.core.address import Address, Kind
@@ -48,6 +49,11 @@ def resource_graph(project: Project) -> Graph:
 def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
          targets: frozenset[str] = frozenset()) -> Plan:
     """Refresh (unless told not to), diff, and attach replay estimates measured on the sources."""
+    with gcpause.paused():  # see dsflow/gcpause.py
+        return _plan(loaded, destroy, do_refresh, refresh_only, targets)
+
+
+def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str]) -> Plan:
     state = loaded.workspace.state_backend().read()
     _check_targets(targets, loaded.project, state)
     observations = refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
@@ -64,6 +70,8 @@ def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh
 
 
 def _check_targets(targets: frozenset[str], project: Project, state) -> None:
+    if not targets:  # nothing to check; the resources of a big project are not cheap to list
+        return
     known = {str(r.address) for r in project_resources(project)} | set(state.resources)
     for target in sorted(targets):
         if target not in known:

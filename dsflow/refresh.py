@@ -22,6 +22,10 @@ def refresh(state: State, project=None) -> dict[str, Observation]:
             observations[key] = _observe_query(deployed)
         elif kind is Kind.DATAGEN:
             observations[key] = _observe_datagen(deployed)
+        elif kind is Kind.RELATION and deployed.outputs.get("slot"):
+            from dsflow.adapters.postgres.executor import observe
+
+            observations[key] = observe(project, deployed)
         elif kind is Kind.RELATION:
             observation = _observe_topic(deployed, topics_by_bootstrap, _store_properties(project, deployed))
             if observation is not None:
@@ -107,6 +111,8 @@ def replay_estimate(project, change, deployed: DeployedResource | None) -> Estim
     for source in query.sources:
         relation = project.relation(source.relation)
         store = project.store(relation.store)
+        if store is None or store.type == "postgresql":  # a CDC source replays by a new snapshot: no count
+            return None
         try:
             total += _records_from(client, store, relation.topic, change.override)
         except DsflowError:

@@ -5,6 +5,7 @@ Every declared object carries the Location it came from. Models are frozen.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -25,11 +26,13 @@ class Column(Frozen):
 
 
 class Store(Frozen):
-    """A connection to a streaming system (Kafka for now)."""
+    """A connection to a streaming system (Kafka for now), or a table store that CREATE TABLE ... AS SELECT writes
+    to: s3 and filesystem (Delta Lake tables), databricks (Delta plus catalog registration), snowflake. Table stores
+    keep their settings (bucket, path, account, ...) in `properties`; see docs/project.md."""
 
     name: str
-    type: Literal["kafka"]
-    bootstrap_servers: str
+    type: Literal["kafka", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
+    bootstrap_servers: str = Field("", description="Kafka: host:port[,host:port]; empty for table stores")
     properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
     sensitive: frozenset[str] = Field(default_factory=frozenset,
                                       description="property keys (and 'bootstrap_servers') whose values hold secrets")
@@ -62,10 +65,11 @@ class Schema(Frozen):
 
 class Relation(Frozen):
     """A stream (append-only events) or changelog (events keyed by a primary key) backed by a topic,
-    or a materialized view: a snapshot table (SQLite) kept up to date by its query."""
+    or a materialized view: a snapshot table (SQLite) kept up to date by its query,
+    or a table (CREATE TABLE ... AS SELECT) in a lake or warehouse store: Delta Lake or Snowflake."""
 
     fqn: str = Field(description="database.schema.name")
-    kind: Literal["stream", "changelog", "materialized_view"]
+    kind: Literal["stream", "changelog", "materialized_view", "table"]
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
     store: str
@@ -76,6 +80,8 @@ class Relation(Frozen):
     partitions: int = 1
     replicas: int = 1
     topic_configs: dict[str, str] = Field(default_factory=dict)
+    table_options: dict[str, str] = Field(default_factory=dict, description="kind 'table': where the table is "
+                                          "('delta.path', 'snowflake.db.name', ...; see docs/project.md)")
     defined_by_query: str | None = Field(None, description="fqn of the CSAS query that defines it")
     location: Location | None = None
 
@@ -109,7 +115,7 @@ class Query(Frozen):
     """A continuous query: CREATE STREAM/CHANGELOG/MATERIALIZED VIEW AS SELECT or INSERT INTO ... SELECT."""
 
     fqn: str
-    statement: Literal["csas", "ctas", "insert", "mv"]
+    statement: Literal["csas", "ctas", "insert", "mv", "table"]
     sink: str = Field(description="fqn of the relation written to")
     sources: tuple[Source, ...]
     select_sql: str = Field(description="normalized SELECT with fully qualified relation names")
@@ -188,20 +194,6 @@ class StateSettings(Frozen):
     table: str = Field("dsflow_state", description="postgres: the state table, [schema.]name")
 
 
-_RELATION_INDEX: list = [(), {}]
-"""The relations tuple looked up in last and its fqn index, kept outside the model (no effect on equality)."""
-
-
-def _relations_by_fqn(relations: tuple[Relation, ...]) -> dict[str, Relation]:
-    tup, index = _RELATION_INDEX
-    if tup is not relations:
-        index = {}
-        for r in relations:
-            index.setdefault(r.fqn, r)
-        _RELATION_INDEX[:] = [relations, index]
-    return index
-
-
 class Project(Frozen):
     """A whole resolved project for one environment."""
 
@@ -223,9 +215,26 @@ class Project(Frozen):
     roles: tuple[Role, ...] = ()
     grants: tuple[Grant, ...] = ()
 
+    @cached_property
+    def relation_index(self) -> tuple[tuple[Relation, ...], dict[str, Relation]]:
+        """The relations by fqn (the first of a name wins), with the tuple it was built from.
+
+        Cached on the instance (a `cached_property` is no pydantic field, so equality, `model_dump`
+        and the JSON are unchanged). `model_copy` copies the cache along, so `relation` checks
+        that it was built from this instance's `relations` tuple and rebuilds it if not.
+        """
+        index: dict[str, Relation] = {}
+        for r in self.relations:
+            index.setdefault(r.fqn, r)
+        return self.relations, index
+
     def relation(self, fqn: str) -> Relation | None:
         """The relation named `fqn`: a dict lookup (a linear scan made planning O(n^2) at 10,000 relations)."""
-        return _relations_by_fqn(self.relations).get(fqn)
+        built_from, index = self.relation_index
+        if built_from is not self.relations:  # a model_copy(update={"relations": ...}) carried a stale cache
+            del self.__dict__["relation_index"]
+            built_from, index = self.relation_index
+        return index.get(fqn)
 
     def store(self, name: str) -> Store | None:
         return next((s for s in self.stores if s.name == name), None)

@@ -42,9 +42,9 @@ class Estimate(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    records: int
-    rate_per_second: float | None = None
-    seconds: float | None = None
+    records: int = Field(description="records the replay re-reads: the sources' end offsets minus the start")
+    rate_per_second: float | None = Field(None, description="the query's measured input rate; null if unknown")
+    seconds: float | None = Field(None, description="records / rate_per_second; null if the rate is unknown")
 
 
 class Change(BaseModel):
@@ -52,17 +52,17 @@ class Change(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    address: str
-    action: Action
-    reason: str
+    address: str = Field(description="the resource: kind.name, e.g. query.analytics.curated.pageviews_filtered")
+    action: Action = Field(description="what apply does: create, update, replace, delete, refresh or no-op")
+    reason: str = Field(description="why, in words; for display only, never parsed")
     effect: str | None = Field(None, description="what happens to a query's checkpoint and offsets")
-    depends_on: list[str] = Field(default_factory=list)
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    after_metadata: dict[str, Any] | None = None
-    data_hash: str | None = None
-    metadata_hash: str | None = None
-    drift: bool = False
+    depends_on: list[str] = Field(default_factory=list, description="addresses this resource depends on")
+    before: dict[str, Any] | None = Field(None, description="the deployed data fields (from state); null if new")
+    after: dict[str, Any] | None = Field(None, description="the desired data fields; null for a delete")
+    after_metadata: dict[str, Any] | None = Field(None, description="the desired metadata fields (change in place)")
+    data_hash: str | None = Field(None, description="desired data hash (a change forces a replacement)")
+    metadata_hash: str | None = Field(None, description="desired metadata hash (a change updates in place)")
+    drift: bool = Field(False, description="true if the change repairs drift seen by the refresh, not a project edit")
     category: Category | None = Field(None, description="for queries: what happens to running state")
     override: str | None = Field(None, description="the 'start.position' override that decided the category")
     estimate: Estimate | None = Field(None, description="for replays: what will be re-read")
@@ -86,16 +86,18 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format_version: int = PLAN_FORMAT_VERSION
-    project: str
-    environment: str
-    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    state_lineage: str
-    state_serial: int
-    mode: str = Field("normal", description="normal, destroy or refresh-only")
-    targets: list[str] = Field(default_factory=list)
+    format_version: int = Field(PLAN_FORMAT_VERSION, description="the plan JSON format (docs/plan-json.md)")
+    project: str = Field(description="the project's name from dsflow.yml")
+    environment: str = Field(description="the environment planned (--env)")
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                            description="when the plan was made, ISO 8601 UTC")
+    state_lineage: str = Field(description="lineage of the state planned against; empty before the first apply")
+    state_serial: int = Field(description="serial of the state planned against; apply refuses if it moved")
+    mode: str = Field("normal", description="normal, destroy or refresh-only",
+                      json_schema_extra={"enum": ["normal", "destroy", "refresh-only"]})
+    targets: list[str] = Field(default_factory=list, description="the --target addresses, sorted")
     desired_fingerprint: str = Field("", description="hash of every desired resource; apply refuses if it moved")
-    changes: list[Change]
+    changes: list[Change] = Field(description="every resource in apply order (deletes first), no-ops included")
 
     @property
     def actionable(self) -> list[Change]:
@@ -189,7 +191,8 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
     kind = resource.address.kind
     if deployed is None:
         category = Category.NEW if kind is Kind.QUERY else None
-        return Change(action=Action.CREATE, reason="not yet deployed", effect=_effect(kind, Action.CREATE),
+        return Change(action=Action.CREATE, reason="not yet deployed",
+                      effect=_effect(kind, Action.CREATE, resource.data),
                       category=category, **common)
     common["before"] = deployed.data
     upstream = _replaced_upstream(resource, graph, replaced)
@@ -199,18 +202,18 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
         fields = _changed_fields(deployed.data, resource.data)
         extra = _relation_extra(resource, graph) if kind is Kind.RELATION else {}
         return Change(action=Action.REPLACE, reason=f"{', '.join(fields)} changed (forces replacement)",
-                      effect=_effect(kind, Action.REPLACE), **extra, **common)
+                      effect=_effect(kind, Action.REPLACE, resource.data), **extra, **common)
     if upstream and kind in (Kind.DATAGEN, Kind.RELATION):
         return Change(action=Action.REPLACE, reason=f"upstream {upstream} is replaced",
-                      effect=_effect(kind, Action.REPLACE), **common)
+                      effect=_effect(kind, Action.REPLACE, resource.data), **common)
     observed = options.observations.get(key)
     if observed is not None and not observed.healthy:
         return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
-                      effect=_effect(kind, Action.UPDATE), **common)
+                      effect=_effect(kind, Action.UPDATE, resource.data), **common)
     if deployed.metadata_hash != resource.metadata_hash:
         fields = _changed_fields(deployed.metadata, resource.metadata)
         return Change(action=Action.UPDATE, reason=f"{', '.join(fields)} changed (in place)",
-                      effect=_effect(kind, Action.UPDATE), **common)
+                      effect=_effect(kind, Action.UPDATE, resource.data), **common)
     return Change(action=Action.NOOP, reason="up to date", **common)
 
 
@@ -240,7 +243,7 @@ def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozense
     ordered = list(reversed(graph.order()))
     return [
         Change(address=str(a), action=Action.DELETE, reason="no longer in the project",
-               effect=_effect(a.kind, Action.DELETE), depends_on=gone[str(a)].depends_on,
+               effect=_effect(a.kind, Action.DELETE, gone[str(a)].data), depends_on=gone[str(a)].depends_on,
                before=gone[str(a)].data)
         for a in ordered
     ]
@@ -251,7 +254,14 @@ def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return [k for k in keys if before.get(k) != after.get(k)] or ["definition"]
 
 
-def _effect(kind: Kind, action: Action) -> str | None:
+def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> str | None:
+    if kind is Kind.RELATION and (data or {}).get("kind") == "table":
+        return {
+            Action.CREATE: "table created (columns from the query's output) unless it already exists",
+            Action.REPLACE: "table deleted (if dsflow created it) and created again: its rows are lost",
+            Action.UPDATE: "table ensured (created again if missing); no rows touched",
+            Action.DELETE: "table deleted if dsflow created it",
+        }[action]
     if kind is Kind.QUERY:
         return {
             Action.CREATE: "new checkpoint; sources read from their starting position",

@@ -94,6 +94,8 @@ def _relation(relation: Relation) -> Resource:
         "replicas": relation.replicas,
         "topic_configs": relation.topic_configs,
     }
+    if relation.table_options:
+        data["table_options"] = relation.table_options
     metadata = {"timestamp": relation.timestamp, "key_format": relation.key_format}
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
 

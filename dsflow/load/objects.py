@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from dsflow.core.model import Database, Datagen, Grant, Role, Schema, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.raw import RawObjectsFile
+from dsflow.load.tables import store_settings_diagnostics
 from dsflow.load.yamlpos import Positioned
 
 BOOTSTRAP_KEY = "bootstrap_servers"  # in Store.sensitive when the bootstrap address came from env_var
@@ -56,15 +57,17 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
         loc = pos.location(("stores", i))
         props = {k: _text(v) for k, v in store.properties.items()}
         sensitive = frozenset(k for k, v in props.items() if _holds_secret(v, secrets))
-        if _holds_secret(store.bootstrap_servers, secrets):
+        bootstrap = store.bootstrap_servers or ""
+        if _holds_secret(bootstrap, secrets):
             sensitive |= {BOOTSTRAP_KEY}
+        diagnostics += store_settings_diagnostics(store.name, store.type, bootstrap, props, loc)
         for key, value in props.items():
             if SECRET_KEY.search(key) and key not in sensitive:
                 diagnostics.append(Diagnostic(
                     "DSF-E060", f"secret '{key}' of store '{store.name}' is written in clear text",
                     pos.location(("stores", i, "properties", key)),
                     hint=f"use {{{{ env_var('{store.name.upper()}_{_env_name(key)}') }}}} instead"))
-        into.stores.append(Store(name=store.name, type=store.type, bootstrap_servers=store.bootstrap_servers,
+        into.stores.append(Store(name=store.name, type=store.type, bootstrap_servers=bootstrap,
                                  properties=props, sensitive=sensitive, description=store.description, location=loc))
     for i, db in enumerate(raw.databases):
         into.databases.append((Database(name=db.name, description=db.description,

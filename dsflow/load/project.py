@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dsflow import gcpause
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Datagen, Project, RuntimeSettings, StateSettings
@@ -69,7 +70,8 @@ def check_project(root: Path, environment: str | None = None, variables: Mapping
     context = RenderContext({**config.environments[env_name].vars, **(variables or {})},
                             **({"environ": dict(environ)} if environ is not None else {}))
     loader = _Loader(root, config, env_name, context)
-    project = loader.run()
+    with gcpause.paused():  # see dsflow/gcpause.py
+        project = loader.run()
     return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), context.secrets)
 
 
@@ -164,7 +166,8 @@ class _Loader:
                                    hint=did_you_mean(cfg.default.store, stores)))
         ns = Namespace(cfg.default.database, cfg.default.schema_, default_store, {s.fqn for s in schemas}, stores,
                        self.context.secrets, cfg.runtime.trigger_interval,
-                       topic_prefix=cfg.environments[self.env_name].topic_prefix)
+                       topic_prefix=cfg.environments[self.env_name].topic_prefix, project=cfg.name,
+                       environment=self.env_name)
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
         self._check_topic_clashes(list(ns.relations.values()))

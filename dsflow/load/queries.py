@@ -12,6 +12,7 @@ from dsflow.load.objects import SECRET_KEY
 from dsflow.load.select import Analysed, analyse_select, normalized_duration, source_tables
 from dsflow.load.sql import DIALECT, RawStatement, node_location
 from dsflow.load.suggest import did_you_mean
+from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas"}
 QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee"}
@@ -32,6 +33,8 @@ class Namespace:
     secrets: set[str]
     trigger_interval: str
     topic_prefix: str = ""
+    project: str = ""
+    environment: str = ""
     relations: dict[str, Relation] = field(default_factory=dict)
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
@@ -77,6 +80,9 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
     fqn = _checked_name(st, ns, report)
     if fqn is None:
         return None
+    store = ns.stores.get(_prop(st, "store") or ns.default_store or "")
+    if store is not None and store.type == "postgresql":
+        return _cdc_relation(st, fqn, ns, report, store.name)
     _check_props(st, RELATION_PROPS, report)
     columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
     if not columns:
@@ -90,6 +96,17 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
     names = {c.name.lower() for c in columns}
     _check_primary_key(st, fqn, names, report)
     return _relation(st, fqn, columns, ns, report, inherit=None)
+
+
+def _cdc_relation(st: RawStatement, fqn: str, ns: Namespace, report: Report, store: str) -> Relation | None:
+    """A stream of a postgresql store: the change events of one table (load/cdc.py)."""
+    from dsflow.load.cdc import cdc_relation, object_name
+
+    columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
+    _check_duplicate_columns([c.name for c in st.columns], st, report)
+    return cdc_relation(fqn, st.kind, columns, {p.key: p.value for p in st.properties}, store,
+                        object_name(ns.project, ns.environment, fqn), st.location,
+                        lambda key: st.prop(key).location if st.prop(key) else None, report)
 
 
 def _checked_name(st: RawStatement, ns: Namespace, report: Report) -> str | None:
@@ -137,6 +154,13 @@ def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
 def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Namespace, report: Report,
               inherit: Relation | None, primary_key: tuple[str, ...] | None = None) -> Relation | None:
     store_name = _prop(st, "store") or (inherit.store if inherit else None) or ns.default_store
+    if inherit is not None and ns.stores.get(store_name or "") and ns.stores[store_name].type == "postgresql":
+        if st.prop("store") is not None:
+            report(Diagnostic("DSF-E087", f"'{fqn}' cannot be written to the postgresql store '{store_name}'",
+                              st.prop("store").location, hint="a postgresql store is a CDC source: write the "
+                              "stream to a Kafka store ('store' = '...')"))
+            return None
+        store_name = ns.default_store  # a stream made from a CDC stream goes to the default (Kafka) store
     if store_name is None or store_name not in ns.stores:
         loc = st.prop("store").location if st.prop("store") else st.location
         report(Diagnostic("DSF-E021", f"unknown store '{store_name}' for '{fqn}'", loc,
@@ -217,7 +241,8 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     if fqn is None:
         return None
     mv = st.kind == "materialized view"
-    _check_props(st, QUERY_PROPS if mv else RELATION_PROPS | QUERY_PROPS, report)
+    _check_props(st, QUERY_PROPS if mv else (TABLE_PROPS if st.kind == "table" else RELATION_PROPS) | QUERY_PROPS,
+                 report)
     analysed = _analyse_select(path, st, ns, report)
     if analysed is None or not _shape_fits(st, fqn, analysed, report):
         return None
@@ -225,13 +250,17 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     primary_key = _ctas_primary_key(st, fqn, first, analysed, report)
     if mv:
         relation = _mv_relation(st, fqn, analysed.columns, primary_key or ())
+    elif st.kind == "table":
+        relation = table_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
+                                  ns.stores, ns.default_store, st.location,
+                                  lambda key: st.prop(key).location if st.prop(key) else None, report)
     else:
         relation = _relation(st, fqn, analysed.columns, ns, report, inherit=first, primary_key=primary_key)
     if relation is None:
         return None
     relation = relation.model_copy(update={"defined_by_query": fqn})
     _declare(ns, relation, st, report)
-    statement = {"stream": "csas", "changelog": "ctas"}.get(st.kind, "mv")
+    statement = {"stream": "csas", "changelog": "ctas", "table": "table"}.get(st.kind, "mv")
     return _query(st, fqn, statement, relation, analysed, ns, report)
 
 
@@ -255,11 +284,13 @@ def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: An
         return ()
     if analysed.aggregated:
         return analysed.group_keys
-    if st.kind == "materialized view" and (source.kind != "changelog" or analysed.join_within):
+    if st.kind in ("materialized view", "table") and (source.kind != "changelog" or analysed.join_within):
         return ()
     names = {c.name.lower() for c in analysed.columns}
     if source.primary_key and all(k.lower() in names for k in source.primary_key):
         return source.primary_key
+    if st.kind == "table":
+        return ()  # a table without its source's key columns is appended to
     report(Diagnostic("DSF-E033", f"{'changelog' if st.kind == 'changelog' else 'materialized view'} '{fqn}' "
                       "needs its source's primary key columns in the SELECT",
                       st.location, hint="select the key columns, or create a stream instead"))
@@ -306,6 +337,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                           st.prop("starting.position").location, hint="'starting.position' = 'earliest'"))
         position = "earliest"
     sources = tuple(s.model_copy(update={"starting_position": position}) for s in analysed.sources)
+    check_not_read(sources, ns.relations, st.location, report)
     _check_event_time(st, sources, analysed, ns, report)
     return Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
                  output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),

@@ -88,8 +88,8 @@ class RawStore(Raw):
     """A store: a connection to a streaming system."""
 
     name: str
-    type: Literal["kafka"]
-    bootstrap_servers: str = Field(description="host:port[,host:port]")
+    type: Literal["kafka", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
+    bootstrap_servers: str | None = Field(None, description="kafka: host:port[,host:port] (required)")
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
     description: str = ""
 

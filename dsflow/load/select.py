@@ -17,6 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.schema import MappingSchema
 
 from dsflow.core.model import Column, Relation, Source, Window
 from dsflow.errors import Diagnostic
@@ -78,12 +79,12 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     """Check and resolve st.select; every problem is reported, None if any."""
     select = st.select.copy()
     where = lambda node: node_location(path, node, st.location)  # noqa: E731
-    for node_type, what in UNSUPPORTED.items():
-        node = select.find(node_type)
-        if node is not None:
-            report(Diagnostic("DSF-E045", f"{what} in continuous queries are not supported yet", where(node),
-                              hint=SUPPORTED_HINT))
-            return None
+    unsupported = _first_unsupported(select)
+    if unsupported is not None:
+        node, what = unsupported
+        report(Diagnostic("DSF-E045", f"{what} in continuous queries are not supported yet", where(node),
+                          hint=SUPPORTED_HINT))
+        return None
     window = _extract_window(select, where, report)
     if window is False:
         return None
@@ -110,9 +111,22 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if columns is None:
         return None
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name) for t in tables)
-    return Analysed(qualified.sql(dialect=DIALECT), sources, columns, aggregated=shape[0], group_keys=shape[1],
+    # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
+    return Analysed(qualified.sql(dialect=DIALECT, copy=False), sources, columns, aggregated=shape[0], group_keys=shape[1],
                     window=window or None, join_within=join[0] if join else None,
                     join_side=join[1] if join else None)
+
+
+def _first_unsupported(select: exp.Expr) -> tuple[exp.Expr, str] | None:
+    """The node `select.find(t)` finds for the first type t of UNSUPPORTED present, in one walk, not one per type."""
+    first: dict[type, exp.Expr] = {}
+    kinds = tuple(UNSUPPORTED)
+    for node in select.bfs():
+        if isinstance(node, kinds):
+            for kind in kinds:
+                if isinstance(node, kind):
+                    first.setdefault(kind, node)
+    return next(((first[kind], what) for kind, what in UNSUPPORTED.items() if kind in first), None)
 
 
 def _extract_window(select: exp.Select, where, report: Report) -> Window | None | bool:
@@ -242,7 +256,8 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
             columns |= {c: "TIMESTAMP" for c in WINDOW_COLUMNS}
         mapping.setdefault(db, {}).setdefault(schema, {})[name] = columns
     try:
-        return annotate_types(qualify(select, schema=mapping, dialect=DIALECT), schema=mapping, dialect=DIALECT)
+        schema = MappingSchema(mapping, dialect=DIALECT)  # built once for both passes
+        return annotate_types(qualify(select, schema=schema, dialect=DIALECT), schema=schema, dialect=DIALECT)
     except OptimizeError as err:
         report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
         return None

@@ -27,6 +27,11 @@ STATUS_EVERY_SECONDS = 2.0
 def build_dataframe(spark, spec: QuerySpec):
     """The streaming DataFrame the sink writes: (key, value) rows for Kafka, the SELECT's columns otherwise."""
     for source in spec.sources:
+        if source.kind == "postgres_cdc":
+            from dsflow.adapters.postgres.reading import cdc_stream
+
+            source_view(cdc_stream(spark, spec, source), source).createOrReplaceTempView(source.view)
+            continue
         raw = (spark.readStream.format("dsflow_kafka")
                .option("bootstrap.servers", source.client_config["bootstrap.servers"])
                .option("topic", source.topic)
@@ -51,6 +56,10 @@ def start_query(spark, spec: QuerySpec, available_now: bool = False):
     trigger = {"availableNow": True} if available_now else {"processingTime": spec.trigger_interval}
     if spec.sink.kind == "sqlite":
         return start_view(spec, frame, trigger)
+    if spec.sink.kind in ("delta", "snowflake"):
+        from dsflow.adapters.spark.tables import start_table
+
+        return start_table(spec, frame, trigger)
     if spec.sink.output_mode == "update":
         return start_kafka_updates(spec, frame, trigger)
     writer = (frame.writeStream.format("dsflow_kafka")

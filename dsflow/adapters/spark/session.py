@@ -35,3 +35,6 @@ def register_data_sources(session) -> None:
     from dsflow.adapters.kafka.datasource import KafkaDataSource
 
     session.dataSource.register(KafkaDataSource)
+    from dsflow.adapters.postgres.datasource import PostgresCdcDataSource
+
+    session.dataSource.register(PostgresCdcDataSource)

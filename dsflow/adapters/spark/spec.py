@@ -26,6 +26,10 @@ class SourceSpec(BaseModel):
                                                      "None: the source needs no event time")
     watermark_delay: str | None = Field(None, description="watermark on __ts, e.g. '5000 milliseconds'")
     window: list[str] | None = Field(None, description="[size, slide] of window(__ts) as column __window")
+    kind: str = Field("kafka", description="the data source: kafka, or postgres_cdc (a table's change events; "
+                                           "client_config holds the store's connection settings)")
+    options: dict[str, str] = Field(default_factory=dict, description="postgres_cdc: database, schema, table, "
+                                    "slot, publication")
 
 
 class SinkSpec(BaseModel):
@@ -36,11 +40,13 @@ class SinkSpec(BaseModel):
     topic: str = Field(description="the Kafka topic, or the view's table")
     client_config: dict[str, str]
     columns: list[str]
-    kind: Literal["kafka", "sqlite", "console"] = "kafka"
+    kind: Literal["kafka", "sqlite", "console", "delta", "snowflake"] = "kafka"
     output_mode: Literal["append", "update"] = "append"
     key_columns: list[str] = Field(default_factory=list, description="Kafka: the key is made of these columns "
                                    "(else the source key is carried); SQLite: upsert on them (else append)")
     database: str | None = Field(None, description="SQLite file of a view")
+    options: dict[str, str] = Field(default_factory=dict, description="delta, snowflake: the table's options "
+                                    "(topic is its location; client_config the store's settings)")
 
 
 class QuerySpec(BaseModel):

@@ -130,8 +130,10 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         if query.window is not None and query.window.source == source.alias:
             size = spark_duration(query.window.size)
             window = [size, spark_duration(query.window.advance) if query.window.advance else size]
-        sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic,
-                                  client_config=store.client_config(), schema_ddl=schema_ddl(relation.columns),
+        cdc = _cdc_source(store, relation)
+        sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **cdc,
+                                  client_config=dict(store.properties) if cdc else store.client_config(),
+                                  schema_ddl=schema_ddl(relation.columns),
                                   starting_position=start.position or source.starting_position,
                                   starting_offsets=start.offsets.get(relation.topic),
                                   starting_timestamp=start.timestamp,
@@ -139,6 +141,17 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   watermark_delay=spark_duration(query.watermark_delay) if timed else None,
                                   window=window))
     return sources
+
+
+def _cdc_source(store, relation: Relation) -> dict:
+    """A postgresql store's stream reads the table's changes (adapters/postgres) instead of a topic."""
+    if store.type != "postgresql":
+        return {}
+    opts = relation.table_options
+    return {"kind": "postgres_cdc", "options": {
+        "database": opts["postgresql.db.name"], "schema": opts["postgresql.schema.name"],
+        "table": opts["postgresql.table.name"], "slot": opts["postgresql.slot.name"],
+        "publication": opts["postgresql.publication.name"]}}
 
 
 def sink_spec(project: Project, query: Query) -> SinkSpec:
@@ -152,6 +165,12 @@ def sink_spec(project: Project, query: Query) -> SinkSpec:
                         output_mode=query.output_mode, key_columns=list(relation.primary_key),
                         database=str(database))
     store = project.store(relation.store)
+    if relation.kind == "table":
+        from dsflow.adapters.tables import table_ref
+
+        ref = table_ref(project.root, store, relation)
+        return SinkSpec(topic=ref.location, client_config=ref.settings, columns=columns, kind=ref.format,
+                        output_mode=query.output_mode, key_columns=list(relation.primary_key), options=ref.options)
     return SinkSpec(topic=relation.topic, client_config=store.client_config(), columns=columns,
                     output_mode=query.output_mode, key_columns=list(query.key_columns))
 

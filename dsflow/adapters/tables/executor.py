@@ -1,0 +1,51 @@
+"""What apply does for a table relation: create the table (schema from the query's output columns)
+unless it exists, register it in a Databricks catalog when one is configured, and on destroy drop it
+only if dsflow created it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsflow.adapters.tables import TableRef, table_format, table_ref
+from dsflow.core.address import Address
+from dsflow.core.plan import Change
+from dsflow.core.state import DeployedResource
+
+
+class TableExecutor:
+    """A lake or warehouse table written by CREATE TABLE ... AS SELECT."""
+
+    def create(self, ctx, change: Change) -> dict[str, Any]:
+        relation = ctx.project.relation(Address.parse(change.address).name)
+        store = ctx.project.store(relation.store)
+        ref = table_ref(ctx.project.root, store, relation)
+        fmt = table_format(ref.format)
+        existed = ctx.resumed.get("table_existed")
+        if existed is None:
+            existed = fmt.exists(ref)
+            ctx.note({"table_existed": existed})
+        fmt.create(ref, [(c.name, c.type) for c in relation.columns], list(relation.primary_key))
+        outputs = {"table": ref.location, "format": ref.format, "store": store.name, "created_by_dsflow": not existed}
+        if store.type == "databricks":
+            from dsflow.adapters.tables import databricks
+
+            outputs["catalog"] = databricks.register(ref)
+        return outputs
+
+    def update(self, ctx, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        outputs = self.create(ctx, change)
+        outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow", False)
+        return outputs
+
+    def delete(self, ctx, deployed: DeployedResource) -> None:
+        if not deployed.outputs.get("created_by_dsflow"):
+            return
+        store = ctx.project.store(deployed.outputs.get("store", ""))
+        settings = dict(store.properties) if store is not None else {}
+        ref = TableRef(deployed.outputs["format"], deployed.outputs["table"], settings,
+                       dict(deployed.data.get("table_options") or {}))
+        if store is not None and store.type == "databricks":
+            from dsflow.adapters.tables import databricks
+
+            databricks.unregister(ref)
+        table_format(ref.format).drop(ref)

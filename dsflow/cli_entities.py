@@ -1,0 +1,81 @@
+"""`dsflow entity list|describe|print`: browse the tables of lake, warehouse and database stores."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from dsflow import operations
+
+console = Console(highlight=False, soft_wrap=True)
+store_option = click.option("--store", help="the store to browse (default: the store of the table relation PATH)")
+
+
+def _target(ctx: click.Context, path: str, store: str | None):
+    from dsflow.entities import resolve
+
+    project = operations.load(ctx.obj).project
+    return project, resolve(project, path, store)
+
+
+@click.group()
+def entity() -> None:
+    """Browse Delta tables (s3, filesystem, databricks stores), PostgreSQL and Snowflake tables."""
+
+
+@entity.command("list")
+@click.argument("path", required=False, default="")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="print a JSON list")
+@click.pass_context
+def entity_list(ctx: click.Context, path: str, store: str | None, as_json: bool) -> None:
+    """List the entities under PATH (Delta: a folder under the store's root; PostgreSQL: [database[.schema]];
+    Snowflake: [DB[.SCHEMA]])."""
+    from dsflow.entities import list_entities
+
+    if store is None:
+        raise click.UsageError("pass --store NAME")
+    project, target = _target(ctx, path, store)
+    names = list_entities(project, target)
+    click.echo(json.dumps(names) if as_json else "\n".join(names))
+
+
+@entity.command("describe")
+@click.argument("path")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.pass_context
+def entity_describe(ctx: click.Context, path: str, store: str | None, as_json: bool) -> None:
+    """Describe the table PATH: its columns, and what the format knows (version, files, key)."""
+    from dsflow.entities import describe_entity
+
+    project, target = _target(ctx, path, store)
+    info = describe_entity(project, target)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+        return
+    for key, value in info.items():
+        if key != "columns" and value not in (None, "", {}, []):
+            console.print(f"{key}: {value}", markup=False)
+    table = Table("column", "type", "nullable")
+    for column in info["columns"]:
+        table.add_row(column["name"], column["type"], "yes" if column["nullable"] else "no")
+    console.print(table)
+
+
+@entity.command("print")
+@click.argument("path")
+@store_option
+@click.option("--limit", type=int, default=20, show_default=True, help="rows to print at most")
+@click.pass_context
+def entity_print(ctx: click.Context, path: str, store: str | None, limit: int) -> None:
+    """Print rows of the table PATH as JSON lines."""
+    from dsflow.entities import entity_rows
+
+    project, target = _target(ctx, path, store)
+    columns, rows = entity_rows(project, target, limit)
+    for row in rows:
+        click.echo(json.dumps(dict(zip(columns, row)), default=str))

@@ -1,0 +1,24 @@
+"""The cyclic garbage collector paused around the bulk stages (loading a project, making a plan).
+
+Loading builds millions of small objects (sqlglot trees, pydantic models) and keeps most of them;
+the collector's full passes over them free next to nothing and took ~25-30% of loading and
+planning a 10,000-relation project (docs/benchmarks.md, "Plan time"). Reference counting still
+frees memory while paused; the collector's previous state is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

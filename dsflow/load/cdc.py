@@ -1,0 +1,137 @@
+"""CDC streams: `CREATE STREAM ... WITH ('store' = <a postgresql store>, 'postgresql.db.name' = ...)`.
+
+A stream in a postgresql store is the change stream of one table. Its columns are the fields of a change
+event (DeltaStream's CDC shape; adapters/postgres/changes.py makes them):
+
+    op      VARCHAR   c (insert), u (update), d (delete), r (read by the initial snapshot)
+    ts_ms   BIGINT    when dsflow read the change (epoch ms)
+    before  STRUCT<the table's columns>   the row before an update or delete (null for c and r)
+    after   STRUCT<the table's columns>   the row after an insert, update or snapshot read (null for d)
+    source  STRUCT<db, schema, table, lsn, commit_lsn, txid, ts_ms, snapshot>   (also named `system`)
+
+Only these names are allowed; declare the ones you need. The slot and the publication are named from
+the project, the environment and the relation (adapters/postgres/admin.py) and shown in plans.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from dsflow.core.model import Column, Relation
+from dsflow.errors import Diagnostic, Location
+
+CDC_PROPS = {"store", "value.format", "timestamp", "postgresql.db.name", "postgresql.schema.name",
+             "postgresql.table.name"}
+TABLE_KEYS = ("postgresql.db.name", "postgresql.schema.name", "postgresql.table.name")
+EVENT_FIELDS = {"op": "VARCHAR", "ts_ms": "BIGINT", "before": "STRUCT", "after": "STRUCT", "source": "STRUCT",
+                "system": "STRUCT"}
+SOURCE_FIELDS = {"db", "schema", "table", "lsn", "commit_lsn", "txid", "ts_ms", "snapshot"}
+SLOT_KEY, PUBLICATION_KEY = "postgresql.slot.name", "postgresql.publication.name"
+
+Report = Callable[[Diagnostic], None]
+MAX_NAME = 63
+
+
+def object_name(project: str, environment: str, relation_fqn: str) -> str:
+    """The slot and publication name of a CDC relation: `dsflow_<project>_<env>_<database>_<schema>_<name>`,
+    lower-case, cut to PostgreSQL's 63 characters with a hash suffix when longer; the same on every plan."""
+    raw = "_".join(("dsflow", project, environment, *relation_fqn.split(".")))
+    name = re.sub(r"[^a-z0-9_]+", "_", raw.lower())
+    if len(name) > MAX_NAME:
+        name = name[:MAX_NAME - 9] + "_" + hashlib.sha256(raw.encode()).hexdigest()[:8]
+    return name
+
+
+def struct_fields(type_text: str) -> list[str] | None:
+    """The field names of a STRUCT<...> type, or None if it is not a STRUCT."""
+    try:
+        built = exp.DataType.build(type_text)
+    except Exception:  # noqa: BLE001 - an unparsable type is reported by the caller as not a STRUCT
+        return None
+    if not built.is_type(exp.DataType.Type.STRUCT):
+        return None
+    return [f.name for f in built.expressions]
+
+
+def cdc_relation(fqn: str, kind: str, columns: tuple[Column, ...], props: dict[str, str], store: str,
+                 slot_name: str, location: Location | None, prop_location: Callable[[str], Location | None],
+                 report: Report) -> Relation | None:
+    """The relation of a CDC stream, after checking its properties and columns (DSF-E085, DSF-E086)."""
+    ok = True
+    for key in sorted(set(props) - CDC_PROPS):
+        report(Diagnostic("DSF-E085", f"'{key}' is not a property of the CDC stream '{fqn}'",
+                          prop_location(key) or location,
+                          hint=f"a stream in the postgresql store '{store}' takes {', '.join(sorted(CDC_PROPS))}"))
+        ok = False
+    missing = [k for k in TABLE_KEYS if not props.get(k)]
+    if missing:
+        report(Diagnostic("DSF-E085", f"the CDC stream '{fqn}' needs {', '.join(repr(m) for m in missing)}",
+                          location, hint="name the table: 'postgresql.db.name' = 'shop', "
+                                         "'postgresql.schema.name' = 'public', 'postgresql.table.name' = 'orders'"))
+        ok = False
+    if props.get("value.format", "json").lower() != "json":
+        report(Diagnostic("DSF-E085", f"CDC stream '{fqn}' has value.format '{props['value.format']}'",
+                          prop_location("value.format") or location, hint="change events are json"))
+        ok = False
+    if kind != "stream":
+        report(Diagnostic("DSF-E086", f"'{fqn}' reads a PostgreSQL table's changes, so it is a stream",
+                          location, hint="use CREATE STREAM"))
+        ok = False
+    ok = _check_columns(fqn, columns, location, report) and ok
+    if not ok:
+        return None
+    database, schema, table = (props[k] for k in TABLE_KEYS)
+    options = {"postgresql.db.name": database, "postgresql.schema.name": schema, "postgresql.table.name": table,
+               SLOT_KEY: slot_name, PUBLICATION_KEY: slot_name}
+    return Relation(fqn=fqn, kind="stream", columns=columns, store=store, topic=f"{database}.{schema}.{table}",
+                    timestamp=props.get("timestamp"), table_options=options, location=location)
+
+
+def _check_columns(fqn: str, columns: tuple[Column, ...], location: Location | None, report: Report) -> bool:
+    ok = True
+    images: dict[str, list[str]] = {}
+    for column in columns:
+        name = column.name.lower()
+        expected = EVENT_FIELDS.get(name)
+        if expected is None:
+            report(Diagnostic("DSF-E086", f"column '{column.name}' of the CDC stream '{fqn}' is not a field of a "
+                              "change event", location,
+                              hint="declare op, ts_ms, before, after, source (or system); the table's columns go "
+                                   "inside before and after: `before` STRUCT<id BIGINT, ...>"))
+            ok = False
+            continue
+        fields = struct_fields(column.type)
+        if expected == "STRUCT" and fields is None:
+            report(Diagnostic("DSF-E086", f"column '{column.name}' of the CDC stream '{fqn}' must be a STRUCT, "
+                              f"not {column.type}", location, hint=f"e.g. `{name}` STRUCT<id BIGINT, name VARCHAR>"))
+            ok = False
+        elif name in ("before", "after"):
+            images[name] = [f.lower() for f in fields]
+        elif name in ("source", "system"):
+            unknown = sorted({f.lower() for f in fields} - SOURCE_FIELDS)
+            if unknown:
+                report(Diagnostic("DSF-E086", f"'{column.name}' of '{fqn}' has unknown field(s) {', '.join(unknown)}",
+                                  location, hint=f"its fields are {', '.join(sorted(SOURCE_FIELDS))}"))
+                ok = False
+    if not images:
+        report(Diagnostic("DSF-E086", f"the CDC stream '{fqn}' declares neither `before` nor `after`", location,
+                          hint="declare `after` STRUCT<the table's columns> (and `before` for updates and deletes)"))
+        ok = False
+    elif len(images) == 2 and images["before"] != images["after"]:
+        report(Diagnostic("DSF-E086", f"`before` and `after` of '{fqn}' declare different fields", location,
+                          hint="both are the table's row: declare the same fields in the same order"))
+        ok = False
+    return ok
+
+
+def image_fields(relation: Relation) -> list[str]:
+    """The table columns a CDC relation declares in `after` (or `before`)."""
+    for name in ("after", "before"):
+        column = relation.column(name)
+        if column is not None:
+            return struct_fields(column.type) or []
+    return []

@@ -1,0 +1,131 @@
+"""Table stores and CREATE TABLE ... AS SELECT: the settings a store needs and where a table lives.
+
+Table stores keep their settings in `properties`: an `s3` or `filesystem` store holds Delta Lake tables
+under its root (s3://bucket/prefix or a local folder), a `databricks` store does too and may register
+each table in a Unity Catalog, a `snowflake` store is an account. The WITH properties of a CREATE TABLE
+follow DeltaStream's names ('databricks.table.name', 'snowflake.db.name', ...); 'delta.path' places a
+Delta table at a path under the store's root, or at a full URI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dsflow.core.model import Column, Relation, Store
+from dsflow.errors import Diagnostic, Location
+from dsflow.load.suggest import did_you_mean
+
+DELTA_STORES = {"s3", "filesystem", "databricks"}
+TABLE_STORES = DELTA_STORES | {"snowflake"}
+_S3 = {"bucket", "prefix", "endpoint_url", "region", "access_key_id", "secret_access_key", "session_token"}
+STORE_SETTINGS: dict[str, tuple[set[str], set[str]]] = {
+    # type: (required, allowed)
+    "s3": ({"bucket"}, _S3),
+    "filesystem": ({"path"}, {"path"}),
+    "databricks": (set(), _S3 | {"path", "host", "token", "warehouse_id", "catalog"}),
+    "snowflake": ({"account"}, {"account", "user", "password", "warehouse", "role", "database", "schema", "host",
+                                "port", "protocol", "authenticator", "token"}),
+    # a CDC source (load/queries.py) and entities; connection settings as libpq names them, or one dsn
+    "postgresql": (set(), {"dsn", "host", "port", "database", "dbname", "user", "username", "password", "sslmode"}),
+}
+DELTA_PROPS = {"delta.path", "table.data.file.location"}
+DATABRICKS_PROPS = {"databricks.catalog.name", "databricks.schema.name", "databricks.table.name"}
+SNOWFLAKE_PROPS = {"snowflake.db.name", "snowflake.schema.name", "snowflake.table.name"}
+TABLE_PROPS = {"store"} | DELTA_PROPS | DATABRICKS_PROPS | SNOWFLAKE_PROPS
+
+Report = Callable[[Diagnostic], None]
+
+
+def store_settings_diagnostics(name: str, type_: str, bootstrap: str, properties: dict[str, str],
+                               location: Location | None) -> list[Diagnostic]:
+    """A Kafka store needs bootstrap_servers; a table store needs its own settings and nothing else."""
+    if type_ == "kafka":
+        if not bootstrap:
+            return [Diagnostic("DSF-E011", f"missing required key 'bootstrap_servers' of kafka store '{name}'",
+                               location, hint="add bootstrap_servers: host:port")]
+        return []
+    if type_ not in STORE_SETTINGS:
+        return []
+    required, allowed = STORE_SETTINGS[type_]
+    out = []
+    if bootstrap:
+        out.append(Diagnostic("DSF-E095", f"bootstrap_servers is not a setting of the {type_} store '{name}'",
+                              location, hint="remove it; see docs/project.md (Table stores)"))
+    for key in sorted(set(properties) - allowed):
+        out.append(Diagnostic("DSF-E095", f"unknown property '{key}' of the {type_} store '{name}'", location,
+                              hint=did_you_mean(key, allowed) or f"allowed: {', '.join(sorted(allowed))}"))
+    for key in sorted(required - set(properties)):
+        out.append(Diagnostic("DSF-E095", f"the {type_} store '{name}' needs the property '{key}'", location,
+                              hint="see docs/project.md (Table stores)"))
+    if type_ == "databricks" and not ({"bucket", "path"} & set(properties)):
+        out.append(Diagnostic("DSF-E095", f"the databricks store '{name}' needs 'bucket' (S3) or 'path' (a local "
+                              "folder) for its tables' files", location, hint="see docs/project.md (Table stores)"))
+    return out
+
+
+def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], props: dict[str, str],
+                   stores: dict[str, Store], default_store: str | None, location: Location | None,
+                   prop_location: Callable[[str], Location | None], report: Report) -> Relation | None:
+    """The relation a CREATE TABLE ... AS SELECT writes: a Delta table or a Snowflake table."""
+    store_name = props.get("store") or default_store
+    store = stores.get(store_name or "")
+    where = prop_location("store") or location
+    if store is None:
+        report(Diagnostic("DSF-E021", f"unknown store '{store_name}' for '{fqn}'", where,
+                          hint=did_you_mean(store_name or "", stores)))
+        return None
+    if store.type not in TABLE_STORES:
+        report(Diagnostic("DSF-E096", f"table '{fqn}' is in the {store.type} store '{store.name}'", where,
+                          hint="CREATE TABLE ... AS SELECT writes to an s3, filesystem, databricks or snowflake "
+                               "store: name one with 'store' = '...'"))
+        return None
+    allowed = {"store"} | (SNOWFLAKE_PROPS if store.type == "snowflake" else DELTA_PROPS)
+    allowed |= DATABRICKS_PROPS if store.type == "databricks" else set()
+    for key in sorted(set(props) - allowed):
+        if key in TABLE_PROPS:
+            report(Diagnostic("DSF-E097", f"'{key}' does not apply to the {store.type} store '{store.name}'",
+                              prop_location(key) or location, hint=f"allowed here: {', '.join(sorted(allowed))}"))
+    name = fqn.rsplit(".", 1)[-1]
+    if store.type == "snowflake":
+        options = _snowflake_options(fqn, props, store, location, report)
+        if options is None:
+            return None
+        topic = ".".join(options[k] for k in ("snowflake.db.name", "snowflake.schema.name", "snowflake.table.name"))
+    else:
+        path = props.get("delta.path") or props.get("table.data.file.location") or name
+        options = {"delta.path": path}
+        if store.type == "databricks":
+            options.update(_databricks_options(fqn, props, store))
+        topic = path
+    return Relation(fqn=fqn, kind="table", columns=columns, primary_key=primary_key, store=store.name, topic=topic,
+                    table_options=options, location=location)
+
+
+def _snowflake_options(fqn: str, props: dict[str, str], store: Store, location: Location | None,
+                       report: Report) -> dict[str, str] | None:
+    database = props.get("snowflake.db.name") or store.properties.get("database")
+    if not database:
+        report(Diagnostic("DSF-E098", f"Snowflake table '{fqn}' has no database", location,
+                          hint="add 'snowflake.db.name' = 'DB' to its WITH clause, or 'database' to the store"))
+        return None
+    schema = props.get("snowflake.schema.name") or store.properties.get("schema") or "PUBLIC"
+    table = props.get("snowflake.table.name") or fqn.rsplit(".", 1)[-1]
+    return {"snowflake.db.name": database.upper(), "snowflake.schema.name": schema.upper(),
+            "snowflake.table.name": table.upper()}
+
+
+def _databricks_options(fqn: str, props: dict[str, str], store: Store) -> dict[str, str]:
+    _, schema, name = fqn.split(".")
+    catalog = props.get("databricks.catalog.name") or store.properties.get("catalog") or ""
+    return {"databricks.catalog.name": catalog, "databricks.schema.name": props.get("databricks.schema.name") or schema,
+            "databricks.table.name": props.get("databricks.table.name") or name}
+
+
+def check_not_read(sources, relations: dict[str, Relation], location: Location | None, report: Report) -> None:
+    """Tables are sinks only: a query cannot read one (it is not a stream of changes dsflow can follow)."""
+    for source in sources:
+        relation = relations.get(source.relation)
+        if relation is not None and relation.kind == "table":
+            report(Diagnostic("DSF-E099", f"'{relation.fqn}' is a table in the store '{relation.store}'; queries "
+                              "cannot read tables", location,
+                              hint="read the stream or changelog the table is written from instead"))
