@@ -22,6 +22,7 @@ from dsflow.adapters.spark.frames import sink_frame, source_view, start_kafka_up
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 
 STATUS_EVERY_SECONDS = 2.0
+STOP_GRACE_SECONDS = 30.0
 
 
 def build_dataframe(spark, spec: QuerySpec):
@@ -107,6 +108,19 @@ def error_summary(err: BaseException) -> str:
     return text.splitlines()[0][:2000] if text else type(err).__name__
 
 
+def stop_between_batches(query, grace: float = STOP_GRACE_SECONDS) -> None:
+    """Stop when no micro-batch is running, so the stopped version leaves no written-but-uncommitted batch.
+
+    The checkpoint's last committed offsets are then exactly where the sink stopped, which is what a
+    'carry offsets' replacement starts from. A batch that outlasts `grace` is interrupted (at-least-once).
+    """
+    deadline = time.monotonic() + grace
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if query.isActive:
+        query.stop()
+
+
 def run(spec: QuerySpec) -> int:
     from dsflow.adapters.spark.session import build_session
 
@@ -122,8 +136,7 @@ def run(spec: QuerySpec) -> int:
         while not stop.is_set() and query.isActive:
             write_status(spec.status_path, progress_status(spec, query, "running"))
             query.awaitTermination(STATUS_EVERY_SECONDS)
-        if query.isActive:
-            query.stop()
+        stop_between_batches(query)
         error = query.exception()
         if error is not None:
             raise RuntimeError(str(error))
