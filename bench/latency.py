@@ -26,14 +26,20 @@ from dsflow.adapters.kafka import client  # noqa: E402
 
 SOURCE = "nexmark_bid"
 TICK_S = 0.002
+QUEUE_MESSAGES = 1_000_000
+FLUSH_S = 120.0
 
 
 def produce_paced(bootstrap: str, rate: float, seconds: float, sent: dict[str, float], stop: threading.Event,
-                  first_n: int) -> None:
-    """Bids first_n, first_n+1, ... at `rate`/s for `seconds`; sent[key] = produce time."""
+                  first_n: int) -> int:
+    """Bids first_n, first_n+1, ... at `rate`/s for `seconds`; sent[key] = produce time. Returns how many records
+    the broker had still not acknowledged after the final flush (0 normally)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "partitioner": "murmur2_random"})
+    # A queue deep enough for a minute at 10k/s: the default (100,000 messages) filled during a slow spell of the
+    # broker and produce() raised BufferError, which ended the probe ("Producer terminating with 100000 messages").
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "partitioner": "murmur2_random",
+                         "queue.buffering.max.messages": QUEUE_MESSAGES, "queue.buffering.max.kbytes": 1_048_576})
     dumps = json.JSONEncoder(separators=(",", ":")).encode
     start = time.time()
     n = 0
@@ -44,15 +50,33 @@ def produce_paced(bootstrap: str, rate: float, seconds: float, sent: dict[str, f
         due = int((now - start) * rate)
         while n < due:
             i = first_n + nexmark.nth_of_kind("bid", n)
-            record = nexmark.bid(i, 0, int(time.time() * 1000))
-            key = str(i)
             t = time.time()
-            producer.produce(SOURCE, dumps(record), key)
-            sent[key] = t
+            record, key = dumps(nexmark.bid(i, 0, int(t * 1000))), str(i)
+            _produce(producer, record, key)
+            sent[key] = t  # latency counts from the first attempt: time spent waiting for queue room included
             n += 1
         producer.poll(0)
         time.sleep(TICK_S)
-    producer.flush(30)
+    return _flush(producer, FLUSH_S)
+
+
+def _produce(producer, value: bytes, key: str) -> None:
+    """produce(), waiting for room in the local queue instead of failing when the broker falls behind."""
+    while True:
+        try:
+            producer.produce(SOURCE, value, key)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _flush(producer, timeout: float) -> int:
+    """Deliver everything queued (up to `timeout` s); the number of records still undelivered."""
+    deadline = time.time() + timeout
+    left = len(producer)
+    while left and time.time() < deadline:
+        left = producer.flush(min(5.0, max(0.1, deadline - time.time())))
+    return left
 
 
 def follow(bootstrap: str, topic: str, arrived: dict[str, float], stop: threading.Event) -> None:
@@ -84,7 +108,7 @@ def measure(bootstrap: str, sink: str, rate: float, seconds: float, warmup: floa
     consumer.start()
     time.sleep(1.0)  # the consumer is assigned before the first record is sent
     began = time.time()
-    produce_paced(bootstrap, rate, seconds, sent, stop_producer, first_n)
+    unsent = produce_paced(bootstrap, rate, seconds, sent, stop_producer, first_n)
     produced_for = time.time() - began
     deadline = time.time() + drain
     counted = {k: t for k, t in sent.items() if t - began >= warmup}
@@ -99,7 +123,7 @@ def measure(bootstrap: str, sink: str, rate: float, seconds: float, warmup: floa
         "rate": rate, "seconds": round(produced_for, 1), "sent": len(sent), "measured_sent": len(counted),
         "arrived": len(lat), "achieved_rate": round(len(sent) / produced_for),
         "p50_ms": round(percentile(lat, 0.50) * 1000, 1), "p99_ms": round(percentile(lat, 0.99) * 1000, 1),
-        "max_ms": round(lat[-1] * 1000, 1) if lat else None,
+        "max_ms": round(lat[-1] * 1000, 1) if lat else None, "undelivered": unsent,
     }
 
 

@@ -195,9 +195,11 @@ def start_processing(frame, bootstrap: str, topic: str, checkpoint: str, interva
     return _writer(frame, bootstrap, topic, checkpoint, update).trigger(processingTime=interval).start()
 
 
-def run_available_now(frame, bootstrap: str, topic: str, checkpoint: str, update: bool = False) -> tuple[float, int]:
-    """Write `frame` to `topic` with the availableNow trigger; (seconds, input rows)."""
-    started = time.monotonic()
+def run_available_now(frame, bootstrap: str, topic: str, checkpoint: str, update: bool = False,
+                      started: float | None = None) -> tuple[float, int]:
+    """Write `frame` to `topic` with the availableNow trigger; (seconds, input rows) since `started` (default:
+    now). The harness passes the time from before it built `frame`, as dsflow's time includes building its own."""
+    started = time.monotonic() if started is None else started
     query = _writer(frame, bootstrap, topic, checkpoint, update).trigger(availableNow=True).start()
     return _finish(query, started)
 

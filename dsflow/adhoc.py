@@ -1,6 +1,7 @@
 """Interactive queries: `dsflow query` on view snapshots, `dsflow query --follow` on streams and changelogs.
 
-    view_query   one-off SQL over materialized views, run by SQLite on the environment's snapshot file
+    view_query   one-off SQL over materialized views, run by SQLite on the environment's snapshot file, or by
+                 PostgreSQL (read-only) for views kept in a postgresql store
     follow       a temporary continuous query whose micro-batches are handed to a callback until it is
                  stopped (Ctrl-C); its checkpoint is a temporary folder, deleted when it stops
 """
@@ -54,20 +55,34 @@ def _relation(project: Project, table: exp.Table) -> Relation:
 
 
 def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:
-    """Run SQL over materialized views (their snapshot tables in SQLite): column names and rows."""
+    """Run SQL over materialized views (their snapshot tables, in SQLite or one postgresql store):
+    column names and rows."""
     from dsflow.adapters.sqlite import mv
 
     select = _parse(sql)
+    places: set[tuple[str, str]] = set()
     for table in list(select.find_all(exp.Table)):
         relation = _relation(project, table)
         if relation.kind != "materialized_view":
             raise DsflowError("DSF-E720", f"'{relation.fqn}' is a {relation.kind}, not a materialized view",
                               hint="dsflow query --follow runs a continuous query over streams and changelogs")
-        alias = table.alias_or_name
+        places.add((relation.store, relation.table_options.get("postgresql.db.name", "")))
+        schema = relation.table_options.get("postgresql.schema.name")
         table.replace(exp.Table(this=exp.to_identifier(relation.topic, quoted=True),
-                                alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    database = mv.database_path(project.root, project.state_path, project.environment)
-    return mv.run_query(database, select.sql(dialect="sqlite"))
+                                db=exp.to_identifier(schema, quoted=True) if schema else None,
+                                alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
+    if len(places) > 1:
+        raise DsflowError("DSF-E793", "the query reads views kept in different places: "
+                          + ", ".join(sorted(f"{s or 'sqlite'}{'/' + d if d else ''}" for s, d in places)),
+                          hint="query the views of one store (and one PostgreSQL database) at a time")
+    store, database = next(iter(places)) if places else ("", "")
+    if store:
+        from dsflow.adapters.postgres import mv as pg
+        from dsflow.adapters.postgres.views import store_settings
+
+        return pg.run_query(store_settings(project, store), database or None, select.sql(dialect="postgres"))
+    path = mv.database_path(project.root, project.state_path, project.environment)
+    return mv.run_query(path, select.sql(dialect="sqlite"))
 
 
 def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
@@ -78,7 +93,9 @@ def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
     select = _parse(sql)
     relations = {r.fqn: r for r in project.relations if r.kind != "materialized_view"}
     for table in select.find_all(exp.Table):
-        _relation(project, table)
+        if _relation(project, table).kind == "materialized_view":
+            raise DsflowError("DSF-E720", f"'{table.sql()}' is a materialized view: a snapshot, not a stream to follow",
+                              hint="query it without --follow: dsflow query \"SELECT ... FROM view\"")
     where = Location("<query>", 1, 1)
     raw = RawStatement("stream", ("__follow",), where, select=select, text=sql)
     problems: list[Diagnostic] = []
@@ -95,7 +112,9 @@ def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
     return Query(fqn="adhoc.follow.query", statement="csas", sink="", sources=sources,
                  select_sql=analysed.select_sql, output_columns=analysed.columns, stateful=analysed.stateful,
                  output_mode="update" if analysed.aggregated else "append", window=analysed.window,
-                 join_within=analysed.join_within, trigger_interval="1 second")
+                 join_within=analysed.join_within, trigger_interval="1 second", temporal_join=analysed.temporal,
+                 deletes="drop" if len(sources) == 1 and not analysed.aggregated
+                 and relations[sources[0].relation].kind == "changelog" else "none")
 
 
 def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, position: str = "latest",
@@ -107,7 +126,7 @@ def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, pos
     from dsflow.adapters.spark.driver import build_dataframe
     from dsflow.adapters.spark.session import build_session
     from dsflow.adapters.spark.spec import QuerySpec, SinkSpec
-    from dsflow.adapters.spark.translate import source_specs, spark_select
+    from dsflow.adapters.spark.translate import source_specs, spark_select, temporal_spec
 
     query = follow_query(project, sql, position)
     checkpoint = Path(tempfile.mkdtemp(prefix="dsflow-follow-"))
@@ -116,7 +135,7 @@ def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, pos
                      spark_conf=dict(project.runtime.spark_conf), checkpoint=str(checkpoint / "ck"),
                      status_path=str(checkpoint / "status.json"), trigger_interval="1 second",
                      sources=source_specs(project, query), select_sql=spark_select(query),
-                     sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
+                     temporal=temporal_spec(project, query), sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
                                    output_mode=query.output_mode))
     spark = None
     try:

@@ -224,7 +224,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if not entries:
         console.print("Nothing deployed.")
         return
-    table = Table("resource", "state", "input rows/s", "batch", "last progress", "error")
+    table = Table("resource", "state", "input rows/s", "batch", "last progress", "dead letters", "error")
     for column in table.columns:
         column.overflow = "fold"
     for row in status_rows(entries):
@@ -266,6 +266,8 @@ def query_command(ctx: click.Context, sql: str, follow: bool, position: str, as_
     """Query materialized views (a snapshot), or follow a stream or changelog with --follow."""
     from dsflow import adhoc
 
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv exclude each other: pick one output format")
     project = _load(ctx).project
     if not follow:
         columns, rows = adhoc.view_query(project, sql)

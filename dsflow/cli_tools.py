@@ -1,4 +1,4 @@
-"""CLI sub-commands around the pipeline: the dev broker, topics, data generation and scaffolding."""
+"""CLI sub-commands around the pipeline: the dev broker, data generation and scaffolding (topics: cli_topics.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from dsflow import operations
+from dsflow.cli_topics import topic  # noqa: F401  (re-exported for cli.py)
 from dsflow.errors import DsflowError
 
 console = Console(highlight=False, soft_wrap=True)
@@ -54,72 +55,6 @@ def dev_status(ctx: click.Context) -> None:
 
     info = devbroker.read(_dev_dir(ctx.obj))
     console.print(f"Broker running at {info.bootstrap} (pid {info.pid})" if info else "No dev broker is running.")
-
-
-def _bootstrap(ctx: click.Context, bootstrap: str | None, store: str | None) -> tuple[str, dict[str, str]]:
-    if bootstrap:
-        return bootstrap, {}
-    project = operations.load(ctx.obj).project
-    name = store or project.default_store
-    found = project.store(name) if name else None
-    if found is None:
-        raise DsflowError("DSF-E021", f"no store '{name}' in the project", hint="pass --store NAME or --bootstrap")
-    return found.bootstrap_servers, dict(found.properties)
-
-
-def _topic_of(ctx: click.Context, name: str, bootstrap: str | None) -> str:
-    """A relation name resolves to its topic; anything else is taken as a topic name."""
-    if bootstrap:
-        return name
-    project = operations.load(ctx.obj).project
-    parts = name.split(".")
-    for relation in project.relations:
-        if relation.fqn == ".".join(parts) or relation.fqn.endswith("." + name):
-            return relation.topic
-    return name
-
-
-@click.group()
-def topic() -> None:
-    """Produce to and print Kafka topics."""
-
-
-@topic.command("produce")
-@click.argument("name")
-@click.option("--file", "file", type=click.File("r"), default="-", help="JSON lines (default: stdin)")
-@click.option("--key-field", help="take each record's key from this JSON field")
-@click.option("--store", help="store to use (default: the project's default store)")
-@click.option("--bootstrap", help="broker address, instead of a project store")
-@click.pass_context
-def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, store: str | None,
-                  bootstrap: str | None) -> None:
-    """Produce JSON lines to topic NAME (a topic or a relation name)."""
-    from dsflow.adapters.kafka.client import produce_json_lines
-
-    address, extra = _bootstrap(ctx, bootstrap, store)
-    count = produce_json_lines(address, _topic_of(ctx, name, bootstrap), file, key_field=key_field, extra=extra)
-    console.print(f"Produced {count} record(s).")
-
-
-@topic.command("print")
-@click.argument("name")
-@click.option("--from-beginning/--latest", default=True, show_default=True)
-@click.option("--limit", type=int, default=None, help="stop after this many records")
-@click.option("--timeout", type=float, default=5.0, show_default=True, help="stop after this many idle seconds")
-@click.option("--store")
-@click.option("--bootstrap")
-@click.pass_context
-def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int | None, timeout: float,
-                store: str | None, bootstrap: str | None) -> None:
-    """Print records of topic NAME as JSON lines (key, value, partition, offset, timestamp)."""
-    import json
-
-    from dsflow.adapters.kafka.client import print_records
-
-    address, extra = _bootstrap(ctx, bootstrap, store)
-    for record in print_records(address, _topic_of(ctx, name, bootstrap), from_beginning=from_beginning,
-                                limit=limit, timeout=timeout, extra=extra):
-        click.echo(json.dumps(record, default=str))
 
 
 @click.command()

@@ -78,7 +78,7 @@ class TopicExecutor:
             ctx.note({"topic_existed": existed})
         created = ensure_topic(store.bootstrap_servers, spec, store.properties)
         return {"topic": relation.topic, "store": store.name, "bootstrap": store.bootstrap_servers,
-                "created_by_dsflow": created or not existed}
+                "created_by_dsflow": created or not existed, **_register_sink_schema(ctx.project, relation)}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         outputs = self.create(ctx, change)
@@ -95,23 +95,49 @@ class TopicExecutor:
         delete_topic(deployed.outputs["bootstrap"], deployed.outputs["topic"], extra)
 
 
+def _register_sink_schema(project: Project, relation) -> dict[str, Any]:
+    """A query's avro sink: its schema (made from the columns) registered under the subject, before any write."""
+    if not relation.defined_by_query or not relation.value_subject:
+        return {}
+    from dsflow.adapters.kafka.registry import register
+    from dsflow.adapters.spark.translate import sink_format
+
+    settings = sink_format(project, relation)
+    schema_id = register(settings["registry"], settings["value_subject"], settings["value_schema"],
+                         settings["value_format"].upper())
+    return {"subject": settings["value_subject"], "schema_id": schema_id}
+
+
 class ViewExecutor:
-    """A materialized view's snapshot table in the environment's SQLite file; deleting it drops the table."""
+    """A materialized view's snapshot table in the environment's SQLite file, or in a postgresql store
+    (adapters/postgres/views.py); deleting it drops the table (in PostgreSQL, only if dsflow created it)."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         from dsflow.adapters.sqlite import mv
 
         relation = ctx.project.relation(Address.parse(change.address).name)
+        if relation.store:
+            from dsflow.adapters.postgres.views import create_view_table
+
+            return create_view_table(ctx, relation)
         database = mv.database_path(ctx.project.root, ctx.project.state_path, ctx.project.environment)
         mv.ensure_table(database, relation.topic, [(c.name, c.type) for c in relation.columns], relation.primary_key)
         return {"database": str(database), "table": relation.topic}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        return self.create(ctx, change)
+        outputs = self.create(ctx, change)
+        if "created_by_dsflow" in outputs:
+            outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow",
+                                                                                                  False)
+        return outputs
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
         from dsflow.adapters.sqlite import mv
 
+        if deployed.data.get("store"):
+            from dsflow.adapters.postgres.views import drop_view_table
+
+            return drop_view_table(ctx.project, deployed)
         if deployed.outputs.get("database") and deployed.outputs.get("table"):
             mv.drop_table(deployed.outputs["database"], deployed.outputs["table"])
 
@@ -136,13 +162,20 @@ class RelationExecutor:
         return self.views if (data or {}).get("kind") == "materialized_view" else self.topics
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
-        return self._for(change.after).create(ctx, change)
+        return self._pick(ctx, change.after).create(ctx, change)
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        return self._for(change.after).update(ctx, change, deployed)
+        return self._pick(ctx, change.after, deployed.outputs).update(ctx, change, deployed)
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any] | None:
-        return self._for(deployed.data).delete(ctx, deployed)
+        return self._pick(None, deployed.data, deployed.outputs).delete(ctx, deployed)
+
+    def _pick(self, ctx: Context | None, data: dict[str, Any] | None,
+              outputs: dict[str, Any] | None = None) -> Executor:
+        """A relation of a kinesis store is a Kinesis stream (adapters/kinesis); the rest by kind."""
+        from dsflow.adapters.kinesis.executor import StreamExecutor, is_kinesis
+
+        return StreamExecutor() if is_kinesis(ctx, data, outputs) else self._for(data)
 
 
 class QueryExecutor:
@@ -208,6 +241,7 @@ def _secrets_to_env(spec, project: Project):
     """Secret values leave the spec file: it names environment variables the driver is started with."""
     secret_values = {v for store in project.stores for k, v in store.client_config().items()
                      if k in store.sensitive or (k == "bootstrap.servers" and "bootstrap_servers" in store.sensitive)}
+    secret_values |= {v for registry in project.schema_registries for v in registry.secret_values()}
     env: dict[str, str] = {}
 
     def hide(config: dict[str, str]) -> dict[str, str]:
@@ -220,8 +254,10 @@ def _secrets_to_env(spec, project: Project):
             out[key] = value
         return out
 
-    sources = [s.model_copy(update={"client_config": hide(s.client_config)}) for s in spec.sources]
-    sink = spec.sink.model_copy(update={"client_config": hide(spec.sink.client_config)})
+    sources = [s.model_copy(update={"client_config": hide(s.client_config), "registry": hide(s.registry)})
+               for s in spec.sources]
+    sink = spec.sink.model_copy(update={"client_config": hide(spec.sink.client_config),
+                                        "registry": hide(spec.sink.registry)})
     return spec.model_copy(update={"sources": sources, "sink": sink}), env
 
 

@@ -98,9 +98,28 @@ def status(loaded: Loaded) -> list[dict[str, Any]]:
             state_name = info.get("state", "unknown")
             if not running and state_name in ("running", "starting", "unknown"):
                 state_name = "stopped"
-            entries.append({**info, "address": key, "state": state_name, "pid": deployed.outputs.get("pid")})
+            entries.append({**info, "address": key, "state": state_name, "pid": deployed.outputs.get("pid"),
+                            **dead_letters(loaded.project, Address.parse(key).name)})
         elif kind is Kind.DATAGEN:
             running = process.is_running(deployed.outputs.get("pid"), DATAGEN_MODULE)
             entries.append({"address": key, "state": "running" if running else "stopped",
                             "pid": deployed.outputs.get("pid")})
     return entries
+
+
+def dead_letters(project: Project, query_name: str) -> dict[str, Any]:
+    """The query's dead-letter topic and how many records it holds (records that did not decode), if it
+    reads Kafka; {} otherwise or when the broker cannot be asked."""
+    query = next((q for q in project.queries if q.fqn == query_name), None)
+    stores = [project.store(project.relation(s.relation).store) for s in query.sources] if query else []
+    store = next((s for s in stores if s is not None and s.type == "kafka"), None)
+    if store is None:
+        return {}
+    from dsflow.adapters.kafka.formats import dead_letter_count
+
+    topic = project.dlq_topic(query)
+    try:
+        count = dead_letter_count(store.client_config(), topic)
+    except Exception:  # noqa: BLE001 - status shows what it can; the broker may be down
+        return {"dlq_topic": topic}
+    return {"dlq_topic": topic, "dead_letters": count or 0}

@@ -22,6 +22,14 @@ def refresh(state: State, project=None) -> dict[str, Observation]:
             observations[key] = _observe_query(deployed)
         elif kind is Kind.DATAGEN:
             observations[key] = _observe_datagen(deployed)
+        elif kind is Kind.RELATION and deployed.data.get("kind") == "materialized_view" and deployed.data.get("store"):
+            from dsflow.adapters.postgres.views import observe_view
+
+            observations[key] = observe_view(project, deployed)
+        elif kind is Kind.RELATION and deployed.outputs.get("kinesis_stream"):
+            from dsflow.adapters.kinesis.executor import observe as observe_stream
+
+            observations[key] = observe_stream(project, deployed)
         elif kind is Kind.RELATION and deployed.outputs.get("slot"):
             from dsflow.adapters.postgres.executor import observe
 
@@ -111,7 +119,7 @@ def replay_estimate(project, change, deployed: DeployedResource | None) -> Estim
     for source in query.sources:
         relation = project.relation(source.relation)
         store = project.store(relation.store)
-        if store is None or store.type == "postgresql":  # a CDC source replays by a new snapshot: no count
+        if store is None or store.type in ("postgresql", "kinesis"):  # CDC: a new snapshot; Kinesis: no counts
             return None
         try:
             total += _records_from(client, store, relation.topic, change.override)

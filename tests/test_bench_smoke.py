@@ -61,7 +61,9 @@ def test_smoke_run_produces_the_right_records(broker: str, spark, tmp_path: Path
     assert results["preload"]["q2_matches"] > 0
     latency = results["latency"][0]
     assert latency["arrived"] == latency["measured_sent"] > 0
-    assert {(t["tool"], t["size"]) for t in results["plan"]} == {("dsflow validate", 20), ("dsflow plan --no-refresh", 20)}
+    assert {(t["tool"], t["size"]) for t in results["plan"]} == {
+        ("dsflow plan, no cache", 20), ("dsflow validate", 20), ("dsflow plan --no-refresh", 20)}
+    assert latency["undelivered"] == 0
     assert all(t["ok"] for t in results["plan"]), results["plan"]
     text = report.render(results, report.machine(), "")
     assert "| q1 currency conversion |" in text and "| q5 hot items" in text and "dsflow plan" in text

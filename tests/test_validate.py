@@ -223,7 +223,8 @@ def test_e031_unknown_property(tmp_path):
 
 
 @pytest.mark.parametrize("sql, line, col, message, hint", [
-    (PAGEVIEWS.replace("'json'", "'avro'"), 8, 3, "unsupported value.format 'avro'", "supported: json"),
+    (PAGEVIEWS.replace("'json'", "'xml'"), 8, 3, "unsupported value.format 'xml'",
+     "supported: json, avro, protobuf, string, long, int, double, bytes"),
     (PAGEVIEWS.replace("'topic' = 'pageviews'", "'topic.partitions' = 0"), 7, 3,
      "'topic.partitions' must be a positive integer, got '0'", "e.g. 'topic.partitions' = 1"),
     ("CREATE STREAM s WITH ('value.format' = 'json');", 1, 15, "stream 'analytics.public.s' declares no columns",

@@ -1,13 +1,17 @@
-"""The dependency graph: a thin wrapper over networkx.DiGraph keyed by Address.
+"""The dependency graph keyed by Address: adjacency dicts, with networkx only for reporting cycles.
 
 An edge u -> v means v depends on u: u is created first and deleted last.
+
+It was a thin wrapper over networkx.DiGraph; importing networkx took ~165 ms of every `dsflow` command
+(docs/benchmarks.md, "Plan time: where it goes"), so the operations a plan needs are done here on dicts that
+keep insertion order (the same orders networkx gave), and networkx is imported only when a graph has a cycle
+(`cycles()` lists them with `nx.simple_cycles`; `order()` raises `nx.NetworkXUnfeasible` as before).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
-
-import networkx as nx
 
 from dsflow.core.address import Address, Kind
 
@@ -16,9 +20,23 @@ class Graph:
     """Resources and their dependencies."""
 
     def __init__(self, nodes: Iterable[Address] = (), edges: Iterable[tuple[Address, Address]] = ()):
-        self._g: nx.DiGraph = nx.DiGraph()
-        self._g.add_nodes_from(nodes)
-        self._g.add_edges_from(edges)
+        self._succ: dict[Address, dict[Address, None]] = {}
+        self._pred: dict[Address, dict[Address, None]] = {}
+        for node in nodes:
+            self._add_node(node)
+        for u, v in edges:
+            self._add_edge(u, v)
+
+    def _add_node(self, node: Address) -> None:
+        if node not in self._succ:
+            self._succ[node] = {}
+            self._pred[node] = {}
+
+    def _add_edge(self, u: Address, v: Address) -> None:
+        self._add_node(u)
+        self._add_node(v)
+        self._succ[u][v] = None
+        self._pred[v][u] = None
 
     @classmethod
     def from_dependencies(cls, deps: dict[Address, Iterable[Address]]) -> Graph:
@@ -26,38 +44,87 @@ class Graph:
         for node, needs in deps.items():
             for need in needs:
                 if need in deps:
-                    graph._g.add_edge(need, node)
+                    graph._add_edge(need, node)
         return graph
 
     @property
     def nodes(self) -> list[Address]:
-        return list(self._g.nodes)
+        return list(self._succ)
 
     def edges(self) -> list[tuple[Address, Address]]:
-        return list(self._g.edges)
+        return [(u, v) for u, succ in self._succ.items() for v in succ]
 
     def cycles(self) -> list[list[Address]]:
-        return [sorted(c) for c in nx.simple_cycles(self._g)]
+        if self._sorted(_sort_key) is not None:
+            return []
+        return [sorted(c) for c in _nx_simple_cycles(self)]
 
     def order(self) -> list[Address]:
         """Creation order: dependencies first; ties broken by kind then name, so it is stable."""
-        return list(nx.lexicographical_topological_sort(self._g, key=_sort_key))
+        ordered = self._sorted(_sort_key)
+        if ordered is None:
+            import networkx as nx
+
+            raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
+        return ordered
+
+    def _sorted(self, key) -> list[Address] | None:
+        """networkx's lexicographical_topological_sort (heap of (key, insertion index)); None if there is a cycle."""
+        index = {n: i for i, n in enumerate(self._succ)}
+        indegree = {n: len(p) for n, p in self._pred.items() if p}
+        heap = [(key(n), index[n], n) for n, p in self._pred.items() if not p]
+        heapq.heapify(heap)
+        out = []
+        while heap:
+            node = heapq.heappop(heap)[2]
+            for child in self._succ[node]:
+                indegree[child] -= 1
+                if indegree[child] == 0:
+                    heapq.heappush(heap, (key(child), index[child], child))
+                    del indegree[child]
+            out.append(node)
+        return None if indegree else out
 
     def ancestors(self, node: Address) -> set[Address]:
-        return nx.ancestors(self._g, node) if node in self._g else set()
+        return _reach(self._pred, node)
 
     def descendants(self, node: Address) -> set[Address]:
-        return nx.descendants(self._g, node) if node in self._g else set()
+        return _reach(self._succ, node)
 
     def dependencies(self, node: Address) -> list[Address]:
-        return sorted(self._g.predecessors(node)) if node in self._g else []
+        return sorted(self._pred.get(node, ()))
 
     def dependents(self, node: Address) -> list[Address]:
-        return sorted(self._g.successors(node)) if node in self._g else []
+        return sorted(self._succ.get(node, ()))
 
     def roots(self) -> list[Address]:
-        return sorted(n for n in self._g.nodes if self._g.in_degree(n) == 0)
+        return sorted(n for n, p in self._pred.items() if not p)
+
+
+def _reach(adjacency: dict[Address, dict[Address, None]], node: Address) -> set[Address]:
+    """Every node reachable from `node` (not `node` itself unless on a cycle through it, as in networkx)."""
+    seen: set[Address] = set()
+    stack = list(adjacency.get(node, ()))
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(adjacency[current])
+    seen.discard(node)
+    return seen
+
+
+def _nx_simple_cycles(graph: Graph):
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(graph.nodes)
+    g.add_edges_from(graph.edges())
+    return nx.simple_cycles(g)
+
+
+_KIND_INDEX = {kind: i for i, kind in enumerate(Kind)}
 
 
 def _sort_key(address: Address) -> tuple[int, str]:
-    return (list(Kind).index(address.kind), address.name)
+    return (_KIND_INDEX[address.kind], address.name)

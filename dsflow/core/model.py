@@ -31,16 +31,42 @@ class Store(Frozen):
     keep their settings (bucket, path, account, ...) in `properties`; see docs/project.md."""
 
     name: str
-    type: Literal["kafka", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
+    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
     bootstrap_servers: str = Field("", description="Kafka: host:port[,host:port]; empty for table stores")
     properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
     sensitive: frozenset[str] = Field(default_factory=frozenset,
                                       description="property keys (and 'bootstrap_servers') whose values hold secrets")
     description: str = ""
+    schema_registry: str | None = Field(None, description="kafka: name of the schema registry that avro and "
+                                                          "protobuf relations of this store use")
     location: Location | None = None
 
     def client_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap_servers, **self.properties}
+
+
+class SchemaRegistry(Frozen):
+    """A Confluent Schema Registry (REST API), attached to Kafka stores by name."""
+
+    name: str
+    url: str = Field(description="http(s)://host:port of the registry")
+    username: str = Field("", description="basic auth user (or API key); empty: no auth")
+    password: str = Field("", description="basic auth password (or API secret); always from env_var()")
+    sensitive: frozenset[str] = Field(default_factory=frozenset, description="keys ('url', 'username', "
+                                      "'password') whose values hold secrets")
+    description: str = ""
+    location: Location | None = None
+
+    def client_config(self) -> dict[str, str]:
+        """Settings for the adapters (schema.registry.* options of the Kafka data source)."""
+        config = {"schema.registry.url": self.url}
+        if self.username or self.password:
+            config["schema.registry.basic.auth.user"] = self.username
+            config["schema.registry.basic.auth.password"] = self.password
+        return config
+
+    def secret_values(self) -> set[str]:
+        return {getattr(self, key) for key in self.sensitive if getattr(self, key)}
 
 
 class Database(Frozen):
@@ -74,10 +100,12 @@ class Relation(Frozen):
     primary_key: tuple[str, ...] = ()
     store: str
     topic: str = Field(description="the Kafka topic; for a materialized view, its table name")
-    value_format: Literal["json"] = "json"
+    value_format: Literal["json", "avro", "protobuf", "string", "long", "int", "double", "bytes"] = "json"
     key_format: str | None = None
+    value_subject: str | None = Field(None, description="avro/protobuf: the registry subject of the value schema "
+                                                        "(<topic>-value unless 'value.subject' says otherwise)")
     timestamp: str | None = None
-    partitions: int = 1
+    partitions: int = Field(1, description="Kafka: the topic's partitions; Kinesis: the stream's shards (topic.shards)")
     replicas: int = 1
     topic_configs: dict[str, str] = Field(default_factory=dict)
     table_options: dict[str, str] = Field(default_factory=dict, description="kind 'table': where the table is "
@@ -100,6 +128,9 @@ class Source(Frozen):
     relation: str
     alias: str
     starting_position: Literal["earliest", "latest"] = "earliest"
+    position: Literal["earliest", "latest"] | None = Field(None, description="the source's own 'starting.position' "
+                                                           "(FROM rel WITH (...)), overriding the query's")
+    timestamp: str | None = Field(None, description="the source's own 'timestamp' column, overriding the relation's")
 
 
 class Window(Frozen):
@@ -109,6 +140,17 @@ class Window(Frozen):
     source: str = Field(description="alias of the windowed source in the SELECT")
     size: str = Field(description="a duration, e.g. '10 seconds'")
     advance: str | None = Field(None, description="HOP only: how often a window starts")
+
+
+class TemporalJoin(Frozen):
+    """A stream joined with a changelog: each stream record meets the changelog's row for its key as of the
+    record's event time (adapters/spark/temporal.py)."""
+
+    stream: str = Field(description="alias of the stream (the left side) in the SELECT")
+    changelog: str = Field(description="alias of the changelog (the right side)")
+    side: Literal["inner", "left"] = "inner"
+    stream_keys: tuple[str, ...] = Field(description="stream columns equal to the changelog's key columns, in order")
+    changelog_keys: tuple[str, ...] = Field(description="the changelog's primary key columns, in order")
 
 
 class Query(Frozen):
@@ -133,6 +175,12 @@ class Query(Frozen):
     join_within: str | None = Field(None, description="interval join: how far apart joined events may be")
     watermark_delay: str = Field("5 seconds", description="how late an event may arrive (windows and joins)")
     delivery_guarantee: Literal["at-least-once", "exactly-once"] = "at-least-once"
+    deletes: Literal["none", "emit", "drop"] = Field(
+        "none", description="a changelog read row by row: 'emit' passes a tombstone, or a row that stops "
+        "matching WHERE, on as a delete of its key (changelog and view sinks); 'drop' skips tombstones (streams)")
+    temporal_join: TemporalJoin | None = None
+    dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
+                                                    "records (prefixed); None: <topic_prefix><query name>-dlq")
     location: Location | None = None
 
 
@@ -207,6 +255,8 @@ class Project(Frozen):
     state: StateSettings = Field(default_factory=StateSettings)
     runtime: RuntimeSettings
     stores: tuple[Store, ...] = ()
+    schema_registries: tuple[SchemaRegistry, ...] = ()
+    topic_prefix: str = Field("", description="the environment's topic_prefix")
     databases: tuple[Database, ...] = ()
     schemas: tuple[Schema, ...] = ()
     relations: tuple[Relation, ...] = ()
@@ -238,3 +288,10 @@ class Project(Frozen):
 
     def store(self, name: str) -> Store | None:
         return next((s for s in self.stores if s.name == name), None)
+
+    def schema_registry(self, name: str | None) -> SchemaRegistry | None:
+        return next((r for r in self.schema_registries if r.name == name), None) if name else None
+
+    def dlq_topic(self, query: Query) -> str:
+        """Where malformed source records of `query` go: 'dlq.topic', else <topic_prefix><query name>-dlq."""
+        return query.dlq_topic or f"{self.topic_prefix}{query.fqn.rsplit('.', 1)[-1]}-dlq"

@@ -255,7 +255,7 @@ def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> str | None:
-    if kind is Kind.RELATION and (data or {}).get("kind") == "table":
+    if kind is Kind.RELATION and (data or {}).get("kind") in ("table", "materialized_view"):
         return {
             Action.CREATE: "table created (columns from the query's output) unless it already exists",
             Action.REPLACE: "table deleted (if dsflow created it) and created again: its rows are lost",

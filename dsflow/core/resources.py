@@ -75,7 +75,8 @@ def _store(store: Store) -> Resource:
     return Resource(
         Address(Kind.STORE, store.name), (),
         {"type": store.type, "bootstrap_servers": bootstrap},
-        {"properties": properties, "description": store.description},
+        {"properties": properties, "description": store.description,
+         **({"schema_registry": store.schema_registry} if store.schema_registry else {})},
     )
 
 
@@ -96,6 +97,8 @@ def _relation(relation: Relation) -> Resource:
     }
     if relation.table_options:
         data["table_options"] = relation.table_options
+    if relation.value_subject:
+        data["value_subject"] = relation.value_subject
     metadata = {"timestamp": relation.timestamp, "key_format": relation.key_format}
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
 
@@ -106,7 +109,8 @@ def _query(project: Project, query) -> Resource:
     data = {
         "statement": query.statement,
         "sink": query.sink,
-        "sources": [[s.relation, s.alias, s.starting_position] for s in query.sources],
+        "sources": [[s.relation, s.alias, s.starting_position] + ([s.timestamp] if s.timestamp else [])
+                    for s in query.sources],
         "select": query.select_sql,
         "output_columns": [[c.name, c.type] for c in query.output_columns],
         "stateful": query.stateful,
@@ -121,7 +125,21 @@ def _query(project: Project, query) -> Resource:
         "store_config": fingerprint([_store(project.store(name)).metadata["properties"]
                                      for name in _stores_used(project, query)]),
     }
+    if query.dlq_topic:
+        metadata["dlq_topic"] = query.dlq_topic
+    registries = [_registry(project.schema_registry(project.store(name).schema_registry))
+                  for name in _stores_used(project, query) if project.store(name).schema_registry]
+    if registries:
+        metadata["schema_registry"] = fingerprint(registries)
     return Resource(Address(Kind.QUERY, query.fqn), tuple(dict.fromkeys(deps)), data, metadata)
+
+
+def _registry(registry) -> dict[str, str]:
+    """A schema registry's settings as a query's metadata sees them: secrets redacted."""
+    if registry is None:
+        return {}
+    values = {"url": registry.url, "username": registry.username, "password": registry.password}
+    return {k: (redact(v) if k in registry.sensitive else v) for k, v in values.items()}
 
 
 def _stateful_data(query) -> dict[str, Any]:
@@ -136,6 +154,11 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.join_within:
         data["join_within"] = query.join_within
     if query.window is not None or query.join_within:
+        data["watermark_delay"] = query.watermark_delay
+    if query.deletes != "none":
+        data["deletes"] = query.deletes
+    if query.temporal_join is not None:
+        data["temporal_join"] = query.temporal_join.model_dump()
         data["watermark_delay"] = query.watermark_delay
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee

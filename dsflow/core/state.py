@@ -34,10 +34,12 @@ class LedgerEntry(BaseModel):
     category: str | None = Field(None, description="how this version started: new, in_place, keep_checkpoint, ...")
     checkpoint: str
     started_at: str
-    start_offsets: dict[str, dict[str, int]] | None = Field(None, description="topic -> partition -> offset carried in")
+    start_offsets: dict[str, dict[str, int | str]] | None = Field(None, description="topic -> partition -> offset carried in "
+                                                                "(Kinesis: shard -> position)")
     start_timestamp: int | None = None
     stopped_at: str | None = None
-    stop_offsets: dict[str, dict[str, int]] | None = Field(None, description="committed offsets when it stopped")
+    stop_offsets: dict[str, dict[str, int | str]] | None = Field(None, description="committed offsets when it stopped "
+                                                               "(Kinesis: shard -> position)")
     state_serial: int = 0
 
 

@@ -46,6 +46,26 @@ def _duration(self) -> exp.Interval | None:
     return self.expression(exp.Interval(this=exp.Literal.number(number.text), unit=exp.var(unit)))
 
 
+SOURCE_PROPERTIES = "ds_with"
+"""The arg of an exp.Table holding its per-source `WITH ('key' = value, ...)` as exp.Property nodes."""
+
+
+def _source_properties(self) -> list[exp.Property]:
+    """`'key' = value, ...)` after `FROM relation WITH (`: string keys, string or number values."""
+    found = []
+    while True:
+        key = self._parse_string()
+        if key is None or not self._match(TokenType.EQ):
+            self.raise_error("expected 'key' = value in the source's WITH (...)")
+            return found
+        found.append(exp.Property(this=key, value=self._parse_primary()))
+        if not self._match(TokenType.COMMA):
+            break
+    if not self._match(TokenType.R_PAREN):
+        self.raise_error("expected ) after the source's WITH properties")
+    return found
+
+
 def _window_function(self, kind: type[exp.Func]) -> exp.Func:
     table = self._parse_table_parts()
     self._match(TokenType.COMMA)
@@ -81,9 +101,22 @@ class DeltaStream(Spark):
                 return None
             return super()._parse_table_alias(alias_tokens=alias_tokens)
 
+        def _parse_table_parts(self, *args, **kwargs):
+            table = super()._parse_table_parts(*args, **kwargs)
+            if getattr(self, "_ds_source", False) and isinstance(table, exp.Table) and self._curr \
+                    and self._curr.token_type is TokenType.WITH and self._next \
+                    and self._next.token_type is TokenType.L_PAREN:
+                self._advance(2)
+                table.set(SOURCE_PROPERTIES, _source_properties(self))
+            return table
+
         def _parse_table(self, *args, **kwargs):
             in_join = self._prev is not None and self._prev.token_type is TokenType.JOIN
-            table = super()._parse_table(*args, **kwargs)
+            self._ds_source = not kwargs.get("schema")
+            try:
+                table = super()._parse_table(*args, **kwargs)
+            finally:
+                self._ds_source = False
             if in_join and self._match_text_seq("WITHIN"):
                 self._ds_within = _duration(self)
             return table
@@ -103,6 +136,18 @@ class DeltaStream(Spark):
             Hop: lambda self, e: (f"HOP({self.sql(e, 'this')}, SIZE {duration_text(e.args['size'])}, "
                                   f"ADVANCE BY {duration_text(e.args['advance'])})"),
         }
+
+        def table_sql(self, expression: exp.Table, *args, **kwargs) -> str:
+            props = expression.args.get(SOURCE_PROPERTIES)
+            if not props:
+                return super().table_sql(expression, *args, **kwargs)
+            bare = expression.copy()
+            bare.set(SOURCE_PROPERTIES, None)
+            alias = bare.args.get("alias")
+            bare.set("alias", None)
+            text = super().table_sql(bare, *args, **kwargs)
+            pairs = ", ".join(f"{self.sql(p, 'this')} = {self.sql(p, 'value')}" for p in props)
+            return f"{text} WITH ({pairs})" + (f" AS {self.sql(alias)}" if alias else "")
 
         def join_sql(self, expression: exp.Join, *args, **kwargs) -> str:
             within = expression.args.get("within")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from dsflow.core.model import Database, Datagen, Grant, Role, Schema, Store
+from dsflow.core.model import Database, Datagen, Grant, Role, Schema, SchemaRegistry, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.raw import RawObjectsFile
 from dsflow.load.tables import store_settings_diagnostics
@@ -22,6 +22,7 @@ class YamlObjects:
     """Everything the YAML files declared, with where each came from."""
 
     stores: list[Store] = field(default_factory=list)
+    schema_registries: list[SchemaRegistry] = field(default_factory=list)
     databases: list[tuple[Database, list[str]]] = field(default_factory=list)
     roles: list[tuple[Role, list[tuple[str, str, Location]]]] = field(default_factory=list)
     datagens: list[Datagen] = field(default_factory=list)
@@ -68,7 +69,10 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
                     pos.location(("stores", i, "properties", key)),
                     hint=f"use {{{{ env_var('{store.name.upper()}_{_env_name(key)}') }}}} instead"))
         into.stores.append(Store(name=store.name, type=store.type, bootstrap_servers=bootstrap,
-                                 properties=props, sensitive=sensitive, description=store.description, location=loc))
+                                 properties=props, sensitive=sensitive, description=store.description,
+                                 schema_registry=store.schema_registry, location=loc))
+    for i, registry in enumerate(raw.schema_registries):
+        diagnostics += _read_registry(registry, pos, ("schema_registries", i), secrets, into)
     for i, db in enumerate(raw.databases):
         into.databases.append((Database(name=db.name, description=db.description,
                                         location=pos.location(("databases", i))), db.schemas))
@@ -81,6 +85,41 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
         into.datagens.append(Datagen(name=gen.name, relation=gen.relation, generator=gen.generator, rate=gen.rate,
                                      count=gen.count, seed=gen.seed, location=pos.location(("datagen", i))))
     return diagnostics
+
+
+def _read_registry(raw, pos: Positioned, path: tuple, secrets: set[str], into: YamlObjects) -> list[Diagnostic]:
+    """A schema_registries entry: its password must come from env_var() (DSF-E121)."""
+    values = {"url": raw.url, "username": raw.username or "", "password": raw.password or ""}
+    sensitive = frozenset(k for k, v in values.items() if v and _holds_secret(v, secrets))
+    diagnostics = []
+    if values["password"] and "password" not in sensitive:
+        diagnostics.append(Diagnostic(
+            "DSF-E121", f"the password of schema registry '{raw.name}' is written in clear text",
+            pos.location((*path, "password")),
+            hint=f"use {{{{ env_var('{_env_name(raw.name)}_PASSWORD') }}}} instead"))
+    into.schema_registries.append(SchemaRegistry(name=raw.name, **values, sensitive=sensitive,
+                                                 description=raw.description, location=pos.location(path)))
+    return diagnostics
+
+
+def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
+    """Every store's schema_registry names a declared registry, and only Kafka stores have one (DSF-E120)."""
+    from dsflow.load.suggest import did_you_mean
+
+    names = {r.name for r in objects.schema_registries}
+    out = []
+    for store in objects.stores:
+        if store.schema_registry is None:
+            continue
+        if store.type != "kafka":
+            out.append(Diagnostic("DSF-E120", f"store '{store.name}' is not a kafka store and cannot have a "
+                                  "schema_registry", store.location, hint="remove schema_registry"))
+        elif store.schema_registry not in names:
+            out.append(Diagnostic("DSF-E120", f"store '{store.name}' names unknown schema registry "
+                                  f"'{store.schema_registry}'", store.location,
+                                  hint=did_you_mean(store.schema_registry, names) or
+                                  "declare it under schema_registries: (name, url, username, password)"))
+    return out
 
 
 def schemas_of(objects: YamlObjects, default_db: str, default_schema: str) -> tuple[list[Database], list[Schema]]:

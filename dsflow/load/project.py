@@ -18,9 +18,13 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Datagen, Project, RuntimeSettings, StateSettings
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
-from dsflow.load.objects import YamlObjects, pydantic_diagnostics, read_objects, resolve_grants, schemas_of
+from dsflow.load.cache import SelectCache
+from dsflow.load.objects import (
+    YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, resolve_grants, schemas_of,
+)
 from dsflow.load.queries import Namespace, resolve_statements
 from dsflow.load.raw import RawProjectConfig
+from dsflow.load.registry import fill_columns_from_registry
 from dsflow.load.render import RenderContext, render
 from dsflow.load.sql import RawStatement, parse_sql_file
 from dsflow.load.suggest import did_you_mean
@@ -111,6 +115,7 @@ class _Loader:
         self.env_name = env_name
         self.context = context
         self.diagnostics: list[Diagnostic] = []
+        self.cache = SelectCache.for_project(root, config.state.path, env_name)  # load/cache.py; None if off
 
     def report(self, diagnostic: Diagnostic) -> None:
         self.diagnostics.append(diagnostic)
@@ -129,7 +134,10 @@ class _Loader:
                 self.diagnostics += problems
             else:
                 self._read_yaml(text, rel, objects)
-        return self._resolve(objects, statements)
+        project = self._resolve(objects, statements)
+        if self.cache is not None:
+            self.cache.save()
+        return project
 
     def _render(self, path: Path, rel: str) -> str | None:
         try:
@@ -159,15 +167,20 @@ class _Loader:
         self._check_unique("database", [(d.name, d.location) for d in databases])
         self._check_unique("role", [(r.name, r.location) for r, _ in objects.roles])
         self._check_unique("datagen", [(g.name, g.location) for g in objects.datagens])
+        self._check_unique("schema registry", [(r.name, r.location) for r in objects.schema_registries])
+        self.diagnostics += check_store_registries(objects)
         stores = {s.name: s for s in objects.stores}
         default_store = cfg.default.store or (objects.stores[0].name if len(objects.stores) == 1 else None)
+        statements = fill_columns_from_registry(  # the one I/O step of loading (load/registry.py)
+            statements, stores, {r.name: r for r in objects.schema_registries}, default_store,
+            cfg.environments[self.env_name].topic_prefix, self.report)
         if cfg.default.store and cfg.default.store not in stores:
             self.report(Diagnostic("DSF-E021", f"unknown default store '{cfg.default.store}'", Location(PROJECT_FILE),
                                    hint=did_you_mean(cfg.default.store, stores)))
         ns = Namespace(cfg.default.database, cfg.default.schema_, default_store, {s.fqn for s in schemas}, stores,
                        self.context.secrets, cfg.runtime.trigger_interval,
                        topic_prefix=cfg.environments[self.env_name].topic_prefix, project=cfg.name,
-                       environment=self.env_name)
+                       environment=self.env_name, cache=self.cache, default_view_store=cfg.default.view_store)
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
         self._check_topic_clashes(list(ns.relations.values()))
@@ -185,7 +198,8 @@ class _Loader:
             runtime=RuntimeSettings(spark_master=cfg.runtime.spark_master, spark_conf=cfg.runtime.spark_conf,
                                     trigger_interval=cfg.runtime.trigger_interval,
                                     checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
-            stores=tuple(objects.stores), databases=tuple(databases), schemas=tuple(schemas),
+            stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
+            topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases), schemas=tuple(schemas),
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
             roles=tuple(roles), grants=tuple(grants),
         )
@@ -245,6 +259,13 @@ class _Loader:
             if fqn not in ns.relations:
                 self.report(Diagnostic("DSF-E040", f"datagen '{gen.name}' feeds unknown relation '{gen.relation}'",
                                        gen.location, hint=did_you_mean(gen.relation, [r.rsplit('.', 1)[-1] for r in ns.relations])))
+                continue
+            store = ns.stores.get(ns.relations[fqn].store)
+            if store is not None and store.type == "kinesis":
+                self.report(Diagnostic("DSF-E113", f"datagen '{gen.name}' feeds '{fqn}', a Kinesis stream; generators "
+                                       "write to Kafka topics only", gen.location,
+                                       hint="generate into a Kafka stream and copy it with CREATE STREAM ... WITH "
+                                            "('store' = '<kinesis store>') AS SELECT * FROM it"))
                 continue
             if gen.generator not in GENERATORS:
                 self.report(Diagnostic("DSF-E073", f"unknown generator '{gen.generator}'", gen.location,

@@ -5,20 +5,26 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsflow.core.model import Column, Query, Relation, Source, Store
 from dsflow.errors import Diagnostic
+from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
 from dsflow.load.objects import SECRET_KEY
+from dsflow.load.cache import read_relations
 from dsflow.load.select import Analysed, analyse_select, normalized_duration, source_tables
 from dsflow.load.sql import DIALECT, RawStatement, node_location
 from dsflow.load.suggest import did_you_mean
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
+from dsflow.load.delivery import delivery_guarantee
+from dsflow.load.views import VIEW_PROPS, check_views_not_read, view_relation
 
-RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas"}
-QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee"}
+RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas",
+                  "topic.shards"} | FORMAT_PROPS
+QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
+               "dlq.topic"}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
 VALUE_FORMATS = {"json"}
-GUARANTEES = ("at-least-once", "exactly-once")
 
 
 @dataclass
@@ -36,6 +42,8 @@ class Namespace:
     project: str = ""
     environment: str = ""
     relations: dict[str, Relation] = field(default_factory=dict)
+    default_view_store: str | None = None
+    cache: Any = None  # a load.cache.SelectCache: resolved SELECTs reused between runs, or None
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
         parts = tuple(parts)
@@ -85,6 +93,8 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
         return _cdc_relation(st, fqn, ns, report, store.name)
     _check_props(st, RELATION_PROPS, report)
     columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
+    if not columns and st.extra.get("registry_failed"):
+        return None  # the registry step reported why (DSF-E123, load/registry.py)
     if not columns:
         report(Diagnostic("DSF-E032", f"{st.kind} '{fqn}' declares no columns", st.location,
                           hint="list the columns: CREATE STREAM name (col TYPE, ...) WITH (...)"))
@@ -152,7 +162,8 @@ def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
 
 
 def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Namespace, report: Report,
-              inherit: Relation | None, primary_key: tuple[str, ...] | None = None) -> Relation | None:
+              inherit: Relation | None, primary_key: tuple[str, ...] | None = None,
+              sources: list[Relation] | None = None) -> Relation | None:
     store_name = _prop(st, "store") or (inherit.store if inherit else None) or ns.default_store
     if inherit is not None and ns.stores.get(store_name or "") and ns.stores[store_name].type == "postgresql":
         if st.prop("store") is not None:
@@ -167,22 +178,29 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
                           hint=did_you_mean(store_name or "", ns.stores)))
         return None
     value_format = _prop(st, "value.format") or (inherit.value_format if inherit else "json")
-    if value_format not in VALUE_FORMATS:
-        report(Diagnostic("DSF-E032", f"unsupported value.format '{value_format}'", st.prop("value.format").location,
-                          hint=f"supported: {', '.join(sorted(VALUE_FORMATS))}"))
+    key_format = _prop(st, "key.format") or (inherit.key_format if inherit else None)
+    from dsflow.load.sizing import kinesis_format_ok
+
+    if not kinesis_format_ok(st, fqn, ns.stores[store_name], value_format, report):
         return None
-    partitions = _int_prop(st, "topic.partitions", inherit.partitions if inherit else 1, report)
-    replicas = _int_prop(st, "topic.replicas", inherit.replicas if inherit else 1, report)
+    if not check_formats(fqn, value_format, key_format, columns, ns.stores[store_name],
+                         lambda key: st.prop(key).location if st.prop(key) else st.location, report):
+        return None
+    from dsflow.load.sizing import topic_size
+
+    partitions, replicas = topic_size(st, fqn, ns.stores[store_name], sources or ([inherit] if inherit else []),
+                                      ns.stores, report)
     timestamp = _prop(st, "timestamp")
     if timestamp and timestamp.lower() not in {c.name.lower() for c in columns}:
         report(Diagnostic("DSF-E042", f"timestamp column '{timestamp}' is not a column of '{fqn}'",
                           st.prop("timestamp").location, hint=did_you_mean(timestamp, [c.name for c in columns])))
     configs = {p.key[len(TOPIC_CONFIG_PREFIX):]: p.value for p in st.properties if p.key.startswith(TOPIC_CONFIG_PREFIX)}
+    topic = ns.topic_prefix + (_prop(st, "topic") or fqn.rsplit(".", 1)[-1])
     return Relation(fqn=fqn, kind="changelog" if st.kind == "changelog" else "stream", columns=columns,
                     primary_key=primary_key if primary_key is not None else st.primary_key, store=store_name,
-                    topic=ns.topic_prefix + (_prop(st, "topic") or fqn.rsplit(".", 1)[-1]), value_format=value_format,
-                    key_format=_prop(st, "key.format"), timestamp=timestamp, partitions=partitions,
-                    replicas=replicas, topic_configs=configs, location=st.location)
+                    topic=topic, value_format=value_format, key_format=key_format, timestamp=timestamp,
+                    value_subject=value_subject(value_format, topic, _prop(st, "value.subject")),
+                    partitions=partitions, replicas=replicas, topic_configs=configs, location=st.location)
 
 
 def _prop(st: RawStatement, key: str) -> str | None:
@@ -214,7 +232,8 @@ def _resolve_ctas_in_order(pending: list[tuple[str, RawStatement]], ns: Namespac
             query = _ctas(path, st, ns, report)
             if query is not None:
                 queries.append(query)
-        pending = [item for item in pending if item not in ready]
+        done = {id(st) for _, st in ready}  # by identity: `item not in ready` compared statements, O(n^2)
+        pending = [item for item in pending if id(item[1]) not in done]
     return queries
 
 
@@ -241,7 +260,7 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     if fqn is None:
         return None
     mv = st.kind == "materialized view"
-    _check_props(st, QUERY_PROPS if mv else (TABLE_PROPS if st.kind == "table" else RELATION_PROPS) | QUERY_PROPS,
+    _check_props(st, (VIEW_PROPS if mv else TABLE_PROPS if st.kind == "table" else RELATION_PROPS) | QUERY_PROPS,
                  report)
     analysed = _analyse_select(path, st, ns, report)
     if analysed is None or not _shape_fits(st, fqn, analysed, report):
@@ -249,13 +268,16 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     first = ns.relations[analysed.sources[0].relation]
     primary_key = _ctas_primary_key(st, fqn, first, analysed, report)
     if mv:
-        relation = _mv_relation(st, fqn, analysed.columns, primary_key or ())
+        relation = view_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
+                                 ns.stores, st.location, lambda key: st.prop(key).location if st.prop(key) else None,
+                                 report, default_store=ns.default_view_store)
     elif st.kind == "table":
         relation = table_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
                                   ns.stores, ns.default_store, st.location,
                                   lambda key: st.prop(key).location if st.prop(key) else None, report)
     else:
-        relation = _relation(st, fqn, analysed.columns, ns, report, inherit=first, primary_key=primary_key)
+        relation = _relation(st, fqn, analysed.columns, ns, report, inherit=first, primary_key=primary_key,
+                             sources=[ns.relations[s.relation] for s in analysed.sources])
     if relation is None:
         return None
     relation = relation.model_copy(update={"defined_by_query": fqn})
@@ -271,7 +293,7 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
                           "columns, not a stream", st.location,
                           hint="use CREATE CHANGELOG ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
-    if st.kind == "changelog" and analysed.join_within:
+    if st.kind == "changelog" and (analysed.join_within or analysed.temporal):
         report(Diagnostic("DSF-E046", f"'{fqn}' joins two streams, so its result is a stream, not a changelog",
                           st.location, hint="use CREATE STREAM ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
@@ -295,12 +317,6 @@ def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: An
                       "needs its source's primary key columns in the SELECT",
                       st.location, hint="select the key columns, or create a stream instead"))
     return ()
-
-
-def _mv_relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> Relation:
-    """A materialized view: its snapshot is a table (named like the view) in the environment's SQLite file."""
-    return Relation(fqn=fqn, kind="materialized_view", columns=columns, primary_key=primary_key, store="",
-                    topic=fqn.rsplit(".", 1)[-1], location=st.location)
 
 
 def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: dict[str, int]) -> Query | None:
@@ -336,16 +352,50 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
         report(Diagnostic("DSF-E032", f"'starting.position' must be 'earliest' or 'latest', got '{position}'",
                           st.prop("starting.position").location, hint="'starting.position' = 'earliest'"))
         position = "earliest"
-    sources = tuple(s.model_copy(update={"starting_position": position}) for s in analysed.sources)
+    sources = tuple(s.model_copy(update={"starting_position": s.position or position}) for s in analysed.sources)
     check_not_read(sources, ns.relations, st.location, report)
+    check_views_not_read(sources, ns.relations, st.location, report)
     _check_event_time(st, sources, analysed, ns, report)
     return Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
                  output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),
                  start_position=_start_position(st, report), stateful=analysed.stateful,
                  output_mode="update" if analysed.aggregated else "append",
-                 key_columns=analysed.group_keys if analysed.aggregated else (), window=analysed.window,
+                 key_columns=_partition_by(st, sink, analysed, report) or analysed.group_keys,
+                 window=analysed.window,
                  join_within=analysed.join_within, watermark_delay=_watermark_delay(st, report),
-                 delivery_guarantee=_delivery_guarantee(st, sink, analysed, report), location=st.location)
+                 delivery_guarantee=delivery_guarantee(st, sink, report),
+                 dlq_topic=ns.topic_prefix + _prop(st, "dlq.topic") if _prop(st, "dlq.topic") else None,
+                 deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
+                 location=st.location)
+
+
+def _partition_by(st: RawStatement, sink: Relation, analysed: Analysed, report: Report) -> tuple[str, ...]:
+    """`... PARTITION BY col[, col]`: the output columns making a stream sink's Kafka key (DSF-E134)."""
+    found = st.extra.get("partition_by") or ()
+    if not found:
+        return ()
+    if sink.kind != "stream":
+        kind = sink.kind.replace("_", " ")
+        report(Diagnostic("DSF-E134", f"PARTITION BY applies to a stream sink, not to the {kind} '{sink.fqn}'",
+                          found[0][1], hint="a changelog, view or table is keyed by its primary key; "
+                          "remove PARTITION BY"))
+        return ()
+    names = {c.name.lower(): c.name for c in analysed.columns}
+    keys = []
+    for name, location in found:
+        if name.lower() not in names:
+            report(Diagnostic("DSF-E134", f"PARTITION BY column '{name}' is not a column of the query's result",
+                              location, hint=did_you_mean(name, list(names.values()))))
+            continue
+        keys.append(names[name.lower()])
+    return tuple(dict.fromkeys(keys))
+
+
+def _deletes(sources: tuple[Source, ...], sink: Relation, analysed: Analysed, ns: Namespace) -> str:
+    """How a changelog read row by row passes deletes on: to changelogs and views as deletes, else dropped."""
+    if len(sources) != 1 or analysed.aggregated or ns.relations[sources[0].relation].kind != "changelog":
+        return "none"
+    return "emit" if sink.kind in ("changelog", "materialized_view") else "drop"
 
 
 EVENT_TIME_TYPES = {"BIGINT", "INT", "TIMESTAMP", "TIMESTAMPTZ"}
@@ -354,11 +404,12 @@ EVENT_TIME_TYPES = {"BIGINT", "INT", "TIMESTAMP", "TIMESTAMPTZ"}
 def _check_event_time(st: RawStatement, sources: tuple[Source, ...], analysed: Analysed, ns: Namespace,
                       report: Report) -> None:
     """Windows and joins need event time: a 'timestamp' column must be BIGINT (epoch ms) or TIMESTAMP."""
-    if analysed.window is None and analysed.join_within is None:
+    if analysed.window is None and analysed.join_within is None and analysed.temporal is None:
         return
     for source in sources:
         relation = ns.relations[source.relation]
-        column = relation.column(relation.timestamp) if relation.timestamp else None
+        timestamp = source.timestamp or relation.timestamp
+        column = relation.column(timestamp) if timestamp else None
         if column is not None and column.type.upper() not in EVENT_TIME_TYPES:
             report(Diagnostic("DSF-E042", f"timestamp column '{column.name}' of '{relation.fqn}' is {column.type}; "
                               "event time needs BIGINT (epoch ms) or TIMESTAMP", st.location,
@@ -375,26 +426,6 @@ def _watermark_delay(st: RawStatement, report: Report) -> str:
                           prop.location, hint="'watermark.delay' = '30 seconds'"))
         return "5 seconds"
     return duration
-
-
-def _delivery_guarantee(st: RawStatement, sink: Relation, analysed: Analysed, report: Report) -> str:
-    prop = st.prop("delivery.guarantee")
-    if prop is None:
-        return "at-least-once"
-    value = prop.value.strip().lower()
-    if value not in GUARANTEES:
-        report(Diagnostic("DSF-E032", f"'delivery.guarantee' must be 'at-least-once' or 'exactly-once', got "
-                          f"'{prop.value}'", prop.location, hint="'delivery.guarantee' = 'at-least-once'"))
-        return "at-least-once"
-    if value == "exactly-once" and sink.kind == "stream":
-        report(Diagnostic(
-            "DSF-E047", f"'exactly-once' is not available for the stream '{sink.fqn}'", prop.location,
-            hint="a stream sink appends to Kafka, and a query killed after writing a micro-batch but before "
-                 "committing it writes the batch again on restart (Kafka transactions are not used), so it is "
-                 "at-least-once. Changelogs and materialized views are effectively exactly-once: their records "
-                 "are idempotent upserts by key. Remove the property, or write to a changelog or view."))
-        return "at-least-once"
-    return value
 
 
 INTERVAL = re.compile(r"^\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)$", re.I)
@@ -424,4 +455,17 @@ def _start_position(st: RawStatement, report: Report) -> str:
 
 
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:
-    return analyse_select(path, st, ns.relations, ns.qualify_name, report)
+    """analyse_select, or its stored result if the statement and what it reads are unchanged (load/cache.py)."""
+    cacheable = ns.cache is not None and not any(secret and secret in st.text for secret in ns.secrets)
+    read = read_relations(st.select, ns.relations, ns.qualify_name) if cacheable else None  # no secret on disk
+    if read is None:
+        return analyse_select(path, st, ns.relations, ns.qualify_name, report)
+    key = ns.cache.key(st.text, read)
+    cached = ns.cache.get(key, Analysed)
+    if cached is not None:
+        return cached
+    reported: list[Diagnostic] = []
+    analysed = analyse_select(path, st, ns.relations, ns.qualify_name, lambda d: (reported.append(d), report(d)))
+    if analysed is not None and not reported:
+        ns.cache.put(key, analysed)
+    return analysed

@@ -20,6 +20,8 @@ class RawDefaults(Raw):
     database: str = Field("default", description="database for unqualified relation names")
     schema_: str = Field("public", alias="schema", description="schema for unqualified relation names")
     store: str | None = Field(None, description="store for relations that name none")
+    view_store: str | None = Field(None, description="postgresql store for materialized views that name none; "
+                                                     "unset: SQLite")
 
 
 _BACKEND_KEYS = {"local": set(), "s3": {"bucket", "prefix", "endpoint_url", "region"}, "postgres": {"dsn", "table"}}
@@ -88,9 +90,20 @@ class RawStore(Raw):
     """A store: a connection to a streaming system."""
 
     name: str
-    type: Literal["kafka", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
+    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
     bootstrap_servers: str | None = Field(None, description="kafka: host:port[,host:port] (required)")
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    description: str = ""
+    schema_registry: str | None = Field(None, description="kafka: name of a schema registry (schema_registries)")
+
+
+class RawSchemaRegistry(Raw):
+    """A Confluent Schema Registry (REST API). username/password: HTTP basic auth, the password from env_var()."""
+
+    name: str
+    url: str = Field(pattern=r"^https?://", description="http(s)://host:port")
+    username: str | None = Field(None, description="basic auth user or API key")
+    password: str | None = Field(None, description="basic auth password or API secret: {{ env_var('NAME') }}")
     description: str = ""
 
 
@@ -132,6 +145,7 @@ class RawObjectsFile(Raw):
     """Any YAML file other than dsflow.yml."""
 
     stores: list[RawStore] = Field(default_factory=list)
+    schema_registries: list[RawSchemaRegistry] = Field(default_factory=list)
     databases: list[RawDatabase] = Field(default_factory=list)
     roles: list[RawRole] = Field(default_factory=list)
     datagen: list[RawDatagen] = Field(default_factory=list)

@@ -2,6 +2,7 @@
 
     FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..)
     [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
+    stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, load/temporal.py)
     GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
@@ -19,11 +20,13 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from dsflow.core.model import Column, Relation, Source, Window
+from dsflow.core.model import Column, Relation, Source, TemporalJoin, Window
 from dsflow.errors import Diagnostic
-from dsflow.load.dialect import WINDOW_FUNCTIONS, Hop, duration_text
+from dsflow.load.dialect import SOURCE_PROPERTIES, WINDOW_FUNCTIONS, Hop, duration_text
+from dsflow.load.functions import check_functions
 from dsflow.load.sql import DIALECT, RawStatement, node_location
 from dsflow.load.suggest import did_you_mean
+from dsflow.load.temporal import check_shape, temporal_join
 
 Report = Callable[[Diagnostic], None]
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
@@ -33,12 +36,14 @@ UNSUPPORTED = {
 }
 AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
 WINDOW_COLUMNS = ("window_start", "window_end")
+TEMPORAL = "temporal"
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*"
                       r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)$", re.I)
 UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes", "h": "hours",
          "d": "days"}
 SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT), "
-                  "TUMBLE/HOP windows, and [LEFT|FULL] JOIN ... WITHIN ... ON between two streams")
+                  "TUMBLE/HOP windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
+                  "stream [LEFT] JOIN changelog ON its primary key")
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,11 @@ class Analysed:
     window: Window | None = None
     join_within: str | None = None
     join_side: str | None = None
+    temporal: TemporalJoin | None = None
 
     @property
     def stateful(self) -> bool:
-        return self.aggregated or self.join_within is not None
+        return self.aggregated or self.join_within is not None or self.temporal is not None
 
 
 def normalized_duration(text: str) -> str | None:
@@ -86,10 +92,15 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
                           hint=SUPPORTED_HINT))
         return None
     window = _extract_window(select, where, report)
-    if window is False:
+    if window is False or not check_functions(select, where, report):
         return None
     tables = source_tables(select)
     found = {id(t): relations[qualify_name([p.name for p in t.parts])] for t in tables}
+    options = _source_options(tables, found, where, report)
+    if options is None:
+        return None
+    if _aggregates_a_changelog(select, tables, found, where, report):
+        return None
     join = _check_join(select, tables, found, where, st, report)
     if join is False:
         return None
@@ -98,7 +109,13 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     qualified = _qualified(select, tables, found, window, st, report)
     if qualified is None:
         return None
-    if join and not _join_equality(qualified, tables, where, st, report):
+    temporal = None
+    if join and join[0] == TEMPORAL:
+        temporal = temporal_join(qualified, (tables[0].alias_or_name, tables[1].alias_or_name), found[id(tables[1])],
+                                 join[1], where, report)
+        if temporal is None:
+            return None
+    elif join and not _join_equality(qualified, tables, where, st, report):
         return None
     shape = _aggregation(qualified, window, where, st, report)
     if shape is None:
@@ -110,11 +127,51 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     columns = _output_columns(qualified, st, report)
     if columns is None:
         return None
-    sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name) for t in tables)
+    sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
     # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
     return Analysed(qualified.sql(dialect=DIALECT, copy=False), sources, columns, aggregated=shape[0], group_keys=shape[1],
-                    window=window or None, join_within=join[0] if join else None,
-                    join_side=join[1] if join else None)
+                    window=window or None, join_within=join[0] if join and not temporal else None,
+                    join_side=join[1] if join and not temporal else None, temporal=temporal)
+
+
+def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: dict, where, report: Report) -> bool:
+    """DSF-E130: an aggregation (or window) over a changelog would need retractions of updated and deleted rows."""
+    changelogs = [t for t in tables if found[id(t)].kind == "changelog"]
+    if not changelogs or not (select.args.get("group") or select.find(exp.AggFunc)):
+        return False
+    report(Diagnostic("DSF-E130", f"aggregating the changelog '{found[id(changelogs[0])].fqn}' is not supported yet",
+                      where(changelogs[0]), hint="an update or delete of a changelog row would have to retract its "
+                      "old value; aggregate a stream instead"))
+    return True
+
+
+def _source_options(tables: list[exp.Table], found: dict, where, report: Report) -> dict[int, dict] | None:
+    """Each source's own `WITH ('starting.position' = ..., 'timestamp' = ...)`; None if any is wrong (DSF-E133)."""
+    options: dict[int, dict] = {}
+    ok = True
+    for table in tables:
+        relation, chosen = found[id(table)], {}
+        for prop in table.args.get(SOURCE_PROPERTIES) or []:
+            key, value = prop.this.name, prop.args["value"].name if prop.args.get("value") else ""
+            if key == "starting.position" and value.lower() in ("earliest", "latest"):
+                chosen["position"] = value.lower()
+            elif key == "timestamp" and relation.column(value) is not None:
+                chosen["timestamp"] = relation.column(value).name
+            else:
+                ok = False
+                report(Diagnostic("DSF-E133", _bad_source_option(key, value, relation), where(prop),
+                                  hint="a source takes 'starting.position' = 'earliest'|'latest' and 'timestamp' = "
+                                       "'<one of its columns>'"))
+        options[id(table)] = chosen
+    return options if ok else None
+
+
+def _bad_source_option(key: str, value: str, relation: Relation) -> str:
+    if key == "starting.position":
+        return f"'starting.position' of a source must be 'earliest' or 'latest', got '{value}'"
+    if key == "timestamp":
+        return f"timestamp column '{value}' is not a column of '{relation.fqn}'"
+    return f"unknown source property '{key}' ({did_you_mean(key, ['starting.position', 'timestamp'])})"
 
 
 def _first_unsupported(select: exp.Expr) -> tuple[exp.Expr, str] | None:
@@ -183,9 +240,11 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
         return False
     left, right = (found[id(t)] for t in tables)
     within = join.args.get("within")
+    if left.kind == "changelog" or right.kind == "changelog":
+        return (TEMPORAL, side) if check_shape(join, side, left, right, where, report) else False
     if left.kind != "stream" or right.kind != "stream":
-        report(Diagnostic("DSF-E045", "joins with a changelog (temporal joins) are not supported yet", where(join),
-                          hint="interval joins (JOIN ... WITHIN) between two streams are supported"))
+        report(Diagnostic("DSF-E045", f"joins with a {right.kind if left.kind == 'stream' else left.kind} are not "
+                          "supported", where(join), hint=SUPPORTED_HINT))
         return False
     if within is None:
         report(Diagnostic("DSF-E045", "a join of two streams needs WITHIN, e.g. JOIN b WITHIN 5 MINUTES ON ...",

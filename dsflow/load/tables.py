@@ -26,6 +26,8 @@ STORE_SETTINGS: dict[str, tuple[set[str], set[str]]] = {
     "snowflake": ({"account"}, {"account", "user", "password", "warehouse", "role", "database", "schema", "host",
                                 "port", "protocol", "authenticator", "token"}),
     # a CDC source (load/queries.py) and entities; connection settings as libpq names them, or one dsn
+    # Kinesis streams (adapters/kinesis); credentials through {{ env_var('...') }}, or the AWS default chain
+    "kinesis": (set(), {"region", "endpoint", "access_key_id", "secret_access_key", "session_token"}),
     "postgresql": (set(), {"dsn", "host", "port", "database", "dbname", "user", "username", "password", "sslmode"}),
 }
 DELTA_PROPS = {"delta.path", "table.data.file.location"}

@@ -51,7 +51,11 @@ from pyspark.sql.types import (
     BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
-from dsflow.adapters.kafka import client
+from dsflow.adapters.kafka import client, pool
+from dsflow.adapters.kafka.formats import (
+    NUMERIC_KEYS, VALUE_COLUMN, DeadLetters, Decoding, decode_chunk, key_encoder, key_texts, spark_struct_ddl,
+    value_serializer,
+)
 from dsflow.errors import DsflowError
 
 SCHEMA = StructType([
@@ -89,6 +93,11 @@ class KafkaOptions:
     stall_timeout: float = client.STALL_TIMEOUT
     settings: dict[str, str] = field(default_factory=dict)
     """librdkafka settings from the `kafka.` options, prefix removed."""
+    decoding: Decoding = field(default_factory=Decoding)
+    """value.format, value.columns, schema.registry.*, dlq.topic: how values are read (adapters/kafka/formats.py)."""
+    value_schema: str | None = None
+    """Writing avro: the schema (value.schema) registered under value.subject (default <topic>-value)."""
+    value_subject: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -107,6 +116,9 @@ class KafkaOptions:
             max_records_per_batch=_positive(opts, "max.records.per.batch", int),
             stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
             settings=extra,
+            decoding=Decoding.parse(opts),
+            value_schema=opts.get("value.schema") or None,
+            value_subject=opts.get("value.subject") or None,
         )
 
     @property
@@ -154,8 +166,12 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return "dsflow_kafka"
 
-    def schema(self) -> StructType:
-        return SCHEMA
+    def schema(self) -> StructType | str:
+        decoding = Decoding.parse({str(k).lower(): str(v) for k, v in self.options.items()})
+        if not decoding.decoded:
+            return SCHEMA
+        return ("key STRING, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+                + spark_struct_ddl(list(decoding.columns)))
 
     def reader(self, schema: StructType) -> KafkaBatchReader:
         return KafkaBatchReader(KafkaOptions.parse(self.options))
@@ -185,23 +201,36 @@ class KafkaRange(InputPartition):
     end: int
     config: dict[str, Any] = field(repr=False)  # may hold credentials: kept out of Spark logs
     stall_timeout: float = client.STALL_TIMEOUT
+    decoding: Decoding = field(default_factory=Decoding, repr=False)
 
 
 def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
     """The task's records as Arrow RecordBatches of up to CHUNK_ROWS rows."""
-    consumer = client.new_consumer(task.config)
+    consumer = pool.consumer(task.config)  # kept alive across micro-batches in the reused worker (pool.py)
+    dead = DeadLetters(task.config, task.decoding)
+    ok = False
     try:
         chunks = client.read_range(
             consumer, task.topic, task.partition, task.start, task.end, CHUNK_ROWS, task.stall_timeout
         )
         for messages in chunks:
-            yield to_record_batch(messages, task.topic)
+            if not task.decoding.decoded and not task.decoding.dlq_topic and not task.decoding.numeric_key:
+                yield to_record_batch(messages, task.topic)
+                continue
+            keep, values, bad = decode_chunk(messages, task.decoding)
+            dead.send(messages, bad)
+            if keep:
+                kept = messages if len(keep) == len(messages) else [messages[i] for i in keep]
+                yield to_record_batch(kept, task.topic, values, task.decoding.key_format)
+        dead.close()  # before the task reports success: dead letters are delivered before the batch commits
+        ok = True
     finally:
-        consumer.close()
+        pool.release_consumer(task.config, consumer, ok)
 
 
-def to_record_batch(messages: list, topic: str) -> Any:
-    """Consumed messages as a RecordBatch matching SCHEMA.
+def to_record_batch(messages: list, topic: str, values: Any = None, key_format: str | None = None) -> Any:
+    """Consumed messages as a RecordBatch matching SCHEMA; with decoded `values` (a struct array), the
+    `value` text column is left out and `values` comes last as `__value`.
 
     Column-wise, with `map` over the Message accessors instead of per-row Python frames; keys and
     values go in as bytes and are checked as UTF-8 by Arrow in one pass. A batch with invalid
@@ -217,8 +246,9 @@ def to_record_batch(messages: list, topic: str) -> Any:
     stamps = pc.if_else(pc.less(stamps, 0), pa.scalar(None, pa.int64()), pc.multiply(stamps, 1000))
     partition = messages[0].partition() if count else 0
     columns = [
-        _text_column(list(map(Message.key, messages))),
-        _text_column(list(map(Message.value, messages))),
+        pa.array(key_texts(list(map(Message.key, messages)), key_format), pa.string()) if key_format in NUMERIC_KEYS
+        else _text_column(list(map(Message.key, messages))),
+        None if values is not None else _text_column(list(map(Message.value, messages))),
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count)
         if all(m == partition for m in map(Message.partition, messages))
@@ -226,7 +256,10 @@ def to_record_batch(messages: list, topic: str) -> Any:
         pa.array(list(map(Message.offset, messages)), pa.int64()),
         stamps.cast(pa.timestamp("us", tz="UTC")),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
+    if values is None:
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
+    names = [n for n in arrow_schema().names if n != "value"] + [VALUE_COLUMN]
+    return pa.RecordBatch.from_arrays([c for c in columns if c is not None] + [values], names=names)
 
 
 def _timestamp_ms(message: Any) -> int:
@@ -256,7 +289,8 @@ def arrow_schema() -> Any:
 def plan_ranges(options: KafkaOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[KafkaRange]:
     """One task per partition with records between the two offsets."""
     return [
-        KafkaRange(options.topic, int(p), int(start.get(p, 0)), int(stop), options.config, options.stall_timeout)
+        KafkaRange(options.topic, int(p), int(start.get(p, 0)), int(stop), options.config, options.stall_timeout,
+                   options.decoding)
         for p, stop in end.items()
         if int(start.get(p, 0)) < int(stop)
     ]
@@ -411,7 +445,7 @@ class KafkaCommit(WriterCommitMessage):
 
 
 _WRITE_COLUMNS = {
-    "value": (StringType, BinaryType),
+    "value": (StringType, BinaryType, StructType),
     "key": (StringType, BinaryType),
     "partition": (IntegerType, LongType),
 }
@@ -441,11 +475,29 @@ def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
     The per-row work is one `produce` call in a tight loop (no helper call per row); a full
     local queue is the exception path: serve deliveries and retry that row.
     """
-    errors = client.DeliveryErrors()
-    producer = client.new_producer(options.config, errors)
+    pair = pool.producer(options.config)  # kept alive across micro-batches in the reused worker (pool.py)
+    producer, errors = pair
+    ok = False
+    try:
+        count = _produce_all(producer, options, batches)
+        client.flush_or_raise(producer, options.topic, count, errors)
+        ok = True
+    finally:
+        pool.release_producer(options.config, pair, ok)
+    return count
+
+
+def _produce_all(producer: Any, options: KafkaOptions, batches: Iterator[Any]) -> int:
+    serialize = value_serializer(options.decoding.value_format, options.topic, options.decoding.registry,
+                                 options.value_schema, options.value_subject)
+    encode_keys = key_encoder(options.decoding.key_format)
     count = 0
     for batch in batches:
         values, keys, partitions = _write_columns(batch)
+        if serialize is not None:
+            values = serialize(values)
+        if encode_keys is not None:
+            keys = encode_keys(list(keys))
         if partitions is None:
             _produce_rows(producer, options.topic, zip(values, keys))
         else:
@@ -453,7 +505,6 @@ def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
                 client.produce_one(producer, options.topic, value, key, part)
         count += batch.num_rows
         producer.poll(0)
-    client.flush_or_raise(producer, options.topic, count, errors)
     return count
 
 

@@ -12,7 +12,7 @@ def last_committed_batch(checkpoint: Path) -> int | None:
     return max(ids) if ids else None
 
 
-def committed_offsets(checkpoint: Path) -> list[dict[str, int]] | None:
+def committed_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
     """Per source, in query order, the end offsets of the last committed batch; None if nothing committed.
 
     An offsets file is `v1`, a metadata line, then one JSON offset per source.
@@ -21,4 +21,9 @@ def committed_offsets(checkpoint: Path) -> list[dict[str, int]] | None:
     if batch is None:
         return None
     lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    return [{str(k): int(v) for k, v in json.loads(line).items()} for line in lines[2:] if line.strip()]
+    return [{str(k): _offset(v) for k, v in json.loads(line).items()} for line in lines[2:] if line.strip()]
+
+
+def _offset(value: object) -> int | str:
+    """A Kafka offset (a number), or another source's position kept as text (Kinesis: 'after:<sequence>')."""
+    return int(value) if isinstance(value, int) or str(value).isdigit() else str(value)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsflow.adapters.spark.frames import sink_format_options, source_format_options
 from dsflow.adapters.spark.frames import sink_frame, source_view, start_kafka_updates, start_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 
@@ -28,6 +29,11 @@ STOP_GRACE_SECONDS = 30.0
 def build_dataframe(spark, spec: QuerySpec):
     """The streaming DataFrame the sink writes: (key, value) rows for Kafka, the SELECT's columns otherwise."""
     for source in spec.sources:
+        if source.kind == "kinesis":
+            from dsflow.adapters.kinesis.reading import kinesis_stream
+
+            source_view(kinesis_stream(spark, source), source).createOrReplaceTempView(source.view)
+            continue
         if source.kind == "postgres_cdc":
             from dsflow.adapters.postgres.reading import cdc_stream
 
@@ -44,9 +50,14 @@ def build_dataframe(spark, spec: QuerySpec):
         for key, value in source.client_config.items():
             if key != "bootstrap.servers":
                 raw = raw.option(f"kafka.{key}", value)
+        raw = raw.options(**source_format_options(source, spec.name))
         source_view(raw.load(), source).createOrReplaceTempView(source.view)
+    if spec.temporal is not None:
+        from dsflow.adapters.spark.temporal import joined_view
+
+        joined_view(spark, spec.temporal)
     result = spark.sql(spec.select_sql)
-    if spec.sink.kind != "kafka":
+    if spec.sink.kind not in ("kafka", "kinesis"):
         return result
     return sink_frame(result, spec.sink)
 
@@ -55,12 +66,16 @@ def start_query(spark, spec: QuerySpec, available_now: bool = False):
     """Start the query; `available_now` processes what is there now and stops (tests, one-off runs)."""
     frame = build_dataframe(spark, spec)
     trigger = {"availableNow": True} if available_now else {"processingTime": spec.trigger_interval}
-    if spec.sink.kind == "sqlite":
+    if spec.sink.kind in ("sqlite", "postgres"):
         return start_view(spec, frame, trigger)
     if spec.sink.kind in ("delta", "snowflake"):
         from dsflow.adapters.spark.tables import start_table
 
         return start_table(spec, frame, trigger)
+    if spec.sink.kind == "kinesis":
+        from dsflow.adapters.kinesis.reading import start_kinesis
+
+        return start_kinesis(spec, frame, trigger)
     if spec.sink.output_mode == "update":
         return start_kafka_updates(spec, frame, trigger)
     writer = (frame.writeStream.format("dsflow_kafka")
@@ -72,7 +87,7 @@ def start_query(spark, spec: QuerySpec, available_now: bool = False):
     for key, value in spec.sink.client_config.items():
         if key != "bootstrap.servers":
             writer = writer.option(f"kafka.{key}", value)
-    return writer.start()
+    return writer.options(**sink_format_options(spec.sink)).start()
 
 
 def write_status(path: str, status: dict[str, Any]) -> None:
@@ -163,8 +178,10 @@ def resolve_env_refs(spec: QuerySpec) -> QuerySpec:
     def resolve(config: dict[str, str]) -> dict[str, str]:
         return {k: os.environ.get(v[len(ENV_REF):], "") if v.startswith(ENV_REF) else v for k, v in config.items()}
 
-    sources = [s.model_copy(update={"client_config": resolve(s.client_config)}) for s in spec.sources]
-    sink = spec.sink.model_copy(update={"client_config": resolve(spec.sink.client_config)})
+    sources = [s.model_copy(update={"client_config": resolve(s.client_config), "registry": resolve(s.registry)})
+               for s in spec.sources]
+    sink = spec.sink.model_copy(update={"client_config": resolve(spec.sink.client_config),
+                                        "registry": resolve(spec.sink.registry)})
     return spec.model_copy(update={"sources": sources, "sink": sink})
 
 

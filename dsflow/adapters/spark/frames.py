@@ -4,7 +4,7 @@
                   when the query needs them
     sink_frame    (key, value) rows for Kafka: the key is the source key carried through, or built
                   from the sink's key columns (one column as text, several as a JSON object)
-    start_view    a materialized view: foreachBatch into SQLite, one transaction per micro-batch
+    start_view    a materialized view: foreachBatch into SQLite or PostgreSQL, one transaction per micro-batch
 """
 
 from __future__ import annotations
@@ -14,29 +14,73 @@ from typing import Any
 from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
 
 KEY = "__key"
+PG_DB, PG_SCHEMA = "postgresql.db.name", "postgresql.schema.name"
 KAFKA_TIMESTAMP = "__kafka_ts"
+DELETED = "__deleted"
+OFFSET = "__offset"
+KEEP = "__keep"
 
 
 def source_view(raw, source: SourceSpec):
     """The source's rows as its temp view sees them: __key, the value's columns, and event time if needed."""
     from pyspark.sql import functions as F
 
-    parsed = raw.select(F.col("key").alias(KEY), F.from_json("value", source.schema_ddl).alias("__v"),
-                        F.col("timestamp").alias(KAFKA_TIMESTAMP))
-    view = parsed.select(KEY, "__v.*", KAFKA_TIMESTAMP)
+    offset = F.col("offset") if "offset" in raw.columns else F.lit(0).cast("long")
+    decoded = source.value_format != "json"  # decoded by the reader into __value (adapters/kafka/formats.py)
+    value = F.col("__value") if decoded else F.from_json("value", source.schema_ddl)
+    parsed = raw.select(F.col("key").alias(KEY), value.alias("__v"),
+                        F.col("timestamp").alias(KAFKA_TIMESTAMP),
+                        F.col("__value" if decoded else "value").isNull().alias(DELETED), offset.alias(OFFSET))
+    view = parsed.select(KEY, "__v.*", KAFKA_TIMESTAMP, DELETED, OFFSET)
+    if source.changelog_key:
+        view = _key_columns(view, source.changelog_key)
+    else:
+        view = view.drop(DELETED, OFFSET)
     if source.event_time is None:
         return view.drop(KAFKA_TIMESTAMP)
-    view = view.withColumn("__ts", F.expr(source.event_time)).withWatermark("__ts", source.watermark_delay)
+    view = view.withColumn("__ts", F.coalesce(F.expr(source.event_time), F.col(KAFKA_TIMESTAMP)))
+    if source.watermark_delay:
+        view = view.withWatermark("__ts", source.watermark_delay)
     if source.window:
         view = view.withColumn("__window", F.window("__ts", source.window[0], source.window[1]))
     return view
 
 
-def sink_frame(result, sink: SinkSpec):
-    """(key, value) rows for a Kafka sink."""
+def _key_columns(view, key: dict[str, str]):
+    """A changelog's primary key columns also come from the record key, so a tombstone (null value) has them:
+    one column is the key as text, several a JSON object of the columns."""
     from pyspark.sql import functions as F
 
-    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in sink.columns]))
+    if len(key) == 1:
+        name, type_ = next(iter(key.items()))
+        return view.withColumn(name, F.coalesce(F.col(f"`{name}`"), F.col(KEY).cast(type_)))
+    parsed = F.from_json(F.col(KEY), ", ".join(f"`{k}` {t}" for k, t in key.items()))
+    for name in key:
+        view = view.withColumn(name, F.coalesce(F.col(f"`{name}`"), parsed.getField(name)))
+    return view
+
+
+def split_deletes(rows: list[tuple], columns: list[str], key: list[str]) -> tuple[list[tuple], list[tuple]]:
+    """Rows ending in a __keep flag -> (rows to upsert, keys to delete), the last row of each key winning."""
+    positions = [columns.index(k) for k in key]
+    last: dict[tuple, tuple] = {}
+    for row in rows:
+        last.pop(tuple(row[i] for i in positions), None)  # re-insert: dict order follows the last occurrence
+        last[tuple(row[i] for i in positions)] = row
+    upserts = [row[:-1] for row in last.values() if row[-1]]
+    deletes = [k for k, row in last.items() if not row[-1]]
+    return upserts, deletes
+
+
+def sink_frame(result, sink: SinkSpec):
+    """(key, value) rows for a Kafka sink; a row whose __keep is false becomes a tombstone (null value)."""
+    from pyspark.sql import functions as F
+
+    value = F.struct(*[F.col(f"`{c}`") for c in sink.columns])
+    if sink.value_format == "json":
+        value = F.to_json(value)  # other formats: the writer serializes the struct (adapters/kafka/formats.py)
+    if KEEP in result.columns:
+        value = F.when(F.col(KEEP), value)
     if not sink.key_columns:
         key = F.col(KEY)
     elif len(sink.key_columns) == 1:
@@ -47,33 +91,77 @@ def sink_frame(result, sink: SinkSpec):
 
 
 def view_writer(spec: QuerySpec):
-    """The foreachBatch function writing micro-batches into a view's SQLite table (exactly-once per batch)."""
-    from dsflow.adapters.sqlite import mv
-
+    """The foreachBatch function writing micro-batches into a view's SQLite or PostgreSQL table
+    (exactly-once per batch: each store keeps a ledger of applied batch ids)."""
     sink = spec.sink
     checkpoint = spec.checkpoint
 
     def write(batch, batch_id: int) -> None:
-        table = batch.select(*[f"`{c}`" for c in sink.columns]).toArrow()
+        keep = [KEEP] if KEEP in batch.columns else []
+        table = batch.select(*[f"`{c}`" for c in sink.columns + keep]).toArrow()
         rows = zip(*(table.column(i).to_pylist() for i in range(table.num_columns))) if table.num_rows else []
-        mv.write_batch(sink.database, sink.topic, sink.columns, sink.key_columns, rows, checkpoint, batch_id)
+        deletes: list[tuple] = []
+        if keep:
+            rows, deletes = split_deletes(list(rows), sink.columns, sink.key_columns)
+        if sink.kind == "postgres":
+            from dsflow.adapters.postgres import mv as pg
+
+            pg.write_batch(sink.client_config, sink.options.get(PG_DB), sink.options[PG_SCHEMA], sink.topic,
+                           sink.columns, sink.key_columns, rows, checkpoint, batch_id,
+                           **({"deletes": deletes} if deletes else {}))
+            return
+        from dsflow.adapters.sqlite import mv
+
+        mv.write_batch(sink.database, sink.topic, sink.columns, sink.key_columns, rows, checkpoint, batch_id,
+                       deletes=deletes)
 
     return write
 
 
 def start_view(spec: QuerySpec, result, trigger: dict[str, Any]):
     """Start a query whose sink is a materialized view (its table is created if apply has not yet)."""
-    from dsflow.adapters.sqlite import mv
-
     types = {f.name: f.dataType.simpleString() for f in result.schema.fields}
     columns = [(c, types.get(c, "string")) for c in spec.sink.columns]
-    mv.ensure_table(spec.sink.database, spec.sink.topic, columns, spec.sink.key_columns)
+    if spec.sink.kind == "postgres":
+        from dsflow.adapters.postgres import mv as pg
+
+        pg.ensure_table(spec.sink.client_config, spec.sink.options.get(PG_DB), spec.sink.options[PG_SCHEMA],
+                        spec.sink.topic, columns, spec.sink.key_columns)
+    else:
+        from dsflow.adapters.sqlite import mv
+
+        mv.ensure_table(spec.sink.database, spec.sink.topic, columns, spec.sink.key_columns)
     writer = (result.writeStream.foreachBatch(view_writer(spec))
               .outputMode(spec.sink.output_mode)
               .option("checkpointLocation", spec.checkpoint)
               .queryName(spec.name.replace(".", "_"))
               .trigger(**trigger))
     return writer.start()
+
+
+def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
+    """dsflow_kafka reader options for the source's value format, registry and dead-letter topic."""
+    import json
+
+    options = {"value.format": source.value_format, "value.columns": json.dumps(source.value_columns),
+               **source.registry}
+    if source.dlq_topic:
+        options |= {"dlq.topic": source.dlq_topic, "dlq.query": query}
+    if source.key_format:
+        options["key.format"] = source.key_format
+    return options
+
+
+def sink_format_options(sink: SinkSpec) -> dict[str, str]:
+    """dsflow_kafka writer options for the sink's value format (avro: schema, subject, registry)."""
+    options = {"value.format": sink.value_format, **sink.registry}
+    if sink.value_schema:
+        options["value.schema"] = sink.value_schema
+    if sink.value_subject:
+        options["value.subject"] = sink.value_subject
+    if sink.key_format:
+        options["key.format"] = sink.key_format
+    return options
 
 
 def kafka_batch_writer(spec: QuerySpec):
@@ -90,7 +178,7 @@ def kafka_batch_writer(spec: QuerySpec):
         for key, value in sink.client_config.items():
             if key != "bootstrap.servers":
                 writer = writer.option(f"kafka.{key}", value)
-        writer.save()
+        writer.options(**sink_format_options(sink)).save()
 
     return write
 

@@ -38,3 +38,6 @@ def register_data_sources(session) -> None:
     from dsflow.adapters.postgres.datasource import PostgresCdcDataSource
 
     session.dataSource.register(PostgresCdcDataSource)
+    from dsflow.adapters.kinesis.datasource import KinesisDataSource
+
+    session.dataSource.register(KinesisDataSource)

@@ -20,7 +20,8 @@ class SourceSpec(BaseModel):
     client_config: dict[str, str]
     schema_ddl: str = Field(description="Spark DDL of the JSON value, e.g. 'id BIGINT, name STRING'")
     starting_position: str = "earliest"
-    starting_offsets: dict[str, int] | None = Field(None, description="carried from a previous version")
+    starting_offsets: dict[str, int | str] | None = Field(None, description="carried from a previous version "
+                                                          "(Kafka: offsets; Kinesis: shard positions)")
     starting_timestamp: int | None = Field(None, description="epoch ms to replay from")
     event_time: str | None = Field(None, description="Spark SQL giving the event time (column __ts); "
                                                      "None: the source needs no event time")
@@ -30,6 +31,14 @@ class SourceSpec(BaseModel):
                                            "client_config holds the store's connection settings)")
     options: dict[str, str] = Field(default_factory=dict, description="postgres_cdc: database, schema, table, "
                                     "slot, publication")
+    changelog_key: dict[str, str] = Field(default_factory=dict, description="a changelog: its primary key "
+                                          "columns and Spark types; a null value (tombstone) is a delete of the key")
+    value_format: str = Field("json", description="json (from_json on the JVM) or a format the reader decodes "
+                              "into __value (avro, string, long, int, double, bytes)")
+    value_columns: list[list[str]] = Field(default_factory=list, description="[name, SQL type] of the value")
+    registry: dict[str, str] = Field(default_factory=dict, description="schema.registry.* settings (avro)")
+    dlq_topic: str | None = Field(None, description="dead-letter topic for records that do not decode")
+    key_format: str | None = Field(None, description="long, int, double: binary keys, read as decimal text")
 
 
 class SinkSpec(BaseModel):
@@ -40,13 +49,36 @@ class SinkSpec(BaseModel):
     topic: str = Field(description="the Kafka topic, or the view's table")
     client_config: dict[str, str]
     columns: list[str]
-    kind: Literal["kafka", "sqlite", "console", "delta", "snowflake"] = "kafka"
+    kind: Literal["kafka", "kinesis", "sqlite", "postgres", "console", "delta", "snowflake"] = "kafka"
     output_mode: Literal["append", "update"] = "append"
     key_columns: list[str] = Field(default_factory=list, description="Kafka: the key is made of these columns "
                                    "(else the source key is carried); SQLite: upsert on them (else append)")
     database: str | None = Field(None, description="SQLite file of a view")
-    options: dict[str, str] = Field(default_factory=dict, description="delta, snowflake: the table's options "
-                                    "(topic is its location; client_config the store's settings)")
+    options: dict[str, str] = Field(default_factory=dict, description="delta, snowflake, postgres: the table's "
+                                    "options (topic is its location or name; client_config the store's settings)")
+    value_format: str = Field("json", description="Kafka: json (to_json on the JVM), or a format the writer "
+                              "serializes the value struct in (avro, string, long, int, double, bytes)")
+    value_schema: str | None = Field(None, description="avro: the schema registered under value_subject")
+    value_subject: str | None = None
+    registry: dict[str, str] = Field(default_factory=dict, description="schema.registry.* settings (avro)")
+    key_format: str | None = Field(None, description="long, int, double: keys written as binary numbers")
+
+
+class TemporalSpec(BaseModel):
+    """A stream joined with a changelog as of each stream record's event time (adapters/spark/temporal.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    view: str = Field(description="the joined view: __key and one struct column per side, named by its alias")
+    stream_view: str
+    changelog_view: str
+    stream_alias: str
+    changelog_alias: str
+    side: Literal["inner", "left"]
+    stream_keys: list[str]
+    changelog_keys: list[str]
+    stream_ddl: str
+    changelog_ddl: str
 
 
 class QuerySpec(BaseModel):
@@ -64,3 +96,4 @@ class QuerySpec(BaseModel):
     sources: list[SourceSpec]
     sink: SinkSpec
     select_sql: str = Field(description="Spark SQL over the source views, with a __key column carried through")
+    temporal: TemporalSpec | None = None

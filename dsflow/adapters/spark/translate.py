@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from dsflow.core.model import Column, Project, Query, Relation
-from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
+from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec, TemporalSpec
+from dsflow.load.functions import to_spark
 from dsflow.load.sql import parse_one_select
 
 KEY_COLUMN = "__key"
@@ -15,6 +16,9 @@ EVENT_TIME = "__ts"
 KAFKA_TIMESTAMP = "__kafka_ts"
 WINDOW_COLUMN = "__window"
 WINDOW_FIELDS = {"window_start": "start", "window_end": "end"}
+DELETED = "__deleted"
+KEEP = "__keep"
+TEMPORAL_ALIAS = "__tj"
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ def spark_select(query: Query) -> str:
     range; COUNT(DISTINCT x) becomes SIZE(COLLECT_SET(x)) (Spark has no streaming distinct aggregate);
     and the source record's key is carried as __key unless the sink key is made of output columns.
     """
-    select = parse_one_select(query.select_sql)
+    select = to_spark(parse_one_select(query.select_sql))
     for index, table in enumerate(list(select.find_all(exp.Table))):
         alias = table.alias_or_name
         table.replace(exp.Table(this=exp.to_identifier(view_name(index, query)),
@@ -55,6 +59,12 @@ def spark_select(query: Query) -> str:
         _window_columns(select, query.window.source)
     if query.join_within:
         _join_range(select, query)
+    if query.temporal_join is not None:
+        select.set("joins", None)
+        select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(temporal_view(query)),
+                                                    alias=exp.TableAlias(this=exp.to_identifier(TEMPORAL_ALIAS)))))
+    if query.deletes != "none":
+        _deletes(select, query)
     for count in list(select.find_all(exp.Count)):
         if isinstance(count.this, exp.Distinct):
             count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
@@ -74,6 +84,25 @@ def _window_columns(select: exp.Select, alias: str) -> None:
             column.replace(exp.column(WINDOW_FIELDS[column.name], table=WINDOW_COLUMN, db=alias))
 
 
+def temporal_view(query: Query) -> str:
+    return f"__temporal_{query.fqn.replace('.', '_')}"
+
+
+def _deletes(select: exp.Select, query: Query) -> None:
+    """A changelog read row by row: 'drop' skips tombstones; 'emit' turns the WHERE into __keep, so a tombstone or
+    a row that does not match becomes a delete of its key (frames.sink_frame, the view writers)."""
+    deleted = exp.column(DELETED, table=query.sources[0].alias)
+    where = select.args.get("where")
+    if query.deletes == "drop":
+        select.where(exp.not_(deleted), copy=False)
+        return
+    keep = exp.not_(deleted)
+    if where is not None:
+        keep = exp.and_(exp.func("COALESCE", exp.paren(where.this), exp.false()), keep)
+    select.set("where", None)
+    select.select(keep.as_(KEEP), copy=False)
+
+
 def _join_range(select: exp.Select, query: Query) -> None:
     join = select.args["joins"][0]
     left, right = query.sources[0].alias, query.sources[1].alias
@@ -84,6 +113,8 @@ def _join_range(select: exp.Select, query: Query) -> None:
 
 
 def _carried_key(query: Query) -> exp.Expr:
+    if query.temporal_join is not None:
+        return exp.column(KEY_COLUMN, table=TEMPORAL_ALIAS)
     keys = [exp.column(KEY_COLUMN, table=s.alias) for s in query.sources]
     select = parse_one_select(query.select_sql)
     joins = select.args.get("joins") or []
@@ -109,9 +140,11 @@ def spark_interval(text: str) -> str:
                                                               "d") else text
 
 
-def event_time_sql(relation: Relation) -> str:
-    """The event time of a relation's records: its 'timestamp' column (epoch ms or TIMESTAMP) or the record's."""
-    column = relation.column(relation.timestamp) if relation.timestamp else None
+def event_time_sql(relation: Relation, timestamp: str | None = None) -> str:
+    """The event time of a relation's records: the source's or the relation's 'timestamp' column (epoch ms or
+    TIMESTAMP), else the record's."""
+    timestamp = timestamp or relation.timestamp
+    column = relation.column(timestamp) if timestamp else None
     if column is None:
         return KAFKA_TIMESTAMP
     if column.type.upper() in ("BIGINT", "INT"):
@@ -121,7 +154,7 @@ def event_time_sql(relation: Relation) -> str:
 
 def source_specs(project: Project, query: Query, start: StartAt | None = None) -> list[SourceSpec]:
     start = start or StartAt()
-    timed = query.window is not None or query.join_within is not None
+    timed = query.window is not None or query.join_within is not None or query.temporal_join is not None
     sources = []
     for index, source in enumerate(query.sources):
         relation = project.relation(source.relation)
@@ -130,17 +163,62 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         if query.window is not None and query.window.source == source.alias:
             size = spark_duration(query.window.size)
             window = [size, spark_duration(query.window.advance) if query.window.advance else size]
-        cdc = _cdc_source(store, relation)
+        cdc = _cdc_source(store, relation) or _kinesis_source(store)
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **cdc,
                                   client_config=dict(store.properties) if cdc else store.client_config(),
                                   schema_ddl=schema_ddl(relation.columns),
                                   starting_position=start.position or source.starting_position,
                                   starting_offsets=start.offsets.get(relation.topic),
                                   starting_timestamp=start.timestamp,
-                                  event_time=event_time_sql(relation) if timed else None,
-                                  watermark_delay=spark_duration(query.watermark_delay) if timed else None,
-                                  window=window))
+                                  event_time=event_time_sql(relation, source.timestamp) if timed else None,
+                                  watermark_delay=spark_duration(query.watermark_delay) if timed and not
+                                  (query.temporal_join and relation.kind == "changelog") else None,
+                                  window=window, changelog_key=_changelog_key(relation),
+                                  **({} if cdc else _source_format(project, query, store, relation))))
     return sources
+
+
+def _source_format(project: Project, query: Query, store, relation: Relation) -> dict:
+    """A Kafka source's value format, columns, schema registry and dead-letter topic."""
+    if store.type != "kafka":
+        return {}
+    registry = project.schema_registry(store.schema_registry)
+    return {"value_format": relation.value_format, "value_columns": [[c.name, c.type] for c in relation.columns],
+            "registry": registry.client_config() if registry else {}, "dlq_topic": project.dlq_topic(query),
+            "key_format": relation.key_format}
+
+
+def sink_format(project: Project, relation: Relation) -> dict:
+    """A Kafka sink's value format; avro: the schema made from the relation's columns, its subject, the registry."""
+    from dsflow.core.formats import REGISTRY_FORMATS, avro_schema
+
+    if relation.value_format == "json":
+        return {"key_format": relation.key_format} if relation.key_format else {}
+    registry = project.schema_registry(project.store(relation.store).schema_registry)
+    settings: dict = {"value_format": relation.value_format, "registry": registry.client_config() if registry else {},
+                      "key_format": relation.key_format}
+    if relation.value_format in REGISTRY_FORMATS:
+        database, schema, name = relation.fqn.split(".")
+        columns = [(c.name, c.type) for c in relation.columns]
+        if relation.value_format == "protobuf":
+            from dsflow.adapters.kafka.protobuf import schema_text
+
+            settings["value_schema"] = schema_text(name, f"{database}.{schema}", columns)
+        else:
+            settings["value_schema"] = avro_schema(name, f"{database}.{schema}", columns)
+        settings["value_subject"] = relation.value_subject
+    return settings
+
+
+def _changelog_key(relation: Relation) -> dict[str, str]:
+    if relation.kind != "changelog":
+        return {}
+    return {k: spark_type(relation.column(k).type) for k in relation.primary_key}
+
+
+def _kinesis_source(store) -> dict:
+    """A kinesis store's stream is read by the dsflow_kinesis data source; client_config is its settings."""
+    return {"kind": "kinesis"} if store.type == "kinesis" else {}
 
 
 def _cdc_source(store, relation: Relation) -> dict:
@@ -157,6 +235,10 @@ def _cdc_source(store, relation: Relation) -> dict:
 def sink_spec(project: Project, query: Query) -> SinkSpec:
     relation = project.relation(query.sink)
     columns = [c.name for c in query.output_columns]
+    if relation.kind == "materialized_view" and relation.store:  # a table in a postgresql store
+        return SinkSpec(topic=relation.topic, client_config=dict(project.store(relation.store).properties),
+                        columns=columns, kind="postgres", output_mode=query.output_mode,
+                        key_columns=list(relation.primary_key), options=dict(relation.table_options))
     if relation.kind == "materialized_view":
         from dsflow.adapters.sqlite.mv import database_path
 
@@ -171,8 +253,12 @@ def sink_spec(project: Project, query: Query) -> SinkSpec:
         ref = table_ref(project.root, store, relation)
         return SinkSpec(topic=ref.location, client_config=ref.settings, columns=columns, kind=ref.format,
                         output_mode=query.output_mode, key_columns=list(relation.primary_key), options=ref.options)
+    if store.type == "kinesis":
+        return SinkSpec(topic=relation.topic, client_config=dict(store.properties), columns=columns, kind="kinesis",
+                        output_mode=query.output_mode, key_columns=list(query.key_columns))
     return SinkSpec(topic=relation.topic, client_config=store.client_config(), columns=columns,
-                    output_mode=query.output_mode, key_columns=list(query.key_columns))
+                    output_mode=query.output_mode, key_columns=list(query.key_columns),
+                    **sink_format(project, relation))
 
 
 def query_spec(project: Project, query: Query, version: str, checkpoint: str, status_path: str,
@@ -183,5 +269,17 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         spark_conf={**project.runtime.spark_conf, **query.spark_conf}, checkpoint=checkpoint,
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
         sources=source_specs(project, query, start), sink=sink_spec(project, query),
-        select_sql=spark_select(query),
+        select_sql=spark_select(query), temporal=temporal_spec(project, query),
     )
+
+
+def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:
+    """What the driver needs to build a temporal join's view (adapters/spark/temporal.py)."""
+    join = query.temporal_join
+    if join is None:
+        return None
+    stream, changelog = (project.relation(s.relation) for s in query.sources)
+    return TemporalSpec(view=temporal_view(query), stream_view=view_name(0, query), changelog_view=view_name(1, query),
+                        stream_alias=join.stream, changelog_alias=join.changelog, side=join.side,
+                        stream_keys=list(join.stream_keys), changelog_keys=list(join.changelog_keys),
+                        stream_ddl=schema_ddl(stream.columns), changelog_ddl=schema_ddl(changelog.columns))

@@ -97,8 +97,12 @@ def sqlite_value(value: Any) -> Any:
 
 
 def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Sequence[str],
-                rows: Iterable[Sequence[Any]], checkpoint: str, batch_id: int) -> bool:
-    """Apply one micro-batch in one transaction; False if this batch was applied before (a replay)."""
+                rows: Iterable[Sequence[Any]], checkpoint: str, batch_id: int,
+                deletes: Iterable[Sequence[Any]] = ()) -> bool:
+    """Apply one micro-batch in one transaction; False if this batch was applied before (a replay).
+
+    `deletes` are key values (in `key` order) whose rows are deleted; a key is in `rows` or in `deletes`,
+    not both (frames.split_deletes keeps the last change of each key)."""
     names = ", ".join(quote(c) for c in columns)
     marks = ", ".join("?" for _ in columns)
     sql = f"INSERT INTO {quote(table)} ({names}) VALUES ({marks})"
@@ -115,6 +119,10 @@ def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Seque
             conn.execute("ROLLBACK")
             return False
         conn.executemany(sql, ([sqlite_value(v) for v in row] for row in rows))
+        if key:
+            match = " AND ".join(f"{quote(k)} = ?" for k in key)
+            conn.executemany(f"DELETE FROM {quote(table)} WHERE {match}",
+                             ([sqlite_value(v) for v in k] for k in deletes))
         conn.execute(f"INSERT INTO {LEDGER} (view, checkpoint, batch_id) VALUES (?, ?, ?) "
                      "ON CONFLICT (view, checkpoint) DO UPDATE SET batch_id = excluded.batch_id",
                      (table, checkpoint, batch_id))

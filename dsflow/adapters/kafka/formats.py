@@ -1,0 +1,465 @@
+"""Values in and out of Kafka records by format, and the dead-letter topic for records that do not decode.
+
+Reading (inside a read task of the Kafka data source), per chunk of consumed messages:
+
+    json        values stay text for the JVM's from_json (the fast path); when a dead-letter topic is set,
+                the chunk is checked first: one pyarrow JSON parse of the whole chunk, and only when that
+                fails or infers a type that does not fit, a per-record check finds the culprits
+    avro        Confluent wire format: magic byte 0, 4-byte schema id, Avro binary. The writer schema is
+                fetched by id once per process (cached) and records are decoded with fastavro into an Arrow
+                struct column `__value` with the relation's columns
+    primitives  string (UTF-8), long/int (big-endian), double (IEEE 754), bytes: one column in `__value`
+
+A record that does not decode (bad JSON, not the wire format, an unknown schema id, a value that does not
+fit its column) goes to the dead-letter topic with its key and value as they were, and headers naming the
+error and the source topic, partition and offset. Nothing is dropped: a record is in the result or in the
+dead-letter topic (at-least-once: a retried task sends its dead letters again).
+
+Writing: `value_serializer` turns the sink's `value` structs into bytes (avro through confluent-kafka's
+AvroSerializer, which registers the schema under the subject; primitives by struct.pack).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dsflow.core.formats import PRIMITIVE_FORMATS, base_type
+from dsflow.errors import DsflowError
+
+NUMERIC_KEYS = ("long", "int", "double")
+"""Key formats whose keys are binary numbers (the others are read and written as text)."""
+
+VALUE_COLUMN = "__value"
+"""The struct column holding decoded columns (formats other than json)."""
+
+HEADER_ERROR, HEADER_TOPIC, HEADER_PARTITION, HEADER_OFFSET, HEADER_QUERY = (
+    "dsflow.error", "dsflow.source.topic", "dsflow.source.partition", "dsflow.source.offset", "dsflow.query")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a source's values are decoded, and where records that do not decode go."""
+
+    value_format: str = "json"
+    columns: tuple[tuple[str, str], ...] = ()
+    registry: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
+    dlq_topic: str | None = None
+    query: str = ""
+    key_format: str | None = None
+    """long, int or double: keys are binary numbers, read as their decimal text and written back as binary."""
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> Decoding:
+        from dsflow.adapters.kafka.registry import registry_settings
+
+        columns = tuple(tuple(c) for c in json.loads(opts.get("value.columns") or "[]"))
+        return cls(value_format=opts.get("value.format", "json").lower(), columns=columns,
+                   registry=registry_settings(opts), dlq_topic=opts.get("dlq.topic") or None,
+                   query=opts.get("dlq.query", ""), key_format=(opts.get("key.format") or "").lower() or None)
+
+    @property
+    def numeric_key(self) -> bool:
+        return self.key_format in _UNPACK
+
+    @property
+    def decoded(self) -> bool:
+        """True if values are decoded here into `__value` (every format but json)."""
+        return self.value_format != "json"
+
+
+# --- types ------------------------------------------------------------------------------------------
+
+
+def arrow_type(sql_type: str) -> Any:
+    """The Arrow type Spark expects for a column type."""
+    import re
+
+    import pyarrow as pa
+
+    name = base_type(sql_type)
+    simple = {"BIGINT": pa.int64(), "INT": pa.int32(), "INTEGER": pa.int32(), "SMALLINT": pa.int16(),
+              "TINYINT": pa.int8(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(),
+              "BINARY": pa.binary(), "VARBINARY": pa.binary(), "BYTES": pa.binary(), "DATE": pa.date32(),
+              "TIMESTAMP": pa.timestamp("us", tz="UTC"), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
+    if name == "DECIMAL":
+        digits = [int(d) for d in re.findall(r"\d+", sql_type)] or [10, 0]
+        return pa.decimal128(digits[0], digits[1] if len(digits) > 1 else 0)
+    return simple.get(name, pa.string())
+
+
+def value_struct(columns: tuple[tuple[str, str], ...]) -> Any:
+    import pyarrow as pa
+
+    return pa.struct([(name, arrow_type(sql_type)) for name, sql_type in columns])
+
+
+def spark_struct_ddl(columns: list[tuple[str, str]]) -> str:
+    """`__value STRUCT<...>` in Spark DDL, for the data source's schema."""
+    from dsflow.adapters.spark.translate import spark_type
+
+    return f"{VALUE_COLUMN} STRUCT<" + ", ".join(f"`{n}`: {spark_type(t)}" for n, t in columns) + ">"
+
+
+# --- decoding ---------------------------------------------------------------------------------------
+
+
+Bad = list[tuple[int, str]]
+"""(index in the chunk, error text) of records that did not decode."""
+
+
+def decode_chunk(messages: list, decoding: Decoding) -> tuple[list[int], Any, Bad]:
+    """(indexes of the records kept, their `__value` struct array or None for json, the records that failed)."""
+    values = [m.value() for m in messages]
+    if decoding.numeric_key:
+        bad_keys = _key_problems(messages, decoding.key_format)
+        if bad_keys:
+            failed = {i for i, _ in bad_keys}
+            good = [i for i in range(len(messages)) if i not in failed]
+            keep, array, bad = decode_chunk([messages[i] for i in good], replace(decoding, key_format=None))
+            return [good[i] for i in keep], array, sorted(bad_keys + [(good[i], e) for i, e in bad])
+    if not decoding.decoded:
+        bad = json_problems(values, decoding.columns) if decoding.dlq_topic else []
+        failed = {i for i, _ in bad}
+        return [i for i in range(len(values)) if i not in failed], None, bad
+    if decoding.value_format == "avro":
+        rows, bad = _avro_rows(values, decoding)
+    elif decoding.value_format == "protobuf":
+        rows, bad = _protobuf_rows(values, decoding)
+    elif decoding.value_format in PRIMITIVE_FORMATS:
+        rows, bad = _primitive_rows(values, decoding)
+    else:
+        raise DsflowError("DSF-E771", f"value.format '{decoding.value_format}' cannot be read yet")
+    keep, array, mismatched = _to_struct(rows, decoding.columns)
+    return keep, array, sorted(bad + mismatched)
+
+
+def _to_struct(rows: list[tuple[int, Any]], columns: tuple[tuple[str, str], ...]) -> tuple[list[int], Any, Bad]:
+    """The rows as one struct array; a batch that does not convert is converted row by row to find the culprits."""
+    import pyarrow as pa
+
+    kind = value_struct(columns)
+    try:
+        return [i for i, _ in rows], pa.array([r for _, r in rows], type=kind), []
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    keep, good, bad = [], [], []
+    for i, row in rows:
+        try:
+            pa.array([row], type=kind)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as err:
+            bad.append((i, f"schema mismatch: {err}"))
+            continue
+        keep.append(i)
+        good.append(row)
+    return keep, pa.array(good, type=kind), bad
+
+
+def _avro_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
+    import fastavro
+
+    rows, bad = [], []
+    names = [n for n, _ in decoding.columns]
+    for i, value in enumerate(values):
+        if value is None:  # a tombstone: no value
+            rows.append((i, None))
+            continue
+        if len(value) < 5 or value[0] != 0:
+            bad.append((i, "not in the Confluent wire format (no magic byte 0 and schema id)"))
+            continue
+        schema_id = int.from_bytes(value[1:5], "big")
+        schema = writer_schema(decoding.registry, schema_id)
+        if schema is None:
+            bad.append((i, f"unknown schema id {schema_id}"))
+            continue
+        try:
+            record = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
+        except Exception as err:  # noqa: BLE001 - any decoding failure makes a dead letter
+            bad.append((i, f"cannot decode Avro with schema id {schema_id}: {err!r}"))
+            continue
+        if not isinstance(record, dict):
+            bad.append((i, f"schema id {schema_id} is not a record schema"))
+            continue
+        lowered = {k.lower(): v for k, v in record.items()}
+        rows.append((i, {n: record[n] if n in record else lowered.get(n.lower()) for n in names}))
+    return rows, bad
+
+
+_SCHEMAS: dict[tuple[str, int], Any] = {}
+
+
+def writer_schema(registry: Mapping[str, str], schema_id: int) -> Any:
+    """The parsed Avro schema of an id, cached per process; None if the registry does not know the id.
+    A registry that cannot be reached stops the query (DSF-E770): that is not the record's fault."""
+    import fastavro
+
+    from dsflow.adapters.kafka.registry import URL, schema_by_id
+
+    key = (registry.get(URL, ""), schema_id)
+    if key not in _SCHEMAS:
+        try:
+            text, schema_type = schema_by_id(registry, schema_id)
+        except DsflowError as err:
+            if err.code != "DSF-E123":
+                raise
+            _SCHEMAS[key] = None
+            return None
+        _SCHEMAS[key] = fastavro.parse_schema(json.loads(text)) if schema_type.upper() == "AVRO" else None
+    return _SCHEMAS[key]
+
+
+def _protobuf_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
+    from dsflow.adapters.kafka.protobuf import decode
+
+    rows, bad = [], []
+    names = [n for n, _ in decoding.columns]
+    for i, value in enumerate(values):
+        if value is None:
+            rows.append((i, None))
+            continue
+        row, error = decode(value, decoding.registry, names)
+        if error is None:
+            rows.append((i, row))
+        else:
+            bad.append((i, error))
+    return rows, bad
+
+
+def _key_problems(messages: list, key_format: str) -> Bad:
+    size = _UNPACK[key_format][0]
+    return [(i, f"key: a {key_format} key has {size} bytes, this one has {len(m.key())}")
+            for i, m in enumerate(messages) if m.key() is not None and len(m.key()) != size]
+
+
+def key_texts(keys: list, key_format: str) -> list:
+    """Binary number keys as their decimal text (how keys travel inside a query)."""
+    fmt = _UNPACK[key_format][1]
+    return [None if k is None else str(struct.unpack(fmt, k)[0]) for k in keys]
+
+
+def key_encoder(key_format: str | None) -> Callable[[list], list] | None:
+    """Keys (text inside the query) back to binary numbers for a long/int/double key format; None otherwise."""
+    if key_format not in _UNPACK:
+        return None
+    fmt = _UNPACK[key_format][1]
+    parse = float if key_format == "double" else lambda t: int(float(t)) if "." in t or "e" in t.lower() else int(t)
+    return lambda keys: [None if k is None else struct.pack(fmt, parse(k if isinstance(k, str) else k.decode()))
+                         for k in keys]
+
+
+_UNPACK = {"long": (8, ">q"), "int": (4, ">i"), "double": (8, ">d")}
+
+
+def _primitive_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
+    name = decoding.columns[0][0]
+    fmt = decoding.value_format
+    rows, bad = [], []
+    for i, value in enumerate(values):
+        if value is None:  # a tombstone
+            rows.append((i, None))
+        elif fmt == "bytes":
+            rows.append((i, {name: value}))
+        elif fmt == "string":
+            try:
+                rows.append((i, {name: value.decode("utf-8")}))
+            except UnicodeDecodeError as err:
+                bad.append((i, f"not UTF-8: {err}"))
+        elif len(value) != _UNPACK[fmt][0]:
+            bad.append((i, f"a {fmt} value has {_UNPACK[fmt][0]} bytes, this one has {len(value)}"))
+        else:
+            rows.append((i, {name: struct.unpack(_UNPACK[fmt][1], value)[0]}))
+    return rows, bad
+
+
+# --- JSON checks --------------------------------------------------------------------------------------
+
+
+def json_problems(values: list, columns: tuple[tuple[str, str], ...]) -> Bad:
+    """Records that from_json could not read into the columns: not JSON, not an object, a wrong type."""
+    present = [(i, v) for i, v in enumerate(values) if v is not None]
+    if not present or _chunk_fits(present, columns):
+        return []
+    bad = []
+    for i, value in present:
+        problem = _json_problem(value, columns)
+        if problem:
+            bad.append((i, problem))
+    return bad
+
+
+def _chunk_fits(present: list[tuple[int, bytes]], columns: tuple[tuple[str, str], ...]) -> bool:
+    """One pyarrow parse of the whole chunk: True if every record is a JSON object whose fields fit."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if any(b"\n" in v or not v.strip() for _, v in present):
+        return False
+    data = b"\n".join(v for _, v in present)
+    try:
+        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=max(1 << 20, len(data) + 1)))
+    except (pa.ArrowException, ValueError):
+        return False
+    if table.num_rows != len(present):
+        return False
+    found = {f.name.lower(): f.type for f in table.schema}
+    return all(_arrow_fits(found[n.lower()], t) for n, t in columns if n.lower() in found)
+
+
+def _arrow_fits(kind: Any, sql_type: str) -> bool:
+    import pyarrow.types as t
+
+    if t.is_null(kind):
+        return True
+    expect = _expected(sql_type)
+    if expect == "int":
+        return t.is_integer(kind)
+    if expect == "number":
+        return t.is_integer(kind) or t.is_floating(kind)
+    if expect == "bool":
+        return t.is_boolean(kind)
+    return True
+
+
+def _expected(sql_type: str) -> str:
+    name = base_type(sql_type)
+    if name in ("BIGINT", "INT", "INTEGER", "SMALLINT", "TINYINT"):
+        return "int"
+    if name in ("DOUBLE", "FLOAT", "DECIMAL"):
+        return "number"
+    return "bool" if name == "BOOLEAN" else "any"
+
+
+def _json_problem(value: bytes, columns: tuple[tuple[str, str], ...]) -> str | None:
+    try:
+        parsed = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as err:
+        return f"bad JSON: {err}"
+    if not isinstance(parsed, dict):
+        return f"bad JSON: expected an object, got {type(parsed).__name__}"
+    lowered = {k.lower(): v for k, v in parsed.items()}
+    for name, sql_type in columns:
+        field_value = lowered.get(name.lower())
+        if field_value is None:
+            continue
+        expect = _expected(sql_type)
+        is_bool = isinstance(field_value, bool)
+        fits = {"int": isinstance(field_value, int) and not is_bool,
+                "number": isinstance(field_value, (int, float)) and not is_bool,
+                "bool": is_bool}.get(expect, True)
+        if not fits:
+            return f"schema mismatch: column '{name}' is {sql_type}, the record has {json.dumps(field_value)[:100]}"
+    return None
+
+
+# --- dead letters -------------------------------------------------------------------------------------
+
+
+class DeadLetters:
+    """Sends records that did not decode to the dead-letter topic; `close()` flushes (DSF-E772 on failure)."""
+
+    def __init__(self, config: Mapping[str, Any], decoding: Decoding) -> None:
+        self.config = dict(config)
+        self.decoding = decoding
+        self.count = 0
+        self._producer: Any = None
+        self._errors: Any = None
+
+    def send(self, messages: list, bad: Bad) -> None:
+        if not bad:
+            return
+        if self._producer is None:
+            self._open()
+        for index, error in bad:
+            m = messages[index]
+            headers = [(HEADER_ERROR, error[:2000]), (HEADER_TOPIC, m.topic()), (HEADER_PARTITION, str(m.partition())),
+                       (HEADER_OFFSET, str(m.offset())), (HEADER_QUERY, self.decoding.query)]
+            while True:
+                try:
+                    self._producer.produce(self.decoding.dlq_topic, m.value(), m.key(), headers=headers)
+                    break
+                except BufferError:
+                    self._producer.poll(0.1)
+            self.count += 1
+        self._producer.poll(0)
+
+    def _open(self) -> None:
+        from dsflow.adapters.kafka import client
+        from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+
+        bootstrap = self.config.get("bootstrap.servers", "")
+        extra = {k: str(v) for k, v in self.config.items() if k != "bootstrap.servers"}
+        ensure_topic(bootstrap, TopicSpec(self.decoding.dlq_topic, 1), extra)
+        self._errors = client.DeliveryErrors()
+        self._producer = client.new_producer(self.config, self._errors)
+
+    def close(self) -> None:
+        from dsflow.adapters.kafka import client
+
+        if self._producer is None:
+            return
+        try:
+            client.flush_or_raise(self._producer, self.decoding.dlq_topic, self.count, self._errors)
+        except DsflowError as err:
+            raise DsflowError("DSF-E772", f"dead letters of query {self.decoding.query} not delivered: "
+                              f"{err.message}", hint="check the dead-letter topic and the broker") from err
+
+
+def dead_letter_count(config: Mapping[str, Any], topic: str) -> int | None:
+    """Records in the dead-letter topic (end minus start offsets); None if it does not exist."""
+    from dsflow.adapters.kafka import client
+
+    with client.consumer(config) as c:
+        try:
+            parts = client.topic_partitions(c, topic, timeout=5.0)
+        except DsflowError:
+            return None
+        if not parts:
+            return None
+        starts = client.start_offsets(c, topic, parts)
+        ends = client.end_offsets(c, topic, parts, first_wait=0.5)
+        return sum(max(0, ends[p] - starts[p]) for p in parts)
+
+
+# --- writing ------------------------------------------------------------------------------------------
+
+
+def value_serializer(value_format: str, topic: str, registry: Mapping[str, str], schema: str | None,
+                     subject: str | None) -> Callable[[list], list] | None:
+    """A function from a batch's `value` structs (dicts) to record values; None for json (text as it is)."""
+    if value_format == "json":
+        return None
+    if value_format in PRIMITIVE_FORMATS:
+        return _primitive_serializer(value_format)
+    if value_format == "protobuf":
+        from dsflow.adapters.kafka.protobuf import serializer
+
+        return serializer(topic, registry, schema or "", subject)
+    if value_format != "avro":
+        raise DsflowError("DSF-E771", f"value.format '{value_format}' cannot be written yet")
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    from dsflow.adapters.kafka.registry import client
+
+    conf = {"auto.register.schemas": True, "subject.name.strategy": lambda ctx, name: subject or f"{topic}-value"}
+    serializer = AvroSerializer(client(registry), schema, conf=conf)
+    context = SerializationContext(topic, MessageField.VALUE)
+    return lambda rows: [None if r is None else serializer(r, context) for r in rows]
+
+
+def _primitive_serializer(value_format: str) -> Callable[[list], list]:
+    def one(row: Any) -> bytes | None:
+        value = next(iter(row.values())) if isinstance(row, dict) else row
+        if value is None:
+            return None
+        if value_format == "string":
+            return str(value).encode("utf-8")
+        if value_format == "bytes":
+            return bytes(value)
+        return struct.pack(_UNPACK[value_format][1], value)
+
+    return lambda rows: [one(r) for r in rows]

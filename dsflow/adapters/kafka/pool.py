@@ -1,0 +1,70 @@
+"""Kafka clients kept alive across the tasks a Python worker runs, instead of one new client per task.
+
+Spark reuses its Python workers (`spark.python.worker.reuse`, on by default): the read and write tasks of
+one micro-batch after another run in the same processes. A new Consumer or Producer per task paid the
+connection, the metadata request and the first fetch every micro-batch: at 10,000 events/s that was ~50-100 ms
+of each task of a ~1 s batch, straight into end-to-end latency (docs/benchmarks.md, "Latency").
+
+A client goes back to the pool only after a task that succeeded with it: a consumer is unassigned by
+`client.read_range` (its fetch queue purged), and a producer was flushed with no delivery error. Anything
+else closes it. Clients are keyed by their configuration, so two queries with different settings never share
+one; at most `KEEP` idle clients of each kind per configuration (a worker runs one task at a time).
+`DSFLOW_KAFKA_REUSE=0` in the environment turns pooling off (a new client per task, as before).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dsflow.adapters.kafka import client
+
+KEEP = 2
+REUSE_ENV = "DSFLOW_KAFKA_REUSE"
+
+_consumers: dict[str, list[Any]] = {}
+_producers: dict[str, list[tuple[Any, client.DeliveryErrors]]] = {}
+
+
+def _enabled() -> bool:
+    return os.environ.get(REUSE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def consumer(config: Mapping[str, Any]) -> Any:
+    """An idle consumer made with `config`, or a new one; hand it back with `release_consumer`."""
+    idle = _consumers.get(_key(config))
+    return idle.pop() if idle else client.new_consumer(config)
+
+
+def release_consumer(config: Mapping[str, Any], c: Any, ok: bool) -> None:
+    """Keep `c` for the next task if the task succeeded (and pooling is on); close it otherwise."""
+    idle = _consumers.setdefault(_key(config), [])
+    if ok and _enabled() and len(idle) < KEEP:
+        idle.append(c)
+    else:
+        c.close()
+
+
+def producer(config: Mapping[str, Any]) -> tuple[Any, client.DeliveryErrors]:
+    """An idle producer made with `config` and its (emptied) delivery-error list, or a new pair."""
+    idle = _producers.get(_key(config))
+    if idle:
+        found, errors = idle.pop()
+        errors.clear()
+        return found, errors
+    errors = client.DeliveryErrors()
+    return client.new_producer(config, errors), errors
+
+
+def release_producer(config: Mapping[str, Any], pair: tuple[Any, client.DeliveryErrors], ok: bool) -> None:
+    """Keep a flushed producer without delivery errors for the next task; drop it otherwise (its queue was
+    flushed or failed: nothing is left to deliver)."""
+    idle = _producers.setdefault(_key(config), [])
+    if ok and not pair[1] and len(pair[0]) == 0 and _enabled() and len(idle) < KEEP:
+        idle.append(pair)

@@ -1,0 +1,121 @@
+"""The schema registry (Confluent REST API) through confluent-kafka's SchemaRegistryClient.
+
+    subject_columns(registry, "orders-value", "avro")     # the loader: columns of a subject's latest schema
+    register(config, "orders_eu-value", schema, "avro")   # apply: a sink's schema
+    client(config)                                        # a cached client per process (readers, writers)
+
+`config` is the `schema.registry.*` dict of `SchemaRegistry.client_config()` (also what the Kafka data source
+gets as options). confluent-kafka is imported here only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dsflow.core.formats import columns_from_avro
+from dsflow.core.model import SchemaRegistry
+from dsflow.errors import DsflowError
+
+URL = "schema.registry.url"
+USER = "schema.registry.basic.auth.user"
+PASSWORD = "schema.registry.basic.auth.password"
+
+_CLIENTS: dict[tuple, Any] = {}
+
+
+def registry_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The schema.registry.* entries of a dict of options (keys lower-cased by Spark or not)."""
+    return {k.lower(): v for k, v in options.items() if k.lower().startswith("schema.registry.")}
+
+
+def client(config: Mapping[str, str]) -> Any:
+    """One SchemaRegistryClient per registry and credentials in this process (it caches schemas by id)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    key = (config.get(URL), config.get(USER), config.get(PASSWORD))
+    if key not in _CLIENTS:
+        conf = {"url": config[URL]}
+        if config.get(USER) or config.get(PASSWORD):
+            conf["basic.auth.user.info"] = f"{config.get(USER, '')}:{config.get(PASSWORD, '')}"
+        _CLIENTS[key] = SchemaRegistryClient(conf)
+    return _CLIENTS[key]
+
+
+def _failure(config: Mapping[str, str], what: str, err: Exception) -> DsflowError:
+    return DsflowError("DSF-E770", f"schema registry {config.get(URL)}: {what} failed: {err}",
+                       hint="check that the registry is reachable and the credentials are right")
+
+
+def latest_schema(config: Mapping[str, str], subject: str, fmt: str | None = None) -> tuple[int, str, str]:
+    """(id, schema text, schema type) of the subject's latest version (`fmt='serialized'`: protobuf as a
+    base64 FileDescriptorProto)."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        found = client(config).get_latest_version(subject, fmt=fmt)
+    except SchemaRegistryError as err:
+        if err.http_status_code == 404:
+            raise DsflowError("DSF-E123", f"subject '{subject}' is not in the registry") from err
+        raise _failure(config, f"reading subject '{subject}'", err) from err
+    except Exception as err:  # noqa: BLE001 - httpx connection errors and the like
+        raise _failure(config, f"reading subject '{subject}'", err) from err
+    return found.schema_id, found.schema.schema_str, found.schema.schema_type or "AVRO"
+
+
+def subject_columns(registry: SchemaRegistry, subject: str, value_format: str) -> list[tuple[str, str]]:
+    """The (name, SQL type) columns of the subject's latest schema."""
+    _, text, schema_type = latest_schema(registry.client_config(), subject,
+                                         "serialized" if value_format == "protobuf" else None)
+    if schema_type.upper() != value_format.upper():
+        raise DsflowError("DSF-E123", f"subject '{subject}' holds a {schema_type} schema, not {value_format}")
+    try:
+        if value_format == "avro":
+            return columns_from_avro(text)
+        from dsflow.adapters.kafka.protobuf import columns_from_proto
+
+        return columns_from_proto(text)
+    except ValueError as err:
+        raise DsflowError("DSF-E123", f"subject '{subject}': {err}") from err
+
+
+def register(config: Mapping[str, str], subject: str, schema_text: str, schema_type: str = "AVRO") -> int:
+    """Register the schema under the subject (idempotent: the same schema keeps its id); returns the id."""
+    from confluent_kafka.schema_registry import Schema
+
+    try:
+        return client(config).register_schema(subject, Schema(schema_text, schema_type.upper()))
+    except Exception as err:  # noqa: BLE001
+        raise _failure(config, f"registering subject '{subject}'", err) from err
+
+
+_BY_ID: dict[tuple[str, int], str | None] = {}
+
+
+def schema_text_by_id(config: Mapping[str, str], schema_id: int, schema_type: str) -> str | None:
+    """The schema text of an id if it is a `schema_type` schema, cached per process; None if unknown."""
+    key = (config.get(URL, ""), schema_id)
+    if key not in _BY_ID:
+        try:
+            text, found = schema_by_id(config, schema_id, "serialized" if schema_type == "PROTOBUF" else None)
+        except DsflowError as err:
+            if err.code != "DSF-E123":
+                raise
+            text, found = None, ""
+        _BY_ID[key] = text if found.upper() == schema_type else None
+    return _BY_ID[key]
+
+
+def schema_by_id(config: Mapping[str, str], schema_id: int, fmt: str | None = None) -> tuple[str, str]:
+    """(schema text, schema type) of a schema id; the client caches it. DSF-E123 if the id is unknown."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        schema = client(config).get_schema(schema_id, fmt=fmt)
+    except SchemaRegistryError as err:
+        if err.http_status_code == 404:
+            raise DsflowError("DSF-E123", f"schema id {schema_id} is not in the registry") from err
+        raise _failure(config, f"reading schema id {schema_id}", err) from err
+    except Exception as err:  # noqa: BLE001
+        raise _failure(config, f"reading schema id {schema_id}", err) from err
+    return schema.schema_str, schema.schema_type or "AVRO"

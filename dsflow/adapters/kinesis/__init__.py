@@ -1,0 +1,2 @@
+"""Kinesis streams: a boto3 client from store settings, admin (create/delete/describe), a Spark Python data
+source `dsflow_kinesis` (datasource.py), apply/refresh (executor.py) and the topic commands' records.py."""

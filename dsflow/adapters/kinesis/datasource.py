@@ -1,0 +1,255 @@
+"""Kinesis streams as a Spark Python data source, `dsflow_kinesis`, on boto3.
+
+    spark.readStream.format("dsflow_kinesis").option("stream", "pageviews")
+        .option("kinesis.endpoint", "http://127.0.0.1:4567").option("kinesis.region", "us-east-1").load()
+
+Options: stream (required); starting.position earliest (default) | latest; starting.timestamp epoch ms
+(a replay); starting.offsets JSON {shard id: position} carried from an older query version;
+max.records.per.batch; kinesis.<setting> the store's settings (client.py).
+
+Rows: key (the partition key), value (the data as UTF-8), stream, shard, sequence, timestamp (the
+approximate arrival time): the same key/value/timestamp columns as `dsflow_kafka`.
+
+Offsets are {shard id: position}, one entry per shard, with a position of (offsets.py)
+    "trim"          nothing read yet: from the shard's first record (TRIM_HORIZON)
+    "at:<ms>"       nothing read yet: from the first record that arrived at or after <ms> (AT_TIMESTAMP)
+    "after:<seq>"   read up to and including sequence number <seq>
+    "closed"        a closed shard (a parent of a split or merge) read to its end
+so the checkpoint holds sequence numbers. Resharding: a child shard is read only once the batch
+before has drained every parent still listed (parents first, per key order is kept).
+
+Finding the end of a micro-batch needs reading (Kinesis has no "end offset" call): the driver-side
+reader reads the new records in latestOffset and hands them to the batch's partitions (one per shard)
+instead of reading them twice. A batch planned again after a restart (its records are no longer in
+memory) is read from Kinesis between the same sequence numbers, so it holds the same records.
+
+Writing takes `value` (and optional `key`, the partition key; without one, a hash of the value) and
+sends PutRecords batches of up to 500 records, retrying throttled or failed records with backoff
+(at-least-once, like the Kafka sink).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+from dsflow.adapters.kinesis import client as kc
+from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
+from dsflow.adapters.kinesis.writing import put_batches
+from dsflow.errors import DsflowError
+
+SCHEMA = StructType([
+    StructField("key", StringType()), StructField("value", StringType()), StructField("stream", StringType()),
+    StructField("shard", StringType()), StructField("sequence", StringType()),
+    StructField("timestamp", TimestampType()),
+])
+DEFAULT_BATCH_RECORDS = 100_000
+"""Records one micro-batch takes at most (over all shards) unless max.records.per.batch says otherwise."""
+
+
+@dataclass(frozen=True)
+class KinesisOptions:
+    """The data source options, parsed and checked once."""
+
+    stream: str
+    settings: dict[str, str] = field(default_factory=dict, repr=False)
+    starting_position: str = "earliest"
+    starting_timestamp: int | None = None
+    starting_offsets: dict[str, str] | None = None
+    max_records: int = DEFAULT_BATCH_RECORDS
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> KinesisOptions:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        stream = opts.get("stream", "").strip()
+        if not stream:
+            raise DsflowError("DSF-E762", "dsflow_kinesis: option 'stream' is required", hint='.option("stream", ...)')
+        start = opts.get("starting.position", "earliest").strip().lower()
+        if start not in ("earliest", "latest"):
+            raise DsflowError("DSF-E762", f"dsflow_kinesis: starting.position is '{start}'; expected earliest or latest")
+        offsets = json.loads(opts["starting.offsets"]) if opts.get("starting.offsets") else None
+        return cls(stream=stream, settings=kc.settings_of(opts), starting_position=start,
+                   starting_timestamp=int(opts["starting.timestamp"]) if opts.get("starting.timestamp") else None,
+                   starting_offsets={str(k): str(v) for k, v in offsets.items()} if offsets else None,
+                   max_records=int(opts.get("max.records.per.batch") or DEFAULT_BATCH_RECORDS))
+
+
+class KinesisDataSource(DataSource):
+    """Read and write Kinesis streams under the name `dsflow_kinesis`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dsflow_kinesis"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> KinesisStreamReader:
+        return KinesisStreamReader(KinesisOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KinesisStreamWriter:
+        return KinesisStreamWriter(KinesisOptions.parse(self.options), _checked(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> KinesisBatchWriter:
+        return KinesisBatchWriter(KinesisOptions.parse(self.options), _checked(schema))
+
+
+@dataclass(frozen=True)
+class ShardRange(InputPartition):
+    """One read task: the records of one shard after `start` up to `end` (offset positions)."""
+
+    stream: str
+    shard: str
+    start: str
+    end: str
+    settings: dict[str, str] = field(repr=False)
+    records: tuple[Record, ...] | None = field(default=None, repr=False)
+    """The records the driver read to find `end`; None: read them from Kinesis (a batch planned again)."""
+
+
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets and records are found on the driver; tasks turn them into Arrow batches."""
+
+    def __init__(self, options: KinesisOptions) -> None:
+        self.options = options
+        self._client: Any = None
+        self._fetched: dict[tuple[str, str, str], tuple[Record, ...]] = {}
+        self._cutoff_ms: int | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_client": None, "_fetched": {}}
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = kc.new_client(self.options.settings)
+        return self._client
+
+    def _shards(self) -> list[dict[str, Any]]:
+        try:
+            return kc.list_shards(self.client(), self.options.stream)
+        except Exception as err:  # noqa: BLE001 - a missing stream or endpoint becomes one clear error
+            raise DsflowError("DSF-E763", f"cannot list the shards of Kinesis stream '{self.options.stream}': {err}",
+                              hint="check that the stream exists (dsflow apply creates it) and the store settings")
+
+    def initialOffset(self) -> dict:
+        o = self.options
+        return initial_positions(self._shards(), o.starting_position, o.starting_timestamp, o.starting_offsets,
+                                 now_ms=int(time.time() * 1000))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """An availableNow run takes the records that arrived before now; later ones wait for the next run."""
+        self._cutoff_ms = int(time.time() * 1000)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        shards = self._shards()
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_records
+        end = {s["ShardId"]: start.get(s["ShardId"], "trim") for s in shards}
+        end.update({k: v for k, v in start.items() if k not in end})  # expired shards keep their last position
+        self._fetched = {}
+        for shard in eligible(shards, start):
+            shard_id = shard["ShardId"]
+            if budget <= 0 or end[shard_id] == "closed":
+                continue
+            records, position = read_shard(self.client(), self.options.stream, shard_id, end[shard_id],
+                                           budget, self._cutoff_ms)
+            if position != end[shard_id]:
+                self._fetched[(shard_id, end[shard_id], position)] = tuple(records)
+                end[shard_id] = position
+            budget -= len(records)
+        return end
+
+    def partitions(self, start: dict, end: dict) -> list[ShardRange]:
+        ranges = []
+        for shard_id, stop in end.items():
+            begin = start.get(shard_id, "trim")
+            if begin == stop:
+                continue
+            records = self._fetched.pop((shard_id, begin, stop), None)
+            if records is not None and not records:
+                continue
+            ranges.append(ShardRange(self.options.stream, shard_id, begin, stop, self.options.settings, records))
+        return ranges
+
+    def read(self, partition: ShardRange) -> Iterator[Any]:
+        records = partition.records
+        if records is None:
+            records = replay_range(kc.new_client(partition.settings), partition.stream, partition.shard,
+                                   partition.start, partition.end)
+        for i in range(0, len(records), 10_000):
+            yield to_record_batch(records[i:i + 10_000], partition.stream, partition.shard)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in the Spark checkpoint."""
+
+    def stop(self) -> None:
+        self._client = None
+
+
+def to_record_batch(records: tuple[Record, ...] | list[Record], stream: str, shard: str) -> Any:
+    """Records as an Arrow RecordBatch matching SCHEMA."""
+    import pyarrow as pa
+
+    count = len(records)
+    columns = [
+        pa.array([r.key for r in records], pa.string()),
+        pa.array([r.value for r in records], pa.string()),
+        pa.repeat(pa.scalar(stream, pa.string()), count),
+        pa.repeat(pa.scalar(shard, pa.string()), count),
+        pa.array([r.sequence for r in records], pa.string()),
+        pa.array([r.arrival_ms * 1000 for r in records], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.RecordBatch.from_arrays(columns, names=[f.name for f in SCHEMA.fields])
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class KinesisCommit(WriterCommitMessage):
+    records: int
+
+
+def _checked(schema: StructType) -> StructType:
+    names = {f.name.lower() for f in schema.fields}
+    if "value" not in names:
+        raise DsflowError("DSF-E762", f"writing to Kinesis needs a 'value' column; got {', '.join(names) or 'none'}",
+                          hint="select your payload AS value (and the partition key AS key)")
+    return schema
+
+
+class KinesisStreamWriter(DataSourceStreamArrowWriter):
+    """Each task puts its rows (retrying throttled ones) before reporting success: at-least-once."""
+
+    def __init__(self, options: KinesisOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Any]) -> KinesisCommit:
+        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator))
+
+    def commit(self, messages: list, batchId: int) -> None:
+        """Nothing to do: the records were put by the tasks."""
+
+    def abort(self, messages: list, batchId: int) -> None:
+        """Nothing can be undone: records put stay (at-least-once)."""
+
+
+class KinesisBatchWriter(DataSourceArrowWriter):
+    """df.write.format("dsflow_kinesis").mode("append") (an aggregation's updates through foreachBatch)."""
+
+    def __init__(self, options: KinesisOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Any]) -> KinesisCommit:
+        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator))

@@ -1,0 +1,36 @@
+"""The query driver's side of Kinesis: the streaming DataFrame of a SourceSpec of kind kinesis, and a
+query writing into a Kinesis stream (append through the data source; updates through foreachBatch)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dsflow.adapters.kinesis.client import prefixed
+
+
+def kinesis_stream(spark, source):
+    """Rows (key, value, stream, shard, sequence, timestamp) of the source's Kinesis stream."""
+    reader = (spark.readStream.format("dsflow_kinesis").option("stream", source.topic)
+              .option("starting.position", source.starting_position))
+    for key, value in prefixed(source.client_config).items():
+        reader = reader.option(key, value)
+    if source.starting_offsets:
+        reader = reader.option("starting.offsets", json.dumps(source.starting_offsets))
+    if source.starting_timestamp is not None:
+        reader = reader.option("starting.timestamp", str(source.starting_timestamp))
+    return reader.load()
+
+
+def start_kinesis(spec, frame, trigger: dict[str, Any]):
+    """Start a query whose sink is a Kinesis stream; `frame` holds (key, value) rows."""
+    options = {"stream": spec.sink.topic, **prefixed(spec.sink.client_config)}
+    if spec.sink.output_mode == "update":
+        def write(batch, batch_id: int) -> None:
+            batch.write.format("dsflow_kinesis").mode("append").options(**options).save()
+
+        writer = frame.writeStream.foreachBatch(write).outputMode("update")
+    else:
+        writer = frame.writeStream.format("dsflow_kinesis").options(**options)
+    return (writer.option("checkpointLocation", spec.checkpoint).queryName(spec.name.replace(".", "_"))
+            .trigger(**trigger).start())

@@ -1,0 +1,113 @@
+"""`dsflow topic list|describe|create|delete|print|produce` on Kafka and Kinesis stores (logic in topics.py)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+
+from dsflow import operations, topics
+from dsflow.errors import DsflowError
+
+console = Console(highlight=False, soft_wrap=True)
+STORE_HELP = "store to use (default: the relation's store, else the project's default store)"
+
+
+def _target(ctx: click.Context, name: str, store: str | None, bootstrap: str | None = None) -> topics.Target:
+    if bootstrap:
+        return topics.kafka_target(bootstrap, name)
+    return topics.resolve(operations.load(ctx.obj).project, name, store)
+
+
+@click.group()
+def topic() -> None:
+    """Kafka topics and Kinesis streams: list, describe, create, delete, produce and print."""
+
+
+@topic.command("list")
+@click.option("--store", help="one store (default: every kafka and kinesis store)")
+@click.pass_context
+def topic_list(ctx: click.Context, store: str | None) -> None:
+    """List the topics (streams) of the project's streaming stores, with the relations they back."""
+    project = operations.load(ctx.obj).project
+    stores = [topics.streaming_store(project, store)] if store else [
+        s for s in project.stores if s.type in topics.STREAMING]
+    for found in stores:
+        backs = {r.topic: r.fqn for r in project.relations if r.store == found.name}
+        for name in topics.list_names(found):
+            click.echo(f"{found.name}\t{found.type}\t{name}\t{backs.get(name, '')}".rstrip())
+
+
+@topic.command("describe")
+@click.argument("name")
+@click.option("--store", help=STORE_HELP)
+@click.pass_context
+def topic_describe(ctx: click.Context, name: str, store: str | None) -> None:
+    """Describe topic NAME (a topic, stream or relation name) as JSON: partitions or shards."""
+    target = _target(ctx, name, store)
+    info = topics.describe(target)
+    if info is None:
+        raise DsflowError("DSF-E767", f"no topic '{target.name}' in the {target.store_type} store '{target.store}'",
+                          hint="see 'dsflow topic list'")
+    click.echo(json.dumps(info))
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--store", help=STORE_HELP)
+@click.option("--partitions", type=click.IntRange(1), help="Kafka (default: the relation's, else 1)")
+@click.option("--replicas", type=click.IntRange(1), help="Kafka (default: the relation's, else 1)")
+@click.option("--shards", type=click.IntRange(1), help="Kinesis (default: the relation's topic.shards, else 1)")
+@click.pass_context
+def topic_create(ctx: click.Context, name: str, store: str | None, partitions: int | None, replicas: int | None,
+                 shards: int | None) -> None:
+    """Create topic NAME (a Kinesis stream in a kinesis store), waiting until it is ready."""
+    target = _target(ctx, name, store)
+    created = topics.create(target, partitions, replicas, shards)
+    console.print(f"{'Created' if created else 'Already exists:'} {target.name} in {target.store}.")
+
+
+@topic.command("delete")
+@click.argument("name")
+@click.option("--store", help=STORE_HELP)
+@click.option("--yes", is_flag=True, help="do not ask for confirmation")
+@click.pass_context
+def topic_delete(ctx: click.Context, name: str, store: str | None, yes: bool) -> None:
+    """Delete topic NAME and its records."""
+    target = _target(ctx, name, store)
+    if not yes:
+        click.confirm(f"Delete {target.name} in {target.store} with all its records?", abort=True)
+    deleted = topics.delete(target)
+    console.print(f"Deleted {target.name}." if deleted else f"No topic {target.name} in {target.store}.")
+
+
+@topic.command("produce")
+@click.argument("name")
+@click.option("--file", "file", type=click.File("r"), default="-", help="JSON lines (default: stdin)")
+@click.option("--key-field", help="take each record's key (Kinesis: partition key) from this JSON field")
+@click.option("--store", help=STORE_HELP)
+@click.option("--bootstrap", help="Kafka broker address, instead of a project store")
+@click.pass_context
+def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, store: str | None,
+                  bootstrap: str | None) -> None:
+    """Produce JSON lines to topic NAME (a topic, stream or relation name)."""
+    count = topics.produce(_target(ctx, name, store, bootstrap), file, key_field)
+    console.print(f"Produced {count} record(s).")
+
+
+@topic.command("print")
+@click.argument("name")
+@click.option("--from-beginning/--latest", default=True, show_default=True)
+@click.option("--limit", type=int, default=None, help="stop after this many records")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="stop after this many idle seconds")
+@click.option("--raw", is_flag=True, help="print values as stored, without decoding them with the relation's format")
+@click.option("--store", help=STORE_HELP)
+@click.option("--bootstrap", help="Kafka broker address, instead of a project store")
+@click.pass_context
+def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
+                store: str | None, bootstrap: str | None) -> None:
+    """Print records of topic NAME as JSON lines (key, value, partition/shard, offset/sequence, timestamp)."""
+    target = _target(ctx, name, store, bootstrap)
+    for record in topics.records(target, from_beginning, limit, timeout, raw):
+        click.echo(json.dumps(record, default=str))

@@ -1,0 +1,42 @@
+"""`'delivery.guarantee'` of a query: at-least-once (the default) or exactly-once where it is real.
+
+    stream sink          at-least-once only: 'exactly-once' is DSF-E047, which says why and what to do
+    changelog sink       exactly-once accepted: its records are idempotent upserts by key
+    view or table sink   exactly-once accepted: each batch id is recorded in the transaction writing it
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dsflow.core.model import Relation
+from dsflow.errors import Diagnostic
+from dsflow.load.sql import RawStatement
+
+GUARANTEES = ("at-least-once", "exactly-once")
+WHY_NOT_ON_A_STREAM = (
+    "a stream sink appends to Kafka and is at-least-once: Spark's Python data source writer cannot commit its "
+    "records atomically with the query's checkpoint, so a query killed after writing a micro-batch but before "
+    "committing it writes the batch again on restart; and Kafka transactions cannot close the gap here, because "
+    "the embedded broker (tansu) does not isolate them (read_committed consumers see aborted records). A "
+    "changelog is effectively exactly-once: its records are idempotent upserts by key, so a rewritten batch "
+    "leaves the same final state; materialized views and tables record each batch id in the transaction that "
+    "writes it and skip a replayed batch. Remove the property, or write a changelog with a PRIMARY KEY "
+    "(CREATE CHANGELOG ... AS SELECT with the key columns) or a materialized view.")
+
+
+def delivery_guarantee(st: RawStatement, sink: Relation, report: Callable[[Diagnostic], None]) -> str:
+    """The query's guarantee; a bad value is DSF-E032, exactly-once on a stream DSF-E047 (at-least-once kept)."""
+    prop = st.prop("delivery.guarantee")
+    if prop is None:
+        return "at-least-once"
+    value = prop.value.strip().lower()
+    if value not in GUARANTEES:
+        report(Diagnostic("DSF-E032", f"'delivery.guarantee' must be 'at-least-once' or 'exactly-once', got "
+                          f"'{prop.value}'", prop.location, hint="'delivery.guarantee' = 'at-least-once'"))
+        return "at-least-once"
+    if value == "exactly-once" and sink.kind == "stream":
+        report(Diagnostic("DSF-E047", f"'exactly-once' is not available for the stream '{sink.fqn}'", prop.location,
+                          hint=WHY_NOT_ON_A_STREAM))
+        return "at-least-once"
+    return value

@@ -1,0 +1,83 @@
+"""Checks for the stream-changelog (temporal) join: `FROM stream s [LEFT] JOIN changelog c ON s.k = c.pk`.
+
+Each stream record joins the changelog's row for its key as of the record's event time, so the changelog
+must be the right side, the ON clause must be equalities that cover the changelog's whole primary key,
+and there is no WITHIN. See docs/concepts.md (temporal joins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from dsflow.core.model import Relation, TemporalJoin
+from dsflow.errors import Diagnostic
+
+Report = Callable[[Diagnostic], None]
+HINT = "write FROM stream s [LEFT] JOIN changelog c ON s.col = c.primary_key_col"
+
+
+def check_shape(join: exp.Join, side: str, left: Relation, right: Relation, where, report: Report) -> bool:
+    """False (reported) unless `left` is a stream, `right` a changelog, the join INNER or LEFT, and no WITHIN."""
+    if left.kind == "changelog" and right.kind == "changelog":
+        report(Diagnostic("DSF-E131", "joining two changelogs is not supported yet", where(join),
+                          hint="join a stream with a changelog (a temporal join), or two streams WITHIN a duration"))
+        return False
+    if left.kind == "changelog":
+        report(Diagnostic("DSF-E131", f"the changelog '{left.fqn}' must be the right side of a temporal join",
+                          where(join), hint="swap the relations: " + HINT))
+        return False
+    if side not in ("INNER", "LEFT"):
+        report(Diagnostic("DSF-E131", f"{side} JOIN with a changelog is not supported", where(join),
+                          hint="a temporal join is INNER or LEFT: " + HINT))
+        return False
+    if join.args.get("within") is not None:
+        report(Diagnostic("DSF-E131", "a join with a changelog takes no WITHIN", where(join),
+                          hint="each stream record joins the changelog's row as of its event time; remove WITHIN"))
+        return False
+    return True
+
+
+def temporal_join(qualified: exp.Select, aliases: tuple[str, str], changelog: Relation, side: str, where,
+                  report: Report) -> TemporalJoin | None:
+    """The join's keys from ON: equalities `s.col = c.pk` covering the changelog's primary key, nothing else."""
+    join = qualified.args["joins"][0]
+    stream_alias, changelog_alias = aliases
+    pairs: dict[str, str] = {}
+    for term in _conjuncts(join.args["on"]):
+        pair = _key_pair(term, stream_alias, changelog_alias)
+        if pair is None:
+            report(Diagnostic("DSF-E132", f"a temporal join's ON may only equate a column of '{stream_alias}' with "
+                              f"a key column of '{changelog_alias}', got {term.sql()}", where(term),
+                              hint="move other conditions to WHERE"))
+            return None
+        pairs[pair[1].lower()] = pair[0]
+    key = [k for k in changelog.primary_key]
+    if set(pairs) != {k.lower() for k in key}:
+        report(Diagnostic("DSF-E132", f"a temporal join must be ON the primary key ({', '.join(key)}) of "
+                          f"'{changelog.fqn}'", where(join),
+                          hint=f"e.g. ON {stream_alias}.{key[0]} = {changelog_alias}.{key[0]}"))
+        return None
+    return TemporalJoin(stream=stream_alias, changelog=changelog_alias, side="left" if side == "LEFT" else "inner",
+                        stream_keys=tuple(pairs[k.lower()] for k in key), changelog_keys=tuple(key))
+
+
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _key_pair(term: exp.Expr, stream: str, changelog: str) -> tuple[str, str] | None:
+    """(stream column, changelog column) of `s.a = c.b` (either order), else None."""
+    if not isinstance(term, exp.EQ):
+        return None
+    sides = [term.this, term.expression]
+    if not all(isinstance(s, exp.Column) for s in sides):
+        return None
+    by_table = {s.table: s.name for s in sides}
+    if set(by_table) != {stream, changelog}:
+        return None
+    return by_table[stream], by_table[changelog]

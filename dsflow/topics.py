@@ -1,0 +1,172 @@
+"""Topics across streaming stores for `dsflow topic ...`: Kafka topics and Kinesis streams behind one shape.
+
+    target = resolve(project, "pageviews", store=None)   # a relation name -> its store and topic
+    topics.describe(target) / create / delete / produce / records
+
+A name that is a relation's resolves to that relation's topic (or stream) in the relation's store;
+anything else is a topic name in --store (default: the project's default store).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsflow.core.model import Project, Relation, Store
+from dsflow.errors import DsflowError
+
+STREAMING = ("kafka", "kinesis")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A topic or stream in one store, with the relation it backs if there is one."""
+
+    store_type: str
+    name: str
+    bootstrap: str = ""
+    settings: dict[str, str] = field(default_factory=dict)
+    relation: Relation | None = None
+    store: str = ""
+
+
+def streaming_store(project: Project, name: str | None) -> Store:
+    store_name = name or project.default_store
+    store = project.store(store_name) if store_name else None
+    if store is None:
+        raise DsflowError("DSF-E021", f"no store '{store_name}' in the project",
+                          hint=f"pass --store NAME; stores: {', '.join(s.name for s in project.stores) or 'none'}")
+    if store.type not in STREAMING:
+        raise DsflowError("DSF-E767", f"the {store.type} store '{store.name}' has no topics",
+                          hint="topic commands work on kafka and kinesis stores; see 'dsflow entity' for tables")
+    return store
+
+
+def resolve(project: Project, name: str, store: str | None = None) -> Target:
+    """The topic NAME means: a relation's topic (in its store unless --store says otherwise), else a topic."""
+    relation = next((r for r in project.relations if r.kind in ("stream", "changelog") and
+                     (r.fqn == name or r.fqn.endswith("." + name))), None)
+    chosen = streaming_store(project, store or (relation.store if relation else None))
+    if relation is not None and relation.store != chosen.name:
+        relation = None
+    return Target(chosen.type, relation.topic if relation else name, chosen.bootstrap_servers,
+                  dict(chosen.properties), relation, chosen.name)
+
+
+def kafka_target(bootstrap: str, name: str) -> Target:
+    return Target("kafka", name, bootstrap)
+
+
+def list_names(target_store: Store) -> list[str]:
+    if target_store.type == "kinesis":
+        from dsflow.adapters.kinesis.admin import list_streams
+
+        return list_streams(dict(target_store.properties))
+    from dsflow.adapters.kafka.admin import list_topics
+
+    return list_topics(target_store.bootstrap_servers, dict(target_store.properties))
+
+
+def describe(target: Target) -> dict[str, Any] | None:
+    """What the store says about the topic (None if it does not exist)."""
+    if target.store_type == "kinesis":
+        from dsflow.adapters.kinesis.admin import describe_stream
+
+        info = describe_stream(target.settings, target.name)
+        return None if info is None else {"store": target.store, "type": "kinesis", "stream": info.name,
+                                          "status": info.status, "shards": info.open_shards,
+                                          "shard_ids": list(info.shards), "retention_hours": info.retention_hours}
+    from dsflow.adapters.kafka.admin import describe_topic
+
+    spec = describe_topic(target.bootstrap, target.name, target.settings)
+    return None if spec is None else {"store": target.store, "type": "kafka", "topic": spec.name,
+                                      "partitions": spec.partitions, "replicas": spec.replicas}
+
+
+def create(target: Target, partitions: int | None, replicas: int | None, shards: int | None) -> bool:
+    """Create the topic (sizes default to the relation's); True if created, False if it existed."""
+    if target.store_type == "kinesis":
+        if partitions or replicas:
+            raise DsflowError("DSF-E768", "--partitions and --replicas are for Kafka topics",
+                              hint="a Kinesis stream is sized with --shards N")
+        from dsflow.adapters.kinesis.admin import ensure_stream
+
+        return ensure_stream(target.settings, target.name, shards or _size(target, "partitions"))
+    if shards:
+        raise DsflowError("DSF-E768", "--shards is for Kinesis streams", hint="use --partitions N --replicas N")
+    from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+
+    configs = dict(target.relation.topic_configs) if target.relation else {}
+    spec = TopicSpec(target.name, partitions or _size(target, "partitions"), replicas or _size(target, "replicas"),
+                     configs)
+    return ensure_topic(target.bootstrap, spec, target.settings)
+
+
+def _size(target: Target, attribute: str) -> int:
+    return getattr(target.relation, attribute) if target.relation is not None else 1
+
+
+def delete(target: Target) -> bool:
+    if target.store_type == "kinesis":
+        from dsflow.adapters.kinesis.admin import delete_stream
+
+        return delete_stream(target.settings, target.name)
+    from dsflow.adapters.kafka.admin import delete_topic
+
+    return delete_topic(target.bootstrap, target.name, target.settings)
+
+
+def produce(target: Target, lines: Iterable[str], key_field: str | None) -> int:
+    if target.store_type == "kinesis":
+        from dsflow.adapters.kinesis.records import put_json_lines
+
+        return put_json_lines(target.settings, target.name, _checked_lines(lines), key_field=key_field)
+    from dsflow.adapters.kafka.client import produce_json_lines
+
+    return produce_json_lines(target.bootstrap, target.name, lines, key_field=key_field, extra=target.settings)
+
+
+def _checked_lines(lines: Iterable[str]) -> list[str]:
+    """Every line must be a JSON object before anything is put (as for Kafka, DSF-E706 names the line)."""
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            ok = isinstance(json.loads(line), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise DsflowError("DSF-E706", f"line {number} is not a JSON object: {line.strip()[:80]}",
+                              hint="give one JSON object per line")
+        out.append(line)
+    return out
+
+
+def records(target: Target, from_beginning: bool, limit: int | None, timeout: float,
+            raw: bool = False) -> Iterator[dict[str, Any]]:
+    """The topic's records as dicts; unless `raw`, a relation's value is decoded with its format (json)."""
+    if target.store_type == "kinesis":
+        from dsflow.adapters.kinesis.records import read_records
+
+        found = read_records(target.settings, target.name, from_beginning, limit, timeout)
+    else:
+        from dsflow.adapters.kafka.client import print_records
+
+        found = print_records(target.bootstrap, target.name, from_beginning=from_beginning, limit=limit,
+                              timeout=timeout, extra=target.settings)
+    for record in found:
+        yield record if raw or target.relation is None else decoded(record, target.relation)
+
+
+def decoded(record: dict[str, Any], relation: Relation) -> dict[str, Any]:
+    """The record with its value parsed as the relation's value.format (json); undecodable values say why."""
+    if relation.value_format != "json":
+        return record  # other formats are printed as text (decoding them needs the schema registry)
+    try:
+        value = json.loads(record["value"]) if record.get("value") is not None else None
+    except ValueError as err:
+        return {**record, "error": f"not {relation.value_format}: {err}"}
+    return {**record, "value": value}

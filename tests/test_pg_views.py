@@ -1,0 +1,261 @@
+"""Materialized views kept in PostgreSQL (the real server on 127.0.0.1:5432, a database per module run).
+
+- the batch writer: COPY + INSERT ... ON CONFLICT upserts (last row of a key in a batch wins), appends,
+  odd values survive, a replayed batch id is skipped, a null key is DSF-E792;
+- apply / destroy / refresh of the view's table: created with the query's columns and primary key,
+  dropped only if dsflow created it, a missing table is drift;
+- end to end (apply, a real query on the test's Spark session, a real broker): the view equals a pandas
+  reference, and a plain `psql` client reading while the query writes never sees half a batch;
+  `dsflow query` reads it as a table, JSON and CSV; a dropped table is drift; destroy drops it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pandas as pd
+import psycopg2
+import pytest
+from click.testing import CliRunner
+
+from dsflow import operations
+from dsflow.adapters.postgres import mv as pg
+from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+from dsflow.adapters.postgres import views
+from dsflow.adapters.spark.driver import start_query
+from dsflow.adapters.spark.translate import query_spec
+from dsflow.cli import cli
+from dsflow.core.plan import Action
+from dsflow.core.state import DeployedResource
+from dsflow.errors import DsflowError
+from dsflow.executors import Context
+from projects import make_project
+from streaming import CONFIG, produce
+
+pytestmark = pytest.mark.integration
+
+SERVER = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
+N = 3_000
+
+STORES = """\
+stores:
+  - name: kafka_main
+    type: kafka
+    bootstrap_servers: "{{ var('bootstrap') }}"
+  - name: pg
+    type: postgresql
+    properties: {host: 127.0.0.1, port: 5432, user: postgres, database: %s}
+"""
+
+SQL = """\
+CREATE STREAM pageviews (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR)
+  WITH ('value.format' = 'json', 'topic.partitions' = 1);
+
+CREATE MATERIALIZED VIEW user_counts WITH ('store' = 'pg', 'trigger.interval' = '500 ms') AS
+  SELECT userid, COUNT(*) AS views, SUM(id) AS id_sum, MAX(id) AS max_id, AVG(viewtime) AS avg_time
+  FROM pageviews GROUP BY userid;
+"""
+
+
+def psql(database: str, statement: str) -> str:
+    out = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", database, "-tA", "-F", "|",
+                          "-c", statement], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def pgdb() -> Iterator[str]:
+    name = f"dsflow_mv_{uuid.uuid4().hex[:10]}"
+    psql("postgres", f"CREATE DATABASE {name}")
+    yield name
+    psql("postgres", f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def rows(database: str, query: str) -> list[tuple]:
+    with psycopg2.connect(dbname=database, **SERVER) as conn, conn.cursor() as cur:
+        cur.execute(query)
+        return cur.fetchall()
+
+
+def test_batches_upsert_append_survive_odd_values_and_skip_replays(pgdb: str) -> None:
+    columns = [("k", "VARCHAR"), ("n", "BIGINT"), ("note", "STRING"), ("amount", "DECIMAL(10,2)"),
+               ("tags", "ARRAY<STRING>"), ("ok", "BOOLEAN"), ("x", "DOUBLE")]
+    names = [c for c, _ in columns]
+    assert pg.ensure_table(SERVER, pgdb, "public", "kv", columns, ["k"]) is True
+    assert pg.ensure_table(SERVER, pgdb, "public", "kv", columns, ["k"]) is False
+    odd = "tab\there\nnew line \\ back é ✓ 'q' \"dq\""
+    first = [("a", 1, odd, Decimal("1.25"), ["x", "y"], True, 0.1),
+             ("b", 2, None, None, None, None, float("nan")),
+             ("a", 3, "last a wins", None, [], False, -1.5)]  # the same key twice in one batch
+    assert pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], first, "ck1", 0) is True
+    got = {r[0]: r[1:] for r in rows(pgdb, "SELECT k, n, note, amount, tags, ok, x FROM kv")}
+    assert got["a"] == (3, "last a wins", None, [], False, -1.5)
+    assert got["b"][:5] == (2, None, None, None, None) and got["b"][5] != got["b"][5]  # NaN
+    assert pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [("a", 9, odd, None, None, None, 0.0)],
+                          "ck1", 1) is True
+    assert rows(pgdb, "SELECT n, note FROM kv WHERE k = 'a'") == [(9, odd)]
+    # a replay of batch 1 (Spark runs it again after a crash) changes nothing
+    assert pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [("a", 100, "replayed", None, None, None, 0.0)],
+                          "ck1", 1) is False
+    assert rows(pgdb, "SELECT n, note FROM kv WHERE k = 'a'") == [(9, odd)]
+    with pytest.raises(DsflowError) as err:
+        pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [(None, 1, "", None, None, None, 0.0)], "ck1", 2)
+    assert err.value.code == "DSF-E792"
+    assert rows(pgdb, "SELECT batch_id FROM dsflow_mv_batches WHERE view = 'kv'") == [(1,)]
+    # a changelog's tombstones delete their keys, in the same transaction as the batch's upserts
+    assert pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [("c", 5, None, None, None, None, 1.0)],
+                          "ck1", 2, deletes=[("a",), ("missing",)])
+    assert sorted(r[0] for r in rows(pgdb, "SELECT k FROM kv")) == ["b", "c"]
+
+    nested = [("m", "MAP<STRING, BIGINT>"), ("st", "STRUCT<a: INT, b: ARRAY<STRING>>"), ("ts", "TIMESTAMP")]
+    pg.ensure_table(SERVER, pgdb, "public", "nested", nested, [])
+    when = datetime(2024, 5, 1, 10, 20, 30, 123456, tzinfo=timezone.utc)
+    pg.write_batch(SERVER, pgdb, "public", "nested", ["m", "st", "ts"], [],
+                   [([("x", 1), ("y", 2)], {"a": 1, "b": ["p\tq"]}, when)], "ck3", 0)  # Arrow's shapes
+    assert rows(pgdb, "SELECT m, st, ts FROM nested") == [({"x": 1, "y": 2}, {"a": 1, "b": ["p\tq"]}, when)]
+
+    pg.ensure_table(SERVER, pgdb, "public", "log", [("id", "BIGINT"), ("who", "STRING")], [])
+    for batch_id, batch in enumerate([[(1, "x"), (1, "x")], [(2, "")]]):
+        assert pg.write_batch(SERVER, pgdb, "public", "log", ["id", "who"], [], batch, "ck2", batch_id)
+    assert not pg.write_batch(SERVER, pgdb, "public", "log", ["id", "who"], [], [(3, "z")], "ck2", 0)
+    assert sorted(rows(pgdb, "SELECT id, who FROM log")) == [(1, "x"), (1, "x"), (2, "")]
+
+
+def _project(tmp_path: Path, broker: str, pgdb: str, sql: str = SQL):
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"pv{uuid.uuid4().hex[:6]}_"),
+                                   "stores/kafka.yml": STORES % pgdb, "sql/all.sql": sql})
+    return root, operations.Options(root, None, {"bootstrap": broker})
+
+
+def test_table_is_created_with_columns_and_key_and_dropped_only_if_dsflow_created_it(tmp_path, pgdb) -> None:
+    sql = SQL + ("CREATE MATERIALIZED VIEW kept WITH ('store' = 'pg', 'postgresql.table.name' = 'pre_existing')"
+                 " AS SELECT id, userid FROM pageviews;\n")
+    psql(pgdb, "CREATE TABLE pre_existing (id BIGINT, userid TEXT)")
+    root, options = _project(tmp_path, "127.0.0.1:9", pgdb, sql)
+    loaded = operations.load(options)
+    ctx = Context(project=loaded.project, workspace=loaded.workspace)
+    made = views.create_view_table(ctx, loaded.project.relation("analytics.public.user_counts"))
+    kept = views.create_view_table(ctx, loaded.project.relation("analytics.public.kept"))
+    assert (made["created_by_dsflow"], kept["created_by_dsflow"]) == (True, False)
+    assert psql(pgdb, "SELECT column_name || ':' || data_type FROM information_schema.columns "
+                      "WHERE table_name = 'user_counts' ORDER BY ordinal_position").splitlines() == [
+        "userid:text", "views:bigint", "id_sum:bigint", "max_id:bigint", "avg_time:double precision"]
+    assert psql(pgdb, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+                      "a.attnum = ANY(i.indkey) WHERE i.indrelid = 'user_counts'::regclass AND i.indisprimary") \
+        == "userid"
+
+    deployed = {name: DeployedResource(address=f"relation.analytics.public.{name}", data_hash="h", metadata_hash="m",
+                                       data={"kind": "materialized_view", "store": "pg"}, outputs=out)
+                for name, out in (("user_counts", made), ("kept", kept))}
+    assert views.observe_view(loaded.project, deployed["user_counts"]).healthy
+    psql(pgdb, "DROP TABLE user_counts")
+    observed = views.observe_view(loaded.project, deployed["user_counts"])
+    assert not observed.healthy and "user_counts is missing" in observed.detail
+    views.create_view_table(ctx, loaded.project.relation("analytics.public.user_counts"))
+    views.drop_view_table(loaded.project, deployed["user_counts"])
+    views.drop_view_table(loaded.project, deployed["kept"])
+    assert psql(pgdb, "SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class WHERE relname IN "
+                      "('user_counts', 'pre_existing')") == "pre_existing"
+
+
+def _invariant_reader(pgdb: str, stop: threading.Event, seen: list[tuple[int, int, int]]) -> None:
+    """A plain psql client reading while the query writes: every read must be the aggregate of a prefix
+    of the input (ids 0..k-1 on one partition): SUM(views) = k, SUM(id_sum) = k(k-1)/2, MAX(max_id) = k-1."""
+    while not stop.is_set():
+        text = psql(pgdb, "SELECT COALESCE(SUM(views), 0), COALESCE(SUM(id_sum), 0), COALESCE(MAX(max_id), -1) "
+                          "FROM user_counts")
+        seen.append(tuple(int(v) for v in text.split("|")))
+        time.sleep(0.05)
+
+
+def _reference(events: list[dict]) -> dict[str, tuple]:
+    frame = pd.DataFrame(events).groupby("userid").agg(views=("id", "size"), id_sum=("id", "sum"),
+                                                        max_id=("id", "max"), avg_time=("viewtime", "mean"))
+    return {u: (int(r.views), int(r.id_sum), int(r.max_id), round(float(r.avg_time), 6)) for u, r in frame.iterrows()}
+
+
+def _snapshot(pgdb: str) -> dict[str, tuple]:
+    return {r[0]: (r[1], r[2], r[3], round(r[4], 6)) for r in
+            rows(pgdb, "SELECT userid, views, id_sum, max_id, avg_time FROM user_counts")}
+
+
+def _wait(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_view_in_postgres_end_to_end(tmp_path, spark, broker, pgdb) -> None:
+    """apply (targeted at the view: its table, no driver process) creates the table; the query runs on the
+    test's Spark session through the driver's own start_query, as a driver process would run it."""
+    root, options = _project(tmp_path, broker, pgdb)
+    loaded = operations.load(options)
+    view = "relation.analytics.public.user_counts"
+    plan = operations.plan(loaded, targets=frozenset({view}))
+    assert view in {c.address for c in plan.actionable} and not any(c.address.startswith("query.")
+                                                                    for c in plan.actionable)
+    result = operations.apply(loaded, plan)
+    assert result.ok, result.failed
+    assert psql(pgdb, "SELECT COUNT(*) FROM user_counts") == "0"
+    project = loaded.project
+    ensure_topic(broker, TopicSpec(project.relation("analytics.public.pageviews").topic, 1, 1, {}))
+    spec = query_spec(project, project.queries[0], "test", str(tmp_path / "ck"), str(tmp_path / "status.json"))
+    events = [{"id": i, "viewtime": 1_700_000_000_000 + 7 * i, "userid": f"User_{(i * 7919) % 23}",
+               "pageid": f"Page_{i % 5}"} for i in range(N)]
+    stop, seen = threading.Event(), []
+    reader = threading.Thread(target=_invariant_reader, args=(pgdb, stop, seen), daemon=True)
+    running = start_query(spark, spec)
+    reader.start()
+    try:
+        for first in range(0, N, N // 4):  # one partition: the topic holds ids in order
+            produce(broker, project, "pageviews", events[first:first + N // 4], "userid")
+            _wait(lambda: seen and seen[-1][0] > first, 180, f"the view to pass id {first}")
+        expected = _reference(events)
+        _wait(lambda: _snapshot(pgdb) == expected, 120, "the view to equal the reference")
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+        running.stop()
+    bad = [(k, s, m) for k, s, m in seen if s != k * (k - 1) // 2 or m != k - 1]
+    assert not bad, f"a reader saw half a batch: {bad[:5]}"
+    assert len({k for k, _, _ in seen if 0 < k < N}) >= 2, "no read happened while the query wrote"
+
+    base = ["-C", str(root), "--var", f"bootstrap={broker}", "query"]
+    sql = "SELECT userid, views, id_sum FROM user_counts WHERE views >= 130 ORDER BY userid"
+    want = [(u, v[0], v[1]) for u, v in sorted(expected.items()) if v[0] >= 130]
+    shown = CliRunner().invoke(cli, [*base, sql, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert [tuple(r.values()) for r in json.loads(shown.output)] == want
+    shown = CliRunner().invoke(cli, [*base, sql, "--csv"])
+    assert list(csv.reader(io.StringIO(shown.output))) == [["userid", "views", "id_sum"]] + \
+        [[u, str(v), str(s)] for u, v, s in want]
+    shown = CliRunner().invoke(cli, [*base, sql])
+    assert shown.exit_code == 0 and f"{len(want)} row(s)" in shown.output and want[0][0] in shown.output
+
+    psql(pgdb, "DROP TABLE user_counts")  # drift: the next plan creates it again
+    loaded = operations.load(options)
+    plan = operations.plan(loaded, targets=frozenset({view}))
+    drift = [c for c in plan.actionable if c.address == view]
+    assert [(c.action, c.drift) for c in drift] == [(Action.UPDATE, True)], plan.actionable
+    assert operations.apply(loaded, plan).ok
+    assert psql(pgdb, "SELECT to_regclass('user_counts') IS NOT NULL") == "t"
+
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
+    assert psql(pgdb, "SELECT to_regclass('user_counts') IS NULL") == "t"
+    assert os.path.isdir(root)
