@@ -12,6 +12,18 @@ import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", shutil.which("python3") or "python3")
+# Local AWS-compatible endpoints (kinesalite, moto) take any credentials; set before the Spark session starts so
+# its Python workers (dsflow_kinesis reads and writes) inherit them too
+for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"), ("AWS_DEFAULT_REGION", "us-east-1")):
+    os.environ.setdefault(_key, _value)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Machine set-up the suite needs (tests/environment.py), before any test holds a connection."""
+    from environment import ensure_fakesnow, ensure_logical_replication
+
+    ensure_fakesnow()
+    ensure_logical_replication()
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +75,65 @@ def s3_endpoint() -> Iterator[str]:
                 raise RuntimeError(f"moto_server did not start; see {log.name}") from None
             time.sleep(0.1)
     yield url
+    os.kill(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait()
+    os.unlink(log.name)
+
+
+REGISTRY_AUTH = ("dsflow-test", "registry-secret")
+"""Basic-auth user and password of the `schema_registry` fixture."""
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    """A Confluent-compatible schema registry (tests/registry_server.py, test infrastructure) on 127.0.0.1
+    in a thread, with basic auth REGISTRY_AUTH; yields its URL."""
+    from registry_server import RegistryServer
+
+    server = RegistryServer(auth=REGISTRY_AUTH).start()
+    yield server.url
+    server.stop()
+
+
+KINESALITE = Path(__file__).parent / ".node" / "node_modules" / "kinesalite"
+
+
+@pytest.fixture(scope="session")
+def kinesis_endpoint() -> Iterator[str]:
+    """A real kinesalite (Kinesis API) on a free loopback port, stopped by its PID; yields its URL.
+
+    .ci/run installs kinesalite from npm into tests/.node; this installs it there too if it is missing.
+    boto3 finds the test credentials and region set at the top of this file.
+    """
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    if not KINESALITE.is_dir():
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(KINESALITE.parents[1]),
+                        "kinesalite"], check=True, capture_output=True)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tempfile.NamedTemporaryFile(prefix="dsflow-kinesalite-", suffix=".log", delete=False)
+    server = subprocess.Popen(["node", str(Path(__file__).parent / "kinesalite.js"), str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"kinesalite did not start; see {log.name}") from None
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}"
     os.kill(server.pid, signal.SIGTERM)
     try:
         server.wait(timeout=10)

@@ -1,4 +1,4 @@
-"""PostgreSQL CDC streams against the real server on 127.0.0.1:5432 (wal_level=logical; .ci/run sets it).
+"""PostgreSQL CDC streams against the real server on 127.0.0.1:5432 (wal_level=logical; tests/environment.py sets it).
 
 Each test module run creates its own database and drops it (and every slot in it) at the end. Queries run
 through dsflow's own translation and driver functions, availableNow, on the shared Spark session; a
@@ -97,7 +97,7 @@ def sql(database: str, statement: str, args: tuple = ()) -> list[tuple]:
 @pytest.fixture(scope="module")
 def pgdb() -> Iterator[str]:
     """A fresh database with the orders table; dropped at the end with its slots and publications."""
-    assert sql("postgres", "SHOW wal_level") == [("logical",)], "run .ci/run: CDC needs wal_level=logical"
+    assert sql("postgres", "SHOW wal_level") == [("logical",)], "CDC needs wal_level=logical (tests/environment.py sets it at session start)"
     name = f"dsflow_cdc_{uuid.uuid4().hex[:8]}"
     sql("postgres", f"CREATE DATABASE {name}")
     sql(name, TABLE)
