@@ -13,7 +13,8 @@ import pytest
 
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, describe_topic, ensure_topic, list_topics
-from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptions, cap_rows, check_write_schema
+from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptions, cap_rows
+from dsflow.adapters.kafka.writing import check_write_schema
 from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.errors import DsflowError
 

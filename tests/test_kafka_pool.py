@@ -11,7 +11,8 @@ from confluent_kafka import Producer
 
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-from dsflow.adapters.kafka.datasource import KafkaOptions, KafkaRange, produce_batches, read_range_arrow
+from dsflow.adapters.kafka.datasource import KafkaOptions, KafkaRange, read_range_arrow
+from dsflow.adapters.kafka.writing import produce_batches
 
 pytestmark = pytest.mark.integration
 

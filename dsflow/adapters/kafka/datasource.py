@@ -25,7 +25,7 @@ optional `partition` (INT); other columns are ignored, and a `topic` column neve
 the target: the `topic` option does. The sink is at-least-once: a task retried or a query
 restarted after a failure can write the same records again.
 
-Nothing here holds a Kafka client when pickled: clients are made where they are used.
+Writing lives in writing.py. Nothing here holds a Kafka client when pickled: clients are made where they are used.
 """
 
 from __future__ import annotations
@@ -34,29 +34,27 @@ import json
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
-    BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.formats import (
-    NUMERIC_KEYS, VALUE_COLUMN, DeadLetters, Decoding, decode_chunk, key_encoder, key_texts, spark_struct_ddl,
-    value_serializer,
+    NUMERIC_KEYS, VALUE_COLUMN, DeadLetters, Decoding, decode_chunk, key_texts, spark_struct_ddl,
 )
 from dsflow.errors import DsflowError
+
+if TYPE_CHECKING:
+    from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter
 
 SCHEMA = StructType([
     StructField("key", StringType()),
@@ -180,11 +178,15 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(KafkaOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        from dsflow.adapters.kafka.writing import KafkaBatchWriter, check_write_schema
+
         if overwrite:
             raise DsflowError("DSF-E707", "dsflow_kafka cannot overwrite a topic", hint='use .mode("append")')
         return KafkaBatchWriter(KafkaOptions.parse(self.options), check_write_schema(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        from dsflow.adapters.kafka.writing import KafkaStreamWriter, check_write_schema
+
         return KafkaStreamWriter(KafkaOptions.parse(self.options), check_write_schema(schema))
 
 
@@ -432,129 +434,3 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: KafkaRange) -> Iterator[Any]:
         return read_range_arrow(partition)
-
-
-# --- writing ----------------------------------------------------------------------------------
-
-
-@dataclass
-class KafkaCommit(WriterCommitMessage):
-    """What one write task delivered."""
-
-    records: int
-
-
-_WRITE_COLUMNS = {
-    "value": (StringType, BinaryType, StructType),
-    "key": (StringType, BinaryType),
-    "partition": (IntegerType, LongType),
-}
-
-
-def check_write_schema(schema: StructType) -> StructType:
-    """DSF-E707 unless there is a `value` column and key/value/partition have usable types."""
-    types = {f.name.lower(): f.dataType for f in schema.fields}
-    if "value" not in types:
-        raise DsflowError(
-            "DSF-E707", f"writing to Kafka needs a 'value' column; got {', '.join(types) or 'none'}",
-            hint="select your payload AS value (e.g. to_json(struct(*)) AS value)",
-        )
-    for name, allowed in _WRITE_COLUMNS.items():
-        if name in types and not isinstance(types[name], allowed):
-            raise DsflowError(
-                "DSF-E707", f"column '{name}' is {types[name].simpleString()}; expected "
-                + " or ".join(t().simpleString() for t in allowed),
-                hint=f"cast it, e.g. CAST({name} AS {allowed[0]().simpleString()})",
-            )
-    return schema
-
-
-def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
-    """Produce every row of the Arrow batches to the topic, flush, and return the count.
-
-    The per-row work is one `produce` call in a tight loop (no helper call per row); a full
-    local queue is the exception path: serve deliveries and retry that row.
-    """
-    pair = pool.producer(options.config)  # kept alive across micro-batches in the reused worker (pool.py)
-    producer, errors = pair
-    ok = False
-    try:
-        count = _produce_all(producer, options, batches)
-        client.flush_or_raise(producer, options.topic, count, errors)
-        ok = True
-    finally:
-        pool.release_producer(options.config, pair, ok)
-    return count
-
-
-def _produce_all(producer: Any, options: KafkaOptions, batches: Iterator[Any]) -> int:
-    serialize = value_serializer(options.decoding.value_format, options.topic, options.decoding.registry,
-                                 options.value_schema, options.value_subject)
-    encode_keys = key_encoder(options.decoding.key_format)
-    count = 0
-    for batch in batches:
-        values, keys, partitions = _write_columns(batch)
-        if serialize is not None:
-            values = serialize(values)
-        if encode_keys is not None:
-            keys = encode_keys(list(keys))
-        if partitions is None:
-            _produce_rows(producer, options.topic, zip(values, keys))
-        else:
-            for value, key, part in zip(values, keys, partitions):
-                client.produce_one(producer, options.topic, value, key, part)
-        count += batch.num_rows
-        producer.poll(0)
-    return count
-
-
-def _produce_rows(producer: Any, topic: str, rows: Iterator[tuple]) -> None:
-    produce = producer.produce
-    for value, key in rows:
-        try:
-            produce(topic, value, key)
-        except BufferError:
-            client.produce_one(producer, topic, value, key)
-
-
-def _write_columns(batch: Any) -> tuple:
-    """(values, keys, partitions) of a batch: keys None per row when absent, partitions None when absent."""
-    names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
-
-    def column(name: str) -> Any:
-        return batch.column(names[name]).to_pylist() if name in names else repeat(None, batch.num_rows)
-
-    partitions = column("partition") if "partition" in names else None
-    return column("value"), column("key"), partitions
-
-
-class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    """Each micro-batch task produces its rows and flushes before reporting success.
-
-    commit and abort do nothing: records are visible as soon as they are delivered, so a
-    failed and retried batch can leave duplicates (at-least-once), never gaps.
-    """
-
-    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
-
-    def write(self, iterator: Iterator[Any]) -> KafkaCommit:
-        return KafkaCommit(produce_batches(self.options, iterator))
-
-    def commit(self, messages: list, batchId: int) -> None:
-        """Nothing to do: the records were delivered by the tasks."""
-
-    def abort(self, messages: list, batchId: int) -> None:
-        """Nothing can be undone: delivered records stay (at-least-once)."""
-
-
-class KafkaBatchWriter(DataSourceArrowWriter):
-    """df.write.format("dsflow_kafka").mode("append"): same delivery as the stream writer."""
-
-    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
-
-    def write(self, iterator: Iterator[Any]) -> KafkaCommit:
-        return KafkaCommit(produce_batches(self.options, iterator))

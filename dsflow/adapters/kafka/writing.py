@@ -1,0 +1,145 @@
+"""Writing Kafka topics for the `dsflow_kafka` data source (datasource.py): Arrow batches to confluent-kafka.
+
+Writing takes a `value` column (STRING, BINARY or a struct for registry formats), optional `key` and optional
+`partition`; the `topic` option picks the target. At-least-once: a retried task or a restarted query can write
+the same records again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructType
+
+from dsflow.adapters.kafka import client, pool
+from dsflow.adapters.kafka.formats import key_encoder, value_serializer
+from dsflow.errors import DsflowError
+
+if TYPE_CHECKING:
+    from dsflow.adapters.kafka.datasource import KafkaOptions
+
+@dataclass
+class KafkaCommit(WriterCommitMessage):
+    """What one write task delivered."""
+
+    records: int
+
+
+_WRITE_COLUMNS = {
+    "value": (StringType, BinaryType, StructType),
+    "key": (StringType, BinaryType),
+    "partition": (IntegerType, LongType),
+}
+
+
+def check_write_schema(schema: StructType) -> StructType:
+    """DSF-E707 unless there is a `value` column and key/value/partition have usable types."""
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise DsflowError(
+            "DSF-E707", f"writing to Kafka needs a 'value' column; got {', '.join(types) or 'none'}",
+            hint="select your payload AS value (e.g. to_json(struct(*)) AS value)",
+        )
+    for name, allowed in _WRITE_COLUMNS.items():
+        if name in types and not isinstance(types[name], allowed):
+            raise DsflowError(
+                "DSF-E707", f"column '{name}' is {types[name].simpleString()}; expected "
+                + " or ".join(t().simpleString() for t in allowed),
+                hint=f"cast it, e.g. CAST({name} AS {allowed[0]().simpleString()})",
+            )
+    return schema
+
+
+def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
+    """Produce every row of the Arrow batches to the topic, flush, and return the count.
+
+    The per-row work is one `produce` call in a tight loop (no helper call per row); a full
+    local queue is the exception path: serve deliveries and retry that row.
+    """
+    pair = pool.producer(options.config)  # kept alive across micro-batches in the reused worker (pool.py)
+    producer, errors = pair
+    ok = False
+    try:
+        count = _produce_all(producer, options, batches)
+        client.flush_or_raise(producer, options.topic, count, errors)
+        ok = True
+    finally:
+        pool.release_producer(options.config, pair, ok)
+    return count
+
+
+def _produce_all(producer: Any, options: KafkaOptions, batches: Iterator[Any]) -> int:
+    serialize = value_serializer(options.decoding.value_format, options.topic, options.decoding.registry,
+                                 options.value_schema, options.value_subject)
+    encode_keys = key_encoder(options.decoding.key_format)
+    count = 0
+    for batch in batches:
+        values, keys, partitions = _write_columns(batch)
+        if serialize is not None:
+            values = serialize(values)
+        if encode_keys is not None:
+            keys = encode_keys(list(keys))
+        if partitions is None:
+            _produce_rows(producer, options.topic, zip(values, keys))
+        else:
+            for value, key, part in zip(values, keys, partitions):
+                client.produce_one(producer, options.topic, value, key, part)
+        count += batch.num_rows
+        producer.poll(0)
+    return count
+
+
+def _produce_rows(producer: Any, topic: str, rows: Iterator[tuple]) -> None:
+    produce = producer.produce
+    for value, key in rows:
+        try:
+            produce(topic, value, key)
+        except BufferError:
+            client.produce_one(producer, topic, value, key)
+
+
+def _write_columns(batch: Any) -> tuple:
+    """(values, keys, partitions) of a batch: keys None per row when absent, partitions None when absent."""
+    names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
+
+    def column(name: str) -> Any:
+        return batch.column(names[name]).to_pylist() if name in names else repeat(None, batch.num_rows)
+
+    partitions = column("partition") if "partition" in names else None
+    return column("value"), column("key"), partitions
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch task produces its rows and flushes before reporting success.
+
+    commit and abort do nothing: records are visible as soon as they are delivered, so a
+    failed and retried batch can leave duplicates (at-least-once), never gaps.
+    """
+
+    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Any]) -> KafkaCommit:
+        return KafkaCommit(produce_batches(self.options, iterator))
+
+    def commit(self, messages: list, batchId: int) -> None:
+        """Nothing to do: the records were delivered by the tasks."""
+
+    def abort(self, messages: list, batchId: int) -> None:
+        """Nothing can be undone: delivered records stay (at-least-once)."""
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """df.write.format("dsflow_kafka").mode("append"): same delivery as the stream writer."""
+
+    def __init__(self, options: KafkaOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Any]) -> KafkaCommit:
+        return KafkaCommit(produce_batches(self.options, iterator))
