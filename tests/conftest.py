@@ -51,37 +51,16 @@ def spark():
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A real moto S3 server on a free loopback port, stopped by its PID at the end; yields its URL."""
-    import signal
-    import socket
-    import subprocess
-    import time
     import urllib.request
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = tempfile.NamedTemporaryFile(prefix="dsflow-moto-", suffix=".log", delete=False)
-    server = subprocess.Popen([shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"moto_server did not start; see {log.name}") from None
-            time.sleep(0.1)
-    yield url
-    os.kill(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.kill(server.pid, signal.SIGKILL)
-        server.wait()
-    os.unlink(log.name)
+    from servers import local_server
+
+    def ready(port: int) -> None:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
+
+    with local_server("moto", lambda port: [shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1",
+                                            "-p", str(port)], ready) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 REGISTRY_AUTH = ("dsflow-test", "registry-secret")
@@ -109,35 +88,13 @@ def kinesis_endpoint() -> Iterator[str]:
     .ci/run installs kinesalite from npm into tests/.node; this installs it there too if it is missing.
     boto3 finds the test credentials and region set at the top of this file.
     """
-    import signal
-    import socket
     import subprocess
-    import time
+
+    from servers import local_server
 
     if not KINESALITE.is_dir():
         subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(KINESALITE.parents[1]),
                         "kinesalite"], check=True, capture_output=True)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = tempfile.NamedTemporaryFile(prefix="dsflow-kinesalite-", suffix=".log", delete=False)
-    server = subprocess.Popen(["node", str(Path(__file__).parent / "kinesalite.js"), str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"kinesalite did not start; see {log.name}") from None
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    os.kill(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.kill(server.pid, signal.SIGKILL)
-        server.wait()
-    os.unlink(log.name)
+    with local_server("kinesalite", lambda port: ["node", str(Path(__file__).parent / "kinesalite.js"),
+                                                  str(port)]) as port:
+        yield f"http://127.0.0.1:{port}"

@@ -3,13 +3,7 @@ server (a Snowflake endpoint backed by DuckDB, started by PID and stopped by PID
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +12,7 @@ from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.core.model import Project
 from dsflow.load.project import load_project
 from projects import make_project
+from servers import local_server
 from streaming import CONFIG
 
 S3_KEYS = {"LAKE_TEST_KEY_ID": "testing", "LAKE_TEST_SECRET": "testing"}
@@ -61,32 +56,9 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 
 def start_fakesnow() -> Iterator[int]:
     """A fakesnow server on a free loopback port (its own process); yields the port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = tempfile.NamedTemporaryFile(prefix="dsflow-fakesnow-", suffix=".log", delete=False)
-    server = subprocess.Popen([sys.executable, "-m", "fakesnow", "-s", "-p", str(port)], stdout=log,
-                              stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"fakesnow did not start; see {log.name}") from None
-            time.sleep(0.2)
-    try:
+    with local_server("fakesnow", lambda port: [sys.executable, "-m", "fakesnow", "-s", "-p", str(port)],
+                      timeout=60) as port:
         yield port
-    finally:
-        os.kill(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(server.pid, signal.SIGKILL)
-            server.wait()
-        os.unlink(log.name)
 
 
 def snowflake_setup(port: int, database: str = "DEMO_DB", schema: str = "PUBLIC") -> None:

@@ -208,17 +208,6 @@ def _prop(st: RawStatement, key: str) -> str | None:
     return prop.value if prop else None
 
 
-def _int_prop(st: RawStatement, key: str, default: int, report: Report) -> int:
-    prop = st.prop(key)
-    if prop is None:
-        return default
-    if not prop.value.isdigit() or int(prop.value) < 1:
-        report(Diagnostic("DSF-E032", f"'{key}' must be a positive integer, got '{prop.value}'", prop.location,
-                          hint=f"e.g. '{key}' = 1"))
-        return default
-    return int(prop.value)
-
-
 def _resolve_ctas_in_order(pending: list[tuple[str, RawStatement]], ns: Namespace, report: Report) -> list[Query]:
     queries: list[Query] = []
     defined_by_pending = {ns.qualify_name(s.name) for _, s in pending}
