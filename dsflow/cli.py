@@ -6,7 +6,6 @@ Exit codes: 0 success, 1 error, 2 usage error (click), 3 "changes present" with 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,11 +114,20 @@ def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy:
     elif fmt == "markdown":
         click.echo(plan_markdown(data))
     else:
-        console.print(plan_text(data, color=True, show_noop=show_unchanged), markup=True)
+        _print_plan(data, show_unchanged)
         if out:
             console.print(f"\nSaved the plan to {out}. Apply it with: dsflow apply {out}")
     if detailed_exitcode and the_plan.has_changes:
         sys.exit(EXIT_CHANGES)
+
+
+def _print_plan(data: dict[str, Any], show_noop: bool = False) -> None:
+    """The plan text, in color on a terminal. Without colors (piped, NO_COLOR) rich would only strip the markup,
+    which took ~0.2 s per 1,000 changes: the plain text is written directly."""
+    if console.color_system is None:
+        click.echo(plan_text(data, show_noop=show_noop))
+    else:
+        console.print(plan_text(data, color=True, show_noop=show_noop), markup=True)
 
 
 @cli.command()
@@ -187,7 +195,7 @@ def _query_address(loaded: operations.Loaded, name: str) -> str:
 
 def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool) -> None:
     data = the_plan.model_dump(mode="json")
-    console.print(plan_text(data, color=True))
+    _print_plan(data)
     if not the_plan.has_changes:
         return
     if not auto_approve and not click.confirm("\nApply these changes?", default=False):

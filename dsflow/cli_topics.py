@@ -101,7 +101,7 @@ def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, st
 @click.option("--from-beginning/--latest", default=True, show_default=True)
 @click.option("--limit", type=int, default=None, help="stop after this many records")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="stop after this many idle seconds")
-@click.option("--raw", is_flag=True, help="print values as stored, without decoding them with the relation's format")
+@click.option("--raw", is_flag=True, help="print keys and values as stored, without decoding them with the relation's formats")
 @click.option("--store", help=STORE_HELP)
 @click.option("--bootstrap", help="Kafka broker address, instead of a project store")
 @click.pass_context

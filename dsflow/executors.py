@@ -96,16 +96,25 @@ class TopicExecutor:
 
 
 def _register_sink_schema(project: Project, relation) -> dict[str, Any]:
-    """A query's avro sink: its schema (made from the columns) registered under the subject, before any write."""
-    if not relation.defined_by_query or not relation.value_subject:
+    """A query's avro/protobuf sink: its value schema (made from the columns) registered under the subject, and
+    an avro/protobuf key's schema under <topic>-key, before any write."""
+    if not relation.defined_by_query:
         return {}
     from dsflow.adapters.kafka.registry import register
-    from dsflow.adapters.spark.translate import sink_format
+    from dsflow.adapters.spark.translate import sink_format, sink_key_format
 
     settings = sink_format(project, relation)
-    schema_id = register(settings["registry"], settings["value_subject"], settings["value_schema"],
-                         settings["value_format"].upper())
-    return {"subject": settings["value_subject"], "schema_id": schema_id}
+    outputs: dict[str, Any] = {}
+    if relation.value_subject:
+        schema_id = register(settings["registry"], settings["value_subject"], settings["value_schema"],
+                             settings["value_format"].upper())
+        outputs |= {"subject": settings["value_subject"], "schema_id": schema_id}
+    query = next((q for q in project.queries if q.fqn == relation.defined_by_query), None)
+    key = sink_key_format(relation, query) if query is not None else {}
+    if key:
+        outputs |= {"key_subject": key["key_subject"], "key_schema_id": register(
+            settings["registry"], key["key_subject"], key["key_schema"], (relation.key_format or "").upper())}
+    return outputs
 
 
 class ViewExecutor:

@@ -5,21 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsflow import gcpause
 from dsflow.adapters import process
-from dsflow.apply import ApplyResult, apply_plan
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
 from dsflow.core.categories import Category
 from dsflow.core.plan import Plan, PlanOptions, make_plan
 from dsflow.core.resources import project_resources
-from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
 from dsflow.load.project import load_project
 from dsflow.refresh import query_status, refresh, replay_estimate
 from dsflow.workspace import Workspace
+
+if TYPE_CHECKING:  # apply and executors bring the Spark translation (sqlglot), which plan does not need
+    from dsflow.apply import ApplyResult
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,15 @@ def _check_targets(targets: frozenset[str], project: Project, state) -> None:
 
 
 def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None) -> ApplyResult:
+    from dsflow.apply import apply_plan
+
     return apply_plan(the_plan, loaded.project, loaded.workspace, on_event)
 
 
 def status(loaded: Loaded) -> list[dict[str, Any]]:
     """Every deployed query and generator, with what its process and status file say now."""
+    from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
+
     state = loaded.workspace.state_backend().read()
     entries = []
     for key, deployed in sorted(state.resources.items()):

@@ -9,7 +9,6 @@ from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
 from dsflow.core.plan import Estimate, Observation
 from dsflow.core.state import DeployedResource, State
-from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
 
 
 def refresh(state: State, project=None) -> dict[str, Observation]:
@@ -53,6 +52,8 @@ def query_status(deployed: DeployedResource) -> dict:
 
 
 def _observe_query(deployed: DeployedResource) -> Observation:
+    from dsflow.executors import DRIVER_MODULE  # executors import the Spark translation (sqlglot): plan may not need it
+
     running = process.is_running(deployed.outputs.get("pid"), DRIVER_MODULE)
     status = query_status(deployed)
     checkpoint = deployed.outputs.get("checkpoint")
@@ -69,6 +70,8 @@ def _observe_query(deployed: DeployedResource) -> Observation:
 
 
 def _observe_datagen(deployed: DeployedResource) -> Observation:
+    from dsflow.executors import DATAGEN_MODULE
+
     count = deployed.data.get("count")
     running = process.is_running(deployed.outputs.get("pid"), DATAGEN_MODULE)
     healthy = running or count is not None

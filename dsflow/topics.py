@@ -30,6 +30,8 @@ class Target:
     settings: dict[str, str] = field(default_factory=dict)
     relation: Relation | None = None
     store: str = ""
+    registry: dict[str, str] = field(default_factory=dict, repr=False)
+    """The store's schema registry settings (schema.registry.*), for a relation's avro or protobuf values."""
 
 
 def streaming_store(project: Project, name: str | None) -> Store:
@@ -51,8 +53,9 @@ def resolve(project: Project, name: str, store: str | None = None) -> Target:
     chosen = streaming_store(project, store or (relation.store if relation else None))
     if relation is not None and relation.store != chosen.name:
         relation = None
+    registry = project.schema_registry(chosen.schema_registry)
     return Target(chosen.type, relation.topic if relation else name, chosen.bootstrap_servers,
-                  dict(chosen.properties), relation, chosen.name)
+                  dict(chosen.properties), relation, chosen.name, registry.client_config() if registry else {})
 
 
 def kafka_target(bootstrap: str, name: str) -> Target:
@@ -119,10 +122,11 @@ def delete(target: Target) -> bool:
 
 
 def produce(target: Target, lines: Iterable[str], key_field: str | None) -> int:
-    if target.store_type == "kinesis":
-        from dsflow.adapters.kinesis.records import put_json_lines
+    if target.store_type == "kinesis":  # a relation's stream: the lines' columns in its value format
+        from dsflow.adapters.kinesis.records import put_json_lines, relation_codec
 
-        return put_json_lines(target.settings, target.name, _checked_lines(lines), key_field=key_field)
+        return put_json_lines(target.settings, target.name, _checked_lines(lines), key_field=key_field,
+                              codec=relation_codec(target.relation, target.registry))
     from dsflow.adapters.kafka.client import produce_json_lines
 
     return produce_json_lines(target.bootstrap, target.name, lines, key_field=key_field, extra=target.settings)
@@ -148,25 +152,75 @@ def _checked_lines(lines: Iterable[str]) -> list[str]:
 def records(target: Target, from_beginning: bool, limit: int | None, timeout: float,
             raw: bool = False) -> Iterator[dict[str, Any]]:
     """The topic's records as dicts; unless `raw`, a relation's value is decoded with its format (json)."""
-    if target.store_type == "kinesis":
-        from dsflow.adapters.kinesis.records import read_records
+    if target.store_type == "kinesis":  # a relation's values are decoded by its format unless `raw`
+        from dsflow.adapters.kinesis.records import read_records, relation_codec
 
-        found = read_records(target.settings, target.name, from_beginning, limit, timeout)
+        codec = None if raw else relation_codec(target.relation, target.registry)
+        found = read_records(target.settings, target.name, from_beginning, limit, timeout, codec)
+        if codec is not None:
+            yield from found
+            return
     else:
         from dsflow.adapters.kafka.client import print_records
 
+        binary = not raw and target.relation is not None and _uses_registry(target.relation)
         found = print_records(target.bootstrap, target.name, from_beginning=from_beginning, limit=limit,
-                              timeout=timeout, extra=target.settings)
+                              timeout=timeout, extra=target.settings, convert=_binary_record if binary else None)
     for record in found:
-        yield record if raw or target.relation is None else decoded(record, target.relation)
+        yield record if raw or target.relation is None else decoded(record, target.relation, target.registry)
 
 
-def decoded(record: dict[str, Any], relation: Relation) -> dict[str, Any]:
-    """The record with its value parsed as the relation's value.format (json); undecodable values say why."""
+def _uses_registry(relation: Relation) -> bool:
+    from dsflow.core.formats import REGISTRY_FORMATS
+
+    return relation.value_format in REGISTRY_FORMATS or relation.key_format in REGISTRY_FORMATS
+
+
+def _binary_record(message: Any) -> dict[str, Any]:
+    """A consumed message as record_dict makes it, but key and value as bytes (decoded by `decoded`)."""
+    from dsflow.adapters.kafka.client import record_dict
+
+    return {**record_dict(message), "key": message.key(), "value": message.value()}
+
+
+def decoded(record: dict[str, Any], relation: Relation, registry: dict[str, str] | None = None) -> dict[str, Any]:
+    """The record with its value parsed as the relation's value.format (json; Kafka: avro, protobuf) and an avro
+    or protobuf key as its text (as a query sees it); what does not decode says why in `error`."""
+    if isinstance(record.get("key"), bytes) or isinstance(record.get("value"), bytes):
+        return _registry_decoded(record, relation, registry or {})
     if relation.value_format != "json":
-        return record  # other formats are printed as text (decoding them needs the schema registry)
+        return record  # other formats are printed as text
     try:
         value = json.loads(record["value"]) if record.get("value") is not None else None
     except ValueError as err:
         return {**record, "error": f"not {relation.value_format}: {err}"}
     return {**record, "value": value}
+
+
+def _registry_decoded(record: dict[str, Any], relation: Relation, registry: dict[str, str]) -> dict[str, Any]:
+    """A Kafka record read as bytes: key and value decoded with the schema registry, anything else as text."""
+    from dsflow.adapters.kafka import keys
+    from dsflow.adapters.kafka.formats import avro_record
+    from dsflow.adapters.kafka.protobuf import decode
+
+    out, errors = dict(record), []
+    key, value = record.get("key"), record.get("value")
+    if key is not None and relation.key_format in ("avro", "protobuf"):
+        texts, bad = keys.key_texts([key], relation.key_format, registry)
+        out["key"] = texts[0] if not bad else _text(key)
+        errors += [error for _, error in bad]
+    elif isinstance(key, bytes):
+        out["key"] = _text(key)
+    if value is not None and relation.value_format in ("avro", "protobuf"):
+        row, error = avro_record(value, registry) if relation.value_format == "avro" else decode(value, registry, None)
+        out["value"] = row if error is None else _text(value)
+        errors += [] if error is None else [f"value: {error}"]
+    elif isinstance(value, bytes):
+        out["value"] = _text(value)
+        if relation.value_format == "json":
+            return decoded({**out, "error": "; ".join(errors)} if errors else out, relation)
+    return {**out, "error": "; ".join(errors)} if errors else out
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")

@@ -79,7 +79,7 @@ def test_latest_offset_hands_records_to_partitions(settings):
     assert all(v.startswith("after:") for v in end.values())
     parts = reader.partitions(start, end)
     assert len(parts) == 2 and all(p.records is not None for p in parts)
-    got = sorted(json.loads(r.value)["id"] for p in parts for r in p.records)
+    got = sorted(json.loads(r.data)["id"] for p in parts for r in p.records)
     assert got == [r["id"] for r in rows]
     # planned again after a restart (nothing in memory): the same records, read between the sequence numbers
     again = KinesisStreamReader(KinesisOptions.parse({"stream": name, **_options(settings)}))

@@ -71,6 +71,41 @@ def test_a_changed_input_column_is_seen_through_the_cache(tmp_path, monkeypatch)
     assert kinds["amount"] == "BIGINT"
 
 
+def test_a_warm_load_parses_no_unchanged_file(tmp_path, monkeypatch):
+    import dsflow.load.project as project_module
+
+    root = write_dsflow_project(tmp_path / "scale", 400)
+    reference = load_project(root)
+    parsed: list[str] = []
+    real = project_module._parse_sql_file
+    monkeypatch.setattr(project_module, "_parse_sql_file", lambda text, path: (parsed.append(path), real(text, path))[1])
+    assert load_project(root) == reference
+    assert parsed == []
+    changed = root / "sql" / "queries_00100.sql"
+    changed.write_text(changed.read_text().replace("amount > 150 ", "amount > 151 "))
+    warm = load_project(root)
+    assert parsed == ["sql/queries_00100.sql"]
+    assert warm != reference
+    assert "`amount` > 151" in next(q.select_sql for q in warm.queries if q.fqn == "scale.public.q150")
+
+
+def test_diagnostics_of_statements_read_from_the_file_cache_equal_uncached_ones(tmp_path, monkeypatch):
+    """A source changes under unchanged query files: their SELECTs are parsed again from the file (DeferredSelect)
+    and report at the same places as a load without the cache."""
+    root = write_dsflow_project(tmp_path / "scale", 40)
+    load_project(root)
+    source = root / "sql" / "sources_00000.sql"
+    text = source.read_text().replace("CREATE STREAM s2 (id BIGINT, ts BIGINT, user_id", "CREATE STREAM s2 (id BIGINT, "
+                                      "ts BIGINT, uid")
+    source.write_text(text.replace("CREATE STREAM s5 ", "CREATE STREAM s5x "))
+    warm = [str(d) for d in check_project(root).diagnostics]
+    monkeypatch.setenv("DSFLOW_CACHE", "0")
+    cold = [str(d) for d in check_project(root).diagnostics]
+    assert any("DSF-E040" in d and "queries_00000.sql:" in d for d in cold), cold
+    assert any("DSF-E041" in d and "queries_00000.sql:" in d for d in cold), cold
+    assert warm == cold
+
+
 def test_errors_are_reported_again_on_every_load(tmp_path):
     root = make_project(tmp_path, {"sql/sources.sql": PAGEVIEWS,
                                    "sql/bad.sql": "CREATE STREAM bad AS SELECT nope FROM pageviews;\n"})

@@ -162,8 +162,14 @@ def test_inference_rules(tmp_path):
     assert _codes(tmp_path / "d", SOURCES.replace("'topic.shards' = 2", "'topic.partitions' = 2"), "") == ["DSF-E110"]
     assert _codes(tmp_path / "e", SOURCES, "CREATE STREAM k WITH ('topic.shards' = 2) AS "
                                            "SELECT * FROM users_kafka;") == ["DSF-E110"]
+    # every value format fits a Kinesis stream (avro needs the store's registry); partition keys are text
     assert _codes(tmp_path / "h", SOURCES.replace("'value.format' = 'json', 'topic.shards'",
-                                                  "'value.format' = 'avro', 'topic.shards'"), "")[:1] == ["DSF-E114"]
+                                                  "'value.format' = 'avro', 'topic.shards'"), "")[:1] == ["DSF-E122"]
+    assert _codes(tmp_path / "i", SOURCES.replace("'value.format' = 'json', 'topic.shards'",
+                                                  "'value.format' = 'long', 'topic.shards'"), "") == ["DSF-E124"]
+    assert _codes(tmp_path / "j", SOURCES.replace("'value.format' = 'json', 'topic.shards'",
+                                                  "'value.format' = 'json', 'key.format' = 'long', 'topic.shards'"),
+                  "") == ["DSF-E114"]
     assert _codes(tmp_path / "f", SOURCES, QUERIES) == []
     root = _project(tmp_path / "g", SOURCES, "")
     (root / "gen.yml").write_text("datagen:\n  - name: feed\n    relation: pageviews_kinesis\n")

@@ -196,7 +196,7 @@ def test_snapshot_then_changes_into_kafka_with_restarts(tmp_path: Path, spark, b
     relation = project.relation("analytics.public.orders_cdc")
     ensure_topic(broker, TopicSpec(project.relation("analytics.public.orders_changes").topic, 1, 1, {}))
     opts = relation.table_options
-    admin.ensure(SERVER, pgdb, "public", "orders", slot_of(project), ["id", "amount"])
+    admin.ensure(SERVER, pgdb, [("public", "orders")], slot_of(project), ["id", "amount"])
     # committed after the slot was made, before the snapshot: exactly once, in the snapshot (op r)
     _insert(pgdb, [(3, "0.01", None, None, None, None, None, "between")])
     run(spark, project, "orders_changes", tmp_path)
@@ -238,7 +238,7 @@ def test_a_failed_batch_is_read_again_after_a_restart(tmp_path: Path, spark, pgd
     """The sink fails inside a batch: nothing is acknowledged, and the restarted query delivers every event."""
     sql(pgdb, "TRUNCATE orders")
     name = f"dsflow_restart_{uuid.uuid4().hex[:6]}"
-    admin.ensure(SERVER, pgdb, "public", "orders", name, [])
+    admin.ensure(SERVER, pgdb, [("public", "orders")], name, [])
     seen: list[tuple] = []
 
     def reader():

@@ -237,3 +237,91 @@ def test_spark_translation_of_windows_joins_and_distinct_counts(tmp_path):
         "INTERVAL '120000' MILLISECONDS AND p.__ts + INTERVAL '120000' MILLISECONDS")
     assert [s.event_time for s in spec.sources] == ["timestamp_millis(`viewtime`)", "`cts`"]
     assert (spec.sink.output_mode, spec.sink.key_columns) == ("append", [])
+
+
+# --- struct field access: col->field -------------------------------------------------------------------
+
+ORDERS = """\
+CREATE STREAM orders (op VARCHAR,
+  `after` STRUCT<id BIGINT, amount DECIMAL(10, 2), addr STRUCT<city VARCHAR, zip INT>>,
+  source STRUCT<ts_ms BIGINT, `table` VARCHAR>) WITH ('value.format' = 'json');
+CREATE STREAM users (uid BIGINT, name VARCHAR) WITH ('value.format' = 'json');
+"""
+
+
+def test_arrow_field_access_round_trips_and_is_not_a_lambda():
+    for text in ["SELECT after->id AS id, after->addr->city, o.source->ts_ms FROM orders AS o "
+                 "WHERE after->amount > 3",
+                 "SELECT SUM(after->amount) AS total, after->addr->zip FROM orders GROUP BY after->addr->zip",
+                 "SELECT after->`table` FROM orders"]:
+        parsed = parse_one_select(text)
+        assert parsed.sql(dialect=DIALECT) == text
+        assert not list(parsed.find_all(exp.Lambda)) and not list(parsed.find_all(exp.JSONExtract))
+    assert parse_one_select("SELECT after->'id' FROM orders").sql(dialect=DIALECT) == "SELECT after->`id` FROM orders"
+    _, problems = parse_sql_file("CREATE STREAM x AS SELECT after->1 FROM orders;", "f.sql")
+    assert [p.code for p in problems] == ["DSF-E002"] and "field name after ->" in problems[0].message
+
+
+FIELD_QUERIES = """\
+CREATE STREAM flat AS SELECT after->id, after->amount AS amount, after->addr->city AS city,
+  source->ts_ms AS commit_ms FROM orders WHERE op <> 'd' AND after->addr->zip > 1000;
+CREATE CHANGELOG per_city AS SELECT after->addr->city AS city, COUNT(*) AS n, SUM(after->amount) AS total
+  FROM orders GROUP BY after->addr->city;
+CREATE STREAM enriched AS SELECT o.after->id AS id, u.name FROM orders o JOIN users u WITHIN 1 MINUTE
+  ON o.after->id = u.uid;
+"""
+
+
+def test_arrow_fields_are_typed_named_and_translated_to_spark(tmp_path):
+    project = load_project(make_project(tmp_path, {"sql/s.sql": ORDERS, "sql/q.sql": FIELD_QUERIES}))
+    flat = project.relation("analytics.public.flat")
+    assert [(c.name, c.type) for c in flat.columns] == [
+        ("id", "BIGINT"), ("amount", "DECIMAL(10, 2)"), ("city", "VARCHAR"), ("commit_ms", "BIGINT")]
+    query = next(q for q in project.queries if q.fqn == "analytics.public.flat")
+    assert spark_select(query) == (
+        "SELECT `orders`.`after`.`id` AS `id`, `orders`.`after`.`amount` AS `amount`, "
+        "`orders`.`after`.`addr`.`city` AS `city`, `orders`.`source`.`ts_ms` AS `commit_ms`, "
+        "orders.__key AS __key FROM __src0_analytics_public_flat AS orders "
+        "WHERE `orders`.`op` <> 'd' AND `orders`.`after`.`addr`.`zip` > 1000")
+    per_city = project.relation("analytics.public.per_city")
+    assert [(c.name, c.type) for c in per_city.columns][:2] == [("city", "VARCHAR"), ("n", "BIGINT")]
+    assert per_city.columns[2].type.startswith("DECIMAL")
+    assert per_city.primary_key == ("city",)
+    grouped = next(q for q in project.queries if q.fqn == "analytics.public.per_city")
+    assert spark_select(grouped).endswith("GROUP BY `orders`.`after`.`addr`.`city`")
+    joined = next(q for q in project.queries if q.fqn == "analytics.public.enriched")
+    assert "ON `o`.`after`.`id` = `u`.`uid` AND" in spark_select(joined)
+
+
+def test_an_unknown_field_is_e048_at_its_line_with_the_struct_fields(tmp_path):
+    bad = ("CREATE STREAM f1 AS SELECT after->id AS id,\n"
+           "  after->amout AS amount FROM orders;\n"
+           "CREATE STREAM f2 AS SELECT op FROM orders WHERE after->addr->town = 'x';\n"
+           "CREATE STREAM f3 AS SELECT op->x AS x FROM orders;\n"
+           "CREATE STREAM f4 AS SELECT after->nope->deeper AS d FROM orders;\n")
+    from dsflow.errors import ProjectError
+    import pytest
+
+    with pytest.raises(ProjectError) as caught:
+        load_project(make_project(tmp_path, {"sql/s.sql": ORDERS, "sql/bad.sql": bad}))
+    found = [(d.code, d.location.file.rsplit("/", 1)[-1], d.location.line, d.message, d.hint)
+             for d in caught.value.diagnostics]
+    assert [(c, f, line) for c, f, line, _, _ in found] == [
+        ("DSF-E048", "bad.sql", 2), ("DSF-E048", "bad.sql", 3), ("DSF-E048", "bad.sql", 4),
+        ("DSF-E048", "bad.sql", 5)], found
+    first, second, third, fourth = found
+    assert "no field 'amout'" in first[3] and "did you mean 'amount'?" in first[4]
+    assert "its fields are id, amount, addr" in first[4]
+    assert "no field 'town'" in second[3] and "city, zip" in second[4]
+    assert "not a STRUCT" in third[3]
+    assert "no field 'nope'" in fourth[3]  # reported once, not again for ->deeper
+
+
+def test_dot_on_a_struct_column_hints_at_the_arrow(tmp_path):
+    from dsflow.errors import ProjectError
+    import pytest
+
+    with pytest.raises(ProjectError) as caught:
+        load_project(make_project(tmp_path, {"sql/s.sql": ORDERS, "sql/q.sql": "CREATE STREAM q AS SELECT after.id FROM orders;"}))
+    [problem] = caught.value.diagnostics
+    assert problem.code == "DSF-E040" and problem.hint == "a field of the column 'after' is after->id"

@@ -316,6 +316,15 @@ def test_e043_insert_column_mismatch(tmp_path):
     assert "in order, with the same names" in d.hint
 
 
+def test_e145_insert_into_a_view(tmp_path):
+    sql = ("CREATE MATERIALIZED VIEW v AS SELECT id, userid FROM pageviews;\n\n"
+           "INSERT INTO v\nSELECT id, userid FROM pageviews;\n")
+    d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E145")
+    assert at(d, "sql/q.sql", 3, 13)
+    assert d.message == ("INSERT INTO 'analytics.public.v': it is a materialized view, "
+                         "which only its own query writes")
+
+
 @pytest.mark.parametrize("sql, message, hint", [
     ("CREATE STREAM f AS\nSELECT id, UPPER(userid)\nFROM pageviews;\n", "every computed column needs a name",
      "add AS name to each expression in the SELECT"),

@@ -2,6 +2,7 @@
 
     json                       text, parsed on the JVM side (from_json) and written with to_json
     avro, protobuf             Confluent wire format (magic byte 0, 4-byte schema id, payload) with a schema registry
+                               (values and keys; a key's schema is under <topic>-key)
     string, long, int, double, bytes
                                a single-column value as Kafka's primitive serializers write it
                                (UTF-8, 8/4-byte big-endian integers, 8-byte IEEE 754 double, raw bytes)
@@ -98,8 +99,19 @@ def _avro_name(text: str, dots: bool = False) -> str:
 
 
 PROTOBUF_TYPES = ("BIGINT", "INT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "BOOLEAN", "VARCHAR",
-                  "STRING", "TEXT", "CHAR", "BINARY", "VARBINARY", "BYTES")
-"""Column types a protobuf value carries (one proto3 scalar field each; adapters/kafka/protobuf.py)."""
+                  "STRING", "TEXT", "CHAR", "BINARY", "VARBINARY", "BYTES", "TIMESTAMP", "TIMESTAMPTZ", "DATE",
+                  "DECIMAL")
+"""Column types a protobuf value carries: one proto3 scalar field each, or google.protobuf.Timestamp
+(TIMESTAMP), google.type.Date (DATE) and confluent.type.Decimal (DECIMAL) messages (adapters/kafka/protobuf.py)."""
+
+KEY_FORMATS = ("json", *REGISTRY_FORMATS, *PRIMITIVE_FORMATS)
+"""Key formats. avro and protobuf keys are Confluent wire-format records whose schema lives under
+`<topic>-key`; inside a query a key is text (one field: its text, several: a JSON object)."""
+
+
+def key_subject(key_format: str | None, topic: str) -> str | None:
+    """The registry subject of an avro/protobuf key: <topic>-key (TopicNameStrategy); None for other formats."""
+    return f"{topic}-key" if key_format in REGISTRY_FORMATS else None
 
 
 def format_carries(value_format: str, sql_type: str) -> bool:

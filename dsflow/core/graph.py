@@ -123,8 +123,8 @@ def _nx_simple_cycles(graph: Graph):
     return nx.simple_cycles(g)
 
 
-_KIND_INDEX = {kind: i for i, kind in enumerate(Kind)}
+_KIND_INDEX = {kind._value_: i for i, kind in enumerate(Kind)}  # by value: hashing a str is faster than an Enum
 
 
 def _sort_key(address: Address) -> tuple[int, str]:
-    return (_KIND_INDEX[address.kind], address.name)
+    return (_KIND_INDEX[address.kind._value_], address.name)

@@ -37,8 +37,8 @@ class Store(Frozen):
     sensitive: frozenset[str] = Field(default_factory=frozenset,
                                       description="property keys (and 'bootstrap_servers') whose values hold secrets")
     description: str = ""
-    schema_registry: str | None = Field(None, description="kafka: name of the schema registry that avro and "
-                                                          "protobuf relations of this store use")
+    schema_registry: str | None = Field(None, description="kafka, kinesis: name of the schema registry that avro "
+                                                          "and protobuf relations of this store use")
     location: Location | None = None
 
     def client_config(self) -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from dsflow.core.address import Address, Kind
@@ -25,11 +26,12 @@ class Resource:
     data: dict[str, Any]
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def data_hash(self) -> str:
+        """Computed once: a plan reads it several times per resource (the data is not changed after creation)."""
         return fingerprint(self.data)
 
-    @property
+    @cached_property
     def metadata_hash(self) -> str:
         return fingerprint(self.metadata)
 
@@ -51,7 +53,8 @@ def project_resources(project: Project) -> list[Resource]:
     resources += [Resource(Address(Kind.SCHEMA, s.fqn), (Address(Kind.DATABASE, s.database),), {"name": s.fqn})
                   for s in project.schemas]
     resources += [_relation(r) for r in project.relations]
-    resources += [_query(project, q) for q in project.queries]
+    store_configs: dict[tuple[str, ...], str] = {}  # many queries use the same stores: hashed once per set
+    resources += [_query(project, q, store_configs) for q in project.queries]
     resources += [
         Resource(Address(Kind.DATAGEN, g.name), (Address(Kind.RELATION, g.relation),),
                  {"relation": g.relation, "generator": g.generator, "seed": g.seed, "count": g.count},
@@ -103,7 +106,7 @@ def _relation(relation: Relation) -> Resource:
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
 
 
-def _query(project: Project, query) -> Resource:
+def _query(project: Project, query, store_configs: dict[tuple[str, ...], str]) -> Resource:
     deps = [Address(Kind.RELATION, s.relation) for s in query.sources]
     deps.append(Address(Kind.RELATION, query.sink))
     data = {
@@ -122,8 +125,7 @@ def _query(project: Project, query) -> Resource:
         "spark_conf": query.spark_conf,
         "spark_master": project.runtime.spark_master,
         "runtime_spark_conf": project.runtime.spark_conf,
-        "store_config": fingerprint([_store(project.store(name)).metadata["properties"]
-                                     for name in _stores_used(project, query)]),
+        "store_config": _store_config(project, tuple(_stores_used(project, query)), store_configs),
     }
     if query.dlq_topic:
         metadata["dlq_topic"] = query.dlq_topic
@@ -132,6 +134,13 @@ def _query(project: Project, query) -> Resource:
     if registries:
         metadata["schema_registry"] = fingerprint(registries)
     return Resource(Address(Kind.QUERY, query.fqn), tuple(dict.fromkeys(deps)), data, metadata)
+
+
+def _store_config(project: Project, names: tuple[str, ...], known: dict[tuple[str, ...], str]) -> str:
+    """The fingerprint of the settings of the stores a query uses, computed once per set of stores."""
+    if names not in known:
+        known[names] = fingerprint([_store(project.store(name)).metadata["properties"] for name in names])
+    return known[names]
 
 
 def _registry(registry) -> dict[str, str]:

@@ -1,13 +1,19 @@
 """CDC streams: `CREATE STREAM ... WITH ('store' = <a postgresql store>, 'postgresql.db.name' = ...)`.
 
-A stream in a postgresql store is the change stream of one table. Its columns are the fields of a change
-event (DeltaStream's CDC shape; adapters/postgres/changes.py makes them):
+A stream in a postgresql store is the change stream of one table ('postgresql.schema.name' and
+'postgresql.table.name') or of several tables of one database ('postgresql.cdc.table.list' =
+'public.customers,test.users', DeltaStream's property: one slot and one publication for all of them).
+Its columns are the fields of a change event (DeltaStream's CDC shape; adapters/postgres/changes.py
+makes them):
 
     op      VARCHAR   c (insert), u (update), d (delete), r (read by the initial snapshot)
     ts_ms   BIGINT    when dsflow read the change (epoch ms)
     before  STRUCT<the table's columns>   the row before an update or delete (null for c and r)
     after   STRUCT<the table's columns>   the row after an insert, update or snapshot read (null for d)
     source  STRUCT<db, schema, table, lsn, commit_lsn, txid, ts_ms, snapshot>   (also named `system`)
+
+before/after fields are read by name: a field the row lacks (another table's column, a dropped column)
+is null. before/after may also be VARCHAR: the row's JSON text.
 
 Only these names are allowed; declare the ones you need. The slot and the publication are named from
 the project, the environment and the relation (adapters/postgres/admin.py) and shown in plans.
@@ -25,8 +31,9 @@ from dsflow.core.model import Column, Relation
 from dsflow.errors import Diagnostic, Location
 
 CDC_PROPS = {"store", "value.format", "timestamp", "postgresql.db.name", "postgresql.schema.name",
-             "postgresql.table.name"}
+             "postgresql.table.name", "postgresql.cdc.table.list"}
 TABLE_KEYS = ("postgresql.db.name", "postgresql.schema.name", "postgresql.table.name")
+TABLE_LIST = "postgresql.cdc.table.list"
 EVENT_FIELDS = {"op": "VARCHAR", "ts_ms": "BIGINT", "before": "STRUCT", "after": "STRUCT", "source": "STRUCT",
                 "system": "STRUCT"}
 SOURCE_FIELDS = {"db", "schema", "table", "lsn", "commit_lsn", "txid", "ts_ms", "snapshot"}
@@ -67,8 +74,11 @@ def cdc_relation(fqn: str, kind: str, columns: tuple[Column, ...], props: dict[s
                           prop_location(key) or location,
                           hint=f"a stream in the postgresql store '{store}' takes {', '.join(sorted(CDC_PROPS))}"))
         ok = False
-    missing = [k for k in TABLE_KEYS if not props.get(k)]
-    if missing:
+    tables = _table_list(fqn, props, location, prop_location, report)
+    missing = [k for k in (TABLE_KEYS[:1] if tables else TABLE_KEYS) if not props.get(k)]
+    if tables is False:
+        ok = False
+    elif missing:
         report(Diagnostic("DSF-E085", f"the CDC stream '{fqn}' needs {', '.join(repr(m) for m in missing)}",
                           location, hint="name the table: 'postgresql.db.name' = 'shop', "
                                          "'postgresql.schema.name' = 'public', 'postgresql.table.name' = 'orders'"))
@@ -84,11 +94,46 @@ def cdc_relation(fqn: str, kind: str, columns: tuple[Column, ...], props: dict[s
     ok = _check_columns(fqn, columns, location, report) and ok
     if not ok:
         return None
-    database, schema, table = (props[k] for k in TABLE_KEYS)
-    options = {"postgresql.db.name": database, "postgresql.schema.name": schema, "postgresql.table.name": table,
-               SLOT_KEY: slot_name, PUBLICATION_KEY: slot_name}
-    return Relation(fqn=fqn, kind="stream", columns=columns, store=store, topic=f"{database}.{schema}.{table}",
+    if tables:
+        database, listed = props[TABLE_KEYS[0]], ",".join(f"{s}.{t}" for s, t in tables)
+        options = {"postgresql.db.name": database, TABLE_LIST: listed, SLOT_KEY: slot_name, PUBLICATION_KEY: slot_name}
+        topic = f"{database}.{listed}"
+    else:
+        database, schema, table = (props[k] for k in TABLE_KEYS)
+        options = {"postgresql.db.name": database, "postgresql.schema.name": schema,
+                   "postgresql.table.name": table, SLOT_KEY: slot_name, PUBLICATION_KEY: slot_name}
+        topic = f"{database}.{schema}.{table}"
+    return Relation(fqn=fqn, kind="stream", columns=columns, store=store, topic=topic,
                     timestamp=props.get("timestamp"), table_options=options, location=location)
+
+
+def _table_list(fqn: str, props: dict[str, str], location: Location | None,
+                prop_location: Callable[[str], Location | None], report: Report) -> list[tuple[str, str]] | None | bool:
+    """The tables of 'postgresql.cdc.table.list' (schema.table, comma-separated); None without it, False if wrong."""
+    if TABLE_LIST not in props:
+        return None
+    where = prop_location(TABLE_LIST) or location
+    entries = [e.strip() for e in props[TABLE_LIST].split(",")]
+    bad = [e for e in entries if len(e.split(".")) != 2 or not all(e.split("."))]
+    problem = None
+    if bad or not entries:
+        problem = f"'{TABLE_LIST}' of '{fqn}' has {', '.join(repr(b) for b in bad) or 'no table'}: not schema.table"
+    elif len(set(entries)) != len(entries):
+        problem = f"'{TABLE_LIST}' of '{fqn}' names a table twice"
+    elif props.get(TABLE_KEYS[1]) or props.get(TABLE_KEYS[2]):
+        problem = f"'{fqn}' has both '{TABLE_LIST}' and 'postgresql.schema.name'/'postgresql.table.name'"
+    if problem:
+        report(Diagnostic("DSF-E085", problem, where, hint=f"e.g. '{TABLE_LIST}' = 'public.customers,test.users' "
+                          "with 'postgresql.db.name'; one table: 'postgresql.schema.name' and 'postgresql.table.name'"))
+        return False
+    return [tuple(e.split(".")) for e in entries]
+
+
+def cdc_tables(options: dict[str, str]) -> list[tuple[str, str]]:
+    """The (schema, table) pairs a CDC relation's table_options capture: its list, or its one table."""
+    if options.get(TABLE_LIST):
+        return [tuple(e.split(".", 1)) for e in options[TABLE_LIST].split(",")]
+    return [(options[TABLE_KEYS[1]], options[TABLE_KEYS[2]])]
 
 
 def _check_columns(fqn: str, columns: tuple[Column, ...], location: Location | None, report: Report) -> bool:
@@ -105,9 +150,12 @@ def _check_columns(fqn: str, columns: tuple[Column, ...], location: Location | N
             ok = False
             continue
         fields = struct_fields(column.type)
-        if expected == "STRUCT" and fields is None:
+        if name in ("before", "after") and fields is None and column.type.upper() in ("VARCHAR", "STRING", "TEXT"):
+            images[name] = []  # the row's JSON text
+        elif expected == "STRUCT" and fields is None:
             report(Diagnostic("DSF-E086", f"column '{column.name}' of the CDC stream '{fqn}' must be a STRUCT, "
-                              f"not {column.type}", location, hint=f"e.g. `{name}` STRUCT<id BIGINT, name VARCHAR>"))
+                              f"not {column.type}", location, hint=f"e.g. `{name}` STRUCT<id BIGINT, name VARCHAR>"
+                              + (" (or VARCHAR: the row's JSON text)" if name in ("before", "after") else "")))
             ok = False
         elif name in ("before", "after"):
             images[name] = [f.lower() for f in fields]
@@ -130,8 +178,14 @@ def _check_columns(fqn: str, columns: tuple[Column, ...], location: Location | N
 
 def image_fields(relation: Relation) -> list[str]:
     """The table columns a CDC relation declares in `after` (or `before`)."""
+    return list(image_types(relation))
+
+
+def image_types(relation: Relation) -> dict[str, str]:
+    """The table columns a CDC relation declares in `after` (or `before`), with their Spark types; {} for VARCHAR."""
     for name in ("after", "before"):
         column = relation.column(name)
-        if column is not None:
-            return struct_fields(column.type) or []
-    return []
+        if column is not None and struct_fields(column.type) is not None:
+            built = exp.DataType.build(column.type)
+            return {f.name: f.args["kind"].sql(dialect="spark") for f in built.expressions}
+    return {}

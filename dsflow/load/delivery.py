@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from dsflow.core.model import Relation
 from dsflow.errors import Diagnostic
-from dsflow.load.sql import RawStatement
+from dsflow.load.statements import RawStatement
 
 GUARANTEES = ("at-least-once", "exactly-once")
 WHY_NOT_ON_A_STREAM = (

@@ -2,7 +2,10 @@
 
 It adds STREAM and CHANGELOG as creatable kinds, the window table functions
 `TUMBLE(rel, SIZE 10 SECONDS)` and `HOP(rel, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)`, and the
-interval join `a JOIN b WITHIN 5 MINUTES ON a.k = b.k`; everything else is Spark SQL.
+interval join `a JOIN b WITHIN 5 MINUTES ON a.k = b.k`, and struct field access `col->field` (nested
+`a->b->c`), parsed as exp.Dot and written back as `->` (Spark writes it `col.field`). Spark's lambdas
+(`x -> x + 1`) are not part of the dialect, so `SUM(after->amount)` is a field access; everything else is
+Spark SQL.
 """
 
 from __future__ import annotations
@@ -66,6 +69,18 @@ def _source_properties(self) -> list[exp.Property]:
     return found
 
 
+def _field_access(self, this: exp.Expr, path: exp.Expr | None) -> exp.Expr | None:
+    """`this->field`: the field is a bare name (`after->id`, `after->`id``) or a string (`after->'id'`)."""
+    if isinstance(path, exp.Column) and not path.table and isinstance(path.this, exp.Identifier):
+        field = path.this.copy()
+    elif isinstance(path, exp.Literal) and path.is_string:
+        field = exp.to_identifier(path.this, quoted=True)
+    else:
+        self.raise_error("expected a field name after ->, e.g. after->id")
+        return this
+    return self.expression(exp.Dot(this=this, expression=field))
+
+
 def _window_function(self, kind: type[exp.Func]) -> exp.Func:
     table = self._parse_table_parts()
     self._match(TokenType.COMMA)
@@ -89,6 +104,8 @@ class DeltaStream(Spark):
     class Parser(Spark.Parser):
         CREATABLES = {*Spark.Parser.CREATABLES, TokenType.STREAM}
         DB_CREATABLES = {*Spark.Parser.DB_CREATABLES, TokenType.STREAM}
+        LAMBDAS = {k: v for k, v in Spark.Parser.LAMBDAS.items() if k is not TokenType.ARROW}
+        COLUMN_OPERATORS = {**Spark.Parser.COLUMN_OPERATORS, TokenType.ARROW: _field_access}
         FUNCTION_PARSERS = {
             **Spark.Parser.FUNCTION_PARSERS,
             "TUMBLE": lambda self: _window_function(self, Tumble),
@@ -136,6 +153,11 @@ class DeltaStream(Spark):
             Hop: lambda self, e: (f"HOP({self.sql(e, 'this')}, SIZE {duration_text(e.args['size'])}, "
                                   f"ADVANCE BY {duration_text(e.args['advance'])})"),
         }
+
+        def dot_sql(self, expression: exp.Dot) -> str:
+            if isinstance(expression.expression, exp.Identifier):
+                return f"{self.sql(expression, 'this')}->{self.sql(expression, 'expression')}"
+            return super().dot_sql(expression)
 
         def table_sql(self, expression: exp.Table, *args, **kwargs) -> str:
             props = expression.args.get(SOURCE_PROPERTIES)

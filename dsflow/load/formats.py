@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dsflow.core.formats import PRIMITIVE_FORMATS, REGISTRY_FORMATS, VALUE_FORMATS, format_carries, primitive_fits
+from dsflow.core.formats import (
+    KEY_FORMATS, PRIMITIVE_FORMATS, REGISTRY_FORMATS, VALUE_FORMATS, format_carries, primitive_fits,
+)
 from dsflow.core.model import Column, Store
 from dsflow.errors import Diagnostic, Location
 
 FORMAT_PROPS = {"value.subject"}
-KEY_FORMATS = ("json", *PRIMITIVE_FORMATS)
 
 
 def check_formats(fqn: str, value_format: str, key_format: str | None, columns: tuple[Column, ...], store: Store,
@@ -23,6 +24,9 @@ def check_formats(fqn: str, value_format: str, key_format: str | None, columns: 
     if key_format is not None and key_format not in KEY_FORMATS:
         report(Diagnostic("DSF-E032", f"unsupported key.format '{key_format}'", where("key.format"),
                           hint=f"supported: {', '.join(KEY_FORMATS)}"))
+        ok = False
+    elif key_format in REGISTRY_FORMATS and store.schema_registry is None:
+        report(_no_registry(fqn, "key.format", key_format, store, where))
         ok = False
     if value_format in REGISTRY_FORMATS:
         ok = _check_registry_format(fqn, value_format, columns, store, where, report) and ok
@@ -40,19 +44,22 @@ def _check_registry_format(fqn: str, value_format: str, columns: tuple[Column, .
                            where: Callable[[str], Location | None], report: Callable[[Diagnostic], None]) -> bool:
     ok = True
     if store.schema_registry is None:
-        report(Diagnostic("DSF-E122", f"'{fqn}' uses value.format '{value_format}', but its store '{store.name}' "
-                          "has no schema registry", where("value.format"),
-                          hint=f"add 'schema_registry: NAME' to store '{store.name}' and declare the registry "
-                               "under schema_registries:"))
+        report(_no_registry(fqn, "value.format", value_format, store, where))
         ok = False
     for column in columns:
         if not format_carries(value_format, column.type):
             report(Diagnostic("DSF-E124", f"column '{column.name}' of '{fqn}' is {column.type}, which value.format "
                               f"'{value_format}' cannot carry", where("value.format"),
-                              hint="avro: BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, VARCHAR, BINARY, DECIMAL, DATE or "
-                                   "TIMESTAMP columns; protobuf: the same but DECIMAL, DATE and TIMESTAMP"))
+                              hint="avro and protobuf: BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, VARCHAR, BINARY, "
+                                   "DECIMAL, DATE or TIMESTAMP columns"))
             ok = False
     return ok
+
+
+def _no_registry(fqn: str, prop: str, fmt: str, store: Store, where: Callable[[str], Location | None]) -> Diagnostic:
+    return Diagnostic("DSF-E122", f"'{fqn}' uses {prop} '{fmt}', but its store '{store.name}' has no schema registry",
+                      where(prop), hint=f"add 'schema_registry: NAME' to store '{store.name}' and declare the "
+                                        "registry under schema_registries:")
 
 
 def value_subject(value_format: str, topic: str, explicit: str | None) -> str | None:

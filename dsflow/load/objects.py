@@ -103,7 +103,8 @@ def _read_registry(raw, pos: Positioned, path: tuple, secrets: set[str], into: Y
 
 
 def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
-    """Every store's schema_registry names a declared registry, and only Kafka stores have one (DSF-E120)."""
+    """Every store's schema_registry names a declared registry, and only Kafka and Kinesis stores have one
+    (DSF-E120)."""
     from dsflow.load.suggest import did_you_mean
 
     names = {r.name for r in objects.schema_registries}
@@ -111,9 +112,9 @@ def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
     for store in objects.stores:
         if store.schema_registry is None:
             continue
-        if store.type != "kafka":
-            out.append(Diagnostic("DSF-E120", f"store '{store.name}' is not a kafka store and cannot have a "
-                                  "schema_registry", store.location, hint="remove schema_registry"))
+        if store.type not in ("kafka", "kinesis"):
+            out.append(Diagnostic("DSF-E120", f"store '{store.name}' is not a kafka or kinesis store and cannot "
+                                  "have a schema_registry", store.location, hint="remove schema_registry"))
         elif store.schema_registry not in names:
             out.append(Diagnostic("DSF-E120", f"store '{store.name}' names unknown schema registry "
                                   f"'{store.schema_registry}'", store.location,

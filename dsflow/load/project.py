@@ -26,9 +26,9 @@ from dsflow.load.queries import Namespace, resolve_statements
 from dsflow.load.raw import RawProjectConfig
 from dsflow.load.registry import fill_columns_from_registry
 from dsflow.load.render import RenderContext, render
-from dsflow.load.sql import RawStatement, parse_sql_file
+from dsflow.load.statements import RawStatement
 from dsflow.load.suggest import did_you_mean
-from dsflow.load.yamlpos import Positioned, parse_yaml
+from dsflow.load.yamlpos import parse_yaml
 
 PROJECT_FILE = "dsflow.yml"
 SKIP_DIRS = {".dsflow", ".git", "target", "__pycache__", ".venv"}
@@ -106,6 +106,14 @@ def discover(root: Path) -> list[Path]:
     return found
 
 
+def _parse_sql_file(text: str, path: str) -> tuple[list[RawStatement], list[Diagnostic]]:
+    """load/sql.py's parse_sql_file, imported on first use: it brings sqlglot, which a load whose files and
+    SELECTs all come from the cache does not need."""
+    from dsflow.load.sql import parse_sql_file
+
+    return parse_sql_file(text, path)
+
+
 class _Loader:
     """One load: collects diagnostics while walking the stages."""
 
@@ -129,15 +137,26 @@ class _Loader:
             if text is None:
                 continue
             if path.suffix == ".sql":
-                parsed, problems = parse_sql_file(text, rel)
+                parsed, problems = self._parse_sql(text, rel)
                 statements += [(rel, s) for s in parsed]
                 self.diagnostics += problems
             else:
                 self._read_yaml(text, rel, objects)
         project = self._resolve(objects, statements)
         if self.cache is not None:
-            self.cache.save()
+            self.cache.save(self.context.secrets)
         return project
+
+    def _parse_sql(self, text: str, rel: str) -> tuple[list[RawStatement], list[Diagnostic]]:
+        """parse_sql_file, or the file's statements from the load cache when its text is unchanged."""
+        if self.cache is not None:
+            cached = self.cache.get_file(rel, text, lambda: _parse_sql_file(text, rel)[0])
+            if cached is not None:
+                return cached, []
+        parsed, problems = _parse_sql_file(text, rel)
+        if self.cache is not None and not problems:
+            self.cache.put_file(rel, text, parsed)
+        return parsed, problems
 
     def _render(self, path: Path, rel: str) -> str | None:
         try:

@@ -12,8 +12,7 @@ from dsflow.errors import Diagnostic
 from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
 from dsflow.load.objects import SECRET_KEY
 from dsflow.load.cache import read_relations
-from dsflow.load.select import Analysed, analyse_select, normalized_duration, source_tables
-from dsflow.load.sql import DIALECT, RawStatement, node_location
+from dsflow.load.statements import Analysed, RawStatement
 from dsflow.load.suggest import did_you_mean
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 from dsflow.load.delivery import delivery_guarantee
@@ -227,10 +226,13 @@ def _resolve_ctas_in_order(pending: list[tuple[str, RawStatement]], ns: Namespac
 
 
 def _source_names(st: RawStatement, ns: Namespace) -> list[str]:
-    return [ns.qualify_name([p.name for p in t.parts]) for t in source_tables(st.select)]
+    return [ns.qualify_name(parts) for parts in st.source_parts]
 
 
 def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: set[str], report: Report) -> None:
+    from dsflow.load.select import source_tables
+    from dsflow.load.sql import DIALECT, node_location
+
     for table in source_tables(st.select):
         name = ns.qualify_name([p.name for p in table.parts])
         if name in ns.relations:
@@ -314,11 +316,13 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
         report(Diagnostic("DSF-E040", f"INSERT INTO unknown relation '{'.'.join(st.name)}'", st.location,
                           hint=did_you_mean(st.name[-1], [r.rsplit('.', 1)[-1] for r in ns.relations])))
         return None
+    sink = ns.relations[target]
+    if not _insertable(target, sink, st, ns, report):
+        return None
     analysed = _analyse_select(path, st, ns, report)
     if analysed is None:
         return None
     columns = analysed.columns
-    sink = ns.relations[target]
     if [c.name.lower() for c in columns] != [c.name.lower() for c in sink.columns]:
         report(Diagnostic("DSF-E043", f"INSERT INTO '{target}' selects ({', '.join(c.name for c in columns)}) "
                           f"but the relation has ({', '.join(c.name for c in sink.columns)})", st.location,
@@ -332,6 +336,20 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
         return None
     counts[target] = counts.get(target, 0) + 1
     return _query(st, f"{target}_insert_{counts[target]}", "insert", sink, analysed, ns, report)
+
+
+def _insertable(target: str, sink: Relation, st: RawStatement, ns: Namespace, report: Report) -> bool:
+    """INSERT INTO writes to a stream or changelog of a topic: not a view, a table or a CDC stream."""
+    store = ns.stores.get(sink.store)
+    what = {"materialized_view": "a materialized view", "table": "a table"}.get(sink.kind)
+    if what is None and store is not None and store.type == "postgresql":
+        what = "a CDC stream (its events come from PostgreSQL)"
+    if what is None:
+        return True
+    report(Diagnostic("DSF-E145", f"INSERT INTO '{target}': it is {what}, which only its own query writes",
+                      st.location, hint="write a stream or changelog with INSERT INTO, or change the query "
+                      "that defines the view or table"))
+    return False
 
 
 def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed: Analysed, ns: Namespace,
@@ -409,6 +427,8 @@ def _watermark_delay(st: RawStatement, report: Report) -> str:
     prop = st.prop("watermark.delay")
     if prop is None:
         return "5 seconds"
+    from dsflow.load.select import normalized_duration
+
     duration = normalized_duration(prop.value)
     if duration is None:
         report(Diagnostic("DSF-E032", f"'watermark.delay' must be a duration like '10 seconds', got '{prop.value}'",
@@ -443,10 +463,19 @@ def _start_position(st: RawStatement, report: Report) -> str:
     return "auto"
 
 
+def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], qualify_name,
+                   report: Report) -> Analysed | None:
+    """load/select.py's analyse_select, imported on first use: it brings sqlglot, which a load whose SELECTs
+    all come from the cache does not need (~0.3 s of a cold process)."""
+    from dsflow.load.select import analyse_select as analyse
+
+    return analyse(path, st, relations, qualify_name, report)
+
+
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:
     """analyse_select, or its stored result if the statement and what it reads are unchanged (load/cache.py)."""
     cacheable = ns.cache is not None and not any(secret and secret in st.text for secret in ns.secrets)
-    read = read_relations(st.select, ns.relations, ns.qualify_name) if cacheable else None  # no secret on disk
+    read = read_relations(st.source_parts, ns.relations, ns.qualify_name) if cacheable else None  # no secret on disk
     if read is None:
         return analyse_select(path, st, ns.relations, ns.qualify_name, report)
     key = ns.cache.key(st.text, read)

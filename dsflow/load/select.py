@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
@@ -20,11 +19,13 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from dsflow.core.model import Column, Relation, Source, TemporalJoin, Window
+from dsflow.core.model import Column, Relation, Source, Window
 from dsflow.errors import Diagnostic
 from dsflow.load.dialect import SOURCE_PROPERTIES, WINDOW_FUNCTIONS, Hop, duration_text
+from dsflow.load.fields import base_column, check_fields, group_key_sql, is_access, references
 from dsflow.load.functions import check_functions
 from dsflow.load.sql import DIALECT, RawStatement, node_location
+from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
 from dsflow.load.suggest import did_you_mean
 from dsflow.load.temporal import check_shape, temporal_join
 
@@ -44,25 +45,6 @@ UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes",
 SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT), "
                   "TUMBLE/HOP windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
                   "stream [LEFT] JOIN changelog ON its primary key")
-
-
-@dataclass(frozen=True)
-class Analysed:
-    """A resolved SELECT: normalized SQL over fully qualified relations, and what kind of query it makes."""
-
-    select_sql: str
-    sources: tuple[Source, ...]
-    columns: tuple[Column, ...]
-    aggregated: bool = False
-    group_keys: tuple[str, ...] = ()
-    window: Window | None = None
-    join_within: str | None = None
-    join_side: str | None = None
-    temporal: TemporalJoin | None = None
-
-    @property
-    def stateful(self) -> bool:
-        return self.aggregated or self.join_within is not None or self.temporal is not None
 
 
 def normalized_duration(text: str) -> str | None:
@@ -107,7 +89,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if not _columns_known(select, tables, found, window, where, report):
         return None
     qualified = _qualified(select, tables, found, window, st, report)
-    if qualified is None:
+    if qualified is None or not check_fields(qualified, where, report):
         return None
     temporal = None
     if join and join[0] == TEMPORAL:
@@ -279,8 +261,10 @@ def _columns_known(select: exp.Select, tables: list[exp.Table], found: dict, win
         if column.table:
             relation = by_alias.get(column.table.lower())
             if relation is None:
+                struct = any(found[id(t)].column(column.table) is not None for t in tables)
                 report(Diagnostic("DSF-E040", f"unknown relation or alias '{column.table}'", where(column),
-                                  hint=did_you_mean(column.table, set(by_alias))))
+                                  hint=f"a field of the column '{column.table}' is {column.table}->{column.name}"
+                                  if struct else did_you_mean(column.table, set(by_alias))))
                 ok = False
             elif not has(relation, column.name):
                 report(_unknown_column(column, relation, where))
@@ -327,7 +311,7 @@ def _join_equality(qualified: exp.Select, tables: list[exp.Table], where, st: Ra
     join = qualified.args["joins"][0]
     left, right = tables[0].alias_or_name, tables[1].alias_or_name
     for eq in join.args["on"].find_all(exp.EQ):
-        sides = {c.table for c in (eq.this, eq.expression) if isinstance(c, exp.Column)}
+        sides = {c.table for c in map(base_column, (eq.this, eq.expression)) if c is not None}
         if sides == {left, right}:
             return True
     report(Diagnostic("DSF-E045", "a join needs an equality between the two relations in ON", where(join),
@@ -361,14 +345,15 @@ def _aggregation(qualified: exp.Select, window: Window | None, where, st: RawSta
 
 def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, where, st: RawStatement,
                 report: Report) -> tuple[bool, tuple[str, ...]] | None:
-    grouped: list[exp.Column] = []
+    grouped: list[exp.Expr] = []
     for item in group.expressions:
-        if not isinstance(item, exp.Column):
-            report(Diagnostic("DSF-E045", "GROUP BY supports column names only", where(item),
-                              hint="compute the expression in an upstream query, then group by its column"))
+        if not isinstance(item, exp.Column) and not is_access(item):
+            report(Diagnostic("DSF-E045", "GROUP BY supports column names (and struct fields, col->field) only",
+                              where(item), hint="compute the expression in an upstream query, then group by its column"))
             return None
         grouped.append(item)
-    names = {(c.table, c.name) for c in grouped}
+    names = {(c.table, c.name) for c in grouped if isinstance(c, exp.Column)}
+    grouped_sql = {group_key_sql(c) for c in grouped}
     if window and not all((window.source, w) in names for w in WINDOW_COLUMNS):
         report(Diagnostic("DSF-E046", "a window needs GROUP BY window_start, window_end", where(group),
                           hint="add window_start, window_end to the GROUP BY"))
@@ -376,16 +361,15 @@ def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, 
     keys = []
     for column in grouped:
         output = next((p.alias_or_name for p in qualified.selects
-                       if isinstance(p.unalias(), exp.Column) and (p.unalias().table, p.unalias().name) ==
-                       (column.table, column.name)), None)
+                       if group_key_sql(p.unalias()) == group_key_sql(column)), None)
         if output is None:
             report(Diagnostic("DSF-E046", f"GROUP BY column '{column.name}' must be selected: it keys the result",
                               where(column), hint=f"add {column.name} to the SELECT list"))
             return None
         keys.append(output)
     for projection in qualified.selects:
-        loose = [c for c in projection.find_all(exp.Column)
-                 if not c.find_ancestor(exp.AggFunc) and (c.table, c.name) not in names]
+        loose = [c for c in references(projection) if not c.find_ancestor(exp.AggFunc) and
+                 group_key_sql(c) not in grouped_sql and (base_column(c).table, base_column(c).name) not in names]
         if loose:
             report(Diagnostic("DSF-E046", f"column '{loose[0].name}' must be in GROUP BY or inside an aggregate",
                               where(loose[0]), hint=f"add it to GROUP BY, or aggregate it, e.g. MAX({loose[0].name})"))

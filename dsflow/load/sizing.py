@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from dsflow.core.model import Relation, Store
 from dsflow.errors import Diagnostic
-from dsflow.load.sql import RawStatement
+from dsflow.load.statements import RawStatement
 
 Report = Callable[[Diagnostic], None]
 KAFKA_ONLY = ("topic.partitions", "topic.replicas")
@@ -49,13 +49,15 @@ def topic_size(st: RawStatement, fqn: str, store: Store, sources: list[Relation]
 
 
 def kinesis_format_ok(st: RawStatement, fqn: str, store: Store, value_format: str, report: Report) -> bool:
-    """Kinesis streams hold JSON values (declared, or inherited from a query's source): else DSF-E114."""
-    if store.type != "kinesis" or value_format == "json":
+    """Every value format fits a Kinesis stream; a declared binary 'key.format' does not (partition keys are
+    text): DSF-E114."""
+    prop = st.prop("key.format")
+    key_format = str(prop.value).lower() if prop is not None else None
+    if store.type != "kinesis" or key_format in (None, "json", "string"):
         return True
-    prop = st.prop("value.format")
-    report(Diagnostic("DSF-E114", f"value.format '{value_format}' is not available on the Kinesis stream '{fqn}'",
-                      prop.location if prop else st.location,
-                      hint="Kinesis streams hold JSON values: 'value.format' = 'json'"))
+    report(Diagnostic("DSF-E114", f"key.format '{key_format}' is not available on the Kinesis stream '{fqn}': "
+                      "partition keys are text", prop.location or st.location,
+                      hint="remove 'key.format' (or use 'string'): a Kinesis partition key is a Unicode string"))
     return False
 
 

@@ -6,7 +6,7 @@ Each statement is parsed on its own, so one syntax error does not hide the next 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import sqlglot
 from sqlglot import exp
@@ -14,48 +14,11 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.dialect import DeltaStream
+from dsflow.load.dialect import WINDOW_FUNCTIONS, DeltaStream
+from dsflow.load.statements import RawColumn, RawProperty, RawStatement
 
 DIALECT = DeltaStream()
 TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP"}  # sqlglot's name for Spark's TIMESTAMP -> the name users write
-
-
-@dataclass(frozen=True)
-class RawProperty:
-    """One `'key' = value` of a WITH clause."""
-
-    key: str
-    value: str
-    location: Location
-
-
-@dataclass(frozen=True)
-class RawColumn:
-    name: str
-    type: str
-    location: Location
-
-
-@dataclass(frozen=True)
-class RawStatement:
-    """A parsed DDL or DML statement, before names are resolved."""
-
-    kind: str  # "stream" | "changelog" | "materialized view" | "insert"
-    name: tuple[str, ...]
-    location: Location
-    columns: tuple[RawColumn, ...] = ()
-    primary_key: tuple[str, ...] = ()
-    properties: tuple[RawProperty, ...] = ()
-    select: exp.Query | None = None
-    text: str = ""
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def is_query(self) -> bool:
-        return self.select is not None
-
-    def prop(self, key: str) -> RawProperty | None:
-        return next((p for p in self.properties if p.key == key), None)
 
 
 def node_location(path: str, node: exp.Expr | None, fallback: Location | None = None) -> Location:
@@ -147,7 +110,8 @@ def _to_raw(expression: exp.Expr | None, path: str, start: Location, snippet: st
         target = expression.this
         table = target.this if isinstance(target, exp.Schema) else target
         return RawStatement("insert", _table_parts(table), node_location(path, table, start),
-                            select=expression.expression, text=snippet)
+                            select=expression.expression, text=snippet,
+                            source_parts=_source_parts(expression.expression))
     first = snippet.split(None, 2)[:2]
     raise _Unsupported(f"unsupported statement: {' '.join(first).upper()} ...")
 
@@ -172,7 +136,15 @@ def _create(create: exp.Create, path: str, start: Location, snippet: str) -> Raw
         raise _Unsupported("CREATE MATERIALIZED VIEW needs AS SELECT ...")
     return RawStatement(kind_name, _table_parts(table), node_location(path, table, start), columns=columns,
                         primary_key=primary_key, properties=_properties(properties, path, start),
-                        select=select, text=snippet)
+                        select=select, text=snippet, source_parts=_source_parts(select))
+
+
+def _source_parts(select: exp.Query | None) -> tuple[tuple[str, ...], ...]:
+    """The name parts of every relation a SELECT reads (a window function's relation, not the function)."""
+    if select is None:
+        return ()
+    return tuple(tuple(p.name for p in t.parts) for t in select.find_all(exp.Table)
+                 if not isinstance(t.this, WINDOW_FUNCTIONS))
 
 
 def _table_parts(table: exp.Expr) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -467,9 +467,10 @@ def flush_or_raise(producer: Any, topic: str, count: int, errors: list[str], tim
 
 def print_records(
     bootstrap: str, topic: str, from_beginning: bool = True, limit: int | None = None,
-    timeout: float = 5.0, extra: Mapping[str, str] | None = None,
+    timeout: float = 5.0, extra: Mapping[str, str] | None = None, convert: Callable[[Any], dict] | None = None,
 ) -> Iterator[dict]:
-    """Records of every partition as dicts (key, value, partition, offset, timestamp in ms).
+    """Records of every partition as dicts (key, value, partition, offset, timestamp in ms; `convert` makes
+    the dict of a message, default record_dict).
 
     Starts at the earliest offsets or at the true end (`end_offsets`), stops after `limit`
     records or when nothing arrives for `timeout` seconds. Uses assign(), never a group.
@@ -478,10 +479,11 @@ def print_records(
     with consumer(client_config(bootstrap, extra)) as c:
         parts = topic_partitions(c, topic)
         starts = start_offsets(c, topic, parts) if from_beginning else end_offsets(c, topic, parts)
-        yield from _follow(c, topic, starts, limit, timeout)
+        yield from _follow(c, topic, starts, limit, timeout, convert or record_dict)
 
 
-def _follow(c: Any, topic: str, starts: dict[int, int], limit: int | None, timeout: float) -> Iterator[dict]:
+def _follow(c: Any, topic: str, starts: dict[int, int], limit: int | None, timeout: float,
+            convert: Callable[[Any], dict]) -> Iterator[dict]:
     from confluent_kafka import TopicPartition
 
     c.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
@@ -491,7 +493,7 @@ def _follow(c: Any, topic: str, starts: dict[int, int], limit: int | None, timeo
         if m is None or m.error() is not None:
             continue
         idle_since, count = time.monotonic(), count + 1
-        yield record_dict(m)
+        yield convert(m)
 
 
 def record_dict(m: Any) -> dict:

@@ -49,7 +49,7 @@ from pyspark.sql.types import (
 
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.formats import (
-    NUMERIC_KEYS, VALUE_COLUMN, DeadLetters, Decoding, decode_chunk, key_texts, spark_struct_ddl,
+    NUMERIC_KEYS, VALUE_COLUMN, DeadLetters, Decoding, decode_records, key_texts, spark_struct_ddl,
 )
 from dsflow.errors import DsflowError
 
@@ -96,6 +96,9 @@ class KafkaOptions:
     value_schema: str | None = None
     """Writing avro: the schema (value.schema) registered under value.subject (default <topic>-value)."""
     value_subject: str | None = None
+    key_schema: str | None = None
+    """Writing avro/protobuf keys: the key schema (key.schema) registered under key.subject (default <topic>-key)."""
+    key_subject: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -117,6 +120,8 @@ class KafkaOptions:
             decoding=Decoding.parse(opts),
             value_schema=opts.get("value.schema") or None,
             value_subject=opts.get("value.subject") or None,
+            key_schema=opts.get("key.schema") or None,
+            key_subject=opts.get("key.subject") or None,
         )
 
     @property
@@ -216,23 +221,25 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
             consumer, task.topic, task.partition, task.start, task.end, CHUNK_ROWS, task.stall_timeout
         )
         for messages in chunks:
-            if not task.decoding.decoded and not task.decoding.dlq_topic and not task.decoding.numeric_key:
+            if not task.decoding.decoded and not task.decoding.dlq_topic and not task.decoding.decodes_keys:
                 yield to_record_batch(messages, task.topic)
                 continue
-            keep, values, bad = decode_chunk(messages, task.decoding)
+            keep, values, keys, bad = decode_records(messages, task.decoding)
             dead.send(messages, bad)
             if keep:
                 kept = messages if len(keep) == len(messages) else [messages[i] for i in keep]
-                yield to_record_batch(kept, task.topic, values, task.decoding.key_format)
+                yield to_record_batch(kept, task.topic, values, task.decoding.key_format, keys)
         dead.close()  # before the task reports success: dead letters are delivered before the batch commits
         ok = True
     finally:
         pool.release_consumer(task.config, consumer, ok)
 
 
-def to_record_batch(messages: list, topic: str, values: Any = None, key_format: str | None = None) -> Any:
+def to_record_batch(messages: list, topic: str, values: Any = None, key_format: str | None = None,
+                    keys: list | None = None) -> Any:
     """Consumed messages as a RecordBatch matching SCHEMA; with decoded `values` (a struct array), the
-    `value` text column is left out and `values` comes last as `__value`.
+    `value` text column is left out and `values` comes last as `__value`; with decoded `keys` (texts of
+    avro/protobuf keys), those are the key column.
 
     Column-wise, with `map` over the Message accessors instead of per-row Python frames; keys and
     values go in as bytes and are checked as UTF-8 by Arrow in one pass. A batch with invalid
@@ -248,8 +255,9 @@ def to_record_batch(messages: list, topic: str, values: Any = None, key_format: 
     stamps = pc.if_else(pc.less(stamps, 0), pa.scalar(None, pa.int64()), pc.multiply(stamps, 1000))
     partition = messages[0].partition() if count else 0
     columns = [
-        pa.array(key_texts(list(map(Message.key, messages)), key_format), pa.string()) if key_format in NUMERIC_KEYS
-        else _text_column(list(map(Message.key, messages))),
+        pa.array(keys, pa.string()) if keys is not None
+        else pa.array(key_texts(list(map(Message.key, messages)), key_format), pa.string())
+        if key_format in NUMERIC_KEYS else _text_column(list(map(Message.key, messages))),
         None if values is not None else _text_column(list(map(Message.value, messages))),
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count)

@@ -10,13 +10,18 @@ Reading (inside a read task of the Kafka data source), per chunk of consumed mes
                 struct column `__value` with the relation's columns
     primitives  string (UTF-8), long/int (big-endian), double (IEEE 754), bytes: one column in `__value`
 
+Keys (key.format): long/int/double keys are read as their decimal text; avro and protobuf keys are decoded
+(schema by id, cached per process) into the text keys travel as in a query (keys.py); other keys are UTF-8.
+A key that does not decode makes the record a dead letter, like a bad value.
+
 A record that does not decode (bad JSON, not the wire format, an unknown schema id, a value that does not
 fit its column) goes to the dead-letter topic with its key and value as they were, and headers naming the
 error and the source topic, partition and offset. Nothing is dropped: a record is in the result or in the
 dead-letter topic (at-least-once: a retried task sends its dead letters again).
 
 Writing: `value_serializer` turns the sink's `value` structs into bytes (avro through confluent-kafka's
-AvroSerializer, which registers the schema under the subject; primitives by struct.pack).
+AvroSerializer, which registers the schema under the subject; primitives by struct.pack); `key_encoder`
+turns text keys into binary numbers or Confluent avro/protobuf keys (registered under <topic>-key).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsflow.core.formats import PRIMITIVE_FORMATS, base_type
+from dsflow.core.formats import PRIMITIVE_FORMATS, REGISTRY_FORMATS, base_type
 from dsflow.errors import DsflowError
 
 NUMERIC_KEYS = ("long", "int", "double")
@@ -51,7 +56,8 @@ class Decoding:
     dlq_topic: str | None = None
     query: str = ""
     key_format: str | None = None
-    """long, int or double: keys are binary numbers, read as their decimal text and written back as binary."""
+    """long, int or double: keys are binary numbers, read as their decimal text and written back as binary;
+    avro or protobuf: Confluent wire-format keys, read as text (keys.py)."""
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> Decoding:
@@ -65,6 +71,15 @@ class Decoding:
     @property
     def numeric_key(self) -> bool:
         return self.key_format in _UNPACK
+
+    @property
+    def registry_key(self) -> bool:
+        return self.key_format in REGISTRY_FORMATS
+
+    @property
+    def decodes_keys(self) -> bool:
+        """True if keys are checked or decoded here (binary numbers, avro, protobuf)."""
+        return self.numeric_key or self.registry_key
 
     @property
     def decoded(self) -> bool:
@@ -114,14 +129,32 @@ Bad = list[tuple[int, str]]
 
 def decode_chunk(messages: list, decoding: Decoding) -> tuple[list[int], Any, Bad]:
     """(indexes of the records kept, their `__value` struct array or None for json, the records that failed)."""
-    values = [m.value() for m in messages]
+    keep, array, _, bad = decode_records(messages, decoding)
+    return keep, array, bad
+
+
+def decode_records(messages: list, decoding: Decoding) -> tuple[list[int], Any, list | None, Bad]:
+    """decode_chunk, and the text keys of the records kept when keys are avro/protobuf (else None)."""
+    texts, bad_keys = None, []
     if decoding.numeric_key:
         bad_keys = _key_problems(messages, decoding.key_format)
-        if bad_keys:
-            failed = {i for i, _ in bad_keys}
-            good = [i for i in range(len(messages)) if i not in failed]
-            keep, array, bad = decode_chunk([messages[i] for i in good], replace(decoding, key_format=None))
-            return [good[i] for i in keep], array, sorted(bad_keys + [(good[i], e) for i, e in bad])
+    elif decoding.registry_key:
+        from dsflow.adapters.kafka.keys import key_texts as registry_key_texts
+
+        texts, bad_keys = registry_key_texts([m.key() for m in messages], decoding.key_format, decoding.registry)
+    if bad_keys or texts is not None:
+        failed = {i for i, _ in bad_keys}
+        good = [i for i in range(len(messages)) if i not in failed]
+        keep, array, _, bad = decode_records([messages[i] for i in good], replace(decoding, key_format=None))
+        kept = [good[i] for i in keep]
+        return (kept, array, None if texts is None else [texts[i] for i in kept],
+                sorted(bad_keys + [(good[i], e) for i, e in bad]))
+    keep, array, bad = _decode_values(messages, decoding)
+    return keep, array, None, bad
+
+
+def _decode_values(messages: list, decoding: Decoding) -> tuple[list[int], Any, Bad]:
+    values = [m.value() for m in messages]
     if not decoding.decoded:
         bad = json_problems(values, decoding.columns) if decoding.dlq_topic else []
         failed = {i for i, _ in bad}
@@ -160,33 +193,39 @@ def _to_struct(rows: list[tuple[int, Any]], columns: tuple[tuple[str, str], ...]
 
 
 def _avro_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
-    import fastavro
-
     rows, bad = [], []
     names = [n for n, _ in decoding.columns]
     for i, value in enumerate(values):
         if value is None:  # a tombstone: no value
             rows.append((i, None))
             continue
-        if len(value) < 5 or value[0] != 0:
-            bad.append((i, "not in the Confluent wire format (no magic byte 0 and schema id)"))
-            continue
-        schema_id = int.from_bytes(value[1:5], "big")
-        schema = writer_schema(decoding.registry, schema_id)
-        if schema is None:
-            bad.append((i, f"unknown schema id {schema_id}"))
-            continue
-        try:
-            record = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
-        except Exception as err:  # noqa: BLE001 - any decoding failure makes a dead letter
-            bad.append((i, f"cannot decode Avro with schema id {schema_id}: {err!r}"))
-            continue
-        if not isinstance(record, dict):
-            bad.append((i, f"schema id {schema_id} is not a record schema"))
+        record, error = avro_record(value, decoding.registry)
+        if error is not None:
+            bad.append((i, error))
             continue
         lowered = {k.lower(): v for k, v in record.items()}
         rows.append((i, {n: record[n] if n in record else lowered.get(n.lower()) for n in names}))
     return rows, bad
+
+
+def avro_record(value: bytes, registry: Mapping[str, str], records_only: bool = True) -> tuple[Any, str | None]:
+    """(the decoded datum, None) or (None, error) for one Confluent wire-format Avro value or key;
+    `records_only`: a datum that is not a record is an error."""
+    import fastavro
+
+    if len(value) < 5 or value[0] != 0:
+        return None, "not in the Confluent wire format (no magic byte 0 and schema id)"
+    schema_id = int.from_bytes(value[1:5], "big")
+    schema = writer_schema(registry, schema_id)
+    if schema is None:
+        return None, f"unknown schema id {schema_id}"
+    try:
+        record = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
+    except Exception as err:  # noqa: BLE001 - any decoding failure makes a dead letter
+        return None, f"cannot decode Avro with schema id {schema_id}: {err!r}"
+    if records_only and not isinstance(record, dict):
+        return None, f"schema id {schema_id} is not a record schema"
+    return record, None
 
 
 _SCHEMAS: dict[tuple[str, int], Any] = {}
@@ -241,8 +280,14 @@ def key_texts(keys: list, key_format: str) -> list:
     return [None if k is None else str(struct.unpack(fmt, k)[0]) for k in keys]
 
 
-def key_encoder(key_format: str | None) -> Callable[[list], list] | None:
-    """Keys (text inside the query) back to binary numbers for a long/int/double key format; None otherwise."""
+def key_encoder(key_format: str | None, topic: str = "", registry: Mapping[str, str] | None = None,
+                schema: str | None = None, subject: str | None = None) -> Callable[[list], list] | None:
+    """Keys (text inside the query) back to binary numbers for a long/int/double key format, or to Confluent
+    avro/protobuf keys (`schema`, registered under `subject`, default <topic>-key); None otherwise."""
+    if key_format in REGISTRY_FORMATS:
+        from dsflow.adapters.kafka.keys import key_serializer
+
+        return key_serializer(key_format, topic, registry or {}, schema, subject)
     if key_format not in _UNPACK:
         return None
     fmt = _UNPACK[key_format][1]
@@ -280,25 +325,30 @@ def _primitive_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, A
 
 def json_problems(values: list, columns: tuple[tuple[str, str], ...]) -> Bad:
     """Records that from_json could not read into the columns: not JSON, not an object, a wrong type."""
-    present = [(i, v) for i, v in enumerate(values) if v is not None]
-    if not present or _chunk_fits(present, columns):
+    if _chunk_fits(values, columns):
         return []
     bad = []
-    for i, value in present:
-        problem = _json_problem(value, columns)
+    for i, value in enumerate(values):
+        problem = None if value is None else _json_problem(value, columns)
         if problem:
             bad.append((i, problem))
     return bad
 
 
-def _chunk_fits(present: list[tuple[int, bytes]], columns: tuple[tuple[str, str], ...]) -> bool:
-    """One pyarrow parse of the whole chunk: True if every record is a JSON object whose fields fit."""
+def _chunk_fits(values: list, columns: tuple[tuple[str, str], ...]) -> bool:
+    """One pyarrow parse of the whole chunk: True if every record (None = tombstone, skipped) is a JSON object on
+    one line whose fields fit. No per-record Python (docs/benchmarks.md, "Latency and overhead"): a record with a
+    line break shows as one newline too many in the joined text, an empty or blank one as a row count short; any
+    doubt returns False and the caller checks record by record."""
     import pyarrow as pa
     import pyarrow.json as pj
 
-    if any(b"\n" in v or not v.strip() for _, v in present):
+    present = values if None not in values else [v for v in values if v is not None]
+    if not present:
+        return True
+    data = b"\n".join(present)
+    if data.count(b"\n") != len(present) - 1 or b"\r" in data:
         return False
-    data = b"\n".join(v for _, v in present)
     try:
         table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=max(1 << 20, len(data) + 1)))
     except (pa.ArrowException, ValueError):

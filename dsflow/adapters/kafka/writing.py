@@ -75,7 +75,8 @@ def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
 def _produce_all(producer: Any, options: KafkaOptions, batches: Iterator[Any]) -> int:
     serialize = value_serializer(options.decoding.value_format, options.topic, options.decoding.registry,
                                  options.value_schema, options.value_subject)
-    encode_keys = key_encoder(options.decoding.key_format)
+    encode_keys = key_encoder(options.decoding.key_format, options.topic, options.decoding.registry,
+                              options.key_schema, options.key_subject)
     count = 0
     for batch in batches:
         values, keys, partitions = _write_columns(batch)

@@ -8,7 +8,12 @@ Options: stream (required); starting.position earliest (default) | latest; start
 max.records.per.batch; kinesis.<setting> the store's settings (client.py).
 
 Rows: key (the partition key), value (the data as UTF-8), stream, shard, sequence, timestamp (the
-approximate arrival time): the same key/value/timestamp columns as `dsflow_kafka`.
+approximate arrival time): the same key/value/timestamp columns as `dsflow_kafka`. Value formats
+(decoding.py, with the Kafka decoders): value.format json (default) | avro | protobuf | string | long |
+int | double | bytes, value.columns JSON [[name, SQL type], ...], schema.registry.* (avro, protobuf).
+Every format but json replaces `value` by a struct column `__value` of the columns. A record that does not
+decode goes to the dead-letter stream dlq.topic (dlq.query names the query) or, without one, fails the
+task with DSF-E773 naming the stream, shard and sequence number.
 
 Offsets are {shard id: position}, one entry per shard, with a position of (offsets.py)
     "trim"          nothing read yet: from the shard's first record (TRIM_HORIZON)
@@ -23,8 +28,9 @@ reader reads the new records in latestOffset and hands them to the batch's parti
 instead of reading them twice. A batch planned again after a restart (its records are no longer in
 memory) is read from Kinesis between the same sequence numbers, so it holds the same records.
 
-Writing takes `value` (and optional `key`, the partition key; without one, a hash of the value) and
-sends PutRecords batches of up to 500 records, retrying throttled or failed records with backoff
+Writing takes `value` (and optional `key`, the partition key; without one, a hash of the value; for a
+value.format other than json, `value` is a struct serialized like the Kafka sink's: value.schema,
+value.subject, schema.registry.*) and sends PutRecords batches of up to 500 records, retrying throttled or failed records with backoff
 (at-least-once, like the Kafka sink).
 """
 
@@ -43,6 +49,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from dsflow.adapters.kafka.formats import Decoding
 from dsflow.adapters.kinesis import client as kc
 from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
 from dsflow.adapters.kinesis.writing import put_batches
@@ -67,6 +74,11 @@ class KinesisOptions:
     starting_timestamp: int | None = None
     starting_offsets: dict[str, str] | None = None
     max_records: int = DEFAULT_BATCH_RECORDS
+    decoding: Decoding = field(default_factory=Decoding, repr=False)
+    """value.format, value.columns, schema.registry.*, dlq.topic (a Kinesis stream), dlq.query."""
+    value_schema: str | None = None
+    """Writing avro or protobuf: the schema (value.schema) registered under value.subject."""
+    value_subject: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KinesisOptions:
@@ -81,7 +93,19 @@ class KinesisOptions:
         return cls(stream=stream, settings=kc.settings_of(opts), starting_position=start,
                    starting_timestamp=int(opts["starting.timestamp"]) if opts.get("starting.timestamp") else None,
                    starting_offsets={str(k): str(v) for k, v in offsets.items()} if offsets else None,
-                   max_records=int(opts.get("max.records.per.batch") or DEFAULT_BATCH_RECORDS))
+                   max_records=int(opts.get("max.records.per.batch") or DEFAULT_BATCH_RECORDS),
+                   decoding=_decoding(opts), value_schema=opts.get("value.schema") or None,
+                   value_subject=opts.get("value.subject") or None)
+
+
+def _decoding(opts: Mapping[str, str]) -> Decoding:
+    from dsflow.core.formats import VALUE_FORMATS
+
+    decoding = Decoding.parse({**opts, "key.format": ""})  # partition keys are text: no binary key formats
+    if decoding.value_format not in VALUE_FORMATS:
+        raise DsflowError("DSF-E762", f"dsflow_kinesis: value.format is '{decoding.value_format}'; expected one of "
+                          f"{', '.join(VALUE_FORMATS)}")
+    return decoding
 
 
 class KinesisDataSource(DataSource):
@@ -91,8 +115,14 @@ class KinesisDataSource(DataSource):
     def name(cls) -> str:
         return "dsflow_kinesis"
 
-    def schema(self) -> StructType:
-        return SCHEMA
+    def schema(self) -> StructType | str:
+        decoding = _decoding({str(k).lower(): str(v) for k, v in self.options.items()})
+        if not decoding.decoded:
+            return SCHEMA
+        from dsflow.adapters.kafka.formats import spark_struct_ddl
+
+        return ("key STRING, stream STRING, shard STRING, sequence STRING, timestamp TIMESTAMP, "
+                + spark_struct_ddl(list(decoding.columns)))
 
     def streamReader(self, schema: StructType) -> KinesisStreamReader:
         return KinesisStreamReader(KinesisOptions.parse(self.options))
@@ -115,6 +145,7 @@ class ShardRange(InputPartition):
     settings: dict[str, str] = field(repr=False)
     records: tuple[Record, ...] | None = field(default=None, repr=False)
     """The records the driver read to find `end`; None: read them from Kinesis (a batch planned again)."""
+    decoding: Decoding = field(default_factory=Decoding, repr=False)
 
 
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -177,7 +208,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             records = self._fetched.pop((shard_id, begin, stop), None)
             if records is not None and not records:
                 continue
-            ranges.append(ShardRange(self.options.stream, shard_id, begin, stop, self.options.settings, records))
+            ranges.append(ShardRange(self.options.stream, shard_id, begin, stop, self.options.settings, records,
+                                     self.options.decoding))
         return ranges
 
     def read(self, partition: ShardRange) -> Iterator[Any]:
@@ -185,8 +217,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if records is None:
             records = replay_range(kc.new_client(partition.settings), partition.stream, partition.shard,
                                    partition.start, partition.end)
-        for i in range(0, len(records), 10_000):
-            yield to_record_batch(records[i:i + 10_000], partition.stream, partition.shard)
+        yield from decoded_batches(records, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress lives in the Spark checkpoint."""
@@ -195,20 +226,50 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client = None
 
 
-def to_record_batch(records: tuple[Record, ...] | list[Record], stream: str, shard: str) -> Any:
-    """Records as an Arrow RecordBatch matching SCHEMA."""
+CHUNK_ROWS = 10_000
+
+
+def decoded_batches(records: tuple[Record, ...] | list[Record], partition: ShardRange) -> Iterator[Any]:
+    """The records as Arrow batches in chunks, decoded by the value format. Records that do not decode go to
+    the dead-letter stream before the task ends, or stop it (DSF-E773) when there is none."""
+    from dsflow.adapters.kinesis.decoding import DeadLetterStream, KinesisMessage, decode_records, undecodable
+
+    decoding = partition.decoding
+    dead = DeadLetterStream(partition.settings, decoding) if decoding.dlq_topic else None
+    for i in range(0, len(records), CHUNK_ROWS):
+        chunk = records[i:i + CHUNK_ROWS]
+        keep, values, bad = decode_records(chunk, partition.stream, partition.shard, decoding)
+        if bad and dead is None:
+            index, error = bad[0]
+            raise undecodable(partition.stream, partition.shard, chunk[index], error)
+        if dead is not None:
+            dead.send([KinesisMessage(r, partition.stream, partition.shard) for r in chunk], bad)
+        if keep:
+            kept = chunk if len(keep) == len(chunk) else [chunk[j] for j in keep]
+            yield to_record_batch(kept, partition.stream, partition.shard, values)
+
+
+def to_record_batch(records: tuple[Record, ...] | list[Record], stream: str, shard: str, values: Any = None) -> Any:
+    """Records as an Arrow RecordBatch matching SCHEMA; with decoded `values` (a struct array), the `value`
+    text column is left out and `values` comes last as `__value`."""
     import pyarrow as pa
 
     count = len(records)
     columns = [
         pa.array([r.key for r in records], pa.string()),
-        pa.array([r.value for r in records], pa.string()),
+        None if values is not None else pa.array([r.data.decode("utf-8", "replace") for r in records], pa.string()),
         pa.repeat(pa.scalar(stream, pa.string()), count),
         pa.repeat(pa.scalar(shard, pa.string()), count),
         pa.array([r.sequence for r in records], pa.string()),
         pa.array([r.arrival_ms * 1000 for r in records], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
     ]
-    return pa.RecordBatch.from_arrays(columns, names=[f.name for f in SCHEMA.fields])
+    names = [f.name for f in SCHEMA.fields]
+    if values is None:
+        return pa.RecordBatch.from_arrays(columns, names=names)
+    from dsflow.adapters.kafka.formats import VALUE_COLUMN
+
+    return pa.RecordBatch.from_arrays([c for c in columns if c is not None] + [values],
+                                      names=[n for n in names if n != "value"] + [VALUE_COLUMN])
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -227,6 +288,14 @@ def _checked(schema: StructType) -> StructType:
     return schema
 
 
+def _serializer(options: KinesisOptions) -> Any:
+    """The value format's serializer of `value` structs (None for json: the value is text already)."""
+    from dsflow.adapters.kafka.formats import value_serializer
+
+    return value_serializer(options.decoding.value_format, options.stream, options.decoding.registry,
+                            options.value_schema, options.value_subject)
+
+
 class KinesisStreamWriter(DataSourceStreamArrowWriter):
     """Each task puts its rows (retrying throttled ones) before reporting success: at-least-once."""
 
@@ -235,7 +304,8 @@ class KinesisStreamWriter(DataSourceStreamArrowWriter):
         self.schema = schema
 
     def write(self, iterator: Iterator[Any]) -> KinesisCommit:
-        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator))
+        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator,
+                                         _serializer(self.options)))
 
     def commit(self, messages: list, batchId: int) -> None:
         """Nothing to do: the records were put by the tasks."""
@@ -252,4 +322,5 @@ class KinesisBatchWriter(DataSourceArrowWriter):
         self.schema = schema
 
     def write(self, iterator: Iterator[Any]) -> KinesisCommit:
-        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator))
+        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator,
+                                         _serializer(self.options)))

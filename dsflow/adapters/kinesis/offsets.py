@@ -28,7 +28,8 @@ class Record:
     """One Kinesis record as the reader hands it on."""
 
     key: str
-    value: str
+    data: bytes
+    """The record's bytes as they were put (decoded by its relation's format: decoding.py)."""
     sequence: str
     arrival_ms: int
 
@@ -78,7 +79,7 @@ def shard_iterator(client: Any, stream: str, shard: str, position: str) -> str:
 def _record(raw: Mapping[str, Any]) -> Record:
     arrival = raw.get("ApproximateArrivalTimestamp")
     ms = int(arrival.timestamp() * 1000) if arrival is not None else 0
-    return Record(raw.get("PartitionKey", ""), raw["Data"].decode("utf-8", "replace"), raw["SequenceNumber"], ms)
+    return Record(raw.get("PartitionKey", ""), bytes(raw["Data"]), raw["SequenceNumber"], ms)
 
 
 def read_shard(client: Any, stream: str, shard: str, position: str, budget: int,

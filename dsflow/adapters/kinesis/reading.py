@@ -9,10 +9,14 @@ from typing import Any
 from dsflow.adapters.kinesis.client import prefixed
 
 
-def kinesis_stream(spark, source):
-    """Rows (key, value, stream, shard, sequence, timestamp) of the source's Kinesis stream."""
+def kinesis_stream(spark, source, query: str = ""):
+    """Rows (key, value, stream, shard, sequence, timestamp) of the source's Kinesis stream; for a value
+    format other than json, `__value` (the decoded columns) instead of `value`."""
+    from dsflow.adapters.spark.frames import source_format_options
+
     reader = (spark.readStream.format("dsflow_kinesis").option("stream", source.topic)
-              .option("starting.position", source.starting_position))
+              .option("starting.position", source.starting_position)
+              .options(**source_format_options(source, query)))
     for key, value in prefixed(source.client_config).items():
         reader = reader.option(key, value)
     if source.starting_offsets:
@@ -23,8 +27,12 @@ def kinesis_stream(spark, source):
 
 
 def start_kinesis(spec, frame, trigger: dict[str, Any]):
-    """Start a query whose sink is a Kinesis stream; `frame` holds (key, value) rows."""
-    options = {"stream": spec.sink.topic, **prefixed(spec.sink.client_config)}
+    """Start a query whose sink is a Kinesis stream; `frame` holds (key, value) rows (value a struct for a
+    value format other than json, serialized by the writer)."""
+    from dsflow.adapters.spark.frames import sink_format_options
+
+    options = {"stream": spec.sink.topic, **prefixed(spec.sink.client_config), **sink_format_options(spec.sink)}
+    options.pop("key.format", None)  # partition keys are text
     if spec.sink.output_mode == "update":
         def write(batch, batch_id: int) -> None:
             batch.write.format("dsflow_kinesis").mode("append").options(**options).save()

@@ -1,20 +1,57 @@
-"""Records of a Kinesis stream for the topic commands and tests: put JSON lines, read every shard."""
+"""Records of a Kinesis stream for the topic commands and tests: put JSON lines, read every shard.
+
+A relation's value format is honoured through `Codec` (relation_codec): lines are JSON objects of the
+relation's columns, encoded in its format when put, and values are decoded with it when read.
+"""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from dsflow.adapters.kafka.formats import Decoding
 from dsflow.adapters.kinesis.client import list_shards, new_client
-from dsflow.adapters.kinesis.offsets import GET_LIMIT, _record, shard_iterator
+from dsflow.adapters.kinesis.offsets import GET_LIMIT, Record, _record, shard_iterator
 from dsflow.adapters.kinesis.writing import partition_key, put_entries
 
 
+@dataclass(frozen=True)
+class Codec:
+    """A relation's value format for the topic commands: how its records are decoded and lines encoded."""
+
+    decoding: Decoding
+    schema: str | None = None
+    """avro, protobuf: the value schema made from the relation's columns (registered when a line is put)."""
+    subject: str | None = None
+
+
+def relation_codec(relation: Any, registry: Mapping[str, str]) -> Codec | None:
+    """The codec of a relation whose value format is not json (None for json: values are JSON text)."""
+    if relation is None or relation.value_format == "json":
+        return None
+    columns = tuple((c.name, c.type) for c in relation.columns)
+    decoding = Decoding(value_format=relation.value_format, columns=columns, registry=dict(registry))
+    database, schema, name = relation.fqn.split(".")
+    if relation.value_format == "avro":
+        from dsflow.core.formats import avro_schema
+
+        return Codec(decoding, avro_schema(name, f"{database}.{schema}", list(columns)), relation.value_subject)
+    if relation.value_format == "protobuf":
+        from dsflow.adapters.kafka.protobuf import schema_text
+
+        return Codec(decoding, schema_text(name, f"{database}.{schema}", list(columns)), relation.value_subject)
+    return Codec(decoding)
+
+
 def put_json_lines(settings: Mapping[str, str], stream: str, lines: Iterable[str],
-                   key_field: str | None = None) -> int:
-    """Put each non-empty line (a JSON object) as a record; its partition key is `key_field`'s value if given."""
+                   key_field: str | None = None, codec: Codec | None = None) -> int:
+    """Put each non-empty line (a JSON object) as a record; its partition key is `key_field`'s value if given.
+    With a codec, the object's columns are encoded in the relation's value format instead."""
+    encode = _encoder(stream, codec)
+
     def entries() -> Iterator[dict[str, Any]]:
         for line in lines:
             line = line.strip()
@@ -24,16 +61,48 @@ def put_json_lines(settings: Mapping[str, str], stream: str, lines: Iterable[str
             if key_field:
                 value = json.loads(line).get(key_field)
                 key = None if value is None else str(value)
-            data = line.encode()
+            data = line.encode() if encode is None else encode(json.loads(line))
             yield {"Data": data, "PartitionKey": partition_key(key, data)}
 
     return put_entries(new_client(settings), stream, entries())
 
 
+def _encoder(stream: str, codec: Codec | None) -> Callable[[dict], bytes] | None:
+    """A JSON object -> the bytes of its columns in the codec's format (missing columns are null)."""
+    if codec is None:
+        return None
+    from dsflow.adapters.kafka.formats import value_serializer
+
+    serialize = value_serializer(codec.decoding.value_format, stream, codec.decoding.registry, codec.schema,
+                                 codec.subject)
+    names = [n for n, _ in codec.decoding.columns]
+
+    def encode(obj: dict) -> bytes:
+        lowered = {str(k).lower(): v for k, v in obj.items()}
+        row = {n: obj[n] if n in obj else lowered.get(n.lower()) for n in names}
+        if codec.decoding.value_format == "bytes" and isinstance(row[names[0]], str):
+            row[names[0]] = row[names[0]].encode()
+        return serialize([row])[0] or b""
+
+    return encode
+
+
+def decoded_value(record: Record, stream: str, shard: str, codec: Codec) -> dict[str, Any]:
+    """{"value": the decoded columns} or {"error": why not, "value": the data as text}."""
+    from dsflow.adapters.kinesis.decoding import decode_records
+
+    keep, values, bad = decode_records([record], stream, shard, codec.decoding)
+    if bad:
+        return {"value": record.data.decode("utf-8", "replace"), "error": f"not {codec.decoding.value_format}: "
+                f"{bad[0][1]}"}
+    return {"value": values.to_pylist()[0]}
+
+
 def read_records(settings: Mapping[str, str], stream: str, from_beginning: bool = True, limit: int | None = None,
-                 timeout: float = 5.0) -> Iterator[dict[str, Any]]:
+                 timeout: float = 5.0, codec: Codec | None = None) -> Iterator[dict[str, Any]]:
     """Records of every shard as dicts (key, value, shard, sequence, timestamp ms), until `limit` records or
-    `timeout` seconds without a new one. Shards are read in turn, parents before their children."""
+    `timeout` seconds without a new one. Shards are read in turn, parents before their children. Values are
+    text, or with a codec the decoded columns (an `error` says why a value does not decode)."""
     client = new_client(settings)
     shards = list_shards(client, stream)
     start = "trim" if from_beginning else f"at:{int(time.time() * 1000)}"
@@ -45,7 +114,9 @@ def read_records(settings: Mapping[str, str], stream: str, from_beginning: bool 
             response = client.get_records(ShardIterator=iterators[shard_id], Limit=GET_LIMIT)
             for raw in response["Records"]:
                 record = _record(raw)
-                yield {"key": record.key, "value": record.value, "shard": shard_id, "sequence": record.sequence,
+                value = ({"value": record.data.decode("utf-8", "replace")} if codec is None
+                         else decoded_value(record, stream, shard_id, codec))
+                yield {"key": record.key, **value, "shard": shard_id, "sequence": record.sequence,
                        "timestamp": record.arrival_ms}
                 count += 1
                 got = True

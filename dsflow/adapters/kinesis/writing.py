@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from dsflow.errors import DsflowError
@@ -23,11 +23,14 @@ def partition_key(key: str | None, data: bytes) -> str:
     return hashlib.md5(key.encode() if key else data).hexdigest()
 
 
-def entries_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """PutRecords entries from Arrow batches with a `value` and maybe a `key` column."""
+def entries_of(batches: Iterable[Any], serialize: Callable[[list], list] | None = None) -> Iterator[dict[str, Any]]:
+    """PutRecords entries from Arrow batches with a `value` and maybe a `key` column; `serialize` turns the
+    values (structs of a value format other than json) into bytes. A null value is an empty record."""
     for batch in batches:
         names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
         values = batch.column(names["value"]).to_pylist()
+        if serialize is not None:
+            values = serialize(values)
         keys = batch.column(names["key"]).to_pylist() if "key" in names else [None] * batch.num_rows
         for value, key in zip(values, keys):
             data = value if isinstance(value, bytes) else (value or "").encode()
@@ -35,9 +38,10 @@ def entries_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
                                                                data)}
 
 
-def put_batches(client: Any, stream: str, batches: Iterable[Any]) -> int:
+def put_batches(client: Any, stream: str, batches: Iterable[Any],
+                serialize: Callable[[list], list] | None = None) -> int:
     """Put every row of the Arrow batches into the stream; returns the count."""
-    return put_entries(client, stream, entries_of(batches))
+    return put_entries(client, stream, entries_of(batches, serialize))
 
 
 def put_entries(client: Any, stream: str, entries: Iterable[dict[str, Any]]) -> int:

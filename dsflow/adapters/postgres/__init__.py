@@ -3,7 +3,8 @@
     admin.py       connection settings, slot and publication names, creating and dropping them (apply/destroy)
     pgoutput.py    a decoder of the pgoutput protocol (version 1): Begin, Relation, Insert, Update, Delete,
                    Truncate, Commit
-    values.py      pgoutput's text values as JSON fragments (numeric stays exact, timestamptz in UTC ISO)
+    values.py      pgoutput's text values as JSON fragments (numeric stays exact, timestamptz in UTC ISO), and
+                   which declared types a column's type fits (schema changes, values.fits)
     changes.py     the change reader: an initial snapshot consistent with the slot, then the slot's
                    transactions as change events (op c/u/d/r, before/after images, source LSN, commit time)
     datasource.py  the Spark Python data source `dsflow_postgres_cdc` (one partition, LSN offsets, the slot

@@ -1,7 +1,8 @@
 """Slots and publications of CDC streams: creating them (apply), dropping them (destroy), observing them.
 
-A CDC stream owns one publication (FOR TABLE schema.table) and one logical replication slot (pgoutput)
-in the table's database, both named by load/cdc.py:object_name.
+A CDC stream owns one publication (FOR TABLE each of its tables) and one logical replication slot (pgoutput)
+in the tables' database, both named by load/cdc.py:object_name. apply sets the publication's tables to the
+stream's (ALTER PUBLICATION ... SET TABLE when the list changed); refresh reports a difference as drift.
 """
 
 from __future__ import annotations
@@ -73,37 +74,68 @@ def _qualified(schema: str, table: str) -> str:
     return '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
 
 
-def check_source(conn, schema: str, table: str, fields: list[str]) -> None:
-    """DSF-E741 unless logical replication is on and the table has every field the stream declares."""
+def check_source(conn, tables: list[tuple[str, str]], fields: dict[str, str] | list[str]) -> None:
+    """DSF-E741 unless logical replication is on, every table exists, and each field the stream declares is a
+    column (of its one table; of at least one of several tables) of a type that fits the declared type."""
+    from dsflow.adapters.postgres.values import fits, type_name
+
     if _one(conn, "SHOW wal_level") != "logical":
         raise DsflowError("DSF-E741", "PostgreSQL runs with wal_level other than 'logical': CDC needs logical "
                           "replication", hint="ALTER SYSTEM SET wal_level = logical; then restart the server")
-    columns = table_columns(conn, schema, table)
-    if not columns:
-        raise DsflowError("DSF-E741", f"no PostgreSQL table {schema}.{table} in database "
-                          f"'{conn.get_dsn_parameters().get('dbname')}'",
-                          hint="check 'postgresql.db.name', 'postgresql.schema.name' and 'postgresql.table.name'")
-    missing = [f for f in fields if f not in columns]
-    if missing:
-        raise DsflowError("DSF-E741", f"the before/after fields {', '.join(missing)} are not columns of "
-                          f"{schema}.{table} (it has {', '.join(columns)})",
-                          hint="declare the table's columns in the stream's before and after STRUCTs")
+    declared = fields if isinstance(fields, dict) else {f: "STRING" for f in fields}
+    found: set[str] = set()
+    for schema, table in tables:
+        columns = table_columns(conn, schema, table)
+        if not columns:
+            raise DsflowError("DSF-E741", f"no PostgreSQL table {schema}.{table} in database "
+                              f"'{conn.get_dsn_parameters().get('dbname')}'",
+                              hint="check 'postgresql.db.name' and the stream's tables")
+        missing = [f for f in declared if f not in columns]
+        if missing and len(tables) == 1:
+            raise DsflowError("DSF-E741", f"the before/after fields {', '.join(missing)} are not columns of "
+                              f"{schema}.{table} (it has {', '.join(columns)})",
+                              hint="declare the table's columns in the stream's before and after STRUCTs")
+        for name, type_ in declared.items():
+            if name in columns and not fits(columns[name], type_):
+                raise DsflowError("DSF-E741", f"column {name} of {schema}.{table} is {type_name(columns[name])}, "
+                                  f"which does not fit the declared {type_}",
+                                  hint="declare the field with a type that reads it (VARCHAR reads any value)")
+        found |= set(columns)
+    unknown = [f for f in declared if f not in found]
+    if unknown:
+        raise DsflowError("DSF-E741", f"the before/after fields {', '.join(unknown)} are columns of none of "
+                          f"{', '.join(f'{s}.{t}' for s, t in tables)}",
+                          hint="declare columns of the listed tables in the stream's before and after STRUCTs")
 
 
-def ensure(settings: dict[str, str], database: str, schema: str, table: str, name: str,
-           fields: list[str]) -> dict[str, Any]:
-    """Create the publication and the slot if they are missing; returns what exists and what was created."""
+def publication_tables(conn, name: str) -> set[tuple[str, str]] | None:
+    """The (schema, table) pairs of a publication; None if there is no such publication."""
+    if not _one(conn, "SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)):
+        return None
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
+        return {(s, t) for s, t in cursor.fetchall()}
+
+
+def ensure(settings: dict[str, str], database: str, tables: list[tuple[str, str]], name: str,
+           fields: dict[str, str] | list[str]) -> dict[str, Any]:
+    """Create the publication (or set its tables) and the slot if missing; returns what exists and what changed."""
     from psycopg2 import sql
 
     conn = connect(settings, database)
     try:
-        check_source(conn, schema, table, fields)
+        check_source(conn, tables, fields)
         created = []
-        if not _one(conn, "SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)):
+        listed = sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(s), sql.Identifier(t)) for s, t in tables)
+        current = publication_tables(conn, name)
+        if current is None:
             with conn.cursor() as cursor:
-                cursor.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}.{}").format(
-                    sql.Identifier(name), sql.Identifier(schema), sql.Identifier(table)))
+                cursor.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), listed))
             created.append("publication")
+        elif current != set(tables):
+            with conn.cursor() as cursor:
+                cursor.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(sql.Identifier(name), listed))
+            created.append("publication tables")
         if not slot_exists(conn, name):
             _one(conn, "SELECT lsn FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
             created.append("slot")
@@ -139,15 +171,20 @@ def drop(settings: dict[str, str], database: str, name: str, wait_seconds: float
         conn.close()
 
 
-def observe(settings: dict[str, str], database: str, name: str) -> str | None:
-    """None if the slot and publication exist, else what is missing (refresh reports it as drift)."""
+def observe(settings: dict[str, str], database: str, name: str,
+            tables: list[tuple[str, str]] | None = None) -> str | None:
+    """None if the slot and publication (with `tables`, if given) exist, else what differs (refresh: drift)."""
     conn = connect(settings, database)
     try:
         missing = []
         if not slot_exists(conn, name):
             missing.append(f"replication slot {name} is missing")
-        if not _one(conn, "SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)):
+        current = publication_tables(conn, name)
+        if current is None:
             missing.append(f"publication {name} is missing")
+        elif tables is not None and current != set(tables):
+            missing.append(f"publication {name} has tables {', '.join(sorted(f'{s}.{t}' for s, t in current))}"
+                           f" instead of {', '.join(f'{s}.{t}' for s, t in tables)}")
         return "; ".join(missing) or None
     finally:
         conn.close()

@@ -1,4 +1,4 @@
-"""Change events of one PostgreSQL table: an initial snapshot, then the transactions of a replication slot.
+"""Change events of PostgreSQL tables: an initial snapshot, then the transactions of a replication slot.
 
 An event is one JSON value, DeltaStream's (Debezium's) CDC shape:
 
@@ -7,7 +7,14 @@ An event is one JSON value, DeltaStream's (Debezium's) CDC shape:
      "source": {"db", "schema", "table", "lsn", "commit_lsn", "txid", "ts_ms": <commit time>, "snapshot"}}
 
 ("system" repeats "source", under DeltaStream's other name for it). The key is the primary key: its
-value as text for one column, a JSON object for several, none without a primary key.
+value as text for one column, a JSON object for several, none without a primary key. One slot may carry
+several tables (its publication lists them); source.schema and source.table tell them apart.
+
+Schema changes while a query runs: pgoutput sends a new Relation message after an ALTER TABLE, and each
+change is decoded with the Relation in force when it was received. Rows are JSON objects read by field
+name, so a new column is ignored unless declared and a dropped one reads as null. A column whose new type
+no longer fits its declared type (values.fits) stops the query with DSF-E747 naming the table, the column
+and the change's LSN, before that transaction is delivered or acknowledged.
 
 Consistency of the snapshot with the slot: the slot exists before the snapshot is taken (apply creates
 it), so every transaction committed after the slot was created is in the slot. The snapshot runs in a
@@ -26,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from dsflow.adapters.postgres import admin, pgoutput
-from dsflow.adapters.postgres.values import row_json
+from dsflow.adapters.postgres.values import fits, row_json, type_name
 from dsflow.errors import DsflowError
 
 FETCH_ROWS = 10_000
@@ -38,10 +45,20 @@ class CdcSource:
 
     settings: dict[str, str] = field(repr=False)
     database: str
-    schema: str
-    table: str
+    tables: tuple[tuple[str, str], ...]  # (schema, table) pairs, all in the publication
     slot: str
     publication: str
+    fields: dict[str, str] = field(default_factory=dict)  # declared before/after fields -> Spark type
+
+    def check_types(self, schema: str, table: str, columns: dict[str, int], where: str) -> None:
+        """DSF-E747 if a declared field is a column whose type no longer fits its declared type."""
+        for name, declared in self.fields.items():
+            oid = columns.get(name)
+            if oid is not None and not fits(oid, declared):
+                raise DsflowError("DSF-E747", f"column {name} of {schema}.{table} is {type_name(oid)} {where}, which "
+                                  f"does not fit the declared {declared}",
+                                  hint="declare the field with a type that reads it (VARCHAR reads any value) "
+                                       "or change the column back; the query resumes at this change")
 
 
 @dataclass(frozen=True)
@@ -114,8 +131,6 @@ def event_value(op: str, before: str | None, after: str | None, source: dict) ->
 
 def take_snapshot(src: CdcSource, out) -> SnapshotFilter:
     """Write the table's rows (op 'r') to `out` as event lines; returns the snapshot's filter."""
-    from psycopg2 import sql
-
     conn = admin.connect(src.settings, src.database)
     conn.autocommit = False
     try:
@@ -124,20 +139,9 @@ def take_snapshot(src: CdcSource, out) -> SnapshotFilter:
             cursor.execute("SELECT pg_current_snapshot()::text, pg_current_wal_flush_lsn()::text, "
                            "(extract(epoch from now()) * 1000)::bigint")
             snap, lsn_text, now_ms = cursor.fetchone()
-        columns = admin.table_columns(conn, src.schema, src.table)
-        key_columns = admin.primary_key(conn, src.schema, src.table)
-        names, types = list(columns), list(columns.values())
         lsn = pgoutput.parse_lsn(lsn_text)
-        source = {"db": src.database, "schema": src.schema, "table": src.table, "lsn": lsn, "commit_lsn": lsn,
-                  "txid": None, "ts_ms": now_ms, "snapshot": True}
-        with conn.cursor(name="dsflow_snapshot") as cursor:
-            cursor.itersize = FETCH_ROWS
-            cursor.execute(sql.SQL("SELECT {} FROM {}.{}").format(
-                sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in names),
-                sql.Identifier(src.schema), sql.Identifier(src.table)))
-            for row in cursor:
-                out.write(Event(0, now_ms, _key(names, row, types, key_columns),
-                                event_value("r", None, row_json(names, row, types), source)).line())
+        for schema, table in src.tables:
+            _snapshot_table(conn, src, schema, table, lsn, now_ms, out)
         conn.rollback()
     finally:
         conn.close()
@@ -145,6 +149,26 @@ def take_snapshot(src: CdcSource, out) -> SnapshotFilter:
     mask = 0xFFFFFFFF
     return SnapshotFilter(lsn, int(xmin) & mask, int(xmax) & mask,
                           tuple(sorted(int(x) & mask for x in xip.split(",") if x)))
+
+
+def _snapshot_table(conn, src: CdcSource, schema: str, table: str, lsn: int, now_ms: int, out) -> None:
+    """One table's rows as op 'r' events, in the snapshot's transaction."""
+    from psycopg2 import sql
+
+    columns = admin.table_columns(conn, schema, table)
+    src.check_types(schema, table, columns, f"in the snapshot at LSN {pgoutput.lsn_text(lsn)}")
+    key_columns = admin.primary_key(conn, schema, table)
+    names, types = list(columns), list(columns.values())
+    source = {"db": src.database, "schema": schema, "table": table, "lsn": lsn, "commit_lsn": lsn,
+              "txid": None, "ts_ms": now_ms, "snapshot": True}
+    with conn.cursor(name="dsflow_snapshot") as cursor:
+        cursor.itersize = FETCH_ROWS
+        cursor.execute(sql.SQL("SELECT {} FROM {}.{}").format(
+            sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in names),
+            sql.Identifier(schema), sql.Identifier(table)))
+        for row in cursor:
+            out.write(Event(0, now_ms, _key(names, row, types, key_columns),
+                            event_value("r", None, row_json(names, row, types), source)).line())
 
 
 @dataclass
@@ -161,7 +185,8 @@ class ChangeReader:
         self.conn = None
         self.cursor = None
         self.relations: dict[int, pgoutput.Relation] = {}
-        self.key_columns: list[str] = []
+        self.key_columns: dict[tuple[str, str], list[str]] = {}
+        self.checked: set[pgoutput.Relation] = set()  # relations whose column types were checked
         self.txn: _Txn | None = None
         self.ready: list[Event] = []
         self.position = 0  # end LSN of the last whole transaction received
@@ -169,7 +194,7 @@ class ChangeReader:
     def open(self) -> None:
         meta = admin.connect(self.src.settings, self.src.database)
         try:
-            self.key_columns = admin.primary_key(meta, self.src.schema, self.src.table)
+            self.key_columns = {(s, t): admin.primary_key(meta, s, t) for s, t in self.src.tables}
             if not admin.slot_exists(meta, self.src.slot):
                 raise DsflowError("DSF-E745", f"replication slot '{self.src.slot}' does not exist",
                                   hint="run dsflow apply: it creates the slot and the publication of a CDC stream")
@@ -222,7 +247,7 @@ class ChangeReader:
         elif isinstance(message, pgoutput.Relation):
             self.relations[message.oid] = message
         elif isinstance(message, pgoutput.Change) and self.txn is not None:
-            self.txn.events.append((message, lsn))
+            self.txn.events.append((message, lsn, self.relations.get(message.relation_oid)))
         elif isinstance(message, pgoutput.Truncate):
             self._truncated(message)
         elif isinstance(message, pgoutput.Commit) and self.txn is not None:
@@ -230,29 +255,33 @@ class ChangeReader:
             self.position = message.end_lsn
             if snapshot is not None and snapshot.saw(txn.begin.xid, message.end_lsn):
                 return
-            self.ready += [self._event(change, change_lsn, txn.begin, message) for change, change_lsn in txn.events
-                           if self._ours(change.relation_oid)]
+            self.ready += [self._event(change, change_lsn, rel, txn.begin, message)
+                           for change, change_lsn, rel in txn.events if self._ours(rel)]
 
-    def _ours(self, oid: int) -> bool:
-        rel = self.relations.get(oid)
-        return rel is not None and rel.schema == self.src.schema and rel.table == self.src.table
+    def _ours(self, rel: pgoutput.Relation | None) -> bool:
+        return rel is not None and (rel.schema, rel.table) in self.key_columns
 
     def _truncated(self, message: pgoutput.Truncate) -> None:
-        if any(self._ours(oid) for oid in message.relation_oids):
-            raise DsflowError("DSF-E744", f"{self.src.schema}.{self.src.table} was truncated; a truncate has no "
+        ours = [self.relations[oid] for oid in message.relation_oids if self._ours(self.relations.get(oid))]
+        if ours:
+            raise DsflowError("DSF-E744", f"{ours[0].schema}.{ours[0].table} was truncated; a truncate has no "
                               "row events, so the change stream cannot represent it",
                               hint="replace the query reading this stream with 'start.position' = 'earliest': "
                                    "it takes a new snapshot")
 
-    def _event(self, change: pgoutput.Change, lsn: int, begin: pgoutput.Begin, commit: pgoutput.Commit) -> Event:
-        rel = self.relations[change.relation_oid]
+    def _event(self, change: pgoutput.Change, lsn: int, rel: pgoutput.Relation, begin: pgoutput.Begin,
+               commit: pgoutput.Commit) -> Event:
         names = [c.name for c in rel.columns]
         types = [c.type_oid for c in rel.columns]
+        if rel not in self.checked:
+            self.src.check_types(rel.schema, rel.table, dict(zip(names, types)), f"at LSN {pgoutput.lsn_text(lsn)}")
+            self.checked.add(rel)
         before = row_json(names, change.old, types) if change.old is not None else None
         after = row_json(names, change.new, types) if change.new is not None else None
         source = {"db": self.src.database, "schema": rel.schema, "table": rel.table, "lsn": lsn,
                   "commit_lsn": commit.commit_lsn, "txid": begin.xid, "ts_ms": commit.commit_ms, "snapshot": False}
-        key = _key(names, change.new if change.new is not None else change.old, types, self.key_columns)
+        key = _key(names, change.new if change.new is not None else change.old, types,
+                   self.key_columns[(rel.schema, rel.table)])
         return Event(commit.end_lsn, commit.commit_ms, key, event_value(change.op, before, after, source))
 
 

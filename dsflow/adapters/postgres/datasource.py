@@ -5,7 +5,9 @@
         .option("slot", "dsflow_...").option("publication", "dsflow_...")
         .option("spool.dir", "<checkpoint>/cdc/orders").option("pg.host", "127.0.0.1").load()
 
-Options: database, schema, table, slot, publication and spool.dir are required; pg.<setting> are the
+Options: database, slot, publication and spool.dir are required, and the tables: schema and table, or
+tables (a comma-separated list of schema.table); fields (JSON: declared before/after field -> Spark type,
+checked against the columns' types, changes.py); pg.<setting> are the
 store's connection settings (host, port, user, password, dbname, sslmode, dsn); starting.position
 earliest (default: a snapshot first) or latest (only changes); starting.offsets a carried offset (JSON);
 max.events.per.batch (default 100000). Rows: key, value (the event JSON, see changes.py), timestamp
@@ -42,7 +44,7 @@ SCHEMA = StructType([StructField("key", StringType()), StructField("value", Stri
 CHUNK_ROWS = 10_000
 SNAPSHOT_FILE = "snapshot.jsonl"
 PG_PREFIX = "pg."
-REQUIRED = ("database", "schema", "table", "slot", "publication", "spool.dir")
+REQUIRED = ("database", "slot", "publication", "spool.dir")
 POLL_SECONDS = 5.0
 TARGET_SECONDS = 30.0
 
@@ -67,13 +69,24 @@ class CdcOptions:
                               hint="earliest (snapshot, then changes) or latest (changes only)")
         carried = json.loads(opts["starting.offsets"]) if opts.get("starting.offsets") else None
         settings = {k[len(PG_PREFIX):]: v for k, v in opts.items() if k.startswith(PG_PREFIX)}
-        source = CdcSource(settings, opts["database"], opts["schema"], opts["table"], opts["slot"],
-                           opts["publication"])
+        source = CdcSource(settings, opts["database"], _tables(opts), opts["slot"], opts["publication"],
+                           json.loads(opts.get("fields") or "{}"))
         return cls(source, opts["spool.dir"], position, carried, int(opts.get("max.events.per.batch", 100_000)))
 
 
+def _tables(opts: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """(schema, table) pairs from `tables` ('public.a,test.b') or from `schema` and `table`."""
+    if opts.get("tables"):
+        pairs = [tuple(e.strip().split(".", 1)) for e in opts["tables"].split(",")]
+        if all(len(p) == 2 and all(p) for p in pairs):
+            return tuple(pairs)
+    elif opts.get("schema") and opts.get("table"):
+        return ((opts["schema"], opts["table"]),)
+    raise DsflowError("DSF-E746", "dsflow_postgres_cdc: give schema and table, or tables = 'schema.table,...'")
+
+
 class PostgresCdcDataSource(DataSource):
-    """Change events of one PostgreSQL table, under the name `dsflow_postgres_cdc`."""
+    """Change events of PostgreSQL tables (one slot), under the name `dsflow_postgres_cdc`."""
 
     @classmethod
     def name(cls) -> str:

@@ -27,13 +27,13 @@ class CdcExecutor:
 
     def create(self, ctx, change) -> dict[str, Any]:
         from dsflow.adapters.postgres import admin
-        from dsflow.load.cdc import image_fields
+        from dsflow.load.cdc import cdc_tables, image_types
 
         relation = ctx.project.relation(Address.parse(change.address).name)
         opts = relation.table_options
         settings = _store_settings(ctx.project, relation.store, opts[SLOT_KEY])
-        done = admin.ensure(settings, opts["postgresql.db.name"], opts["postgresql.schema.name"],
-                            opts["postgresql.table.name"], opts[SLOT_KEY], image_fields(relation))
+        done = admin.ensure(settings, opts["postgresql.db.name"], cdc_tables(opts), opts[SLOT_KEY],
+                            image_types(relation))
         return {"store": relation.store, "slot": done["slot"], "publication": done["publication"],
                 "database": done["database"]}
 
@@ -52,11 +52,12 @@ def observe(project, deployed):
     """Refresh: drift when the slot or the publication is gone."""
     from dsflow.adapters.postgres import admin
     from dsflow.core.plan import Observation
+    from dsflow.load.cdc import cdc_tables
 
     opts = deployed.data.get("table_options") or {}
     try:
         settings = _store_settings(project, deployed.data.get("store", ""), opts[SLOT_KEY])
-        missing = admin.observe(settings, opts["postgresql.db.name"], opts[SLOT_KEY])
+        missing = admin.observe(settings, opts["postgresql.db.name"], opts[SLOT_KEY], cdc_tables(opts))
     except DsflowError as err:
         return Observation(address=deployed.address, healthy=False, detail=err.message)
     if missing:

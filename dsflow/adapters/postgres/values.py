@@ -110,3 +110,38 @@ def _parse_array(text: str, pos: int) -> tuple[list, int]:
 def row_json(names: list[str], values: tuple, type_oids: list[int]) -> str:
     """A row as a JSON object of its columns."""
     return "{" + ",".join(f"{json.dumps(n)}:{fragment(v, t)}" for n, v, t in zip(names, values, type_oids)) + "}"
+
+
+TEXTS = {25, 1043, 1042, 2950, 17, 1082, 1083, 1186, 18, 19}
+"""text, varchar, bpchar, uuid, bytea, date, time, interval, char, name: read as a JSON string."""
+TYPE_NAMES = {16: "boolean", 20: "bigint", 21: "smallint", 23: "integer", 26: "oid", 700: "real",
+              701: "double precision", 1700: "numeric", 114: "json", 3802: "jsonb", 1184: "timestamptz",
+              1114: "timestamp", 25: "text", 1043: "varchar", 1042: "char", 2950: "uuid", 17: "bytea", 1082: "date",
+              1083: "time", 1186: "interval", 18: "char", 19: "name"}
+KNOWN = BOOL | NUMBERS | FLOATS | NUMERIC | JSONS | TIMESTAMPTZ | TIMESTAMP | TEXTS | set(ARRAYS)
+_FITS = {  # declared Spark type (its first word) -> the PostgreSQL types whose JSON it reads
+    "BIGINT": NUMBERS, "INT": NUMBERS, "INTEGER": NUMBERS, "SMALLINT": NUMBERS, "TINYINT": NUMBERS,
+    "DECIMAL": NUMBERS | NUMERIC | FLOATS, "DOUBLE": NUMBERS | NUMERIC | FLOATS, "FLOAT": NUMBERS | NUMERIC | FLOATS,
+    "BOOLEAN": BOOL, "TIMESTAMP": TIMESTAMPTZ | TIMESTAMP | {1082}, "DATE": {1082}, "STRUCT": JSONS, "MAP": JSONS,
+}
+
+
+def type_name(type_oid: int) -> str:
+    """A PostgreSQL type's name for messages: 'numeric', 'text[]', or 'type OID 12345'."""
+    if type_oid in ARRAYS:
+        return type_name(ARRAYS[type_oid]) + "[]"
+    return TYPE_NAMES.get(type_oid, f"type OID {type_oid}")
+
+
+def fits(type_oid: int, declared: str) -> bool:
+    """Whether a column of this PostgreSQL type can be read as the declared Spark type (a STRUCT field's type,
+    e.g. 'DECIMAL(10, 2)', 'ARRAY<STRING>'). VARCHAR/STRING reads anything; a type dsflow does not know
+    (an enum, a domain, an extension's type) is given the benefit of the doubt."""
+    word = declared.strip().upper().split("(")[0].split("<")[0].strip()
+    if word in ("VARCHAR", "STRING", "TEXT", "CHAR") or type_oid not in KNOWN:
+        return True
+    if word == "ARRAY":
+        inner = declared.strip()[declared.index("<") + 1:declared.rindex(">")]
+        return type_oid in ARRAYS and fits(ARRAYS[type_oid], inner)
+    allowed = _FITS.get(word)
+    return allowed is None or type_oid in allowed

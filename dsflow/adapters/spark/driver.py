@@ -32,7 +32,7 @@ def build_dataframe(spark, spec: QuerySpec):
         if source.kind == "kinesis":
             from dsflow.adapters.kinesis.reading import kinesis_stream
 
-            source_view(kinesis_stream(spark, source), source).createOrReplaceTempView(source.view)
+            source_view(kinesis_stream(spark, source, spec.name), source).createOrReplaceTempView(source.view)
             continue
         if source.kind == "postgres_cdc":
             from dsflow.adapters.postgres.reading import cdc_stream

@@ -161,6 +161,8 @@ def sink_format_options(sink: SinkSpec) -> dict[str, str]:
         options["value.subject"] = sink.value_subject
     if sink.key_format:
         options["key.format"] = sink.key_format
+    if sink.key_schema:
+        options |= {"key.schema": sink.key_schema, "key.subject": sink.key_subject or f"{sink.topic}-key"}
     return options
 
 

@@ -38,7 +38,8 @@ class SourceSpec(BaseModel):
     value_columns: list[list[str]] = Field(default_factory=list, description="[name, SQL type] of the value")
     registry: dict[str, str] = Field(default_factory=dict, description="schema.registry.* settings (avro)")
     dlq_topic: str | None = Field(None, description="dead-letter topic for records that do not decode")
-    key_format: str | None = Field(None, description="long, int, double: binary keys, read as decimal text")
+    key_format: str | None = Field(None, description="long, int, double: binary keys, read as decimal text; "
+                                   "avro, protobuf: Confluent wire-format keys, read as text")
 
 
 class SinkSpec(BaseModel):
@@ -61,7 +62,10 @@ class SinkSpec(BaseModel):
     value_schema: str | None = Field(None, description="avro: the schema registered under value_subject")
     value_subject: str | None = None
     registry: dict[str, str] = Field(default_factory=dict, description="schema.registry.* settings (avro)")
-    key_format: str | None = Field(None, description="long, int, double: keys written as binary numbers")
+    key_format: str | None = Field(None, description="long, int, double: keys written as binary numbers; avro, "
+                                   "protobuf: Confluent wire-format keys of key_schema")
+    key_schema: str | None = Field(None, description="avro/protobuf keys: the schema registered under key_subject")
+    key_subject: str | None = None
 
 
 class TemporalSpec(BaseModel):

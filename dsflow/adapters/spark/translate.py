@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -174,27 +175,32 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   watermark_delay=spark_duration(query.watermark_delay) if timed and not
                                   (query.temporal_join and relation.kind == "changelog") else None,
                                   window=window, changelog_key=_changelog_key(relation),
-                                  **({} if cdc else _source_format(project, query, store, relation))))
+                                  **_source_format(project, query, store, relation)))
     return sources
 
 
 def _source_format(project: Project, query: Query, store, relation: Relation) -> dict:
-    """A Kafka source's value format, columns, schema registry and dead-letter topic."""
-    if store.type != "kafka":
+    """A Kafka or Kinesis source's value format, columns, schema registry and dead-letter topic (Kinesis: a
+    dead-letter stream only if the query sets 'dlq.topic'; partition keys are text, no key format)."""
+    if store.type not in ("kafka", "kinesis"):
         return {}
     registry = project.schema_registry(store.schema_registry)
+    kinesis = store.type == "kinesis"
     return {"value_format": relation.value_format, "value_columns": [[c.name, c.type] for c in relation.columns],
-            "registry": registry.client_config() if registry else {}, "dlq_topic": project.dlq_topic(query),
-            "key_format": relation.key_format}
+            "registry": registry.client_config() if registry else {},
+            "dlq_topic": query.dlq_topic if kinesis else project.dlq_topic(query),
+            "key_format": None if kinesis else relation.key_format}
 
 
 def sink_format(project: Project, relation: Relation) -> dict:
     """A Kafka sink's value format; avro: the schema made from the relation's columns, its subject, the registry."""
     from dsflow.core.formats import REGISTRY_FORMATS, avro_schema
 
-    if relation.value_format == "json":
-        return {"key_format": relation.key_format} if relation.key_format else {}
     registry = project.schema_registry(project.store(relation.store).schema_registry)
+    if relation.value_format == "json":
+        keyed = {"key_format": relation.key_format} if relation.key_format else {}
+        return keyed | ({"registry": registry.client_config()} if registry and relation.key_format in
+                        REGISTRY_FORMATS else {})
     settings: dict = {"value_format": relation.value_format, "registry": registry.client_config() if registry else {},
                       "key_format": relation.key_format}
     if relation.value_format in REGISTRY_FORMATS:
@@ -225,11 +231,13 @@ def _cdc_source(store, relation: Relation) -> dict:
     """A postgresql store's stream reads the table's changes (adapters/postgres) instead of a topic."""
     if store.type != "postgresql":
         return {}
+    from dsflow.load.cdc import cdc_tables, image_types
+
     opts = relation.table_options
     return {"kind": "postgres_cdc", "options": {
-        "database": opts["postgresql.db.name"], "schema": opts["postgresql.schema.name"],
-        "table": opts["postgresql.table.name"], "slot": opts["postgresql.slot.name"],
-        "publication": opts["postgresql.publication.name"]}}
+        "database": opts["postgresql.db.name"], "tables": ",".join(f"{s}.{t}" for s, t in cdc_tables(opts)),
+        "slot": opts["postgresql.slot.name"], "publication": opts["postgresql.publication.name"],
+        "fields": json.dumps(image_types(relation))}}
 
 
 def sink_spec(project: Project, query: Query) -> SinkSpec:
@@ -255,10 +263,27 @@ def sink_spec(project: Project, query: Query) -> SinkSpec:
                         output_mode=query.output_mode, key_columns=list(relation.primary_key), options=ref.options)
     if store.type == "kinesis":
         return SinkSpec(topic=relation.topic, client_config=dict(store.properties), columns=columns, kind="kinesis",
-                        output_mode=query.output_mode, key_columns=list(query.key_columns))
+                        output_mode=query.output_mode, key_columns=list(query.key_columns),
+                        **{**sink_format(project, relation), "key_format": None})
     return SinkSpec(topic=relation.topic, client_config=store.client_config(), columns=columns,
                     output_mode=query.output_mode, key_columns=list(query.key_columns),
-                    **sink_format(project, relation))
+                    **sink_format(project, relation), **sink_key_format(relation, query))
+
+
+def sink_key_format(relation: Relation, query: Query) -> dict:
+    """avro/protobuf keys of a Kafka sink: the key schema (the query's key columns as a record; a carried key:
+    a string) and its subject <topic>-key (adapters/kafka/keys.py)."""
+    from dsflow.core.formats import REGISTRY_FORMATS, key_subject
+
+    if relation.key_format not in REGISTRY_FORMATS:
+        return {}
+    from dsflow.adapters.kafka.keys import key_schema_text
+
+    database, schema, name = relation.fqn.split(".")
+    types = {c.name: c.type for c in (*relation.columns, *query.output_columns)}
+    columns = [(k, types.get(k, "VARCHAR")) for k in query.key_columns]
+    return {"key_schema": key_schema_text(relation.key_format, name, f"{database}.{schema}", columns),
+            "key_subject": key_subject(relation.key_format, relation.topic)}
 
 
 def query_spec(project: Project, query: Query, version: str, checkpoint: str, status_path: str,

@@ -1,0 +1,76 @@
+"""The data of a SQL statement before and after its SELECT is resolved, free of sqlglot.
+
+Kept apart from the parser (load/sql.py) and the resolver (load/select.py) so that a load whose files and
+SELECTs all come from the load cache (load/cache.py, load/filecache.py) does not import sqlglot at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsflow.core.model import Column, Source, TemporalJoin, Window
+from dsflow.errors import Location
+
+
+@dataclass(frozen=True)
+class RawProperty:
+    """One `'key' = value` of a WITH clause."""
+
+    key: str
+    value: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class RawColumn:
+    """One column of a CREATE statement's column list, its type as written (normalized)."""
+
+    name: str
+    type: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class RawStatement:
+    """A parsed DDL or DML statement, before names are resolved."""
+
+    kind: str  # "stream" | "changelog" | "materialized view" | "insert"
+    name: tuple[str, ...]
+    location: Location
+    columns: tuple[RawColumn, ...] = ()
+    primary_key: tuple[str, ...] = ()
+    properties: tuple[RawProperty, ...] = ()
+    select: Any = None  # an sqlglot exp.Query
+    """The SELECT's tree; for a statement read from the load cache a stand-in that parses its file when first
+    used (load/filecache.py)."""
+    text: str = ""
+    extra: dict = field(default_factory=dict)
+    source_parts: tuple[tuple[str, ...], ...] = ()
+    """The name parts of the relations the SELECT reads, in order (`source_tables`), known without its tree."""
+
+    @property
+    def is_query(self) -> bool:
+        return self.select is not None
+
+    def prop(self, key: str) -> RawProperty | None:
+        return next((p for p in self.properties if p.key == key), None)
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """A resolved SELECT: normalized SQL over fully qualified relations, and what kind of query it makes."""
+
+    select_sql: str
+    sources: tuple[Source, ...]
+    columns: tuple[Column, ...]
+    aggregated: bool = False
+    group_keys: tuple[str, ...] = ()
+    window: Window | None = None
+    join_within: str | None = None
+    join_side: str | None = None
+    temporal: TemporalJoin | None = None
+
+    @property
+    def stateful(self) -> bool:
+        return self.aggregated or self.join_within is not None or self.temporal is not None
