@@ -105,7 +105,8 @@ def _throughput(rows: list[dict], cfg: dict) -> list[str]:
         f"Median of {cfg['reps']} run(s) (best in brackets), input records/s: wall time from building the DataFrame",
         "to the end of the availableNow run, for both systems (dsflow's `start_query` builds its own; before this was",
         "made equal, only dsflow's time included it: two source views for q3 and q8), query start",
-        "included; one untimed warm-up run first (not in smoke mode). dsflow = the",
+        "included; untimed warm-up runs of q0 on both Spark systems first (not in smoke mode); the systems take turns",
+        "going first (by query and run: the run right after another query was up to 2x slower). dsflow = the",
         "bench project (`bench/nexmark_project`) through dsflow's loader and translator, started by the query",
         "driver's own `start_query`; hand-written PySpark = the same query in the DataFrame API; both on the",
         "`dsflow_kafka` source and sink (aggregations: foreachBatch in update mode, as dsflow writes a changelog).",
@@ -138,23 +139,41 @@ def _latency(rows: list[dict], cfg: dict) -> list[str]:
         f"## Latency at {cfg['rate']:,.0f} events/s",
         "",
         f"A probe process (`bench/latency.py`) produces bids at a fixed rate for {cfg['latency_warmup'] + cfg['latency_seconds']:.0f} s,",
-        f"each with a unique key, and follows the sink; latency = arrival at the probe's consumer minus",
+        "each with a unique key, and follows the sink; latency = arrival at the probe's consumer minus",
         f"the produce() call, over the records produced after the first {cfg['latency_warmup']:.0f} s. Spark",
         "queries run with the processing-time trigger of the bench project (`0 seconds`: back to back).",
         "The systems take turns going first (q0: dsflow first, q1: the plain loop first, ...), after an untimed",
         "warm-up query when the throughput section did not run; the probe's producer waits for room in its queue",
         "(1,000,000 records) rather than failing, and the time waited counts as latency.",
         "",
-        "| query | system | p50 ms | p99 ms | max ms | measured records | achieved input rate |",
-        "|---|---|---|---|---|---|---|",
+        "The stateful queries get every Nexmark event kind at that rate (event time = produce time) and are",
+        "timed by their results: q5 and q7 by each window result that closed while the probe ran, from its last",
+        "bid (of that auction for q5) to the arrival of its last update; q3 and q8 by each joined auction, from the auction's",
+        "produce time to the arrival of its join row (see `bench/latency.py`).",
+        "",
+        "Batch ms: the median micro-batch with input (its addBatch in brackets), from Spark's progress reports.",
+        "",
+        "| query | system | p50 ms | p99 ms | max ms | measured records | achieved input rate | batch ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['query']} | {SYSTEM_NAMES[r['system']]} | failed: {r['error']} | | | | |")
+            lines.append(f"| {r['query']} | {SYSTEM_NAMES[r['system']]} | failed: {r['error']} | | | | | |")
             continue
+        batch = f"{_n(r['batch_ms'])} ({_n(r.get('add_batch_ms'))})" if r.get("batch_ms") is not None else "—"
         lines.append(f"| {r['query']} | {SYSTEM_NAMES[r['system']]} | {_n(r['p50_ms'])} | {_n(r['p99_ms'])} | "
-                     f"{_n(r['max_ms'])} | {r['arrived']:,} of {r['measured_sent']:,} sent | {_n(r['achieved_rate'])}/s |")
+                     f"{_n(r['max_ms'])} | {_samples(r)} | {_n(r['achieved_rate'])}/s "
+                     f"| {batch} |")
     return lines
+
+
+def _samples(row: dict) -> str:
+    """What the latency percentiles are over: records (q0-q2), window results or joined auctions."""
+    if row.get("measure") == "window":
+        return f"{row['arrived']:,} window results"
+    if row.get("measure") == "join":
+        return f"{row['arrived']:,} joined auctions"
+    return f"{row['arrived']:,} of {row['measured_sent']:,} sent"
 
 
 def _plan(rows: list[dict], dbt_version: str | None) -> list[str]:

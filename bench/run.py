@@ -9,7 +9,8 @@
 Starts its own tansu broker on a free port (stopped by PID at the end), preloads Nexmark events,
 then for Nexmark q0-q3, q5, q7 and q8 measures (a) dsflow, (b) the same query hand-written in
 PySpark and, for q0-q2, (c) a plain Python confluent-kafka loop: records/s over the preload with
-the availableNow trigger; and end-to-end latency at a fixed input rate (q0-q2). Then plan time
+the availableNow trigger; and end-to-end latency at a fixed input rate (every query; for the
+stateful ones, see bench/latency.py for what a sample is). Then plan time
 at scale against dbt parse. Writes the numbers, the machine and the versions to
 docs/benchmarks.md (see bench/report.py).
 """
@@ -36,6 +37,8 @@ from bench import plan_scale, report  # noqa: E402
 from bench.preload import Preloaded, preload, recreate_topics  # noqa: E402
 
 SYSTEMS = ("dsflow", "pyspark", "loop")
+LATENCY_MEASURE = {"q3": "join", "q8": "join", "q5": "window", "q7": "window"}
+"""How bench/latency.py times a stateful query's results (q0-q2: each record)."""
 DOC = REPO / "docs" / "benchmarks.md"
 
 
@@ -51,7 +54,7 @@ class Config:
     with_dbt: bool = True
     sections: tuple[str, ...] = ("throughput", "latency", "plan")
     queries: tuple[str, ...] = P.QUERIES
-    latency_queries: tuple[str, ...] = P.STATELESS
+    latency_queries: tuple[str, ...] = P.QUERIES
     latency_systems: tuple[str, ...] = SYSTEMS
     verify: bool = False
     """Read every sink back and compare it with what the generator says (smoke mode)."""
@@ -60,7 +63,7 @@ class Config:
     @classmethod
     def smoke_config(cls) -> Config:
         return cls(events=3_000, reps=1, rate=200, latency_seconds=2, latency_warmup=0.5, sizes=[20],
-                   with_dbt=False, verify=True, smoke=True, latency_queries=("q0",), latency_systems=("dsflow",))
+                   with_dbt=False, verify=True, smoke=True, latency_queries=("q0", "q8"), latency_systems=("dsflow",))
 
 
 # --- throughput -------------------------------------------------------------------------------
@@ -72,13 +75,14 @@ def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded
     results = []
     if not cfg.smoke:
         _warm_up(spark, bootstrap, work, specs)
-    for query in cfg.queries:
+    for index, query in enumerate(cfg.queries):
         systems = systems_of(query)
         expected_out = _expected_out(query, loaded)
         by_system: dict[str, list[P.Run]] = {s: [] for s in systems}
         verified = {s: True for s in systems}
-        for _ in range(cfg.reps):  # interleaved, so a change of machine load hits every system alike
-            for system in systems:
+        for rep in range(cfg.reps):  # interleaved, so a change of machine load hits every system alike
+            # and taking turns going first: the first run after another query's was up to 2x slower here
+            for system in systems if (rep + index) % 2 == 0 else systems[::-1]:
                 by_system[system].append(_one_run(spark, bootstrap, work, specs, query, system))
                 if cfg.verify:
                     verified[system] = verified[system] and verify_sink(bootstrap, query, loaded)
@@ -112,8 +116,10 @@ def _expected_out(query: str, loaded: Preloaded) -> int | None:
 
 
 def _warm_up(spark, bootstrap: str, work: Path, specs: dict) -> None:
-    """One untimed run: JVM JIT and the Python workers' first start are not what is measured."""
-    _one_run(spark, bootstrap, work, specs, "q0", "pyspark")
+    """Untimed runs of both Spark systems: JVM JIT and the Python workers' first start (and first imports of
+    each system's code paths, e.g. dsflow's dead-letter check) are not what is measured."""
+    for system in ("pyspark", "dsflow"):
+        _one_run(spark, bootstrap, work, specs, "q0", system)
 
 
 def _one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str) -> P.Run:
@@ -169,7 +175,7 @@ def latency(spark, bootstrap: str, work: Path, cfg: Config) -> list[dict]:
         _warm_up(spark, bootstrap, work, specs)  # the first streaming query of a session starts cold
     results = []
     for index, query in enumerate(cfg.latency_queries):
-        order = list(cfg.latency_systems)
+        order = [s for s in cfg.latency_systems if s in systems_of(query)]
         if index % 2:  # dsflow and hand-written PySpark take turns going first
             order.reverse()
         for system in order:
@@ -195,14 +201,15 @@ def _latency_run(spark, bootstrap: str, work: Path, specs: dict, query: str, sys
         probe = subprocess.run(
             [sys.executable, str(REPO / "bench" / "latency.py"), "--bootstrap", bootstrap, "--sink",
              P.sink_topic(query), "--rate", str(cfg.rate), "--seconds", str(seconds), "--warmup",
-             str(cfg.latency_warmup), *(["--filtered"] if query == "q2" else [])],
+             str(cfg.latency_warmup), "--measure", LATENCY_MEASURE.get(query, "record"),
+             *(["--filtered"] if query == "q2" else [])],
             capture_output=True, text=True, timeout=seconds + 120)
         if probe.returncode != 0:  # librdkafka's own log lines start with '%': show the Python error instead
             lines = [line for line in probe.stderr.strip().splitlines() if not line.startswith("%")]
             return {"error": (lines or probe.stderr.strip().splitlines())[-1:]}
         out = json.loads(probe.stdout.strip().splitlines()[-1])
         if query_handle is not None:
-            out["batches"] = len(query_handle.recentProgress)
+            out.update(batch_durations(query_handle.recentProgress))
         return out
     finally:
         if query_handle is not None:
@@ -210,6 +217,18 @@ def _latency_run(spark, bootstrap: str, work: Path, specs: dict, query: str, sys
         if runner is not None:
             runner.terminate()
             runner.wait(30)
+
+
+def batch_durations(progress: list[dict]) -> dict:
+    """How many micro-batches ran, and the median ms of a batch with input and of its addBatch (Spark's
+    StreamingQueryProgress.durationMs): where a record's latency goes on the Spark side."""
+    busy = [p for p in progress if p.get("numInputRows")]
+
+    def median(key: str) -> float | None:
+        values = [p["durationMs"][key] for p in busy if key in p.get("durationMs", {})]
+        return round(statistics.median(values)) if values else None
+
+    return {"batches": len(progress), "batch_ms": median("triggerExecution"), "add_batch_ms": median("addBatch")}
 
 
 def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system: str):
@@ -222,7 +241,8 @@ def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system
         handle = start_query(spark, spec.model_copy(update={"sources": sources, "checkpoint": checkpoint}))
     else:
         frame = P.pyspark_frame(spark, query, bootstrap, starting_position="latest")
-        handle = P.start_processing(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval)
+        handle = P.start_processing(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval,
+                                    update=query in P.CHANGELOGS)
     deadline = time.monotonic() + 120
     while handle.lastProgress is None and time.monotonic() < deadline:
         if handle.exception() is not None:

@@ -59,8 +59,9 @@ def test_smoke_run_produces_the_right_records(broker: str, spark, tmp_path: Path
         assert r["expected_out"] is None or r["records_out"] == r["expected_out"], r
         assert r["records_out"] > 0 and r["verified"], r
     assert results["preload"]["q2_matches"] > 0
-    latency = results["latency"][0]
+    latency, joined = results["latency"]
     assert latency["arrived"] == latency["measured_sent"] > 0
+    assert joined["query"] == "q8" and joined["measure"] == "join" and joined["sent"] > 0, joined
     assert {(t["tool"], t["size"]) for t in results["plan"]} == {
         ("dsflow plan, no cache", 20), ("dsflow validate", 20), ("dsflow plan --no-refresh", 20)}
     assert latency["undelivered"] == 0
