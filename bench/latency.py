@@ -42,7 +42,7 @@ FLUSH_S = 120.0
 
 
 def produce_paced(bootstrap: str, rate: float, seconds: float, sent: dict[str, float], stop: threading.Event,
-                  first_n: int) -> int:
+                  first_n: int, prefix: str = "") -> int:
     """Bids first_n, first_n+1, ... at `rate`/s for `seconds`; sent[key] = produce time. Returns how many records
     the broker had still not acknowledged after the final flush (0 normally)."""
     from confluent_kafka import Producer
@@ -63,7 +63,7 @@ def produce_paced(bootstrap: str, rate: float, seconds: float, sent: dict[str, f
             i = first_n + nexmark.nth_of_kind("bid", n)
             t = time.time()
             record, key = dumps(nexmark.bid(i, 0, int(t * 1000))), str(i)
-            _produce(producer, record, key)
+            _produce(producer, record, key, prefix + SOURCE)
             sent[key] = t  # latency counts from the first attempt: time spent waiting for queue room included
             n += 1
         producer.poll(0)
@@ -91,7 +91,8 @@ def _flush(producer, timeout: float) -> int:
 
 
 def produce_all_kinds(bootstrap: str, rate: float, seconds: float, auctions: dict[str, float],
-                      bids: dict[str, list[int]], stop: threading.Event, first_n: int) -> tuple[int, int]:
+                      bids: dict[str, list[int]], stop: threading.Event, first_n: int,
+                      prefix: str = "") -> tuple[int, int]:
     """Nexmark events first_n, first_n+1, ... of every kind at `rate`/s, each to its topic, with event time =
     produce time; auctions[id] = produce time of each auction, bids[auction] (and bids['*']) = the event times
     (ms, ascending) of its bids. Returns (records sent, records undelivered)."""
@@ -107,7 +108,7 @@ def produce_all_kinds(bootstrap: str, rate: float, seconds: float, auctions: dic
         while n < due:
             t = time.time()
             kind, key, record = nexmark.event(first_n + n, 0, int(t * 1000))
-            _produce(producer, dumps(record), key, f"nexmark_{kind}")
+            _produce(producer, dumps(record), key, f"{prefix}nexmark_{kind}")
             if kind == "auction":
                 auctions[str(record["id"])] = t
             elif kind == "bid":
@@ -156,7 +157,7 @@ def last_input(times_ms: list[int], start: float, end: float) -> float | None:
 
 
 def measure_stateful(bootstrap: str, sink: str, kind: str, rate: float, seconds: float, warmup: float,
-                     drain: float, first_n: int) -> dict:
+                     drain: float, first_n: int, prefix: str = "") -> dict:
     """Latency of a windowed aggregation (kind 'window') or a join (kind 'join'); see the module docstring."""
     auctions: dict[str, float] = {}
     bids: dict[str, list[int]] = {}
@@ -173,7 +174,7 @@ def measure_stateful(bootstrap: str, sink: str, kind: str, rate: float, seconds:
     consumer.start()
     time.sleep(1.0)
     began = time.time()
-    sent, unsent = produce_all_kinds(bootstrap, rate, seconds, auctions, bids, stop_producer, first_n)
+    sent, unsent = produce_all_kinds(bootstrap, rate, seconds, auctions, bids, stop_producer, first_n, prefix)
     stopped = time.time()
     time.sleep(min(drain, 15.0 if kind == "window" else 5.0))  # a window closes once the watermark passes it
     stop_consumer.set()
@@ -219,7 +220,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def measure(bootstrap: str, sink: str, rate: float, seconds: float, warmup: float, drain: float,
-            expect_all: bool, first_n: int) -> dict:
+            expect_all: bool, first_n: int, prefix: str = "") -> dict:
     sent: dict[str, float] = {}
     arrived: dict[str, float] = {}
     stop_consumer, stop_producer = threading.Event(), threading.Event()
@@ -227,7 +228,7 @@ def measure(bootstrap: str, sink: str, rate: float, seconds: float, warmup: floa
     consumer.start()
     time.sleep(1.0)  # the consumer is assigned before the first record is sent
     began = time.time()
-    unsent = produce_paced(bootstrap, rate, seconds, sent, stop_producer, first_n)
+    unsent = produce_paced(bootstrap, rate, seconds, sent, stop_producer, first_n, prefix)
     produced_for = time.time() - began
     deadline = time.time() + drain
     counted = {k: t for k, t in sent.items() if t - began >= warmup}
@@ -255,17 +256,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--drain", type=float, default=20)
     p.add_argument("--first-event", type=int, default=10**9, help="event numbers (keys) start here")
+    p.add_argument("--prefix", default="", help="source topics are <prefix>nexmark_bid, ... (one set per run)")
     p.add_argument("--filtered", action="store_true", help="the query drops records: do not wait for all")
     p.add_argument("--measure", choices=["record", "window", "join"], default="record",
                    help="record: each bid's own latency (q0-q2); window: q5, q7; join: q3, q8")
     args = p.parse_args(argv)
     if args.measure != "record":
         result = measure_stateful(args.bootstrap, args.sink, args.measure, args.rate, args.seconds, args.warmup,
-                                  args.drain, args.first_event)
+                                  args.drain, args.first_event, args.prefix)
         print(json.dumps(result), flush=True)
         return 0
     result = measure(args.bootstrap, args.sink, args.rate, args.seconds, args.warmup, args.drain,
-                     not args.filtered, args.first_event)
+                     not args.filtered, args.first_event, args.prefix)
     print(json.dumps(result), flush=True)
     return 0
 

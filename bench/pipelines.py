@@ -100,17 +100,18 @@ def _events(spark, bootstrap: str, topic: str, ddl: str, starting_position: str,
     return rows
 
 
-def _bids(spark, bootstrap: str, starting_position: str, timed: bool = False) -> Any:
-    return _events(spark, bootstrap, SOURCE_TOPIC, BID_DDL, starting_position, timed)
+def _bids(spark, bootstrap: str, starting_position: str, timed: bool = False, prefix: str = "") -> Any:
+    return _events(spark, bootstrap, prefix + SOURCE_TOPIC, BID_DDL, starting_position, timed)
 
 
-def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "earliest") -> Any:
-    """Each query written directly against the DataFrame API: (key, value) rows for the sink."""
+def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "earliest", prefix: str = "") -> Any:
+    """Each query written directly against the DataFrame API: (key, value) rows for the sink. `prefix` names
+    other source topics (`<prefix>nexmark_bid` ...): each latency run has its own."""
     from pyspark.sql import functions as F
 
     if query in STATEFUL:
-        return STATEFUL_FRAMES[query](spark, bootstrap, starting_position)
-    bids = _bids(spark, bootstrap, starting_position)
+        return STATEFUL_FRAMES[query](spark, bootstrap, starting_position, prefix)
+    bids = _bids(spark, bootstrap, starting_position, prefix=prefix)
     cols = ["auction", "bidder", "price", "channel", "url", "date_time", "extra"]
     if query == "q1":
         bids = bids.withColumn("price", (F.lit(0.908) * F.col("price")).cast("double"))
@@ -120,11 +121,11 @@ def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "e
     return bids.select("key", F.to_json(F.struct(*cols)).alias("value"))
 
 
-def _q3_frame(spark, bootstrap: str, starting_position: str) -> Any:
+def _q3_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
     from pyspark.sql import functions as F
 
-    auctions = _events(spark, bootstrap, "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
-    persons = _events(spark, bootstrap, "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
+    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
+    persons = _events(spark, bootstrap, prefix + "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
     joined = auctions.join(persons, F.expr("a.seller = p.id AND p.ts BETWEEN a.ts - INTERVAL 10 SECONDS "
                                            "AND a.ts + INTERVAL 10 SECONDS"))
     joined = joined.where("a.category = 10 AND (p.state = 'OR' OR p.state = 'ID' OR p.state = 'CA')")
@@ -132,10 +133,10 @@ def _q3_frame(spark, bootstrap: str, starting_position: str) -> Any:
                          F.to_json(F.struct("p.name", "p.city", "p.state", "a.id")).alias("value"))
 
 
-def _q5_frame(spark, bootstrap: str, starting_position: str) -> Any:
+def _q5_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
     from pyspark.sql import functions as F
 
-    counts = (_bids(spark, bootstrap, starting_position, timed=True)
+    counts = (_bids(spark, bootstrap, starting_position, timed=True, prefix=prefix)
               .groupBy(F.window("ts", "10 seconds", "2 seconds").alias("w"), "auction")
               .agg(F.count(F.lit(1)).alias("num"))
               .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "auction", "num"))
@@ -143,10 +144,10 @@ def _q5_frame(spark, bootstrap: str, starting_position: str) -> Any:
                          F.to_json(F.struct("window_start", "window_end", "auction", "num")).alias("value"))
 
 
-def _q7_frame(spark, bootstrap: str, starting_position: str) -> Any:
+def _q7_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
     from pyspark.sql import functions as F
 
-    highest = (_bids(spark, bootstrap, starting_position, timed=True)
+    highest = (_bids(spark, bootstrap, starting_position, timed=True, prefix=prefix)
                .groupBy(F.window("ts", "10 seconds").alias("w"))
                .agg(F.max("price").alias("maxprice"), F.count(F.lit(1)).alias("bids"))
                .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "maxprice", "bids"))
@@ -154,11 +155,11 @@ def _q7_frame(spark, bootstrap: str, starting_position: str) -> Any:
                           F.to_json(F.struct("window_start", "window_end", "maxprice", "bids")).alias("value"))
 
 
-def _q8_frame(spark, bootstrap: str, starting_position: str) -> Any:
+def _q8_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
     from pyspark.sql import functions as F
 
-    persons = _events(spark, bootstrap, "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
-    auctions = _events(spark, bootstrap, "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
+    persons = _events(spark, bootstrap, prefix + "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
+    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
     joined = persons.join(auctions, F.expr(
         "p.id = a.seller AND FLOOR(p.date_time / 10000) = FLOOR(a.date_time / 10000) "
         "AND a.ts BETWEEN p.ts - INTERVAL 10 SECONDS AND p.ts + INTERVAL 10 SECONDS"))
@@ -168,7 +169,7 @@ def _q8_frame(spark, bootstrap: str, starting_position: str) -> Any:
     return joined.select(F.col("p.key").alias("key"), F.to_json(value).alias("value"))
 
 
-STATEFUL_FRAMES: dict[str, Callable[[Any, str, str], Any]] = {
+STATEFUL_FRAMES: dict[str, Callable[[Any, str, str, str], Any]] = {
     "q3": _q3_frame, "q5": _q5_frame, "q7": _q7_frame, "q8": _q8_frame,
 }
 
@@ -233,7 +234,7 @@ LOOP_TRANSFORMS: dict[str, Callable[[dict], dict | None]] = {"q0": _q0, "q1": _q
 
 
 def run_loop(query: str, bootstrap: str, topic: str, partitions: list[int] | None = None,
-             follow_seconds: float | None = None) -> tuple[float, int, int]:
+             follow_seconds: float | None = None, source: str = SOURCE_TOPIC) -> tuple[float, int, int]:
     """consume -> json.loads -> transform -> json.dumps -> produce over every record now in the source.
 
     Reads each partition from 0 to its true end with assign() (no group), the way a hand-rolled
@@ -250,10 +251,10 @@ def run_loop(query: str, bootstrap: str, topic: str, partitions: list[int] | Non
     started = time.monotonic()
     consumer = Consumer({**client.CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap})
     producer = Producer({**client.PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap})
-    parts = partitions if partitions is not None else client.topic_partitions(consumer, SOURCE_TOPIC)
-    ends = client.end_offsets(consumer, SOURCE_TOPIC, parts)
+    parts = partitions if partitions is not None else client.topic_partitions(consumer, source)
+    ends = client.end_offsets(consumer, source, parts)
     follow = follow_seconds is not None
-    consumer.assign([TopicPartition(SOURCE_TOPIC, p, ends[p] if follow else 0) for p in parts])
+    consumer.assign([TopicPartition(source, p, ends[p] if follow else 0) for p in parts])
     left, seen, out = sum(ends.values()), 0, 0
     produce = producer.produce
     until = started + (follow_seconds or 0)
@@ -359,9 +360,9 @@ def canonical(records: list[tuple[str | None, dict]]) -> list[tuple]:
 
 
 def main(argv: list[str]) -> int:
-    """`python bench/pipelines.py loop QUERY BOOTSTRAP SECONDS`: the loop following the topic's tail."""
-    _, query, bootstrap, seconds = argv
-    run_loop(query, bootstrap, sink_topic(query), follow_seconds=float(seconds))
+    """`python bench/pipelines.py loop QUERY BOOTSTRAP SECONDS [SOURCE]`: the loop following the topic's tail."""
+    _, query, bootstrap, seconds, *source = argv
+    run_loop(query, bootstrap, sink_topic(query), follow_seconds=float(seconds), source=source[0] if source else SOURCE_TOPIC)
     return 0
 
 

@@ -47,12 +47,26 @@ def encode_chunk(args: tuple[int, int, int]) -> tuple[dict[str, list[tuple[bytes
     return out, q2
 
 
-def recreate_topics(bootstrap: str, partitions: int, names: list[str]) -> None:
+def delete_topics(bootstrap: str, names: list[str]) -> None:
     for name in names:
         delete_topic(bootstrap, name)
-    time.sleep(0.5)
+
+
+def recreate_topics(bootstrap: str, partitions: int, names: list[str], attempts: int = 5) -> None:
+    """Delete and create the topics. tansu (memory engine) once answered a create right after a delete with
+    'already exists' and described the topic with twice its partitions (DSF-E701, 2026-11-23): delete again."""
+    from dsflow.errors import DsflowError
+
     for name in names:
-        ensure_topic(bootstrap, TopicSpec(name, partitions))
+        for attempt in range(attempts):
+            delete_topic(bootstrap, name)
+            time.sleep(0.5 * (attempt + 1))
+            try:
+                ensure_topic(bootstrap, TopicSpec(name, partitions))
+                break
+            except DsflowError as err:
+                if err.code != "DSF-E701" or attempt == attempts - 1:
+                    raise
 
 
 def preload(bootstrap: str, events: int, partitions: int = 2, seed: int = 0, workers: int = 2) -> Preloaded:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import pipelines as P  # noqa: E402
 from bench import plan_scale, report  # noqa: E402
-from bench.preload import Preloaded, preload, recreate_topics  # noqa: E402
+from bench.preload import TOPICS, Preloaded, delete_topics, preload, recreate_topics  # noqa: E402
 
 SYSTEMS = ("dsflow", "pyspark", "loop")
 LATENCY_MEASURE = {"q3": "join", "q8": "join", "q5": "window", "q7": "window"}
@@ -80,6 +80,8 @@ def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded
         expected_out = _expected_out(query, loaded)
         by_system: dict[str, list[P.Run]] = {s: [] for s in systems}
         verified = {s: True for s in systems}
+        if not cfg.smoke and query in P.STATEFUL:
+            _warm_up(spark, bootstrap, work, specs, query)
         for rep in range(cfg.reps):  # interleaved, so a change of machine load hits every system alike
             # and taking turns going first: the first run after another query's was up to 2x slower here
             for system in systems if (rep + index) % 2 == 0 else systems[::-1]:
@@ -115,11 +117,13 @@ def _expected_out(query: str, loaded: Preloaded) -> int | None:
     return loaded.expected.get(query)
 
 
-def _warm_up(spark, bootstrap: str, work: Path, specs: dict) -> None:
+def _warm_up(spark, bootstrap: str, work: Path, specs: dict, query: str = "q0") -> None:
     """Untimed runs of both Spark systems: JVM JIT and the Python workers' first start (and first imports of
-    each system's code paths, e.g. dsflow's dead-letter check) are not what is measured."""
+    each system's code paths, e.g. dsflow's dead-letter check) are not what is measured. The stateful queries
+    get one each as well: the first run of a window or join was 3-4x slower than the next (JIT of its
+    operators and state store), whichever system ran it (docs/benchmarks.md, "q5's gap")."""
     for system in ("pyspark", "dsflow"):
-        _one_run(spark, bootstrap, work, specs, "q0", system)
+        _one_run(spark, bootstrap, work, specs, query, system)
 
 
 def _one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str) -> P.Run:
@@ -189,19 +193,25 @@ def latency(spark, bootstrap: str, work: Path, cfg: Config) -> list[dict]:
 
 
 def _latency_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str, cfg: Config) -> dict:
+    """One probe against one system. Each run has source topics of its own (`lat_q0_dsflow_nexmark_bid` ...),
+    deleted afterwards: the embedded broker keeps topics in memory, and after ~3.5 million probe records in one
+    topic it stopped answering fetches."""
     seconds = cfg.latency_seconds + cfg.latency_warmup
+    prefix = f"lat_{query}_{system}_"
+    sources = [prefix + t for t in TOPICS.values()]
+    recreate_topics(bootstrap, cfg.partitions, sources)
     runner, query_handle = None, None
     if system == "loop":
         runner = subprocess.Popen([sys.executable, str(REPO / "bench" / "pipelines.py"), "loop", query, bootstrap,
-                                   str(seconds + 30)], stdout=subprocess.DEVNULL)
+                                   str(seconds + 30), prefix + P.SOURCE_TOPIC], stdout=subprocess.DEVNULL)
         time.sleep(2.0)
-    else:
-        query_handle = _start_streaming(spark, bootstrap, work, specs[query], query, system)
     try:
+        if runner is None:
+            query_handle = _start_streaming(spark, bootstrap, work, specs[query], query, system, prefix)
         probe = subprocess.run(
             [sys.executable, str(REPO / "bench" / "latency.py"), "--bootstrap", bootstrap, "--sink",
              P.sink_topic(query), "--rate", str(cfg.rate), "--seconds", str(seconds), "--warmup",
-             str(cfg.latency_warmup), "--measure", LATENCY_MEASURE.get(query, "record"),
+             str(cfg.latency_warmup), "--measure", LATENCY_MEASURE.get(query, "record"), "--prefix", prefix,
              *(["--filtered"] if query == "q2" else [])],
             capture_output=True, text=True, timeout=seconds + 120)
         if probe.returncode != 0:  # librdkafka's own log lines start with '%': show the Python error instead
@@ -217,6 +227,7 @@ def _latency_run(spark, bootstrap: str, work: Path, specs: dict, query: str, sys
         if runner is not None:
             runner.terminate()
             runner.wait(30)
+        delete_topics(bootstrap, sources)
 
 
 def batch_durations(progress: list[dict]) -> dict:
@@ -231,16 +242,17 @@ def batch_durations(progress: list[dict]) -> dict:
     return {"batches": len(progress), "batch_ms": median("triggerExecution"), "add_batch_ms": median("addBatch")}
 
 
-def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system: str):
-    """Start the query from the tail of the source and wait until its first batch is done."""
+def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system: str, prefix: str):
+    """Start the query from the tail of the run's own source topics and wait until its first batch is done."""
     from dsflow.adapters.spark.driver import start_query
 
     checkpoint = str(work / f"lat-{query}-{system}-{time.time_ns()}")
     if system == "dsflow":
-        sources = [s.model_copy(update={"starting_position": "latest"}) for s in spec.sources]
+        sources = [s.model_copy(update={"starting_position": "latest", "topic": prefix + s.topic})
+                   for s in spec.sources]
         handle = start_query(spark, spec.model_copy(update={"sources": sources, "checkpoint": checkpoint}))
     else:
-        frame = P.pyspark_frame(spark, query, bootstrap, starting_position="latest")
+        frame = P.pyspark_frame(spark, query, bootstrap, starting_position="latest", prefix=prefix)
         handle = P.start_processing(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval,
                                     update=query in P.CHANGELOGS)
     deadline = time.monotonic() + 120

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REGISTRY_AUTH
+from dsflow import operations
 from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.client import new_client
 from dsflow.adapters.kinesis.decoding import read_dead_letters
@@ -172,6 +173,7 @@ def test_undecodable_records_go_to_the_dead_letter_stream(tmp_path, spark, kines
     dead_stream = project.dlq_topic(project.queries[0])
     assert dead_stream.endswith("_dead")
     letters = read_dead_letters(settings, dead_stream)
+    assert operations.dead_letters(project, "analytics.public.copied") == {"dlq_topic": dead_stream, "dead_letters": 2}
     by_sequence = {r["sequence"]: r for r in _raw(settings, source)}
     assert sorted(letter["data"] for letter in letters) == sorted([values[7], values[31]])
     for letter in letters:

@@ -31,9 +31,10 @@ Writing lives in writing.py. Nothing here holds a Kafka client when pickled: cli
 from __future__ import annotations
 
 import json
+import uuid
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -99,6 +100,8 @@ class KafkaOptions:
     key_schema: str | None = None
     """Writing avro/protobuf keys: the key schema (key.schema) registered under key.subject (default <topic>-key)."""
     key_subject: str | None = None
+    run: str = ""
+    """A streaming query run's own id: its tasks' pooled clients are never handed to another run (pool.py)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -180,7 +183,7 @@ class KafkaDataSource(DataSource):
         return KafkaBatchReader(KafkaOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
-        return KafkaStreamReader(KafkaOptions.parse(self.options))
+        return KafkaStreamReader(replace(KafkaOptions.parse(self.options), run=uuid.uuid4().hex))
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         from dsflow.adapters.kafka.writing import KafkaBatchWriter, check_write_schema
@@ -192,7 +195,8 @@ class KafkaDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
         from dsflow.adapters.kafka.writing import KafkaStreamWriter, check_write_schema
 
-        return KafkaStreamWriter(KafkaOptions.parse(self.options), check_write_schema(schema))
+        return KafkaStreamWriter(replace(KafkaOptions.parse(self.options), run=uuid.uuid4().hex),
+                                 check_write_schema(schema))
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -209,11 +213,12 @@ class KafkaRange(InputPartition):
     config: dict[str, Any] = field(repr=False)  # may hold credentials: kept out of Spark logs
     stall_timeout: float = client.STALL_TIMEOUT
     decoding: Decoding = field(default_factory=Decoding, repr=False)
+    run: str = ""
 
 
 def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
     """The task's records as Arrow RecordBatches of up to CHUNK_ROWS rows."""
-    consumer = pool.consumer(task.config)  # kept alive across micro-batches in the reused worker (pool.py)
+    consumer = pool.consumer(task.config, task.run)  # kept across micro-batches in the reused worker (pool.py)
     dead = DeadLetters(task.config, task.decoding)
     ok = False
     try:
@@ -232,7 +237,7 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
         dead.close()  # before the task reports success: dead letters are delivered before the batch commits
         ok = True
     finally:
-        pool.release_consumer(task.config, consumer, ok)
+        pool.release_consumer(task.config, consumer, ok, task.run)
 
 
 def to_record_batch(messages: list, topic: str, values: Any = None, key_format: str | None = None,
@@ -300,7 +305,7 @@ def plan_ranges(options: KafkaOptions, start: Mapping[str, int], end: Mapping[st
     """One task per partition with records between the two offsets."""
     return [
         KafkaRange(options.topic, int(p), int(start.get(p, 0)), int(stop), options.config, options.stall_timeout,
-                   options.decoding)
+                   options.decoding, options.run)
         for p, stop in end.items()
         if int(start.get(p, 0)) < int(stop)
     ]

@@ -26,34 +26,56 @@ REUSE_ENV = "DSFLOW_KAFKA_REUSE"
 
 _consumers: dict[str, list[Any]] = {}
 _producers: dict[str, list[tuple[Any, client.DeliveryErrors]]] = {}
+_runs: dict[str, str] = {}
+"""Per configuration, the streaming run whose clients are pooled now (see `_start_turn`)."""
 
 
 def _enabled() -> bool:
     return os.environ.get(REUSE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _key(config: Mapping[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, default=str)
+def _key(config: Mapping[str, Any], run: str) -> str:
+    return f"{json.dumps(config, sort_keys=True, default=str)}|{run}"
 
 
-def consumer(config: Mapping[str, Any]) -> Any:
-    """An idle consumer made with `config`, or a new one; hand it back with `release_consumer`."""
-    idle = _consumers.get(_key(config))
+def _start_turn(config: Mapping[str, Any], run: str) -> str:
+    """The pool key of this configuration and streaming run. A run's clients are never handed to another run: a
+    pooled producer taken over by the next run of the same query in the same worker (a query stopped and started
+    again in one Spark session) crashed that worker. When another run of a configuration takes its first
+    client, the idle clients of the run before are closed."""
+    settings = json.dumps(config, sort_keys=True, default=str)
+    before = _runs.get(settings, run)
+    if before != run:
+        _close_idle(f"{settings}|{before}")
+    _runs[settings] = run
+    return f"{settings}|{run}"
+
+
+def _close_idle(key: str) -> None:
+    for c in _consumers.pop(key, []):
+        c.close()
+    for p, _ in _producers.pop(key, []):
+        p.flush(0)
+
+
+def consumer(config: Mapping[str, Any], run: str = "") -> Any:
+    """An idle consumer made with `config` for this run, or a new one; hand it back with `release_consumer`."""
+    idle = _consumers.get(_start_turn(config, run))
     return idle.pop() if idle else client.new_consumer(config)
 
 
-def release_consumer(config: Mapping[str, Any], c: Any, ok: bool) -> None:
-    """Keep `c` for the next task if the task succeeded (and pooling is on); close it otherwise."""
-    idle = _consumers.setdefault(_key(config), [])
+def release_consumer(config: Mapping[str, Any], c: Any, ok: bool, run: str = "") -> None:
+    """Keep `c` for the run's next task if the task succeeded (and pooling is on); close it otherwise."""
+    idle = _consumers.setdefault(_key(config, run), [])
     if ok and _enabled() and len(idle) < KEEP:
         idle.append(c)
     else:
         c.close()
 
 
-def producer(config: Mapping[str, Any]) -> tuple[Any, client.DeliveryErrors]:
-    """An idle producer made with `config` and its (emptied) delivery-error list, or a new pair."""
-    idle = _producers.get(_key(config))
+def producer(config: Mapping[str, Any], run: str = "") -> tuple[Any, client.DeliveryErrors]:
+    """An idle producer made with `config` for this run and its (emptied) delivery-error list, or a new pair."""
+    idle = _producers.get(_start_turn(config, run))
     if idle:
         found, errors = idle.pop()
         errors.clear()
@@ -62,9 +84,10 @@ def producer(config: Mapping[str, Any]) -> tuple[Any, client.DeliveryErrors]:
     return client.new_producer(config, errors), errors
 
 
-def release_producer(config: Mapping[str, Any], pair: tuple[Any, client.DeliveryErrors], ok: bool) -> None:
-    """Keep a flushed producer without delivery errors for the next task; drop it otherwise (its queue was
+def release_producer(config: Mapping[str, Any], pair: tuple[Any, client.DeliveryErrors], ok: bool,
+                     run: str = "") -> None:
+    """Keep a flushed producer without delivery errors for the run's next task; drop it otherwise (its queue was
     flushed or failed: nothing is left to deliver)."""
-    idle = _producers.setdefault(_key(config), [])
+    idle = _producers.setdefault(_key(config, run), [])
     if ok and not pair[1] and len(pair[0]) == 0 and _enabled() and len(idle) < KEEP:
         idle.append(pair)

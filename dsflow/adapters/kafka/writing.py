@@ -60,7 +60,7 @@ def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
     The per-row work is one `produce` call in a tight loop (no helper call per row); a full
     local queue is the exception path: serve deliveries and retry that row.
     """
-    pair = pool.producer(options.config)  # kept alive across micro-batches in the reused worker (pool.py)
+    pair = pool.producer(options.config, options.run)  # kept across micro-batches in the reused worker (pool.py)
     producer, errors = pair
     ok = False
     try:
@@ -68,7 +68,7 @@ def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
         client.flush_or_raise(producer, options.topic, count, errors)
         ok = True
     finally:
-        pool.release_producer(options.config, pair, ok)
+        pool.release_producer(options.config, pair, ok, options.run)
     return count
 
 
