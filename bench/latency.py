@@ -123,6 +123,16 @@ def produce_all_kinds(bootstrap: str, rate: float, seconds: float, auctions: dic
 def follow_values(bootstrap: str, topic: str, arrived: dict[str, tuple[float, dict]], key_of, stop: threading.Event,
                   last: bool) -> None:
     """Note when each result (by key_of(value)) arrives in `topic`: its first arrival, or with `last` its latest."""
+    for m in tail(bootstrap, topic, stop):
+        if m.value() is not None:
+            value = json.loads(m.value())
+            key = key_of(value)
+            if last or key not in arrived:
+                arrived[key] = (time.time(), value)
+
+
+def tail(bootstrap: str, topic: str, stop: threading.Event):
+    """Every record written to `topic` from now on (every partition, from its end), until `stop` is set."""
     from confluent_kafka import TopicPartition
 
     with client.consumer(client.client_config(bootstrap, {"fetch.wait.max.ms": "10"})) as c:
@@ -130,12 +140,7 @@ def follow_values(bootstrap: str, topic: str, arrived: dict[str, tuple[float, di
         ends = client.end_offsets(c, topic, parts)
         c.assign([TopicPartition(topic, p, off) for p, off in ends.items()])
         while not stop.is_set():
-            for m in c.consume(10_000, 0.005):
-                if m.error() is None and m.value() is not None:
-                    value = json.loads(m.value())
-                    key = key_of(value)
-                    if last or key not in arrived:
-                        arrived[key] = (time.time(), value)
+            yield from (m for m in c.consume(10_000, 0.005) if m.error() is None)
 
 
 def epoch_seconds(value: object) -> float:
@@ -201,16 +206,9 @@ def measure_stateful(bootstrap: str, sink: str, kind: str, rate: float, seconds:
 
 def follow(bootstrap: str, topic: str, arrived: dict[str, float], stop: threading.Event) -> None:
     """Note the arrival time of every key written to `topic` from now on."""
-    from confluent_kafka import TopicPartition
-
-    with client.consumer(client.client_config(bootstrap, {"fetch.wait.max.ms": "10"})) as c:
-        parts = client.topic_partitions(c, topic)
-        ends = client.end_offsets(c, topic, parts)
-        c.assign([TopicPartition(topic, p, off) for p, off in ends.items()])
-        while not stop.is_set():
-            for m in c.consume(10_000, 0.005):
-                if m.error() is None and m.key() is not None:
-                    arrived.setdefault(m.key().decode(), time.time())
+    for m in tail(bootstrap, topic, stop):
+        if m.key() is not None:
+            arrived.setdefault(m.key().decode(), time.time())
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
