@@ -5,24 +5,24 @@ Exit codes: 0 success, 1 error, 2 usage error (click), 3 "changes present" with 
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from dsflow import operations
+from dsflow import gcpause, operations
 from dsflow.core.plan import Plan
 from dsflow.errors import DsflowError, ProjectError
 from dsflow.render import (diagnostics_text, graph_dot, graph_mermaid, graph_text, plan_markdown, plan_text,
                            status_rows)
+from dsflow.terminal import LazyConsole
 
 EXIT_CHANGES = 3
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = LazyConsole()  # rich is imported when something is printed through it (dsflow/terminal.py)
+err_console = LazyConsole(stderr=True)
 
 
 def _parse_vars(values: tuple[str, ...]) -> dict[str, str]:
@@ -35,7 +35,30 @@ def _parse_vars(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """A group whose sub-commands from other modules (`lazy`: name -> "module:attribute") are imported when
+    they are run or listed: a plan does not import the topic, entity and dev-broker commands."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+SUBCOMMANDS = {"dev": "dsflow.cli_tools:dev", "topic": "dsflow.cli_topics:topic", "datagen": "dsflow.cli_tools:datagen",
+               "init": "dsflow.cli_tools:init", "entity": "dsflow.cli_entities:entity"}
+"""Sub-commands that live apart, imported on first use."""
+
+
+@click.group(cls=_LazyGroup, lazy=SUBCOMMANDS)
 @click.option("-C", "--project-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="the project folder (holding dsflow.yml)")
 @click.option("--env", "environment", default=None, help="environment from dsflow.yml (default: default_environment)")
@@ -103,12 +126,19 @@ target_option = click.option("--target", "targets", multiple=True, metavar="ADDR
 def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy: bool, refresh: bool,
          refresh_only: bool, targets: tuple[str, ...], detailed_exitcode: bool, show_unchanged: bool) -> None:
     """Show what apply would change."""
-    the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
-                               targets=_targets(targets))
+    with gcpause.paused():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
+        the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
+                                   targets=_targets(targets))
+        _show_plan(the_plan, "json" if as_json else fmt, out, show_unchanged)
+    if detailed_exitcode and the_plan.has_changes:
+        sys.exit(EXIT_CHANGES)
+
+
+def _show_plan(the_plan: Plan, fmt: str, out: Path | None, show_unchanged: bool) -> None:
+    """Save the plan's JSON to `out` (if given) and print the plan in `fmt`."""
     data = the_plan.model_dump(mode="json")
     if out:
         out.write_text(json.dumps(data, indent=2))
-    fmt = "json" if as_json else fmt
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
     elif fmt == "markdown":
@@ -117,14 +147,13 @@ def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy:
         _print_plan(data, show_unchanged)
         if out:
             console.print(f"\nSaved the plan to {out}. Apply it with: dsflow apply {out}")
-    if detailed_exitcode and the_plan.has_changes:
-        sys.exit(EXIT_CHANGES)
 
 
 def _print_plan(data: dict[str, Any], show_noop: bool = False) -> None:
     """The plan text, in color on a terminal. Without colors (piped, NO_COLOR) rich would only strip the markup,
-    which took ~0.2 s per 1,000 changes: the plain text is written directly."""
-    if console.color_system is None:
+    which took ~0.2 s per 1,000 changes: the plain text is written directly (and rich is not imported when
+    the output is surely no terminal)."""
+    if console.plain:
         click.echo(plan_text(data, show_noop=show_noop))
     else:
         console.print(plan_text(data, color=True, show_noop=show_noop), markup=True)
@@ -175,6 +204,8 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
     if not entries:
         console.print(f"No history for {address}.")
         return
+    from rich.table import Table
+
     table = Table("version", "category", "started", "stopped", "start offsets", "stop offsets", "checkpoint")
     for column in table.columns:
         column.overflow = "fold"
@@ -232,6 +263,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if not entries:
         console.print("Nothing deployed.")
         return
+    from rich.table import Table
+
     table = Table("resource", "state", "input rows/s", "batch", "last progress", "dead letters", "error")
     for column in table.columns:
         column.overflow = "fold"
@@ -323,6 +356,8 @@ def _print_rows(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bo
         for row in values:
             click.echo(" | ".join("" if v is None else str(v) for v in row))
     else:
+        from rich.table import Table
+
         table = Table(*columns)
         for row in values:
             table.add_row(*["" if v is None else str(v) for v in row])
@@ -331,19 +366,9 @@ def _print_rows(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bo
     sys.stdout.flush()
 
 
-from dsflow.cli_tools import datagen, dev, init, topic  # noqa: E402  (sub-commands live apart)
-
-cli.add_command(dev)
-cli.add_command(topic)
-cli.add_command(datagen)
-cli.add_command(init)
-
-from dsflow.cli_entities import entity  # noqa: E402
-
-cli.add_command(entity)
-
-
 def main() -> None:
+    """The `dsflow` executable: runs one command, maps errors to exit codes."""
+    gcpause.freeze()  # the modules are imported and live until exit (see dsflow/gcpause.py)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

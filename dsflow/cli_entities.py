@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from dsflow import operations
+from dsflow.terminal import LazyConsole
 
-console = Console(highlight=False, soft_wrap=True)
+console = LazyConsole()
 store_option = click.option("--store", help="the store to browse (default: the store of the table relation PATH)")
 
 
@@ -60,6 +59,8 @@ def entity_describe(ctx: click.Context, path: str, store: str | None, as_json: b
     for key, value in info.items():
         if key != "columns" and value not in (None, "", {}, []):
             console.print(f"{key}: {value}", markup=False)
+    from rich.table import Table
+
     table = Table("column", "type", "nullable")
     for column in info["columns"]:
         table.add_row(column["name"], column["type"], "yes" if column["nullable"] else "no")

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from dsflow import operations
 from dsflow.cli_topics import topic  # noqa: F401  (re-exported for cli.py)
 from dsflow.errors import DsflowError
+from dsflow.terminal import LazyConsole
 
-console = Console(highlight=False, soft_wrap=True)
+console = LazyConsole()
 TEMPLATES = Path(__file__).parent / "templates"  # a link to the repository's templates/, copied into wheels
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 
 from dsflow import operations, topics
 from dsflow.errors import DsflowError
+from dsflow.terminal import LazyConsole
 
-console = Console(highlight=False, soft_wrap=True)
+console = LazyConsole()
 STORE_HELP = "store to use (default: the relation's store, else the project's default store)"
 
 

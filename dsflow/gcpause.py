@@ -22,3 +22,15 @@ def paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def freeze() -> None:
+    """Move every object alive now to the collector's permanent generation (`gc.freeze`), for a process's entry
+    point only.
+
+    Called once the CLI's modules are imported (classes, pydantic schemas, jinja internals: kept until exit
+    anyway), the collector stops walking them in its passes while the command runs and in its final
+    collection at exit (~70 ms of a warm `dsflow plan` of 1,000 relations). The cost: a frozen object that later
+    becomes garbage inside a reference cycle is not freed before the process exits.
+    """
+    gc.freeze()

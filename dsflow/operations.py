@@ -8,19 +8,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsflow import gcpause
-from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
 from dsflow.core.categories import Category
-from dsflow.core.plan import Plan, PlanOptions, make_plan
+from dsflow.core.plan import Observation, Plan, PlanOptions, make_plan
 from dsflow.core.resources import project_resources
+from dsflow.core.state import State
 from dsflow.load.project import load_project
-from dsflow.refresh import query_status, refresh, replay_estimate
 from dsflow.workspace import Workspace
 
 if TYPE_CHECKING:  # apply and executors bring the Spark translation (sqlglot), which plan does not need
     from dsflow.apply import ApplyResult
+# refresh.py and adapters/process.py (subprocess) are imported where used: `plan --no-refresh` needs neither
 
 
 @dataclass(frozen=True)
@@ -57,17 +57,26 @@ def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh
 def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str]) -> Plan:
     state = loaded.workspace.state_backend().read()
     _check_targets(targets, loaded.project, state)
-    observations = refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
+    observations = _refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
     options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets)
     resources = project_resources(loaded.project)
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
     replays = [c for c in the_plan.changes if c.category is Category.REPLAY and c.override]
     if not replays:
         return the_plan
+    from dsflow.refresh import replay_estimate
+
     estimates = {c.address: e for c in replays
                  if (e := replay_estimate(loaded.project, c, state.resources.get(c.address))) is not None}
     options = PlanOptions(observations=observations, destroy=destroy, targets=targets, estimates=estimates)
     return make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+
+
+def _refresh(state: State, project: Project) -> dict[str, Observation]:
+    """refresh.py's refresh: what the real systems show of the deployed resources."""
+    from dsflow.refresh import refresh
+
+    return refresh(state, project)
 
 
 def _check_targets(targets: frozenset[str], project: Project, state) -> None:
@@ -91,7 +100,9 @@ def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None) -> ApplyResu
 
 def status(loaded: Loaded) -> list[dict[str, Any]]:
     """Every deployed query and generator, with what its process and status file say now."""
+    from dsflow.adapters import process
     from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
+    from dsflow.refresh import query_status
 
     state = loaded.workspace.state_backend().read()
     entries = []

@@ -27,12 +27,20 @@ class Address:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.kind.value}.{self.name}"
+        return f"{self.kind._value_}.{self.name}"  # _value_: Enum.value is a Python-level descriptor
+
+    def __post_init__(self) -> None:
+        # the hash, computed once: a plan hashes each address ~8 times (graph dicts, sets, lookups). Consistent
+        # with the generated __eq__; by the kind's value because Enum.__hash__ is Python code. Not a field, so
+        # equality, ordering and repr are unchanged.
+        object.__setattr__(self, "_hash", hash((self.kind._value_, self.name)))
 
     def __hash__(self) -> int:
-        # consistent with the generated __eq__; Enum.__hash__ is Python code and made up ~15% of building and
-        # sorting a 10,000-relation graph
-        return hash((self.kind._value_, self.name))
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        # pickled by its fields: another process hashes strings differently, so its _hash is computed again
+        return (Address, (self.kind, self.name))
 
     @classmethod
     def parse(cls, text: str) -> Address:

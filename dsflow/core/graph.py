@@ -11,7 +11,7 @@ keep insertion order (the same orders networkx gave), and networkx is imported o
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Mapping
 
 from dsflow.core.address import Address, Kind
 
@@ -99,6 +99,29 @@ class Graph:
 
     def roots(self) -> list[Address]:
         return sorted(n for n, p in self._pred.items() if not p)
+
+
+def has_cycle(deps: Mapping[Hashable, Iterable[Hashable]]) -> bool:
+    """Whether the dependencies (node -> the nodes it needs; needs that are no key are ignored, as in
+    `Graph.from_dependencies`) have a cycle. Kahn's algorithm on the plain keys, without building a Graph of
+    Addresses: the cheap check before `Graph.cycles()` names the cycles."""
+    indegree = dict.fromkeys(deps, 0)
+    dependents: dict[Hashable, list[Hashable]] = {}
+    for node, needs in deps.items():
+        for need in needs:
+            if need in indegree:
+                indegree[node] += 1
+                dependents.setdefault(need, []).append(node)
+    ready = [node for node, count in indegree.items() if count == 0]
+    done = 0
+    while ready:
+        node = ready.pop()
+        done += 1
+        for dependent in dependents.get(node, ()):
+            indegree[dependent] -= 1
+            if indegree[dependent] == 0:
+                ready.append(dependent)
+    return done < len(indegree)
 
 
 def _reach(adjacency: dict[Address, dict[Address, None]], node: Address) -> set[Address]:

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from dsflow import gcpause
 from dsflow.core.address import Address, Kind
-from dsflow.core.graph import Graph
-from dsflow.core.model import Datagen, Project, RuntimeSettings, StateSettings
+from dsflow.core.graph import Graph, has_cycle
+from dsflow.core.model import Datagen, Project, Query, RuntimeSettings, StateSettings
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
 from dsflow.load.cache import SelectCache
 from dsflow.load.objects import (
@@ -256,13 +256,12 @@ class _Loader:
                                        hint="give one of them its own 'topic' property"))
             owners.setdefault(key, relation.fqn)
 
-    def _check_query_cycles(self, queries) -> None:
-        deps: dict[Address, list[Address]] = {}
-        for q in queries:
-            sink = Address(Kind.RELATION, q.sink)
-            deps.setdefault(sink, []).extend(Address(Kind.RELATION, s.relation) for s in q.sources)
-            for s in q.sources:
-                deps.setdefault(Address(Kind.RELATION, s.relation), [])
+    def _check_query_cycles(self, queries: list[Query]) -> None:
+        reads = _relation_deps(queries)
+        if not has_cycle(reads):  # the usual case, found on plain names without building a Graph
+            return
+        deps = {Address(Kind.RELATION, sink): [Address(Kind.RELATION, name) for name in sources]
+                for sink, sources in reads.items()}
         for cycle in Graph.from_dependencies(deps).cycles():
             names = " -> ".join(a.name for a in cycle)
             where = next((q.location for q in queries if Address(Kind.RELATION, q.sink) in cycle), None)
@@ -270,6 +269,8 @@ class _Loader:
                                    hint="a query cannot write, even indirectly, into a relation it reads"))
 
     def _datagens(self, gens: list[Datagen], ns: Namespace) -> list[Datagen]:
+        if not gens:
+            return []  # dsflow/datagen.py is imported only when it is needed
         from dsflow.datagen import GENERATORS
 
         out = []
@@ -292,3 +293,13 @@ class _Loader:
                 continue
             out.append(gen.model_copy(update={"relation": fqn}))
         return out
+
+
+def _relation_deps(queries: list[Query]) -> dict[str, list[str]]:
+    """Each relation a query writes -> the relations it reads (every relation read is a key too)."""
+    deps: dict[str, list[str]] = {}
+    for q in queries:
+        deps.setdefault(q.sink, []).extend(s.relation for s in q.sources)
+        for s in q.sources:
+            deps.setdefault(s.relation, [])
+    return deps

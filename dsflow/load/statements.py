@@ -54,7 +54,10 @@ class RawStatement:
         return self.select is not None
 
     def prop(self, key: str) -> RawProperty | None:
-        return next((p for p in self.properties if p.key == key), None)
+        for prop in self.properties:  # a loop, not next(genexpr): called ~14 times per statement
+            if prop.key == key:
+                return prop
+        return None
 
 
 @dataclass(frozen=True)

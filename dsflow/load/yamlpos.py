@@ -66,11 +66,20 @@ def _child(node: yaml.Node | None, key: Any) -> yaml.Node | None:
 def parse_yaml(text: str, path: str) -> tuple[Any, Positioned, list[Diagnostic]]:
     """Parse one document; a syntax error becomes DSF-E001 at its line and column."""
     try:
-        node = yaml.compose(text, Loader=ProjectLoader)
-        data = yaml.load(text, Loader=ProjectLoader)
+        node, data = _compose_and_construct(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         loc = Location(path, mark.line + 1, mark.column + 1) if mark else Location(path)
         return None, Positioned(path, None), [Diagnostic("DSF-E001", f"YAML syntax error: {err.problem}", loc,
                                                           hint="check indentation and quoting")]
     return data, Positioned(path, node), []
+
+
+def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree and its data, from one parse (what yaml.compose and yaml.load each parse for)."""
+    loader = ProjectLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()

