@@ -148,7 +148,8 @@ def dbt_version() -> str | None:
 def run_scale(sizes: list[int], work: Path, with_dbt: bool = True) -> list[Timing]:
     """Generate and time every size; returns one Timing per tool and size."""
     results = []
-    dsflow = [sys.executable, "-m", "dsflow.cli"] if not shutil.which("dsflow") else [shutil.which("dsflow")]
+    script = Path(sys.executable).parent / "dsflow"  # the installed entry point, not a version manager's shim
+    dsflow = [str(script)] if script.exists() else [sys.executable, "-m", "dsflow.cli"]
     for n in sizes:
         project = write_dsflow_project(work / f"dsflow_{n}", n)
         shutil.rmtree(project / ".dsflow", ignore_errors=True)  # no cache left from an earlier run

@@ -82,7 +82,8 @@ def validate(ctx: click.Context, as_json: bool) -> None:
     from dsflow.load.project import check_project
 
     options: operations.Options = ctx.obj
-    result = check_project(options.project_dir, options.environment, options.variables)
+    with gcpause.command():  # dsflow/gcpause.py
+        result = check_project(options.project_dir, options.environment, options.variables)
     diagnostics = [d.to_dict() for d in result.diagnostics]
     if as_json:
         click.echo(json.dumps({"valid": not result.errors, "diagnostics": diagnostics}, indent=2))
@@ -126,7 +127,7 @@ target_option = click.option("--target", "targets", multiple=True, metavar="ADDR
 def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy: bool, refresh: bool,
          refresh_only: bool, targets: tuple[str, ...], detailed_exitcode: bool, show_unchanged: bool) -> None:
     """Show what apply would change."""
-    with gcpause.paused():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
+    with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
         the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
                                    targets=_targets(targets))
         _show_plan(the_plan, "json" if as_json else fmt, out, show_unchanged)

@@ -27,7 +27,7 @@ def file_key(path: str, text: str) -> str:
     return hashlib.sha256(path.encode() + b"\0" + text.encode()).hexdigest()
 
 
-class _FileParse:
+class FileParse:
     """The statements of one file, parsed the first time a DeferredSelect of that file is used."""
 
     __slots__ = ("_parse", "_statements")
@@ -47,7 +47,7 @@ class DeferredSelect:
 
     __slots__ = ("_file", "_index")
 
-    def __init__(self, file: _FileParse, index: int):
+    def __init__(self, file: FileParse, index: int):
         self._file = file
         self._index = index
 
@@ -76,19 +76,22 @@ def encode_statements(statements: list[RawStatement], path: str) -> list[list] |
 
 def decode_statements(data: list[list], path: str, parse: Callable[[], list[RawStatement]]) -> list[RawStatement]:
     """The statements of `encode_statements`; their SELECTs parse the file (with `parse`) when first used."""
-    file = _FileParse(parse)
-    out = []
-    for index, (kind, name, loc, columns, pk, props, is_query, text, sources, partition_by) in enumerate(data):
-        extra = {"partition_by": tuple((n, Location(path, line, col)) for n, line, col in partition_by)} \
-            if partition_by else {}
-        out.append(RawStatement(
-            kind, tuple(name), Location(path, *loc),
-            columns=tuple(RawColumn(n, t, Location(path, line, col)) for n, t, line, col in columns),
-            primary_key=tuple(pk),
-            properties=tuple(RawProperty(k, v, Location(path, line, col)) for k, v, line, col in props),
-            select=DeferredSelect(file, index) if is_query else None, text=text, extra=extra,
-            source_parts=tuple(tuple(parts) for parts in sources)))
-    return out
+    file = FileParse(parse)
+    return [decode_statement(item, path, file, index) for index, item in enumerate(data)]
+
+
+def decode_statement(item: list, path: str, file: FileParse, index: int) -> RawStatement:
+    """One statement of `encode_statements`, the `index`-th of its file (whose parse `file` defers)."""
+    kind, name, loc, columns, pk, props, is_query, text, sources, partition_by = item
+    extra = {"partition_by": tuple((n, Location(path, line, col)) for n, line, col in partition_by)} \
+        if partition_by else {}
+    return RawStatement(
+        kind, tuple(name), Location(path, *loc),
+        columns=tuple(RawColumn(n, t, Location(path, line, col)) for n, t, line, col in columns),
+        primary_key=tuple(pk),
+        properties=tuple(RawProperty(k, v, Location(path, line, col)) for k, v, line, col in props),
+        select=DeferredSelect(file, index) if is_query else None, text=text, extra=extra,
+        source_parts=tuple(tuple(parts) for parts in sources))
 
 
 def _loc(location: Location) -> list[int]:

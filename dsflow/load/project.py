@@ -114,6 +114,19 @@ def _parse_sql_file(text: str, path: str) -> tuple[list[RawStatement], list[Diag
     return parse_sql_file(text, path)
 
 
+def _start_workers(files: list[tuple[str, str]], default_names: tuple[str, str]):
+    """load/workers.py's Workers for these files, or None when one process loads them."""
+    from dsflow.load.workers import process_count
+
+    count = process_count(files)
+    if count < 2:
+        return None
+    from dsflow.load import filecache, select  # noqa: F401  imported before the fork: workers import nothing
+    from dsflow.load.workers import Workers
+
+    return Workers.start(files, count, default_names)
+
+
 class _Loader:
     """One load: collects diagnostics while walking the stages."""
 
@@ -124,39 +137,56 @@ class _Loader:
         self.context = context
         self.diagnostics: list[Diagnostic] = []
         self.cache = SelectCache.for_project(root, config.state.path, env_name)  # load/cache.py; None if off
+        self.workers = None
 
     def report(self, diagnostic: Diagnostic) -> None:
         self.diagnostics.append(diagnostic)
 
     def run(self) -> Project | None:
         objects = YamlObjects()
+        rendered = [(path.suffix, rel, self._render(path, rel))
+                    for path, rel in ((p, p.relative_to(self.root).as_posix()) for p in discover(self.root))]
+        parsed = self._parse_sql([(rel, text) for suffix, rel, text in rendered if suffix == ".sql" and text is not None])
         statements: list[tuple[str, RawStatement]] = []
-        for path in discover(self.root):
-            rel = path.relative_to(self.root).as_posix()
-            text = self._render(path, rel)
+        for suffix, rel, text in rendered:
             if text is None:
                 continue
-            if path.suffix == ".sql":
-                parsed, problems = self._parse_sql(text, rel)
-                statements += [(rel, s) for s in parsed]
-                self.diagnostics += problems
+            if suffix == ".sql":
+                statements += [(rel, s) for s in parsed[rel][0]]
+                self.diagnostics += parsed[rel][1]
             else:
                 self._read_yaml(text, rel, objects)
-        project = self._resolve(objects, statements)
+        try:
+            project = self._resolve(objects, statements)
+        finally:
+            if self.workers is not None:
+                self.workers.close()
         if self.cache is not None:
             self.cache.save(self.context.secrets)
         return project
 
-    def _parse_sql(self, text: str, rel: str) -> tuple[list[RawStatement], list[Diagnostic]]:
-        """parse_sql_file, or the file's statements from the load cache when its text is unchanged."""
-        if self.cache is not None:
-            cached = self.cache.get_file(rel, text, lambda: _parse_sql_file(text, rel)[0])
+    def _parse_sql(self, files: list[tuple[str, str]]) -> dict[str, tuple[list[RawStatement], list[Diagnostic]]]:
+        """Each file's statements and diagnostics: parse_sql_file, or the statements from the load cache when the
+        file's text is unchanged; the files to parse are shared with forked workers when it pays (load/workers.py)."""
+        parsed: dict[str, tuple[list[RawStatement], list[Diagnostic]]] = {}
+        todo = []
+        for rel, text in files:
+            cached = self.cache.get_file(rel, text, lambda t=text, r=rel: _parse_sql_file(t, r)[0]) \
+                if self.cache is not None else None
             if cached is not None:
-                return cached, []
-        parsed, problems = _parse_sql_file(text, rel)
-        if self.cache is not None and not problems:
-            self.cache.put_file(rel, text, parsed)
-        return parsed, problems
+                parsed[rel] = (cached, [])
+            else:
+                todo.append((rel, text))
+        self.workers = _start_workers(todo, (self.config.default.database, self.config.default.schema_))
+        if self.workers is not None:
+            fresh = self.workers.parse()
+        else:
+            fresh = {rel: _parse_sql_file(text, rel) for rel, text in todo}
+        for rel, text in todo:
+            statements, problems = fresh[rel]
+            if self.cache is not None and not problems:
+                self.cache.put_file(rel, text, statements)
+        return parsed | fresh
 
     def _render(self, path: Path, rel: str) -> str | None:
         try:
@@ -199,7 +229,8 @@ class _Loader:
         ns = Namespace(cfg.default.database, cfg.default.schema_, default_store, {s.fqn for s in schemas}, stores,
                        self.context.secrets, cfg.runtime.trigger_interval,
                        topic_prefix=cfg.environments[self.env_name].topic_prefix, project=cfg.name,
-                       environment=self.env_name, cache=self.cache, default_view_store=cfg.default.view_store)
+                       environment=self.env_name, cache=self.cache, default_view_store=cfg.default.view_store,
+                       workers=self.workers)
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
         self._check_topic_clashes(list(ns.relations.values()))

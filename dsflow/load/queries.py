@@ -43,14 +43,20 @@ class Namespace:
     relations: dict[str, Relation] = field(default_factory=dict)
     default_view_store: str | None = None
     cache: Any = None  # a load.cache.SelectCache: resolved SELECTs reused between runs, or None
+    workers: Any = None  # load.workers.Workers: the processes that parsed some of the files resolve their SELECTs
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
-        parts = tuple(parts)
-        if len(parts) == 1:
-            return f"{self.default_db}.{self.default_schema}.{parts[0]}"
-        if len(parts) == 2:
-            return f"{self.default_db}.{parts[0]}.{parts[1]}"
-        return ".".join(parts[-3:])
+        return qualified_name(parts, self.default_db, self.default_schema)
+
+
+def qualified_name(parts: tuple[str, ...] | list[str], default_db: str, default_schema: str) -> str:
+    """db.schema.name of a relation name of one, two or three parts."""
+    parts = tuple(parts)
+    if len(parts) == 1:
+        return f"{default_db}.{default_schema}.{parts[0]}"
+    if len(parts) == 2:
+        return f"{default_db}.{parts[0]}.{parts[1]}"
+    return ".".join(parts[-3:])
 
 
 Report = Callable[[Diagnostic], None]
@@ -64,6 +70,7 @@ def resolve_statements(statements: list[tuple[str, RawStatement]], ns: Namespace
     pending = [(p, s) for p, s in statements if s.is_query and s.kind != "insert"]
     queries = _resolve_ctas_in_order(pending, ns, report)
     counts: dict[str, int] = {}
+    _prefetch([s for _, s in statements if s.kind == "insert"], ns)
     for path, st in statements:
         if st.kind == "insert":
             query = _insert(path, st, ns, report, counts)
@@ -216,6 +223,7 @@ def _resolve_ctas_in_order(pending: list[tuple[str, RawStatement]], ns: Namespac
             for path, st in pending:
                 _report_unresolvable(path, st, ns, defined_by_pending, report)
             break
+        _prefetch([s for _, s in ready], ns)
         for path, st in ready:
             query = _ctas(path, st, ns, report)
             if query is not None:
@@ -473,17 +481,43 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
 
 
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:
-    """analyse_select, or its stored result if the statement and what it reads are unchanged (load/cache.py)."""
+    """analyse_select, or its stored result if the statement and what it reads are unchanged (load/cache.py), or
+    the result of the worker that parsed it (load/workers.py)."""
+    key, cached = _cached(st, ns)
+    if cached is not None:
+        return cached
+    done = ns.workers.resolved(st) if ns.workers is not None else None
+    if done is None:
+        reported: list[Diagnostic] = []
+        analysed = analyse_select(path, st, ns.relations, ns.qualify_name, reported.append)
+    else:
+        analysed, reported = done
+    for diagnostic in reported:
+        report(diagnostic)
+    if key is not None and analysed is not None and not reported:
+        ns.cache.put(key, analysed)
+    return analysed
+
+
+def _cached(st: RawStatement, ns: Namespace) -> tuple[str | None, Analysed | None]:
+    """The statement's key in the load cache (None if it is not cached: no cache, or a secret in its text) and the
+    stored result, if any."""
     cacheable = ns.cache is not None and not any(secret and secret in st.text for secret in ns.secrets)
     read = read_relations(st.source_parts, ns.relations, ns.qualify_name) if cacheable else None  # no secret on disk
     if read is None:
-        return analyse_select(path, st, ns.relations, ns.qualify_name, report)
+        return None, None
     key = ns.cache.key(st.text, read)
-    cached = ns.cache.get(key, Analysed)
-    if cached is not None:
-        return cached
-    reported: list[Diagnostic] = []
-    analysed = analyse_select(path, st, ns.relations, ns.qualify_name, lambda d: (reported.append(d), report(d)))
-    if analysed is not None and not reported:
-        ns.cache.put(key, analysed)
-    return analysed
+    return key, ns.cache.get(key, Analysed)
+
+
+def _prefetch(statements: list[RawStatement], ns: Namespace) -> None:
+    """Ask the workers to resolve those of these SELECTs that are not in the load cache and whose relations are
+    all known, while this process resolves its own."""
+    if ns.workers is None:
+        return
+    items = []
+    for st in statements:
+        names = _source_names(st, ns)
+        if all(n in ns.relations for n in names) and _cached(st, ns)[1] is None:
+            items.append((st, [ns.relations[n] for n in names]))
+    ns.workers.request(items)

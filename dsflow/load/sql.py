@@ -6,7 +6,7 @@ Each statement is parsed on its own, so one syntax error does not hide the next 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
@@ -34,19 +34,73 @@ def node_location(path: str, node: exp.Expr | None, fallback: Location | None = 
 
 def parse_sql_file(text: str, path: str) -> tuple[list[RawStatement], list[Diagnostic]]:
     """All statements of one file and the diagnostics of those that failed to parse."""
+    chunks, diagnostics = split_statements(text, path)
+    statements: list[RawStatement] = []
+    for chunk in chunks:
+        statement, problems = parse_statement(chunk, text, path)
+        diagnostics += problems
+        if statement is not None:
+            statements.append(statement)
+    return statements, diagnostics
+
+
+_SPAN_SKIP = re.compile(r"""(?<![\w$])[rR]'[^']*'|(?<![\w$])[rR]"[^"]*"|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`"""
+                        r"|--[^\n]*|/\*.*?\*/|(;)", re.S)
+"""Strings, quoted names and comments (skipped), or a semicolon that ends a statement."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a statement's text lies in its file: offsets, and the line and column it starts at (0-based)."""
+
+    start: int
+    end: int
+    line: int
+    col: int
+
+
+def statement_spans(text: str) -> list[Span]:
+    """The file cut at its top-level semicolons without tokenizing it (a regular expression in C: ~100x faster
+    than sqlglot's tokenizer). It can be wrong where sqlglot's tokenizer would not, e.g. in a nested comment:
+    tokenize_span then fails or finds a semicolon, and the caller parses the whole file instead."""
+    spans, start, line, col = [], 0, 0, 0
+    for found in _SPAN_SKIP.finditer(text):
+        if found.group(1) is None:
+            continue
+        spans.append(Span(start, found.start(), line, col))
+        line += text.count("\n", start, found.end())
+        start = found.end()
+        col = start - (text.rfind("\n", 0, start) + 1)
+    spans.append(Span(start, len(text), line, col))
+    return spans
+
+
+def tokenize_span(text: str, span: Span) -> list[Token] | None:
+    """The tokens of one statement of `statement_spans`, at their places in the file (as tokenizing the whole
+    file gives them); None if the span does not tokenize, or holds a semicolon: it was cut wrongly."""
+    try:
+        tokens = DIALECT.tokenize(text[span.start:span.end])
+    except TokenError:
+        return None
+    for token in tokens:
+        if token.token_type is TokenType.SEMICOLON:
+            return None
+        if token.line == 1:
+            token.col += span.col
+        token.line += span.line
+        token.start += span.start
+        token.end += span.start
+    return tokens
+
+
+def split_statements(text: str, path: str) -> tuple[list[list[Token]], list[Diagnostic]]:
+    """A file's tokens, one list per statement (parse each with parse_statement), or the tokenizer's error."""
     try:
         tokens = DIALECT.tokenize(text)
     except TokenError as err:
         return [], [Diagnostic("DSF-E002", f"SQL syntax error: {err}", _token_error_location(err, text, path),
                                hint="check for an unclosed quote or comment")]
-    statements: list[RawStatement] = []
-    diagnostics: list[Diagnostic] = []
-    for chunk in _split(tokens):
-        statement, problems = _parse_statement(chunk, text, path)
-        diagnostics += problems
-        if statement is not None:
-            statements.append(statement)
-    return statements, diagnostics
+    return _split(tokens), []
 
 
 def _split(tokens: list[Token]) -> list[list[Token]]:
@@ -59,7 +113,7 @@ def _split(tokens: list[Token]) -> list[list[Token]]:
     return [c for c in chunks if c]
 
 
-def _parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawStatement | None, list[Diagnostic]]:
+def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawStatement | None, list[Diagnostic]]:
     start = Location(path, tokens[0].line, max(1, tokens[0].col - len(tokens[0].text) + 1))
     snippet = text[tokens[0].start: tokens[-1].end + 1]
     tokens, partition_by = _partition_by(tokens, path)
