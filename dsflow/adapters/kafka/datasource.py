@@ -50,7 +50,8 @@ from pyspark.sql.types import (
 
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.formats import (
-    NUMERIC_KEYS, VALUE_COLUMN, DeadLetters, Decoding, decode_records, key_texts, spark_struct_ddl,
+    BOTH, NUMERIC_KEYS, TEXT, VALUE_COLUMN, DeadLetters, Decoding, decode_records, key_texts, spark_struct_ddl,
+    value_struct,
 )
 from dsflow.errors import DsflowError
 
@@ -174,9 +175,11 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> StructType | str:
         decoding = Decoding.parse({str(k).lower(): str(v) for k, v in self.options.items()})
-        if not decoding.decoded:
+        layout = decoding.layout  # the source view reads the same layout (formats.value_layout)
+        if layout == TEXT:
             return SCHEMA
-        return ("key STRING, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+        return ("key STRING, " + ("value STRING, " if layout == BOTH else "")
+                + "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
                 + spark_struct_ddl(list(decoding.columns)))
 
     def reader(self, schema: StructType) -> KafkaBatchReader:
@@ -220,6 +223,7 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
     """The task's records as Arrow RecordBatches of up to CHUNK_ROWS rows."""
     consumer = pool.consumer(task.config, task.run)  # kept across micro-batches in the reused worker (pool.py)
     dead = DeadLetters(task.config, task.decoding)
+    value_type = value_struct(task.decoding.columns) if task.decoding.layout == BOTH else None
     ok = False
     try:
         chunks = client.read_range(
@@ -233,7 +237,7 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
             dead.send(messages, bad)
             if keep:
                 kept = messages if len(keep) == len(messages) else [messages[i] for i in keep]
-                yield to_record_batch(kept, task.topic, values, task.decoding.key_format, keys)
+                yield to_record_batch(kept, task.topic, values, task.decoding.key_format, keys, value_type)
         dead.close()  # before the task reports success: dead letters are delivered before the batch commits
         ok = True
     finally:
@@ -241,10 +245,12 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
 
 
 def to_record_batch(messages: list, topic: str, values: Any = None, key_format: str | None = None,
-                    keys: list | None = None) -> Any:
+                    keys: list | None = None, value_type: Any = None) -> Any:
     """Consumed messages as a RecordBatch matching SCHEMA; with decoded `values` (a struct array), the
     `value` text column is left out and `values` comes last as `__value`; with decoded `keys` (texts of
-    avro/protobuf keys), those are the key column.
+    avro/protobuf keys), those are the key column. With `value_type` (the `__value` type of a JSON source
+    in the layout "both"), both columns are there: `values` and a null text column, or, when `values` is
+    None (records left to from_json), the text and null structs.
 
     Column-wise, with `map` over the Message accessors instead of per-row Python frames; keys and
     values go in as bytes and are checked as UTF-8 by Arrow in one pass. A batch with invalid
@@ -256,6 +262,7 @@ def to_record_batch(messages: list, topic: str, values: Any = None, key_format: 
     from confluent_kafka import Message
 
     count = len(messages)
+    text = values is None or value_type is not None
     stamps = pa.array(list(map(_timestamp_ms, messages)), pa.int64())
     stamps = pc.if_else(pc.less(stamps, 0), pa.scalar(None, pa.int64()), pc.multiply(stamps, 1000))
     partition = messages[0].partition() if count else 0
@@ -263,7 +270,8 @@ def to_record_batch(messages: list, topic: str, values: Any = None, key_format: 
         pa.array(keys, pa.string()) if keys is not None
         else pa.array(key_texts(list(map(Message.key, messages)), key_format), pa.string())
         if key_format in NUMERIC_KEYS else _text_column(list(map(Message.key, messages))),
-        None if values is not None else _text_column(list(map(Message.value, messages))),
+        (_text_column(list(map(Message.value, messages))) if values is None else pa.nulls(count, pa.string()))
+        if text else None,
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count)
         if all(m == partition for m in map(Message.partition, messages))
@@ -271,10 +279,11 @@ def to_record_batch(messages: list, topic: str, values: Any = None, key_format: 
         pa.array(list(map(Message.offset, messages)), pa.int64()),
         stamps.cast(pa.timestamp("us", tz="UTC")),
     ]
-    if values is None:
+    if values is None and value_type is None:
         return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
-    names = [n for n in arrow_schema().names if n != "value"] + [VALUE_COLUMN]
-    return pa.RecordBatch.from_arrays([c for c in columns if c is not None] + [values], names=names)
+    names = [n for n in arrow_schema().names if text or n != "value"] + [VALUE_COLUMN]
+    struct = values if values is not None else pa.nulls(count, value_type)
+    return pa.RecordBatch.from_arrays([c for c in columns if c is not None] + [struct], names=names)
 
 
 def _timestamp_ms(message: Any) -> int:

@@ -2,9 +2,10 @@
 
 Reading (inside a read task of the Kafka data source), per chunk of consumed messages:
 
-    json        values stay text for the JVM's from_json (the fast path); when a dead-letter topic is set,
-                the chunk is checked first: one pyarrow JSON parse of the whole chunk, and only when that
-                fails or infers a type that does not fit, a per-record check finds the culprits
+    json        values stay text for the JVM's from_json; when a dead-letter topic is set, the chunk is
+                parsed by pyarrow to find the records that do not decode, and when the columns' types allow
+                it (JSON_STRUCT_TYPES) that parse is kept as `__value` and from_json has nothing left to do
+                (json_values.py; `value_layout` says which)
     avro        Confluent wire format: magic byte 0, 4-byte schema id, Avro binary. The writer schema is
                 fetched by id once per process (cached) and records are decoded with fastavro into an Arrow
                 struct column `__value` with the relation's columns
@@ -40,7 +41,17 @@ NUMERIC_KEYS = ("long", "int", "double")
 """Key formats whose keys are binary numbers (the others are read and written as text)."""
 
 VALUE_COLUMN = "__value"
-"""The struct column holding decoded columns (formats other than json)."""
+"""The struct column holding decoded columns (formats other than json; json in the layout "both")."""
+
+TEXT, STRUCT, BOTH = "text", "struct", "both"
+"""How a source's values reach Spark (`value_layout`): as text in `value` for from_json, decoded into `__value`,
+or both columns, each record in one of them (a JSON source whose values the reader parses)."""
+
+JSON_STRUCT_TYPES = frozenset({"BIGINT", "INT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "BOOLEAN",
+                               "VARCHAR", "STRING", "TEXT"})
+"""Column types pyarrow's JSON reader converts like Spark's from_json, each value or none at all (json_values.py
+finds the exceptions); a JSON source with any other column (TIMESTAMP, DATE, DECIMAL, BINARY, CHAR, VARCHAR(n),
+nested types) keeps its values as text for from_json."""
 
 HEADER_ERROR, HEADER_TOPIC, HEADER_PARTITION, HEADER_OFFSET, HEADER_QUERY = (
     "dsflow.error", "dsflow.source.topic", "dsflow.source.partition", "dsflow.source.offset", "dsflow.query")
@@ -86,6 +97,26 @@ class Decoding:
         """True if values are decoded here into `__value` (every format but json)."""
         return self.value_format != "json"
 
+    @property
+    def layout(self) -> str:
+        """How a Kafka source's values reach Spark (`value_layout`)."""
+        return value_layout(self.value_format, self.columns, self.dlq_topic)
+
+
+def value_layout(value_format: str, columns: Any, dlq_topic: str | None, store: str = "kafka") -> str:
+    """STRUCT for the formats decoded in the reader; BOTH for a Kafka JSON source with a dead-letter topic whose
+    columns are all JSON_STRUCT_TYPES (the reader parses its values anyway, json_values.py); else TEXT.
+
+    The one predicate for the data source's schema (datasource.py) and the query's source view
+    (adapters/spark/frames.py), so the two always agree."""
+    if value_format != "json":
+        return STRUCT
+    names = {str(name).lower() for name, _ in columns}
+    if (store == "kafka" and dlq_topic and columns and len(names) == len(columns)
+            and all(str(sql_type).strip().upper() in JSON_STRUCT_TYPES for _, sql_type in columns)):
+        return BOTH
+    return TEXT
+
 
 # --- types ------------------------------------------------------------------------------------------
 
@@ -128,7 +159,7 @@ Bad = list[tuple[int, str]]
 
 
 def decode_chunk(messages: list, decoding: Decoding) -> tuple[list[int], Any, Bad]:
-    """(indexes of the records kept, their `__value` struct array or None for json, the records that failed)."""
+    """(indexes of the records kept, their `__value` struct array or None for json text, the records that failed)."""
     keep, array, _, bad = decode_records(messages, decoding)
     return keep, array, bad
 
@@ -156,6 +187,10 @@ def decode_records(messages: list, decoding: Decoding) -> tuple[list[int], Any, 
 def _decode_values(messages: list, decoding: Decoding) -> tuple[list[int], Any, Bad]:
     values = [m.value() for m in messages]
     if not decoding.decoded:
+        from dsflow.adapters.kafka.json_values import json_problems, parse_chunk
+
+        if decoding.layout == BOTH:
+            return parse_chunk(values, decoding.columns)
         bad = json_problems(values, decoding.columns) if decoding.dlq_topic else []
         failed = {i for i, _ in bad}
         return [i for i in range(len(values)) if i not in failed], None, bad
@@ -318,92 +353,6 @@ def _primitive_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, A
         else:
             rows.append((i, {name: struct.unpack(_UNPACK[fmt][1], value)[0]}))
     return rows, bad
-
-
-# --- JSON checks --------------------------------------------------------------------------------------
-
-
-def json_problems(values: list, columns: tuple[tuple[str, str], ...]) -> Bad:
-    """Records that from_json could not read into the columns: not JSON, not an object, a wrong type."""
-    if _chunk_fits(values, columns):
-        return []
-    bad = []
-    for i, value in enumerate(values):
-        problem = None if value is None else _json_problem(value, columns)
-        if problem:
-            bad.append((i, problem))
-    return bad
-
-
-def _chunk_fits(values: list, columns: tuple[tuple[str, str], ...]) -> bool:
-    """One pyarrow parse of the whole chunk: True if every record (None = tombstone, skipped) is a JSON object on
-    one line whose fields fit. No per-record Python (docs/benchmarks.md, "Latency and overhead"): a record with a
-    line break shows as one newline too many in the joined text, an empty or blank one as a row count short; any
-    doubt returns False and the caller checks record by record."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    present = values if None not in values else [v for v in values if v is not None]
-    if not present:
-        return True
-    data = b"\n".join(present)
-    if data.count(b"\n") != len(present) - 1 or b"\r" in data:
-        return False
-    try:
-        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(
-            block_size=max(1 << 20, len(data) + 1), use_threads=False))  # a Spark task has its core: 1.3 vs 2.1 µs/record
-    except (pa.ArrowException, ValueError):
-        return False
-    if table.num_rows != len(present):
-        return False
-    found = {f.name.lower(): f.type for f in table.schema}
-    return all(_arrow_fits(found[n.lower()], t) for n, t in columns if n.lower() in found)
-
-
-def _arrow_fits(kind: Any, sql_type: str) -> bool:
-    import pyarrow.types as t
-
-    if t.is_null(kind):
-        return True
-    expect = _expected(sql_type)
-    if expect == "int":
-        return t.is_integer(kind)
-    if expect == "number":
-        return t.is_integer(kind) or t.is_floating(kind)
-    if expect == "bool":
-        return t.is_boolean(kind)
-    return True
-
-
-def _expected(sql_type: str) -> str:
-    name = base_type(sql_type)
-    if name in ("BIGINT", "INT", "INTEGER", "SMALLINT", "TINYINT"):
-        return "int"
-    if name in ("DOUBLE", "FLOAT", "DECIMAL"):
-        return "number"
-    return "bool" if name == "BOOLEAN" else "any"
-
-
-def _json_problem(value: bytes, columns: tuple[tuple[str, str], ...]) -> str | None:
-    try:
-        parsed = json.loads(value)
-    except (ValueError, UnicodeDecodeError) as err:
-        return f"bad JSON: {err}"
-    if not isinstance(parsed, dict):
-        return f"bad JSON: expected an object, got {type(parsed).__name__}"
-    lowered = {k.lower(): v for k, v in parsed.items()}
-    for name, sql_type in columns:
-        field_value = lowered.get(name.lower())
-        if field_value is None:
-            continue
-        expect = _expected(sql_type)
-        is_bool = isinstance(field_value, bool)
-        fits = {"int": isinstance(field_value, int) and not is_bool,
-                "number": isinstance(field_value, (int, float)) and not is_bool,
-                "bool": is_bool}.get(expect, True)
-        if not fits:
-            return f"schema mismatch: column '{name}' is {sql_type}, the record has {json.dumps(field_value)[:100]}"
-    return None
 
 
 # --- dead letters -------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dsflow.adapters.kafka.formats import Bad, Decoding, decode_chunk, json_problems
+from dsflow.adapters.kafka.formats import Bad, Decoding, decode_chunk
+from dsflow.adapters.kafka.json_values import json_problems
 from dsflow.adapters.kinesis.offsets import Record
 from dsflow.errors import DsflowError
 

@@ -26,11 +26,9 @@ def source_view(raw, source: SourceSpec):
     from pyspark.sql import functions as F
 
     offset = F.col("offset") if "offset" in raw.columns else F.lit(0).cast("long")
-    decoded = source.value_format != "json"  # decoded by the reader into __value (adapters/kafka/formats.py)
-    value = F.col("__value") if decoded else F.from_json("value", source.schema_ddl)
+    value, deleted = _value_columns(source)
     parsed = raw.select(F.col("key").alias(KEY), value.alias("__v"),
-                        F.col("timestamp").alias(KAFKA_TIMESTAMP),
-                        F.col("__value" if decoded else "value").isNull().alias(DELETED), offset.alias(OFFSET))
+                        F.col("timestamp").alias(KAFKA_TIMESTAMP), deleted.alias(DELETED), offset.alias(OFFSET))
     view = parsed.select(KEY, "__v.*", KAFKA_TIMESTAMP, DELETED, OFFSET)
     if source.changelog_key:
         view = _key_columns(view, source.changelog_key)
@@ -44,6 +42,23 @@ def source_view(raw, source: SourceSpec):
     if source.window:
         view = view.withColumn("__window", F.window("__ts", source.window[0], source.window[1]))
     return view
+
+
+def _value_columns(source: SourceSpec):
+    """(the value struct, whether the record is a tombstone), by where the reader put the value
+    (adapters/kafka/formats.py, `value_layout`: the same predicate as the data source's schema)."""
+    from pyspark.sql import functions as F
+
+    from dsflow.adapters.kafka.formats import BOTH, STRUCT, VALUE_COLUMN, value_layout
+
+    layout = value_layout(source.value_format, source.value_columns, source.dlq_topic, source.kind)
+    if layout == STRUCT:  # decoded by the reader
+        return F.col(VALUE_COLUMN), F.col(VALUE_COLUMN).isNull()
+    text = F.from_json("value", source.schema_ddl)
+    if layout == BOTH:  # JSON parsed by the reader into __value, except records it left to from_json as text
+        return (F.coalesce(F.col(VALUE_COLUMN), text),
+                F.col("value").isNull() & F.col(VALUE_COLUMN).isNull())
+    return text, F.col("value").isNull()
 
 
 def _key_columns(view, key: dict[str, str]):

@@ -33,8 +33,9 @@ class SourceSpec(BaseModel):
                                     "slot, publication")
     changelog_key: dict[str, str] = Field(default_factory=dict, description="a changelog: its primary key "
                                           "columns and Spark types; a null value (tombstone) is a delete of the key")
-    value_format: str = Field("json", description="json (from_json on the JVM) or a format the reader decodes "
-                              "into __value (avro, string, long, int, double, bytes)")
+    value_format: str = Field("json", description="json (from_json on the JVM, or parsed by the reader into __value "
+                              "when formats.value_layout says so) or a format the reader decodes into __value "
+                              "(avro, string, long, int, double, bytes)")
     value_columns: list[list[str]] = Field(default_factory=list, description="[name, SQL type] of the value")
     registry: dict[str, str] = Field(default_factory=dict, description="schema.registry.* settings (avro)")
     dlq_topic: str | None = Field(None, description="dead-letter topic for records that do not decode")
