@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("PYSPARK_PYTHON", shutil.which("python3") or "python3")
 # Local AWS-compatible endpoints (kinesalite, moto) take any credentials; set before the Spark session starts so
 # its Python workers (dsflow_kinesis reads and writes) inherit them too
 for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"), ("AWS_DEFAULT_REGION", "us-east-1")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 BASE_CONF: dict[str, str] = {
@@ -17,9 +18,61 @@ BASE_CONF: dict[str, str] = {
 }
 
 
+WORKER_PYTHON = """#!/bin/sh
+# Written by dsflow (dsflow/adapters/spark/session.py). Spark starts its Python processes with pyspark.zip first
+# on PYTHONPATH; Python cannot cache bytecode for a zip, so each process compiled PySpark again (~0.4 s). This
+# drops the zip, so they import the same PySpark, installed and byte-compiled.
+set -f
+kept=
+IFS=:
+for entry in $PYTHONPATH; do
+  case "$entry" in
+    '{lib}'/pyspark.zip|'{lib}'/py4j-*-src.zip) ;;
+    *) kept="${{kept:+$kept:}}$entry" ;;
+  esac
+done
+unset IFS
+PYTHONPATH=$kept
+export PYTHONPATH
+exec '{python}' "$@"
+"""
+
+
+def worker_python(master: str) -> str | None:
+    """The executable Spark's Python processes run with: sys.executable behind a wrapper that drops pyspark.zip
+    from their path (WORKER_PYTHON). Only in local mode, with Spark from the installed pyspark package and no
+    PYSPARK_PYTHON of the user's; None otherwise."""
+    import hashlib
+    from pathlib import Path
+
+    import pyspark
+
+    package = Path(pyspark.__file__).resolve().parent
+    lib = package / "python" / "lib"
+    home = os.environ.get("SPARK_HOME")
+    if not master.startswith("local") or "PYSPARK_PYTHON" in os.environ or not (lib / "pyspark.zip").exists() \
+            or (home and Path(home).resolve() != package) or "'" in f"{lib}{sys.executable}":
+        return None
+    text = WORKER_PYTHON.format(lib=lib, python=sys.executable)
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dsflow"  # not swept like /tmp
+    path = folder / f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    try:
+        if not path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.name}.{os.getpid()}")
+            partial.write_text(text)
+            partial.chmod(0o755)
+            partial.replace(path)
+    except OSError:
+        return None  # no writable cache folder: Spark's own PYTHONPATH, slower starts
+    return str(path)
+
+
 def build_session(master: str, app_name: str, conf: Mapping[str, str]):
     """A SparkSession for `master` with BASE_CONF, then the project's conf on top."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master.startswith("local"):  # Spark's Python processes run this interpreter (read by SparkContext and the JVM)
+        os.environ.setdefault("PYSPARK_PYTHON", worker_python(master) or sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -1,0 +1,57 @@
+"""The Spark session's Python processes import the installed, byte-compiled PySpark, not pyspark.zip
+(dsflow/adapters/spark/session.py, worker_python): checked in the real processes of the shared session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pyspark
+
+from dsflow.adapters.spark.session import worker_python
+
+
+def test_spark_python_processes_import_the_installed_pyspark(spark):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    def where(_):
+        import os
+
+        import pyspark
+
+        return f"{pyspark.__file__}|{os.environ.get('PYTHONPATH', '')}"
+
+    seen = spark.range(4, numPartitions=2).select(F.udf(where, StringType())("id").alias("w")).distinct().collect()
+    package = str(Path(pyspark.__file__).resolve().parent)
+    for row in seen:
+        module, path = row.w.split("|", 1)
+        assert module.startswith(package) and "pyspark.zip" not in module, module
+        assert "pyspark.zip" not in path and "py4j-" not in path, path
+
+
+def test_the_wrapper_drops_only_the_zips(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    wrapper = worker_python("local[2]")
+    assert wrapper is not None and os.access(wrapper, os.X_OK)
+    lib = Path(pyspark.__file__).resolve().parent / "python" / "lib"
+    mixed = ":".join([f"{lib}/pyspark.zip", "/opt/my lib", f"{lib}/py4j-0.10.9.9-src.zip", "/x/*.zip", ""])
+    out = subprocess.run([wrapper, "-c", "import os; print(os.environ['PYTHONPATH'])"], env={**os.environ,
+                         "PYTHONPATH": mixed}, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "/opt/my lib:/x/*.zip"
+    assert worker_python("local[2]") == wrapper  # written once
+
+
+def test_no_wrapper_outside_local_mode_or_with_the_users_python(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    assert worker_python("spark://127.0.0.1:7077") is None
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    assert worker_python("local[2]") is None
+    monkeypatch.delenv("SPARK_HOME")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
+    assert worker_python("local[2]") is None
