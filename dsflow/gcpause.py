@@ -41,7 +41,6 @@ def freeze() -> None:
     gc.freeze()
 
 
-
 @contextmanager
 def command() -> Iterator[None]:
     """`paused()` around a whole short command (`dsflow plan`, `dsflow validate`); in the dsflow executable (after
