@@ -17,6 +17,9 @@ from dsflow.errors import DsflowError
 
 CLOSED = "closed"
 GET_LIMIT = 10_000
+ARRIVAL_SLACK_MS = 1_000
+"""ApproximateArrivalTimestamp is approximate (kinesalite rounds it up to the second): a record put just before an
+availableNow run starts may carry a later time; it still belongs to the run."""
 EMPTY_POLLS = 3
 """Empty GetRecords answers in a row after which a shard counts as caught up (Kinesis may answer empty
 while records follow; MillisBehindLatest = 0 ends the read at once)."""
@@ -84,14 +87,15 @@ def _record(raw: Mapping[str, Any]) -> Record:
 
 def read_shard(client: Any, stream: str, shard: str, position: str, budget: int,
                cutoff_ms: int | None = None) -> tuple[list[Record], str]:
-    """Records after `position` (at most `budget`, none that arrived after `cutoff_ms`) and the new position."""
+    """Records after `position` (at most `budget`, none that arrived more than ARRIVAL_SLACK_MS after
+    `cutoff_ms`) and the new position."""
     iterator = shard_iterator(client, stream, shard, position)
     records: list[Record] = []
     empties = 0
     while True:
         response = client.get_records(ShardIterator=iterator, Limit=max(1, min(GET_LIMIT, budget - len(records))))
         batch = [_record(r) for r in response["Records"]]
-        late = [r for r in batch if cutoff_ms is not None and r.arrival_ms > cutoff_ms]
+        late = [r for r in batch if cutoff_ms is not None and r.arrival_ms > cutoff_ms + ARRIVAL_SLACK_MS]
         records += batch[:batch.index(late[0])] if late else batch
         iterator = response.get("NextShardIterator")
         if late or len(records) >= budget:
