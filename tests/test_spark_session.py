@@ -1,5 +1,7 @@
 """The Spark session's Python processes import the installed, byte-compiled PySpark, not pyspark.zip
-(dsflow/adapters/spark/session.py, worker_python): checked in the real processes of the shared session."""
+(dsflow/adapters/spark/session.py, worker_python): checked in the real processes of the shared session. Its
+checkpoints are written through Hadoop's FileSystem API (CHECKPOINT_FILES); that stateful queries still resume
+exactly from them, even after a kill, is tests/test_stateful_kill.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pyspark
 
-from dsflow.adapters.spark.session import worker_python
+from dsflow.adapters.spark.session import CHECKPOINT_FILES, worker_python
 
 
 def test_spark_python_processes_import_the_installed_pyspark(spark):
@@ -55,3 +57,9 @@ def test_no_wrapper_outside_local_mode_or_with_the_users_python(tmp_path, monkey
     monkeypatch.delenv("SPARK_HOME")
     monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
     assert worker_python("local[2]") is None
+
+
+def test_checkpoint_files_go_through_the_filesystem_api(spark):
+    assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass") == CHECKPOINT_FILES
+    loaded = spark._jvm.java.lang.Class.forName(CHECKPOINT_FILES)  # fails if a PySpark upgrade moved the class
+    assert loaded.getName() == CHECKPOINT_FILES

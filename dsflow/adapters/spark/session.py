@@ -6,6 +6,13 @@ import os
 import sys
 from collections.abc import Mapping
 
+CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+"""How Spark writes checkpoint files (offset and commit logs, state store files): through Hadoop's FileSystem API
+rather than Spark's default, its FileContext API. dsflow's checkpoints are local folders, where both write a
+temporary file and rename it; but a FileContext rename made Hadoop's local file system start `readlink` ~30
+times per file (no native Hadoop library: one process each, from the JVM), ~300 processes per micro-batch of a
+stream-stream join; the FileSystem rename is a plain rename(2). docs/benchmarks.md, "Fourth pass"."""
+
 BASE_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
@@ -15,6 +22,7 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILES,
 }
 
 
