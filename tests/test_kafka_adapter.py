@@ -13,9 +13,7 @@ import pytest
 
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, describe_topic, ensure_topic, list_topics
-from dsflow.adapters.kafka.datasource import (
-    MERGE_BELOW_RECORDS, SCHEMA, KafkaDataSource, KafkaOptions, KafkaRange, cap_rows, plan_ranges, read_range_arrow,
-)
+from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptions, cap_rows
 from dsflow.adapters.kafka.writing import check_write_schema
 from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.errors import DsflowError
@@ -169,31 +167,6 @@ def test_produce_json_lines_and_print_records(broker: str) -> None:
 
 
 # --- Spark data source --------------------------------------------------------------------------
-
-
-def test_a_small_batch_is_one_task_a_large_one_a_task_per_partition() -> None:
-    options = KafkaOptions.parse({"bootstrap.servers": "127.0.0.1:9", "topic": "t"})
-    small = plan_ranges(options, {"0": 5, "1": 9, "2": 7}, {"0": 105, "1": 9, "2": 50})
-    assert [task.slices() for task in small] == [[(0, 5, 105), (2, 7, 50)]]  # partition 1 has nothing new
-    half = MERGE_BELOW_RECORDS // 2
-    large = plan_ranges(options, {"0": 0, "1": 0}, {"0": half, "1": half})
-    assert [task.slices() for task in large] == [[(0, 0, half)], [(1, 0, half)]]
-    assert plan_ranges(options, {"0": 3}, {"0": 3}) == []
-
-
-@integration
-def test_one_task_reads_each_of_its_partitions_exactly(broker: str) -> None:
-    topic = _new_topic(broker, "merged", partitions=3)
-    producer = client.new_producer(client.client_config(broker), client.DeliveryErrors())
-    for i in range(60):
-        producer.produce(topic, f'{{"i": {i}}}', f"k{i}", partition=i % 3)
-    assert producer.flush(30) == 0
-    config = client.client_config(broker)
-    task = KafkaRange(topic, 2, 4, 20, config, more=((0, 0, 20), (1, 10, 15)))
-    rows = [row for batch in read_range_arrow(task) for row in batch.to_pylist()]
-    got = [(r["partition"], r["offset"], json.loads(r["value"])["i"]) for r in rows]
-    assert got == [(2, o, o * 3 + 2) for o in range(4, 20)] + [(0, o, o * 3) for o in range(20)] \
-        + [(1, o, o * 3 + 1) for o in range(10, 15)]
 
 
 @integration

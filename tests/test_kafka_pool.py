@@ -60,30 +60,6 @@ def test_a_reused_consumer_reads_each_range_exactly(broker, monkeypatch):
     assert first == sent[0] and second == sent[1] and third == sent[0][120:250]
 
 
-def test_pooled_consumers_read_ranges_with_the_range_settings_under_the_users(broker, monkeypatch):
-    monkeypatch.setattr(pool, "_consumers", {})
-    monkeypatch.setattr(pool, "_runs", {})
-    made: list[dict] = []
-    real = client._consumer_type()
-
-    class Recording(real):
-        def __init__(self, conf: dict) -> None:
-            made.append(dict(conf))
-            super().__init__(conf)
-
-    monkeypatch.setattr(client, "_consumer_type", lambda: Recording)
-    topic = _topic(broker)
-    sent = _fill(broker, topic, 200)
-    config = client.client_config(broker, {"fetch.wait.max.ms": "50"})
-    rows = []
-    for start in range(0, 200, 40):  # one range after another on the same consumer, as micro-batches read them
-        rows += _read(KafkaRange(topic, 0, start, start + 40, config))
-    assert rows == sent[0]
-    assert len(made) == 1
-    assert made[0]["fetch.queue.backoff.ms"] == client.RANGE_READ_DEFAULTS["fetch.queue.backoff.ms"]
-    assert made[0]["fetch.wait.max.ms"] == "50"  # the source's own setting wins over dsflow's
-
-
 def test_reuse_off_closes_every_consumer(broker, monkeypatch):
     monkeypatch.setattr(pool, "_consumers", {})
     monkeypatch.setattr(pool, "_runs", {})

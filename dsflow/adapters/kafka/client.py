@@ -48,17 +48,6 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.wait.max.ms": 100,
 }
 
-RANGE_READ_DEFAULTS: dict[str, Any] = {
-    **CONSUMER_DEFAULTS,
-    "fetch.wait.max.ms": 5,
-    "fetch.queue.backoff.ms": 10,
-}
-"""For consumers that read offset ranges known to exist (`read_range`, the data source's read tasks), kept
-across tasks by the pool. A consumer reassigned to a new range first waited out the fetch still parked at the
-broker for its last range (up to `fetch.wait.max.ms`: a 300-record read took 107 ms at 100, 12 ms at 5), and a
-partition whose fetch queue had once been over its threshold was not fetched again for `fetch.queue.backoff.ms`
-(1 s by default: half the reads of 5,000 records took ~1,020 ms). docs/benchmarks.md, "Fourth pass"."""
-
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "partitioner": "murmur2_random",  # the Java client's choice: same key -> same partition
     "linger.ms": 5,
@@ -124,9 +113,9 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def new_consumer(config: Mapping[str, Any], defaults: Mapping[str, Any] = CONSUMER_DEFAULTS) -> Any:
-    """A Consumer with `defaults` (dsflow's) under `config`; the caller must close it."""
-    c = _consumer_type()({**defaults, **config, "logger": LOG})
+def new_consumer(config: Mapping[str, Any]) -> Any:
+    """A Consumer with dsflow's defaults under `config`; the caller must close it."""
+    c = _consumer_type()({**CONSUMER_DEFAULTS, **config, "logger": LOG})
     c.dsflow_bootstrap = str(config.get("bootstrap.servers", "the configured broker"))
     return c
 

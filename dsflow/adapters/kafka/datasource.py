@@ -71,13 +71,6 @@ SCHEMA = StructType([
 CHUNK_ROWS = 10_000
 """Rows per Arrow RecordBatch produced by a read task."""
 
-MERGE_BELOW_RECORDS = 10_000
-"""A micro-batch covering fewer offsets than this in all of a topic's partitions is read by one task rather
-than one per partition. Every task of a Python data source costs Spark ~30-45 ms of its own on 2 cores (a
-worker handed the task, the reader unpickled, Arrow streams set up) before a record is read, while a record
-costs the read task a few µs: at 10,000 events/s a stream-stream join's two topics of two partitions ran four
-read tasks per batch, two waves on two cores. docs/benchmarks.md, "Fourth pass"."""
-
 KAFKA_PREFIX = "kafka."
 
 QUICK_SETTLE_S = 0.02
@@ -214,9 +207,7 @@ class KafkaDataSource(DataSource):
 
 @dataclass(frozen=True)
 class KafkaRange(InputPartition):
-    """One read task: offsets start <= offset < end of one topic partition, then the (partition, start, end)
-    slices of `more`, other partitions of the topic read by the same task when there are few records
-    (MERGE_BELOW_RECORDS)."""
+    """One read task: offsets start <= offset < end of one topic partition."""
 
     topic: str
     partition: int
@@ -226,11 +217,6 @@ class KafkaRange(InputPartition):
     stall_timeout: float = client.STALL_TIMEOUT
     decoding: Decoding = field(default_factory=Decoding, repr=False)
     run: str = ""
-    more: tuple[tuple[int, int, int], ...] = ()
-
-    def slices(self) -> list[tuple[int, int, int]]:
-        """(partition, start, end) of every partition this task reads, in order."""
-        return [(self.partition, self.start, self.end), *self.more]
 
 
 def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
@@ -240,7 +226,10 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
     value_type = value_struct(task.decoding.columns) if task.decoding.layout == BOTH else None
     ok = False
     try:
-        for messages in _chunks(consumer, task):
+        chunks = client.read_range(
+            consumer, task.topic, task.partition, task.start, task.end, CHUNK_ROWS, task.stall_timeout
+        )
+        for messages in chunks:
             if not task.decoding.decoded and not task.decoding.dlq_topic and not task.decoding.decodes_keys:
                 yield to_record_batch(messages, task.topic)
                 continue
@@ -253,11 +242,6 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
         ok = True
     finally:
         pool.release_consumer(task.config, consumer, ok, task.run)
-
-
-def _chunks(consumer: Any, task: KafkaRange) -> Iterator[list]:
-    for partition, start, end in task.slices():
-        yield from client.read_range(consumer, task.topic, partition, start, end, CHUNK_ROWS, task.stall_timeout)
 
 
 def to_record_batch(messages: list, topic: str, values: Any = None, key_format: str | None = None,
@@ -327,17 +311,13 @@ def arrow_schema() -> Any:
 
 
 def plan_ranges(options: KafkaOptions, start: Mapping[str, int], end: Mapping[str, int]) -> list[KafkaRange]:
-    """One task per partition with records between the two offsets, or one task for all of them when they
-    cover fewer than MERGE_BELOW_RECORDS offsets together."""
-    slices = [(int(p), int(start.get(p, 0)), int(stop)) for p, stop in end.items() if int(start.get(p, 0)) < int(stop)]
-
-    def task(first: tuple[int, int, int], more: list[tuple[int, int, int]]) -> KafkaRange:
-        return KafkaRange(options.topic, *first, options.config, options.stall_timeout, options.decoding,
-                          options.run, tuple(more))
-
-    if len(slices) > 1 and sum(stop - begin for _, begin, stop in slices) < MERGE_BELOW_RECORDS:
-        return [task(slices[0], slices[1:])]
-    return [task(one, []) for one in slices]
+    """One task per partition with records between the two offsets."""
+    return [
+        KafkaRange(options.topic, int(p), int(start.get(p, 0)), int(stop), options.config, options.stall_timeout,
+                   options.decoding, options.run)
+        for p, stop in end.items()
+        if int(start.get(p, 0)) < int(stop)
+    ]
 
 
 def as_offset(positions: Mapping[int, int]) -> dict[str, int]:

@@ -59,10 +59,9 @@ def _close_idle(key: str) -> None:
 
 
 def consumer(config: Mapping[str, Any], run: str = "") -> Any:
-    """An idle range-reading consumer made with `config` for this run, or a new one (`client.RANGE_READ_DEFAULTS`
-    under `config`); hand it back with `release_consumer`."""
+    """An idle consumer made with `config` for this run, or a new one; hand it back with `release_consumer`."""
     idle = _consumers.get(_start_turn(config, run))
-    return idle.pop() if idle else client.new_consumer(config, client.RANGE_READ_DEFAULTS)
+    return idle.pop() if idle else client.new_consumer(config)
 
 
 def release_consumer(config: Mapping[str, Any], c: Any, ok: bool, run: str = "") -> None:
