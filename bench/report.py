@@ -76,6 +76,9 @@ def _header(results: dict, m: dict) -> list[str]:
         f"- load average (1/5/15 min) at start {_load(results['load_before'])}, at end {_load(results['load_after'])}"
         " — other engineers' test runs share the two cores, so numbers move between runs",
     ]
+    if results.get("spark_conf"):
+        lines.append("- Spark settings of this run on top of dsflow's (`--spark-conf`): "
+                     + ", ".join(f"`{k}={v}`" for k, v in results["spark_conf"].items()))
     if results.get("wall_seconds"):
         lines.append(f"- whole run: {results['wall_seconds'] / 60:.1f} min")
     if pre:

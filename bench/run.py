@@ -239,7 +239,9 @@ def batch_durations(progress: list[dict]) -> dict:
         values = [p["durationMs"][key] for p in busy if key in p.get("durationMs", {})]
         return round(statistics.median(values)) if values else None
 
-    return {"batches": len(progress), "batch_ms": median("triggerExecution"), "add_batch_ms": median("addBatch")}
+    keys = sorted({k for p in busy for k in p.get("durationMs", {})})
+    return {"batches": len(progress), "batch_ms": median("triggerExecution"), "add_batch_ms": median("addBatch"),
+            "batch_breakdown_ms": {k: median(k) for k in keys}}
 
 
 def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system: str, prefix: str):
@@ -302,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", default=None, help="comma-separated, e.g. q0,q5 (default all: q0-q3,q5,q7,q8)")
     parser.add_argument("--latency-seconds", type=float, default=None, help="measured seconds per latency run (40)")
     parser.add_argument("--sizes", default=None, help="plan-scale sizes, comma-separated (default 100,1000,10000)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session of both Spark systems (repeatable)")
     parser.add_argument("--no-dbt", action="store_true", help="skip dbt parse (otherwise installed into bench/.venv-dbt)")
     args = parser.parse_args(argv)
     cfg = Config.smoke_config() if args.smoke else Config()
@@ -331,9 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     try:
         started = time.monotonic()
-        spark = build_session("local[2]", "dsflow-bench", {}) if {"throughput", "latency"} & set(cfg.sections) else None
+        conf = dict(item.split("=", 1) for item in args.spark_conf)
+        spark = build_session("local[2]", "dsflow-bench", conf) if {"throughput", "latency"} & set(cfg.sections) else None
         results = run_all(cfg, broker.bootstrap, spark, work)
         results["wall_seconds"] = time.monotonic() - started
+        results["spark_conf"] = conf
     finally:
         if spark is not None:
             spark.stop()

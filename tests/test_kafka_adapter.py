@@ -137,6 +137,25 @@ def test_end_offsets_see_past_the_tansu_high_watermark(broker: str) -> None:
 
 
 @integration
+def test_high_watermarks_in_one_request_match_the_per_partition_ones(broker: str) -> None:
+    topic = _new_topic(broker, "highs", partitions=3)
+    errors = client.DeliveryErrors()
+    producer = client.new_producer(client.client_config(broker), errors)
+    for i in range(300):  # partition 2 stays empty
+        client.produce_one(producer, topic, f"v{i}", None, i % 2)
+    client.flush_or_raise(producer, topic, 300, errors)
+
+    with client.consumer(client.client_config(broker)) as c:
+        per_partition = {p: high for p, (_, high) in client.watermarks(c, topic, [0, 1, 2]).items()}
+        assert client.high_watermarks(c, topic, [0, 1, 2]) == per_partition
+        assert per_partition[2] == 0 and 0 < per_partition[0] <= 150
+        assert client.high_watermarks(c, topic, []) == {}
+        with pytest.raises(DsflowError) as caught:
+            client.high_watermarks(c, topic, [0, 7])
+    assert caught.value.code == "DSF-E703" and f"{topic}[7]" in caught.value.message
+
+
+@integration
 def test_read_range_fails_instead_of_hanging(broker: str) -> None:
     topic = _new_topic(broker, "stall", partitions=1)
     client.produce_json_lines(broker, topic, ['{"a": 1}'])

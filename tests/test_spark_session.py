@@ -63,3 +63,16 @@ def test_checkpoint_files_go_through_the_filesystem_api(spark):
     assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass") == CHECKPOINT_FILES
     loaded = spark._jvm.java.lang.Class.forName(CHECKPOINT_FILES)  # fails if a PySpark upgrade moved the class
     assert loaded.getName() == CHECKPOINT_FILES
+
+
+def test_python_processes_talk_to_the_jvm_over_unix_sockets(spark):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    def mode(_):
+        import os
+
+        return os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "unset")
+
+    seen = spark.range(4, numPartitions=2).select(F.udf(mode, StringType())("id").alias("m")).distinct().collect()
+    assert [row.m.lower() for row in seen] == ["true"]

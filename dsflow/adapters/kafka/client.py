@@ -197,6 +197,29 @@ def watermarks(
     return out
 
 
+def high_watermarks(
+    consumer: Any, topic: str, partitions: Iterable[int], timeout: float = REQUEST_TIMEOUT,
+) -> dict[int, int]:
+    """The high watermark per partition, in one ListOffsets request for all of them (timestamp -1: the latest
+    offset). `watermarks` asks per partition and for the low watermark too: four requests for two partitions,
+    where this runs before every micro-batch; and the embedded broker answers each in time growing with the
+    topic's batches (docs/benchmarks.md, "Fifth pass")."""
+    from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+    wanted = [TopicPartition(topic, p, OFFSET_END) for p in partitions]
+    if not wanted:
+        return {}
+    try:
+        found = consumer.offsets_for_times(wanted, timeout=timeout)
+    except KafkaException as exc:
+        raise request_failed(_bootstrap_of(consumer), f"end offsets of {topic}", exc) from exc
+    failed = next((tp for tp in found if tp.error is not None or tp.offset < 0), None)
+    if failed is not None:
+        raise DsflowError("DSF-E703", f"Kafka request failed at {_bootstrap_of(consumer)}: end offset of "
+                          f"{topic}[{failed.partition}]: {failed.error or f'offset {failed.offset}'}")
+    return {tp.partition: tp.offset for tp in found}
+
+
 def start_offsets(consumer: Any, topic: str, partitions: Iterable[int]) -> dict[int, int]:
     """The first offset still held per partition (low watermark)."""
     return {p: low for p, (low, _) in watermarks(consumer, topic, partitions).items()}
@@ -220,7 +243,7 @@ def end_offsets(consumer: Any, topic: str, partitions: Iterable[int], first_wait
     nothing). The consumer is left unassigned. Shorter `settle`/`quiet` make the call faster
     and the answer possibly earlier than the true end (still valid: never past it).
     """
-    highs = {p: high for p, (_, high) in watermarks(consumer, topic, partitions).items()}
+    highs = high_watermarks(consumer, topic, partitions)
     probe = {p: high - 1 for p, high in highs.items() if high > 0}
     seen = _last_offsets(consumer, topic, probe, first_wait, settle, quiet) if probe else {}
     return {p: max(high, seen.get(p, -1) + 1) for p, high in highs.items()}
@@ -242,7 +265,7 @@ class EndTracker:
 
     def ends(self, consumer: Any, topic: str, partitions: Iterable[int], settle: float = END_SETTLE_S,
              quiet: float = END_QUIET_S) -> dict[int, int]:
-        highs = {p: high for p, (_, high) in watermarks(consumer, topic, partitions).items()}
+        highs = high_watermarks(consumer, topic, partitions)
         probe, result = {}, {}
         for p, high in highs.items():
             before = self._known.get(p)
