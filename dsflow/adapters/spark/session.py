@@ -27,8 +27,8 @@ BASE_CONF: dict[str, str] = {
 }
 """Spark's settings under every dsflow query; a project's `runtime.spark_conf` overrides any of them. The JVM talks to
 its Python processes (the data sources' read and write tasks, their planning) over Unix domain sockets rather than
-loopback TCP: over TCP each exchange waited ~40 ms for a delayed ACK, 50-65 ms of every Python task; 13-47 over a
-Unix socket (docs/benchmarks.md, "Fifth pass")."""
+loopback TCP: over TCP a trivial Python task took 50-65 ms, ~40 ms of it waiting (the mark of Nagle's algorithm
+meeting a delayed ACK); 13-47 ms over a Unix socket (docs/benchmarks.md, "Fifth pass")."""
 
 
 WORKER_PYTHON = """#!/bin/sh
