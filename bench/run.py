@@ -239,9 +239,9 @@ def batch_durations(progress: list[dict]) -> dict:
         values = [p["durationMs"][key] for p in busy if key in p.get("durationMs", {})]
         return round(statistics.median(values)) if values else None
 
-    keys = sorted({k for p in busy for k in p.get("durationMs", {})})
-    return {"batches": len(progress), "batch_ms": median("triggerExecution"), "add_batch_ms": median("addBatch"),
-            "batch_breakdown_ms": {k: median(k) for k in keys}}
+    breakdown = {k: median(k) for k in sorted({k for p in busy for k in p.get("durationMs", {})})}
+    return {"batches": len(progress), "batch_ms": breakdown.get("triggerExecution"),
+            "add_batch_ms": breakdown.get("addBatch"), "batch_breakdown_ms": breakdown}
 
 
 def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system: str, prefix: str):
@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a Spark setting for the session of both Spark systems (repeatable)")
     parser.add_argument("--no-dbt", action="store_true", help="skip dbt parse (otherwise installed into bench/.venv-dbt)")
     args = parser.parse_args(argv)
+    if bad := [item for item in args.spark_conf if "=" not in item]:
+        parser.error(f"--spark-conf takes KEY=VALUE, got {bad[0]!r}")
     cfg = Config.smoke_config() if args.smoke else Config()
     if args.reps:
         cfg.reps = args.reps

@@ -1,7 +1,8 @@
 """The Spark session's Python processes import the installed, byte-compiled PySpark, not pyspark.zip
 (dsflow/adapters/spark/session.py, worker_python): checked in the real processes of the shared session. Its
 checkpoints are written through Hadoop's FileSystem API (CHECKPOINT_FILES); that stateful queries still resume
-exactly from them, even after a kill, is tests/test_stateful_kill.py."""
+exactly from them, even after a kill, is tests/test_stateful_kill.py. Its Python processes talk to the JVM over
+Unix domain sockets."""
 
 from __future__ import annotations
 
