@@ -193,7 +193,8 @@ def _plan(rows: list[dict], dbt_version: str | None) -> list[str]:
         + (f" ({dbt_version})." if dbt_version else " (dbt not installed in this run)."),
         "",
         "dsflow keeps resolved SELECTs in `.dsflow/cache/` (`dsflow/load/cache.py`); \"no cache\" is",
-        "`DSFLOW_CACHE=0`, validate is the first run (it fills the cache), plan the runs after it.",
+        "`DSFLOW_CACHE=0`, validate is the first run (it fills the cache), plan the runs after it. Each cell is",
+        "the median of 3 cold processes (validate with the cache emptied before each).",
         "",
         "| relations | dsflow plan, no cache s | dsflow validate (first run) s | dsflow plan --no-refresh s "
         "| dbt parse s |",

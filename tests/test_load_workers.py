@@ -71,9 +71,9 @@ def _count_local_analyses(monkeypatch) -> list[int]:
     real = select.analyse_select
     parent = os.getpid()
 
-    def counting(*args):
+    def counting(*args, **kwargs):
         calls[0] += os.getpid() == parent
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(select, "analyse_select", counting)
     return calls

@@ -1,33 +1,77 @@
-"""The DeltaStream SQL dialect as a small extension of sqlglot's Spark dialect.
+"""The DeltaStream SQL dialect: sqlglot's Spark dialect plus a rewrite of DeltaStream's own syntax.
 
-It adds STREAM and CHANGELOG as creatable kinds, the window table functions
-`TUMBLE(rel, SIZE 10 SECONDS)` and `HOP(rel, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)`, and the
-interval join `a JOIN b WITHIN 5 MINUTES ON a.k = b.k`, and struct field access `col->field` (nested
-`a->b->c`), parsed as exp.Dot and written back as `->` (Spark writes it `col.field`). Spark's lambdas
-(`x -> x + 1`) are not part of the dialect, so `SUM(after->amount)` is a field access; everything else is
-Spark SQL.
+DeltaStream adds STREAM and CHANGELOG as creatable kinds, the window table functions
+`TUMBLE(rel, SIZE 10 SECONDS)` and `HOP(rel, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)`, the interval join
+`a JOIN b WITHIN 5 MINUTES ON a.k = b.k`, a source's own `FROM rel WITH ('key' = value, ...)`, and struct field
+access `col->field` (nested `a->b->c`). Spark's lambdas (`x -> x + 1`) are not part of the dialect, so
+`SUM(after->amount)` is a field access; everything else is Spark SQL.
+
+sqlglot's compiled build (sqlglotc, several times faster) allows no Python subclass of its parser, generator or
+expression classes, so the dialect does not extend them. Instead a statement's tokens are rewritten into Spark SQL
+(`rewrite_tokens`), Spark's own parser parses them, and the DeltaStream parts are put back on the tree with
+sqlglot's own node types (`restore`):
+
+    CREATE STREAM|CHANGELOG ...        CREATE TABLE ..., then the Create's kind set back
+    TUMBLE(rel, SIZE 10 SECONDS)       TUMBLE(rel, INTERVAL 10 SECONDS): a Table over exp.Anonymous TUMBLE(Table,
+                                       Interval[, Interval]) (window_call reads it)
+    JOIN b WITHIN 5 MINUTES ON         JOIN b ON, the Interval kept as the Join's "within" arg
+    FROM rel WITH ('k' = v)            FROM rel, the properties kept as the Table's SOURCE_PROPERTIES arg
+    col->field                         col.field, then Column(field, table=col) turned into Dot(col, field)
+
+`DeltaStream.generate` writes these back, so `node.sql(dialect=DIALECT)` is DeltaStream SQL.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
-from sqlglot.tokens import TokenType
+from sqlglot.errors import ParseError
+from sqlglot.tokens import Token, TokenType
+
+SOURCE_PROPERTIES = "ds_with"
+"""The arg of an exp.Table holding its per-source `WITH ('key' = value, ...)` as exp.Property nodes."""
+WITHIN = "within"
+"""The arg of an exp.Join holding the exp.Interval of `WITHIN n UNIT`."""
+WINDOW_NAMES = ("TUMBLE", "HOP")
+_KINDS = ("STREAM", "CHANGELOG")
+_CREATE_MODIFIERS = ("OR", "REPLACE", "TEMPORARY", "TEMP")
+_FIELD = "\x00"
+"""Marks a field access in the Spark text DeltaStream.generate rewrites: `col.<NUL>field` is `col->field` (no SQL
+text holds a NUL)."""
+_SOURCE_STARTS = (TokenType.FROM, TokenType.JOIN)
+_NAME_TOKENS = (TokenType.VAR, TokenType.IDENTIFIER)
+_REWRITTEN = frozenset((TokenType.ARROW, *_SOURCE_STARTS))
+"""Tokens after which the rewrite may change something (besides a CREATE's kind)."""
 
 
-class Tumble(exp.Expression, exp.Func):
-    """`TUMBLE(relation, SIZE n UNIT)`: fixed, non-overlapping windows over a relation."""
+@dataclass(frozen=True)
+class WindowCall:
+    """A `TUMBLE(...)` or `HOP(...)` in FROM: its kind ('tumble' or 'hop'), relation and durations."""
 
-    arg_types = {"this": True, "size": True}
-
-
-class Hop(exp.Expression, exp.Func):
-    """`HOP(relation, SIZE n UNIT, ADVANCE BY n UNIT)`: windows of `size` starting every `advance`."""
-
-    arg_types = {"this": True, "size": True, "advance": True}
+    kind: str
+    relation: exp.Table
+    size: exp.Expr | None
+    advance: exp.Expr | None
 
 
-WINDOW_FUNCTIONS = (Tumble, Hop)
+def window_call(node: exp.Expr | None) -> WindowCall | None:
+    """The window a FROM item is (`node` is the exp.Table or its function), or None."""
+    function = node.this if isinstance(node, exp.Table) else node
+    if not isinstance(function, exp.Anonymous) or function.name.upper() not in WINDOW_NAMES:
+        return None
+    args = list(function.expressions)
+    if not args or not isinstance(args[0], exp.Table):
+        return None
+    return WindowCall(function.name.lower(), args[0], args[1] if len(args) > 1 else None,
+                      args[2] if len(args) > 2 else None)
+
+
+def is_window(node: exp.Expr | None) -> bool:
+    """Whether `node` is a window table function (or a Table over one)."""
+    return window_call(node) is not None
 
 
 def duration_text(interval: exp.Expr | None) -> str:
@@ -38,147 +82,331 @@ def duration_text(interval: exp.Expr | None) -> str:
     return f"{interval.this.name} {unit.name if unit is not None else ''}".strip()
 
 
-def _duration(self) -> exp.Interval | None:
-    """`n UNIT` (n an integer or decimal literal, UNIT a word such as SECONDS or MINUTE)."""
-    number = self._match(TokenType.NUMBER) and self._prev
-    if not number or not self._curr or self._curr.token_type not in (TokenType.VAR, *self.ID_VAR_TOKENS):
-        self.raise_error("expected a duration like 10 SECONDS")
-        return None
-    unit = self._curr.text.upper()
-    self._advance()
-    return self.expression(exp.Interval(this=exp.Literal.number(number.text), unit=exp.var(unit)))
+# --- tokens: DeltaStream -> Spark --------------------------------------------------------------------------
+
+@dataclass
+class Rewritten:
+    """What `rewrite_tokens` took out of a statement, for `restore` to put back (keyed by token start offsets)."""
+
+    kind: str | None = None
+    fields: set[int] = field(default_factory=set)
+    """Where each name written after `->` starts."""
+    windows: bool = False
+    within: dict[int, exp.Interval] = field(default_factory=dict)
+    """Where a joined relation starts -> its WITHIN duration."""
+    properties: dict[int, list[exp.Property]] = field(default_factory=dict)
+    """Where a source relation starts -> its WITH properties."""
+
+    def __bool__(self) -> bool:
+        return bool(self.kind or self.fields or self.windows or self.within or self.properties)
 
 
-SOURCE_PROPERTIES = "ds_with"
-"""The arg of an exp.Table holding its per-source `WITH ('key' = value, ...)` as exp.Property nodes."""
+def _token(like: Token, token_type: TokenType, text: str) -> Token:
+    return Token(token_type, text, like.line, like.col, like.start, like.end, like.comments)
 
 
-def _source_properties(self) -> list[exp.Property]:
-    """`'key' = value, ...)` after `FROM relation WITH (`: string keys, string or number values."""
-    found = []
-    while True:
-        key = self._parse_string()
-        if key is None or not self._match(TokenType.EQ):
-            self.raise_error("expected 'key' = value in the source's WITH (...)")
-            return found
-        found.append(exp.Property(this=key, value=self._parse_primary()))
-        if not self._match(TokenType.COMMA):
-            break
-    if not self._match(TokenType.R_PAREN):
-        self.raise_error("expected ) after the source's WITH properties")
-    return found
+def _error(message: str, at: Token | None) -> ParseError:
+    if at is None:
+        return ParseError.new(message, description=message)
+    return ParseError.new(message, description=message, line=at.line, col=at.col)
 
 
-def _field_access(self, this: exp.Expr, path: exp.Expr | None) -> exp.Expr | None:
-    """`this->field`: the field is a bare name (`after->id`, `after->`id``) or a string (`after->'id'`)."""
-    if isinstance(path, exp.Column) and not path.table and isinstance(path.this, exp.Identifier):
-        field = path.this.copy()
-    elif isinstance(path, exp.Literal) and path.is_string:
-        field = exp.to_identifier(path.this, quoted=True)
+def _meta(node: exp.Expr, token: Token) -> exp.Expr:
+    node.meta.update(line=token.line, col=token.col, start=token.start, end=token.end)
+    return node
+
+
+class _Rewriter:
+    """One statement's tokens, read once from left to right (see the module docstring for what changes)."""
+
+    def __init__(self, tokens: list[Token]) -> None:
+        self.tokens = tokens
+        self.at = 0
+        self.out: list[Token] = []
+        self.found = Rewritten()
+
+    def peek(self, ahead: int = 0) -> Token | None:
+        index = self.at + ahead
+        return self.tokens[index] if index < len(self.tokens) else None
+
+    def text(self, ahead: int = 0) -> str:
+        token = self.peek(ahead)
+        return token.text.upper() if token is not None else ""
+
+    def take(self) -> Token:
+        token = self.tokens[self.at]
+        self.at += 1
+        return token
+
+    def emit(self, token: Token) -> None:
+        self.out.append(token)
+
+    def run(self) -> tuple[list[Token], Rewritten]:
+        self._create_kind()
+        if not any(token.token_type in _REWRITTEN for token in self.tokens):
+            return self.tokens, self.found
+        while self.at < len(self.tokens):
+            token = self.take()
+            if token.token_type is TokenType.ARROW:
+                self._field_access(token)
+                continue
+            self.emit(token)
+            if token.token_type in _SOURCE_STARTS:
+                self._source(joined=token.token_type is TokenType.JOIN)
+        return self.out, self.found
+
+    def _create_kind(self) -> None:
+        if self.text() != "CREATE":
+            return
+        ahead = 1
+        while self.text(ahead) in _CREATE_MODIFIERS:
+            ahead += 1
+        if self.text(ahead) in _KINDS and (self.peek(ahead).token_type in _NAME_TOKENS):
+            self.found.kind = self.text(ahead)
+            self.tokens = [*self.tokens[:ahead], _token(self.peek(ahead), TokenType.TABLE, "TABLE"),
+                           *self.tokens[ahead + 1:]]
+
+    def _field_access(self, arrow: Token) -> None:
+        name = self.peek()
+        if name is None or not (name.token_type in (*_NAME_TOKENS, TokenType.STRING) or name.text.isidentifier()):
+            raise _error("expected a field name after ->, e.g. after->id", name or arrow)
+        self.take()
+        self.emit(_token(arrow, TokenType.DOT, "."))
+        if name.token_type is TokenType.STRING:
+            name = _token(name, TokenType.IDENTIFIER, name.text)
+        self.emit(name)
+        self.found.fields.add(name.start)
+
+    def _source(self, joined: bool) -> None:
+        first = self.peek()
+        if first is None:
+            return
+        if self.text() in WINDOW_NAMES and self.text(1) == "(":
+            self._window()
+        elif first.token_type in _NAME_TOKENS or (first.text.isidentifier() and first.token_type is not TokenType.L_PAREN):
+            self._relation()
+        else:
+            return
+        if joined:
+            self._alias()
+            if self.text() == "WITHIN" and self.peek(1) is not None and self.peek(1).token_type is TokenType.NUMBER:
+                self.take()
+                self.found.within[first.start] = self._duration()
+
+    def _relation(self) -> None:
+        """`name[.name...]` and its WITH (...) properties, which are taken out."""
+        first = self.take()
+        self.emit(first)
+        while self.peek() is not None and self.peek().token_type is TokenType.DOT and self.peek(1) is not None:
+            self.emit(self.take())
+            self.emit(self.take())
+        if self.peek() is not None and self.peek().token_type is TokenType.WITH and self.text(1) == "(":
+            self.take()
+            self.take()
+            self.found.properties[first.start] = self._properties()
+
+    def _properties(self) -> list[exp.Property]:
+        """`'key' = value, ...)` after `FROM relation WITH (`: string keys, string, number or name values."""
+        found = []
+        while True:
+            key, equals, value = self.peek(), self.peek(1), self.peek(2)
+            if key is None or key.token_type is not TokenType.STRING or equals is None \
+                    or equals.token_type is not TokenType.EQ or value is None:
+                raise _error("expected 'key' = value in the source's WITH (...)", key)
+            self.at += 3
+            found.append(_meta(exp.Property(this=_meta(exp.Literal.string(key.text), key), value=_value(value)), key))
+            if self.peek() is None or self.peek().token_type is not TokenType.COMMA:
+                break
+            self.take()
+        if self.peek() is None or self.peek().token_type is not TokenType.R_PAREN:
+            raise _error("expected ) after the source's WITH properties", self.peek())
+        self.take()
+        return found
+
+    def _alias(self) -> None:
+        token = self.peek()
+        if token is not None and token.token_type is TokenType.ALIAS:
+            self.emit(self.take())
+            if self.peek() is not None:
+                self.emit(self.take())
+        elif token is not None and token.token_type in _NAME_TOKENS and self.text() != "WITHIN":
+            self.emit(self.take())
+
+    def _window(self) -> None:
+        """`TUMBLE(rel, SIZE n UNIT)` or `HOP(rel, SIZE n UNIT, ADVANCE BY n UNIT)`, SIZE and ADVANCE BY as INTERVAL."""
+        name = self.take()
+        self.emit(name)
+        self.emit(self.take())  # (
+        self.found.windows = True
+        hop = name.text.upper() == "HOP"
+        if self.peek() is not None and (self.peek().token_type in _NAME_TOKENS or self.peek().text.isidentifier()):
+            self._relation()
+        if self.peek() is not None and self.peek().token_type is TokenType.COMMA:
+            self.emit(self.take())
+        if self.text() != "SIZE":
+            raise _error("expected SIZE after the relation, e.g. TUMBLE(pageviews, SIZE 10 SECONDS)", self.peek())
+        self._interval(self.take())
+        if hop:
+            if self.peek() is not None and self.peek().token_type is TokenType.COMMA:
+                self.emit(self.take())
+            if self.text() != "ADVANCE" or self.text(1) != "BY":
+                raise _error("expected ADVANCE BY, e.g. HOP(pageviews, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)",
+                             self.peek())
+            keyword = self.take()
+            self.take()
+            self._interval(keyword)
+
+    def _interval(self, keyword: Token) -> None:
+        number, unit = self.peek(), self.peek(1)
+        self._duration()
+        self.out += [_token(keyword, TokenType.INTERVAL, "INTERVAL"), number, unit]
+
+    def _duration(self) -> exp.Interval:
+        """`n UNIT` (n an integer or decimal literal, UNIT a word such as SECONDS or MINUTE)."""
+        number, unit = self.peek(), self.peek(1)
+        if number is None or number.token_type is not TokenType.NUMBER or unit is None \
+                or unit.token_type not in _NAME_TOKENS:
+            raise _error("expected a duration like 10 SECONDS", number)
+        self.at += 2
+        return _meta(exp.Interval(this=exp.Literal.number(number.text), unit=exp.var(unit.text.upper())), number)
+
+
+def _value(token: Token) -> exp.Expr:
+    if token.token_type is TokenType.STRING:
+        node: exp.Expr = exp.Literal.string(token.text)
+    elif token.token_type is TokenType.NUMBER:
+        node = exp.Literal.number(token.text)
+    elif token.token_type in (TokenType.TRUE, TokenType.FALSE):
+        node = exp.Boolean(this=token.token_type is TokenType.TRUE)
     else:
-        self.raise_error("expected a field name after ->, e.g. after->id")
-        return this
-    return self.expression(exp.Dot(this=this, expression=field))
+        node = exp.to_identifier(token.text, quoted=token.token_type is TokenType.IDENTIFIER)
+    return _meta(node, token)
 
 
-def _window_function(self, kind: type[exp.Func]) -> exp.Func:
-    table = self._parse_table_parts()
-    self._match(TokenType.COMMA)
-    if not self._match_text_seq("SIZE"):
-        self.raise_error("expected SIZE after the relation, e.g. TUMBLE(pageviews, SIZE 10 SECONDS)")
-    args = {"this": table, "size": _duration(self)}
-    if kind is Hop:
-        self._match(TokenType.COMMA)
-        if not self._match_text_seq("ADVANCE", "BY"):
-            self.raise_error("expected ADVANCE BY, e.g. HOP(pageviews, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)")
-        args["advance"] = _duration(self)
-    return self.expression(kind(**args))
+def rewrite_tokens(tokens: list[Token]) -> tuple[list[Token], Rewritten]:
+    """One statement's DeltaStream tokens as Spark SQL tokens, and what was taken out for `restore`."""
+    return _Rewriter(tokens).run()
+
+
+# --- the tree: Spark -> DeltaStream ------------------------------------------------------------------------
+
+def _start(node: exp.Expr) -> int | None:
+    parts = node.parts if isinstance(node, (exp.Table, exp.Column)) else [node]
+    return parts[0].meta.get("start") if parts and parts[0] is not None else None
+
+
+def restore(tree: exp.Expr | None, found: Rewritten) -> exp.Expr | None:
+    """Put back on Spark's tree what `rewrite_tokens` took out of the statement's tokens."""
+    if tree is None or not found:
+        return tree
+    if found.kind and isinstance(tree, exp.Create):
+        tree.set("kind", found.kind)
+    if found.fields:
+        for column in list(tree.find_all(exp.Column)):
+            _field_access(column, found.fields)
+    if found.windows:
+        for function in list(tree.find_all(exp.Anonymous)):
+            _window(function)
+    if found.properties:
+        for table in tree.find_all(exp.Table):
+            properties = found.properties.get(_start(table))
+            if properties:
+                table.set(SOURCE_PROPERTIES, properties)
+    if found.within:
+        for join in tree.find_all(exp.Join):
+            within = found.within.get(_start(join.this)) if isinstance(join.this, exp.Table) else None
+            if within is not None:
+                join.set(WITHIN, within)
+    return tree
+
+
+def _field_access(column: exp.Column, fields: set[int]) -> None:
+    parts = column.parts
+    marked = next((i for i, part in enumerate(parts) if i and part.meta.get("start") in fields), None)
+    if marked is None:
+        return
+    names = dict(zip(("this", "table", "db", "catalog"), reversed(parts[:marked])))
+    access: exp.Expr = exp.Column(**names)
+    for part in parts[marked:]:
+        access = exp.Dot(this=access, expression=part)
+    column.replace(access)
+
+
+def _window(function: exp.Anonymous) -> None:
+    if function.name.upper() not in WINDOW_NAMES or not isinstance(function.parent, exp.Table):
+        return
+    args = list(function.expressions)
+    if args and isinstance(args[0], exp.Column):
+        names = dict(zip(("this", "db", "catalog"), reversed(args[0].parts)))
+        args[0] = exp.Table(**names)
+        function.set("expressions", args)
+
+
+# --- the dialect -------------------------------------------------------------------------------------------
+
+def _needs_rewrite(node: exp.Expr) -> bool:
+    for child in node.walk():
+        if isinstance(child, exp.Dot) and isinstance(child.expression, exp.Identifier):
+            return True
+        if isinstance(child, exp.Table) and (child.args.get(SOURCE_PROPERTIES) or is_window(child)):
+            return True
+        if isinstance(child, exp.Join) and child.args.get(WITHIN) is not None:
+            return True
+    return False
 
 
 class DeltaStream(Spark):
     """`CREATE STREAM|CHANGELOG name (...) WITH (...)`, `... AS SELECT`, `INSERT INTO ... SELECT`."""
 
-    class Tokenizer(Spark.Tokenizer):
-        KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "STREAM": TokenType.STREAM, "CHANGELOG": TokenType.STREAM}
+    def parse(self, sql: str, **opts: Any) -> list[exp.Expr | None]:
+        return self.parse_tokens(self.tokenize(sql), sql, **opts)
 
-    class Parser(Spark.Parser):
-        CREATABLES = {*Spark.Parser.CREATABLES, TokenType.STREAM}
-        DB_CREATABLES = {*Spark.Parser.DB_CREATABLES, TokenType.STREAM}
-        LAMBDAS = {k: v for k, v in Spark.Parser.LAMBDAS.items() if k is not TokenType.ARROW}
-        COLUMN_OPERATORS = {**Spark.Parser.COLUMN_OPERATORS, TokenType.ARROW: _field_access}
-        FUNCTION_PARSERS = {
-            **Spark.Parser.FUNCTION_PARSERS,
-            "TUMBLE": lambda self: _window_function(self, Tumble),
-            "HOP": lambda self: _window_function(self, Hop),
-        }
+    def parse_tokens(self, tokens: list[Token], sql: str, **opts: Any) -> list[exp.Expr | None]:
+        """Parse DeltaStream tokens (one statement or several, cut at semicolons)."""
+        results: list[exp.Expr | None] = []
+        chunk: list[Token] = []
+        for token in [*tokens, None]:
+            if token is not None and token.token_type is not TokenType.SEMICOLON:
+                chunk.append(token)
+                continue
+            if chunk:
+                spark_tokens, found = rewrite_tokens(chunk)
+                results += [restore(tree, found) for tree in self.parser(**opts).parse(spark_tokens, sql)]
+            chunk = []
+        return results
 
-        def _parse_table_alias(self, alias_tokens=None):
-            if self._curr and self._curr.text.upper() == "WITHIN" and self._next \
-                    and self._next.token_type is TokenType.NUMBER:
-                return None
-            return super()._parse_table_alias(alias_tokens=alias_tokens)
+    def generate(self, expression: exp.Expr, copy: bool = True, **opts: Any) -> str:
+        if not _needs_rewrite(expression):
+            return super().generate(expression, copy=copy, **opts)
+        tree = self._to_spark(expression.copy(), opts)
+        return super().generate(tree, copy=False, **opts).replace("." + _FIELD, "->")
 
-        def _parse_table_parts(self, *args, **kwargs):
-            table = super()._parse_table_parts(*args, **kwargs)
-            if getattr(self, "_ds_source", False) and isinstance(table, exp.Table) and self._curr \
-                    and self._curr.token_type is TokenType.WITH and self._next \
-                    and self._next.token_type is TokenType.L_PAREN:
-                self._advance(2)
-                table.set(SOURCE_PROPERTIES, _source_properties(self))
-            return table
+    def _to_spark(self, node: exp.Expr, opts: dict) -> exp.Expr:
+        """`node` with its DeltaStream parts replaced by text Spark's generator writes as it is (exp.Var)."""
+        if isinstance(node, exp.Table) and (node.args.get(SOURCE_PROPERTIES) or is_window(node)):
+            return node.replace(exp.var(self._table_text(node, opts)))
+        if isinstance(node, exp.Join) and node.args.get(WITHIN) is not None and isinstance(node.this, exp.Expr):
+            within = node.args[WITHIN]
+            node.set(WITHIN, None)
+            node.set("this", exp.var(f"{self.generate(node.this, **opts)} WITHIN {duration_text(within)}"))
+        elif isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier):
+            node.set("expression", exp.var(_FIELD + node.expression.sql(dialect="spark")))
+        for child in list(node.iter_expressions()):
+            self._to_spark(child, opts)
+        return node
 
-        def _parse_table(self, *args, **kwargs):
-            in_join = self._prev is not None and self._prev.token_type is TokenType.JOIN
-            self._ds_source = not kwargs.get("schema")
-            try:
-                table = super()._parse_table(*args, **kwargs)
-            finally:
-                self._ds_source = False
-            if in_join and self._match_text_seq("WITHIN"):
-                self._ds_within = _duration(self)
-            return table
-
-        def _parse_join(self, *args, **kwargs):
-            self._ds_within = None
-            join = super()._parse_join(*args, **kwargs)
-            if join is not None and getattr(self, "_ds_within", None) is not None:
-                join.set("within", self._ds_within)
-            self._ds_within = None
-            return join
-
-    class Generator(Spark.Generator):
-        TRANSFORMS = {
-            **Spark.Generator.TRANSFORMS,
-            Tumble: lambda self, e: f"TUMBLE({self.sql(e, 'this')}, SIZE {duration_text(e.args['size'])})",
-            Hop: lambda self, e: (f"HOP({self.sql(e, 'this')}, SIZE {duration_text(e.args['size'])}, "
-                                  f"ADVANCE BY {duration_text(e.args['advance'])})"),
-        }
-
-        def dot_sql(self, expression: exp.Dot) -> str:
-            if isinstance(expression.expression, exp.Identifier):
-                return f"{self.sql(expression, 'this')}->{self.sql(expression, 'expression')}"
-            return super().dot_sql(expression)
-
-        def table_sql(self, expression: exp.Table, *args, **kwargs) -> str:
-            props = expression.args.get(SOURCE_PROPERTIES)
-            if not props:
-                return super().table_sql(expression, *args, **kwargs)
-            bare = expression.copy()
-            bare.set(SOURCE_PROPERTIES, None)
-            alias = bare.args.get("alias")
-            bare.set("alias", None)
-            text = super().table_sql(bare, *args, **kwargs)
-            pairs = ", ".join(f"{self.sql(p, 'this')} = {self.sql(p, 'value')}" for p in props)
-            return f"{text} WITH ({pairs})" + (f" AS {self.sql(alias)}" if alias else "")
-
-        def join_sql(self, expression: exp.Join, *args, **kwargs) -> str:
-            within = expression.args.get("within")
-            if within is None:
-                return super().join_sql(expression, *args, **kwargs)
-            bare = expression.copy()
-            bare.set("within", None)
-            text = super().join_sql(bare, *args, **kwargs)
-            on = f" ON {self.sql(bare, 'on')}"
-            head, found, tail = text.rpartition(on)
-            clause = f" WITHIN {duration_text(within)}"
-            return f"{head}{clause}{on}{tail}" if found else text + clause
+    def _table_text(self, table: exp.Table, opts: dict) -> str:
+        alias = table.args.get("alias")
+        alias_text = f" AS {super().generate(alias, **opts)}" if alias is not None else ""
+        window = window_call(table)
+        if window is not None:
+            advance = f", ADVANCE BY {duration_text(window.advance)}" if window.advance is not None else ""
+            relation = self.generate(window.relation, **opts)
+            return f"{window.kind.upper()}({relation}, SIZE {duration_text(window.size)}{advance}){alias_text}"
+        bare = table.copy()
+        bare.set(SOURCE_PROPERTIES, None)
+        bare.set("alias", None)
+        pairs = ", ".join(f"{super(DeltaStream, self).generate(p.this, **opts)} = "
+                          f"{super(DeltaStream, self).generate(p.args['value'], **opts)}"
+                          for p in table.args[SOURCE_PROPERTIES])
+        return f"{super().generate(bare, **opts)} WITH ({pairs}){alias_text}"

@@ -124,13 +124,13 @@ def _written_name(node: exp.Func) -> str:
 
 def check_functions(select: exp.Expr, where: Callable[[exp.Expr], object], report: Report) -> bool:
     """Report every function call outside the allow-list (DSF-E143); True if there is none."""
-    from dsflow.load.dialect import WINDOW_FUNCTIONS
+    from dsflow.load.dialect import is_window
 
     classes, names = _allowed()
-    OPERATORS = (exp.AggFunc, exp.Binary, exp.Connector, exp.Unary, *WINDOW_FUNCTIONS)  # noqa: N806
+    OPERATORS = (exp.AggFunc, exp.Binary, exp.Connector, exp.Unary)  # noqa: N806
     ok = True
     for node in select.find_all(exp.Func):
-        if isinstance(node, OPERATORS) or node.find_ancestor(*WINDOW_FUNCTIONS):
+        if isinstance(node, OPERATORS) or is_window(node) or _in_window(node, is_window):
             continue
         if isinstance(node, exp.Anonymous) and node.name.upper() in names:
             ok = _check_arguments(node, where, report) and ok
@@ -144,6 +144,15 @@ def check_functions(select: exp.Expr, where: Callable[[exp.Expr], object], repor
                           "the supported functions are listed in docs/project.md (Functions)"))
         ok = False
     return ok
+
+
+def _in_window(node: exp.Expr, is_window: Callable[[exp.Expr], bool]) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if is_window(parent):
+            return True
+        parent = parent.parent
+    return False
 
 
 def _check_arguments(node: exp.Anonymous, where: Callable[[exp.Expr], object], report: Report) -> bool:

@@ -474,10 +474,11 @@ def _start_position(st: RawStatement, report: Report) -> str:
 def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], qualify_name,
                    report: Report) -> Analysed | None:
     """load/select.py's analyse_select, imported on first use: it brings sqlglot, which a load whose SELECTs
-    all come from the cache does not need (~0.3 s of a cold process)."""
+    all come from the cache does not need (~0.3 s of a cold process). A load analyses each statement once and
+    reads its tree no more, so the tree is resolved in place (copy=False)."""
     from dsflow.load.select import analyse_select as analyse
 
-    return analyse(path, st, relations, qualify_name, report)
+    return analyse(path, st, relations, qualify_name, report, copy=False)
 
 
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:

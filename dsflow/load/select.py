@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import cache
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
-from sqlglot.schema import MappingSchema
+from sqlglot.schema import MappingSchema, normalize_name
 
 from dsflow.core.model import Column, Relation, Source, Window
 from dsflow.errors import Diagnostic
-from dsflow.load.dialect import SOURCE_PROPERTIES, WINDOW_FUNCTIONS, Hop, duration_text
+from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, window_call
+from dsflow.load.filecache import DeferredSelect
 from dsflow.load.fields import base_column, check_fields, group_key_sql, is_access, references
 from dsflow.load.functions import check_functions
 from dsflow.load.sql import DIALECT, RawStatement, node_location
@@ -59,13 +61,15 @@ def normalized_duration(text: str) -> str | None:
 
 def source_tables(select: exp.Expr) -> list[exp.Table]:
     """The relations a SELECT reads (a window function's relation, not the function itself)."""
-    return [t for t in select.find_all(exp.Table) if not isinstance(t.this, WINDOW_FUNCTIONS)]
+    return [t for t in select.find_all(exp.Table) if not is_window(t)]
 
 
 def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], qualify_name,
-                   report: Report) -> Analysed | None:
-    """Check and resolve st.select; every problem is reported, None if any."""
-    select = st.select.copy()
+                   report: Report, copy: bool = True) -> Analysed | None:
+    """Check and resolve st.select; every problem is reported, None if any. With copy=False st.select itself is
+    resolved, in place: for a caller that analyses the statement once and reads its tree no more (a load; copying
+    the tree was ~20% of resolving it)."""
+    select = st.select.copy() if copy else st.select.tree() if isinstance(st.select, DeferredSelect) else st.select
     where = lambda node: node_location(path, node, st.location)  # noqa: E731
     unsupported = _first_unsupported(select)
     if unsupported is not None:
@@ -170,7 +174,7 @@ def _first_unsupported(select: exp.Expr) -> tuple[exp.Expr, str] | None:
 
 def _extract_window(select: exp.Select, where, report: Report) -> Window | None | bool:
     """Replace TUMBLE(rel, ...)/HOP(rel, ...) by rel itself; the window it described, None, or False on error."""
-    wrapped = [t for t in select.find_all(exp.Table) if isinstance(t.this, WINDOW_FUNCTIONS)]
+    wrapped = [t for t in select.find_all(exp.Table) if is_window(t)]
     if not wrapped:
         return None
     if len(wrapped) > 1 or select.args.get("joins"):
@@ -178,9 +182,9 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
                           where(wrapped[-1]), hint=SUPPORTED_HINT))
         return False
     outer = wrapped[0]
-    function = outer.this
-    inner: exp.Table = function.this.copy()
-    durations = {"size": function.args.get("size"), "advance": function.args.get("advance")}
+    function = window_call(outer)
+    inner: exp.Table = function.relation.copy()
+    durations = {"size": function.size, "advance": function.advance}
     texts: dict[str, str | None] = {}
     for key, node in durations.items():
         if node is None:
@@ -195,7 +199,7 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
     alias = outer.alias or inner.name
     inner.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
     outer.replace(inner)
-    return Window(kind="hop" if isinstance(function, Hop) else "tumble", source=alias, size=texts["size"],
+    return Window(kind=function.kind, source=alias, size=texts["size"],
                   advance=texts["advance"])
 
 
@@ -221,7 +225,7 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
                           hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
         return False
     left, right = (found[id(t)] for t in tables)
-    within = join.args.get("within")
+    within = join.args.get(WITHIN)
     if left.kind == "changelog" or right.kind == "changelog":
         return (TEMPORAL, side) if check_shape(join, side, left, right, where, report) else False
     if left.kind != "stream" or right.kind != "stream":
@@ -237,7 +241,7 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
         report(Diagnostic("DSF-E032", f"WITHIN must be a duration like 5 MINUTES, got '{duration_text(within)}'",
                           where(join), hint="units: MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"))
         return False
-    join.set("within", None)
+    join.set(WITHIN, None)
     return duration, {"INNER": "inner", "LEFT": "left", "FULL": "full"}.get(side, "inner")
 
 
@@ -294,16 +298,44 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
         db, schema, name = relation.fqn.split(".")
         for part, value in zip(("catalog", "db", "this"), (db, schema, name)):
             table.set(part, exp.to_identifier(value))
-        columns = {c.name: c.type for c in relation.columns}
+        columns = {_schema_name(c.name, False): _schema_type(c.type) for c in relation.columns}
         if window and table.alias_or_name == window.source:
-            columns |= {c: "TIMESTAMP" for c in WINDOW_COLUMNS}
-        mapping.setdefault(db, {}).setdefault(schema, {})[name] = columns
+            columns |= {c: _schema_type("TIMESTAMP") for c in WINDOW_COLUMNS}
+        names = [_schema_name(part, True) for part in (db, schema, name)]
+        mapping.setdefault(names[0], {}).setdefault(names[1], {})[names[2]] = columns
     try:
-        schema = MappingSchema(mapping, dialect=DIALECT)  # built once for both passes
+        # built once for both passes, of names and types normalized once per process (normalize=False)
+        schema = MappingSchema(mapping, dialect=DIALECT, normalize=False)
         return annotate_types(qualify(select, schema=schema, dialect=DIALECT), schema=schema, dialect=DIALECT)
     except OptimizeError as err:
         report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
         return None
+
+
+@cache
+def _schema_name(name: str, is_table: bool) -> str:
+    """A relation or column name as sqlglot's MappingSchema normalizes it (memoized: the same names recur)."""
+    return normalize_name(name, dialect=DIALECT, is_table=is_table).name
+
+
+@cache
+def _schema_type(text: str) -> exp.DataType:
+    """A column type as MappingSchema builds it from its text (memoized, and shared between queries as
+    MappingSchema shares it between the columns of one)."""
+    built = exp.DataType.from_str(text, dialect=DIALECT, udt=DIALECT.SUPPORTS_USER_DEFINED_TYPES)
+    return built.transform(DIALECT.normalize_identifier, copy=False)
+
+
+def _type_text(data_type: exp.DataType) -> str:
+    text = _TYPE_TEXTS.get(data_type)  # sqlglot expressions hash and compare by structure
+    if text is None:
+        text = data_type.sql()
+        if len(_TYPE_TEXTS) < 1024:
+            _TYPE_TEXTS[data_type.copy()] = text
+    return text
+
+
+_TYPE_TEXTS: dict[exp.DataType, str] = {}
 
 
 def _join_equality(qualified: exp.Select, tables: list[exp.Table], where, st: RawStatement,
@@ -380,7 +412,7 @@ def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, 
 def _output_columns(qualified: exp.Select, st: RawStatement, report: Report) -> tuple[Column, ...] | None:
     columns = []
     for projection in qualified.selects:
-        type_ = projection.type.sql() if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
+        type_ = _type_text(projection.type) if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
         columns.append(Column(name=projection.alias_or_name, type=TYPE_ALIASES.get(type_, type_)))
     if any(c.name.startswith("_col_") for c in columns):
         report(Diagnostic("DSF-E044", "every computed column needs a name", st.location,

@@ -14,7 +14,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.dialect import WINDOW_FUNCTIONS, DeltaStream
+from dsflow.load.dialect import DeltaStream, is_window
 from dsflow.load.statements import RawColumn, RawProperty, RawStatement
 
 DIALECT = DeltaStream()
@@ -118,7 +118,7 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
     snippet = text[tokens[0].start: tokens[-1].end + 1]
     tokens, partition_by = _partition_by(tokens, path)
     try:
-        parsed = DIALECT.parser().parse(tokens, text)
+        parsed = DIALECT.parse_tokens(tokens, text)
     except ParseError as err:
         info = err.errors[0] if err.errors else {}
         loc = Location(path, info.get("line") or start.line, info.get("col") or start.col)
@@ -137,9 +137,11 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
 def _partition_by(tokens: list[Token], path: str) -> tuple[list[Token], tuple[tuple[str, Location], ...]]:
     """A trailing `PARTITION BY col[, col]` of a query (outside parentheses): the tokens without it, and the
     columns with their locations."""
+    if not any(token.token_type is TokenType.PARTITION_BY for token in tokens):
+        return tokens, ()
     depth, found = 0, None
     for index, token in enumerate(tokens):
-        depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(token.token_type, 0)
+        depth += _DEPTH.get(token.token_type, 0)
         if token.token_type is TokenType.PARTITION_BY and depth == 0:
             found = index
     if found is None:
@@ -151,6 +153,9 @@ def _partition_by(tokens: list[Token], path: str) -> tuple[list[Token], tuple[tu
                    for t in names):
         return tokens, ()
     return tokens[:found], tuple((t.text, Location(path, t.line, max(1, t.col - len(t.text) + 1))) for t in names)
+
+
+_DEPTH = {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}
 
 
 class _Unsupported(Exception):
@@ -198,7 +203,7 @@ def _source_parts(select: exp.Query | None) -> tuple[tuple[str, ...], ...]:
     if select is None:
         return ()
     return tuple(tuple(p.name for p in t.parts) for t in select.find_all(exp.Table)
-                 if not isinstance(t.this, WINDOW_FUNCTIONS))
+                 if not is_window(t))
 
 
 def _table_parts(table: exp.Expr) -> tuple[str, ...]:

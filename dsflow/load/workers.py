@@ -336,5 +336,6 @@ def _resolve(st: RawStatement, relations: dict[str, Any], default_names: tuple[s
 
     reported: list[Diagnostic] = []
     analysed = analyse_select(st.location.file, st, relations,
-                              lambda parts: qualified_name(parts, *default_names), reported.append)
+                              lambda parts: qualified_name(parts, *default_names), reported.append,
+                              copy=False)  # each statement is resolved once, and its tree not read again
     return analysed, reported
