@@ -183,7 +183,7 @@ class _Rewriter:
             return
         if self.text() in WINDOW_NAMES and self.text(1) == "(":
             self._window()
-        elif first.token_type in _NAME_TOKENS or (first.text.isidentifier() and first.token_type is not TokenType.L_PAREN):
+        elif first.token_type in _NAME_TOKENS or first.text.isidentifier():
             self._relation()
         else:
             return
@@ -406,7 +406,7 @@ class DeltaStream(Spark):
         bare = table.copy()
         bare.set(SOURCE_PROPERTIES, None)
         bare.set("alias", None)
-        pairs = ", ".join(f"{super(DeltaStream, self).generate(p.this, **opts)} = "
-                          f"{super(DeltaStream, self).generate(p.args['value'], **opts)}"
+        spark = super().generate
+        pairs = ", ".join(f"{spark(p.this, **opts)} = {spark(p.args['value'], **opts)}"
                           for p in table.args[SOURCE_PROPERTIES])
-        return f"{super().generate(bare, **opts)} WITH ({pairs}){alias_text}"
+        return f"{spark(bare, **opts)} WITH ({pairs}){alias_text}"
