@@ -129,6 +129,10 @@ class _Rewriter:
         index = self.at + ahead
         return self.tokens[index] if index < len(self.tokens) else None
 
+    def next_is(self, token_type: TokenType, ahead: int = 0) -> bool:
+        token = self.peek(ahead)
+        return token is not None and token.token_type is token_type
+
     def text(self, ahead: int = 0) -> str:
         token = self.peek(ahead)
         return token.text.upper() if token is not None else ""
@@ -168,7 +172,7 @@ class _Rewriter:
 
     def _field_access(self, arrow: Token) -> None:
         name = self.peek()
-        if name is None or not (name.token_type in (*_NAME_TOKENS, TokenType.STRING) or name.text.isidentifier()):
+        if name is None or not (_is_name(name) or name.token_type is TokenType.STRING):
             raise _error("expected a field name after ->, e.g. after->id", name or arrow)
         self.take()
         self.emit(_token(arrow, TokenType.DOT, "."))
@@ -183,13 +187,13 @@ class _Rewriter:
             return
         if self.text() in WINDOW_NAMES and self.text(1) == "(":
             self._window()
-        elif first.token_type in _NAME_TOKENS or first.text.isidentifier():
+        elif _is_name(first):
             self._relation()
         else:
             return
         if joined:
             self._alias()
-            if self.text() == "WITHIN" and self.peek(1) is not None and self.peek(1).token_type is TokenType.NUMBER:
+            if self.text() == "WITHIN" and self.next_is(TokenType.NUMBER, 1):
                 self.take()
                 self.found.within[first.start] = self._duration()
 
@@ -197,10 +201,10 @@ class _Rewriter:
         """`name[.name...]` and its WITH (...) properties, which are taken out."""
         first = self.take()
         self.emit(first)
-        while self.peek() is not None and self.peek().token_type is TokenType.DOT and self.peek(1) is not None:
+        while self.next_is(TokenType.DOT) and self.peek(1) is not None:
             self.emit(self.take())
             self.emit(self.take())
-        if self.peek() is not None and self.peek().token_type is TokenType.WITH and self.text(1) == "(":
+        if self.next_is(TokenType.WITH) and self.text(1) == "(":
             self.take()
             self.take()
             self.found.properties[first.start] = self._properties()
@@ -215,10 +219,10 @@ class _Rewriter:
                 raise _error("expected 'key' = value in the source's WITH (...)", key)
             self.at += 3
             found.append(_meta(exp.Property(this=_meta(exp.Literal.string(key.text), key), value=_value(value)), key))
-            if self.peek() is None or self.peek().token_type is not TokenType.COMMA:
+            if not self.next_is(TokenType.COMMA):
                 break
             self.take()
-        if self.peek() is None or self.peek().token_type is not TokenType.R_PAREN:
+        if not self.next_is(TokenType.R_PAREN):
             raise _error("expected ) after the source's WITH properties", self.peek())
         self.take()
         return found
@@ -239,15 +243,15 @@ class _Rewriter:
         self.emit(self.take())  # (
         self.found.windows = True
         hop = name.text.upper() == "HOP"
-        if self.peek() is not None and (self.peek().token_type in _NAME_TOKENS or self.peek().text.isidentifier()):
+        if _is_name(self.peek()):
             self._relation()
-        if self.peek() is not None and self.peek().token_type is TokenType.COMMA:
+        if self.next_is(TokenType.COMMA):
             self.emit(self.take())
         if self.text() != "SIZE":
             raise _error("expected SIZE after the relation, e.g. TUMBLE(pageviews, SIZE 10 SECONDS)", self.peek())
         self._interval(self.take())
         if hop:
-            if self.peek() is not None and self.peek().token_type is TokenType.COMMA:
+            if self.next_is(TokenType.COMMA):
                 self.emit(self.take())
             if self.text() != "ADVANCE" or self.text(1) != "BY":
                 raise _error("expected ADVANCE BY, e.g. HOP(pageviews, SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)",
@@ -269,6 +273,11 @@ class _Rewriter:
             raise _error("expected a duration like 10 SECONDS", number)
         self.at += 2
         return _meta(exp.Interval(this=exp.Literal.number(number.text), unit=exp.var(unit.text.upper())), number)
+
+
+def _is_name(token: Token | None) -> bool:
+    """A name, or a keyword written where a name goes (`after->type`, `FROM events`)."""
+    return token is not None and (token.token_type in _NAME_TOKENS or token.text.isidentifier())
 
 
 def _value(token: Token) -> exp.Expr:

@@ -10,7 +10,7 @@ with GROUP BY (load/select.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 
 from sqlglot import exp, parse_one
@@ -130,7 +130,7 @@ def check_functions(select: exp.Expr, where: Callable[[exp.Expr], object], repor
     OPERATORS = (exp.AggFunc, exp.Binary, exp.Connector, exp.Unary)  # noqa: N806
     ok = True
     for node in select.find_all(exp.Func):
-        if isinstance(node, OPERATORS) or is_window(node) or _in_window(node, is_window):
+        if isinstance(node, OPERATORS) or is_window(node) or any(map(is_window, _ancestors(node))):
             continue
         if isinstance(node, exp.Anonymous) and node.name.upper() in names:
             ok = _check_arguments(node, where, report) and ok
@@ -146,13 +146,10 @@ def check_functions(select: exp.Expr, where: Callable[[exp.Expr], object], repor
     return ok
 
 
-def _in_window(node: exp.Expr, is_window: Callable[[exp.Expr], bool]) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if is_window(parent):
-            return True
-        parent = parent.parent
-    return False
+def _ancestors(node: exp.Expr) -> Iterator[exp.Expr]:
+    while node.parent is not None:
+        node = node.parent
+        yield node
 
 
 def _check_arguments(node: exp.Anonymous, where: Callable[[exp.Expr], object], report: Report) -> bool:

@@ -26,7 +26,7 @@ from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_win
 from dsflow.load.filecache import DeferredSelect
 from dsflow.load.fields import base_column, check_fields, group_key_sql, is_access, references
 from dsflow.load.functions import check_functions
-from dsflow.load.sql import DIALECT, RawStatement, node_location
+from dsflow.load.sql import DIALECT, RawStatement, node_location, type_sql
 from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
 from dsflow.load.suggest import did_you_mean
 from dsflow.load.temporal import check_shape, temporal_join
@@ -326,18 +326,6 @@ def _schema_type(text: str) -> exp.DataType:
     return built.transform(DIALECT.normalize_identifier, copy=False)
 
 
-def _type_text(data_type: exp.DataType) -> str:
-    text = _TYPE_TEXTS.get(data_type)  # sqlglot expressions hash and compare by structure
-    if text is None:
-        text = data_type.sql()
-        if len(_TYPE_TEXTS) < 1024:
-            _TYPE_TEXTS[data_type.copy()] = text
-    return text
-
-
-_TYPE_TEXTS: dict[exp.DataType, str] = {}
-
-
 def _join_equality(qualified: exp.Select, tables: list[exp.Table], where, st: RawStatement,
                    report: Report) -> bool:
     join = qualified.args["joins"][0]
@@ -412,7 +400,7 @@ def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, 
 def _output_columns(qualified: exp.Select, st: RawStatement, report: Report) -> tuple[Column, ...] | None:
     columns = []
     for projection in qualified.selects:
-        type_ = _type_text(projection.type) if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
+        type_ = type_sql(projection.type) if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
         columns.append(Column(name=projection.alias_or_name, type=TYPE_ALIASES.get(type_, type_)))
     if any(c.name.startswith("_col_") for c in columns):
         report(Diagnostic("DSF-E044", "every computed column needs a name", st.location,
