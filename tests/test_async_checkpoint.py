@@ -1,4 +1,5 @@
-"""Async checkpoint writes (Spark's async progress tracking) for stateless queries into Kafka.
+"""Async checkpoint writes (Spark's async progress tracking) for stateless queries into Kafka, when
+`runtime.async_checkpoint` asks for them (off by default: docs/benchmarks.md, "Seventh pass").
 
 Which queries get it is decided in translate.query_spec; the driver starts those with the option, and Spark
 runs them in its AsyncProgressTrackingMicroBatchExecution. Stopping such a query leaves an offset and a commit log
@@ -41,12 +42,16 @@ def _spec(project, name: str, work: Path):
     return query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
 
 
-def test_only_stateless_kafka_queries_write_the_checkpoint_in_the_background(tmp_path, broker):
+def _async_on(project):
+    return project.model_copy(update={"runtime": project.runtime.model_copy(update={"async_checkpoint": True})})
+
+
+def test_only_stateless_kafka_queries_write_the_checkpoint_in_the_background_when_asked(tmp_path, broker):
     project = streaming_project(tmp_path, broker, SQL)
-    chosen = {name: _spec(project, name, tmp_path).async_checkpoint for name in ("upper_views", "pairs", "per_user")}
+    names = ("upper_views", "pairs", "per_user")
+    assert {name: _spec(project, name, tmp_path).async_checkpoint for name in names} == dict.fromkeys(names, False)
+    chosen = {name: _spec(_async_on(project), name, tmp_path).async_checkpoint for name in names}
     assert chosen == {"upper_views": True, "pairs": False, "per_user": False}
-    off = project.model_copy(update={"runtime": project.runtime.model_copy(update={"async_checkpoint": False})})
-    assert _spec(off, "upper_views", tmp_path).async_checkpoint is False
 
 
 def _until(condition, timeout: float = 90.0) -> None:
@@ -61,7 +66,7 @@ def _batch_files(folder: Path) -> set[int]:
 
 
 def test_stopping_leaves_every_batch_in_both_logs_so_a_restart_continues_exactly(spark, broker, tmp_path):
-    project = streaming_project(tmp_path, broker, SQL)
+    project = _async_on(streaming_project(tmp_path, broker, SQL))
     spec = _spec(project, "upper_views", tmp_path)
     running = start_query(spark, spec)
     try:

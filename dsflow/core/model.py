@@ -224,8 +224,8 @@ class RuntimeSettings(Frozen):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     trigger_interval: str = "1 second"
     checkpoint_root: str = ".dsflow/checkpoints"
-    async_checkpoint: bool = Field(True, description="stateless queries into Kafka write their checkpoint in the "
-                                                     "background, next to the next micro-batch (lower latency)")
+    async_checkpoint: bool = Field(False, description="stateless queries into Kafka write their checkpoint in the "
+                                                      "background, next to the next micro-batch")
 
 
 class StateSettings(Frozen):

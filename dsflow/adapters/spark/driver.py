@@ -28,11 +28,13 @@ ASYNC_CHECKPOINT = {
     "asyncProgressTrackingCheckpointIntervalMs": "0",
     "_asyncProgressTrackingOverrideSinkSupportCheck": "true",
 }
-"""Spark's async progress tracking: a micro-batch's offset and commit log entries are written on a background
-thread while the next batch runs, instead of two synchronous file writes per batch (~150 ms of a ~600 ms batch at
-10,000 events/s; docs/benchmarks.md). Spark lets only its own Kafka sink use it, because a sink must tolerate
-replays: dsflow's sink is at-least-once like Spark's, so dsflow passes Spark's sink-check override. An interval of
-0 keeps an entry for every batch, so offsets read from the checkpoint stay exact and turning it off is safe."""
+"""Spark's async progress tracking (`runtime.async_checkpoint`, off by default): a micro-batch's offset and commit
+log entries are written on a background thread while the next batch runs, instead of two synchronous file writes
+per batch. Spark lets only its own Kafka sink use it, because a sink must tolerate replays: dsflow's sink is
+at-least-once like Spark's, so dsflow passes Spark's sink-check override. An interval of 0 keeps an entry for every
+batch, so offsets read from the checkpoint stay exact and turning it off is safe. Since checkpoint files are
+written through Hadoop's FileSystem API (session.py) the two writes take ~45 ms, and on 2 cores the background
+writer made each batch's addBatch ~50 ms longer and records ~40 ms later (docs/benchmarks.md, "Seventh pass")."""
 STOP_GRACE_SECONDS = 30.0
 
 
