@@ -56,6 +56,7 @@ def test_smoke_run_produces_the_right_records(broker: str, spark, tmp_path: Path
     rows = results["throughput"]
     assert {(r["query"], r["system"]) for r in rows} == {(q, s) for q in pipelines.QUERIES for s in run.systems_of(q)}
     for r in rows:
+        assert r["records_in"] == r["expected_in"], r
         assert r["expected_out"] is None or r["records_out"] == r["expected_out"], r
         assert r["records_out"] > 0 and r["verified"], r
     assert results["preload"]["q2_matches"] > 0
@@ -69,3 +70,11 @@ def test_smoke_run_produces_the_right_records(broker: str, spark, tmp_path: Path
     text = report.render(results, report.machine(), "")
     assert "| q1 currency conversion |" in text and "| q5 hot items" in text and "dsflow plan" in text
     assert text.rstrip().endswith(report.HAND_WRITTEN)
+
+
+def test_a_sink_difference_names_what_is_missing_and_what_is_not_expected() -> None:
+    expected = pipelines.canonical([("k1", {"num": 1}), ("k2", {"num": 2}), ("k3", {"num": 3})])
+    got = pipelines.canonical([("k1", {"num": 1}), ("k2", {"num": 5})])
+    text = run.sink_difference(got, expected, read=2, written=3)
+    assert "(2 vs 3; read 2 of the 3 records in the topic)" in text
+    assert "2 missing, first ('k2', (('num', 2),))" in text and "1 unexpected, first ('k2', (('num', 5),))" in text
