@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-from dsflow.adapters.kafka.client import print_records, produce_json_lines
+from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.core.model import Project
@@ -67,7 +67,8 @@ def run(spark, project: Project, name: str, work: Path, timeout: float = 120) ->
 
 
 def records(broker: str, project: Project, name: str) -> list[dict]:
-    return list(print_records(broker, topic(project, name), from_beginning=True, timeout=2.0))
+    """Every record the relation's topic holds now (up to its end offsets, in partition and offset order)."""
+    return read_to_end(broker, topic(project, name))
 
 
 def latest_by_key(broker: str, project: Project, name: str) -> dict[str, dict]:

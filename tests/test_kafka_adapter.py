@@ -27,19 +27,6 @@ def _new_topic(broker: str, prefix: str, partitions: int = 2) -> str:
     return name
 
 
-def _read_all(broker: str, topic: str) -> list[dict]:
-    """Every record of the topic, read up to the true end offsets (no idle wait)."""
-    with client.consumer(client.client_config(broker)) as c:
-        parts = client.topic_partitions(c, topic)
-        starts, ends = client.start_offsets(c, topic, parts), client.end_offsets(c, topic, parts)
-        return [
-            client.record_dict(m)
-            for p in parts
-            for batch in client.read_range(c, topic, p, starts[p], ends[p])
-            for m in batch
-        ]
-
-
 # --- pure ---------------------------------------------------------------------------------------
 
 
@@ -173,7 +160,7 @@ def test_produce_json_lines_and_print_records(broker: str) -> None:
     with pytest.raises(DsflowError) as caught:
         client.produce_json_lines(broker, topic, ['{"id": 1}', "", '{"id": 2', '{"id": 3}'], key_field="id")
     assert caught.value.code == "DSF-E706" and caught.value.message.startswith("line 3:")
-    assert _read_all(broker, topic) == []  # nothing produced before the bad line either
+    assert client.read_to_end(broker, topic) == []  # nothing produced before the bad line either
 
     lines = [json.dumps({"id": i, "name": f"n{i}"}) for i in range(3)] + ['{"name": "no id"}']
     assert client.produce_json_lines(broker, topic, lines, key_field="id") == 4
@@ -234,7 +221,7 @@ def _produce_ids(broker: str, topic: str, ids: range) -> list[int]:
 
 
 def _assert_sink_holds(broker: str, sink: str, expected: list[int]) -> None:
-    records = _read_all(broker, sink)
+    records = client.read_to_end(broker, sink)
     ids = Counter(json.loads(r["value"])["id"] for r in records)
     assert ids == Counter(expected), "each kept id exactly once: no loss, no duplicate"
     assert all(r["key"] == str(json.loads(r["value"])["id"]) for r in records)
@@ -269,4 +256,4 @@ def test_batch_write_honours_key_and_partition_columns(broker: str, spark) -> No
     rows = {("k1", "v1", 1), ("k2", "v2", 1), (None, "v3", 0)}
     frame = spark.createDataFrame(sorted(rows, key=str), "key STRING, value STRING, partition INT")
     frame.write.format("dsflow_kafka").option("bootstrap.servers", broker).option("topic", topic).mode("append").save()
-    assert {(r["key"], r["value"], r["partition"]) for r in _read_all(broker, topic)} == rows
+    assert {(r["key"], r["value"], r["partition"]) for r in client.read_to_end(broker, topic)} == rows
