@@ -4,7 +4,6 @@ stop a query; they land in the dead-letter topic with their source offset and er
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from registry_projects import (
     write_project,
 )
 from streaming import run
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -109,16 +109,6 @@ def test_malformed_avro_goes_to_the_default_dead_letter_topic(tmp_path, broker, 
     assert dead_letters(project, "analytics.public.order_copy")["dead_letters"] == len(malformed)
 
 
-def _wait(check, what: str, timeout: float = 240.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"{what} did not happen within {timeout:.0f} s")
-
-
 def test_apply_registers_the_sink_schema_and_status_counts_dead_letters(tmp_path, broker, schema_registry,
                                                                         monkeypatch) -> None:
     """The whole path through `dsflow apply`: a query driver process with the registry password from its
@@ -152,7 +142,7 @@ def test_apply_registers_the_sink_schema_and_status_counts_dead_letters(tmp_path
         produce_raw(broker, f"{prefix}orders", [b"garbage" if i in (1, 5) else v for i, v in enumerate(good)])
 
         sink = f"{prefix}order_copy"
-        _wait(lambda: len(raw_records(broker, sink)) >= 6, "6 records in the sink")
+        wait_for(lambda: len(raw_records(broker, sink)) >= 6, 240, "6 records in the sink", interval=2)
         got = avro_decode(schema_registry, sink, raw_records(broker, sink))
         assert sorted(r["id"] for r in got) == [0, 2, 3, 4, 6, 7]
         assert {int.from_bytes(m.value()[1:5], "big") for m in raw_records(broker, sink)} == {latest.schema_id}
@@ -164,7 +154,7 @@ def test_apply_registers_the_sink_schema_and_status_counts_dead_letters(tmp_path
             entry = next(e for e in json.loads(shown.output) if e["address"] == "query.analytics.public.order_copy")
             return entry if entry.get("dead_letters") == 2 else None
 
-        entry = _wait(status_entry, "2 dead letters in dsflow status")
+        entry = wait_for(status_entry, 240, "2 dead letters in dsflow status", interval=2)
         assert entry["state"] == "running" and entry["dlq_topic"] == f"{prefix}order_copy-dlq"
         import dsflow.cli
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import list_topics
 from dsflow.apply import PAUSE_AFTER_NOTE
 from dsflow.executors import DRIVER_MODULE
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -47,15 +47,6 @@ def _state_file(root: Path) -> Path:
     return root / ".dsflow" / "state" / "dev.json"
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def _pending_pid(root: Path) -> int | None:
     try:
         pending = json.loads(_state_file(root).read_text()).get("pending") or {}
@@ -80,7 +71,7 @@ def test_kill_9_during_apply_then_apply_again_converges(tmp_path: Path, broker: 
     env = {**os.environ, PAUSE_AFTER_NOTE: "query.default.public.killed_out"}
     apply = subprocess.Popen(_dsflow(root, broker, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, env=env)
-    _wait_for(lambda: _pending_pid(root) is not None)
+    wait_for(lambda: _pending_pid(root) is not None, 60, "the apply's recorded intent", interval=0.05)
     os.kill(apply.pid, signal.SIGKILL)
     apply.wait()
     orphan = _pending_pid(root)
@@ -111,7 +102,8 @@ def test_ctrl_c_during_apply_leaves_state_consistent(tmp_path: Path, broker: str
     root = _project(tmp_path, "sigint")
     apply = subprocess.Popen(_dsflow(root, broker, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-    _wait_for(lambda: _state_file(root).exists() and len(json.loads(_state_file(root).read_text())["resources"]) >= 2)
+    wait_for(lambda: _state_file(root).exists() and len(json.loads(_state_file(root).read_text())["resources"]) >= 2,
+             60, "two resources in the state", interval=0.05)
     apply.send_signal(signal.SIGINT)
     assert apply.wait(60) != 0
     assert not (root / ".dsflow" / "state" / "dev.lock").exists(), "Ctrl-C left the state locked"

@@ -21,13 +21,13 @@ import pytest
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.kafka.formats import (
-    BOTH, HEADER_ERROR, HEADER_OFFSET, JSON_STRUCT_TYPES, STRUCT, TEXT, arrow_type, value_layout,
+    BOTH, HEADER_ERROR, JSON_STRUCT_TYPES, STRUCT, TEXT, arrow_type, value_layout,
 )
 from dsflow.adapters.kafka.json_values import _json_problem, parse_chunk, parsed
 from dsflow.adapters.spark.frames import source_format_options, source_view
 from dsflow.adapters.spark.spec import SourceSpec
 from dsflow.adapters.spark.translate import spark_type
-from registry_projects import produce_raw, raw_records
+from registry_projects import raw_records
 
 integration = pytest.mark.integration
 

@@ -26,6 +26,7 @@ from dsflow.load.project import load_project
 from lake import S3_KEYS, create_bucket, lake_project, snowflake_setup, start_fakesnow, stores_yaml
 from projects import make_project
 from streaming import CONFIG, produce, run
+from waiting import wait_for
 
 PAGEVIEWS = """\
 CREATE STREAM pageviews (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR)
@@ -221,16 +222,6 @@ def _uncommit_last_batch(checkpoint: Path) -> int:
 # a real driver process through apply
 
 
-def _wait(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _delta_ids(location: str) -> list[int]:
     from deltalake import DeltaTable
 
@@ -261,14 +252,14 @@ def test_apply_creates_the_table_kill_9_mid_stream_duplicates_nothing_and_destro
 
     rng = random.Random(1)
     produce(broker, loaded.project, "pageviews", _events(0, 1_000, rng), "userid")
-    _wait(lambda: _delta_ids(location), 240, "the first rows in the table")
+    wait_for(lambda: _delta_ids(location), 240, "the first rows in the table")
     for first in range(1_000, 4_000, 500):  # keep writing while the query runs, then kill it mid-stream
         time.sleep(0.3)
         produce(broker, loaded.project, "pageviews", _events(first, 500, rng), "userid")
     state = operations.load(options).workspace.state_backend().read()
     pid = state.resources["query.analytics.public.pv_lake"].outputs["pid"]
     os.kill(pid, signal.SIGKILL)
-    _wait(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+    wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
     assert len(_delta_ids(location)) < 5_000
 
     produce(broker, loaded.project, "pageviews", _events(4_000, 1_000, rng), "userid")
@@ -276,7 +267,7 @@ def test_apply_creates_the_table_kill_9_mid_stream_duplicates_nothing_and_destro
     plan = operations.plan(loaded)
     assert [(c.address, c.action) for c in plan.actionable] == [("query.analytics.public.pv_lake", Action.UPDATE)]
     assert operations.apply(loaded, plan).ok
-    _wait(lambda: len(_delta_ids(location)) >= 5_000, 240, "all 5,000 rows in the table")
+    wait_for(lambda: len(_delta_ids(location)) >= 5_000, 240, "all 5,000 rows in the table")
     ids = _delta_ids(location)
     assert sorted(ids) == list(range(5_000)), f"{len(ids) - len(set(ids))} duplicate rows"
 

@@ -42,6 +42,7 @@ from dsflow.errors import DsflowError
 from dsflow.executors import Context
 from projects import make_project
 from streaming import CONFIG, produce
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -191,15 +192,6 @@ def _snapshot(pgdb: str) -> dict[str, tuple]:
             rows(pgdb, "SELECT userid, views, id_sum, max_id, avg_time FROM user_counts")}
 
 
-def _wait(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_view_in_postgres_end_to_end(tmp_path, spark, broker, pgdb) -> None:
     """apply (targeted at the view: its table, no driver process) creates the table; the query runs on the
     test's Spark session through the driver's own start_query, as a driver process would run it."""
@@ -224,9 +216,9 @@ def test_view_in_postgres_end_to_end(tmp_path, spark, broker, pgdb) -> None:
     try:
         for first in range(0, N, N // 4):  # one partition: the topic holds ids in order
             produce(broker, project, "pageviews", events[first:first + N // 4], "userid")
-            _wait(lambda: seen and seen[-1][0] > first, 180, f"the view to pass id {first}")
+            wait_for(lambda: seen and seen[-1][0] > first, 180, f"the view to pass id {first}")
         expected = _reference(events)
-        _wait(lambda: _snapshot(pgdb) == expected, 120, "the view to equal the reference")
+        wait_for(lambda: _snapshot(pgdb) == expected, 120, "the view to equal the reference")
     finally:
         stop.set()
         reader.join(timeout=30)

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from dsflow.adapters.state.postgres import locks_table
 from dsflow.apply import PAUSE_AFTER_NOTE, RESUME_FILE
 from dsflow.cli import cli
 from dsflow.core.state import State
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -140,16 +140,6 @@ def _run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPro
     return subprocess.run(_dsflow(root, *args), capture_output=True, text=True, env=env, timeout=120)
 
 
-def _wait_for(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not reached in time: {what}")
-
-
 def _loaded(root: Path) -> operations.Loaded:
     return operations.load(operations.Options(root))
 
@@ -169,9 +159,9 @@ def test_a_second_apply_fails_fast_naming_the_holder(tmp_path: Path, broker: str
                              stderr=subprocess.DEVNULL, env=_env(secret, **{PAUSE_AFTER_NOTE: "relation.default.public.a"}))
     try:
         state_backend = _loaded(root).workspace.state_backend()
-        holder = _wait_for(state_backend.lock_holder, "the first apply holds the lock")
+        holder = wait_for(state_backend.lock_holder, 60, "the first apply holds the lock")
         assert holder.pid == first.pid and holder.operation == "apply"
-        _wait_for(lambda: state_backend.read().pending, "the first apply recorded its intent")
+        wait_for(lambda: state_backend.read().pending, 60, "the first apply recorded its intent")
 
         second = _run(root, _env(secret), "apply", "--auto-approve")
         assert second.returncode == 1, second.stdout + second.stderr
@@ -182,7 +172,7 @@ def test_a_second_apply_fails_fast_naming_the_holder(tmp_path: Path, broker: str
         _stop(first)
 
     if backend.name == "postgres":  # the dead holder's session ended, and the advisory lock with it
-        _wait_for(lambda: state_backend.lock_holder() is None, "postgres released the dead holder's lock")
+        wait_for(lambda: state_backend.lock_holder() is None, 60, "postgres released the dead holder's lock")
     else:
         assert state_backend.lock_holder() == holder
         wrong = _run(root, _env(secret), "force-unlock", "not-the-id")
@@ -209,8 +199,8 @@ def test_an_apply_that_lost_a_race_writes_nothing(tmp_path: Path, broker: str, b
                                                             RESUME_FILE: str(resume)}))
     try:
         state_backend = _loaded(root).workspace.state_backend()
-        holder = _wait_for(state_backend.lock_holder, "apply A holds the lock")
-        _wait_for(lambda: state_backend.read().pending, "apply A recorded its intent")
+        holder = wait_for(state_backend.lock_holder, 60, "apply A holds the lock")
+        wait_for(lambda: state_backend.read().pending, 60, "apply A recorded its intent")
         assert _run(root, _env(secret), "force-unlock", holder.id).returncode == 0
 
         second = _run(root, _env(secret), "apply", "--auto-approve")

@@ -25,6 +25,7 @@ from dsflow.core.plan import Action
 from dsflow.executors import DRIVER_MODULE
 from streaming import CONFIG, produce
 from projects import make_project
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -58,16 +59,6 @@ def _reference(events: list[dict]) -> dict[str, tuple]:
     return {u: (int(r.views), int(r.id_sum), int(r.last_view)) for u, r in frame.iterrows()}
 
 
-def _wait(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_view_survives_kill_minus_9_and_is_readable_while_written(tmp_path, broker):
     root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"k{os.getpid()}_"), "sql/all.sql": SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
@@ -79,7 +70,7 @@ def test_view_survives_kill_minus_9_and_is_readable_while_written(tmp_path, brok
     rng = random.Random(11)
     events = _events(0, 2_000, rng)
     produce(broker, project, "pageviews", events, "userid")
-    _wait(lambda: _snapshot(database), 180, "the first batch in the view")
+    wait_for(lambda: _snapshot(database), 180, "the first batch in the view")
 
     for first in range(2_000, 6_000, 1_000):  # keep writing while the query runs, then kill it mid-stream
         time.sleep(0.3)
@@ -92,7 +83,7 @@ def test_view_survives_kill_minus_9_and_is_readable_while_written(tmp_path, brok
     state = operations.load(options).workspace.state_backend().read()
     pid = state.resources[QUERY].outputs["pid"]
     os.kill(pid, signal.SIGKILL)
-    _wait(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+    wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
     assert _snapshot(database) != _reference(events), "the view was complete before the kill; nothing tested"
 
     late = _events(6_000, 1_000, rng)
@@ -103,7 +94,7 @@ def test_view_survives_kill_minus_9_and_is_readable_while_written(tmp_path, brok
     assert [(c.address, c.action, c.drift) for c in plan.actionable] == [(QUERY, Action.UPDATE, True)]
     assert operations.apply(loaded, plan).ok
     expected = _reference(events)
-    _wait(lambda: _snapshot(database) == expected, 240, "the view to equal the reference")
+    wait_for(lambda: _snapshot(database) == expected, 240, "the view to equal the reference")
 
     shown = CliRunner().invoke(cli, ["-C", str(root), "--var", f"bootstrap={broker}", "query",
                                      "SELECT userid, views FROM user_counts WHERE views >= 100 ORDER BY userid",

@@ -26,6 +26,7 @@ from dsflow.core.plan import Action
 from dsflow.executors import DRIVER_MODULE
 from projects import make_project
 from streaming import CONFIG, produce, records
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,16 +54,6 @@ def _reference(events: list[dict]) -> dict[str, dict]:
     return {u: {"userid": u, "views": int(r.views), "id_sum": int(r.id_sum)} for u, r in frame.iterrows()}
 
 
-def _wait(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _view(database) -> dict[str, dict]:
     try:
         _, rows = mv.run_query(database, "SELECT userid, views, id_sum FROM busy_users")
@@ -87,7 +78,7 @@ def _run(options, project, broker) -> None:
     rng = random.Random(17)
     events = _events(0, 1_500, rng)
     produce(broker, project, "pageviews", events, "userid")
-    _wait(lambda: changelog_content(broker, project, "user_totals")[0], 240, "the first totals")
+    wait_for(lambda: changelog_content(broker, project, "user_totals")[0], 240, "the first totals")
 
     for first in range(1_500, 4_500, 1_000):  # keep writing while the queries run, then kill them mid-stream
         more = _events(first, 1_000, rng)
@@ -99,7 +90,7 @@ def _run(options, project, broker) -> None:
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     for pid in pids:
-        _wait(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+        wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
     assert changelog_content(broker, project, "user_totals")[0] != _reference(events), "complete before the kill"
 
     late = _events(4_500, 1_000, rng)
@@ -112,11 +103,12 @@ def _run(options, project, broker) -> None:
     assert operations.apply(loaded, plan).ok
 
     expected = _reference(events)
-    _wait(lambda: changelog_content(broker, project, "user_totals")[0] == expected, 300, "the totals to match")
+    wait_for(lambda: changelog_content(broker, project, "user_totals")[0] == expected, 300,
+             "the totals to match")
     database = mv.database_path(project.root, project.state_path, project.environment)
     busy = {u: v for u, v in expected.items() if v["views"] >= 185}
     assert busy and len(busy) < len(expected)
-    _wait(lambda: _view(database) == busy, 120, "the view to match")
+    wait_for(lambda: _view(database) == busy, 120, "the view to match")
     wanted = {e["id"] for e in events if e["pageid"] == "Page_1"}
-    _wait(lambda: {json.loads(r["value"])["id"] for r in records(broker, project, "page_one")} == wanted, 120,
-          "every Page_1 id in the stream sink")
+    wait_for(lambda: {json.loads(r["value"])["id"] for r in records(broker, project, "page_one")} == wanted, 120,
+             "every Page_1 id in the stream sink")

@@ -21,6 +21,7 @@ from dsflow.adapters.spark.translate import query_spec
 from dsflow.adapters.sqlite import mv
 from dsflow.cli import cli
 from streaming import produce, streaming_project
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -49,15 +50,6 @@ def _reader(database, stop: threading.Event, seen: list[tuple[int, int, int]]) -
         time.sleep(0.02)
 
 
-def _wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_sqlite_view_is_read_whole_batches_while_written(tmp_path, spark, broker) -> None:
     project = streaming_project(tmp_path, broker, SQL)
     query = project.queries[0]
@@ -72,11 +64,11 @@ def test_sqlite_view_is_read_whole_batches_while_written(tmp_path, spark, broker
     try:
         for first in range(0, N, N // 4):  # one partition: the topic holds the ids in order
             produce(broker, project, "pageviews", events[first:first + N // 4], "userid")
-            _wait(lambda: seen and seen[-1][0] > first, 120, f"the view to pass id {first}")
+            wait_for(lambda: seen and seen[-1][0] > first, 120, f"the view to pass id {first}")
             out = subprocess.run(["sqlite3", database, TOTALS], capture_output=True, text=True, timeout=30)
             assert out.returncode == 0, out.stderr
             cli_reads.append(tuple(int(v) for v in out.stdout.strip().split("|")))
-        _wait(lambda: seen[-1][0] == N, 120, "every event in the view")
+        wait_for(lambda: seen[-1][0] == N, 120, "every event in the view")
     finally:
         stop.set()
         reader.join(timeout=30)
