@@ -169,7 +169,7 @@ def test_saved_plan_is_refused_when_the_project_changed_since(tmp_path: Path, br
 
 
 def test_restarted_generator_continues_its_ids(tmp_path: Path, broker: str) -> None:
-    from dsflow.adapters.kafka.client import print_records
+    from dsflow.adapters.kafka.client import read_to_end
 
     root = _project(tmp_path, "gen", "CREATE STREAM gen_events (id BIGINT, kind VARCHAR) "
                                      "WITH ('topic' = 'gen_events', 'value.format' = 'json');")
@@ -180,7 +180,7 @@ def test_restarted_generator_continues_its_ids(tmp_path: Path, broker: str) -> N
     import time
 
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(list(print_records(broker, "gen_events", timeout=0.5))) < 30:
+    while time.monotonic() < deadline and len(read_to_end(broker, "gen_events")) < 30:
         time.sleep(0.5)
     (root / "gen.yml").write_text((root / "gen.yml").read_text().replace("count: 30", "count: 50"))
     loaded = operations.load(_options(root, broker))
@@ -190,6 +190,7 @@ def test_restarted_generator_continues_its_ids(tmp_path: Path, broker: str) -> N
     ids: list[int] = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(ids) < 50:
-        ids = [json.loads(r["value"])["id"] for r in print_records(broker, "gen_events", timeout=0.5)]
+        time.sleep(0.5)
+        ids = [json.loads(r["value"])["id"] for r in read_to_end(broker, "gen_events")]
     assert sorted(ids) == list(range(50)), "a restarted generator must continue its ids, not repeat them"
     assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok

@@ -15,7 +15,7 @@ import pytest
 
 from dsflow import operations
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-from dsflow.adapters.kafka.client import print_records
+from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.postgres import admin
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.translate import query_spec
@@ -83,7 +83,7 @@ def project_root(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def records(broker: str, project, name: str) -> list[dict]:
     topic = project.relation(f"analytics.public.{name}").topic
-    return [json.loads(r["value"]) for r in print_records(broker, topic, from_beginning=True, timeout=2.0)]
+    return [json.loads(r["value"]) for r in read_to_end(broker, topic)]
 
 
 def prepare(project, broker: str, sink: str) -> None:

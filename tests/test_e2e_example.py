@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from dsflow import operations
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import list_topics
-from dsflow.adapters.kafka.client import print_records, produce_json_lines
+from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.plan import Action
 from dsflow.cli import cli
 from dsflow.executors import DRIVER_MODULE
@@ -49,7 +49,7 @@ def _options(project_dir: Path, broker: str) -> operations.Options:
 
 def _records(broker: str, topic: str) -> list[dict]:
     return [{**json.loads(r["value"]), "__key": r["key"]}
-            for r in print_records(broker, topic, from_beginning=True, timeout=2.0)]
+            for r in read_to_end(broker, topic)]
 
 
 def _wait_for_ids(broker: str, topic: str, expected: set[int], timeout: float = 240.0) -> list[dict]:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from dsflow import operations
 from dsflow.adapters.kafka.admin import describe_topic
-from dsflow.adapters.kafka.client import print_records
+from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.records import read_records
 from dsflow.cli import cli
@@ -121,8 +121,8 @@ def test_multistore_tutorial(tmp_path, broker, kinesis_endpoint):
              stdin="\n".join(json.dumps(p) for p in pageviews))
 
         expected_copy = Counter(json.dumps(p, sort_keys=True) for p in pageviews)
-        copied = _wait_for(lambda: Counter(json.dumps(json.loads(r["value"]), sort_keys=True) for r in print_records(
-            broker, f"{prefix}pageviews_kafka", from_beginning=True, timeout=1.0)), expected_copy)
+        copied = _wait_for(lambda: Counter(json.dumps(json.loads(r["value"]), sort_keys=True) for r in read_to_end(
+            broker, f"{prefix}pageviews_kafka")), expected_copy)
         assert copied == expected_copy
 
         expected_join = _reference(pageviews, users)

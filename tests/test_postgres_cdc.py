@@ -16,7 +16,7 @@ import pytest
 
 from dsflow import operations
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-from dsflow.adapters.kafka.client import print_records
+from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.postgres import admin
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.translate import query_spec
@@ -124,7 +124,7 @@ def run(spark, project, name: str, work: Path, timeout: float = 180) -> None:
 def changes(broker: str, project) -> list[dict]:
     topic = project.relation("analytics.public.orders_changes").topic
     return [{**json.loads(r["value"]), "key": r["key"]}
-            for r in print_records(broker, topic, from_beginning=True, timeout=2.0)]
+            for r in read_to_end(broker, topic)]
 
 
 def slot_of(project) -> str:
