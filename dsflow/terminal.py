@@ -15,10 +15,11 @@ from typing import IO, Any
 
 
 class LazyConsole:
-    """`rich.console.Console(stderr=stderr, highlight=False, soft_wrap=True)`, made on first use."""
+    """`rich.console.Console(stderr=stderr, highlight=False, soft_wrap=True, **options)`, made on first use."""
 
-    def __init__(self, stderr: bool = False):
+    def __init__(self, stderr: bool = False, **options: Any):
         object.__setattr__(self, "_stderr", stderr)
+        object.__setattr__(self, "_options", options)
         object.__setattr__(self, "_console", None)
 
     def _real(self) -> Any:
@@ -26,11 +27,12 @@ class LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            object.__setattr__(self, "_console", Console(stderr=self._stderr, highlight=False, soft_wrap=True))
+            console = Console(stderr=self._stderr, highlight=False, soft_wrap=True, **self._options)
+            object.__setattr__(self, "_console", console)
         return self._console
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("_console", "_stderr"):  # not set yet (an instance made without __init__)
+        if name in ("_console", "_stderr", "_options"):  # not set yet (an instance made without __init__)
             raise AttributeError(name)
         return getattr(self._real(), name)
 

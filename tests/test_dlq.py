@@ -157,8 +157,10 @@ def test_apply_registers_the_sink_schema_and_status_counts_dead_letters(tmp_path
         entry = wait_for(status_entry, 240, "2 dead letters in dsflow status", interval=2)
         assert entry["state"] == "running" and entry["dlq_topic"] == f"{prefix}order_copy-dlq"
         import dsflow.cli
+        from dsflow.terminal import LazyConsole
 
-        monkeypatch.setattr(dsflow.cli.console, "width", 250)
+        # a console of its own (not an attribute patched through the shared lazy proxy): any TERM, no TTY
+        monkeypatch.setattr(dsflow.cli, "console", LazyConsole(width=250))
         table = CliRunner().invoke(cli, ["-C", str(root), "--var", f"bootstrap={broker}", "--var",
                                          f"registry={schema_registry}", "status"])
         header = next(line for line in table.output.splitlines() if "resource" in line)

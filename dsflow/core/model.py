@@ -105,6 +105,10 @@ class Relation(Frozen):
     value_subject: str | None = Field(None, description="avro/protobuf: the registry subject of the value schema "
                                                         "(<topic>-value unless 'value.subject' says otherwise)")
     timestamp: str | None = None
+    topic_gaps: Literal["fail", "count"] | None = Field(None, description="'topic.gaps': what a read does with "
+                                                        "offsets the broker holds no record for (compaction, "
+                                                        "transaction markers); None: count for changelogs and "
+                                                        "compacted topics, fail otherwise (read_gaps)")
     partitions: int = Field(1, description="Kafka: the topic's partitions; Kinesis: the stream's shards (topic.shards)")
     replicas: int = 1
     topic_configs: dict[str, str] = Field(default_factory=dict)
@@ -120,6 +124,15 @@ class Relation(Frozen):
     def column(self, name: str) -> Column | None:
         lowered = name.lower()
         return next((c for c in self.columns if c.name.lower() == lowered), None)
+
+    @property
+    def read_gaps(self) -> Literal["fail", "count"]:
+        """'count' where a topic may hold offsets without records by design (a changelog, a compacted topic, or
+        'topic.gaps' = 'count'); 'fail': such an offset fails the read (adapters/kafka/ranges.py)."""
+        if self.topic_gaps is not None:
+            return self.topic_gaps
+        compacted = "compact" in self.topic_configs.get("cleanup.policy", "")
+        return "count" if self.kind == "changelog" or compacted else "fail"
 
 
 class Source(Frozen):

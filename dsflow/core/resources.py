@@ -103,6 +103,8 @@ def _relation(relation: Relation) -> Resource:
     if relation.value_subject:
         data["value_subject"] = relation.value_subject
     metadata = {"timestamp": relation.timestamp, "key_format": relation.key_format}
+    if relation.topic_gaps is not None:
+        metadata["topic_gaps"] = relation.topic_gaps
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
 
 

@@ -19,7 +19,7 @@ from dsflow.load.delivery import delivery_guarantee
 from dsflow.load.views import VIEW_PROPS, check_views_not_read, view_relation
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas",
-                  "topic.shards"} | FORMAT_PROPS
+                  "topic.shards", "topic.gaps"} | FORMAT_PROPS
 QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
                "dlq.topic"}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
@@ -201,12 +201,19 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
         report(Diagnostic("DSF-E042", f"timestamp column '{timestamp}' is not a column of '{fqn}'",
                           st.prop("timestamp").location, hint=did_you_mean(timestamp, [c.name for c in columns])))
     configs = {p.key[len(TOPIC_CONFIG_PREFIX):]: p.value for p in st.properties if p.key.startswith(TOPIC_CONFIG_PREFIX)}
+    gaps = _prop(st, "topic.gaps")
+    if gaps is not None and gaps.lower() not in ("fail", "count"):
+        report(Diagnostic("DSF-E032", f"'topic.gaps' must be 'fail' or 'count', got '{gaps}'",
+                          st.prop("topic.gaps").location, hint="'topic.gaps' = 'count' for a topic written in "
+                          "transactions or compacted; 'fail' (the default for streams) otherwise"))
+        gaps = None
     topic = ns.topic_prefix + (_prop(st, "topic") or fqn.rsplit(".", 1)[-1])
     return Relation(fqn=fqn, kind="changelog" if st.kind == "changelog" else "stream", columns=columns,
                     primary_key=primary_key if primary_key is not None else st.primary_key, store=store_name,
                     topic=topic, value_format=value_format, key_format=key_format, timestamp=timestamp,
                     value_subject=value_subject(value_format, topic, _prop(st, "value.subject")),
-                    partitions=partitions, replicas=replicas, topic_configs=configs, location=st.location)
+                    partitions=partitions, replicas=replicas, topic_configs=configs, location=st.location,
+                    topic_gaps=gaps.lower() if gaps else None)
 
 
 def _prop(st: RawStatement, key: str) -> str | None:

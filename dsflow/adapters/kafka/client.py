@@ -13,10 +13,11 @@ Error codes raised here:
 
     DSF-E702  the broker cannot be reached
     DSF-E703  a Kafka request failed (metadata, offsets)
-    DSF-E704  a ranged read made no progress for `stall_timeout` seconds
+    DSF-E704  a ranged read made no progress for `stall_timeout` seconds (ranges.py)
     DSF-E705  records could not be delivered
     DSF-E706  an input line is not valid JSON
     DSF-E708  the topic does not exist
+    DSF-E709  a ranged read could not account for every offset (ranges.py)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from dsflow.adapters.kafka.ranges import read_range
 from dsflow.errors import DsflowError
 
 LOG = logging.getLogger("dsflow.kafka")
@@ -57,7 +59,6 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 _UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_WAIT_COORD"}
-_FATAL_READ = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED"}
 
 
 def client_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -321,85 +322,6 @@ def _note_offsets(messages: list, seen: dict[int, int]) -> int:
 
 
 # --- reading ----------------------------------------------------------------------------------
-
-
-def read_range(
-    consumer: Any, topic: str, partition: int, start: int, end: int,
-    max_batch: int = 10_000, stall_timeout: float = STALL_TIMEOUT,
-) -> Iterator[list]:
-    """Messages with start <= offset < end from one partition, in lists of at most `max_batch`.
-
-    Offsets missing in the log (compaction, transaction markers) are skipped: progress is
-    judged by the offsets of the messages received and by the consumer's position. Raises
-    DSF-E704 when no progress is made for `stall_timeout` seconds. Unassigns on exit; the
-    caller closes the consumer.
-    """
-    from confluent_kafka import TopicPartition
-
-    if start >= end:
-        return
-    tp = TopicPartition(topic, partition)
-    consumer.assign([TopicPartition(topic, partition, start)])
-    pos, last_error, progressed_at = start, None, time.monotonic()
-    try:
-        while pos < end:
-            messages = consumer.consume(min(end - pos, max_batch), 0.5)
-            batch, new_pos, error = _take(messages, pos, end, f"{topic}[{partition}]")
-            last_error = error or last_error
-            if batch:
-                yield batch
-            if new_pos == pos:
-                new_pos = max(pos, min(end, _position(consumer, tp)))
-            if new_pos > pos:
-                pos, progressed_at = new_pos, time.monotonic()
-            elif time.monotonic() - progressed_at > stall_timeout:
-                raise _stalled(topic, partition, pos, end, stall_timeout, last_error)
-    finally:
-        consumer.unassign()
-
-
-def _take(messages: list, pos: int, end: int, where: str) -> tuple[list, int, str | None]:
-    """Messages in [pos, end), the next position, and the last non-fatal error seen.
-
-    Fast path without per-message Python: no errors and every offset already inside [pos, end)
-    (offsets of one partition ascend), which is the common case.
-    """
-    if messages and not any(map(_message_error, messages)):
-        first, last = messages[0].offset(), messages[-1].offset()
-        if pos <= first and last < end:
-            return messages, last + 1, None
-    batch, error = [], None
-    for m in messages:
-        err = m.error()
-        if err is not None:
-            if err.fatal() or err.name() in _FATAL_READ:
-                raise DsflowError("DSF-E703", f"reading {where} at offset {pos} failed: {err.str()}")
-            error = err.str()
-            continue
-        offset = m.offset()
-        if pos <= offset < end:
-            batch.append(m)
-            pos = offset + 1
-    return batch, pos, error
-
-
-def _message_error(message: Any) -> Any:
-    return message.error()
-
-
-def _position(consumer: Any, tp: Any) -> int:
-    """Where the consumer will fetch next (past gaps and control records), or -1."""
-    offset = consumer.position([tp])[0].offset
-    return offset if offset >= 0 else -1
-
-
-def _stalled(topic: str, partition: int, pos: int, end: int, timeout: float, error: str | None) -> DsflowError:
-    cause = f"; last error: {error}" if error else ""
-    return DsflowError(
-        "DSF-E704",
-        f"no progress reading {topic}[{partition}] at offset {pos} (reading up to {end}) for {timeout:.0f}s{cause}",
-        hint="check that the broker is up and the topic was not deleted or recreated since the offsets were recorded",
-    )
 
 
 def _bootstrap_of(client: Any) -> str:

@@ -13,6 +13,10 @@ Options (keys are case-insensitive):
     starting.timestamp     epoch ms: start at the first record at or after it (a replay)
     max.records.per.batch  optional cap on records per micro-batch (offset-based)
     stall.timeout.seconds  fail a read task that makes no progress this long (default 60)
+    gaps                   fail (default) | count: what a read does with offsets the broker confirms it holds no
+                           record for (ranges.py): fail the micro-batch (DSF-E709), or count them (compacted
+                           topics, transaction markers) in `gap.log`
+    gap.log                a file that counted gaps are appended to as JSON lines (dsflow status reads it)
     kafka.<setting>        passed to librdkafka without the prefix, e.g. kafka.security.protocol
 
 Reading yields key, value, topic, partition, offset, timestamp (see SCHEMA). Offsets are
@@ -31,6 +35,7 @@ Writing lives in writing.py. Nothing here holds a Kafka client when pickled: cli
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 from collections.abc import Iterator, Mapping
@@ -91,6 +96,10 @@ class KafkaOptions:
     """Epoch ms: start each partition at the first record at or after it (a replay)."""
     max_records_per_batch: int | None = None
     stall_timeout: float = client.STALL_TIMEOUT
+    allow_gaps: bool = False
+    """`gaps` = count: offsets the broker confirms empty are counted (compaction, transaction markers), not fatal."""
+    gap_log: str | None = None
+    """Where counted gaps are appended (JSON lines)."""
     settings: dict[str, str] = field(default_factory=dict)
     """librdkafka settings from the `kafka.` options, prefix removed."""
     decoding: Decoding = field(default_factory=Decoding)
@@ -112,6 +121,9 @@ class KafkaOptions:
         start = opts.get("starting.position", "earliest").strip().lower()
         if start not in ("earliest", "latest"):
             raise _bad_option("starting.position", start, "earliest or latest")
+        gaps = opts.get("gaps", "fail").strip().lower()
+        if gaps not in ("fail", "count"):
+            raise _bad_option("gaps", gaps, "fail or count")
         return cls(
             bootstrap=_required(opts, "bootstrap.servers"),
             topic=_required(opts, "topic"),
@@ -120,6 +132,8 @@ class KafkaOptions:
             starting_timestamp=_positive(opts, "starting.timestamp", int),
             max_records_per_batch=_positive(opts, "max.records.per.batch", int),
             stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
+            allow_gaps=gaps == "count",
+            gap_log=opts.get("gap.log") or None,
             settings=extra,
             decoding=Decoding.parse(opts),
             value_schema=opts.get("value.schema") or None,
@@ -217,6 +231,8 @@ class KafkaRange(InputPartition):
     stall_timeout: float = client.STALL_TIMEOUT
     decoding: Decoding = field(default_factory=Decoding, repr=False)
     run: str = ""
+    allow_gaps: bool = False
+    gap_log: str | None = None
 
 
 def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
@@ -226,9 +242,8 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
     value_type = value_struct(task.decoding.columns) if task.decoding.layout == BOTH else None
     ok = False
     try:
-        chunks = client.read_range(
-            consumer, task.topic, task.partition, task.start, task.end, CHUNK_ROWS, task.stall_timeout
-        )
+        chunks = client.read_range(consumer, task.topic, task.partition, task.start, task.end, CHUNK_ROWS,
+                                   task.stall_timeout, task.allow_gaps, _gap_logger(task.gap_log))
         for messages in chunks:
             if not task.decoding.decoded and not task.decoding.dlq_topic and not task.decoding.decodes_keys:
                 yield to_record_batch(messages, task.topic)
@@ -242,6 +257,19 @@ def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
         ok = True
     finally:
         pool.release_consumer(task.config, consumer, ok, task.run)
+
+
+def _gap_logger(path: str | None) -> Any:
+    """An `on_gap` that appends each counted gap to `path` as a JSON line (None: nothing recorded)."""
+    if path is None:
+        return None
+
+    def record(topic: str, partition: int, start: int, end: int) -> None:
+        line = json.dumps({"topic": topic, "partition": partition, "start": start, "end": end, "at": time.time()})
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
+
+    return record
 
 
 def to_record_batch(messages: list, topic: str, values: Any = None, key_format: str | None = None,
@@ -314,7 +342,7 @@ def plan_ranges(options: KafkaOptions, start: Mapping[str, int], end: Mapping[st
     """One task per partition with records between the two offsets."""
     return [
         KafkaRange(options.topic, int(p), int(start.get(p, 0)), int(stop), options.config, options.stall_timeout,
-                   options.decoding, options.run)
+                   options.decoding, options.run, options.allow_gaps, options.gap_log)
         for p, stop in end.items()
         if int(start.get(p, 0)) < int(stop)
     ]
@@ -386,6 +414,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._offsets = _ConsumerHolder(options)
         self._target: dict[int, int] | None = None
+        self._planned: tuple[dict, dict] | None = None
 
     def initialOffset(self) -> dict:
         if self.options.starting_timestamp is not None:
@@ -416,6 +445,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return as_offset({**kept, **end})
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
+        check_continues(self._planned, start, end, self.options.topic)
+        self._planned = (dict(start), dict(end))
         return plan_ranges(self.options, start, end)
 
     def read(self, partition: KafkaRange) -> Iterator[Any]:
@@ -426,6 +457,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self._offsets.close()
+
+
+def check_continues(previous: tuple[dict, dict] | None, start: dict, end: dict, topic: str) -> None:
+    """DSF-E709 unless this micro-batch starts, in every partition, exactly where the one planned before it ended
+    (or is that same batch planned again). Spark's offset log hands the end over as the next start; this check
+    makes a broken hand-over fail the query instead of skipping or re-reading records silently."""
+    if previous is None or (dict(start), dict(end)) == previous:
+        return
+    before = previous[1]
+    moved = {p: (int(before[p]), int(start[p]) if p in start else None) for p in before
+             if p not in start or int(start[p]) != int(before[p])}
+    backwards = {p: (int(start[p]), int(end[p])) for p in end if p in start and int(end[p]) < int(start[p])}
+    if moved or backwards:
+        detail = ", ".join(f"partition {p}: previous end {a}, this start {b}" for p, (a, b) in sorted(moved.items()))
+        detail += ", ".join(f"partition {p}: end {b} before start {a}" for p, (a, b) in sorted(backwards.items()))
+        raise DsflowError("DSF-E709", f"micro-batch offsets of topic '{topic}' do not continue: {detail}",
+                          hint="the checkpoint's offset log was changed or belongs to another topic; restart the "
+                               "query from a known position ('start.position')")
 
 
 def cap_rows(begin: dict[int, int], end: dict[int, int], max_rows: int) -> dict[int, int]:

@@ -62,7 +62,7 @@ def build_dataframe(spark, spec: QuerySpec):
         for key, value in source.client_config.items():
             if key != "bootstrap.servers":
                 raw = raw.option(f"kafka.{key}", value)
-        raw = raw.options(**source_format_options(source, spec.name))
+        raw = raw.options(**source_format_options(source, spec.name), **gap_options(spec, source))
         source_view(raw.load(), source).createOrReplaceTempView(source.view)
     if spec.temporal is not None:
         from dsflow.adapters.spark.temporal import joined_view
@@ -72,6 +72,26 @@ def build_dataframe(spark, spec: QuerySpec):
     if spec.sink.kind not in ("kafka", "kinesis"):
         return result
     return sink_frame(result, spec.sink)
+
+
+def gap_log_path(spec: QuerySpec) -> Path:
+    """Where the query's read tasks append the gaps they counted (beside its status file)."""
+    return Path(spec.status_path).with_name("gaps.jsonl")
+
+
+def gap_options(spec: QuerySpec, source) -> dict[str, str]:
+    """What the source's reads do with offsets the broker holds no record for (SourceSpec.gaps), and where
+    they count them."""
+    return {"gaps": source.gaps, "gap.log": str(gap_log_path(spec))}
+
+
+def counted_gaps(spec: QuerySpec) -> int:
+    """Offsets the query's reads found empty and counted (gaps.jsonl), 0 if none."""
+    try:
+        lines = gap_log_path(spec).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0
+    return sum(entry["end"] - entry["start"] for entry in map(json.loads, filter(None, lines)))
 
 
 def start_query(spark, spec: QuerySpec, available_now: bool = False):
@@ -114,7 +134,7 @@ def write_status(path: str, status: dict[str, Any]) -> None:
 def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
     progress = query.lastProgress if query is not None else None
     status: dict[str, Any] = {"name": spec.name, "version": spec.version, "pid": os.getpid(), "state": state,
-                              "updated_at": time.time()}
+                              "updated_at": time.time(), "gap_offsets": counted_gaps(spec)}
     if progress:
         status.update({
             "batch_id": progress.get("batchId"),

@@ -31,6 +31,8 @@ class SourceSpec(BaseModel):
                                            "client_config holds the store's connection settings)")
     options: dict[str, str] = Field(default_factory=dict, description="postgres_cdc: database, schema, table, "
                                     "slot, publication")
+    gaps: Literal["fail", "count"] = Field("fail", description="Kafka: what a read does with offsets the broker "
+                                           "holds no record for (Relation.read_gaps)")
     changelog_key: dict[str, str] = Field(default_factory=dict, description="a changelog: its primary key "
                                           "columns and Spark types; a null value (tombstone) is a delete of the key")
     value_format: str = Field("json", description="json (from_json on the JVM, or parsed by the reader into __value "

@@ -174,7 +174,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   event_time=event_time_sql(relation, source.timestamp) if timed else None,
                                   watermark_delay=spark_duration(query.watermark_delay) if timed and not
                                   (query.temporal_join and relation.kind == "changelog") else None,
-                                  window=window, changelog_key=_changelog_key(relation),
+                                  window=window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps,
                                   **_source_format(project, query, store, relation)))
     return sources
 
