@@ -253,10 +253,11 @@ def _catch_up(spark, specs: dict, running: dict, bootstrap: str, topics: dict, e
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--starts", type=int, default=60, help="query starts in all (3 per round)")
+    parser.add_argument("--starts", type=int, default=60, help="query starts in all (up to 2 + restarts per round)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--hogs", type=int, default=2, help="busy processes beside the queries")
     parser.add_argument("--records", type=int, default=400)
+    parser.add_argument("--restarts", type=int, default=6, help="interruptions per round (each then starts again)")
     parser.add_argument("--bootstrap", default=None, help="a running broker; default: start the embedded one")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         while sum(r.starts for r in rounds) < args.starts:
             hogs = cpu_hogs(args.hogs, 600)
             try:
-                found = one_round(spark, bootstrap, work, seed, records=args.records)
+                found = one_round(spark, bootstrap, work, seed, restarts=args.restarts, records=args.records)
             finally:
                 for h in hogs:
                     h.terminate()

@@ -17,6 +17,7 @@ from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change, Plan
 from dsflow.core.plan import desired_fingerprint
 from dsflow.core.resources import project_resources
+from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
 from dsflow.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
@@ -56,8 +57,11 @@ def check_plan_is_current(plan: Plan, state: State, project: Project) -> None:
 
 
 def apply_plan(plan: Plan, project: Project, workspace: Workspace,
-               on_event: Callable[[str, Change], None] = lambda *_: None) -> ApplyResult:
-    """Carry out every actionable change in order, saving state after each one."""
+               on_event: Callable[[str, Change], None] = lambda *_: None,
+               allowance: Allowance = Allowance()) -> ApplyResult:
+    """Carry out every actionable change in order, saving state after each one; nothing at all when the plan
+    destroys records the user did not allow (check_data_loss)."""
+    check_data_loss(plan, allowance)
     backend = workspace.state_backend()
     result = ApplyResult()
     with backend.lock("destroy" if plan.mode == "destroy" else "apply"):
@@ -139,6 +143,9 @@ class _IntentRecorder:
 
 def _apply_one(ctx: Context, change: Change, state: State) -> State:
     deployed = state.resources.get(change.address)
+    if change.moved_from is not None and deployed is None:  # a rename: the new address takes over the old object
+        deployed = state.resources[change.moved_from]
+        state = state.without(change.moved_from)
     outputs = dict(run_change(ctx, change, deployed) or {})
     state = _record_ledger(state, change, outputs.pop(LEDGER_STOPPED, None), outputs.pop(LEDGER_STARTED, None))
     if outputs.pop(GONE, False):

@@ -164,11 +164,18 @@ def _print_plan(data: dict[str, Any], show_noop: bool = False) -> None:
 @click.argument("planfile", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
 @click.option("--refresh-only", is_flag=True, help="record drift in state without changing anything")
+@click.option("--allow-destroy", "allow_destroy", multiple=True, metavar="ADDRESS",
+              help="let this change delete the records its plan says it destroys (repeatable)")
+@click.option("--allow-data-loss", is_flag=True, help="let every change delete the records the plan says it destroys")
 @target_option
 @click.pass_context
 def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh_only: bool,
-          targets: tuple[str, ...]) -> None:
-    """Carry out the plan (a saved PLANFILE, or a fresh one)."""
+          allow_destroy: tuple[str, ...], allow_data_loss: bool, targets: tuple[str, ...]) -> None:
+    """Carry out the plan (a saved PLANFILE, or a fresh one). A plan that destroys records (DESTROYS in the
+    plan) is refused unless --allow-destroy names each such change or --allow-data-loss is given."""
+    from dsflow.core.safety import Allowance
+
+    allowance = Allowance(everything=allow_data_loss, addresses=frozenset(allow_destroy))
     loaded = _load(ctx)
     if planfile:
         from dsflow.core.plan_schema import plan_from_json
@@ -176,7 +183,7 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
         the_plan = plan_from_json(planfile.read_text(), str(planfile))
     else:
         the_plan = operations.plan(loaded, refresh_only=refresh_only, targets=_targets(targets))
-    _apply(loaded, the_plan, auto_approve or planfile is not None)
+    _apply(loaded, the_plan, auto_approve or planfile is not None, allowance)
 
 
 @cli.command()
@@ -225,11 +232,15 @@ def _query_address(loaded: operations.Loaded, name: str) -> str:
     return f"query.{name}"
 
 
-def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool) -> None:
+def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool, allowance=None) -> None:
+    from dsflow.core.safety import Allowance, check_data_loss
+
     data = the_plan.model_dump(mode="json")
     _print_plan(data)
     if not the_plan.has_changes:
         return
+    allowance = allowance or Allowance()
+    check_data_loss(the_plan, allowance)  # before asking: a refused plan is not offered
     if not auto_approve and not click.confirm("\nApply these changes?", default=False):
         console.print("Apply cancelled.")
         sys.exit(1)
@@ -241,7 +252,7 @@ def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool) -> Non
             console.print(f"  [red]✗[/] {change.action.value} {change.address}")
 
     console.print()
-    result = operations.apply(loaded, the_plan, on_event)
+    result = operations.apply(loaded, the_plan, on_event, allowance)
     if result.failed:
         change, error = result.failed
         err_console.print(f"\nError while applying {change.address}: {error}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ from dsflow.core.model import Project
 from dsflow.core.categories import Category
 from dsflow.core.plan import Observation, Plan, PlanOptions, make_plan
 from dsflow.core.resources import project_resources
+from dsflow.core.safety import Allowance, check_prevented
 from dsflow.core.state import State
 from dsflow.load.project import load_project
 from dsflow.workspace import Workspace
@@ -58,18 +59,32 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     state = loaded.workspace.state_backend().read()
     _check_targets(targets, loaded.project, state)
     observations = _refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
-    options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets)
+    store_types = {s.name: s.type for s in loaded.project.stores}
+    options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets,
+                          store_types=store_types)
     resources = project_resources(loaded.project)
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+    measured = _measured(loaded, the_plan, state, counting=do_refresh or destroy)
+    if measured:
+        options = replace(options, **measured)
+        the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+    check_prevented(the_plan)
+    return the_plan
+
+
+def _measured(loaded: Loaded, the_plan: Plan, state: State, counting: bool) -> dict[str, Any]:
+    """Replay estimates and the records held by what the plan would destroy, measured on the live systems."""
     replays = [c for c in the_plan.changes if c.category is Category.REPLAY and c.override]
-    if not replays:
-        return the_plan
-    from dsflow.refresh import replay_estimate
+    destroying = the_plan.destroying if counting else []
+    if not replays and not destroying:
+        return {}
+    from dsflow.refresh import record_count, replay_estimate
 
     estimates = {c.address: e for c in replays
                  if (e := replay_estimate(loaded.project, c, state.resources.get(c.address))) is not None}
-    options = PlanOptions(observations=observations, destroy=destroy, targets=targets, estimates=estimates)
-    return make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+    counts = {c.address: n for c in destroying
+              if (n := record_count(loaded.project, state.resources[c.address])) is not None}
+    return {"estimates": estimates, "record_counts": counts}
 
 
 def _refresh(state: State, project: Project) -> dict[str, Observation]:
@@ -92,10 +107,11 @@ def _check_targets(targets: frozenset[str], project: Project, state) -> None:
                               hint=did_you_mean(target, known))
 
 
-def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None) -> ApplyResult:
+def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None, allowance: Allowance | None = None) -> ApplyResult:
+    """Apply the plan; `allowance` is the data loss the user acknowledged (core/safety.py; none by default)."""
     from dsflow.apply import apply_plan
 
-    return apply_plan(the_plan, loaded.project, loaded.workspace, on_event)
+    return apply_plan(the_plan, loaded.project, loaded.workspace, on_event, allowance or Allowance())
 
 
 def status(loaded: Loaded) -> list[dict[str, Any]]:

@@ -145,3 +145,23 @@ def _records_from(client, store, topic: str, override: str | None) -> int:
         else:
             starts = client.start_offsets(consumer, topic, parts)
     return sum(max(0, ends[p] - starts.get(p, 0)) for p in parts)
+
+
+def record_count(project, deployed: DeployedResource) -> int | None:
+    """Records a deployed relation's topic holds now (end offsets minus the first held), for a plan that would
+    delete or empty it; None when it cannot be counted (not a Kafka topic, broker unreachable, topic gone)."""
+    from dsflow.adapters.kafka import client
+    from dsflow.errors import DsflowError
+
+    bootstrap, topic = deployed.outputs.get("bootstrap"), deployed.outputs.get("topic")
+    if not bootstrap or not topic:
+        return None
+    try:
+        client.assert_reachable(bootstrap)
+        config = client.client_config(bootstrap, _store_properties(project, deployed))
+        with client.consumer(config) as consumer:
+            parts = client.topic_partitions(consumer, topic)
+            ends, starts = client.end_offsets(consumer, topic, parts), client.start_offsets(consumer, topic, parts)
+    except DsflowError:
+        return None
+    return sum(max(0, ends[p] - starts.get(p, 0)) for p in parts)

@@ -46,7 +46,18 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
         details.append(("replay", f"~{estimate['records']:,} records to reprocess{timing}"))
     if change.get("affected"):
         details.append(("affects", ", ".join(change["affected"])))
+    if change.get("destroys"):
+        details.append(("DESTROYS", destroys_text(change)))
     return details
+
+
+def destroys_text(change: dict[str, Any]) -> str:
+    """'~1,234 records (topic kafka_main/pageviews); ...' for a change that deletes records."""
+    loss = change["destroys"]
+    held = f"~{loss['records']:,} records" if loss.get("records") is not None else "its records (not counted)"
+    if loss.get("prevented"):
+        return f"{held} ({loss['object']}); refused: 'lifecycle.prevent_destroy' = 'true'"
+    return f"{held} ({loss['object']}); apply needs --allow-destroy {change['address']} or --allow-data-loss"
 
 
 def _duration(seconds: float) -> str:
@@ -62,8 +73,13 @@ def summary_line(plan: dict[str, Any]) -> str:
     if plan.get("mode") == "refresh-only":
         return f"Refresh: {len(actionable)} object(s) changed outside dsflow; apply records what was seen."
     counts = {a: sum(1 for c in actionable if c["action"] == a) for a in ("create", "update", "replace", "delete")}
-    return (f"Plan: {counts['create']} to create, {counts['update']} to update in place, "
+    line = (f"Plan: {counts['create']} to create, {counts['update']} to update in place, "
             f"{counts['replace']} to replace, {counts['delete']} to delete.")
+    destroying = [c for c in actionable if c.get("destroys")]
+    if destroying:
+        known = sum(c["destroys"].get("records") or 0 for c in destroying)
+        line += f" {len(destroying)} change(s) DESTROY records (~{known:,} counted)."
+    return line
 
 
 def plan_markdown(plan: dict[str, Any]) -> str:
@@ -79,7 +95,7 @@ def plan_markdown(plan: dict[str, Any]) -> str:
         drift = " (drift)" if change.get("drift") else ""
         lines.append(f"| `{SYMBOL[change['action']]}` | `{change['address']}` | {change['action']}{drift} | "
                      f"{category} | {change['reason']} |")
-    detailed = [c for c in actionable if c.get("effect") or c.get("estimate") or c.get("affected")]
+    detailed = [c for c in actionable if c.get("effect") or c.get("estimate") or c.get("affected") or c.get("destroys")]
     if detailed:
         lines += ["", "<details><summary>What happens to running queries</summary>", ""]
         for change in detailed:
@@ -93,6 +109,8 @@ def _change_line(change: dict[str, Any], color: bool) -> str:
     action = change["action"]
     if change.get("rollback_of"):
         action_text = f"{action}, rollback"
+    elif change.get("moved_from"):
+        action_text = f"{action}, moved from {change['moved_from']}"
     else:
         action_text = action
     text = f"  {SYMBOL[action]:>3} {change['address']}  ({action_text}{', drift' if change.get('drift') else ''})"

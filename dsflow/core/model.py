@@ -115,6 +115,8 @@ class Relation(Frozen):
     table_options: dict[str, str] = Field(default_factory=dict, description="kind 'table': where the table is "
                                           "('delta.path', 'snowflake.db.name', ...; see docs/project.md)")
     defined_by_query: str | None = Field(None, description="fqn of the CSAS query that defines it")
+    prevent_destroy: bool = Field(False, description="'lifecycle.prevent_destroy' = 'true': no plan may delete or "
+                                                     "replace its topic or table (like Terraform's lifecycle)")
     location: Location | None = None
 
     @property

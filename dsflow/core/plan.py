@@ -47,6 +47,18 @@ class Estimate(BaseModel):
     seconds: float | None = Field(None, description="records / rate_per_second; null if the rate is unknown")
 
 
+class DataLoss(BaseModel):
+    """What a delete or replacement destroys: an object that holds records, and how many it holds now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    object: str = Field(description="the physical object, e.g. 'topic kafka_main/pageviews'")
+    records: int | None = Field(None, description="records it holds, counted during the refresh; null if not "
+                                                  "counted (--no-refresh, or a store that cannot count)")
+    prevented: bool = Field(False, description="the relation declares 'lifecycle.prevent_destroy': no apply may "
+                                               "run this change")
+
+
 class Change(BaseModel):
     """One planned change, with the reason (for display only) and its effect on query state."""
 
@@ -69,6 +81,11 @@ class Change(BaseModel):
     affected: list[str] = Field(default_factory=list, description="for relation replacements: downstream queries")
     rollback_of: str | None = Field(None, description="the earlier version this change returns to")
     observed: str | None = Field(None, description="for refresh-only: what the refresh saw")
+    destroys: DataLoss | None = Field(None, description="the records this change deletes: apply refuses it unless "
+                                                        "the user allowed it (--allow-destroy, --allow-data-loss)")
+    moved_from: str | None = Field(None, description="a relation renamed in the project onto the same physical "
+                                                     "object: the deployed address it takes over (topic and "
+                                                     "records kept)")
 
 
 class Observation(BaseModel):
@@ -104,6 +121,11 @@ class Plan(BaseModel):
         return [c for c in self.changes if c.action is not Action.NOOP]
 
     @property
+    def destroying(self) -> list[Change]:
+        """The changes that delete records (Change.destroys)."""
+        return [c for c in self.changes if c.destroys is not None]
+
+    @property
     def has_changes(self) -> bool:
         return bool(self.actionable)
 
@@ -122,6 +144,10 @@ class PlanOptions:
 
     observations: Mapping[str, Observation] = field(default_factory=dict)
     estimates: Mapping[str, Estimate] = field(default_factory=dict)
+    record_counts: Mapping[str, int] = field(default_factory=dict)
+    """Records held now by the relations a change would delete or empty, by address (counted during refresh)."""
+    store_types: Mapping[str, str] = field(default_factory=dict)
+    """Store name -> type, to name a relation's physical object."""
     destroy: bool = False
     refresh_only: bool = False
     targets: frozenset[str] = frozenset()
@@ -142,7 +168,8 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
         wanted = _targeted(wanted, graph, options.targets)
     forward = _forward_changes(wanted, graph, state, options)
     deletes = _delete_changes(wanted, state, options.targets)
-    return Plan(changes=deletes + forward, **common)
+    deletes, forward = _moves(deletes, forward, state, options.store_types)
+    return Plan(changes=[_with_data_loss(c, state, options) for c in deletes + forward], **common)
 
 
 def desired_fingerprint(desired: list[Resource]) -> str:
@@ -247,6 +274,70 @@ def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozense
                before=gone[str(a)].data)
         for a in ordered
     ]
+
+
+def physical_key(data: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """A relation's physical identity: the object it lives in (store and topic, or store and table), None if it
+    has none of its own."""
+    if not data or "topic" not in data:
+        return None
+    holder = "table" if data.get("kind") in ("table", "materialized_view") else "log"
+    return data.get("store", ""), holder, data["topic"], fingerprint(data.get("table_options") or {})
+
+
+def _moves(deletes: list[Change], forward: list[Change], state: State,
+           store_types: Mapping[str, str]) -> tuple[list[Change], list[Change]]:
+    """A relation deleted and one created on the same physical object with the same definition is one relation
+    renamed: the delete goes, and the create becomes an in-place update that takes over the deployed object (its
+    records, and the offsets of the queries that read it, stay valid)."""
+    gone = {physical_key(c.before): c for c in deletes
+            if Address.parse(c.address).kind is Kind.RELATION and physical_key(c.before) is not None}
+    moved: dict[str, str] = {}
+    for change in forward:
+        old = gone.get(physical_key(change.after)) if change.action is Action.CREATE else None
+        if old is not None and state.resources[old.address].data_hash == change.data_hash:
+            moved[change.address] = old.address
+    if not moved:
+        return deletes, forward
+    taken = set(moved.values())
+    renamed = [_moved(c, moved[c.address], state, store_types) if c.address in moved else c for c in forward]
+    return [c for c in deletes if c.address not in taken], renamed
+
+
+def _moved(change: Change, old: str, state: State, store_types: Mapping[str, str]) -> Change:
+    deployed = state.resources[old]
+    return change.model_copy(update={
+        "action": Action.UPDATE, "moved_from": old, "before": deployed.data,
+        "reason": f"moved from {old} (same {physical_object(deployed.data, store_types)})",
+        "effect": f"{physical_object(deployed.data, store_types)} and its records kept; only the name changes"})
+
+
+def _with_data_loss(change: Change, state: State, options: PlanOptions) -> Change:
+    """The change, with what it destroys when it deletes or replaces a relation whose object dsflow created."""
+    deployed = state.resources.get(change.address)
+    if change.action not in (Action.DELETE, Action.REPLACE) or deployed is None:
+        return change
+    if Address.parse(change.address).kind is not Kind.RELATION:
+        return change
+    prevented = bool(deployed.metadata.get("prevent_destroy") or (change.after_metadata or {}).get("prevent_destroy"))
+    if not deployed.outputs.get("created_by_dsflow", True):
+        if change.action is Action.DELETE:
+            return change.model_copy(update={"effect": f"{physical_object(deployed.data, options.store_types)} "
+                                                       "kept: dsflow did not create it"})
+        return change
+    loss = DataLoss(object=physical_object(deployed.data, options.store_types),
+                    records=options.record_counts.get(change.address), prevented=prevented)
+    return change.model_copy(update={"destroys": loss})
+
+
+def physical_object(data: dict[str, Any], store_types: Mapping[str, str]) -> str:
+    """A relation's physical object in words: 'topic kafka_main/pageviews', 'delta table ...', ..."""
+    kind, store = data.get("kind"), data.get("store", "")
+    if kind in ("table", "materialized_view"):
+        where = ", ".join(f"{k}={v}" for k, v in sorted((data.get("table_options") or {}).items()))
+        return f"{store_types.get(store, '')} table {data.get('topic')}".strip() + (f" ({where})" if where else "")
+    noun = "stream" if store_types.get(store) == "kinesis" else "topic"
+    return f"{store_types.get(store, '')} {noun} {store}/{data.get('topic')}".strip()
 
 
 def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

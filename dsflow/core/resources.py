@@ -105,6 +105,8 @@ def _relation(relation: Relation) -> Resource:
     metadata = {"timestamp": relation.timestamp, "key_format": relation.key_format}
     if relation.topic_gaps is not None:
         metadata["topic_gaps"] = relation.topic_gaps
+    if relation.prevent_destroy:
+        metadata["prevent_destroy"] = True
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
 
 

@@ -23,6 +23,8 @@ RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "
 QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
                "dlq.topic"}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
+PREVENT_DESTROY = "lifecycle.prevent_destroy"
+"""Any relation may declare it: no plan may delete or replace its object (Relation.prevent_destroy)."""
 VALUE_FORMATS = {"json"}
 
 
@@ -87,7 +89,18 @@ def _declare(ns: Namespace, relation: Relation | None, st: RawStatement, report:
         report(Diagnostic("DSF-E020", f"relation '{relation.fqn}' is defined twice", st.location,
                           hint=f"first defined at {first}"))
         return
-    ns.relations[relation.fqn] = relation
+    ns.relations[relation.fqn] = _with_lifecycle(relation, st, report)
+
+
+def _with_lifecycle(relation: Relation, st: RawStatement, report: Report) -> Relation:
+    value = _prop(st, PREVENT_DESTROY)
+    if value is None:
+        return relation
+    if value.lower() not in ("true", "false"):
+        report(Diagnostic("DSF-E032", f"'{PREVENT_DESTROY}' must be 'true' or 'false', got '{value}'",
+                          st.prop(PREVENT_DESTROY).location, hint=f"'{PREVENT_DESTROY}' = 'true'"))
+        return relation
+    return relation.model_copy(update={"prevent_destroy": value.lower() == "true"})
 
 
 def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Report) -> Relation | None:
@@ -158,7 +171,7 @@ def _check_duplicate_columns(names: list[str], st: RawStatement, report: Report)
 
 def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
     for prop in st.properties:
-        if prop.key in allowed or prop.key.startswith(TOPIC_CONFIG_PREFIX):
+        if prop.key in allowed or prop.key == PREVENT_DESTROY or prop.key.startswith(TOPIC_CONFIG_PREFIX):
             if SECRET_KEY.search(prop.key):
                 report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL",
                                   prop.location, hint="secrets belong in store YAML as {{ env_var('NAME') }}"))

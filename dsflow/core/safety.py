@@ -1,0 +1,54 @@
+"""What a plan may destroy: records are deleted only when the plan says so and the user allowed it.
+
+A change that deletes or replaces a relation whose topic or table dsflow created carries `Change.destroys`
+(core/plan.py): the object and the records it holds. Apply refuses the whole plan, before it touches anything,
+unless each such change was acknowledged on the command line; a relation that declares
+'lifecycle.prevent_destroy' = 'true' refuses even then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsflow.core.plan import Plan
+from dsflow.errors import DsflowError
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """The data loss a user acknowledged (`--allow-destroy ADDRESS`, `--allow-data-loss`): `--auto-approve` alone
+    never lets apply delete a topic or table that holds records."""
+
+    everything: bool = False
+    addresses: frozenset[str] = frozenset()
+    """Resource addresses (relation.db.schema.name) or relation names (db.schema.name)."""
+
+    def allows(self, address: str) -> bool:
+        return self.everything or address in self.addresses or address.split(".", 1)[-1] in self.addresses
+
+
+def check_prevented(plan: Plan) -> None:
+    """DSF-E823 when the plan deletes or replaces a relation that declares 'lifecycle.prevent_destroy'."""
+    prevented = [c for c in plan.destroying if c.destroys.prevented]
+    if prevented:
+        raise DsflowError("DSF-E823", "the plan would destroy " + ", ".join(
+            f"{c.address} ({c.action.value}: {c.destroys.object})" for c in prevented)
+            + ", which declares 'lifecycle.prevent_destroy' = 'true'",
+            hint="undo the edit that deletes or replaces it, or set 'lifecycle.prevent_destroy' = 'false' and "
+                 "apply that first")
+
+
+def check_data_loss(plan: Plan, allowance: Allowance) -> None:
+    """DSF-E822 unless every change that destroys records was allowed; DSF-E823 for a prevented one. `dsflow
+    destroy` is itself the acknowledgement for its own plan (prevent_destroy still holds)."""
+    check_prevented(plan)
+    if plan.mode == "destroy":
+        return
+    refused = [c for c in plan.destroying if not allowance.allows(c.address)]
+    if refused:
+        raise DsflowError("DSF-E822", "the plan destroys records and nothing was applied: " + "; ".join(
+            f"{c.address} ({c.action.value}) deletes {c.destroys.object}"
+            + (f" holding ~{c.destroys.records:,} records" if c.destroys.records is not None else "")
+            for c in refused),
+            hint="if that is intended, apply again with " + " ".join(f"--allow-destroy {c.address}" for c in refused)
+                 + " (or --allow-data-loss)")

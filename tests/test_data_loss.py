@@ -1,0 +1,184 @@
+"""A plan that deletes records says so (DESTROYS ~N, counted on the broker) and apply refuses it unless the user
+allowed it; 'lifecycle.prevent_destroy' refuses even then; a topic dsflow did not create is never deleted.
+Every promise is checked against the topic's records on the real broker, not against the plan text."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dsflow import operations
+from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic, list_topics
+from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
+from dsflow.core.plan import Action
+from dsflow.core.safety import Allowance
+from dsflow.errors import DsflowError
+
+pytestmark = pytest.mark.integration
+
+CONFIG = "name: {name}\ndefault:\n  store: k\nenvironments:\n  dev:\n    vars: {{bootstrap: 'unset:1'}}\n"
+STORES = "stores:\n  - name: k\n    type: kafka\n    bootstrap_servers: \"{{ var('bootstrap') }}\"\n"
+
+
+def _project(tmp_path: Path, sql: str) -> tuple[Path, operations.Options, str]:
+    prefix = f"dl{uuid.uuid4().hex[:6]}"
+    root = tmp_path / prefix
+    root.mkdir()
+    (root / "dsflow.yml").write_text(CONFIG.format(name=prefix))
+    (root / "stores.yml").write_text(STORES)
+    (root / "rel.sql").write_text(sql.replace("{p}", prefix))
+    return root, operations.Options(root, None, {"bootstrap": BROKER[0]}), prefix
+
+
+BROKER: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _broker(broker: str):
+    BROKER[:] = [broker]
+    yield
+
+
+def _apply(options: operations.Options, allowance: Allowance | None = None):
+    loaded = operations.load(options)
+    plan = operations.plan(loaded)
+    result = operations.apply(loaded, plan, allowance=allowance)
+    assert result.ok, result.failed
+    return plan
+
+
+def _dsflow(root: Path, broker: str, *args: str) -> subprocess.CompletedProcess:
+    """The real `dsflow` executable (its exit codes and messages), without a terminal."""
+    return subprocess.run(["dsflow", "-C", str(root), "--var", f"bootstrap={broker}", *args], capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=300)
+
+
+def _held(broker: str, topic: str) -> list[str]:
+    return [r["value"] for r in read_to_end(broker, topic)]
+
+
+def _fill(broker: str, topic: str, count: int) -> list[str]:
+    produce_json_lines(broker, topic, [json.dumps({"id": i}) for i in range(count)])
+    return _held(broker, topic)
+
+
+def test_replacing_a_topic_with_records_is_refused_until_allowed(tmp_path: Path, broker: str) -> None:
+    sql = ("CREATE STREAM events (id BIGINT) WITH ('topic' = '{p}_events', 'value.format' = 'json', "
+           "'topic.partitions' = 2);\n")
+    root, options, prefix = _project(tmp_path, sql)
+    _apply(options)
+    before = _fill(broker, f"{prefix}_events", 37)
+    (root / "rel.sql").write_text(sql.replace("(id BIGINT)", "(id BIGINT, name VARCHAR)").replace("{p}", prefix))
+
+    loaded = operations.load(options)
+    plan = operations.plan(loaded)
+    [change] = plan.actionable
+    assert change.action is Action.REPLACE and change.destroys is not None
+    assert change.destroys.records == len(before) == 37, "the plan counts what the topic holds"
+    assert change.destroys.object == f"kafka topic k/{prefix}_events"
+    serial = loaded.workspace.state_backend().read().serial
+    with pytest.raises(DsflowError) as refused:
+        operations.apply(loaded, plan)
+    assert refused.value.code == "DSF-E822" and "--allow-destroy relation.default.public.events" in str(refused.value)
+    assert _held(broker, f"{prefix}_events") == before, "a refused plan deleted records"
+    assert loaded.workspace.state_backend().read().serial == serial, "a refused plan changed state"
+
+    shown = _dsflow(root, broker, "apply", "--auto-approve")
+    assert shown.returncode == 1 and "DSF-E822" in shown.stderr and "DESTROYS: ~37 records" in shown.stdout
+    assert _held(broker, f"{prefix}_events") == before, "--auto-approve alone deleted records"
+
+    shown = _dsflow(root, broker, "apply", "--auto-approve", "--allow-destroy", "relation.default.public.events")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert _held(broker, f"{prefix}_events") == [], "the allowed replacement did what its plan said"
+
+
+def test_prevent_destroy_refuses_a_delete_and_destroy_even_when_allowed(tmp_path: Path, broker: str) -> None:
+    sql = ("CREATE STREAM keep (id BIGINT) WITH ('topic' = '{p}_keep', 'value.format' = 'json', "
+           "'lifecycle.prevent_destroy' = 'true');\n")
+    root, options, prefix = _project(tmp_path, sql)
+    _apply(options)
+    before = _fill(broker, f"{prefix}_keep", 12)
+    (root / "rel.sql").write_text("")
+    loaded = operations.load(options)
+    with pytest.raises(DsflowError) as refused:
+        operations.plan(loaded)
+    assert refused.value.code == "DSF-E823"
+    shown = _dsflow(root, broker, "destroy", "--auto-approve")
+    assert shown.returncode == 1 and "DSF-E823" in shown.stderr
+    shown = _dsflow(root, broker, "apply", "--auto-approve", "--allow-data-loss")
+    assert shown.returncode == 1 and "DSF-E823" in shown.stderr
+    assert _held(broker, f"{prefix}_keep") == before
+
+    (root / "rel.sql").write_text(sql.replace("'true'", "'false'").replace("{p}", prefix))
+    plan = _apply(options)
+    assert [(c.action, c.reason) for c in plan.actionable] == [(Action.UPDATE, "prevent_destroy changed (in place)")]
+    (root / "rel.sql").write_text("")
+    loaded = operations.load(options)
+    plan = operations.plan(loaded)
+    assert [c.destroys.records for c in plan.actionable] == [12]
+    assert operations.apply(loaded, plan, allowance=Allowance(addresses=frozenset({"default.public.keep"}))).ok
+    assert f"{prefix}_keep" not in list_topics(broker)
+
+
+def test_a_topic_dsflow_did_not_create_is_kept_and_needs_no_allowance(tmp_path: Path, broker: str) -> None:
+    root, options, prefix = _project(tmp_path, "CREATE STREAM theirs (id BIGINT) WITH ('topic' = '{p}_theirs', "
+                                               "'value.format' = 'json');\n")
+    ensure_topic(broker, TopicSpec(f"{prefix}_theirs", 1, 1))
+    before = _fill(broker, f"{prefix}_theirs", 5)
+    _apply(options)
+    (root / "rel.sql").write_text("")
+    plan = _apply(options)
+    [change] = plan.actionable
+    assert change.action is Action.DELETE and change.destroys is None and "kept" in change.effect
+    assert _held(broker, f"{prefix}_theirs") == before
+
+
+def _ids(broker: str, topic: str) -> list[int]:
+    return [json.loads(v)["id"] for v in _held(broker, topic)]
+
+
+def _wait_ids(broker: str, topic: str, expected: set[int], timeout: float = 240) -> list[int]:
+    from waiting import wait_for
+
+    def complete() -> list[int] | None:
+        ids = _ids(broker, topic)
+        return ids if expected <= set(ids) else None
+
+    return wait_for(complete, timeout, f"ids {min(expected)}-{max(expected)} in {topic}", interval=2)
+
+
+def test_renaming_a_relation_on_the_same_topic_is_a_move_that_keeps_records_and_offsets(
+        tmp_path: Path, broker: str) -> None:
+    sql = ("CREATE STREAM {name} (id BIGINT) WITH ('topic' = '{p}_raw', 'value.format' = 'json', "
+           "'topic.partitions' = 2);\n"
+           "CREATE STREAM copied WITH ('topic' = '{p}_copied') AS SELECT id FROM {name};\n")
+    root, options, prefix = _project(tmp_path, sql.replace("{name}", "events"))
+    try:
+        _apply(options)
+        produce_json_lines(broker, f"{prefix}_raw", [json.dumps({"id": i}) for i in range(100)])
+        _wait_ids(broker, f"{prefix}_copied", set(range(100)))
+
+        (root / "rel.sql").write_text(sql.replace("{name}", "events_raw").replace("{p}", prefix))
+        loaded = operations.load(options)
+        plan = operations.plan(loaded)
+        changes = {c.address: c for c in plan.actionable}
+        moved = changes["relation.default.public.events_raw"]
+        assert (moved.action, moved.moved_from) == (Action.UPDATE, "relation.default.public.events")
+        assert "relation.default.public.events" not in changes and not plan.destroying
+        assert changes["query.default.public.copied"].category.value == "carry_offsets"
+        assert operations.apply(loaded, plan).ok, "a move needs no allowance: nothing is destroyed"
+
+        assert sorted(_ids(broker, f"{prefix}_raw")) == list(range(100)), "the moved topic lost records"
+        produce_json_lines(broker, f"{prefix}_raw", [json.dumps({"id": i}) for i in range(100, 150)])
+        copied = _wait_ids(broker, f"{prefix}_copied", set(range(150)))
+        assert sorted(copied) == list(range(150)), "the plan promised nothing reprocessed or skipped"
+        state = loaded.workspace.state_backend().read()
+        assert "relation.default.public.events" not in state.resources
+        assert state.resources["relation.default.public.events_raw"].outputs["created_by_dsflow"] is True
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))
