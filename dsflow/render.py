@@ -77,8 +77,11 @@ def summary_line(plan: dict[str, Any]) -> str:
             f"{counts['replace']} to replace, {counts['delete']} to delete.")
     destroying = [c for c in actionable if c.get("destroys")]
     if destroying:
-        known = sum(c["destroys"].get("records") or 0 for c in destroying)
-        line += f" {len(destroying)} change(s) DESTROY records (~{known:,} counted)."
+        counts = [c["destroys"].get("records") for c in destroying]
+        counted = sum(n for n in counts if n is not None)
+        held = "not counted" if all(n is None for n in counts) else f"~{counted:,} records" + \
+            ("" if None not in counts else " counted, the rest not")
+        line += f" {len(destroying)} change(s) DESTROY records ({held})."
     return line
 
 

@@ -143,6 +143,26 @@ def test_changing_trigger_interval_updates_in_place(example):
     assert "same checkpoint" in change.effect
 
 
+@pytest.mark.parametrize("old, new", [
+    ("'timestamp' = 'viewtime',", "'timestamp' = 'id',"),
+    ("'timestamp' = 'viewtime',", "'timestamp' = 'viewtime', 'key.format' = 'string',"),
+    ("'timestamp' = 'viewtime',", "'timestamp' = 'viewtime', 'topic.gaps' = 'count',"),
+])
+def test_a_source_setting_a_running_query_applies_restarts_every_reader(example, old: str, new: str):
+    """key.format, the event-time column and 'topic.gaps' change what a running query does: its readers restart
+    (on their checkpoints) with the relation's in-place update, never the relation alone."""
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", old, new)
+    plan = plan_of(example, state)
+    found = actions(plan)
+    assert {k: found[k] for k in (PAGEVIEWS, FILTERED_QUERY, ENRICHED_QUERY)} == \
+        {PAGEVIEWS: Action.UPDATE, FILTERED_QUERY: Action.UPDATE, ENRICHED_QUERY: Action.UPDATE}
+    assert set(found.values()) == {Action.UPDATE}, "an in-place setting replaced something"
+    for change in plan.actionable:
+        if change.address.startswith("query."):
+            assert change.reason == "relation_settings changed (in place)" and "same checkpoint" in change.effect
+
+
 def test_changing_source_columns_replaces_the_relation_and_everything_reading_it(example):
     state = applied(plan_of(example))
     edit(example, "sql/sources.sql", "  pageid VARCHAR\n", "  pageid VARCHAR,\n  referrer VARCHAR\n")

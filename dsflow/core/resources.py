@@ -133,6 +133,9 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str]) -
     }
     if query.dlq_topic:
         metadata["dlq_topic"] = query.dlq_topic
+    settings = _relation_settings(project, [s.relation for s in query.sources] + [query.sink])
+    if settings:
+        metadata["relation_settings"] = settings
     registries = [_registry(project.schema_registry(project.store(name).schema_registry))
                   for name in _stores_used(project, query) if project.store(name).schema_registry]
     if registries:
@@ -176,6 +179,22 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee
     return data
+
+
+RUNTIME_RELATION_SETTINGS = ("key_format", "timestamp", "topic_gaps")
+"""Relation settings a running query applies while it reads or writes (key codec, event-time column, what a read
+does with empty offsets): a change to one restarts every query that reads or writes the relation."""
+
+
+def _relation_settings(project: Project, names: list[str]) -> dict[str, dict[str, str]]:
+    """The RUNTIME_RELATION_SETTINGS that are set, per relation the query reads or writes ({} if none)."""
+    found = {}
+    for name in dict.fromkeys(names):
+        relation = project.relation(name)
+        values = {k: v for k in RUNTIME_RELATION_SETTINGS if (v := getattr(relation, k, None)) is not None}
+        if values:
+            found[name] = values
+    return found
 
 
 def _stores_used(project: Project, query) -> list[str]:
