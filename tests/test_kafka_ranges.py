@@ -12,7 +12,7 @@ from pyspark.errors import StreamingQueryException
 
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-from dsflow.adapters.kafka.datasource import check_continues
+from dsflow.adapters.kafka.datasource import check_ranges
 from dsflow.adapters.kafka.ranges import read_range, take_contiguous
 from dsflow.errors import DsflowError
 
@@ -92,12 +92,12 @@ def test_a_hole_in_what_the_broker_answered_is_reported_not_skipped(broker: str)
 
 
 def test_micro_batches_must_continue_where_the_previous_one_ended() -> None:
-    check_continues(None, {"0": 0}, {"0": 5}, "t")
-    check_continues(({"0": 0}, {"0": 5}), {"0": 5, "1": 0}, {"0": 9, "1": 3}, "t")  # a new partition from 0
-    check_continues(({"0": 0}, {"0": 5}), {"0": 0}, {"0": 5}, "t")  # the same batch planned again
+    assert check_ranges(None, {"0": 0}, {"0": 5}, "t") == ({"0": 0}, {"0": 5})
+    check_ranges(({"0": 0}, {"0": 5}), {"0": 5, "1": 0}, {"0": 9, "1": 3}, "t")  # a new partition from 0
+    check_ranges(({"0": 0}, {"0": 5}), {"0": 0}, {"0": 5}, "t")  # the same batch planned again
     for start, end in (({"0": 6}, {"0": 9}), ({"0": 4}, {"0": 9}), ({"1": 0}, {"1": 2}), ({"0": 5}, {"0": 3})):
         with pytest.raises(DsflowError) as failed:
-            check_continues(({"0": 0}, {"0": 5}), start, end, "t")
+            check_ranges(({"0": 0}, {"0": 5}), start, end, "t")
         assert failed.value.code == "DSF-E709"
 
 

@@ -191,3 +191,23 @@ def test_starting_positions_and_parent_rule():
     assert [s["ShardId"] for s in eligible(shards, {"p": "after:3"})] == ["p"]
     assert [s["ShardId"] for s in eligible(shards, {"p": "closed"})] == ["p", "a", "b"]
     assert [s["ShardId"] for s in eligible(shards[1:], {})] == ["a", "b"]  # parent expired: not listed
+
+
+def test_a_replay_that_misses_its_end_record_fails_instead_of_ending_elsewhere(settings: dict[str, str]) -> None:
+    from dsflow.adapters.kinesis import client as kc
+    from dsflow.adapters.kinesis.offsets import replay_range
+    from dsflow.adapters.kinesis.records import put_json_lines
+    from dsflow.errors import DsflowError
+
+    name = _stream(settings, 1)
+    assert put_json_lines(settings, name, [json.dumps({"id": i}) for i in range(6)]) == 6
+    client = kc.new_client(settings)
+    shard = kc.list_shards(client, name)[0]["ShardId"]
+    records = replay_range(client, name, shard, "trim", "closed")
+    assert [json.loads(r.data)["id"] for r in records] == list(range(6))
+    third = records[2].sequence
+    again = replay_range(client, name, shard, "trim", f"after:{third}")
+    assert [r.sequence for r in again] == [r.sequence for r in records[:3]]
+    with pytest.raises(DsflowError) as failed:  # an end no record has: the shard answers past it
+        replay_range(client, name, shard, "trim", f"after:{int(third) + 1}")
+    assert failed.value.code == "DSF-E709" and str(int(third) + 1) in str(failed.value)

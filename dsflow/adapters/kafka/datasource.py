@@ -53,6 +53,7 @@ from pyspark.sql.types import (
     IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
+from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.formats import (
     BOTH, NUMERIC_KEYS, TEXT, VALUE_COLUMN, DeadLetters, Decoding, decode_records, key_texts, spark_struct_ddl,
@@ -445,8 +446,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return as_offset({**kept, **end})
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
-        check_continues(self._planned, start, end, self.options.topic)
-        self._planned = (dict(start), dict(end))
+        self._planned = check_ranges(self._planned, start, end, self.options.topic)
         return plan_ranges(self.options, start, end)
 
     def read(self, partition: KafkaRange) -> Iterator[Any]:
@@ -459,22 +459,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._offsets.close()
 
 
-def check_continues(previous: tuple[dict, dict] | None, start: dict, end: dict, topic: str) -> None:
-    """DSF-E709 unless this micro-batch starts, in every partition, exactly where the one planned before it ended
-    (or is that same batch planned again). Spark's offset log hands the end over as the next start; this check
-    makes a broken hand-over fail the query instead of skipping or re-reading records silently."""
-    if previous is None or (dict(start), dict(end)) == previous:
-        return
-    before = previous[1]
-    moved = {p: (int(before[p]), int(start[p]) if p in start else None) for p in before
-             if p not in start or int(start[p]) != int(before[p])}
-    backwards = {p: (int(start[p]), int(end[p])) for p in end if p in start and int(end[p]) < int(start[p])}
-    if moved or backwards:
-        detail = ", ".join(f"partition {p}: previous end {a}, this start {b}" for p, (a, b) in sorted(moved.items()))
-        detail += ", ".join(f"partition {p}: end {b} before start {a}" for p, (a, b) in sorted(backwards.items()))
-        raise DsflowError("DSF-E709", f"micro-batch offsets of topic '{topic}' do not continue: {detail}",
-                          hint="the checkpoint's offset log was changed or belongs to another topic; restart the "
-                               "query from a known position ('start.position')")
+def check_ranges(previous: tuple[dict, dict] | None, start: dict, end: dict, topic: str) -> tuple[dict, dict]:
+    """continuity.check_continues, and no partition's end before its start (DSF-E709)."""
+    backwards = sorted(p for p in end if p in start and int(end[p]) < int(start[p]))
+    if backwards:
+        raise DsflowError("DSF-E709", f"micro-batch offsets of topic '{topic}' go backwards: " + ", ".join(
+            f"partition {p}: start {start[p]}, end {end[p]}" for p in backwards))
+    return check_continues(previous, start, end, f"topic '{topic}'")
 
 
 def cap_rows(begin: dict[int, int], end: dict[int, int], max_rows: int) -> dict[int, int]:

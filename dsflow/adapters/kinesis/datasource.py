@@ -49,6 +49,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kafka.formats import Decoding
 from dsflow.adapters.kinesis import client as kc
 from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
@@ -156,6 +157,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: Any = None
         self._fetched: dict[tuple[str, str, str], tuple[Record, ...]] = {}
         self._cutoff_ms: int | None = None
+        self._planned: tuple[dict, dict] | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_client": None, "_fetched": {}}
@@ -200,6 +202,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: dict, end: dict) -> list[ShardRange]:
+        self._planned = check_continues(self._planned, start, end, f"Kinesis stream '{self.options.stream}'")
         ranges = []
         for shard_id, stop in end.items():
             begin = start.get(shard_id, "trim")

@@ -95,6 +95,7 @@ def read_shard(client: Any, stream: str, shard: str, position: str, budget: int,
     while True:
         response = client.get_records(ShardIterator=iterator, Limit=max(1, min(GET_LIMIT, budget - len(records))))
         batch = [_record(r) for r in response["Records"]]
+        _check_ascending(records[-1:] + batch, stream, shard)
         late = [r for r in batch if cutoff_ms is not None and r.arrival_ms > cutoff_ms + ARRIVAL_SLACK_MS]
         records += batch[:batch.index(late[0])] if late else batch
         iterator = response.get("NextShardIterator")
@@ -108,8 +109,26 @@ def read_shard(client: Any, stream: str, shard: str, position: str, budget: int,
     return records, (f"after:{records[-1].sequence}" if records else position)
 
 
+def _end_missing(stream: str, shard: str, start: str, last: int, found: str) -> DsflowError:
+    """A replay read past the sequence number the batch ends at without meeting it: the shard does not hold the
+    batch's records as they were planned, and the batch fails rather than end somewhere else."""
+    return DsflowError("DSF-E709", f"Kinesis shard {stream}/{shard}: replaying the batch from {start} up to sequence "
+                       f"{last} met sequence {found} without the record at {last}",
+                       hint="the stream was recreated or resharded under the checkpoint; restart the query from a "
+                            "known position ('start.position')")
+
+
+def _check_ascending(records: list[Record], stream: str, shard: str) -> None:
+    """DSF-E709 if the shard answered records out of order or twice (sequence numbers of a shard only grow)."""
+    numbers = [int(r.sequence) for r in records]
+    if any(b <= a for a, b in zip(numbers, numbers[1:])):
+        raise DsflowError("DSF-E709", f"Kinesis shard {stream}/{shard} returned sequence numbers out of order: "
+                          f"{numbers[:5]}...", hint="check the Kinesis endpoint")
+
+
 def replay_range(client: Any, stream: str, shard: str, start: str, end: str) -> list[Record]:
-    """The records after `start` up to `end` (a sequence number, or the end of a closed shard)."""
+    """The records after `start` up to `end` (a sequence number, or the end of a closed shard): the record at the
+    end's sequence number must be among them (DSF-E709 if the shard answers past it, DSF-E764 if it expired)."""
     last = int(end[6:]) if end.startswith("after:") else None
     iterator = shard_iterator(client, stream, shard, start)
     records: list[Record] = []
@@ -119,7 +138,7 @@ def replay_range(client: Any, stream: str, shard: str, start: str, end: str) -> 
         for raw in response["Records"]:
             record = _record(raw)
             if last is not None and int(record.sequence) > last:
-                return records
+                raise _end_missing(stream, shard, start, last, record.sequence)
             records.append(record)
             if last is not None and int(record.sequence) == last:
                 return records

@@ -36,6 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.postgres.changes import CdcSource, ChangeReader, Event, SnapshotFilter, flush_lsn, take_snapshot
 from dsflow.errors import DsflowError
 
@@ -136,6 +137,7 @@ class PostgresCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.options = options
         self._reader: ChangeReader | None = None
         self._target: int | None = None
+        self._planned: tuple[dict, dict] | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_reader": None}
@@ -209,6 +211,7 @@ class PostgresCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return self._reader
 
     def partitions(self, start: dict, end: dict) -> list[CdcRange]:
+        self._planned = check_continues(self._planned, start, end, f"replication slot '{self.options.source.slot}'")
         return [CdcRange(str(self.spool), dict(start), dict(end))]
 
     def read(self, partition: CdcRange) -> Iterator[Any]:
@@ -243,9 +246,7 @@ def read_events(task: CdcRange) -> Iterator[Any]:
                 if len(lines) >= CHUNK_ROWS:
                     yield _batch(lines)
                     lines = []
-    for file_low, file_high, path in _spool_files(spool):  # contiguous: latestOffset replaces unplanned files
-        if file_high <= low or file_low >= high:
-            continue
+    for file_low, file_high, path in _covering_files(spool, low, high):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 event = Event.parse(line)
@@ -256,6 +257,24 @@ def read_events(task: CdcRange) -> Iterator[Any]:
                     lines = []
     if lines:
         yield _batch(lines)
+
+
+def _covering_files(spool: Path, low: int, high: int) -> list[tuple[int, int, Path]]:
+    """The spool files holding the events of LSNs (low, high], which must chain from low to high without a hole
+    (latestOffset writes one file per planned batch and replaces unplanned ones); DSF-E709 otherwise: the batch
+    fails rather than commit LSNs whose events were not read."""
+    files = [f for f in _spool_files(spool) if f[1] > low and f[0] < high]
+    reached, hole_end = low, high
+    for file_low, file_high, _ in files:
+        if file_low > reached:
+            hole_end = file_low
+            break
+        reached = max(reached, file_high)
+    if reached < high:
+        raise DsflowError("DSF-E709", f"the change events of LSNs {reached:X}-{hole_end:X} are missing from the spool "
+                          f"{spool} (the batch covers {low:X}-{high:X})",
+                          hint="the spool folder was changed under the query; restart it from a new checkpoint")
+    return files
 
 
 def _batch(events: list[Event]) -> Any:
