@@ -20,6 +20,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change
+from dsflow.core.safety import check_same_logs
 from dsflow.core.state import DeployedResource
 from dsflow.errors import DsflowError
 from dsflow.workspace import Workspace
@@ -202,7 +203,13 @@ class QueryExecutor:
         return {**outputs, LEDGER_STOPPED: stopped}
 
     def replace(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        """Carry offsets or replay: stop the old version, start the new one on a fresh checkpoint."""
+        """Carry offsets or replay: stop the old version, start the new one on a fresh checkpoint. Offsets are
+        carried only to the logs they were read from: checked again here, before anything stops (DSF-E824)."""
+        if change.category is Category.CARRY_OFFSETS:
+            from dsflow.adapters.kafka.admin import current_topic_ids
+
+            recorded = deployed.outputs.get("logs") or {}
+            check_same_logs(change.address, recorded, current_topic_ids(ctx.project, list(recorded)))
         stopped = self._stop(deployed)
         start = _start_at(change, stopped["stop_offsets"] or {})
         checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
@@ -230,10 +237,12 @@ class QueryExecutor:
         (run_dir / "status.json").unlink(missing_ok=True)
         pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=secrets)
         ctx.note({"pid": pid})
+        logs = source_logs(spec.sources)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
-                   "start_offsets": start.offsets or None, "start_timestamp": start.timestamp}
+                   "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
+                   "source_logs": logs or None}
         return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),
-                "topics": [s.topic for s in spec.sources], LEDGER_STARTED: started}
+                "topics": [s.topic for s in spec.sources], "logs": logs, LEDGER_STARTED: started}
 
     def _stop(self, deployed: DeployedResource) -> dict[str, Any]:
         from dsflow.adapters.spark.checkpoint import committed_offsets
@@ -244,6 +253,18 @@ class QueryExecutor:
         topics = deployed.outputs.get("topics", [])
         by_topic = dict(zip(topics, offsets)) if offsets else None
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
+
+
+def source_logs(sources) -> dict[str, str]:
+    """The broker's id of each Kafka source topic, {} where the broker gives none."""
+    from dsflow.adapters.kafka.admin import topic_ids
+
+    logs: dict[str, str] = {}
+    for source in sources:
+        if source.kind == "kafka" and source.topic not in logs:
+            extra = {k: v for k, v in source.client_config.items() if k != "bootstrap.servers"}
+            logs.update(topic_ids(source.client_config["bootstrap.servers"], [source.topic], extra))
+    return logs
 
 
 def _secrets_to_env(spec, project: Project):

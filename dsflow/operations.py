@@ -73,18 +73,22 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
 
 
 def _measured(loaded: Loaded, the_plan: Plan, state: State, counting: bool) -> dict[str, Any]:
-    """Replay estimates and the records held by what the plan would destroy, measured on the live systems."""
+    """Measured on the live systems: which carried offsets would land on another log (those queries replay),
+    replay estimates, and the records held by what the plan would destroy."""
+    carries = [c for c in the_plan.changes if c.category is Category.CARRY_OFFSETS] if counting else []
     replays = [c for c in the_plan.changes if c.category is Category.REPLAY and c.override]
     destroying = the_plan.destroying if counting else []
-    if not replays and not destroying:
+    if not replays and not destroying and not carries:
         return {}
-    from dsflow.refresh import record_count, replay_estimate
+    from dsflow.refresh import foreign_log, record_count, replay_estimate
 
+    foreign = {c.address: f for c in carries if (f := foreign_log(loaded.project, state.resources[c.address]))}
+    replays += [c.model_copy(update={"override": None}) for c in carries if c.address in foreign]
     estimates = {c.address: e for c in replays
                  if (e := replay_estimate(loaded.project, c, state.resources.get(c.address))) is not None}
     counts = {c.address: n for c in destroying
               if (n := record_count(loaded.project, state.resources[c.address])) is not None}
-    return {"estimates": estimates, "record_counts": counts}
+    return {"estimates": estimates, "record_counts": counts, "foreign_logs": foreign}
 
 
 def _refresh(state: State, project: Project) -> dict[str, Observation]:

@@ -165,3 +165,21 @@ def record_count(project, deployed: DeployedResource) -> int | None:
     except DsflowError:
         return None
     return sum(max(0, ends[p] - starts.get(p, 0)) for p in parts)
+
+
+def foreign_log(project, deployed: DeployedResource) -> str | None:
+    """Which of a deployed query's source topics is now another log than the one its offsets were read from
+    (deleted and created again, or gone), in words; None when all are the same (or no ids were recorded)."""
+    from dsflow.adapters.kafka.admin import current_topic_ids
+    from dsflow.errors import DsflowError
+
+    recorded = deployed.outputs.get("logs") or {}
+    if not recorded:
+        return None
+    try:
+        current = current_topic_ids(project, list(recorded))
+    except DsflowError:
+        return None  # the broker cannot be asked now; apply checks again before it carries anything
+    changed = sorted(t for t, log in recorded.items() if current.get(t) != log)
+    return f"source topic {', '.join(changed)} was deleted and created again since its offsets were read" \
+        if changed else None

@@ -24,23 +24,14 @@ CONFIG = "name: {name}\ndefault:\n  store: k\nenvironments:\n  dev:\n    vars: {
 STORES = "stores:\n  - name: k\n    type: kafka\n    bootstrap_servers: \"{{ var('bootstrap') }}\"\n"
 
 
-def _project(tmp_path: Path, sql: str) -> tuple[Path, operations.Options, str]:
+def _project(tmp_path: Path, sql: str, broker: str) -> tuple[Path, operations.Options, str]:
     prefix = f"dl{uuid.uuid4().hex[:6]}"
     root = tmp_path / prefix
     root.mkdir()
     (root / "dsflow.yml").write_text(CONFIG.format(name=prefix))
     (root / "stores.yml").write_text(STORES)
     (root / "rel.sql").write_text(sql.replace("{p}", prefix))
-    return root, operations.Options(root, None, {"bootstrap": BROKER[0]}), prefix
-
-
-BROKER: list[str] = []
-
-
-@pytest.fixture(autouse=True)
-def _broker(broker: str):
-    BROKER[:] = [broker]
-    yield
+    return root, operations.Options(root, None, {"bootstrap": broker}), prefix
 
 
 def _apply(options: operations.Options, allowance: Allowance | None = None):
@@ -69,7 +60,7 @@ def _fill(broker: str, topic: str, count: int) -> list[str]:
 def test_replacing_a_topic_with_records_is_refused_until_allowed(tmp_path: Path, broker: str) -> None:
     sql = ("CREATE STREAM events (id BIGINT) WITH ('topic' = '{p}_events', 'value.format' = 'json', "
            "'topic.partitions' = 2);\n")
-    root, options, prefix = _project(tmp_path, sql)
+    root, options, prefix = _project(tmp_path, sql, broker)
     _apply(options)
     before = _fill(broker, f"{prefix}_events", 37)
     (root / "rel.sql").write_text(sql.replace("(id BIGINT)", "(id BIGINT, name VARCHAR)").replace("{p}", prefix))
@@ -99,7 +90,7 @@ def test_replacing_a_topic_with_records_is_refused_until_allowed(tmp_path: Path,
 def test_prevent_destroy_refuses_a_delete_and_destroy_even_when_allowed(tmp_path: Path, broker: str) -> None:
     sql = ("CREATE STREAM keep (id BIGINT) WITH ('topic' = '{p}_keep', 'value.format' = 'json', "
            "'lifecycle.prevent_destroy' = 'true');\n")
-    root, options, prefix = _project(tmp_path, sql)
+    root, options, prefix = _project(tmp_path, sql, broker)
     _apply(options)
     before = _fill(broker, f"{prefix}_keep", 12)
     (root / "rel.sql").write_text("")
@@ -126,7 +117,7 @@ def test_prevent_destroy_refuses_a_delete_and_destroy_even_when_allowed(tmp_path
 
 def test_a_topic_dsflow_did_not_create_is_kept_and_needs_no_allowance(tmp_path: Path, broker: str) -> None:
     root, options, prefix = _project(tmp_path, "CREATE STREAM theirs (id BIGINT) WITH ('topic' = '{p}_theirs', "
-                                               "'value.format' = 'json');\n")
+                                               "'value.format' = 'json');\n", broker)
     ensure_topic(broker, TopicSpec(f"{prefix}_theirs", 1, 1))
     before = _fill(broker, f"{prefix}_theirs", 5)
     _apply(options)
@@ -156,7 +147,7 @@ def test_renaming_a_relation_on_the_same_topic_is_a_move_that_keeps_records_and_
     sql = ("CREATE STREAM {name} (id BIGINT) WITH ('topic' = '{p}_raw', 'value.format' = 'json', "
            "'topic.partitions' = 2);\n"
            "CREATE STREAM copied WITH ('topic' = '{p}_copied') AS SELECT id FROM {name};\n")
-    root, options, prefix = _project(tmp_path, sql.replace("{name}", "events"))
+    root, options, prefix = _project(tmp_path, sql.replace("{name}", "events"), broker)
     try:
         _apply(options)
         produce_json_lines(broker, f"{prefix}_raw", [json.dumps({"id": i}) for i in range(100)])

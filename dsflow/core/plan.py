@@ -148,6 +148,9 @@ class PlanOptions:
     """Records held now by the relations a change would delete or empty, by address (counted during refresh)."""
     store_types: Mapping[str, str] = field(default_factory=dict)
     """Store name -> type, to name a relation's physical object."""
+    foreign_logs: Mapping[str, str] = field(default_factory=dict)
+    """Query address -> which of its source topics is another log now than the one its offsets were read from
+    (deleted and created again): its offsets cannot be carried, so it replays."""
     destroy: bool = False
     refresh_only: bool = False
     targets: frozenset[str] = frozenset()
@@ -385,6 +388,9 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
                           category=Category.IN_PLACE, effect=effect_text(Category.IN_PLACE, None), **common)
         return Change(action=Action.NOOP, reason="up to date", **common)
     action, category, reason, used_override = decided
+    if category is Category.CARRY_OFFSETS and key in options.foreign_logs:
+        category, used_override = Category.REPLAY, None
+        reason += f"; {options.foreign_logs[key]}: offsets cannot be carried to another log, so it replays"
     if rollback:
         reason = f"rollback to version {rollback}; {reason}"
     estimate = options.estimates.get(key) if category is Category.REPLAY else None

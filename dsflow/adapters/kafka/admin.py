@@ -117,3 +117,36 @@ def _metadata(admin: Any, bootstrap: str) -> Any:
         return admin.list_topics(timeout=TIMEOUT)
     except KafkaException as exc:
         raise request_failed(bootstrap, "listing topics", exc) from exc
+
+
+def topic_ids(bootstrap: str, topics: list[str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The broker's id of each named topic that exists (a topic deleted and created again under the same name gets a
+    new id: offsets recorded on the old one mean nothing on the new). Topics the broker does not list, or a broker
+    that gives no ids, are left out. Only existing topics are described: naming a missing one creates it on tansu."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    admin = _admin(bootstrap, extra)
+    present = [t for t in dict.fromkeys(topics) if t in _metadata(admin, bootstrap).topics]
+    if not present:
+        return {}
+    try:
+        futures = admin.describe_topics(TopicCollection(present), request_timeout=TIMEOUT)
+        described = {name: future.result() for name, future in futures.items()}
+    except KafkaException as exc:
+        LOG.info("topic ids not available from %s: %s", bootstrap, exc)
+        return {}
+    return {name: str(d.topic_id) for name, d in described.items() if d.topic_id is not None}
+
+
+def current_topic_ids(project: Any, topics: list[str]) -> dict[str, str]:
+    """topic_ids of the named topics, each asked of the Kafka store of the project relation that names it."""
+    by_store: dict[str, list[str]] = {}
+    for relation in project.relations:
+        store = project.store(relation.store)
+        if relation.topic in topics and store is not None and store.type == "kafka":
+            by_store.setdefault(store.name, []).append(relation.topic)
+    found: dict[str, str] = {}
+    for name, named in by_store.items():
+        store = project.store(name)
+        found.update(topic_ids(store.bootstrap_servers, named, store.properties))
+    return found
