@@ -45,10 +45,10 @@ def tail(bootstrap: str, topic: str, seconds: float, reread: bool) -> dict:
     """Read [position, end) again and again while producers write; the gaps each read reported."""
     from dsflow.adapters.kafka import client, ranges
 
-    waits = ranges.GAP_RETRY_WAITS if reread else ()
     gaps: list[tuple[int, int]] = []
     reads = records = 0
-    ranges.GAP_RETRY_WAITS, saved = waits, ranges.GAP_RETRY_WAITS
+    saved = ranges.COUNTED_GAP_WAITS  # gaps are counted here (allow_gaps) so that each can be checked afterwards
+    ranges.COUNTED_GAP_WAITS = ranges.COUNTED_GAP_WAITS if reread else ()
     try:
         with client.consumer({"bootstrap.servers": bootstrap}) as consumer:
             tracker, pos, started = client.EndTracker(), 0, time.monotonic()
@@ -61,7 +61,7 @@ def tail(bootstrap: str, topic: str, seconds: float, reread: bool) -> dict:
                     records += len(batch)
                 reads, pos = reads + 1, end
     finally:
-        ranges.GAP_RETRY_WAITS = saved
+        ranges.COUNTED_GAP_WAITS = saved
     return {"reads": reads, "records": records, "gaps": gaps}
 
 

@@ -12,7 +12,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
 from dsflow.core.categories import Category
-from dsflow.core.plan import Observation, Plan, PlanOptions, make_plan
+from dsflow.core.plan import Observation, Plan, PlanOptions, make_plan, replays_to_estimate
 from dsflow.core.resources import project_resources
 from dsflow.core.safety import Allowance, check_prevented
 from dsflow.core.state import State
@@ -76,7 +76,7 @@ def _measured(loaded: Loaded, the_plan: Plan, state: State, counting: bool) -> d
     """Measured on the live systems: which carried offsets would land on another log (those queries replay),
     replay estimates, and the records held by what the plan would destroy."""
     carries = [c for c in the_plan.changes if c.category is Category.CARRY_OFFSETS] if counting else []
-    replays = [c for c in the_plan.changes if c.category is Category.REPLAY and c.override]
+    replays = replays_to_estimate(the_plan)
     destroying = the_plan.destroying if counting else []
     if not replays and not destroying and not carries:
         return {}

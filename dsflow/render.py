@@ -44,6 +44,9 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
         timing = f", about {_duration(seconds)} at {estimate['rate_per_second']:.0f} rows/s" if seconds else \
             " (no measured rate yet)"
         details.append(("replay", f"~{estimate['records']:,} records to reprocess{timing}"))
+    elif change.get("category") == "replay" and change["action"] != "no-op":
+        details.append(("replay", "records to reprocess not counted: a source is replaced in this plan (it is "
+                                  "rebuilt first), or the plan was made without a refresh"))
     if change.get("affected"):
         details.append(("affects", ", ".join(change["affected"])))
     if change.get("destroys"):

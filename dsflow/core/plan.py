@@ -172,6 +172,7 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     forward = _forward_changes(wanted, graph, state, options)
     deletes = _delete_changes(wanted, state, options.targets)
     deletes, forward = _moves(deletes, forward, state, options.store_types)
+    forward = [_with_replay_note(c, wanted) for c in forward]
     return Plan(changes=[_with_data_loss(c, state, options) for c in deletes + forward], **common)
 
 
@@ -277,6 +278,31 @@ def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozense
                before=gone[str(a)].data)
         for a in ordered
     ]
+
+
+SINK_AFTER_REPLAY = {
+    "stream": "the records it wrote before stay in its sink topic, so the replay writes them again (duplicates)",
+    "changelog": "the rows it wrote before stay in its sink topic and are superseded by the replay's upserts",
+    "materialized_view": "the view's rows are upserted again as the replay recomputes them",
+    "table": "the table's rows are written again as the replay recomputes them",
+}
+
+
+def _with_replay_note(change: Change, wanted: dict[str, Resource]) -> Change:
+    """A replay says what stays in its sink: what it wrote before is there, and is written again."""
+    if change.category is not Category.REPLAY or change.after is None:
+        return change
+    sink = wanted.get(f"relation.{change.after.get('sink')}")
+    note = SINK_AFTER_REPLAY.get((sink.data if sink else {}).get("kind", ""))
+    return change.model_copy(update={"effect": f"{change.effect}; {note}"}) if note else change
+
+
+def replays_to_estimate(plan: Plan) -> list[Change]:
+    """Replays whose sources stay as they are in this plan: their re-read can be counted from live offsets now (a
+    source replaced in the same plan is rebuilt first, so what it will hold is not known yet)."""
+    replaced = {c.address for c in plan.changes if c.action is Action.REPLACE}
+    return [c for c in plan.changes if c.category is Category.REPLAY and c.after is not None
+            and not any(f"relation.{s[0]}" in replaced for s in c.after.get("sources", []))]
 
 
 def physical_key(data: dict[str, Any] | None) -> tuple[str, ...] | None:

@@ -7,7 +7,8 @@ being asked again. Nothing is skipped silently:
 - a list handed to the caller always starts exactly at the current position and has no hole;
 - when the broker's answer jumps (the next record delivered is past the position, or the consumer's position
   moves past it with nothing delivered: control records, compaction, retention), the offsets are read again from
-  a fresh assignment, `GAP_RETRY_WAITS` times with a pause between. A record that shows up is read in order.
+  a fresh assignment (`GAP_RETRY_WAITS`, or once, `COUNTED_GAP_WAITS`, where gaps are allowed), with a pause
+  before each. A record that shows up is read in order.
   A gap that persists is *confirmed*: with `allow_gaps` (compacted topics, transaction markers) it is counted and
   reported to `on_gap`; otherwise the read raises DSF-E709, the read task fails, and with it the micro-batch, so
   the checkpoint never moves past records that were not read;
@@ -28,7 +29,12 @@ LOG = logging.getLogger("dsflow.kafka")
 FATAL_READ = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED"}
 
 GAP_RETRY_WAITS = (0.1, 0.5, 1.5)
-"""Seconds to wait before each re-read of offsets the broker skipped; a gap still there after the last is confirmed."""
+"""Seconds to wait before each re-read of offsets the broker skipped; a gap still there after the last is confirmed
+(and, where gaps are not allowed, fails the read)."""
+
+COUNTED_GAP_WAITS = (0.05,)
+"""Where gaps are allowed (compacted topics, transaction markers: many gaps by design), one quick re-read: the
+broker's out-of-order window lasts milliseconds, and a gap per transaction must not cost seconds."""
 
 PROBE_TIMEOUT_S = 2.0
 """How long one re-read waits for the broker's first answer."""
@@ -102,7 +108,8 @@ class _RangeReader:
     def resolve_gap(self, jump: int, allow_gaps: bool, on_gap: OnGap | None) -> None:
         """Read [pos, jump) again; continue at pos if a record shows up, else confirm the gap (count or raise)."""
         gap_start = self.pos
-        for attempt, wait in enumerate(GAP_RETRY_WAITS, start=1):
+        waits = COUNTED_GAP_WAITS if allow_gaps else GAP_RETRY_WAITS
+        for attempt, wait in enumerate(waits, start=1):
             time.sleep(wait)
             first = self.first_offset_from(gap_start)
             if first == gap_start:
@@ -114,8 +121,8 @@ class _RangeReader:
                 jump = min(jump, first)
         if not allow_gaps:
             raise self.missing(gap_start, jump)
-        LOG.warning("%s: no records at offsets %d-%d (confirmed %d times): counted as a gap", self.where,
-                    gap_start, jump - 1, len(GAP_RETRY_WAITS))
+        LOG.info("%s: no records at offsets %d-%d (asked again %d times): counted as a gap", self.where,
+                 gap_start, jump - 1, len(waits))
         self.gaps += jump - gap_start
         if on_gap is not None:
             on_gap(self.topic, self.partition, gap_start, jump)
