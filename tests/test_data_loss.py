@@ -173,3 +173,34 @@ def test_renaming_a_relation_on_the_same_topic_is_a_move_that_keeps_records_and_
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def test_adding_a_column_to_a_query_sink_keeps_its_topic_and_checkpoint(tmp_path: Path, broker: str) -> None:
+    sql = ("CREATE STREAM events (id BIGINT, name VARCHAR) WITH ('topic' = '{p}_events', 'value.format' = 'json');\n"
+           "CREATE STREAM copied WITH ('topic' = '{p}_copied') AS SELECT {columns} FROM events;\n")
+    root, options, prefix = _project(tmp_path, sql.replace("{columns}", "id"), broker)
+    try:
+        _apply(options)
+        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i, "name": f"n{i}"}) for i in range(20)])
+        _wait_ids(broker, f"{prefix}_copied", set(range(20)))
+        before = _held(broker, f"{prefix}_copied")
+
+        (root / "rel.sql").write_text(sql.replace("{columns}", "id, name").replace("{p}", prefix))
+        loaded = operations.load(options)
+        plan = operations.plan(loaded)
+        changes = {c.address: c for c in plan.actionable}
+        assert changes["relation.default.public.copied"].action is Action.UPDATE
+        assert changes["query.default.public.copied"].category.value == "keep_checkpoint"
+        assert not plan.destroying
+        assert operations.apply(loaded, plan).ok, "adding a column needs no allowance: nothing is destroyed"
+
+        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i, "name": f"n{i}"}) for i in range(20, 30)])
+        ids = _wait_ids(broker, f"{prefix}_copied", set(range(30)))
+        assert sorted(ids) == list(range(30)), "the plan promised nothing reprocessed or skipped"
+        held = _held(broker, f"{prefix}_copied")
+        assert set(before) <= set(held), "records written before the change were kept"
+        new = [json.loads(v) for v in held if json.loads(v)["id"] >= 20]
+        assert all(r["name"] == f"n{r['id']}" for r in new), "records written after the change carry the column"
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))

@@ -163,9 +163,20 @@ def test_a_source_setting_a_running_query_applies_restarts_every_reader(example,
             assert change.reason == "relation_settings changed (in place)" and "same checkpoint" in change.effect
 
 
-def test_changing_source_columns_replaces_the_relation_and_everything_reading_it(example):
+def test_adding_a_column_at_the_end_is_in_place_and_replaces_nothing(example):
     state = applied(plan_of(example))
     edit(example, "sql/sources.sql", "  pageid VARCHAR\n", "  pageid VARCHAR,\n  referrer VARCHAR\n")
+    plan = plan_of(example, state)
+    assert actions(plan) == {PAGEVIEWS: Action.UPDATE}
+    [change] = plan.actionable
+    assert change.reason == "column(s) referrer added (in place)" and change.destroys is None
+    assert "its records kept" in change.effect
+
+
+def test_changing_source_columns_replaces_the_relation_and_everything_reading_it(example):
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", "  userid VARCHAR,\n  pageid VARCHAR\n",
+         "  pageid VARCHAR,\n  userid VARCHAR\n")  # not an addition at the end
     plan = plan_of(example, state)
     assert actions(plan) == {
         PAGEVIEWS: Action.REPLACE,

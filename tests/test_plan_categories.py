@@ -113,7 +113,8 @@ def test_replay_from_a_timestamp(deployed):
 
 def test_replace_relation_lists_downstream_queries(deployed):
     root, state = deployed
-    edit(root, "sql/sources.sql", "  pageid VARCHAR\n", "  pageid VARCHAR,\n  referrer VARCHAR\n")
+    edit(root, "sql/sources.sql", "  userid VARCHAR,\n  pageid VARCHAR\n",
+         "  pageid VARCHAR,\n  userid VARCHAR\n")  # not an addition at the end
     plan = plan_of(root, state)
     relation = next(c for c in plan.actionable if c.address == "relation.analytics.public.pageviews")
     assert (relation.action, relation.category.value) == (Action.REPLACE, "replace_relation")

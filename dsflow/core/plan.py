@@ -231,6 +231,12 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
         return query_change(resource, deployed, state, options, upstream, common)
     if deployed.data_hash != resource.data_hash:
         fields = _changed_fields(deployed.data, resource.data)
+        added = added_columns(deployed.data, resource.data) if kind is Kind.RELATION else []
+        if added and not upstream:
+            where = physical_object(deployed.data, options.store_types)
+            return Change(action=Action.UPDATE, reason=f"column(s) {', '.join(added)} added (in place)",
+                          effect=f"{where} and its records kept; records written from now on carry the new "
+                                 "column(s), earlier ones read them as null", **common)
         extra = _relation_extra(resource, graph) if kind is Kind.RELATION else {}
         return Change(action=Action.REPLACE, reason=f"{', '.join(fields)} changed (forces replacement)",
                       effect=_effect(kind, Action.REPLACE, resource.data), **extra, **common)
@@ -246,6 +252,18 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
         return Change(action=Action.UPDATE, reason=f"{', '.join(fields)} changed (in place)",
                       effect=_effect(kind, Action.UPDATE, resource.data), **common)
     return Change(action=Action.NOOP, reason="up to date", **common)
+
+
+def added_columns(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The columns a stream or changelog gains at its end when nothing else of it changed (every column is
+    nullable, so earlier records read them as null and an Avro subject evolves compatibly: a field with a null
+    default); [] for any other change, which replaces the relation."""
+    if before.get("kind") not in ("stream", "changelog") or _changed_fields(before, after) != ["columns"]:
+        return []
+    old, new = before.get("columns", []), after.get("columns", [])
+    if len(new) <= len(old) or new[:len(old)] != old:
+        return []
+    return [name for name, _ in new[len(old):]]
 
 
 def _relation_extra(resource: Resource, graph: Graph) -> dict[str, Any]:
