@@ -32,6 +32,8 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
 def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
     """Labelled lines under a change: reason, category, effect, estimate, affected queries."""
     details = [("reason", change["reason"])]
+    if change.get("physical"):
+        details.append(("object", change["physical"]))
     if change.get("category") and change["category"] != "new":
         details.append(("category", CATEGORY_TITLE[change["category"]]))
     if change.get("override"):

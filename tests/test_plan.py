@@ -202,6 +202,9 @@ def test_removing_a_relation_and_its_query_deletes_query_first(example):
         (ENRICHED_QUERY, Action.DELETE), (ENRICHED_RELATION, Action.DELETE)]
     assert plan.actionable[0].before["sink"] == "analytics.curated.pageviews_enriched"
     assert plan.actionable[1].effect == "topic deleted if dsflow created it"
+    assert plan.actionable[1].physical == "topic kafka_main/pageviews_enriched"
+    assert plan.actionable[1].affected == [ENRICHED_QUERY], "a delete lists the queries it affects"
+    assert plan.actionable[1].destroys is not None, "the topic dsflow created holds records: the plan says so"
     assert plan.changes[:2] == plan.actionable  # deletes come before every other change
 
 

@@ -83,6 +83,8 @@ class Change(BaseModel):
     observed: str | None = Field(None, description="for refresh-only: what the refresh saw")
     destroys: DataLoss | None = Field(None, description="the records this change deletes: apply refuses it unless "
                                                         "the user allowed it (--allow-destroy, --allow-data-loss)")
+    physical: str | None = Field(None, description="for relations: the physical object, e.g. 'kafka topic "
+                                                   "kafka_main/pageviews'")
     moved_from: str | None = Field(None, description="a relation renamed in the project onto the same physical "
                                                      "object: the deployed address it takes over (topic and "
                                                      "records kept)")
@@ -173,7 +175,8 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     deletes = _delete_changes(wanted, state, options.targets)
     deletes, forward = _moves(deletes, forward, state, options.store_types)
     forward = [_with_replay_note(c, wanted) for c in forward]
-    return Plan(changes=[_with_data_loss(c, state, options) for c in deletes + forward], **common)
+    changes = [_with_object(_with_data_loss(c, state, options), state, graph, options) for c in deletes + forward]
+    return Plan(changes=changes, **common)
 
 
 def desired_fingerprint(desired: list[Resource]) -> str:
@@ -357,6 +360,20 @@ def _moved(change: Change, old: str, state: State, store_types: Mapping[str, str
         "action": Action.UPDATE, "moved_from": old, "before": deployed.data,
         "reason": f"moved from {old} (same {physical_object(deployed.data, store_types)})",
         "effect": f"{physical_object(deployed.data, store_types)} and its records kept; only the name changes"})
+
+
+def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions) -> Change:
+    """A relation change names its physical object; a delete or move lists the queries it affects."""
+    address = Address.parse(change.address)
+    if address.kind is not Kind.RELATION or change.action is Action.NOOP:
+        return change
+    update: dict[str, Any] = {"physical": physical_object(change.after or change.before or {}, options.store_types)}
+    if change.action is Action.DELETE:
+        update["affected"] = sorted(k for k, v in state.resources.items()
+                                    if k.startswith("query.") and change.address in v.depends_on)
+    elif change.moved_from is not None:
+        update["affected"] = sorted(str(a) for a in graph.descendants(address) if a.kind is Kind.QUERY)
+    return change.model_copy(update=update)
 
 
 def _with_data_loss(change: Change, state: State, options: PlanOptions) -> Change:
