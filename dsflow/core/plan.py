@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
+from dsflow.core.physical import SINK_AFTER_REPLAY, added_columns, physical_key, physical_object
 from dsflow.core.resources import Resource, fingerprint
 from dsflow.core.state import State
 
@@ -257,18 +258,6 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
     return Change(action=Action.NOOP, reason="up to date", **common)
 
 
-def added_columns(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """The columns a stream or changelog gains at its end when nothing else of it changed (every column is
-    nullable, so earlier records read them as null and an Avro subject evolves compatibly: a field with a null
-    default); [] for any other change, which replaces the relation."""
-    if before.get("kind") not in ("stream", "changelog") or _changed_fields(before, after) != ["columns"]:
-        return []
-    old, new = before.get("columns", []), after.get("columns", [])
-    if len(new) <= len(old) or new[:len(old)] != old:
-        return []
-    return [name for name, _ in new[len(old):]]
-
-
 def _relation_extra(resource: Resource, graph: Graph) -> dict[str, Any]:
     downstream = sorted(str(a) for a in graph.descendants(resource.address) if a.kind is Kind.QUERY)
     return {"category": Category.REPLACE_RELATION, "affected": downstream}
@@ -301,14 +290,6 @@ def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozense
     ]
 
 
-SINK_AFTER_REPLAY = {
-    "stream": "the records it wrote before stay in its sink topic, so the replay writes them again (duplicates)",
-    "changelog": "the rows it wrote before stay in its sink topic and are superseded by the replay's upserts",
-    "materialized_view": "the view's rows are upserted again as the replay recomputes them",
-    "table": "the table's rows are written again as the replay recomputes them",
-}
-
-
 def _with_replay_note(change: Change, wanted: dict[str, Resource]) -> Change:
     """A replay says what stays in its sink: what it wrote before is there, and is written again."""
     if change.category is not Category.REPLAY or change.after is None:
@@ -324,15 +305,6 @@ def replays_to_estimate(plan: Plan) -> list[Change]:
     replaced = {c.address for c in plan.changes if c.action is Action.REPLACE}
     return [c for c in plan.changes if c.category is Category.REPLAY and c.after is not None
             and not any(f"relation.{s[0]}" in replaced for s in c.after.get("sources", []))]
-
-
-def physical_key(data: dict[str, Any] | None) -> tuple[str, ...] | None:
-    """A relation's physical identity: the object it lives in (store and topic, or store and table), None if it
-    has none of its own."""
-    if not data or "topic" not in data:
-        return None
-    holder = "table" if data.get("kind") in ("table", "materialized_view") else "log"
-    return data.get("store", ""), holder, data["topic"], fingerprint(data.get("table_options") or {})
 
 
 def _moves(deletes: list[Change], forward: list[Change], state: State,
@@ -394,16 +366,6 @@ def _with_data_loss(change: Change, state: State, options: PlanOptions) -> Chang
     return change.model_copy(update={"destroys": loss})
 
 
-def physical_object(data: dict[str, Any], store_types: Mapping[str, str]) -> str:
-    """A relation's physical object in words: 'topic kafka_main/pageviews', 'delta table ...', ..."""
-    kind, store = data.get("kind"), data.get("store", "")
-    if kind in ("table", "materialized_view"):
-        where = ", ".join(f"{k}={v}" for k, v in sorted((data.get("table_options") or {}).items()))
-        return f"{store_types.get(store, '')} table {data.get('topic')}".strip() + (f" ({where})" if where else "")
-    noun = "stream" if store_types.get(store) == "kinesis" else "topic"
-    return f"{store_types.get(store, '')} {noun} {store}/{data.get('topic')}".strip()
-
-
 def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     keys = sorted(set(before) | set(after))
     return [k for k in keys if before.get(k) != after.get(k)] or ["definition"]
@@ -432,7 +394,6 @@ def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> s
             Action.DELETE: "topic deleted if dsflow created it",
         }[action]
     return None
-
 
 
 def query_change(resource: Resource, deployed, state: State, options: PlanOptions, upstream: str | None,
