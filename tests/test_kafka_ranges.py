@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from dsflow import operations
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.kafka.datasource import check_ranges
 from dsflow.adapters.kafka.ranges import read_range, take_contiguous
 from dsflow.errors import DsflowError
+from test_data_loss import _project
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +127,36 @@ def test_a_query_on_a_transactional_stream_fails_loudly_or_counts_its_gaps(spark
     assert query.exception() is None
     assert sorted(r.offset for r in spark.table(name).collect()) == [0, 1, 2, 3, 4, 6, 7, 8]
     assert [(e["start"], e["end"]) for e in map(json.loads, log.read_text().splitlines())] == [(5, 6), (9, 10)]
+
+
+def test_a_read_that_cannot_account_for_its_offsets_is_an_error_in_dsflow_status(tmp_path: Path, broker: str) -> None:
+    """A stream over a topic written in transactions (commit markers: offsets without records) and not declared
+    'topic.gaps' = 'count': the query's first batch fails loudly, and `dsflow status` names DSF-E709."""
+    from confluent_kafka import Producer
+
+    from waiting import wait_for
+
+    sql = ("CREATE STREAM events (id BIGINT) WITH ('topic' = '{p}_events', 'value.format' = 'json');\n"
+           "CREATE STREAM copied WITH ('topic' = '{p}_copied') AS SELECT id FROM events;\n")
+    _, options, prefix = _project(tmp_path, sql, broker)
+    ensure_topic(broker, TopicSpec(f"{prefix}_events", 1, 1))
+    producer = Producer({"bootstrap.servers": broker, "transactional.id": f"{prefix}-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(f"{prefix}_events", json.dumps({"id": i}).encode())
+    producer.commit_transaction(30)
+    try:
+        loaded = operations.load(options)
+        assert operations.apply(loaded, operations.plan(loaded)).ok
+
+        def failed() -> dict | None:
+            entry = next(e for e in operations.status(operations.load(options))
+                     if e["address"] == "query.default.public.copied")
+            return entry if entry.get("state") == "failed" else None
+
+        entry = wait_for(failed, 240, "the query to fail on the unaccounted offset", interval=2)
+        assert "DSF-E709" in entry["error"] and "offsets 5-5" in entry["error"]
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))
