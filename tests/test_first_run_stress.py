@@ -19,7 +19,7 @@ from bench.first_run_stress import cpu_hogs, one_round  # noqa: E402
 pytestmark = pytest.mark.integration
 
 SEED = 20261125
-ROUNDS = 6
+ROUNDS = 12
 BUDGET_S = 240
 """Rounds stop early once this much time is spent (a loaded CI machine): at least two always run."""
 
