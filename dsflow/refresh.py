@@ -133,9 +133,14 @@ def replay_estimate(project, change, deployed: DeployedResource | None) -> Estim
 
 
 def _records_from(client, store, topic: str, override: str | None) -> int:
+    return _held_records(client, client.client_config(store.bootstrap_servers, store.properties), topic, override)
+
+
+def _held_records(client, config: dict, topic: str, override: str | None = None) -> int:
+    """Records of `topic` from the first held (or those at the timestamp `override`) to the true end offsets."""
     from confluent_kafka import TopicPartition
 
-    with client.consumer(client.client_config(store.bootstrap_servers, store.properties)) as consumer:
+    with client.consumer(config) as consumer:
         parts = client.topic_partitions(consumer, topic)
         ends = client.end_offsets(consumer, topic, parts)
         if override and override.isdigit():
@@ -158,19 +163,16 @@ def record_count(project, deployed: DeployedResource) -> int | None:
         return None
     try:
         client.assert_reachable(bootstrap)
-        config = client.client_config(bootstrap, _store_properties(project, deployed))
-        with client.consumer(config) as consumer:
-            parts = client.topic_partitions(consumer, topic)
-            ends, starts = client.end_offsets(consumer, topic, parts), client.start_offsets(consumer, topic, parts)
+        return _held_records(client, client.client_config(bootstrap, _store_properties(project, deployed)), topic)
     except DsflowError:
         return None
-    return sum(max(0, ends[p] - starts.get(p, 0)) for p in parts)
 
 
 def foreign_log(project, deployed: DeployedResource) -> str | None:
     """Which of a deployed query's source topics is now another log than the one its offsets were read from
     (deleted and created again, or gone), in words; None when all are the same (or no ids were recorded)."""
     from dsflow.adapters.kafka.admin import current_topic_ids
+    from dsflow.core.safety import changed_logs
     from dsflow.errors import DsflowError
 
     recorded = deployed.outputs.get("logs") or {}
@@ -180,6 +182,6 @@ def foreign_log(project, deployed: DeployedResource) -> str | None:
         current = current_topic_ids(project, list(recorded))
     except DsflowError:
         return None  # the broker cannot be asked now; apply checks again before it carries anything
-    changed = sorted(t for t, log in recorded.items() if current.get(t) != log)
+    changed = changed_logs(recorded, current)
     return f"source topic {', '.join(changed)} was deleted and created again since its offsets were read" \
         if changed else None

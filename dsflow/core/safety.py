@@ -57,9 +57,14 @@ def check_data_loss(plan: Plan, allowance: Allowance) -> None:
 def check_same_logs(address: str, recorded: dict[str, str], current: dict[str, str]) -> None:
     """DSF-E824 when a source topic whose id was recorded is now another log (deleted and created again) or gone:
     offsets carried onto it would skip or misread its records."""
-    changed = sorted(t for t, log in recorded.items() if current.get(t) != log)
+    changed = changed_logs(recorded, current)
     if changed:
         raise DsflowError("DSF-E824", f"{address}: the offsets to carry were read from topic(s) {', '.join(changed)} "
                           "as they were; the topic is now another log (deleted and created again) or gone, so carried "
                           "offsets would skip its records. Nothing was stopped.",
                           hint="run 'dsflow plan' again: it plans a replay from the earliest offset instead")
+
+
+def changed_logs(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    """The topics whose id now differs from the one recorded (or that are gone)."""
+    return sorted(topic for topic, log in recorded.items() if current.get(topic) != log)
