@@ -14,7 +14,7 @@ from dsflow.core.model import Project
 from dsflow.core.categories import Category
 from dsflow.core.plan import Observation, Plan, PlanOptions, make_plan, replays_to_estimate
 from dsflow.core.resources import project_resources
-from dsflow.core.safety import Allowance, check_prevented
+from dsflow.core.safety import Allowance, check_partitions, check_prevented
 from dsflow.core.state import State
 from dsflow.load.project import load_project
 from dsflow.workspace import Workspace
@@ -69,6 +69,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
         options = replace(options, **measured)
         the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
     check_prevented(the_plan)
+    check_partitions(the_plan)
     return the_plan
 
 

@@ -236,3 +236,16 @@ def test_unhealthy_observation_is_drift_and_updates_in_place(example):
 def test_plan_json_round_trips(example):
     plan = plan_of(example)
     assert Plan.model_validate_json(plan.model_dump_json()) == plan
+
+
+def test_lowering_a_topics_partitions_is_a_clear_error(example):
+    from dsflow.core.safety import check_partitions
+    from dsflow.errors import DsflowError
+
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", "'topic.partitions' = 2,", "'topic.partitions' = 1,")
+    with pytest.raises(DsflowError) as lowered:
+        check_partitions(plan_of(example, state))
+    assert lowered.value.code == "DSF-E825" and "relation.analytics.public.pageviews (2 -> 1)" in str(lowered.value)
+    edit(example, "sql/sources.sql", "'topic.partitions' = 1,", "'topic.partitions' = 3,")
+    check_partitions(plan_of(example, state))  # raising is planned (a replacement on the embedded broker)

@@ -68,3 +68,15 @@ def check_same_logs(address: str, recorded: dict[str, str], current: dict[str, s
 def changed_logs(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
     """The topics whose id now differs from the one recorded (or that are gone)."""
     return sorted(topic for topic, log in recorded.items() if current.get(topic) != log)
+
+
+def check_partitions(plan: Plan) -> None:
+    """DSF-E825 when a change lowers a topic's partition count: Kafka cannot remove partitions, and recreating the
+    topic under a plan that only meant to resize it would destroy its records and scatter its keys."""
+    lowered = [c for c in plan.changes if c.before and c.after and c.before.get("kind") in ("stream", "changelog")
+               and c.after.get("partitions", 0) < c.before.get("partitions", 0)]
+    if lowered:
+        raise DsflowError("DSF-E825", "a topic's partitions cannot be lowered: " + ", ".join(
+            f"{c.address} ({c.before['partitions']} -> {c.after['partitions']})" for c in lowered),
+            hint="keep the partition count; to start over with fewer, remove the relation (apply with --allow-destroy) "
+                 "and add it back")
