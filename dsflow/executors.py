@@ -259,11 +259,15 @@ def source_logs(sources) -> dict[str, str]:
     """The broker's id of each Kafka source topic, {} where the broker gives none."""
     from dsflow.adapters.kafka.admin import topic_ids
 
-    logs: dict[str, str] = {}
+    by_broker: dict[str, tuple[dict[str, str], list[str]]] = {}  # one request per broker, not per topic
     for source in sources:
-        if source.kind == "kafka" and source.topic not in logs:
-            extra = {k: v for k, v in source.client_config.items() if k != "bootstrap.servers"}
-            logs.update(topic_ids(source.client_config["bootstrap.servers"], [source.topic], extra))
+        if source.kind == "kafka":
+            config = dict(source.client_config)
+            bootstrap = config.pop("bootstrap.servers")
+            by_broker.setdefault(bootstrap, (config, []))[1].append(source.topic)
+    logs: dict[str, str] = {}
+    for bootstrap, (extra, topics) in by_broker.items():
+        logs.update(topic_ids(bootstrap, topics, extra))
     return logs
 
 
