@@ -142,10 +142,9 @@ class _IntentRecorder:
 
 
 def _apply_one(ctx: Context, change: Change, state: State) -> State:
+    if change.moved_from is not None and change.address not in state.resources:  # a move: the entry follows
+        state = state.with_move(change.moved_from, change.address)
     deployed = state.resources.get(change.address)
-    if change.moved_from is not None and deployed is None:  # a rename: the new address takes over the old object
-        deployed = state.resources[change.moved_from]
-        state = state.without(change.moved_from)
     outputs = dict(run_change(ctx, change, deployed) or {})
     state = _record_ledger(state, change, outputs.pop(LEDGER_STOPPED, None), outputs.pop(LEDGER_STARTED, None))
     if outputs.pop(GONE, False):

@@ -78,8 +78,10 @@ class TopicExecutor:
             existed = describe_topic(store.bootstrap_servers, relation.topic, store.properties) is not None
             ctx.note({"topic_existed": existed})
         created = ensure_topic(store.bootstrap_servers, spec, store.properties)
+        evolving = bool(change.before) and change.before.get("columns") != (change.after or {}).get("columns")
         return {"topic": relation.topic, "store": store.name, "bootstrap": store.bootstrap_servers,
-                "created_by_dsflow": created or not existed, **_register_sink_schema(ctx.project, relation)}
+                "created_by_dsflow": created or not existed,
+                **_register_sink_schema(ctx.project, relation, evolving)}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         outputs = self.create(ctx, change)
@@ -96,16 +98,21 @@ class TopicExecutor:
         delete_topic(deployed.outputs["bootstrap"], deployed.outputs["topic"], extra)
 
 
-def _register_sink_schema(project: Project, relation) -> dict[str, Any]:
+def _register_sink_schema(project: Project, relation, evolving: bool = False) -> dict[str, Any]:
     """A query's avro/protobuf sink: its value schema (made from the columns) registered under the subject, and
-    an avro/protobuf key's schema under <topic>-key, before any write."""
+    an avro/protobuf key's schema under <topic>-key, before any write. Columns evolved in place, or a declared
+    'value.schema.compatibility': the subject's level is set to the relation's rule first."""
     if not relation.defined_by_query:
         return {}
-    from dsflow.adapters.kafka.registry import register
+    from dsflow.adapters.kafka.registry import register, set_compatibility
     from dsflow.adapters.spark.translate import sink_format, sink_key_format
+    from dsflow.core.evolution import DEFAULT_RULE
 
     settings = sink_format(project, relation)
     outputs: dict[str, Any] = {}
+    if relation.value_subject and (evolving or relation.schema_compatibility):
+        set_compatibility(settings["registry"], settings["value_subject"],
+                          relation.schema_compatibility or DEFAULT_RULE)
     if relation.value_subject:
         schema_id = register(settings["registry"], settings["value_subject"], settings["value_schema"],
                              settings["value_format"].upper())
@@ -135,7 +142,12 @@ class ViewExecutor:
         return {"database": str(database), "table": relation.topic}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        if change.moved_from is not None and deployed.data.get("store"):
+            from dsflow.adapters.postgres.views import rename_view_table
+
+            rename_view_table(ctx.project, deployed, ctx.project.relation(Address.parse(change.address).name))
         outputs = self.create(ctx, change)
+        _add_view_columns(ctx, change, outputs)
         if "created_by_dsflow" in outputs:
             outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow",
                                                                                                   False)
@@ -150,6 +162,25 @@ class ViewExecutor:
             return drop_view_table(ctx.project, deployed)
         if deployed.outputs.get("database") and deployed.outputs.get("table"):
             mv.drop_table(deployed.outputs["database"], deployed.outputs["table"])
+
+
+def _add_view_columns(ctx: Context, change: Change, outputs: dict[str, Any]) -> None:
+    """Columns a view's in-place update adds: ALTER TABLE ADD COLUMN (its rows kept, NULL in them)."""
+    from dsflow.adapters.tables import added_columns
+
+    added = added_columns(change.before, change.after)
+    if not added:
+        return
+    if "schema" in outputs:
+        from dsflow.adapters.postgres import mv as pg
+        from dsflow.adapters.postgres.views import store_settings
+
+        settings = store_settings(ctx.project, outputs["store"])
+        pg.add_columns(settings, outputs.get("database"), outputs["schema"], outputs["table"], added)
+    else:
+        from dsflow.adapters.sqlite import mv
+
+        mv.add_columns(outputs["database"], outputs["table"], added)
 
 
 class RelationExecutor:
@@ -175,7 +206,13 @@ class RelationExecutor:
         return self._pick(ctx, change.after).create(ctx, change)
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        return self._pick(ctx, change.after, deployed.outputs).update(ctx, change, deployed)
+        """In place; columns evolved in place add the columns before to `column_history` (for the _TRANSITIVE
+        rules of core/evolution.py)."""
+        outputs = self._pick(ctx, change.after, deployed.outputs).update(ctx, change, deployed)
+        history = list(deployed.outputs.get("column_history") or [])
+        if change.before and change.after and change.before.get("columns") != change.after.get("columns"):
+            history.append(change.before.get("columns"))
+        return outputs | ({"column_history": history} if history else {})
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any] | None:
         return self._pick(None, deployed.data, deployed.outputs).delete(ctx, deployed)
@@ -206,10 +243,10 @@ class QueryExecutor:
         """Carry offsets or replay: stop the old version, start the new one on a fresh checkpoint. Offsets are
         carried only to the logs they were read from: checked again here, before anything stops (DSF-E824)."""
         if change.category is Category.CARRY_OFFSETS:
-            from dsflow.adapters.kafka.admin import current_topic_ids
+            from dsflow.adapters.objects import identities
 
             recorded = deployed.outputs.get("logs") or {}
-            check_same_logs(change.address, recorded, current_topic_ids(ctx.project, list(recorded)))
+            check_same_logs(change.address, recorded, identities(ctx.project, recorded))
         stopped = self._stop(deployed)
         start = _start_at(change, stopped["stop_offsets"] or {})
         checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
@@ -237,7 +274,7 @@ class QueryExecutor:
         (run_dir / "status.json").unlink(missing_ok=True)
         pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=secrets)
         ctx.note({"pid": pid})
-        logs = source_logs(spec.sources)
+        logs = source_logs(ctx.project, query)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
                    "source_logs": logs or None}
@@ -255,20 +292,12 @@ class QueryExecutor:
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
 
 
-def source_logs(sources) -> dict[str, str]:
-    """The broker's id of each Kafka source topic, {} where the broker gives none."""
-    from dsflow.adapters.kafka.admin import topic_ids
+def source_logs(project: Project, query) -> dict[str, str]:
+    """The identity of each source's log (a topic's id, a stream's ARN and creation time), asked of its store;
+    sources whose store gives none are left out."""
+    from dsflow.adapters.objects import identities
 
-    by_broker: dict[str, tuple[dict[str, str], list[str]]] = {}  # one request per broker, not per topic
-    for source in sources:
-        if source.kind == "kafka":
-            config = dict(source.client_config)
-            bootstrap = config.pop("bootstrap.servers")
-            by_broker.setdefault(bootstrap, (config, []))[1].append(source.topic)
-    logs: dict[str, str] = {}
-    for bootstrap, (extra, topics) in by_broker.items():
-        logs.update(topic_ids(bootstrap, topics, extra))
-    return logs
+    return identities(project, [project.relation(s.relation).topic for s in query.sources])
 
 
 def _secrets_to_env(spec, project: Project):

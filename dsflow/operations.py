@@ -14,7 +14,7 @@ from dsflow.core.model import Project
 from dsflow.core.categories import Category
 from dsflow.core.plan import Observation, Plan, PlanOptions, make_plan, replays_to_estimate
 from dsflow.core.resources import project_resources
-from dsflow.core.safety import Allowance, check_partitions, check_prevented
+from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
 from dsflow.core.state import State
 from dsflow.load.project import load_project
 from dsflow.workspace import Workspace
@@ -61,7 +61,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     observations = _refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
     store_types = {s.name: s.type for s in loaded.project.stores}
     options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets,
-                          store_types=store_types)
+                          store_types=store_types, moves={m.to_address: m.from_address for m in loaded.project.moves})
     resources = project_resources(loaded.project)
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
     measured = _measured(loaded, the_plan, state, counting=do_refresh or destroy)
@@ -70,6 +70,11 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
         the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
     check_prevented(the_plan)
     check_partitions(the_plan)
+    check_table_places(the_plan, state)
+    if do_refresh and not destroy and not refresh_only:
+        from dsflow.refresh import check_schema_evolution
+
+        check_schema_evolution(loaded.project, the_plan)
     return the_plan
 
 
@@ -83,13 +88,19 @@ def _measured(loaded: Loaded, the_plan: Plan, state: State, counting: bool) -> d
         return {}
     from dsflow.refresh import foreign_log, record_count, replay_estimate
 
-    foreign = {c.address: f for c in carries if (f := foreign_log(loaded.project, state.resources[c.address]))}
+    foreign = {c.address: f for c in carries if (f := foreign_log(loaded.project, _deployed(state, c)))}
     replays += [c.model_copy(update={"override": None}) for c in carries if c.address in foreign]
     estimates = {c.address: e for c in replays
-                 if (e := replay_estimate(loaded.project, c, state.resources.get(c.address))) is not None}
+                 if (e := replay_estimate(loaded.project, c, state.resources.get(c.moved_from or c.address)))
+                 is not None}
     counts = {c.address: n for c in destroying
-              if (n := record_count(loaded.project, state.resources[c.address])) is not None}
+              if (n := record_count(loaded.project, _deployed(state, c))) is not None}
     return {"estimates": estimates, "record_counts": counts, "foreign_logs": foreign}
+
+
+def _deployed(state: State, change):
+    """The state entry a change acts on: the one it moved from (core/moves.py), else its own."""
+    return state.resources[change.moved_from or change.address]
 
 
 def _refresh(state: State, project: Project) -> dict[str, Observation]:

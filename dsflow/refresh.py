@@ -111,9 +111,9 @@ def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] |
 
 
 def replay_estimate(project, change, deployed: DeployedResource | None) -> Estimate | None:
-    """Records a replay re-reads (from the sources' current offsets) and the time at the measured rate."""
-    from dsflow.adapters.kafka import client
-    from dsflow.errors import DsflowError
+    """Records a replay re-reads (from the sources' current positions, asked of each source's store) and the time
+    at the measured rate; None when a source's store cannot count (a CDC source takes a new snapshot)."""
+    from dsflow.adapters.objects import held_records
 
     query = next((q for q in project.queries if f"query.{q.fqn}" == change.address), None)
     if query is None:
@@ -121,57 +121,26 @@ def replay_estimate(project, change, deployed: DeployedResource | None) -> Estim
     total = 0
     for source in query.sources:
         relation = project.relation(source.relation)
-        store = project.store(relation.store)
-        if store is None or store.type in ("postgresql", "kinesis"):  # CDC: a new snapshot; Kinesis: no counts
+        count = held_records(project, {"store": relation.store, "topic": relation.topic}, {}, change.override)
+        if count is None:
             return None
-        try:
-            total += _records_from(client, store, relation.topic, change.override)
-        except DsflowError:
-            return None
+        total += count
     rate = (query_status(deployed).get("processed_rows_per_second") if deployed else None) or None
     return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None)
 
 
-def _records_from(client, store, topic: str, override: str | None) -> int:
-    return _held_records(client, client.client_config(store.bootstrap_servers, store.properties), topic, override)
-
-
-def _held_records(client, config: dict, topic: str, override: str | None = None) -> int:
-    """Records of `topic` from the first held (or those at the timestamp `override`) to the true end offsets."""
-    from confluent_kafka import TopicPartition
-
-    with client.consumer(config) as consumer:
-        parts = client.topic_partitions(consumer, topic)
-        ends = client.end_offsets(consumer, topic, parts)
-        if override and override.isdigit():
-            found = consumer.offsets_for_times([TopicPartition(topic, p, int(override)) for p in parts],
-                                               timeout=client.REQUEST_TIMEOUT)
-            starts = {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
-        else:
-            starts = client.start_offsets(consumer, topic, parts)
-    return sum(max(0, ends[p] - starts.get(p, 0)) for p in parts)
-
-
 def record_count(project, deployed: DeployedResource) -> int | None:
-    """Records a deployed relation's topic holds now (end offsets minus the first held), for a plan that would
-    delete or empty it; None when it cannot be counted (not a Kafka topic, broker unreachable, topic gone)."""
-    from dsflow.adapters.kafka import client
-    from dsflow.errors import DsflowError
+    """Records a deployed relation's object (topic, stream, table) holds now, for a plan that would delete or
+    empty it; None when it cannot be counted (a store that cannot count or cannot be reached)."""
+    from dsflow.adapters.objects import held_records
 
-    bootstrap, topic = deployed.outputs.get("bootstrap"), deployed.outputs.get("topic")
-    if not bootstrap or not topic:
-        return None
-    try:
-        client.assert_reachable(bootstrap)
-        return _held_records(client, client.client_config(bootstrap, _store_properties(project, deployed)), topic)
-    except DsflowError:
-        return None
+    return held_records(project, deployed.outputs, deployed.data)
 
 
 def foreign_log(project, deployed: DeployedResource) -> str | None:
-    """Which of a deployed query's source topics is now another log than the one its offsets were read from
-    (deleted and created again, or gone), in words; None when all are the same (or no ids were recorded)."""
-    from dsflow.adapters.kafka.admin import current_topic_ids
+    """Which of a deployed query's source logs (topics, streams) is now another log than the one its offsets were
+    read from (deleted and created again, or gone), in words; None when all are the same (or no ids were recorded)."""
+    from dsflow.adapters.objects import identities
     from dsflow.core.safety import changed_logs
     from dsflow.errors import DsflowError
 
@@ -179,9 +148,52 @@ def foreign_log(project, deployed: DeployedResource) -> str | None:
     if not recorded:
         return None
     try:
-        current = current_topic_ids(project, list(recorded))
+        current = identities(project, recorded)
     except DsflowError:
         return None  # the broker cannot be asked now; apply checks again before it carries anything
     changed = changed_logs(recorded, current)
-    return f"source topic {', '.join(changed)} was deleted and created again since its offsets were read" \
+    return f"source {', '.join(changed)} was deleted and created again since its offsets were read" \
         if changed else None
+
+
+def check_schema_evolution(project, plan) -> None:
+    """Before a plan evolves a query sink's registry subject in place: DSF-E841 if the live registry would reject
+    the new schema under the relation's rule. When the subject already has that level, the registry's own check
+    (/compatibility) decides; else (apply sets the level first) the rule is checked against the subject's
+    versions as the registry holds them, so versions registered outside dsflow count too."""
+    from dsflow.core.plan import Action
+
+    for change in plan.changes:
+        if change.action is not Action.UPDATE or not change.before or not change.after \
+                or change.before.get("columns") == change.after.get("columns") \
+                or not change.after.get("value_subject"):
+            continue
+        relation = project.relation(Address.parse(change.address).name)
+        if relation is not None and relation.defined_by_query:
+            _check_subject(project, relation, change.address)
+
+
+def _check_subject(project, relation, address: str) -> None:
+    from dsflow.adapters.kafka import registry
+    from dsflow.adapters.spark.translate import sink_format
+    from dsflow.core.evolution import DEFAULT_RULE, incompatibility
+    from dsflow.core.formats import columns_from_avro
+    from dsflow.errors import DsflowError
+
+    settings = sink_format(project, relation)
+    config, subject = settings["registry"], settings["value_subject"]
+    rule = relation.schema_compatibility or DEFAULT_RULE
+    columns = [(c.name, c.type) for c in relation.columns]
+    if relation.value_format == "avro":  # the types as the registry's versions read back
+        columns = columns_from_avro(settings["value_schema"])
+    if registry.compatibility(config, subject) == rule:
+        accepted = registry.accepts(config, subject, settings["value_schema"], settings["value_format"])
+        why = None if accepted else "the registry's compatibility check refuses it"
+    else:
+        why = incompatibility(registry.subject_history(config, subject, relation.value_format), columns, rule,
+                              relation.value_format)
+    if why is not None:
+        raise DsflowError("DSF-E841", f"{address}: registry subject '{subject}' would reject the new schema under "
+                          f"{rule}: {why}", location=relation.location,
+                          hint="undo the column change, or set the relation's 'value.schema.compatibility' to a rule "
+                               "that allows it")

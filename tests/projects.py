@@ -81,6 +81,8 @@ def applied(plan: Plan, state: State | None = None) -> State:
     """The State an apply of `plan` would record, built like dsflow.apply._apply_one without executors."""
     state = (state or State()).with_lineage()
     for change in plan.actionable:
+        if change.moved_from is not None and change.address not in state.resources:
+            state = state.with_move(change.moved_from, change.address)
         if change.action is Action.DELETE:
             state = state.without(change.address)
             continue

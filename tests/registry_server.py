@@ -11,7 +11,9 @@ that dsflow and confluent-kafka's SchemaRegistryClient use:
     GET    /subjects/{subject}/versions/{v}    a version, or `latest`
     DELETE /subjects/{subject}                 delete a subject
     GET    /schemas/ids/{id}                   a schema by id
-    GET    /config, PUT /config[/{subject}]    compatibility: accepted and echoed, never enforced
+    GET    /config[/{subject}], PUT /config[/{subject}]   compatibility: global NONE, never enforced; a subject's
+                                        own level (AVRO only) is enforced on register (409) and by
+    POST   /compatibility/subjects/{subject}/versions/{v}   (Avro schema resolution, written here apart from dsflow)
 
 Optional HTTP basic auth (user, password): requests without it get 401.
 
@@ -37,11 +39,15 @@ class Registry:
         self.lock = threading.Lock()
         self.schemas: dict[int, dict[str, Any]] = {}
         self.subjects: dict[str, list[int]] = {}
+        self.levels: dict[str, str] = {}
 
-    def register(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
+    def register(self, subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The new version; None if the subject's level refuses it."""
         schema = {"schema": body["schema"], "schemaType": body.get("schemaType", "AVRO"),
                   "references": body.get("references") or []}
         with self.lock:
+            if self.lookup(subject, body) is None and not self.compatible(subject, body, None):
+                return None
             found = next((i for i, s in self.schemas.items() if _same(s, schema)), None)
             schema_id = found if found is not None else len(self.schemas) + 1
             self.schemas[schema_id] = schema
@@ -60,6 +66,56 @@ class Registry:
                                                 "schemaType": body.get("schemaType", "AVRO")}):
                 return self.version(subject, number)
         return None
+
+
+    def compatible(self, subject: str, body: dict[str, Any], version: int | None) -> bool:
+        """Under the subject's own level, against `version` (None: the latest, or all for _TRANSITIVE)."""
+        level = self.levels.get(subject, "NONE")
+        ids = self.subjects.get(subject, [])
+        if level == "NONE" or not ids or body.get("schemaType", "AVRO") != "AVRO":
+            return True
+        if version is not None:
+            ids = [ids[version - 1]]
+        elif not level.endswith("_TRANSITIVE"):
+            ids = ids[-1:]
+        new, rule = json.loads(body["schema"]), level.removesuffix("_TRANSITIVE")
+        for old in (json.loads(self.schemas[i]["schema"]) for i in ids):
+            if rule in ("BACKWARD", "FULL") and not _readable(old, new):
+                return False
+            if rule in ("FORWARD", "FULL") and not _readable(new, old):
+                return False
+        return True
+
+
+_PROMOTIONS = {"int": {"long", "float", "double"}, "long": {"float", "double"}, "float": {"double"},
+               "string": {"bytes"}, "bytes": {"string"}}
+
+
+def _readable(writer: dict[str, Any], reader: dict[str, Any]) -> bool:
+    """Avro schema resolution of two record schemas: data written with `writer` can be read with `reader`."""
+    written = {f["name"]: f for f in writer["fields"]}
+    for field in reader["fields"]:
+        if field["name"] not in written:
+            if "default" not in field:
+                return False
+        elif not _type_readable(written[field["name"]]["type"], field["type"]):
+            return False
+    return True
+
+
+def _type_readable(writer: Any, reader: Any) -> bool:
+    readers = [_name(t) for t in (reader if isinstance(reader, list) else [reader])]
+    return all(any(w == r or r in _PROMOTIONS.get(w, ()) for r in readers)
+               for w in (_name(t) for t in (writer if isinstance(writer, list) else [writer])))
+
+
+def _name(avro_type: Any) -> str:
+    if isinstance(avro_type, dict):
+        if avro_type.get("logicalType"):
+            return f"{avro_type['type']}:{avro_type['logicalType']}"
+        return avro_type["type"] if isinstance(avro_type["type"], str) and len(avro_type) == 1 else \
+            json.dumps(avro_type, sort_keys=True)
+    return str(avro_type)
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -106,6 +162,10 @@ class _Handler(BaseHTTPRequestHandler):
         with reg.lock:
             if parts == ["subjects"]:
                 return self._send(200, sorted(reg.subjects))
+            if len(parts) == 2 and parts[0] == "config":
+                level = reg.levels.get(parts[1])
+                return self._send(200, {"compatibilityLevel": level}) if level else \
+                    self._error(404, 40408, f"Subject '{parts[1]}' does not have subject-level compatibility")
             if parts in (["config"], ["schemas", "types"]):
                 return self._send(200, {"compatibilityLevel": "NONE"} if parts == ["config"] else ["AVRO", "PROTOBUF"])
             if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
@@ -128,18 +188,34 @@ class _Handler(BaseHTTPRequestHandler):
             return
         parts, body = self._parts(), self._body()
         if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
-            return self._send(200, self.registry.register(parts[1], body))
+            registered = self.registry.register(parts[1], body)
+            return self._send(200, registered) if registered else self._error(
+                409, 409, f"Schema being registered is incompatible with an earlier schema for subject '{parts[1]}'")
+        if len(parts) == 5 and parts[:2] == ["compatibility", "subjects"] and parts[3] == "versions":
+            return self._compatibility(parts[2], parts[4], body)
         if len(parts) == 2 and parts[0] == "subjects":
             with self.registry.lock:
                 found = self.registry.lookup(parts[1], body)
             return self._send(200, found) if found else self._error(404, 40403, "Schema not found")
         self._error(404, 404, f"not implemented: POST {self.path}")
 
+    def _compatibility(self, subject: str, version: str, body: dict[str, Any]) -> None:
+        with self.registry.lock:
+            versions = self.registry.subjects.get(subject)
+            if not versions:
+                return self._error(404, 40401, f"Subject '{subject}' not found.")
+            number = len(versions) if version == "latest" else int(version)
+            return self._send(200, {"is_compatible": self.registry.compatible(subject, body, number)})
+
     def do_PUT(self) -> None:  # noqa: N802
         if not self._authorized():
             return
-        body = self._body()
-        self._send(200, {"compatibility": body.get("compatibility", "NONE")})
+        parts, body = self._parts(), self._body()
+        level = body.get("compatibility", "NONE")
+        if len(parts) == 2 and parts[0] == "config":
+            with self.registry.lock:
+                self.registry.levels[parts[1]] = level.upper()
+        self._send(200, {"compatibility": level})
 
     def do_DELETE(self) -> None:  # noqa: N802
         if not self._authorized():

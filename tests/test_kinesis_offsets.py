@@ -22,6 +22,7 @@ from dsflow.adapters import process
 from dsflow.adapters.kinesis.records import put_json_lines, read_records
 from dsflow.adapters.spark.checkpoint import committed_offsets
 from dsflow.core.plan import Action
+from dsflow.core.safety import Allowance
 from dsflow.executors import DRIVER_MODULE
 from projects import make_project
 
@@ -84,6 +85,16 @@ def _wait_committed(options: operations.Options, settings: dict, source: str, ti
     raise AssertionError(f"the query never committed {last}; last committed: {committed_offsets(checkpoint)}")
 
 
+def _kinesis_project(tmp_path: Path, endpoint: str, letter: str):
+    """The project applied on kinesalite: its folder, options, client settings and (source, sink) streams."""
+    prefix = f"{letter}{os.getpid()}{int(time.time()) % 100000}_"
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=prefix), "stores/kafka.yml": STORES,
+                                   "sql/all.sql": SQL})
+    options = operations.Options(root, None, {"kinesis": endpoint})
+    _apply(options)
+    return root, options, {"endpoint": endpoint, "region": "us-east-1"}, (f"{prefix}clicks", f"{prefix}copied")
+
+
 def _apply(options: operations.Options) -> None:
     loaded = operations.load(options)
     result = operations.apply(loaded, operations.plan(loaded))
@@ -91,13 +102,7 @@ def _apply(options: operations.Options) -> None:
 
 
 def test_carry_offsets_and_restart_on_kinesis(tmp_path: Path, kinesis_endpoint: str) -> None:
-    prefix = f"o{os.getpid()}{int(time.time()) % 100000}_"
-    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=prefix), "stores/kafka.yml": STORES,
-                                   "sql/all.sql": SQL})
-    options = operations.Options(root, None, {"kinesis": kinesis_endpoint})
-    settings = {"endpoint": kinesis_endpoint, "region": "us-east-1"}
-    source, sink = f"{prefix}clicks", f"{prefix}copied"
-    _apply(options)
+    root, options, settings, (source, sink) = _kinesis_project(tmp_path, kinesis_endpoint, "o")
     try:
         expected = _put(settings, source, 0, 60)
         _wait_committed(options, settings, source)
@@ -137,4 +142,56 @@ def test_carry_offsets_and_restart_on_kinesis(tmp_path: Path, kinesis_endpoint: 
     finally:
         loaded = operations.load(options)
         result = operations.apply(loaded, operations.plan(loaded, destroy=True))
+        assert result.ok, result.failed
+
+
+def test_offsets_are_never_carried_onto_a_recreated_stream(tmp_path: Path, kinesis_endpoint: str) -> None:
+    """A source stream deleted and created again under the same name is another log (its creation time changed):
+    a saved plan that carries offsets onto it is refused at apply (DSF-E824) with the old version left running,
+    and the plan made now replays it, its estimate the records the new stream holds; what a replacement of the
+    sink stream would destroy is counted on the stream."""
+    from dsflow.adapters.kinesis import admin
+    from dsflow.errors import DsflowError
+
+    root, options, settings, (source, sink) = _kinesis_project(tmp_path, kinesis_endpoint, "r")
+    try:
+        expected = _put(settings, source, 0, 40)
+        _wait_committed(options, settings, source)
+        logs = _state(options).resources[QUERY].outputs["logs"]
+        assert set(logs) == {source} and logs[source].startswith("arn:aws:kinesis:")
+
+        sql = root / "sql" / "all.sql"
+        sql.write_text(sql.read_text().replace("CREATE STREAM copied AS", "CREATE STREAM copied WITH "
+                                               "('start.position' = 'carry') AS").replace("id >= 0", "id > -1"))
+        loaded = operations.load(options)
+        carry = operations.plan(loaded)
+        assert [c.category for c in carry.actionable] == ["carry_offsets"]
+
+        admin.delete_stream(settings, source)  # outside dsflow: same name, another stream
+        time.sleep(1.1)  # a creation time in another second, as any real recreation has
+        admin.ensure_stream(settings, source, 2)
+        admin.wait_active(settings, source)
+        expected |= _put(settings, source, 500, 25)
+        pid = _state(options).resources[QUERY].outputs["pid"]
+        result = operations.apply(loaded, carry)
+        assert isinstance(result.failed[1], DsflowError) and result.failed[1].code == "DSF-E824"
+        assert process.is_running(pid, DRIVER_MODULE), "a refused carry stopped the running version"
+
+        replay = operations.plan(operations.load(options))
+        [change] = replay.actionable
+        assert change.category == "replay" and "deleted and created again" in change.reason
+        assert change.estimate is not None and change.estimate.records == 25, "the new stream holds 25 records"
+        _apply(options)
+        deadline = time.monotonic() + 240
+        while _sink_ids(settings, sink) != Counter(expected) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _sink_ids(settings, sink) == Counter(expected), "each record once, none skipped"
+
+        sql.write_text(sql.read_text().replace("SELECT id, page FROM", "SELECT CAST(id AS VARCHAR) AS id, page FROM"))
+        destroying = operations.plan(operations.load(options)).destroying
+        assert [(c.address, c.destroys.records) for c in destroying] == \
+               [("relation.analytics.public.copied", sum(_sink_ids(settings, sink).values()))]
+    finally:
+        loaded = operations.load(options)
+        result = operations.apply(loaded, operations.plan(loaded, destroy=True), allowance=Allowance(everything=True))
         assert result.ok, result.failed

@@ -143,12 +143,12 @@ def test_changing_trigger_interval_updates_in_place(example):
     assert "same checkpoint" in change.effect
 
 
-@pytest.mark.parametrize("old, new", [
-    ("'timestamp' = 'viewtime',", "'timestamp' = 'id',"),
-    ("'timestamp' = 'viewtime',", "'timestamp' = 'viewtime', 'key.format' = 'string',"),
-    ("'timestamp' = 'viewtime',", "'timestamp' = 'viewtime', 'topic.gaps' = 'count',"),
+@pytest.mark.parametrize("old, new, setting", [
+    ("'timestamp' = 'viewtime',", "'timestamp' = 'id',", "timestamp"),
+    ("'timestamp' = 'viewtime',", "'timestamp' = 'viewtime', 'key.format' = 'string',", "key.format"),
+    ("'timestamp' = 'viewtime',", "'timestamp' = 'viewtime', 'topic.gaps' = 'count',", "topic.gaps"),
 ])
-def test_a_source_setting_a_running_query_applies_restarts_every_reader(example, old: str, new: str):
+def test_a_source_setting_a_running_query_applies_restarts_every_reader(example, old: str, new: str, setting: str):
     """key.format, the event-time column and 'topic.gaps' change what a running query does: its readers restart
     (on their checkpoints) with the relation's in-place update, never the relation alone."""
     state = applied(plan_of(example))
@@ -160,7 +160,9 @@ def test_a_source_setting_a_running_query_applies_restarts_every_reader(example,
     assert set(found.values()) == {Action.UPDATE}, "an in-place setting replaced something"
     for change in plan.actionable:
         if change.address.startswith("query."):
-            assert change.reason == "relation_settings changed (in place)" and "same checkpoint" in change.effect
+            assert f"'{setting}' of relation analytics.public.pageviews" in change.reason  # and of sinks inheriting it
+            assert change.reason.endswith(" changed (in place)")
+            assert "same checkpoint" in change.effect
 
 
 def test_adding_a_column_at_the_end_is_in_place_and_replaces_nothing(example):
@@ -169,8 +171,52 @@ def test_adding_a_column_at_the_end_is_in_place_and_replaces_nothing(example):
     plan = plan_of(example, state)
     assert actions(plan) == {PAGEVIEWS: Action.UPDATE}
     [change] = plan.actionable
-    assert change.reason == "column(s) referrer added (in place)" and change.destroys is None
-    assert "its records kept" in change.effect
+    assert change.reason == "column(s) referrer added (in place, compatible under BACKWARD)"
+    assert change.destroys is None and "its records kept" in change.effect
+
+
+USERS = "relation.analytics.public.users"
+
+
+def test_dropping_a_column_is_compatible_under_backward_and_updates_in_place(example):
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", "  gender VARCHAR,\n", "")
+    plan = plan_of(example, state)
+    assert actions(plan) == {USERS: Action.UPDATE}
+    [change] = plan.actionable
+    assert change.reason == "column(s) gender dropped (in place, compatible under BACKWARD)"
+    assert change.destroys is None and "topic kafka_main/users and its records kept" in change.effect
+
+
+@pytest.mark.parametrize("rule, action, reason", [
+    (None, Action.REPLACE, "column registertime retyped BIGINT -> INT: incompatible under BACKWARD "
+                           "(forces replacement)"),
+    ("FULL", Action.REPLACE, "column registertime retyped BIGINT -> INT: incompatible under FULL "
+                             "(forces replacement)"),
+    ("FORWARD", Action.UPDATE, "column(s) registertime retyped BIGINT -> INT (in place, compatible under FORWARD)"),
+])
+def test_a_retyped_column_is_in_place_or_replaces_as_the_relation_rule_says(example, rule, action, reason):
+    """BIGINT -> INT narrows: a reader on the new schema cannot read old data (BACKWARD), one on the old schema
+    reads new data (FORWARD)."""
+    if rule:
+        edit(example, "sql/sources.sql", "'topic' = 'users',",
+             f"'topic' = 'users', 'value.schema.compatibility' = '{rule}',")
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", "registertime BIGINT", "registertime INT")
+    plan = plan_of(example, state)
+    change = next(c for c in plan.actionable if c.address == USERS)
+    assert (change.action, change.reason) == (action, reason)
+    assert (change.destroys is not None) == (action is Action.REPLACE)
+    assert (len(plan.actionable) == 1) == (action is Action.UPDATE), "an in-place change replaced a reader"
+
+
+def test_changing_the_compatibility_rule_alone_is_an_in_place_update(example):
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", "'topic' = 'users',",
+         "'topic' = 'users', 'value.schema.compatibility' = 'full',")
+    [change] = plan_of(example, state).actionable
+    assert (change.address, change.action) == (USERS, Action.UPDATE)
+    assert change.reason == "schema_compatibility changed (in place)"
 
 
 def test_changing_source_columns_replaces_the_relation_and_everything_reading_it(example):
@@ -185,7 +231,7 @@ def test_changing_source_columns_replaces_the_relation_and_everything_reading_it
         "datagen.pageviews_feed": Action.REPLACE,
     }
     by_address = {c.address: c for c in plan.changes}
-    assert by_address[PAGEVIEWS].reason == "columns changed (forces replacement)"
+    assert by_address[PAGEVIEWS].reason == "columns changed (forces replacement)", "a new order is no evolution"
     assert by_address[FILTERED_QUERY].reason == f"upstream {PAGEVIEWS} is replaced"
     order = [c.address for c in plan.actionable]
     assert order.index(PAGEVIEWS) < order.index(FILTERED_QUERY)
@@ -249,3 +295,14 @@ def test_lowering_a_topics_partitions_is_a_clear_error(example):
     assert lowered.value.code == "DSF-E825" and "relation.analytics.public.pageviews (2 -> 1)" in str(lowered.value)
     edit(example, "sql/sources.sql", "'topic.partitions' = 1,", "'topic.partitions' = 3,")
     check_partitions(plan_of(example, state))  # raising is planned (a replacement on the embedded broker)
+
+
+def test_a_changelog_key_format_change_replaces_it(example):
+    """A stream's key.format is in place (its readers restart: tests/test_settings.py); a changelog's keys identify
+    its rows, so another key encoding replaces it (rows under the old keys would never be superseded)."""
+    state = applied(plan_of(example))
+    edit(example, "sql/sources.sql", "'topic' = 'users',", "'topic' = 'users', 'key.format' = 'string',")
+    plan = plan_of(example, state)
+    assert actions(plan) == {USERS: Action.REPLACE, "datagen.users_feed": Action.REPLACE}
+    change = next(c for c in plan.actionable if c.address == USERS)
+    assert "'key.format' of a changelog changed" in change.reason and change.destroys is not None

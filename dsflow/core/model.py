@@ -117,6 +117,8 @@ class Relation(Frozen):
     defined_by_query: str | None = Field(None, description="fqn of the CSAS query that defines it")
     prevent_destroy: bool = Field(False, description="'lifecycle.prevent_destroy' = 'true': no plan may delete or "
                                                      "replace its topic or table (like Terraform's lifecycle)")
+    schema_compatibility: str | None = Field(None, description="'value.schema.compatibility': the rule its columns "
+                                             "evolve by (BACKWARD when unset; core/evolution.py)")
     location: Location | None = None
 
     @property
@@ -232,6 +234,14 @@ class Grant(Frozen):
         return f"{self.role}.{self.privilege.lower()}.{self.on}"
 
 
+class Move(Frozen):
+    """A `moved:` entry: a deployed resource now declared at another address (like Terraform's moved blocks)."""
+
+    from_address: str = Field(description="the address it had, e.g. relation.default.public.pageviews")
+    to_address: str = Field(description="the address it has in the project now")
+    location: Location | None = None
+
+
 class RuntimeSettings(Frozen):
     """Where and how continuous queries run."""
 
@@ -281,6 +291,7 @@ class Project(Frozen):
     datagens: tuple[Datagen, ...] = ()
     roles: tuple[Role, ...] = ()
     grants: tuple[Grant, ...] = ()
+    moves: tuple[Move, ...] = Field((), description="the `moved:` entries of the project's YAML files")
 
     @cached_property
     def relation_index(self) -> tuple[tuple[Relation, ...], dict[str, Relation]]:

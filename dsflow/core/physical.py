@@ -1,12 +1,18 @@
 """A relation's physical object, in the pure core: its identity (a rename onto the same object is a move), its
-name in words for the plan, which column changes leave it in place, and what a replay leaves in a sink."""
+name in words for the plan, which column changes leave it in place (rules in core/evolution.py), and what a
+replay leaves in a sink."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from dsflow.core.evolution import DEFAULT_RULE, Evolution, evolution, incompatibility
 from dsflow.core.resources import fingerprint
+
+LOGS = ("stream", "changelog")
+TABLES = ("table", "materialized_view")
 
 SINK_AFTER_REPLAY = {
     "stream": "the records it wrote before stay in its sink topic, so the replay writes them again (duplicates)",
@@ -35,16 +41,34 @@ def physical_object(data: dict[str, Any], store_types: Mapping[str, str]) -> str
     return f"{store_types.get(store, '')} {noun} {store}/{data.get('topic')}".strip()
 
 
-def added_columns(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """The columns a stream or changelog gains at its end when nothing else of it changed (every column is
-    nullable, so earlier records read them as null and an Avro subject evolves compatibly: a field with a null
-    default); [] for any other change, which replaces the relation."""
-    if before.get("kind") not in ("stream", "changelog") or _changed(before, after) != ["columns"]:
-        return []
+@dataclass(frozen=True)
+class ColumnChange:
+    """A relation change of its columns only: what changed, and why it cannot be made in place (None: in place:
+    the topic or table and its records are kept)."""
+
+    evolution: Evolution
+    rule: str
+    refused: str | None
+
+
+def column_change(before: dict[str, Any], after: dict[str, Any], rule: str | None,
+                  history: list[Any] | None = None) -> ColumnChange | None:
+    """None unless only the columns of a stream, changelog, table or materialized view changed. A stream or
+    changelog evolves by its compatibility rule (core/evolution.py; `history`: earlier column lists, oldest
+    first, for the _TRANSITIVE rules); a table or view gains columns at its end only (ALTER TABLE ADD COLUMN)."""
+    kind = before.get("kind")
+    if kind not in LOGS + TABLES or _changed(before, after) != ["columns"]:
+        return None
     old, new = before.get("columns", []), after.get("columns", [])
-    if len(new) <= len(old) or new[:len(old)] != old:
-        return []
-    return [name for name, _ in new[len(old):]]
+    change = evolution(old, new)
+    if change.reordered:
+        return None
+    if kind in TABLES:
+        refused = None if change.appended_only else f"{change.describe()}: a table gains columns at its end only"
+        return ColumnChange(change, "ADD COLUMN", refused)
+    rule = (rule or DEFAULT_RULE).upper()
+    refused = incompatibility([*(history or []), old], new, rule, before.get("value_format") or "json")
+    return ColumnChange(change, rule, refused)
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

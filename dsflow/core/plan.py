@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
+from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
-from dsflow.core.physical import SINK_AFTER_REPLAY, added_columns, physical_key, physical_object
+from dsflow.core.physical import SINK_AFTER_REPLAY, ColumnChange, column_change, physical_object
 from dsflow.core.resources import Resource, fingerprint
+from dsflow.core.settings import named_query_settings, restarting_stores
 from dsflow.core.state import State
 
 PLAN_FORMAT_VERSION = 1
@@ -86,9 +88,9 @@ class Change(BaseModel):
                                                         "the user allowed it (--allow-destroy, --allow-data-loss)")
     physical: str | None = Field(None, description="for relations: the physical object, e.g. 'kafka topic "
                                                    "kafka_main/pageviews'")
-    moved_from: str | None = Field(None, description="a relation renamed in the project onto the same physical "
-                                                     "object: the deployed address it takes over (topic and "
-                                                     "records kept)")
+    moved_from: str | None = Field(None, description="a move (a `moved:` entry, or a relation renamed onto the "
+                                                     "same physical object): the deployed address whose state "
+                                                     "entry this change takes over (core/moves.py)")
 
 
 class Observation(BaseModel):
@@ -154,6 +156,8 @@ class PlanOptions:
     foreign_logs: Mapping[str, str] = field(default_factory=dict)
     """Query address -> which of its source topics is another log now than the one its offsets were read from
     (deleted and created again): its offsets cannot be carried, so it replays."""
+    moves: Mapping[str, str] = field(default_factory=dict)
+    """The project's `moved:` entries: new address -> the address it was deployed at (core/moves.py)."""
     destroy: bool = False
     refresh_only: bool = False
     targets: frozenset[str] = frozenset()
@@ -172,9 +176,10 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     graph = Graph.from_dependencies({r.address: r.depends_on for r in wanted.values()})
     if options.targets:
         wanted = _targeted(wanted, graph, options.targets)
-    forward = _forward_changes(wanted, graph, state, options)
+    moves = find_moves(options.moves, wanted, state)
+    state, renamed = moved_state(state, moves)  # planned as if each move had been made: see core/moves.py
+    forward = _forward_changes(wanted, graph, state, options, (moves, renamed))
     deletes = _delete_changes(wanted, state, options.targets)
-    deletes, forward = _moves(deletes, forward, state, options.store_types)
     forward = [_with_replay_note(c, wanted) for c in forward]
     changes = [_with_object(_with_data_loss(c, state, options), state, graph, options) for c in deletes + forward]
     return Plan(changes=changes, **common)
@@ -202,14 +207,18 @@ def _refresh_changes(state: State, observations: Mapping[str, Observation]) -> l
     ]
 
 
-def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State, options: PlanOptions) -> list[Change]:
+def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State, options: PlanOptions,
+                     moved: tuple[Mapping[str, str], frozenset[str]] = ({}, frozenset())) -> list[Change]:
     replaced: dict[str, str] = {}
+    restarting = restarting_stores({k: r.metadata for k, r in wanted.items()},
+                                   {k: v.metadata for k, v in state.resources.items()})
     changes = []
     for address in graph.order():
         if str(address) not in wanted:
             continue
         resource = wanted[str(address)]
-        change = _change_for(resource, state, options, replaced, graph)
+        change = with_move(_change_for(resource, state, options, replaced, graph, restarting), *moved,
+                           options.store_types)
         if change.action is Action.REPLACE:
             replaced[change.address] = change.reason
         changes.append(change)
@@ -217,7 +226,7 @@ def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State, op
 
 
 def _change_for(resource: Resource, state: State, options: PlanOptions, replaced: dict[str, str],
-                graph: Graph) -> Change:
+                graph: Graph, restarting: Mapping[str, list[str]] | None = None) -> Change:
     key = str(resource.address)
     deployed = state.resources.get(key)
     common = dict(address=key, depends_on=[str(d) for d in resource.depends_on], after=resource.data,
@@ -232,17 +241,18 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
     common["before"] = deployed.data
     upstream = _replaced_upstream(resource, graph, replaced)
     if kind is Kind.QUERY:
-        return query_change(resource, deployed, state, options, upstream, common)
+        return query_change(resource, deployed, state, options, upstream, common, restarting or {})
     if deployed.data_hash != resource.data_hash:
         fields = _changed_fields(deployed.data, resource.data)
-        added = added_columns(deployed.data, resource.data) if kind is Kind.RELATION else []
-        if added and not upstream:
-            where = physical_object(deployed.data, options.store_types)
-            return Change(action=Action.UPDATE, reason=f"column(s) {', '.join(added)} added (in place)",
-                          effect=f"{where} and its records kept; records written from now on carry the new "
-                                 "column(s), earlier ones read them as null", **common)
+        columns = None
+        if kind is Kind.RELATION and not upstream:
+            columns = column_change(deployed.data, resource.data, resource.metadata.get("schema_compatibility"),
+                                    deployed.outputs.get("column_history"))
+        if columns is not None and columns.refused is None:
+            return _evolved(columns, deployed.data, options, common)
         extra = _relation_extra(resource, graph) if kind is Kind.RELATION else {}
-        return Change(action=Action.REPLACE, reason=f"{', '.join(fields)} changed (forces replacement)",
+        why = columns.refused if columns is not None else f"{', '.join(fields)} changed"
+        return Change(action=Action.REPLACE, reason=f"{why} (forces replacement)",
                       effect=_effect(kind, Action.REPLACE, resource.data), **extra, **common)
     if upstream and kind in (Kind.DATAGEN, Kind.RELATION):
         return Change(action=Action.REPLACE, reason=f"upstream {upstream} is replaced",
@@ -253,9 +263,28 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
                       effect=_effect(kind, Action.UPDATE, resource.data), **common)
     if deployed.metadata_hash != resource.metadata_hash:
         fields = _changed_fields(deployed.metadata, resource.metadata)
+        if kind is Kind.RELATION and resource.data.get("kind") == "changelog" and "key_format" in fields:
+            return Change(action=Action.REPLACE, reason="'key.format' of a changelog changed: its keys identify its "
+                          "rows, and rows under the old keys would never be superseded (forces replacement)",
+                          effect=_effect(kind, Action.REPLACE, resource.data), **_relation_extra(resource, graph),
+                          **common)
         return Change(action=Action.UPDATE, reason=f"{', '.join(fields)} changed (in place)",
                       effect=_effect(kind, Action.UPDATE, resource.data), **common)
     return Change(action=Action.NOOP, reason="up to date", **common)
+
+
+def _evolved(columns: ColumnChange, deployed: dict[str, Any], options: PlanOptions, common: dict[str, Any]) -> Change:
+    """A relation's columns changed compatibly: updated in place, its topic or table and records kept."""
+    where = physical_object(deployed, options.store_types)
+    if columns.rule == "ADD COLUMN":
+        return Change(action=Action.UPDATE, reason=f"{columns.evolution.describe()} (in place: ALTER TABLE ADD COLUMN)",
+                      effect=f"{where} and its rows kept; rows written before read the new column(s) as null", **common)
+    subject = deployed.get("value_subject")
+    registry = f"; registry subject {subject} takes the new schema as a new version ({columns.rule})" if subject else ""
+    return Change(action=Action.UPDATE,
+                  reason=f"{columns.evolution.describe()} (in place, compatible under {columns.rule})",
+                  effect=f"{where} and its records kept; records written from now on carry the new columns, earlier "
+                         f"ones read an added column as null{registry}", **common)
 
 
 def _relation_extra(resource: Resource, graph: Graph) -> dict[str, Any]:
@@ -305,33 +334,6 @@ def replays_to_estimate(plan: Plan) -> list[Change]:
     replaced = {c.address for c in plan.changes if c.action is Action.REPLACE}
     return [c for c in plan.changes if c.category is Category.REPLAY and c.after is not None
             and not any(f"relation.{s[0]}" in replaced for s in c.after.get("sources", []))]
-
-
-def _moves(deletes: list[Change], forward: list[Change], state: State,
-           store_types: Mapping[str, str]) -> tuple[list[Change], list[Change]]:
-    """A relation deleted and one created on the same physical object with the same definition is one relation
-    renamed: the delete goes, and the create becomes an in-place update that takes over the deployed object (its
-    records, and the offsets of the queries that read it, stay valid)."""
-    gone = {physical_key(c.before): c for c in deletes
-            if Address.parse(c.address).kind is Kind.RELATION and physical_key(c.before) is not None}
-    moved: dict[str, str] = {}
-    for change in forward:
-        old = gone.get(physical_key(change.after)) if change.action is Action.CREATE else None
-        if old is not None and state.resources[old.address].data_hash == change.data_hash:
-            moved[change.address] = old.address
-    if not moved:
-        return deletes, forward
-    taken = set(moved.values())
-    renamed = [_moved(c, moved[c.address], state, store_types) if c.address in moved else c for c in forward]
-    return [c for c in deletes if c.address not in taken], renamed
-
-
-def _moved(change: Change, old: str, state: State, store_types: Mapping[str, str]) -> Change:
-    deployed = state.resources[old]
-    return change.model_copy(update={
-        "action": Action.UPDATE, "moved_from": old, "before": deployed.data,
-        "reason": f"moved from {old} (same {physical_object(deployed.data, store_types)})",
-        "effect": f"{physical_object(deployed.data, store_types)} and its records kept; only the name changes"})
 
 
 def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions) -> Change:
@@ -397,13 +399,16 @@ def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> s
 
 
 def query_change(resource: Resource, deployed, state: State, options: PlanOptions, upstream: str | None,
-                 common: dict[str, Any]) -> Change:
-    """A deployed query's change: its action and category from the rules in core/categories.py."""
+                 common: dict[str, Any], restarting: Mapping[str, list[str]] | None = None) -> Change:
+    """A deployed query's change: its action and category from the rules in core/categories.py; `restarting`: the
+    changed settings a running query uses, by store name (`restarting_stores`)."""
     key = str(resource.address)
     override = resource.metadata.get("start_position")
     observed = options.observations.get(key)
     rollback = _rollback_version(state, key, deployed.data_hash, resource.data_hash)
-    decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream)
+    stores = {s: restarting[s] for s in _stores_of(deployed.depends_on, state) if s in (restarting or {})}
+    decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream,
+                           stores)
     if decided is None:
         if observed is not None and not observed.healthy:
             return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
@@ -421,16 +426,18 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
 
 
 def decide_query(before: dict[str, Any], after: dict[str, Any], before_meta: dict[str, Any],
-                 after_meta: dict[str, Any], override: str | None,
-                 upstream: str | None) -> tuple[Action, Category, str, str | None] | None:
-    """None when nothing changed; else the action, category, reason and deciding override."""
+                 after_meta: dict[str, Any], override: str | None, upstream: str | None,
+                 stores: Mapping[str, list[str]] | None = None) -> tuple[Action, Category, str, str | None] | None:
+    """None when nothing changed; else the action, category, reason and deciding override. A change of a setting
+    the query runs with restarts it in place; the reason names it (core/settings.py)."""
     if upstream is None and before == after:
         if before_meta == after_meta:
             return None
         fields = _changed_fields(before_meta, after_meta)
         if "start_position" in fields and is_replay_override(override):
             return Action.REPLACE, Category.REPLAY, f"'start.position' set to '{override}'", override
-        return Action.UPDATE, Category.IN_PLACE, f"{', '.join(fields)} changed (in place)", None
+        named = named_query_settings(fields, before_meta, after_meta, stores or {})
+        return Action.UPDATE, Category.IN_PLACE, f"{', '.join(named)} changed (in place)", None
     category, used = query_category(before, after, override, upstream is not None)
     if upstream is not None and before == after:
         reason = f"upstream {upstream} is replaced"
@@ -446,3 +453,9 @@ def _rollback_version(state: State, key: str, current: str, wanted: str) -> str 
     if current == wanted:
         return None
     return next((e.version for e in reversed(state.history(key)) if e.version == wanted), None)
+
+
+def _stores_of(depends_on: list[str], state: State) -> list[str]:
+    """The stores of the deployed relations a deployed query reads or writes."""
+    relations = [state.resources.get(d) for d in depends_on if d.startswith("relation.")]
+    return sorted({r.data.get("store") for r in relations if r is not None and r.data.get("store")})

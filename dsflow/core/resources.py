@@ -15,6 +15,7 @@ from typing import Any
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.model import Project, Relation, Store
+from dsflow.core.settings import SettingClass, fields_of
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ def _relation(relation: Relation) -> Resource:
         metadata["topic_gaps"] = relation.topic_gaps
     if relation.prevent_destroy:
         metadata["prevent_destroy"] = True
+    if relation.schema_compatibility:
+        metadata["schema_compatibility"] = relation.schema_compatibility
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
 
 
@@ -181,9 +184,9 @@ def _stateful_data(query) -> dict[str, Any]:
     return data
 
 
-RUNTIME_RELATION_SETTINGS = ("key_format", "timestamp", "topic_gaps")
+RUNTIME_RELATION_SETTINGS = fields_of("relation", SettingClass.RESTARTS)
 """Relation settings a running query applies while it reads or writes (key codec, event-time column, what a read
-does with empty offsets): a change to one restarts every query that reads or writes the relation."""
+does with empty offsets; core/settings.py): a change to one restarts every query that reads or writes the relation."""
 
 
 def _relation_settings(project: Project, names: list[str]) -> dict[str, dict[str, str]]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsflow.core.plan import Plan
+from dsflow.core.settings import changed_settings
+from dsflow.core.state import State
 from dsflow.errors import DsflowError
 
 
@@ -80,3 +82,29 @@ def check_partitions(plan: Plan) -> None:
             f"{c.address} ({c.before['partitions']} -> {c.after['partitions']})" for c in lowered),
             hint="keep the partition count; to start over with fewer, remove the relation (apply with --allow-destroy) "
                  "and add it back")
+
+
+TABLE_PLACE = frozenset(f"properties.{k}" for k in (
+    "bucket", "prefix", "path", "catalog", "account", "database", "schema", "dsn", "host", "port", "dbname"))
+"""Store settings that say where its tables live (a bucket, a folder, a warehouse database, a server)."""
+
+
+def check_table_places(plan: Plan, state: State) -> None:
+    """DSF-E830 when a store that holds deployed tables changes where they live: restarting the queries would
+    write new tables elsewhere while the state, and a later destroy, still point at the old ones."""
+    moved = []
+    for change in plan.changes:
+        deployed = state.resources.get(change.address)
+        if not change.address.startswith("store.") or deployed is None or change.after_metadata is None:
+            continue
+        places = [n for n in changed_settings("store", deployed.metadata, change.after_metadata) if n in TABLE_PLACE]
+        store = change.address[len("store."):]
+        tables = sorted(k for k, v in state.resources.items() if k.startswith("relation.") and
+                        v.data.get("store") == store and v.data.get("kind") in ("table", "materialized_view"))
+        if places and tables:
+            moved.append(f"store '{store}' ({', '.join(places)}) holding {', '.join(tables)}")
+    if moved:
+        raise DsflowError("DSF-E830", "a store's tables cannot be moved by changing where the store points: "
+                          + "; ".join(moved),
+                          hint="keep the store's place and declare a new store for the new one; point the tables at "
+                               "it (a planned replace, with --allow-destroy) or copy them there and adopt them")

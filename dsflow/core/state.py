@@ -85,6 +85,13 @@ class State(BaseModel):
         resources = {**self.resources, resource.address: resource}
         return self.model_copy(update={"resources": resources, "serial": self.serial + 1})
 
+    def with_move(self, old: str, new: str) -> State:
+        """The resource at `old` recorded at `new` (a move), a query's versions in the ledger with it."""
+        resources = {k: v for k, v in self.resources.items() if k != old}
+        resources[new] = self.resources[old].model_copy(update={"address": new})
+        ledger = [e.model_copy(update={"query": new}) if e.query == old else e for e in self.ledger]
+        return self.model_copy(update={"resources": resources, "ledger": ledger, "serial": self.serial + 1})
+
     def without(self, address: str) -> State:
         resources = {k: v for k, v in self.resources.items() if k != address}
         return self.model_copy(update={"resources": resources, "serial": self.serial + 1})

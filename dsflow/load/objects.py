@@ -26,6 +26,8 @@ class YamlObjects:
     databases: list[tuple[Database, list[str]]] = field(default_factory=list)
     roles: list[tuple[Role, list[tuple[str, str, Location]]]] = field(default_factory=list)
     datagens: list[Datagen] = field(default_factory=list)
+    moves: list[tuple[str, str, Location]] = field(default_factory=list)
+    """`moved:` entries as written (from, to, where), checked by load/moves.py once the project is known."""
 
 
 def pydantic_diagnostics(err: ValidationError, pos: Positioned) -> list[Diagnostic]:
@@ -81,6 +83,7 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
                   for j, g in enumerate(role.grants)]
         into.roles.append((Role(name=role.name, inherits=tuple(role.inherits),
                                 location=pos.location(("roles", i))), grants))
+    into.moves += [(m.from_, m.to, pos.location(("moved", i))) for i, m in enumerate(raw.moved)]
     for i, gen in enumerate(raw.datagen):
         into.datagens.append(Datagen(name=gen.name, relation=gen.relation, generator=gen.generator, rate=gen.rate,
                                      count=gen.count, seed=gen.seed, location=pos.location(("datagen", i))))

@@ -22,6 +22,7 @@ from dsflow.load.cache import SelectCache
 from dsflow.load.objects import (
     YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, resolve_grants, schemas_of,
 )
+from dsflow.load.moves import resolve_moves
 from dsflow.load.queries import Namespace, resolve_statements
 from dsflow.load.raw import RawProjectConfig
 from dsflow.load.registry import fill_columns_from_registry
@@ -240,6 +241,9 @@ class _Loader:
         known |= {f"schema.{s.fqn}": "" for s in schemas}
         roles, grants, problems = resolve_grants(objects, known, lambda n: ns.qualify_name(n.split(".")))
         self.diagnostics += problems
+        declared = {f"relation.{r}" for r in ns.relations} | {f"query.{q.fqn}" for q in queries}
+        moves, problems = resolve_moves(objects.moves, declared, ns.qualify_name)
+        self.diagnostics += problems
         state_path = cfg.state.path
         return Project(
             name=cfg.name, root=str(self.root), environment=self.env_name,
@@ -251,7 +255,7 @@ class _Loader:
             stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
             topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases), schemas=tuple(schemas),
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
-            roles=tuple(roles), grants=tuple(grants),
+            roles=tuple(roles), grants=tuple(grants), moves=tuple(moves),
         )
 
     def _state_settings(self) -> StateSettings:

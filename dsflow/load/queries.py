@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsflow.core.evolution import RULES
 from dsflow.core.model import Column, Query, Relation, Source, Store
 from dsflow.errors import Diagnostic
 from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
@@ -25,6 +26,8 @@ QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "water
 TOPIC_CONFIG_PREFIX = "kafka.topic."
 PREVENT_DESTROY = "lifecycle.prevent_destroy"
 """Any relation may declare it: no plan may delete or replace its object (Relation.prevent_destroy)."""
+SCHEMA_COMPATIBILITY = "value.schema.compatibility"
+"""Any relation may declare it: the rule its columns evolve by (Relation.schema_compatibility, core/evolution.py)."""
 VALUE_FORMATS = {"json"}
 
 
@@ -89,7 +92,7 @@ def _declare(ns: Namespace, relation: Relation | None, st: RawStatement, report:
         report(Diagnostic("DSF-E020", f"relation '{relation.fqn}' is defined twice", st.location,
                           hint=f"first defined at {first}"))
         return
-    ns.relations[relation.fqn] = _with_lifecycle(relation, st, report)
+    ns.relations[relation.fqn] = _with_compatibility(_with_lifecycle(relation, st, report), st, report)
 
 
 def _with_lifecycle(relation: Relation, st: RawStatement, report: Report) -> Relation:
@@ -101,6 +104,17 @@ def _with_lifecycle(relation: Relation, st: RawStatement, report: Report) -> Rel
                           st.prop(PREVENT_DESTROY).location, hint=f"'{PREVENT_DESTROY}' = 'true'"))
         return relation
     return relation.model_copy(update={"prevent_destroy": value.lower() == "true"})
+
+
+def _with_compatibility(relation: Relation, st: RawStatement, report: Report) -> Relation:
+    value = _prop(st, SCHEMA_COMPATIBILITY)
+    if value is None:
+        return relation
+    if value.upper() not in RULES:
+        report(Diagnostic("DSF-E840", f"'{SCHEMA_COMPATIBILITY}' must be one of {', '.join(RULES)}, got '{value}'",
+                          st.prop(SCHEMA_COMPATIBILITY).location, hint=f"'{SCHEMA_COMPATIBILITY}' = 'BACKWARD'"))
+        return relation
+    return relation.model_copy(update={"schema_compatibility": value.upper()})
 
 
 def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Report) -> Relation | None:
@@ -171,7 +185,8 @@ def _check_duplicate_columns(names: list[str], st: RawStatement, report: Report)
 
 def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
     for prop in st.properties:
-        if prop.key in allowed or prop.key == PREVENT_DESTROY or prop.key.startswith(TOPIC_CONFIG_PREFIX):
+        if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY) \
+                or prop.key.startswith(TOPIC_CONFIG_PREFIX):
             if SECRET_KEY.search(prop.key):
                 report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL",
                                   prop.location, hint="secrets belong in store YAML as {{ env_var('NAME') }}"))

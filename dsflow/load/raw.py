@@ -141,8 +141,17 @@ class RawDatagen(Raw):
     seed: int = 0
 
 
+class RawMove(Raw):
+    """A `moved:` entry: a deployed relation or query now declared at another address (docs/project.md)."""
+
+    from_: str = Field(alias="from", description="the address it was deployed at, e.g. relation.db.schema.name")
+    to: str = Field(description="the address it has in the project now")
+
+
 class RawObjectsFile(Raw):
     """Any YAML file other than dsflow.yml."""
+
+    moved: list[RawMove] = Field(default_factory=list)
 
     stores: list[RawStore] = Field(default_factory=list)
     schema_registries: list[RawSchemaRegistry] = Field(default_factory=list)

@@ -131,6 +131,10 @@ def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: 
     return True
 
 
+SOURCE_PROPS = ("starting.position", "timestamp")
+"""What a source of a query may set: FROM relation WITH (...)."""
+
+
 def _source_options(tables: list[exp.Table], found: dict, where, report: Report) -> dict[int, dict] | None:
     """Each source's own `WITH ('starting.position' = ..., 'timestamp' = ...)`; None if any is wrong (DSF-E133)."""
     options: dict[int, dict] = {}
@@ -157,7 +161,7 @@ def _bad_source_option(key: str, value: str, relation: Relation) -> str:
         return f"'starting.position' of a source must be 'earliest' or 'latest', got '{value}'"
     if key == "timestamp":
         return f"timestamp column '{value}' is not a column of '{relation.fqn}'"
-    return f"unknown source property '{key}' ({did_you_mean(key, ['starting.position', 'timestamp'])})"
+    return f"unknown source property '{key}' ({did_you_mean(key, SOURCE_PROPS)})"
 
 
 def _first_unsupported(select: exp.Expr) -> tuple[exp.Expr, str] | None:

@@ -136,17 +136,3 @@ def topic_ids(bootstrap: str, topics: list[str], extra: Mapping[str, str] | None
         LOG.info("topic ids not available from %s: %s", bootstrap, exc)
         return {}
     return {name: str(d.topic_id) for name, d in described.items() if d.topic_id is not None}
-
-
-def current_topic_ids(project: Any, topics: list[str]) -> dict[str, str]:
-    """topic_ids of the named topics, each asked of the Kafka store of the project relation that names it."""
-    by_store: dict[str, list[str]] = {}
-    for relation in project.relations:
-        store = project.store(relation.store)
-        if relation.topic in topics and store is not None and store.type == "kafka":
-            by_store.setdefault(store.name, []).append(relation.topic)
-    found: dict[str, str] = {}
-    for name, named in by_store.items():
-        store = project.store(name)
-        found.update(topic_ids(store.bootstrap_servers, named, store.properties))
-    return found

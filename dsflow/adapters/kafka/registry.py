@@ -2,6 +2,8 @@
 
     subject_columns(registry, "orders-value", "avro")     # the loader: columns of a subject's latest schema
     register(config, "orders_eu-value", schema, "avro")   # apply: a sink's schema
+    set_compatibility(config, "orders_eu-value", "BACKWARD")  # apply: the rule the subject evolves by
+    accepts(config, "orders_eu-value", schema, "avro")    # plan: would the live registry take it as a new version
     client(config)                                        # a cached client per process (readers, writers)
 
 `config` is the `schema.registry.*` dict of `SchemaRegistry.client_config()` (also what the Kafka data source
@@ -119,3 +121,63 @@ def schema_by_id(config: Mapping[str, str], schema_id: int, fmt: str | None = No
     except Exception as err:  # noqa: BLE001
         raise _failure(config, f"reading schema id {schema_id}", err) from err
     return schema.schema_str, schema.schema_type or "AVRO"
+
+
+def compatibility(config: Mapping[str, str], subject: str) -> str:
+    """The subject's compatibility level, or the registry's global one when the subject has none of its own."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        try:
+            return client(config).get_compatibility(subject).upper()
+        except SchemaRegistryError as err:
+            if err.http_status_code != 404:
+                raise
+            return client(config).get_compatibility().upper()
+    except Exception as err:  # noqa: BLE001
+        raise _failure(config, f"reading the compatibility of subject '{subject}'", err) from err
+
+
+def set_compatibility(config: Mapping[str, str], subject: str, level: str) -> None:
+    """Set the subject's compatibility level (the rule its next versions are checked by)."""
+    try:
+        client(config).set_compatibility(subject, level.upper())
+    except Exception as err:  # noqa: BLE001
+        raise _failure(config, f"setting the compatibility of subject '{subject}' to {level}", err) from err
+
+
+def accepts(config: Mapping[str, str], subject: str, schema_text: str, schema_type: str = "AVRO") -> bool:
+    """The registry's own verdict (its /compatibility endpoint, under the subject's level): may the schema be
+    registered as the subject's next version? True for a subject that does not exist yet."""
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        return bool(client(config).test_compatibility(subject, Schema(schema_text, schema_type.upper())))
+    except SchemaRegistryError as err:
+        if err.http_status_code == 404:
+            return True
+        raise _failure(config, f"testing a schema against subject '{subject}'", err) from err
+    except Exception as err:  # noqa: BLE001
+        raise _failure(config, f"testing a schema against subject '{subject}'", err) from err
+
+
+def subject_history(config: Mapping[str, str], subject: str, value_format: str) -> list[list[tuple[str, str]]]:
+    """The columns of every version of the subject, oldest first ([] if there is no such subject)."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    fmt = "serialized" if value_format == "protobuf" else None
+    try:
+        versions = client(config).get_versions(subject)
+        texts = [client(config).get_version(subject, v, fmt=fmt).schema.schema_str for v in versions]
+    except SchemaRegistryError as err:
+        if err.http_status_code == 404:
+            return []
+        raise _failure(config, f"reading the versions of subject '{subject}'", err) from err
+    except Exception as err:  # noqa: BLE001
+        raise _failure(config, f"reading the versions of subject '{subject}'", err) from err
+    if value_format == "protobuf":
+        from dsflow.adapters.kafka.protobuf import columns_from_proto
+
+        return [columns_from_proto(t) for t in texts]
+    return [columns_from_avro(t) for t in texts]

@@ -126,20 +126,6 @@ def read_dead_letters(settings: Mapping[str, str], stream: str, timeout: float =
 def dead_letter_count(settings: Mapping[str, str], stream: str) -> int | None:
     """Records in a dead-letter stream, counted by reading it from the start (dead letters are few; Kinesis has
     no offsets to subtract); None if the stream does not exist (no dead letter yet)."""
-    from dsflow.adapters.kinesis.admin import describe_stream
-    from dsflow.adapters.kinesis.client import list_shards, new_client
-    from dsflow.adapters.kinesis.offsets import shard_iterator
+    from dsflow.adapters.kinesis.objects import count_records
 
-    if describe_stream(settings, stream) is None:
-        return None
-    client = new_client(settings)
-    count = 0
-    for shard in list_shards(client, stream):
-        iterator = shard_iterator(client, stream, shard["ShardId"], "trim")
-        while iterator:
-            response = client.get_records(ShardIterator=iterator, Limit=10_000)
-            count += len(response["Records"])
-            iterator = response.get("NextShardIterator")
-            if not response["Records"] and not response.get("MillisBehindLatest"):
-                break
-    return count
+    return count_records(settings, stream)

@@ -2,7 +2,9 @@
 
     ensure_table   apply: CREATE TABLE (columns from the query's output types, PRIMARY KEY on the view's key)
                    and the batch ledger `dsflow_mv_batches` in the same schema; says whether it created it
+    add_columns    apply of columns added in place: ALTER TABLE ... ADD COLUMN (rows kept, NULL in them)
     drop_table     destroy: DROP TABLE and the view's ledger rows
+    rename_table   apply of a move that renames the table: ALTER TABLE ... RENAME TO, ledger rows follow
     table_exists   refresh: a missing table is drift
     write_batch    one micro-batch: COPY into a temporary table, then INSERT ... ON CONFLICT (key) DO UPDATE
                    (upsert; the last row of a key in the batch wins) or a plain INSERT (append), the
@@ -87,6 +89,20 @@ def ensure_table(settings: dict[str, str], database: str | None, schema: str, ta
         conn.close()
 
 
+def add_columns(settings: dict[str, str], database: str | None, schema: str, table: str,
+                columns: Sequence[tuple[str, str]]) -> None:
+    """ALTER TABLE ADD COLUMN IF NOT EXISTS for each column (rows kept; rows written before read NULL); a retry
+    after an interrupted apply converges."""
+    conn = connect(settings, database)
+    try:
+        with conn.cursor() as cur:
+            for name, type_ in columns:
+                cur.execute(f"ALTER TABLE {qualified(schema, table)} ADD COLUMN IF NOT EXISTS {quote(name)} "
+                            f"{pg_type(type_)}")
+    finally:
+        conn.close()
+
+
 def table_exists(settings: dict[str, str], database: str | None, schema: str, table: str) -> bool:
     conn = connect(settings, database)
     try:
@@ -107,6 +123,25 @@ def drop_table(settings: dict[str, str], database: str | None, schema: str, tabl
             cur.execute("SELECT to_regclass(%s)", (qualified(schema, LEDGER),))
             if cur.fetchone()[0] is not None:
                 cur.execute(f"DELETE FROM {qualified(schema, LEDGER)} WHERE view = %s", (table,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def rename_table(settings: dict[str, str], database: str | None, schema: str, old: str, new: str) -> None:
+    """ALTER TABLE ... RENAME TO, its batches in the ledger following it (one transaction): rows kept, and a
+    batch replayed after the rename is still skipped. Nothing to do once renamed (an apply run again)."""
+    conn = connect(settings, database)
+    try:
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s)",
+                        (qualified(schema, old), qualified(schema, new), qualified(schema, LEDGER)))
+            found, taken, ledger = cur.fetchone()
+            if found is not None and taken is None:
+                cur.execute(f"ALTER TABLE {qualified(schema, old)} RENAME TO {quote(new)}")
+                if ledger is not None:
+                    cur.execute(f"UPDATE {qualified(schema, LEDGER)} SET view = %s WHERE view = %s", (new, old))
         conn.commit()
     finally:
         conn.close()

@@ -37,6 +37,16 @@ def create_view_table(ctx, relation) -> dict[str, Any]:
             "created_by_dsflow": created or not existed}
 
 
+def rename_view_table(project, deployed, relation) -> None:
+    """A move that renamed the view's table (same database and schema): renamed in place, rows kept."""
+    from dsflow.adapters.postgres import mv
+
+    out, opts = deployed.outputs, relation.table_options
+    if out.get("table") in (None, opts[TABLE]) or out.get("schema") != opts[SCHEMA]:
+        return
+    mv.rename_table(store_settings(project, relation.store), opts[DB], opts[SCHEMA], out["table"], opts[TABLE])
+
+
 def drop_view_table(project, deployed) -> None:
     from dsflow.adapters.postgres import mv
 

@@ -67,6 +67,18 @@ def ensure_table(path: str | Path, table: str, columns: Sequence[tuple[str, str]
         conn.close()
 
 
+def add_columns(path: str | Path, table: str, columns: Sequence[tuple[str, str]]) -> None:
+    """ALTER TABLE ADD COLUMN for each column the view's table lacks (rows kept; NULL in them)."""
+    conn = connect(path)
+    try:
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({quote(table)})")}
+        for name, type_ in columns:
+            if name not in present:
+                conn.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {quote(name)} {sqlite_type(type_)}")
+    finally:
+        conn.close()
+
+
 def drop_table(path: str | Path, table: str) -> None:
     if not Path(path).exists():
         return

@@ -38,7 +38,11 @@ class TableFormat(Protocol):
 
     def create(self, ref: TableRef, columns: list[tuple[str, str]], key: list[str]) -> None: ...
 
+    def add_columns(self, ref: TableRef, columns: list[tuple[str, str]]) -> None: ...
+
     def drop(self, ref: TableRef) -> None: ...
+
+    def count_rows(self, ref: TableRef) -> int: ...
 
     def write_batch(self, ref: TableRef, data: Any, key: list[str], app_id: str, batch_id: int) -> bool: ...
 
@@ -78,6 +82,15 @@ def table_ref(project_root: str | Path, store, relation) -> TableRef:
     else:
         location = delta_root(project_root, store.type, settings).rstrip("/") + "/" + path.strip("/")
     return TableRef(fmt, location, settings, dict(relation.table_options))
+
+
+def added_columns(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The (name, type) columns a change of a table relation adds (the plan keeps a table in place only when
+    columns are appended): ALTER TABLE ADD COLUMN, rows written before read them as NULL."""
+    if not before or not after:
+        return []
+    known = {name for name, _ in before.get("columns", [])}
+    return [(name, type_) for name, type_ in after.get("columns", []) if name not in known]
 
 
 def app_id(query: str, checkpoint: str) -> str:

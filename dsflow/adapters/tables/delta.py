@@ -95,6 +95,22 @@ class DeltaFormat:
             raise DsflowError("DSF-E752", f"cannot create the Delta table at {ref.location}: {err}",
                               hint="check the store's bucket, endpoint and credentials (or folder)") from err
 
+    def add_columns(self, ref: TableRef, columns: list[tuple[str, str]]) -> None:
+        """Add the nullable columns the table lacks (one schema commit; no data file is rewritten)."""
+        import pyarrow as pa
+        from deltalake import Field
+
+        table = _table(ref)
+        present = set(pa.schema(table.schema().to_arrow()).names)
+        fields = [Field.from_arrow(pa.field(n, arrow_type(t))) for n, t in columns if n not in present]
+        if not fields:
+            return
+        try:
+            table.alter.add_columns(fields)
+        except Exception as err:  # noqa: BLE001
+            raise DsflowError("DSF-E842", f"cannot add column(s) {', '.join(n for n, _ in columns)} to the Delta "
+                              f"table at {ref.location}: {err}", hint="check the store's settings") from err
+
     def drop(self, ref: TableRef) -> None:
         """Delete the table's files (its log and data)."""
         if not ref.location.startswith("s3://"):
@@ -144,6 +160,9 @@ class DeltaFormat:
         return {"location": ref.location, "format": "delta", "version": table.version(), "name": metadata.name,
                 "files": len(table.file_uris()), "columns": fields,
                 "configuration": dict(metadata.configuration or {})}
+
+    def count_rows(self, ref: TableRef) -> int:
+        return _table(ref).to_pyarrow_dataset().count_rows()
 
     def rows(self, ref: TableRef, limit: int) -> tuple[list[str], list[tuple]]:
         data = _table(ref).to_pyarrow_dataset().head(limit)

@@ -1,12 +1,12 @@
 """What apply does for a table relation: create the table (schema from the query's output columns)
-unless it exists, register it in a Databricks catalog when one is configured, and on destroy drop it
-only if dsflow created it."""
+unless it exists, register it in a Databricks catalog when one is configured, add the columns an in-place
+update adds (ALTER TABLE ADD COLUMN), and on destroy drop it only if dsflow created it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dsflow.adapters.tables import TableRef, table_format, table_ref
+from dsflow.adapters.tables import TableRef, added_columns, table_format, table_ref
 from dsflow.core.address import Address
 from dsflow.core.plan import Change
 from dsflow.core.state import DeployedResource
@@ -33,7 +33,13 @@ class TableExecutor:
         return outputs
 
     def update(self, ctx, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        """The table ensured, and the columns the change adds added in place (its rows kept)."""
         outputs = self.create(ctx, change)
+        added = added_columns(change.before, change.after)
+        if added:
+            relation = ctx.project.relation(Address.parse(change.address).name)
+            ref = table_ref(ctx.project.root, ctx.project.store(relation.store), relation)
+            table_format(ref.format).add_columns(ref, added)
         outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow", False)
         return outputs
 

@@ -86,6 +86,15 @@ class SnowflakeFormat:
             cursor.execute(f"CREATE TABLE IF NOT EXISTS {_qualified(database, schema, LEDGER)} "
                            "(TABLE_NAME VARCHAR, APP_ID VARCHAR, BATCH_ID NUMBER(38,0))")
 
+    def add_columns(self, ref: TableRef, columns: list[tuple[str, str]]) -> None:
+        """ALTER TABLE ADD COLUMN for each column the table lacks (nullable: rows written before read NULL)."""
+        database, schema, table = _parts(ref)
+        with connect(ref.settings) as conn:
+            cursor = conn.cursor()
+            for name, type_ in columns:
+                cursor.execute(f"ALTER TABLE {_qualified(database, schema, table)} ADD COLUMN IF NOT EXISTS "
+                               f"{quote(name.upper())} {snowflake_type(type_)}")
+
     def drop(self, ref: TableRef) -> None:
         database, schema, table = _parts(ref)
         with connect(ref.settings) as conn:
@@ -140,6 +149,10 @@ class SnowflakeFormat:
                               hint="list the schema's tables with 'dsflow entity list DB.SCHEMA --store NAME'")
         return {"location": ref.location, "format": "snowflake",
                 "columns": [{"name": n, "type": t, "nullable": nullable == "YES"} for n, t, nullable in rows]}
+
+    def count_rows(self, ref: TableRef) -> int:
+        with connect(ref.settings) as conn:
+            return int(conn.cursor().execute(f"SELECT COUNT(*) FROM {_qualified(*_parts(ref))}").fetchone()[0])
 
     def rows(self, ref: TableRef, limit: int) -> tuple[list[str], list[tuple]]:
         with connect(ref.settings) as conn:

@@ -1,0 +1,79 @@
+"""The store protocol's physical-object operations, asked through one registry by store type.
+
+What a store kind can tell about the object a relation lives in (a topic, a Kinesis stream, a table):
+
+    identities     the object's identity now: a log deleted and created again under the same name is another
+                   log, and offsets read from one mean nothing on the other (Kafka: the topic id; Kinesis: the
+                   stream ARN and creation time)
+    held_records   the records it holds now: what a plan that deletes or empties it destroys (`DESTROYS ~N`),
+                   and what a replay from the earliest position re-reads
+
+A store kind that cannot tell one of these returns None ({} for identities): the plan then says 'not counted',
+and offsets are carried on the names alone. The planner, refresh and apply ask this module, never a store type.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from dsflow.errors import DsflowError
+
+
+class PhysicalObjects(Protocol):
+    """One store kind's physical-object operations (implemented in adapters/<store>/objects.py)."""
+
+    def identities(self, store: Any, names: list[str]) -> dict[str, str]:
+        """name -> identity now, for the named objects that exist; {} where the store gives none."""
+
+    def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
+                     since: str | None = None) -> int | None:
+        """Records the deployed object holds now (from epoch ms `since` when given); None if not countable."""
+
+
+REGISTRY: dict[str, str] = {
+    "kafka": "dsflow.adapters.kafka.objects",
+    "kinesis": "dsflow.adapters.kinesis.objects",
+    "s3": "dsflow.adapters.tables.objects",
+    "filesystem": "dsflow.adapters.tables.objects",
+    "databricks": "dsflow.adapters.tables.objects",
+    "snowflake": "dsflow.adapters.tables.objects",
+}
+"""Store type -> the module whose OBJECTS implements PhysicalObjects (imported when first asked)."""
+
+
+def objects_for(store_type: str) -> PhysicalObjects | None:
+    module = REGISTRY.get(store_type)
+    return importlib.import_module(module).OBJECTS if module else None
+
+
+def identities(project: Any, names: Iterable[str]) -> dict[str, str]:
+    """The identity now of each named object of the project's relations (topics, streams), asked of the store of
+    the relation that names it; one request per store."""
+    wanted = set(names)
+    by_store: dict[str, list[str]] = {}
+    for relation in project.relations:
+        if relation.topic in wanted and project.store(relation.store) is not None:
+            by_store.setdefault(relation.store, []).append(relation.topic)
+    found: dict[str, str] = {}
+    for name, named in by_store.items():
+        store = project.store(name)
+        objects = objects_for(store.type)
+        if objects is not None:
+            found.update(objects.identities(store, sorted(set(named))))
+    return found
+
+
+def held_records(project: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
+                 since: str | None = None) -> int | None:
+    """Records a deployed relation's object holds now, asked of its store; None when the store is gone from the
+    project, cannot count, or cannot be reached."""
+    store = project.store(outputs.get("store") or data.get("store") or "") if project is not None else None
+    objects = objects_for(store.type) if store is not None else None
+    if objects is None:
+        return None
+    try:
+        return objects.held_records(store, outputs, data, since)
+    except DsflowError:
+        return None

@@ -1,0 +1,26 @@
+"""Lake and warehouse tables' physical-object operations (adapters/objects.py): the rows a deployed table holds.
+Tables have no identity to compare (no query reads them by offsets)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class TableObjects:
+    def identities(self, store: Any, names: list[str]) -> dict[str, str]:
+        return {}
+
+    def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
+                     since: str | None = None) -> int | None:
+        from dsflow.adapters.tables import TableRef, table_format
+
+        if since or not outputs.get("table") or not outputs.get("format"):
+            return None
+        ref = TableRef(outputs["format"], outputs["table"], dict(store.properties),
+                       dict(data.get("table_options") or {}))
+        fmt = table_format(ref.format)
+        return fmt.count_rows(ref) if fmt.exists(ref) else 0
+
+
+OBJECTS = TableObjects()

@@ -1,0 +1,216 @@
+"""Every setting a project declares, classified once: what a change to it does to the plan and to what runs.
+
+One table (SETTINGS) says, for each setting of each kind of object, which resource field it lands in and its
+class. The planner asks it which relation settings a running query applies (RESTARTS), and names changed
+settings in a restarted query's reason from it; tests/test_settings.py edits every setting of a small project and
+checks the plan does what its class says; docs/plan.md shows the table as `markdown_table()` renders it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+
+class SettingClass(str, Enum):
+    """What a change to a setting does."""
+
+    IDENTITY = "identity"
+    SCHEMA = "schema"
+    SIZING = "sizing"
+    RESTARTS = "restarts"
+    QUERY = "query"
+    OVERRIDE = "override"
+    IN_PLACE = "in_place"
+    NOT_DEPLOYED = "not_deployed"
+
+
+CLASS_EFFECTS = {
+    SettingClass.IDENTITY: "names the object: the object is replaced (a relation renamed onto the same topic or "
+                           "table is a move); what reads it replays",
+    SettingClass.SCHEMA: "what the records are: the relation is replaced (columns added at its end: in place)",
+    SettingClass.SIZING: "how the topic or stream is sized: the relation is replaced (partitions cannot be "
+                         "lowered, DSF-E825)",
+    SettingClass.RESTARTS: "what running queries read or write with: updated in place, and every deployed query "
+                           "that uses it restarts on its checkpoint (a generator's rate: the generator restarts)",
+    SettingClass.QUERY: "the query's definition: its category (keep checkpoint, carry offsets, replay) is decided "
+                        "by core/categories.py",
+    SettingClass.OVERRIDE: "overrides the category of the query's next change ('start.position')",
+    SettingClass.IN_PLACE: "metadata only: the object is updated in place, nothing running changes",
+    SettingClass.NOT_DEPLOYED: "kept in no deployed resource: a change plans nothing",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: where it is written, its name there, the resource fields it lands in, and its class."""
+
+    kind: str
+    name: str
+    fields: tuple[str, ...]
+    cls: SettingClass
+    note: str = ""
+
+
+_I, _SC, _SZ, _R = SettingClass.IDENTITY, SettingClass.SCHEMA, SettingClass.SIZING, SettingClass.RESTARTS
+_Q, _O, _P, _N = SettingClass.QUERY, SettingClass.OVERRIDE, SettingClass.IN_PLACE, SettingClass.NOT_DEPLOYED
+_SQL = ("statement", "sink", "sources", "select", "output_columns", "stateful", "output_mode", "key_columns",
+        "window", "join_within", "deletes", "temporal_join")
+_TABLE = ("topic", "table_options")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("store", "name", ("name",), _I),
+    Setting("store", "type", ("type",), _I),
+    Setting("store", "bootstrap_servers", ("bootstrap_servers",), _I, "another cluster"),
+    Setting("store", "properties.*", ("properties",), _R, "client settings and credentials of every store type"),
+    Setting("store", "schema_registry", ("schema_registry",), _R),
+    Setting("store", "description", ("description",), _P),
+    Setting("schema_registry", "name", (), _P, "the stores that name it are updated"),
+    Setting("schema_registry", "url", (), _R),
+    Setting("schema_registry", "username", (), _R),
+    Setting("schema_registry", "password", (), _R),
+    Setting("schema_registry", "description", (), _N),
+    Setting("database", "name", ("name",), _I),
+    Setting("database", "schemas", ("name",), _I, "a schema is its own resource"),
+    Setting("database", "description", ("description",), _P),
+    Setting("role", "name", ("name",), _I),
+    Setting("role", "inherits", ("inherits",), _I),
+    Setting("role", "grants", ("role",), _I, "a grant is its own resource"),
+    Setting("grant", "privilege", ("privilege",), _I),
+    Setting("grant", "on", ("on",), _I),
+    Setting("datagen", "name", (), _I),
+    Setting("datagen", "relation", ("relation",), _I),
+    Setting("datagen", "generator", ("generator",), _I),
+    Setting("datagen", "count", ("count",), _I),
+    Setting("datagen", "seed", ("seed",), _I),
+    Setting("datagen", "rate", ("rate",), _R),
+    Setting("relation", "CREATE STREAM or CHANGELOG", ("kind",), _SC),
+    Setting("relation", "columns", ("columns",), _SC),
+    Setting("relation", "PRIMARY KEY", ("primary_key",), _SC),
+    Setting("relation", "store", ("store",), _I),
+    Setting("relation", "topic", ("topic",), _I),
+    Setting("relation", "value.format", ("value_format",), _SC),
+    Setting("relation", "value.subject", ("value_subject",), _SC),
+    Setting("relation", "key.format", ("key_format",), _R),
+    Setting("relation", "timestamp", ("timestamp",), _R),
+    Setting("relation", "topic.gaps", ("topic_gaps",), _R),
+    Setting("relation", "topic.partitions", ("partitions",), _SZ),
+    Setting("relation", "topic.shards", ("partitions",), _SZ),
+    Setting("relation", "topic.replicas", ("replicas",), _SZ),
+    Setting("relation", "kafka.topic.*", ("topic_configs",), _SZ),
+    Setting("relation", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
+    Setting("relation", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
+    Setting("cdc", "store", ("store",), _I),
+    Setting("cdc", "value.format", ("value_format",), _SC, "json only"),
+    Setting("cdc", "timestamp", ("timestamp",), _R),
+    Setting("cdc", "postgresql.db.name", _TABLE, _I),
+    Setting("cdc", "postgresql.schema.name", _TABLE, _I),
+    Setting("cdc", "postgresql.table.name", _TABLE, _I),
+    Setting("cdc", "postgresql.cdc.table.list", _TABLE, _I),
+    Setting("table", "store", ("store",), _I),
+    Setting("table", "delta.path", _TABLE, _I),
+    Setting("table", "table.data.file.location", _TABLE, _I),
+    Setting("table", "databricks.catalog.name", _TABLE, _I),
+    Setting("table", "databricks.schema.name", _TABLE, _I),
+    Setting("table", "databricks.table.name", _TABLE, _I),
+    Setting("table", "snowflake.db.name", _TABLE, _I),
+    Setting("table", "snowflake.schema.name", _TABLE, _I),
+    Setting("table", "snowflake.table.name", _TABLE, _I),
+    Setting("table", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
+    Setting("table", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
+    Setting("table", "kafka.topic.*", (), _N, "accepted, not used by a table"),
+    Setting("materialized_view", "store", ("store",), _I),
+    Setting("materialized_view", "postgresql.db.name", _TABLE, _I),
+    Setting("materialized_view", "postgresql.schema.name", _TABLE, _I),
+    Setting("materialized_view", "postgresql.table.name", _TABLE, _I),
+    Setting("materialized_view", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
+    Setting("materialized_view", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
+    Setting("materialized_view", "kafka.topic.*", (), _N, "accepted, not used by a view"),
+    Setting("query", "AS SELECT ...", _SQL, _Q, "the SQL, PARTITION BY included"),
+    Setting("query", "starting.position", ("sources",), _Q),
+    Setting("query", "watermark.delay", ("watermark_delay",), _Q),
+    Setting("query", "delivery.guarantee", ("delivery_guarantee",), _Q),
+    Setting("query", "trigger.interval", ("trigger_interval",), _R),
+    Setting("query", "dlq.topic", ("dlq_topic",), _R),
+    Setting("query", "start.position", ("start_position",), _O),
+    Setting("source", "starting.position", ("sources",), _Q, "FROM relation WITH (...)"),
+    Setting("source", "timestamp", ("sources",), _Q, "FROM relation WITH (...)"),
+    Setting("runtime", "spark_master", ("spark_master",), _R),
+    Setting("runtime", "spark_conf", ("runtime_spark_conf",), _R),
+    Setting("runtime", "trigger_interval", ("trigger_interval",), _R, "unless the query sets 'trigger.interval'"),
+    Setting("runtime", "checkpoint_root", (), _N, "a deployed query keeps its checkpoint; new ones start there"),
+)
+"""Every setting of every kind; tests/test_settings.py fails for a setting the loader accepts that is not here."""
+
+QUERY_SETTINGS_OF = {"relation_settings": "relation", "store_config": "store", "schema_registry": "schema_registry"}
+"""Query metadata fields that mirror settings of the relations, stores and registries the query uses."""
+
+
+def setting(kind: str, name: str) -> Setting:
+    """The setting `name` of `kind` (a name may match a pattern such as 'properties.*'); KeyError if unclassified."""
+    for entry in SETTINGS:
+        if entry.kind == kind and (entry.name == name or
+                                   entry.name.endswith("*") and name.startswith(entry.name[:-1])):
+            return entry
+    raise KeyError(f"setting '{name}' of a {kind} is not classified in dsflow/core/settings.py")
+
+
+def fields_of(kind: str, cls: SettingClass) -> tuple[str, ...]:
+    """The resource fields of `kind`'s settings of class `cls`, in table order."""
+    found = [f for entry in SETTINGS if entry.kind == kind and entry.cls is cls for f in entry.fields]
+    return tuple(dict.fromkeys(found))
+
+
+def markdown_table() -> str:
+    """The tables of docs/plan.md: what each class of setting does, and every setting with its class."""
+    lines = ["| class | a change to such a setting |", "|---|---|"]
+    lines += [f"| {cls.value} | {effect} |" for cls, effect in CLASS_EFFECTS.items()]
+    lines += ["", "| object | setting | class | note |", "|---|---|---|---|"]
+    lines += [f"| {s.kind} | `{s.name}` | {s.cls.value} | {s.note} |" for s in SETTINGS]
+    return "\n".join(lines) + "\n"
+
+
+def changed_settings(kind: str, before: dict, after: dict, cls: SettingClass = SettingClass.RESTARTS) -> list[str]:
+    """The settings of class `cls` that differ between two field dicts of a `kind` resource, named as written
+    ('key.format'; a key of a setting such as 'properties.*': 'properties.sasl.username')."""
+    names = []
+    for entry in (s for s in SETTINGS if s.kind == kind and s.cls is cls):
+        for field in entry.fields:
+            old, new = before.get(field), after.get(field)
+            if old == new:
+                continue
+            if entry.name.endswith("*") and isinstance(old or new, dict):
+                old, new = old or {}, new or {}
+                names += [entry.name[:-1] + k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+            else:
+                names.append(entry.name)
+    return list(dict.fromkeys(names))
+
+
+def restarting_stores(desired: Mapping[str, dict], deployed: Mapping[str, dict]) -> dict[str, list[str]]:
+    """Store name -> its changed settings of class restarts, from the desired and deployed metadata by address."""
+    found = {}
+    for address, metadata in desired.items():
+        if address.startswith("store.") and address in deployed:
+            if names := changed_settings("store", deployed[address], metadata):
+                found[address[len("store."):]] = names
+    return found
+
+
+def named_query_settings(fields: list[str], before: dict, after: dict, stores: Mapping[str, list[str]]) -> list[str]:
+    """A query's changed metadata fields; those that mirror the relations and stores it uses (QUERY_SETTINGS_OF)
+    named as written: "'timestamp' of relation db.schema.events", "'properties.sasl.password' of store k"."""
+    named: list[str] = []
+    for name in fields:
+        if name == "relation_settings":
+            old, new = before.get(name) or {}, after.get(name) or {}
+            named += [f"'{changed}' of relation {relation}" for relation in sorted(set(old) | set(new))
+                      for changed in changed_settings("relation", old.get(relation, {}), new.get(relation, {}))]
+        elif name == "store_config" and stores:
+            named += [f"'{changed}' of store {store}" for store, names in sorted(stores.items()) for changed in names]
+        elif name == "schema_registry":
+            named.append("the settings of its schema registry")
+        else:
+            named.append(name)
+    return named or fields
