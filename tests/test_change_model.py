@@ -1,0 +1,32 @@
+"""A bounded slice of bench/change_model.py: random edits to a live project (renames, moves, WHERE, columns,
+partitions, window sizes, event-time column, deleted and restored queries, reverts), each planned and applied on
+the real broker with real query drivers, and checked in the data against what its plan said. The long run
+(>= 200 steps, several seeds) is by hand, in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.change_model import EDITS, run_steps  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+SEED = 20261125
+STEPS = 8
+BUDGET_S = 360
+"""Steps stop early once this much time is spent (a loaded CI machine)."""
+
+
+def test_every_plan_does_in_the_data_what_it_says(broker: str, tmp_path: Path) -> None:
+    run = run_steps(broker, tmp_path, SEED, STEPS, budget_s=BUDGET_S)
+    report = [(r.number, r.edit, r.actions, r.mismatches) for r in run.reports]
+    assert len(run.reports) >= 4, report
+    assert len({r.edit for r in run.reports} & set(EDITS)) >= 3, report
+    assert all(r.actions or r.refused == "undone" for r in run.reports), "a step that changes nothing checks nothing"
+    assert [r for r in report if r[3]] == [], report
