@@ -39,6 +39,8 @@ T0 = 1_700_000_000_000
 TS2_SHIFT_MS = 7_000
 BATCH = 24
 """Records produced after every step."""
+PLAN_TIME_REFUSALS = ("DSF-E825",)
+"""Errors a plan rightly fails with for an edit of this model: a revert to fewer partitions."""
 STALL_S = 150.0
 """A step's check fails when the sinks stop moving towards the oracle for this long (a loaded machine starts drivers
 slowly: the wait is for progress, not for a fixed time) ..."""
@@ -152,7 +154,8 @@ class StepReport:
     edit: str
     actions: list[str]
     refused: str | None
-    """'undone' or 'allowed' when the edit's plan destroyed records: refused first, then undone or acknowledged"""
+    """'undone' or 'allowed' when the edit's plan destroyed records (refused first, then undone or acknowledged);
+    'plan refused it (DSF-E...)' when planning failed as it should, and the edit was undone"""
     mismatches: list[str]
     seconds: float
 
@@ -226,11 +229,24 @@ class Run:
     def _plan_and_apply(self, edit: str, model: Model, mismatches: list[str]):
         from dsflow import operations
         from dsflow.core.safety import Allowance
+        from dsflow.errors import DsflowError
 
         previous = self.model
         self._write(model)
         loaded = operations.load(self._options())
-        plan = operations.plan(loaded)
+        try:
+            plan = operations.plan(loaded)
+        except DsflowError as error:  # an edit the plan refuses outright (fewer partitions): undone
+            if error.code not in PLAN_TIME_REFUSALS:
+                mismatches.append(f"'{edit}' failed to plan: {error}")
+            self._write(previous)
+            loaded = operations.load(self._options())
+            model, refused = previous, f"plan refused it ({error.code})"
+            plan = operations.plan(loaded)
+            result = operations.apply(loaded, plan)
+            if plan.actionable or not result.ok:
+                mismatches.append(f"undoing '{edit}' planned {[c.address for c in plan.actionable]}")
+            return plan, model, refused
         allowance, refused = None, None
         if plan.destroying:
             mismatches += self._check_refusal(loaded, plan)

@@ -28,5 +28,5 @@ def test_every_plan_does_in_the_data_what_it_says(broker: str, tmp_path: Path) -
     report = [(r.number, r.edit, r.actions, r.mismatches) for r in run.reports]
     assert len(run.reports) >= 4, report
     assert len({r.edit for r in run.reports} & set(EDITS)) >= 3, report
-    assert all(r.actions or r.refused == "undone" for r in run.reports), "a step that changes nothing checks nothing"
+    assert all(r.actions or r.refused for r in run.reports), "a step that changes nothing checks nothing"
     assert [r for r in report if r[3]] == [], report
