@@ -41,7 +41,7 @@ BATCH = 24
 """Records produced after every step."""
 PLAN_TIME_REFUSALS = ("DSF-E825",)
 """Errors a plan rightly fails with for an edit of this model: a revert to fewer partitions."""
-STALL_S = 150.0
+STALL_S = 300.0
 """A step's check fails when the sinks stop moving towards the oracle for this long (a loaded machine starts drivers
 slowly: the wait is for progress, not for a fixed time) ..."""
 CATCH_UP_S = 900.0
@@ -404,15 +404,16 @@ def _ids(rows: Counter) -> str:
 
 
 def run_steps(broker: str, workdir: Path, seed: int, steps: int, budget_s: float | None = None,
-              on_step: Callable[[StepReport], None] = lambda _: None) -> Run:
-    """A run of `steps` random steps after the first apply (fewer once `budget_s` is spent; at least one)."""
+              on_step: Callable[[StepReport], None] = lambda _: None, min_steps: int = 1) -> Run:
+    """A run of `steps` random steps after the first apply (fewer once `budget_s` is spent, never fewer than
+    `min_steps`)."""
     run = Run(broker, workdir, seed)
     started = time.monotonic()
     try:
         on_step(run.start())
-        for _ in range(steps):
+        for number in range(1, steps + 1):
             on_step(run.random_step())
-            if budget_s is not None and time.monotonic() - started > budget_s:
+            if number >= min_steps and budget_s is not None and time.monotonic() - started > budget_s:
                 break
     finally:
         run.destroy()
