@@ -134,7 +134,7 @@ def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, pos
     spec = QuerySpec(name="dsflow_follow", version="adhoc", master=project.runtime.spark_master,
                      spark_conf=dict(project.runtime.spark_conf), checkpoint=str(checkpoint / "ck"),
                      status_path=str(checkpoint / "status.json"), trigger_interval="1 second",
-                     sources=source_specs(project, query), select_sql=spark_select(query),
+                     sources=source_specs(project, query), select_sql=spark_select(query, project),
                      temporal=temporal_spec(project, query), sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
                                    output_mode=query.output_mode))
     spark = None

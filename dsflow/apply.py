@@ -12,15 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from dsflow.adapters.state import redactor
 from dsflow.core.address import Address
 from dsflow.core.model import Project
-from dsflow.core.plan import Action, Change, Plan
+from dsflow.core.plan import Action, Change, Plan, pinned
 from dsflow.core.plan import desired_fingerprint
-from dsflow.core.resources import project_resources
+from dsflow.core.resources import has_secrets, project_resources, with_current_markers
+from dsflow.core.secrets import Redactor
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
 from dsflow.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
+from dsflow.runtime.locking import lock_patiently
 from dsflow.workspace import Workspace
 
 
@@ -37,12 +40,12 @@ class ApplyResult:
         return self.failed is None
 
 
-def check_plan_is_current(plan: Plan, state: State, project: Project) -> None:
+def check_plan_is_current(plan: Plan, state: State, project: Project, redactor: Redactor = Redactor()) -> None:
     """Refuse a saved plan if state moved on or the project's resources changed since it was made."""
     if plan.state_lineage != state.lineage or plan.state_serial != state.serial:
         raise DsflowError("DSF-E820", f"the plan was made against state serial {plan.state_serial}, "
                           f"but the state is now at serial {state.serial}", hint="run 'dsflow plan' again")
-    desired = project_resources(project)
+    desired = project_resources(project, redactor)
     if plan.desired_fingerprint and plan.mode != "destroy" and plan.desired_fingerprint != desired_fingerprint(desired):
         raise DsflowError("DSF-E821", "the project files changed since the plan was made",
                           hint="run 'dsflow plan' again")
@@ -51,6 +54,8 @@ def check_plan_is_current(plan: Plan, state: State, project: Project) -> None:
         if change.action in (Action.DELETE, Action.REFRESH):
             continue
         resource = current.get(change.address)
+        if resource is not None and change.action is not Action.REPLACE:  # as make_plan saw it: core/plan.pinned
+            resource = pinned(resource, state.resources.get(change.moved_from or change.address))
         if resource is None or resource.data_hash != change.data_hash or resource.metadata_hash != change.metadata_hash:
             raise DsflowError("DSF-E821", f"the project changed since the plan was made ({change.address})",
                               hint="run 'dsflow plan' again")
@@ -64,10 +69,12 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
     check_data_loss(plan, allowance)
     backend = workspace.state_backend()
     result = ApplyResult()
-    with backend.lock("destroy" if plan.mode == "destroy" else "apply"):
+    with lock_patiently(backend, "destroy" if plan.mode == "destroy" else "apply"):  # a supervisor's restart ends
         state = backend.read()
-        check_plan_is_current(plan, state, project)
+        markers = redactor(project, backend)
+        check_plan_is_current(plan, state, project, markers)
         writer = _StateWriter(backend, state.serial)
+        state = _migrated(project, state, markers)
         state = state.with_lineage().model_copy(update={"project": project.name, "environment": project.environment})
         interrupted = state.pending
         pending = list(plan.actionable)
@@ -93,6 +100,39 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             on_event("done", change)
         writer.write(state)
     return result
+
+
+def _migrated(project: Project, state: State, markers: Redactor) -> State:
+    """A state written before 2026-11-25, as this apply writes it back: the unkeyed markers of unchanged secrets
+    become keyed ones (core/resources.py), and a topic records no bootstrap address that came from env_var()."""
+    if not has_secrets(project):
+        return state
+    state = with_current_markers(project, state, project_resources(project, markers))
+    secret_bootstraps = {s.bootstrap_servers for s in project.stores if "bootstrap_servers" in s.sensitive}
+    if not secret_bootstraps:
+        return state
+    resources = {key: entry.model_copy(update={"outputs": {k: v for k, v in entry.outputs.items() if k != "bootstrap"}})
+                 if entry.outputs.get("bootstrap") in secret_bootstraps else entry
+                 for key, entry in state.resources.items()}
+    return state.model_copy(update={"resources": resources})
+
+
+def migrate_state(project: Project, workspace: Workspace) -> bool:
+    """Store a state written before keyed markers the way `_migrated` rewrites it, when there is nothing else to
+    apply (an apply with changes does it on its first write); True if it was rewritten. The serial stays: the
+    entries mean the same, so a plan saved before still applies."""
+    backend = workspace.state_backend()
+    state = backend.read()
+    if not state.lineage or _migrated(project, state, redactor(project, backend)) == state:
+        return False
+    with backend.lock("apply"):
+        state = backend.read()
+        migrated = _migrated(project, state, redactor(project, backend))
+        if migrated == state:
+            return False
+        backend.write(migrated, expected_serial=state.serial)
+        backend.write(migrated, expected_serial=state.serial)  # again: the local backup copy holds the old one
+    return True
 
 
 class _StateWriter:

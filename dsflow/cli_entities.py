@@ -22,7 +22,7 @@ def _target(ctx: click.Context, path: str, store: str | None):
 
 @click.group()
 def entity() -> None:
-    """Browse Delta tables (s3, filesystem, databricks stores), PostgreSQL and Snowflake tables."""
+    """Browse Delta tables (s3, filesystem, databricks stores), PostgreSQL, Snowflake and Iceberg tables."""
 
 
 @entity.command("list")

@@ -76,8 +76,11 @@ def datagen(ctx: click.Context, relation: str, generator: str | None, rate: floa
     store = project.store(found.store)
     spec = DatagenSpec(topic=found.topic, generator=generator or "columns", rate=rate, count=count, seed=seed,
                        key_columns=found.primary_key, columns=tuple((c.name, c.type) for c in found.columns))
+    from dsflow.adapters.kafka.security import for_store
+
     try:
-        produced = run(store.bootstrap_servers, spec, config=dict(store.properties))
+        with for_store(store.name, store.properties):
+            produced = run(store.bootstrap_servers, spec, config=dict(store.properties))
     except KeyboardInterrupt:
         sys.exit(130)
     console.print(f"Produced {produced} record(s) to {found.topic}.")

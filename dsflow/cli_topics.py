@@ -20,6 +20,11 @@ def _target(ctx: click.Context, name: str, store: str | None, bootstrap: str | N
     return topics.resolve(operations.load(ctx.obj).project, name, store)
 
 
+def _errors(target: topics.Target):
+    """Kafka errors name the target's store (DSF-E255 for a secured store whose TLS or SASL failed)."""
+    return topics.store_errors(target.store, target.store_type, target.settings)
+
+
 @click.group()
 def topic() -> None:
     """Kafka topics and Kinesis streams: list, describe, create, delete, produce and print."""
@@ -35,7 +40,9 @@ def topic_list(ctx: click.Context, store: str | None) -> None:
         s for s in project.stores if s.type in topics.STREAMING]
     for found in stores:
         backs = {r.topic: r.fqn for r in project.relations if r.store == found.name}
-        for name in topics.list_names(found):
+        with topics.store_errors(found.name, found.type, found.properties):
+            names = topics.list_names(found)
+        for name in names:
             click.echo(f"{found.name}\t{found.type}\t{name}\t{backs.get(name, '')}".rstrip())
 
 
@@ -46,7 +53,8 @@ def topic_list(ctx: click.Context, store: str | None) -> None:
 def topic_describe(ctx: click.Context, name: str, store: str | None) -> None:
     """Describe topic NAME (a topic, stream or relation name) as JSON: partitions or shards."""
     target = _target(ctx, name, store)
-    info = topics.describe(target)
+    with _errors(target):
+        info = topics.describe(target)
     if info is None:
         raise DsflowError("DSF-E767", f"no topic '{target.name}' in the {target.store_type} store '{target.store}'",
                           hint="see 'dsflow topic list'")
@@ -64,7 +72,8 @@ def topic_create(ctx: click.Context, name: str, store: str | None, partitions: i
                  shards: int | None) -> None:
     """Create topic NAME (a Kinesis stream in a kinesis store), waiting until it is ready."""
     target = _target(ctx, name, store)
-    created = topics.create(target, partitions, replicas, shards)
+    with _errors(target):
+        created = topics.create(target, partitions, replicas, shards)
     console.print(f"{'Created' if created else 'Already exists:'} {target.name} in {target.store}.")
 
 
@@ -78,13 +87,14 @@ def topic_delete(ctx: click.Context, name: str, store: str | None, yes: bool) ->
     target = _target(ctx, name, store)
     if not yes:
         click.confirm(f"Delete {target.name} in {target.store} with all its records?", abort=True)
-    deleted = topics.delete(target)
+    with _errors(target):
+        deleted = topics.delete(target)
     console.print(f"Deleted {target.name}." if deleted else f"No topic {target.name} in {target.store}.")
 
 
 @topic.command("produce")
 @click.argument("name")
-@click.option("--file", "file", type=click.File("r"), default="-", help="JSON lines (default: stdin)")
+@click.option("--file", "file", type=click.File("rb"), default="-", help="JSON lines in UTF-8 (default: stdin)")
 @click.option("--key-field", help="take each record's key (Kinesis: partition key) from this JSON field")
 @click.option("--store", help=STORE_HELP)
 @click.option("--bootstrap", help="Kafka broker address, instead of a project store")
@@ -92,15 +102,18 @@ def topic_delete(ctx: click.Context, name: str, store: str | None, yes: bool) ->
 def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, store: str | None,
                   bootstrap: str | None) -> None:
     """Produce JSON lines to topic NAME (a topic, stream or relation name)."""
-    count = topics.produce(_target(ctx, name, store, bootstrap), file, key_field)
+    target = _target(ctx, name, store, bootstrap)
+    with _errors(target):
+        count = topics.produce(target, file, key_field)
     console.print(f"Produced {count} record(s).")
 
 
 @topic.command("print")
 @click.argument("name")
 @click.option("--from-beginning/--latest", default=True, show_default=True)
-@click.option("--limit", type=int, default=None, help="stop after this many records")
-@click.option("--timeout", type=float, default=5.0, show_default=True, help="stop after this many idle seconds")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="stop after this many records")
+@click.option("--timeout", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="stop after this many idle seconds")
 @click.option("--raw", is_flag=True, help="print keys and values as stored, without decoding them with the relation's formats")
 @click.option("--store", help=STORE_HELP)
 @click.option("--bootstrap", help="Kafka broker address, instead of a project store")
@@ -109,5 +122,6 @@ def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int 
                 store: str | None, bootstrap: str | None) -> None:
     """Print records of topic NAME as JSON lines (key, value, partition/shard, offset/sequence, timestamp)."""
     target = _target(ctx, name, store, bootstrap)
-    for record in topics.records(target, from_beginning, limit, timeout, raw):
-        click.echo(json.dumps(record, default=str))
+    with _errors(target):
+        for record in topics.records(target, from_beginning, limit, timeout, raw):
+            click.echo(json.dumps(record, default=str))

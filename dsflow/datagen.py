@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from dsflow.core.secrets import register, scrub
 from dsflow.errors import DsflowError
 
 __all__ = [
@@ -237,9 +238,11 @@ class _Sink:
     def __init__(self, bootstrap: str, topic: str, config: Mapping[str, str] | None):
         from confluent_kafka import Producer
 
+        from dsflow.adapters.kafka.client import LOG, connected
+
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
-                    "message.timeout.ms": 60_000, **(config or {})}
-        self.producer = Producer(settings)
+                    "message.timeout.ms": 60_000, **(config or {}), "logger": LOG}  # LOG scrubs secrets
+        self.producer = connected(Producer(settings), settings)  # TLS/SASL failures at once, not after a timeout
         self.topic = topic
         self.error: str | None = None
         self.last_flush = time.monotonic()
@@ -341,7 +344,8 @@ def run(
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dsflow.datagen", description="Produce synthetic records to a topic.")
-    p.add_argument("--bootstrap", required=True, help="host:port of the Kafka broker")
+    p.add_argument("--bootstrap", default=os.environ.get(BOOTSTRAP_ENV),
+                   help=f"host:port of the Kafka broker (default: ${BOOTSTRAP_ENV}, how dsflow apply passes it)")
     p.add_argument("--topic", required=True)
     p.add_argument("--generator", default="pageviews", choices=sorted(GENERATORS))
     p.add_argument("--rate", type=float, default=1.0, help="records per second; 0 = as fast as possible")
@@ -369,6 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry: exit 0 when done or stopped by SIGTERM/SIGINT, 1 on errors, 2 on usage errors."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if not args.bootstrap:
+        parser.error(f"--bootstrap (or ${BOOTSTRAP_ENV}) is required")
+    register(json.loads(os.environ.get(SECRETS_ENV, "[]")))  # hidden from this process's output
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -389,7 +396,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   **dict(_split(args.property, "=", "--property", parser))}
         total = run(args.bootstrap, spec, stop, config=config, on_progress=log)
     except DsflowError as exc:
-        print(str(exc), file=sys.stderr, flush=True)
+        print(str(exc), file=sys.stderr, flush=True)  # scrubbed of secret values (errors.py)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a librdkafka error: its text may name the broker
+        print(scrub(f"datagen {args.topic} failed: {type(exc).__name__}: {exc}"), file=sys.stderr, flush=True)
         return 1
     print(f"datagen {args.topic}: done, {total} records produced", flush=True)
     if args.progress_file:
@@ -399,6 +409,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 PROPERTIES_ENV = "DSFLOW_DATAGEN_PROPERTIES"
 """JSON object of producer settings, passed through the environment so secrets stay out of `ps`."""
+BOOTSTRAP_ENV = "DSFLOW_DATAGEN_BOOTSTRAP"
+"""The broker address, passed through the environment (it may come from env_var()): never on the command line."""
+SECRETS_ENV = "DSFLOW_DATAGEN_SECRETS"
+"""JSON list of the secret values among the above, scrubbed from the generator's output and log."""
 
 
 def _write_progress(path: str, next_seq: int) -> None:

@@ -1,7 +1,9 @@
-"""`dsflow entity`: what a table store holds (Delta tables, PostgreSQL and Snowflake tables).
+"""`dsflow entity`: what a table store holds (Delta tables, PostgreSQL, Snowflake and Iceberg tables).
 
 A PATH is read in the store's own terms: for a Delta store (s3, filesystem, databricks) a table's path under
-the store's root; for postgresql `database[.schema[.table]]`; for snowflake `DB[.SCHEMA[.TABLE]]`. A table
+the store's root; for postgresql `database[.schema[.table]]`; for snowflake `DB[.SCHEMA[.TABLE]]`; for a table
+format that lists its own entities (`list_entities`, adapters/tables FORMATS: iceberg) its own path
+(iceberg: `[NAMESPACE[.TABLE]]`). A table
 relation of the project may be named instead of a path (its store and location are used).
 """
 
@@ -34,7 +36,8 @@ def resolve(project: Project, path: str, store_name: str | None) -> Target:
                      and (r.fqn == path or r.fqn.endswith("." + path))), None)
     if relation is None:
         raise DsflowError("DSF-E758", f"'{path}' is not a table of the project; name a store",
-                          hint="pass --store NAME (an s3, filesystem, databricks, snowflake or postgresql store)")
+                          hint="pass --store NAME (an s3, filesystem, databricks, snowflake, iceberg or postgresql "
+                               "store)")
     store = project.store(relation.store)
     location = relation.table_options.get("delta.path", relation.topic) if store.type in DELTA_STORES \
         else relation.topic
@@ -57,7 +60,17 @@ def list_entities(project: Project, target: Target) -> list[str]:
         from dsflow.adapters.tables import postgres
 
         return postgres.list_entities(store, target.path)
+    fmt = _format(store)
+    if fmt is not None and hasattr(fmt, "list_entities"):
+        return fmt.list_entities(dict(store.properties), target.path)
     raise _no_entities(store)
+
+
+def _format(store: Store):
+    """The table format of a store that holds tables, None for others."""
+    from dsflow.adapters.tables import STORE_FORMATS, table_format
+
+    return table_format(STORE_FORMATS[store.type]) if store.type in STORE_FORMATS else None
 
 
 def describe_entity(project: Project, target: Target) -> dict[str, Any]:
@@ -94,6 +107,8 @@ def _table(project: Project, target: Target):
             raise DsflowError("DSF-E757", f"'{target.path}' is not a Snowflake table path DB.SCHEMA.TABLE",
                               hint="list what is there with 'dsflow entity list [DB[.SCHEMA]] --store NAME'")
         return TableRef(fmt_name, ".".join(parts), settings), table_format(fmt_name)
+    if fmt_name != "delta":  # a name in the store's catalog (iceberg NAMESPACE.TABLE): the format checks it
+        return TableRef(fmt_name, target.path.strip("."), settings), table_format(fmt_name)
     path = target.path.strip("/")
     location = path if "://" in path or path.startswith("/") else \
         delta_root(project.root, store.type, settings).rstrip("/") + "/" + path
@@ -107,5 +122,5 @@ def _table(project: Project, target: Target):
 
 def _no_entities(store: Store) -> DsflowError:
     return DsflowError("DSF-E759", f"the {store.type} store '{store.name}' has no entities to browse",
-                       hint="entities are tables of s3, filesystem, databricks, snowflake and postgresql stores; "
+                       hint="entities are tables of s3, filesystem, databricks, snowflake, iceberg and postgresql stores; "
                             "for topics use 'dsflow topic'")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from dsflow.core.secrets import scrub
+
 
 class Severity(str, Enum):
     ERROR = "error"
@@ -45,18 +47,18 @@ class Diagnostic:
     def __str__(self) -> str:
         where = f"{self.location}: " if self.location else ""
         text = f"{where}{self.severity.value} {self.code}: {self.message}"
-        return f"{text}\n  hint: {self.hint}" if self.hint else text
+        return scrub(f"{text}\n  hint: {self.hint}" if self.hint else text)  # no secret value in any message
 
     def to_dict(self) -> dict:
         loc = self.location
         return {
             "code": self.code,
             "severity": self.severity.value,
-            "message": self.message,
+            "message": scrub(self.message),
             "file": loc.file if loc else None,
             "line": loc.line if loc else None,
             "col": loc.col if loc else None,
-            "hint": self.hint,
+            "hint": scrub(self.hint) if self.hint else self.hint,
         }
 
 

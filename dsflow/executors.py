@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dsflow.adapters import process
+from dsflow.adapters.schemas import register_sink_schemas
 from dsflow.adapters.spark.spec import ENV_REF
 from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category
 from dsflow.core.model import Project
-from dsflow.core.plan import Action, Change
+from dsflow.core.plan import Action, Change, grows_only
 from dsflow.core.safety import check_same_logs
 from dsflow.core.state import DeployedResource
 from dsflow.errors import DsflowError
@@ -69,60 +70,43 @@ class TopicExecutor:
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic
+        from dsflow.adapters.kafka.security import for_store
 
         relation = ctx.project.relation(Address.parse(change.address).name)
         store = ctx.project.store(relation.store)
         spec = TopicSpec(relation.topic, relation.partitions, relation.replicas, dict(relation.topic_configs))
         existed = ctx.resumed.get("topic_existed")
-        if existed is None:
-            existed = describe_topic(store.bootstrap_servers, relation.topic, store.properties) is not None
-            ctx.note({"topic_existed": existed})
-        created = ensure_topic(store.bootstrap_servers, spec, store.properties)
+        with for_store(store.name, store.properties):
+            if existed is None:
+                existed = describe_topic(store.bootstrap_servers, relation.topic, store.properties) is not None
+                ctx.note({"topic_existed": existed})
+            created = ensure_topic(store.bootstrap_servers, spec, store.properties)
         evolving = bool(change.before) and change.before.get("columns") != (change.after or {}).get("columns")
-        return {"topic": relation.topic, "store": store.name, "bootstrap": store.bootstrap_servers,
+        where = {} if "bootstrap_servers" in store.sensitive else {"bootstrap": store.bootstrap_servers}
+        return {"topic": relation.topic, "store": store.name, **where,  # a secret address stays out of state
                 "created_by_dsflow": created or not existed,
-                **_register_sink_schema(ctx.project, relation, evolving)}
+                **register_sink_schemas(ctx.project, relation, evolving)}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        if grows_only(deployed.data, change.after or {}):
+            from dsflow.adapters.objects import grow
+
+            grow(ctx.project, {**deployed.data, **deployed.outputs}, change.after["partitions"])
         outputs = self.create(ctx, change)
         outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow", False)
         return outputs
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
         from dsflow.adapters.kafka.admin import delete_topic
+        from dsflow.adapters.kafka.security import for_store
 
         if not deployed.outputs.get("created_by_dsflow"):
             return
         store = ctx.project.store(deployed.outputs.get("store", ""))
         extra = store.properties if store else None
-        delete_topic(deployed.outputs["bootstrap"], deployed.outputs["topic"], extra)
-
-
-def _register_sink_schema(project: Project, relation, evolving: bool = False) -> dict[str, Any]:
-    """A query's avro/protobuf sink: its value schema (made from the columns) registered under the subject, and
-    an avro/protobuf key's schema under <topic>-key, before any write. Columns evolved in place, or a declared
-    'value.schema.compatibility': the subject's level is set to the relation's rule first."""
-    if not relation.defined_by_query:
-        return {}
-    from dsflow.adapters.kafka.registry import register, set_compatibility
-    from dsflow.adapters.spark.translate import sink_format, sink_key_format
-    from dsflow.core.evolution import DEFAULT_RULE
-
-    settings = sink_format(project, relation)
-    outputs: dict[str, Any] = {}
-    if relation.value_subject and (evolving or relation.schema_compatibility):
-        set_compatibility(settings["registry"], settings["value_subject"],
-                          relation.schema_compatibility or DEFAULT_RULE)
-    if relation.value_subject:
-        schema_id = register(settings["registry"], settings["value_subject"], settings["value_schema"],
-                             settings["value_format"].upper())
-        outputs |= {"subject": settings["value_subject"], "schema_id": schema_id}
-    query = next((q for q in project.queries if q.fqn == relation.defined_by_query), None)
-    key = sink_key_format(relation, query) if query is not None else {}
-    if key:
-        outputs |= {"key_subject": key["key_subject"], "key_schema_id": register(
-            settings["registry"], key["key_subject"], key["key_schema"], (relation.key_format or "").upper())}
-    return outputs
+        bootstrap = deployed.outputs.get("bootstrap") or (store.bootstrap_servers if store else "")
+        with for_store(deployed.outputs.get("store", ""), extra):
+            delete_topic(bootstrap, deployed.outputs["topic"], extra)
 
 
 class ViewExecutor:
@@ -292,6 +276,25 @@ class QueryExecutor:
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
 
 
+def relaunch_driver(project: Project | None, deployed: DeployedResource) -> int:
+    """Start a deployed query's driver again on its recorded spec and checkpoint (the runtime supervisor's restart:
+    same version, resuming from the checkpoint's last commit); the secrets it names come from the project."""
+    run_dir = Path(deployed.outputs["run_dir"])
+    spec_path = run_dir / "spec.json"
+    text = spec_path.read_text()
+    env: dict[str, str] = {}
+    if ENV_REF in text and project is not None:
+        from dsflow.adapters.spark.translate import query_spec
+
+        name = Address.parse(deployed.address).name
+        query = next(q for q in project.queries if q.fqn == name)
+        fresh = query_spec(project, query, deployed.outputs.get("version", "v"), deployed.outputs["checkpoint"],
+                           str(run_dir / "status.json"), StartAt())
+        _, env = _secrets_to_env(fresh, project)
+    (run_dir / "status.json").unlink(missing_ok=True)
+    return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=env)
+
+
 def source_logs(project: Project, query) -> dict[str, str]:
     """The identity of each source's log (a topic's id, a stream's ARN and creation time), asked of its store;
     sources whose store gives none are left out."""
@@ -349,30 +352,12 @@ class DatagenExecutor:
     """A background data generator feeding a relation's topic; a restart continues its ids."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
-        from dsflow.datagen import PROPERTIES_ENV, read_progress
-
         name = Address.parse(change.address).name
-        gen = next(g for g in ctx.project.datagens if g.name == name)
-        relation = ctx.project.relation(gen.relation)
-        store = ctx.project.store(relation.store)
-        run_dir = ctx.workspace.datagen_dir(name)
-        run_dir.mkdir(parents=True, exist_ok=True)
         process.stop(ctx.resumed.get("pid"), DATAGEN_MODULE, timeout=15)
-        progress = run_dir / "progress.json"
-        start_seq = read_progress(str(progress))
-        args = ["--bootstrap", store.bootstrap_servers, "--topic", relation.topic, "--generator", gen.generator,
-                "--rate", str(gen.rate), "--seed", str(gen.seed), "--start-seq", str(start_seq),
-                "--progress-file", str(progress)]
-        if gen.count is not None:
-            args += ["--count", str(max(0, gen.count - start_seq))]
-        for column in relation.columns:
-            args += ["--column", f"{column.name}:{column.type}"]
-        for key in relation.primary_key:
-            args += ["--key", key]
-        env = {PROPERTIES_ENV: json.dumps(dict(store.properties))}
-        pid = process.launch(DATAGEN_MODULE, args, run_dir / "datagen.log", env=env)
+        pid = launch_datagen(ctx.project, ctx.workspace, name)
         ctx.note({"pid": pid})
-        return {"pid": pid, "topic": relation.topic}
+        gen = next(g for g in ctx.project.datagens if g.name == name)
+        return {"pid": pid, "topic": ctx.project.relation(gen.relation).topic}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         self.delete(ctx, deployed)
@@ -380,6 +365,34 @@ class DatagenExecutor:
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
         process.stop(deployed.outputs.get("pid"), DATAGEN_MODULE, timeout=15)
+
+
+def launch_datagen(project: Project, workspace: Workspace, name: str) -> int:
+    """Start generator `name` in the background, continuing its ids from its progress file (apply's create and
+    the runtime supervisor's restart)."""
+    from dsflow.datagen import BOOTSTRAP_ENV, PROPERTIES_ENV, SECRETS_ENV, read_progress
+
+    gen = next(g for g in project.datagens if g.name == name)
+    relation = project.relation(gen.relation)
+    store = project.store(relation.store)
+    run_dir = workspace.datagen_dir(name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    progress = run_dir / "progress.json"
+    start_seq = read_progress(str(progress))
+    args = ["--topic", relation.topic, "--generator", gen.generator,
+            "--rate", str(gen.rate), "--seed", str(gen.seed), "--start-seq", str(start_seq),
+            "--progress-file", str(progress)]
+    if gen.count is not None:
+        args += ["--count", str(max(0, gen.count - start_seq))]
+    for column in relation.columns:
+        args += ["--column", f"{column.name}:{column.type}"]
+    for key in relation.primary_key:
+        args += ["--key", key]
+    secrets = [v for k, v in store.properties.items() if k in store.sensitive]
+    secrets += [store.bootstrap_servers] if "bootstrap_servers" in store.sensitive else []
+    env = {PROPERTIES_ENV: json.dumps(dict(store.properties)), BOOTSTRAP_ENV: store.bootstrap_servers,
+           SECRETS_ENV: json.dumps(secrets)}  # nothing of the store on the command line (`ps`)
+    return process.launch(DATAGEN_MODULE, args, run_dir / "datagen.log", env=env)
 
 
 EXECUTORS: dict[Kind, Executor] = {

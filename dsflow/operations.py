@@ -12,8 +12,8 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
 from dsflow.core.categories import Category
-from dsflow.core.plan import Observation, Plan, PlanOptions, make_plan, replays_to_estimate
-from dsflow.core.resources import project_resources
+from dsflow.core.plan import Observation, Plan, PlanOptions, growing, make_plan, replays_to_estimate
+from dsflow.core.resources import project_resources, with_current_markers
 from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
 from dsflow.core.state import State
 from dsflow.load.project import load_project
@@ -56,14 +56,22 @@ def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh
 
 
 def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str]) -> Plan:
-    state = loaded.workspace.state_backend().read()
+    from dsflow.adapters.state import redactor
+
+    backend = loaded.workspace.state_backend()
+    state = backend.read()
+    resources = project_resources(loaded.project, redactor(loaded.project, backend))
+    state = with_current_markers(loaded.project, state, resources)  # a state written before keyed markers
     _check_targets(targets, loaded.project, state)
     observations = _refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
     store_types = {s.name: s.type for s in loaded.project.stores}
     options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets,
                           store_types=store_types, moves={m.to_address: m.from_address for m in loaded.project.moves})
-    resources = project_resources(loaded.project)
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+    growable = _growable(loaded, the_plan) if do_refresh and not destroy else frozenset()
+    if growable:  # planned again: a grown topic is kept, so nothing reading it is replaced or replays
+        options = replace(options, growable=growable)
+        the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
     measured = _measured(loaded, the_plan, state, counting=do_refresh or destroy)
     if measured:
         options = replace(options, **measured)
@@ -98,6 +106,16 @@ def _measured(loaded: Loaded, the_plan: Plan, state: State, counting: bool) -> d
     return {"estimates": estimates, "record_counts": counts, "foreign_logs": foreign}
 
 
+def _growable(loaded: Loaded, the_plan: Plan) -> frozenset[str]:
+    """The streams whose only change is more partitions and whose store can add them in place (asked of the live
+    store: a broker without CreatePartitions, like the embedded tansu, cannot)."""
+    if not (candidates := growing(the_plan)):
+        return frozenset()
+    from dsflow.adapters.objects import can_grow
+
+    return frozenset(c.address for c in candidates if can_grow(loaded.project, c.before, c.after["partitions"]))
+
+
 def _deployed(state: State, change):
     """The state entry a change acts on: the one it moved from (core/moves.py), else its own."""
     return state.resources[change.moved_from or change.address]
@@ -130,28 +148,41 @@ def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None, allowance: A
     return apply_plan(the_plan, loaded.project, loaded.workspace, on_event, allowance or Allowance())
 
 
-def status(loaded: Loaded) -> list[dict[str, Any]]:
-    """Every deployed query and generator, with what its process and status file say now."""
+def migrate_state(loaded: Loaded) -> bool:
+    """A state written before keyed secret markers, rewritten with them (apply.migrate_state)."""
+    from dsflow.apply import migrate_state
+
+    return migrate_state(loaded.project, loaded.workspace)
+
+
+def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any]]:
+    """Every deployed query and generator, with what its process and status file say now, and what the runtime
+    supervisor recorded (uptime, restarts, last exit and error, next retry: dsflow/runtime/records.py)."""
     from dsflow.adapters import process
     from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
     from dsflow.refresh import query_status
+    from dsflow.runtime.records import status_fields
 
     state = loaded.workspace.state_backend().read()
     entries = []
     for key, deployed in sorted(state.resources.items()):
-        kind = Address.parse(key).kind
+        kind, pid = Address.parse(key).kind, deployed.outputs.get("pid")
         if kind is Kind.QUERY:
             info = query_status(deployed)
-            running = process.is_running(deployed.outputs.get("pid"), DRIVER_MODULE)
+            running = process.is_running(pid, DRIVER_MODULE)
             state_name = info.get("state", "unknown")
             if not running and state_name in ("running", "starting", "unknown"):
                 state_name = "stopped"
-            entries.append({**info, "address": key, "state": state_name, "pid": deployed.outputs.get("pid"),
-                            **dead_letters(loaded.project, Address.parse(key).name)})
+            run_dir = Path(deployed.outputs["run_dir"]) if deployed.outputs.get("run_dir") else None
+            runtime = status_fields(run_dir, pid, running, str(deployed.outputs.get("version", "")))
+            entries.append({**info, "address": key, "state": runtime.pop("runtime_state", state_name), "pid": pid,
+                            **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
+                                          if with_dead_letters else {})})
         elif kind is Kind.DATAGEN:
-            running = process.is_running(deployed.outputs.get("pid"), DATAGEN_MODULE)
-            entries.append({"address": key, "state": "running" if running else "stopped",
-                            "pid": deployed.outputs.get("pid")})
+            running = process.is_running(pid, DATAGEN_MODULE)
+            runtime = status_fields(loaded.workspace.datagen_dir(Address.parse(key).name), pid, running)
+            entries.append({"address": key, "state": runtime.pop("runtime_state", "running" if running else "stopped"),
+                            "pid": pid, **runtime})
     return entries
 
 
@@ -167,7 +198,7 @@ def dead_letters(project: Project, query_name: str) -> dict[str, Any]:
     topic = project.dlq_topic(query) if store.type == "kafka" else query.dlq_topic
     try:
         if store.type == "kafka":
-            from dsflow.adapters.kafka.formats import dead_letter_count
+            from dsflow.adapters.kafka.deadletters import dead_letter_count
 
             count = dead_letter_count(store.client_config(), topic)
         else:

@@ -14,7 +14,7 @@ from dsflow.core.state import DeployedResource, State
 def refresh(state: State, project=None) -> dict[str, Observation]:
     """One observation per deployed query, datagen and relation (store settings from the project if known)."""
     observations: dict[str, Observation] = {}
-    topics_by_bootstrap: dict[str, dict[str, int] | None] = {}
+    topics_by_bootstrap: dict[str, dict[str, int] | str] = {}
     for key, deployed in state.resources.items():
         kind = Address.parse(key).kind
         if kind is Kind.QUERY:
@@ -34,7 +34,8 @@ def refresh(state: State, project=None) -> dict[str, Observation]:
 
             observations[key] = observe(project, deployed)
         elif kind is Kind.RELATION:
-            observation = _observe_topic(deployed, topics_by_bootstrap, _store_properties(project, deployed))
+            observation = _observe_topic(deployed, topics_by_bootstrap, _store_properties(project, deployed),
+                                         _store_bootstrap(project, deployed))
             if observation is not None:
                 observations[key] = observation
     return observations
@@ -84,22 +85,38 @@ def _store_properties(project, deployed: DeployedResource) -> dict[str, str] | N
     return dict(store.properties) if store is not None else None
 
 
-def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] | None],
-                   extra: dict[str, str] | None = None) -> Observation | None:
+def _store_bootstrap(project, deployed: DeployedResource) -> str | None:
+    """The store's bootstrap address: a topic whose address came from env_var() records none in the state."""
+    store = project.store(deployed.outputs.get("store", "")) if project is not None else None
+    recorded_topic = deployed.outputs.get("topic") and "created_by_dsflow" in deployed.outputs
+    return store.bootstrap_servers if recorded_topic and store is not None and store.type == "kafka" else None
+
+
+def _unreachable(err, store: str, extra: dict[str, str], bootstrap: str) -> str:
+    """Why a store's topics could not be listed: a secured store's failed TLS or SASL says so (DSF-E255)."""
+    from dsflow.adapters.kafka.security import store_error
+
+    named = store_error(err, store, extra) if store else err
+    return f"{named.code}: {named.message}" if named.code == "DSF-E255" else f"broker {bootstrap} is unreachable"
+
+
+def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] | str],
+                   extra: dict[str, str] | None = None, fallback: str | None = None) -> Observation | None:
     from dsflow.adapters.kafka.admin import partition_counts
+    from dsflow.core.secrets import scrub
     from dsflow.errors import DsflowError
 
-    bootstrap = deployed.outputs.get("bootstrap")
+    bootstrap = deployed.outputs.get("bootstrap") or fallback
     if not bootstrap:
         return None
     if bootstrap not in cache:
         try:
             cache[bootstrap] = partition_counts(bootstrap, extra)
-        except DsflowError:
-            cache[bootstrap] = None
+        except DsflowError as err:  # kept as why: the same for every topic of the broker
+            cache[bootstrap] = _unreachable(err, deployed.outputs.get("store", ""), extra or {}, bootstrap)
     topics = cache[bootstrap]
-    if topics is None:
-        return Observation(address=deployed.address, healthy=False, detail=f"broker {bootstrap} is unreachable")
+    if not isinstance(topics, dict):
+        return Observation(address=deployed.address, healthy=False, detail=scrub(str(topics)))
     topic = deployed.outputs.get("topic")
     if topic not in topics:
         return Observation(address=deployed.address, healthy=False, detail="topic is missing")
@@ -174,7 +191,7 @@ def check_schema_evolution(project, plan) -> None:
 
 
 def _check_subject(project, relation, address: str) -> None:
-    from dsflow.adapters.kafka import registry
+    from dsflow.formats import registry
     from dsflow.adapters.spark.translate import sink_format
     from dsflow.core.evolution import DEFAULT_RULE, incompatibility
     from dsflow.core.formats import columns_from_avro

@@ -183,7 +183,14 @@ def status_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for e in entries:
         rate = e.get("input_rows_per_second")
-        rows.append([e["address"], e["state"], f"{rate:.1f}" if isinstance(rate, (int, float)) else "-",
+        rows.append([e["address"], _state_cell(e), f"{rate:.1f}" if isinstance(rate, (int, float)) else "-",
                      str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
-                     str(e.get("dead_letters", "-")), e.get("error") or ""])
+                     str(e.get("dead_letters", "-")), e.get("error") or e.get("last_error") or ""])
     return rows
+
+
+def _state_cell(entry: dict[str, Any]) -> str:
+    """The state, with the runtime supervisor's restarts and next retry when there are any (dsflow/runtime)."""
+    notes = [f"{entry['restarts']} restart(s)"] if entry.get("restarts") else []
+    notes += [f"retry at {entry['next_retry']}"] if entry.get("next_retry") else []
+    return f"{entry['state']} ({', '.join(notes)})" if notes else str(entry["state"])

@@ -10,7 +10,8 @@ anything else is a topic name in --store (default: the project's default store).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,19 @@ def resolve(project: Project, name: str, store: str | None = None) -> Target:
     registry = project.schema_registry(chosen.schema_registry)
     return Target(chosen.type, relation.topic if relation else name, chosen.bootstrap_servers,
                   dict(chosen.properties), relation, chosen.name, registry.client_config() if registry else {})
+
+
+@contextmanager
+def store_errors(store: str, store_type: str, settings: Mapping[str, str]) -> Iterator[None]:
+    """A Kafka client error of the block names the store (adapters/kafka/security.py: DSF-E255 when a secured
+    store's TLS or SASL failed); other stores' errors pass as they are."""
+    if store_type != "kafka" or not store:
+        yield
+        return
+    from dsflow.adapters.kafka.security import for_store
+
+    with for_store(store, settings):
+        yield
 
 
 def kafka_target(bootstrap: str, name: str) -> Target:
@@ -121,15 +135,54 @@ def delete(target: Target) -> bool:
     return delete_topic(target.bootstrap, target.name, target.settings)
 
 
-def produce(target: Target, lines: Iterable[str], key_field: str | None) -> int:
+KINESIS_RECORD_BYTES = 1_048_576
+"""The largest Kinesis record: data and partition key together (1 MiB)."""
+KAFKA_MESSAGE_BYTES = 1_000_000
+"""librdkafka's default `message.max.bytes`, which a store's properties may raise."""
+
+
+def produce(target: Target, lines: Iterable[str | bytes], key_field: str | None) -> int:
+    """Produce JSON lines (text, or bytes as read from a file: they must be UTF-8). Every line is checked before
+    anything is sent: not UTF-8 is DSF-E706, longer than one record may be DSF-E715, each naming the line."""
     if target.store_type == "kinesis":  # a relation's stream: the lines' columns in its value format
         from dsflow.adapters.kinesis.records import put_json_lines, relation_codec
 
-        return put_json_lines(target.settings, target.name, _checked_lines(lines), key_field=key_field,
+        checked = _checked_lines(input_lines(lines, KINESIS_RECORD_BYTES))
+        return put_json_lines(target.settings, target.name, checked, key_field=key_field,
                               codec=relation_codec(target.relation, target.registry))
+    from confluent_kafka import KafkaException
+
     from dsflow.adapters.kafka.client import produce_json_lines
 
-    return produce_json_lines(target.bootstrap, target.name, lines, key_field=key_field, extra=target.settings)
+    limit = str(target.settings.get("message.max.bytes", KAFKA_MESSAGE_BYTES))
+    limit = int(limit) if limit.isdigit() else KAFKA_MESSAGE_BYTES
+    checked = input_lines(lines, limit)
+    try:
+        return produce_json_lines(target.bootstrap, target.name, checked, key_field=key_field, extra=target.settings)
+    except KafkaException as err:  # the client refused a record (a size the broker's or topic's limit is below)
+        raise DsflowError("DSF-E705", f"records were not delivered to topic '{target.name}': {err.args[0]}",
+                          hint="check the record sizes against the topic's max.message.bytes") from err
+
+
+def input_lines(lines: Iterable[str | bytes], limit: int) -> list[str]:
+    """Each line as text: DSF-E706 for one that is not UTF-8, DSF-E715 for one longer than `limit` bytes."""
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DsflowError("DSF-E706", f"line {number} is not UTF-8 text (byte {err.start + 1} is "
+                                  f"0x{line[err.start]:02x}): nothing was produced",
+                                  hint="give JSON lines in UTF-8; binary data is not JSON") from None
+        size = len(line.strip().encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise DsflowError("DSF-E715", f"line {number} is {size:,} bytes, more than one record may hold "
+                              f"({limit:,} bytes): nothing was produced",
+                              hint="split the record; for Kafka, a store property message.max.bytes (and the "
+                                   "topic's max.message.bytes) can raise the limit")
+        out.append(line)
+    return out
 
 
 def _checked_lines(lines: Iterable[str]) -> list[str]:
@@ -199,9 +252,9 @@ def decoded(record: dict[str, Any], relation: Relation, registry: dict[str, str]
 
 def _registry_decoded(record: dict[str, Any], relation: Relation, registry: dict[str, str]) -> dict[str, Any]:
     """A Kafka record read as bytes: key and value decoded with the schema registry, anything else as text."""
-    from dsflow.adapters.kafka import keys
-    from dsflow.adapters.kafka.formats import avro_record
-    from dsflow.adapters.kafka.protobuf import decode
+    from dsflow.formats import keys
+    from dsflow.formats.avro import avro_record
+    from dsflow.formats.protobuf import decode
 
     out, errors = dict(record), []
     key, value = record.get("key"), record.get("value")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+os.environ.setdefault("DSFLOW_RUNTIME", "off")  # `dsflow apply` in a test starts no supervisor unless asked
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Local AWS-compatible endpoints (kinesalite, moto) take any credentials; set before the Spark session starts so
 # its Python workers (dsflow_kinesis reads and writes) inherit them too

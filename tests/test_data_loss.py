@@ -206,3 +206,40 @@ def test_adding_a_column_to_a_query_sink_keeps_its_topic_and_checkpoint(tmp_path
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def test_raising_a_sources_partitions_keeps_the_topic_sized_from_it(tmp_path: Path, broker: str) -> None:
+    """Issue 20, defect 3: a query's topic sized from its source is not replaced when the source is resized (the
+    embedded broker cannot add partitions, so the source itself is replaced, with an allowance)."""
+    from dsflow.adapters.kafka.admin import describe_topic
+
+    sql = ("CREATE STREAM events (id BIGINT) WITH ('topic' = '{p}_events', 'value.format' = 'json', "
+           "'topic.partitions' = 2);\n"
+           "CREATE STREAM copied WITH ('topic' = '{p}_copied') AS SELECT id FROM events;\n")
+    root, options, prefix = _project(tmp_path, sql, broker)
+    try:
+        _apply(options)
+        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i}) for i in range(40)])
+        _wait_ids(broker, f"{prefix}_copied", set(range(40)))
+        before = _held(broker, f"{prefix}_copied")
+
+        (root / "rel.sql").write_text(sql.replace("'topic.partitions' = 2", "'topic.partitions' = 3")
+                                      .replace("{p}", prefix))
+        loaded = operations.load(options)
+        plan = operations.plan(loaded)
+        changes = {c.address: c for c in plan.actionable}
+        assert changes["relation.default.public.events"].action is Action.REPLACE
+        assert "relation.default.public.copied" not in changes, "the topic sized from the source is kept"
+        assert [c.address for c in plan.destroying] == ["relation.default.public.events"]
+        allowed = Allowance(addresses=frozenset({"relation.default.public.events"}))
+        assert operations.apply(loaded, plan, allowance=allowed).ok
+
+        assert _held(broker, f"{prefix}_copied") == before, "the kept topic lost or gained records"
+        assert describe_topic(broker, f"{prefix}_copied").partitions == 2
+        assert describe_topic(broker, f"{prefix}_events").partitions == 3
+        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i}) for i in range(40, 50)])
+        ids = _wait_ids(broker, f"{prefix}_copied", set(range(50)))
+        assert sorted(ids) == list(range(50)), "the replay of the new source re-read exactly its records"
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dsflow.adapters.kafka.formats import HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_QUERY, HEADER_TOPIC
+from dsflow.adapters.kafka.deadletters import HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_QUERY, HEADER_TOPIC
 from dsflow.operations import dead_letters
 from registry_projects import (
     ENVIRON, avro_decode, avro_values, new_prefix, produce_raw, raw_records, registry_conf, registry_project,

@@ -77,6 +77,29 @@ def _pids(options: operations.Options) -> dict[str, int]:
     return {k: v.outputs["pid"] for k, v in state.resources.items() if "pid" in v.outputs}
 
 
+def _started(pids: dict[str, int]) -> dict[str, float | None]:
+    """Each process's start time: a pid reused later by another test's process (pid_max is 32768 here) is not it."""
+    import psutil
+
+    def started(pid: int) -> float | None:
+        try:
+            return psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            return None
+
+    return {address: started(pid) for address, pid in pids.items()}
+
+
+def _still_running(pid: int, started: float | None) -> bool:
+    import psutil
+
+    try:
+        same = started is not None and psutil.Process(pid).create_time() == started
+    except psutil.NoSuchProcess:
+        return False
+    return same and (process.is_running(pid, DRIVER_MODULE) or process.is_running(pid, "dsflow.datagen"))
+
+
 def test_example_project_lifecycle(project_dir: Path, broker: str) -> None:
     options = _options(project_dir, broker)
     created = _apply(options)
@@ -248,6 +271,7 @@ def _wait_until_committed(options: operations.Options, timeout: float = 60.0) ->
 
 def _destroy(options: operations.Options, broker: str) -> None:
     pids = _pids(options)
+    started = _started(pids)
     loaded = operations.load(options)
     result = operations.apply(loaded, operations.plan(loaded, destroy=True))
     assert result.ok, result.failed
@@ -255,4 +279,4 @@ def _destroy(options: operations.Options, broker: str) -> None:
     project_topics = {"pageviews", "users", "pageviews_filtered", "pageviews_enriched"}
     assert not project_topics & set(list_topics(broker))
     for address, pid in pids.items():
-        assert not process.is_running(pid, DRIVER_MODULE) and not process.is_running(pid, "dsflow.datagen"), address
+        assert not _still_running(pid, started[address]), address

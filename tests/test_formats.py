@@ -11,7 +11,7 @@ import pytest
 
 from dsflow.core.formats import avro_schema, columns_from_avro
 from dsflow.errors import ProjectError
-from dsflow.executors import _register_sink_schema
+from dsflow.adapters.schemas import register_sink_schemas
 from dsflow.load.project import check_project
 from registry_projects import (
     ENVIRON, avro_decode, avro_values, new_prefix, produce_raw, raw_records, registry_conf, registry_project,
@@ -57,7 +57,7 @@ def test_avro_round_trip_through_a_csas(tmp_path, broker, spark, schema_registry
     source = project.relation("analytics.public.orders")
     sink = project.relation("analytics.public.big_orders")
     assert sink.value_format == "avro" and sink.value_subject == f"{sink.topic}-value"
-    registered = _register_sink_schema(project, sink)  # what apply does when it creates the sink's topic
+    registered = register_sink_schemas(project, sink)  # what apply does when it creates the sink's topic
     produce_raw(broker, source.topic, avro_values(schema_registry, source.topic, ORDER_SCHEMA, ORDERS))
 
     run(spark, project, "big_orders", tmp_path)
@@ -204,7 +204,7 @@ def test_protobuf_round_trip_with_columns_from_the_registry(tmp_path, broker, sp
     columns = [(c.name, c.type) for c in project.relation("analytics.public.items").columns]
     assert columns == [("id", "BIGINT"), ("item", "VARCHAR"), ("price", "DOUBLE"), ("in_stock", "BOOLEAN")]
     sink = project.relation("analytics.public.cheap_items")
-    registered = _register_sink_schema(project, sink)
+    registered = register_sink_schemas(project, sink)
     produce_raw(broker, f"{prefix}items", values)
 
     run(spark, project, "cheap_items", tmp_path)

@@ -1,4 +1,4 @@
-"""JSON values parsed in the Kafka reader (adapters/kafka/json_values.py) against Spark's own from_json.
+"""JSON values parsed in the Kafka reader (formats/json_values.py) against Spark's own from_json.
 
 A JSON source with a dead-letter topic and simple column types is read in the layout "both": the reader's
 pyarrow parse becomes `__value`, and records it cannot parse exactly go to Spark as text for from_json. These
@@ -20,13 +20,14 @@ import pytest
 
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-from dsflow.adapters.kafka.formats import (
-    BOTH, HEADER_ERROR, JSON_STRUCT_TYPES, STRUCT, TEXT, arrow_type, value_layout,
-)
-from dsflow.adapters.kafka.json_values import _json_problem, parse_chunk, parsed
+from dsflow.adapters.kafka.deadletters import HEADER_ERROR
 from dsflow.adapters.spark.frames import source_format_options, source_view
 from dsflow.adapters.spark.spec import SourceSpec
 from dsflow.adapters.spark.translate import spark_type
+from dsflow.formats import arrow
+from dsflow.formats.arrow import arrow_type
+from dsflow.formats.decoding import BOTH, JSON_STRUCT_TYPES, STRUCT, TEXT, value_layout
+from dsflow.formats.json_values import _json_problem, parse_chunk, parsed
 from registry_projects import raw_records
 
 integration = pytest.mark.integration
@@ -79,6 +80,8 @@ def test_one_layout_predicate_for_the_schema_and_the_view() -> None:
                    "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(), "STRING": pa.string()}
     for sql_type in JSON_STRUCT_TYPES:  # the Spark type of __value's field and of from_json agree with Arrow's
         assert arrow_type(sql_type) == spark_names[spark_type(sql_type)], sql_type
+    for sql_type in (*JSON_STRUCT_TYPES, "TIMESTAMP", "DATE", "DECIMAL(10, 2)", "BINARY", "VARCHAR(10)", "ARRAY<INT>"):
+        assert arrow.spark_type(sql_type) == spark_type(sql_type), sql_type  # the data source's DDL = from_json's
 
 
 def test_dead_letters_are_those_of_the_record_by_record_check() -> None:
@@ -110,7 +113,7 @@ def test_only_records_pyarrow_reads_like_from_json_become_structs() -> None:
 
 def test_a_lone_null_value_does_not_reach_pyarrow() -> None:
     """pyarrow 26's read_json crashes the process on the text `null`; the object-per-line test keeps it away."""
-    code = ("from dsflow.adapters.kafka.json_values import parse_chunk; "
+    code = ("from dsflow.formats.json_values import parse_chunk; "
             "print(parse_chunk([b'null'], (('id', 'BIGINT'),))[2])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -11,9 +11,9 @@ from decimal import Decimal
 
 import pytest
 
-from dsflow.adapters.kafka.keys import key_schema_text, record_text, typed
+from dsflow.formats.keys import key_schema_text, record_text, typed
 from dsflow.core.formats import columns_from_avro
-from dsflow.executors import _register_sink_schema
+from dsflow.adapters.schemas import register_sink_schemas
 from dsflow.load.project import check_project
 from registry_projects import (
     ENVIRON, new_prefix, produce_raw, raw_records, registry_conf, registry_project, write_project,
@@ -40,13 +40,13 @@ def test_key_texts_and_schemas() -> None:
     record = key_schema_text("avro", "orders", "db.s", [("item", "VARCHAR"), ("id", "BIGINT")])
     assert columns_from_avro(record) == [("item", "VARCHAR"), ("id", "BIGINT")]
     assert json.loads(record)["name"] == "orders_key"
-    from dsflow.adapters.kafka.protobuf import columns_from_proto
+    from dsflow.formats.proto_schemas import columns_from_proto
 
     assert columns_from_proto(key_schema_text("protobuf", "orders", "db.s", [])) == [("key", "VARCHAR")]
 
 
 def test_protobuf_schema_carries_timestamp_date_decimal() -> None:
-    from dsflow.adapters.kafka.protobuf import columns_from_proto, schema_text
+    from dsflow.formats.proto_schemas import columns_from_proto, schema_text
 
     columns = [("id", "BIGINT"), ("ts", "TIMESTAMP"), ("day", "DATE"), ("price", "DECIMAL(12, 3)"), ("s", "VARCHAR")]
     assert columns_from_proto(schema_text("r", "db.s", columns)) == columns
@@ -110,7 +110,7 @@ def test_avro_keys_in_and_out(tmp_path, broker, spark, schema_registry) -> None:
     keys = [key(source, {"id": o["id"] * 10}) for o in ORDERS] + [b"not-avro"]
     produce_raw(broker, source, [json.dumps(o).encode() for o in ORDERS] + [b'{"id": 99}'], keys=keys)
     sinks = {name: project.relation(f"analytics.public.{name}") for name in ("copied", "by_pair", "item_counts")}
-    registered = {name: _register_sink_schema(project, sink) for name, sink in sinks.items()}
+    registered = {name: register_sink_schemas(project, sink) for name, sink in sinks.items()}
     assert all(r["key_subject"] == f"{sinks[n].topic}-key" for n, r in registered.items())
 
     for name in sinks:
@@ -223,7 +223,7 @@ def test_protobuf_keys_and_timestamp_date_decimal(tmp_path, broker, spark, schem
     columns = [(c.name, c.type) for c in project.relation("analytics.public.payments").columns]
     assert columns == [("id", "BIGINT"), ("ts", "TIMESTAMP"), ("day", "DATE"), ("price", "DECIMAL(10, 2)")]
     sink = project.relation("analytics.public.big_payments")
-    registered = _register_sink_schema(project, sink)
+    registered = register_sink_schemas(project, sink)
 
     run(spark, project, "big_payments", tmp_path)
 

@@ -17,7 +17,7 @@ from conftest import REGISTRY_AUTH
 from dsflow import operations
 from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.client import new_client
-from dsflow.adapters.kinesis.decoding import read_dead_letters
+from dsflow.adapters.kinesis.records import read_dead_letters
 from dsflow.adapters.kinesis.writing import put_entries
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.translate import query_spec

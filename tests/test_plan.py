@@ -306,3 +306,47 @@ def test_a_changelog_key_format_change_replaces_it(example):
     assert actions(plan) == {USERS: Action.REPLACE, "datagen.users_feed": Action.REPLACE}
     change = next(c for c in plan.actionable if c.address == USERS)
     assert "'key.format' of a changelog changed" in change.reason and change.destroys is not None
+
+
+def test_raising_a_sources_partitions_keeps_the_topics_sized_from_it(example):
+    # defect 3 of issue 20: a topic sized from its source keeps the size it was created with; only the source changes
+    state = applied(plan_of(example))
+    enriched = rel("analytics.curated.pageviews_enriched")
+    assert state.resources[str(enriched)].data["partitions"] == 2  # inferred from pageviews at creation
+    edit(example, "sql/sources.sql", "'topic.partitions' = 2,", "'topic.partitions' = 4,")
+    plan = plan_of(example, state)
+    assert actions(plan)[str(rel("analytics.public.pageviews"))] is Action.REPLACE  # no CreatePartitions here
+    assert str(enriched) not in actions(plan)
+    assert [c for c in plan.changes if c.address == str(enriched)][0].after["partitions"] == 2
+
+
+def test_a_replaced_topic_sized_from_its_source_takes_the_size_the_source_has_now(example):
+    state = applied(plan_of(example))
+    enriched = str(rel("analytics.curated.pageviews_enriched"))
+    edit(example, "sql/sources.sql", "'topic.partitions' = 2,", "'topic.partitions' = 4,")
+    state = applied(plan_of(example, state), state)
+    edit(example, "sql/pipelines.sql", "UPPER(userid) AS user_upper,", "LENGTH(userid) AS user_upper,")
+    [change] = [c for c in plan_of(example, state).changes if c.address == enriched]
+    assert change.action is Action.REPLACE and change.before["partitions"] == 2 and change.after["partitions"] == 4
+
+
+def test_a_stream_grows_in_place_where_its_store_can_add_partitions(example):
+    # a pure test of the plan's decision: whether the store can grow the topic is asked of the live broker in refresh
+    # (operations._growable); the embedded broker cannot (tests/test_data_loss.py), so there it is a replacement
+    state = applied(plan_of(example))
+    source = str(rel("analytics.public.pageviews"))
+    edit(example, "sql/sources.sql", "'topic.partitions' = 2,", "'topic.partitions' = 4,")
+    plan = plan_of(example, state, growable=frozenset({source}), store_types={"kafka_main": "kafka"})
+    assert actions(plan) == {source: Action.UPDATE}, "the topic is kept: nothing reading it is replaced or replays"
+    [change] = plan.actionable
+    assert change.reason == "partitions raised 2 -> 4 (in place: partitions added)"
+    assert change.effect.startswith("kafka topic kafka_main/pageviews and its records kept")
+    assert change.destroys is None
+
+
+def test_a_changelog_is_replaced_even_where_partitions_could_be_added(example):
+    state = applied(plan_of(example))
+    users = str(rel("analytics.public.users"))
+    edit(example, "sql/sources.sql", "'topic.partitions' = 1\n", "'topic.partitions' = 3\n")
+    plan = plan_of(example, state, growable=frozenset({users}))
+    assert actions(plan)[users] is Action.REPLACE  # its keys would move partitions: older rows could outlive newer

@@ -71,6 +71,10 @@ stores:
     properties:
       account: acme
       database: DEMO
+  - name: ice
+    type: iceberg
+    properties:
+      warehouse: /nonexistent/warehouse
   - name: pg
     type: postgresql
     properties:
@@ -125,6 +129,8 @@ CREATE TABLE dbx_t WITH ('store' = 'dbx', 'databricks.catalog.name' = 'c', 'data
   'databricks.table.name' = 't') AS SELECT id, name FROM events;
 CREATE TABLE snow_t WITH ('store' = 'snow', 'snowflake.db.name' = 'D', 'snowflake.schema.name' = 'S',
   'snowflake.table.name' = 'T') AS SELECT id, name FROM events;
+CREATE TABLE ice_t WITH ('store' = 'ice', 'iceberg.namespace.name' = 'n', 'iceberg.table.name' = 'tbl')
+  AS SELECT id, name FROM events;
 CREATE MATERIALIZED VIEW user_names WITH ('store' = 'pg', 'postgresql.table.name' = 'user_names') AS
   SELECT uid, name FROM users;
 """,
@@ -215,6 +221,9 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("table", "snowflake.db.name"): ("relation.db.s.snow_t", [(Q, "db.name' = 'D'", "db.name' = 'D2'")]),
     ("table", "snowflake.schema.name"): ("relation.db.s.snow_t", [(Q, "schema.name' = 'S'", "schema.name' = 'S2'")]),
     ("table", "snowflake.table.name"): ("relation.db.s.snow_t", [(Q, "table.name' = 'T'", "table.name' = 'T2'")]),
+    ("table", "iceberg.namespace.name"): ("relation.db.s.ice_t", [(Q, "namespace.name' = 'n'",
+                                                                   "namespace.name' = 'n2'")]),
+    ("table", "iceberg.table.name"): ("relation.db.s.ice_t", [(Q, "table.name' = 'tbl'", "table.name' = 'tbl2'")]),
     ("table", "lifecycle.prevent_destroy"): (LAKE_T, [(Q, LAKE_WITH, LAKE_WITH[:-1] + ", "
                                                        "'lifecycle.prevent_destroy' = 'true')")]),
     ("table", "value.schema.compatibility"): (LAKE_T, [(Q, LAKE_WITH, LAKE_WITH[:-1] + ", "

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from dsflow import operations
 from dsflow.adapters.kafka.admin import list_topics
-from dsflow.adapters.state.postgres import locks_table
+from dsflow.adapters.state.postgres import keys_table, locks_table
 from dsflow.apply import PAUSE_AFTER_NOTE, RESUME_FILE
 from dsflow.cli import cli
 from dsflow.core.state import State
@@ -58,7 +58,7 @@ def pg_table() -> Iterator[str]:
     table = f"t{uuid.uuid4().hex[:10]}_state"
     yield table
     with psycopg2.connect(PG_DSN) as conn, conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {table}, {locks_table(table)}")
+        cur.execute(f"DROP TABLE IF EXISTS {table}, {locks_table(table)}, {keys_table(table)}")
     conn.close()
 
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from dsflow import operations
 from dsflow.adapters.state import BACKENDS, StateBackend, make_backend
-from dsflow.adapters.state.postgres import locks_table
+from dsflow.adapters.state.postgres import keys_table, locks_table
 from dsflow.cli import cli
 from dsflow.core.model import StateSettings
 from dsflow.core.state import DeployedResource, LedgerEntry, State
@@ -54,7 +54,7 @@ def pg_table() -> Iterator[str]:
     table = f"t{uuid.uuid4().hex[:10]}_state"
     yield table
     with psycopg2.connect(PG_DSN) as conn, conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {table}, {locks_table(table)}")
+        cur.execute(f"DROP TABLE IF EXISTS {table}, {locks_table(table)}, {keys_table(table)}")
     conn.close()
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kinesis import admin
 from dsflow.cli import cli
+from dsflow.errors import DsflowError
 from projects import make_project
 
 pytestmark = pytest.mark.integration
@@ -95,3 +96,46 @@ def test_topic_commands_by_topic_name_and_store(project):
     run("list", "--store", "lake", code=1)  # DSF-E767: no topics in a table store
     run("delete", name, "--store", "kin", "--yes")
     assert admin.describe_stream(kinesis, name) is None
+
+
+@pytest.fixture
+def invoke(tmp_path, broker, kinesis_endpoint):
+    """`dsflow topic ...` on a project with a Kafka and a Kinesis stream: (result, the topic names by relation)."""
+    prefix = f"b{uuid.uuid4().hex[:6]}_"
+    sql = f"""\
+CREATE STREAM clicks (id BIGINT, page VARCHAR) WITH ('topic' = '{prefix}clicks', 'value.format' = 'json');
+CREATE STREAM taps (id BIGINT, page VARCHAR) WITH ('store' = 'kin', 'topic' = '{prefix}taps',
+  'value.format' = 'json', 'topic.shards' = 1);
+"""
+    root = make_project(tmp_path, {"stores/kafka.yml": STORES, "sql/all.sql": sql})
+    args = ["-C", str(root), "--var", f"bootstrap={broker}", "--var", f"kinesis={kinesis_endpoint}", "topic"]
+    return lambda *more, stdin=None: CliRunner().invoke(cli, [*args, *more], input=stdin)
+
+
+TEN_MB = '{"id": 2, "page": "' + "x" * 10_000_000 + '"}'
+BAD_INPUT = [
+    pytest.param(b'{"id": 1}\n\xff\xfe\x00\x01binary\n', "DSF-E706", "line 2 is not UTF-8 text", id="binary"),
+    pytest.param(b'{"id": 1}\n{"id": 2, "page": "caf\xe9"}\n', "DSF-E706", "line 2 is not UTF-8 text", id="latin-1"),
+    pytest.param(b'{"id": 1}\n\x00\x01\x02\n', "DSF-E706", "line 2", id="control-bytes"),
+    pytest.param(('{"id": 1}\n' + TEN_MB + "\n").encode(), "DSF-E715", "line 2 is 10,000,021 bytes", id="10MB"),
+]
+
+
+@pytest.mark.parametrize("relation", ["clicks", "taps"])
+@pytest.mark.parametrize("stdin,code,message", BAD_INPUT)
+def test_produce_refuses_bad_input_with_a_code_and_produces_nothing(invoke, relation, stdin, code, message):
+    assert invoke("create", relation).exit_code == 0
+    result = invoke("produce", relation, stdin=stdin)
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, DsflowError), repr(result.exception)  # shown without a traceback
+    assert result.exception.code == code and message in result.exception.message, str(result.exception)
+    printed = invoke("print", relation, "--timeout", "1")
+    assert printed.exit_code == 0 and printed.output == "", printed.output  # not even the good first line
+    assert invoke("delete", relation, "--yes").exit_code == 0
+
+
+@pytest.mark.parametrize("option", [["--limit", "-1"], ["--timeout", "-1"], ["--timeout", "-0.5"]])
+def test_print_refuses_a_negative_limit_or_timeout_as_a_usage_error(invoke, option):
+    result = invoke("print", "clicks", *option)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value" in result.output and option[0] in result.output

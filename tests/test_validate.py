@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from dsflow.cli import cli, main
 from dsflow.core.plan import make_plan
 from dsflow.core.resources import project_resources
+from dsflow.core.secrets import Redactor
 from dsflow.core.state import State
 from dsflow.errors import Diagnostic, Location, ProjectError
 from dsflow.load.project import check_project, load_project
@@ -569,6 +570,9 @@ stores:
     type: kafka
     bootstrap_servers: "{{ env_var('DSF_TEST_BOOTSTRAP') }}"
     properties:
+      security.protocol: SASL_SSL  # sasl.* settings without it are DSF-E253 (they would not be used)
+      sasl.mechanism: PLAIN
+      sasl.username: u
       sasl.password: "{{ env_var('DSF_TEST_PASSWORD') }}"
       sasl.jaas.config: "PlainLoginModule required username='u' password='{{ env_var('DSF_TEST_JAAS') }}';"
       client.id: dsflow-tests
@@ -597,8 +601,9 @@ def test_env_var_values_never_reach_resources_or_plan(tmp_path):
 
 def test_rotated_secret_changes_the_metadata_fingerprint_only(tmp_path):
     root = make_project(tmp_path, {"stores/kafka.yml": SECRET_STORE, **SOURCES})
-    first = project_resources(load_project(root, environ=SECRETS))[0]
-    second = project_resources(load_project(root, environ={**SECRETS, "DSF_TEST_PASSWORD": "rotated"}))[0]
+    keyed = Redactor(b"k" * 32)  # the state's redaction key (core/secrets.py): without one, no marker differs
+    first = project_resources(load_project(root, environ=SECRETS), keyed)[0]
+    second = project_resources(load_project(root, environ={**SECRETS, "DSF_TEST_PASSWORD": "rotated"}), keyed)[0]
     assert str(first.address) == "store.kafka_main"
     assert first.data_hash == second.data_hash, "rotating a secret must not replace the store and its topics"
     assert first.metadata_hash != second.metadata_hash

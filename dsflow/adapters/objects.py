@@ -7,6 +7,7 @@ What a store kind can tell about the object a relation lives in (a topic, a Kine
                    stream ARN and creation time)
     held_records   the records it holds now: what a plan that deletes or empties it destroys (`DESTROYS ~N`),
                    and what a replay from the earliest position re-reads
+    can_grow/grow  whether more partitions (shards) can be added in place, keeping the records, and doing it
 
 A store kind that cannot tell one of these returns None ({} for identities): the plan then says 'not counted',
 and offsets are carried on the names alone. The planner, refresh and apply ask this module, never a store type.
@@ -31,6 +32,12 @@ class PhysicalObjects(Protocol):
                      since: str | None = None) -> int | None:
         """Records the deployed object holds now (from epoch ms `since` when given); None if not countable."""
 
+    def can_grow(self, store: Any, name: str, total: int) -> bool:
+        """Whether the object can take `total` partitions (shards) in place, keeping its records."""
+
+    def grow(self, store: Any, name: str, total: int) -> None:
+        """Raise the object's partitions (shards) to `total` in place."""
+
 
 REGISTRY: dict[str, str] = {
     "kafka": "dsflow.adapters.kafka.objects",
@@ -39,6 +46,7 @@ REGISTRY: dict[str, str] = {
     "filesystem": "dsflow.adapters.tables.objects",
     "databricks": "dsflow.adapters.tables.objects",
     "snowflake": "dsflow.adapters.tables.objects",
+    "iceberg": "dsflow.adapters.tables.objects",
 }
 """Store type -> the module whose OBJECTS implements PhysicalObjects (imported when first asked)."""
 
@@ -77,3 +85,21 @@ def held_records(project: Any, outputs: Mapping[str, Any], data: Mapping[str, An
         return objects.held_records(store, outputs, data, since)
     except DsflowError:
         return None
+
+
+def can_grow(project: Any, data: Mapping[str, Any], total: int) -> bool:
+    """Whether the store of a relation (its deployed data) can give its object `total` partitions in place; False
+    when the store kind cannot, the store is gone from the project, or it cannot be reached."""
+    store = project.store(data.get("store") or "")
+    objects = objects_for(store.type) if store is not None else None
+    if objects is None or not hasattr(objects, "can_grow"):
+        return False
+    try:
+        return objects.can_grow(store, data["topic"], total)
+    except DsflowError:
+        return False
+
+
+def grow(project: Any, data: Mapping[str, Any], total: int) -> None:
+    store = project.store(data["store"])
+    objects_for(store.type).grow(store, data["topic"], total)

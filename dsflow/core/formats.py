@@ -7,7 +7,7 @@
                                a single-column value as Kafka's primitive serializers write it
                                (UTF-8, 8/4-byte big-endian integers, 8-byte IEEE 754 double, raw bytes)
 
-Pure: no registry, no Kafka. The adapters (adapters/kafka/registry.py, formats.py) do the I/O.
+Pure: no registry, no Kafka. dsflow/formats/ (registry.py, decoding.py) does the I/O.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ PROTOBUF_TYPES = ("BIGINT", "INT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "
                   "STRING", "TEXT", "CHAR", "BINARY", "VARBINARY", "BYTES", "TIMESTAMP", "TIMESTAMPTZ", "DATE",
                   "DECIMAL")
 """Column types a protobuf value carries: one proto3 scalar field each, or google.protobuf.Timestamp
-(TIMESTAMP), google.type.Date (DATE) and confluent.type.Decimal (DECIMAL) messages (adapters/kafka/protobuf.py)."""
+(TIMESTAMP), google.type.Date (DATE) and confluent.type.Decimal (DECIMAL) messages (formats/protobuf.py)."""
 
 KEY_FORMATS = ("json", *REGISTRY_FORMATS, *PRIMITIVE_FORMATS)
 """Key formats. avro and protobuf keys are Confluent wire-format records whose schema lives under

@@ -27,11 +27,11 @@ class Column(Frozen):
 
 class Store(Frozen):
     """A connection to a streaming system (Kafka for now), or a table store that CREATE TABLE ... AS SELECT writes
-    to: s3 and filesystem (Delta Lake tables), databricks (Delta plus catalog registration), snowflake. Table stores
+    to: s3 and filesystem (Delta Lake tables), databricks (Delta plus catalog registration), snowflake, iceberg (Iceberg tables). Table stores
     keep their settings (bucket, path, account, ...) in `properties`; see docs/project.md."""
 
     name: str
-    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
+    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql", "iceberg"]
     bootstrap_servers: str = Field("", description="Kafka: host:port[,host:port]; empty for table stores")
     properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
     sensitive: frozenset[str] = Field(default_factory=frozenset,
@@ -111,6 +111,9 @@ class Relation(Frozen):
                                                         "compacted topics, fail otherwise (read_gaps)")
     partitions: int = Field(1, description="Kafka: the topic's partitions; Kinesis: the stream's shards (topic.shards)")
     replicas: int = 1
+    inferred_size: tuple[str, ...] = Field((), description="the sizes (partitions, replicas) taken from its "
+                                           "source, not declared: fixed when its topic is created, so a later "
+                                           "change of the source's size does not replace it")
     topic_configs: dict[str, str] = Field(default_factory=dict)
     table_options: dict[str, str] = Field(default_factory=dict, description="kind 'table': where the table is "
                                           "('delta.path', 'snowflake.db.name', ...; see docs/project.md)")

@@ -11,16 +11,14 @@ compared with the new names, so a rename alone keeps their checkpoints.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category, effect_text
+from dsflow.core.changes import Action, Change
 from dsflow.core.physical import physical_key, physical_object
 from dsflow.core.resources import Resource, fingerprint
 from dsflow.core.state import State
-
-if TYPE_CHECKING:
-    from dsflow.core.plan import Change
 
 PG_TABLE = "postgresql.table.name"
 
@@ -121,8 +119,6 @@ def with_move(change: Change, moves: Mapping[str, str], renamed: frozenset[str],
     """A moved resource's change says where it moved from (an unchanged one is an update: the state entry moves);
     one that names a moved relation is updated to the new name. A PostgreSQL view table renamed by a move is
     renamed in place (ALTER TABLE ... RENAME TO), not replaced."""
-    from dsflow.core.plan import Action  # core/plan.py plans with this module
-
     old = moves.get(change.address)
     if old is None:
         return _names_moved(change) if change.address in renamed else change
@@ -151,8 +147,6 @@ def with_move(change: Change, moves: Mapping[str, str], renamed: frozenset[str],
 
 def _names_moved(change: Change) -> Change:
     """A query or generator that reads or writes a moved relation: restarted under the relation's new name."""
-    from dsflow.core.plan import Action
-
     if change.action is not Action.NOOP:
         return change.model_copy(update={"reason": f"{change.reason} (it names a moved relation)"})
     update: dict[str, Any] = {"action": Action.UPDATE, "reason": "a relation it names moved (in place)"}

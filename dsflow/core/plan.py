@@ -5,10 +5,10 @@ The plan is data: it can be saved as JSON, rendered, and applied. Apply never re
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,90 +17,13 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
+from dsflow.core.changes import Action, Change, DataLoss, Estimate, Observation
 from dsflow.core.physical import SINK_AFTER_REPLAY, ColumnChange, column_change, physical_object
 from dsflow.core.resources import Resource, fingerprint
 from dsflow.core.settings import named_query_settings, restarting_stores
-from dsflow.core.state import State
+from dsflow.core.state import DeployedResource, State
 
 PLAN_FORMAT_VERSION = 1
-
-
-class Action(str, Enum):
-    """What apply does to one resource."""
-
-    CREATE = "create"
-    UPDATE = "update"
-    REPLACE = "replace"
-    DELETE = "delete"
-    REFRESH = "refresh"
-    NOOP = "no-op"
-
-    @property
-    def symbol(self) -> str:
-        return {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refresh": "!", "no-op": " "}[self.value]
-
-
-class Estimate(BaseModel):
-    """How much a replay re-reads: records from the sources' current offsets, and time at the measured rate."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    records: int = Field(description="records the replay re-reads: the sources' end offsets minus the start")
-    rate_per_second: float | None = Field(None, description="the query's measured input rate; null if unknown")
-    seconds: float | None = Field(None, description="records / rate_per_second; null if the rate is unknown")
-
-
-class DataLoss(BaseModel):
-    """What a delete or replacement destroys: an object that holds records, and how many it holds now."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    object: str = Field(description="the physical object, e.g. 'topic kafka_main/pageviews'")
-    records: int | None = Field(None, description="records it holds, counted during the refresh; null if not "
-                                                  "counted (--no-refresh, or a store that cannot count)")
-    prevented: bool = Field(False, description="the relation declares 'lifecycle.prevent_destroy': no apply may "
-                                               "run this change")
-
-
-class Change(BaseModel):
-    """One planned change, with the reason (for display only) and its effect on query state."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    address: str = Field(description="the resource: kind.name, e.g. query.analytics.curated.pageviews_filtered")
-    action: Action = Field(description="what apply does: create, update, replace, delete, refresh or no-op")
-    reason: str = Field(description="why, in words; for display only, never parsed")
-    effect: str | None = Field(None, description="what happens to a query's checkpoint and offsets")
-    depends_on: list[str] = Field(default_factory=list, description="addresses this resource depends on")
-    before: dict[str, Any] | None = Field(None, description="the deployed data fields (from state); null if new")
-    after: dict[str, Any] | None = Field(None, description="the desired data fields; null for a delete")
-    after_metadata: dict[str, Any] | None = Field(None, description="the desired metadata fields (change in place)")
-    data_hash: str | None = Field(None, description="desired data hash (a change forces a replacement)")
-    metadata_hash: str | None = Field(None, description="desired metadata hash (a change updates in place)")
-    drift: bool = Field(False, description="true if the change repairs drift seen by the refresh, not a project edit")
-    category: Category | None = Field(None, description="for queries: what happens to running state")
-    override: str | None = Field(None, description="the 'start.position' override that decided the category")
-    estimate: Estimate | None = Field(None, description="for replays: what will be re-read")
-    affected: list[str] = Field(default_factory=list, description="for relation replacements: downstream queries")
-    rollback_of: str | None = Field(None, description="the earlier version this change returns to")
-    observed: str | None = Field(None, description="for refresh-only: what the refresh saw")
-    destroys: DataLoss | None = Field(None, description="the records this change deletes: apply refuses it unless "
-                                                        "the user allowed it (--allow-destroy, --allow-data-loss)")
-    physical: str | None = Field(None, description="for relations: the physical object, e.g. 'kafka topic "
-                                                   "kafka_main/pageviews'")
-    moved_from: str | None = Field(None, description="a move (a `moved:` entry, or a relation renamed onto the "
-                                                     "same physical object): the deployed address whose state "
-                                                     "entry this change takes over (core/moves.py)")
-
-
-class Observation(BaseModel):
-    """What a refresh saw of a deployed resource in the real system."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    address: str
-    healthy: bool
-    detail: str = ""
 
 
 class Plan(BaseModel):
@@ -156,6 +79,8 @@ class PlanOptions:
     foreign_logs: Mapping[str, str] = field(default_factory=dict)
     """Query address -> which of its source topics is another log now than the one its offsets were read from
     (deleted and created again): its offsets cannot be carried, so it replays."""
+    growable: frozenset[str] = frozenset()
+    """Relations whose store said it can add the partitions they gain in place (a stream's topic only)."""
     moves: Mapping[str, str] = field(default_factory=dict)
     """The project's `moved:` entries: new address -> the address it was deployed at (core/moves.py)."""
     destroy: bool = False
@@ -217,12 +142,30 @@ def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State, op
         if str(address) not in wanted:
             continue
         resource = wanted[str(address)]
-        change = with_move(_change_for(resource, state, options, replaced, graph, restarting), *moved,
-                           options.store_types)
+        pinned = _pinned(resource, state)
+        change = _change_for(pinned, state, options, replaced, graph, restarting)
+        if change.action is Action.REPLACE and pinned is not resource:  # a new topic takes the size inferred now
+            change = _change_for(resource, state, options, replaced, graph, restarting)
+        change = with_move(change, *moved, options.store_types)
         if change.action is Action.REPLACE:
             replaced[change.address] = change.reason
         changes.append(change)
     return changes
+
+
+def _pinned(resource: Resource, state: State) -> Resource:
+    return pinned(resource, state.resources.get(str(resource.address)))
+
+
+def pinned(resource: Resource, deployed: DeployedResource | None) -> Resource:
+    """`resource` with its keep_deployed fields at their deployed values: a topic sized from its source keeps the
+    size it was created with when the source is resized (Kafka cannot shrink it, and recreating it loses records)."""
+    if deployed is None or not resource.keep_deployed:
+        return resource
+    kept = {k: deployed.data[k] for k in resource.keep_deployed if k in deployed.data}
+    if all(resource.data.get(k) == v for k, v in kept.items()):
+        return resource
+    return dataclasses.replace(resource, data={**resource.data, **kept})
 
 
 def _change_for(resource: Resource, state: State, options: PlanOptions, replaced: dict[str, str],
@@ -244,6 +187,8 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
         return query_change(resource, deployed, state, options, upstream, common, restarting or {})
     if deployed.data_hash != resource.data_hash:
         fields = _changed_fields(deployed.data, resource.data)
+        if key in options.growable and grows_only(deployed.data, resource.data):
+            return _grown(deployed.data, resource.data, options, common)
         columns = None
         if kind is Kind.RELATION and not upstream:
             columns = column_change(deployed.data, resource.data, resource.metadata.get("schema_compatibility"),
@@ -285,6 +230,28 @@ def _evolved(columns: ColumnChange, deployed: dict[str, Any], options: PlanOptio
                   reason=f"{columns.evolution.describe()} (in place, compatible under {columns.rule})",
                   effect=f"{where} and its records kept; records written from now on carry the new columns, earlier "
                          f"ones read an added column as null{registry}", **common)
+
+
+def grows_only(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Only a stream's partitions changed, and upward: what a store that can add partitions does in place (a
+    changelog is replaced: its keys would move to other partitions, and a key's older rows could outlive newer)."""
+    return (_changed_fields(before, after) == ["partitions"] and after.get("kind") == "stream"
+            and after["partitions"] > before["partitions"])
+
+
+def growing(plan: Plan) -> list[Change]:
+    """The replacements that only raise a stream's partitions: refresh asks their stores whether they can grow."""
+    return [c for c in plan.actionable if c.action is Action.REPLACE and Address.parse(c.address).kind is Kind.RELATION
+            and c.before is not None and c.after is not None and grows_only(c.before, c.after)]
+
+
+def _grown(before: dict[str, Any], after: dict[str, Any], options: PlanOptions, common: dict[str, Any]) -> Change:
+    where = physical_object(before, options.store_types)
+    return Change(action=Action.UPDATE,
+                  reason=f"partitions raised {before['partitions']} -> {after['partitions']} (in place: partitions "
+                         "added)",
+                  effect=f"{where} and its records kept; queries reading it read the new partitions from offset 0 "
+                         "without a restart; records with a key may go to another partition from now on", **common)
 
 
 def _relation_extra(resource: Resource, graph: Graph) -> dict[str, Any]:

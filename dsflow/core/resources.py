@@ -2,7 +2,7 @@
 
 The data hash covers what, when changed, forces a replacement (a topic's partitions, a query's
 SQL); the metadata hash covers what can change in place (a trigger interval, a description).
-Secret values never enter a resource: they are replaced by a hash of themselves.
+Secret values never enter a resource: they are replaced by their keyed marker (core/secrets.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Any
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.model import Project, Relation, Store
+from dsflow.core.secrets import LegacyRedactor, Redactor
+from dsflow.core.state import State
 from dsflow.core.settings import SettingClass, fields_of
 
 
@@ -26,6 +28,8 @@ class Resource:
     depends_on: tuple[Address, ...]
     data: dict[str, Any]
     metadata: dict[str, Any] = field(default_factory=dict)
+    keep_deployed: tuple[str, ...] = ()
+    """Data fields that keep their deployed value once deployed (a topic size inferred from a source)."""
 
     @cached_property
     def data_hash(self) -> str:
@@ -42,20 +46,17 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def redact(value: str) -> str:
-    return "sensitive:" + hashlib.sha256(value.encode()).hexdigest()[:12]
-
-
-def project_resources(project: Project) -> list[Resource]:
-    """Every resource the project declares, in declaration order."""
-    resources: list[Resource] = [_store(s) for s in project.stores]
+def project_resources(project: Project, redactor: Redactor = Redactor()) -> list[Resource]:
+    """Every resource the project declares, in declaration order. Secret values become `redactor`'s markers; the
+    default (no key) gives every secret the same bare marker: enough for addresses and dependencies, not for a plan."""
+    resources: list[Resource] = [_store(s, redactor) for s in project.stores]
     resources += [Resource(Address(Kind.DATABASE, d.name), (), {"name": d.name}, {"description": d.description})
                   for d in project.databases]
     resources += [Resource(Address(Kind.SCHEMA, s.fqn), (Address(Kind.DATABASE, s.database),), {"name": s.fqn})
                   for s in project.schemas]
     resources += [_relation(r) for r in project.relations]
     store_configs: dict[tuple[str, ...], str] = {}  # many queries use the same stores: hashed once per set
-    resources += [_query(project, q, store_configs) for q in project.queries]
+    resources += [_query(project, q, store_configs, redactor) for q in project.queries]
     resources += [
         Resource(Address(Kind.DATAGEN, g.name), (Address(Kind.RELATION, g.relation),),
                  {"relation": g.relation, "generator": g.generator, "seed": g.seed, "count": g.count},
@@ -72,10 +73,10 @@ def project_resources(project: Project) -> list[Resource]:
     return resources
 
 
-def _store(store: Store) -> Resource:
-    properties = {k: (redact(v) if k in store.sensitive else v) for k, v in store.properties.items()}
+def _store(store: Store, redactor: Redactor) -> Resource:
+    properties = {k: (redactor.mark(v) if k in store.sensitive else v) for k, v in store.properties.items()}
     bootstrap = store.bootstrap_servers
-    bootstrap = redact(bootstrap) if "bootstrap_servers" in store.sensitive else bootstrap
+    bootstrap = redactor.mark(bootstrap) if "bootstrap_servers" in store.sensitive else bootstrap
     return Resource(
         Address(Kind.STORE, store.name), (),
         {"type": store.type, "bootstrap_servers": bootstrap},
@@ -110,10 +111,10 @@ def _relation(relation: Relation) -> Resource:
         metadata["prevent_destroy"] = True
     if relation.schema_compatibility:
         metadata["schema_compatibility"] = relation.schema_compatibility
-    return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata)
+    return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata, relation.inferred_size)
 
 
-def _query(project: Project, query, store_configs: dict[tuple[str, ...], str]) -> Resource:
+def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], redactor: Redactor) -> Resource:
     deps = [Address(Kind.RELATION, s.relation) for s in query.sources]
     deps.append(Address(Kind.RELATION, query.sink))
     data = {
@@ -132,33 +133,60 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str]) -
         "spark_conf": query.spark_conf,
         "spark_master": project.runtime.spark_master,
         "runtime_spark_conf": project.runtime.spark_conf,
-        "store_config": _store_config(project, tuple(_stores_used(project, query)), store_configs),
+        "store_config": _store_config(project, tuple(_stores_used(project, query)), store_configs, redactor),
     }
     if query.dlq_topic:
         metadata["dlq_topic"] = query.dlq_topic
     settings = _relation_settings(project, [s.relation for s in query.sources] + [query.sink])
     if settings:
         metadata["relation_settings"] = settings
-    registries = [_registry(project.schema_registry(project.store(name).schema_registry))
+    registries = [_registry(project.schema_registry(project.store(name).schema_registry), redactor)
                   for name in _stores_used(project, query) if project.store(name).schema_registry]
     if registries:
         metadata["schema_registry"] = fingerprint(registries)
     return Resource(Address(Kind.QUERY, query.fqn), tuple(dict.fromkeys(deps)), data, metadata)
 
 
-def _store_config(project: Project, names: tuple[str, ...], known: dict[tuple[str, ...], str]) -> str:
+def _store_config(project: Project, names: tuple[str, ...], known: dict[tuple[str, ...], str],
+                  redactor: Redactor) -> str:
     """The fingerprint of the settings of the stores a query uses, computed once per set of stores."""
     if names not in known:
-        known[names] = fingerprint([_store(project.store(name)).metadata["properties"] for name in names])
+        known[names] = fingerprint([_store(project.store(name), redactor).metadata["properties"] for name in names])
     return known[names]
 
 
-def _registry(registry) -> dict[str, str]:
+def _registry(registry, redactor: Redactor) -> dict[str, str]:
     """A schema registry's settings as a query's metadata sees them: secrets redacted."""
     if registry is None:
         return {}
     values = {"url": registry.url, "username": registry.username, "password": registry.password}
-    return {k: (redact(v) if k in registry.sensitive else v) for k, v in values.items()}
+    return {k: (redactor.mark(v) if k in registry.sensitive else v) for k, v in values.items()}
+
+
+def has_secrets(project: Project) -> bool:
+    """True if any value of the project came from env_var(): its resources need the state's redaction key."""
+    return any(s.sensitive for s in project.stores) or any(r.sensitive for r in project.schema_registries)
+
+
+def with_current_markers(project: Project, state: State, resources: list[Resource]) -> State:
+    """`state` with the entries recorded under the legacy unkeyed markers (same secret values, nothing else
+    changed) carrying `resources`' keyed markers and hashes instead, so an upgrade plans no change; an entry
+    whose secret changed since keeps its old marker and the plan shows the change."""
+    differ = [r for r in resources if (d := state.resources.get(str(r.address))) is not None
+              and (d.data_hash, d.metadata_hash) != (r.data_hash, r.metadata_hash)]
+    if not differ or not has_secrets(project):
+        return state
+    legacy = {str(r.address): r for r in project_resources(project, LegacyRedactor())}
+    updated = dict(state.resources)
+    for resource in differ:
+        key = str(resource.address)
+        deployed, old = state.resources[key], legacy.get(key)
+        if old is None or (deployed.data_hash, deployed.metadata_hash) != (old.data_hash, old.metadata_hash):
+            continue
+        updated[key] = deployed.model_copy(update={
+            "data": resource.data, "metadata": resource.metadata,
+            "data_hash": resource.data_hash, "metadata_hash": resource.metadata_hash})
+    return state.model_copy(update={"resources": updated})
 
 
 def _stateful_data(query) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def check_partitions(plan: Plan) -> None:
 
 
 TABLE_PLACE = frozenset(f"properties.{k}" for k in (
-    "bucket", "prefix", "path", "catalog", "account", "database", "schema", "dsn", "host", "port", "dbname"))
+    "bucket", "prefix", "path", "catalog", "account", "database", "schema", "dsn", "host", "port", "dbname",
+    "warehouse", "catalog_uri", "catalog_name"))
 """Store settings that say where its tables live (a bucket, a folder, a warehouse database, a server)."""
 
 

@@ -30,8 +30,9 @@ CLASS_EFFECTS = {
     SettingClass.IDENTITY: "names the object: the object is replaced (a relation renamed onto the same topic or "
                            "table is a move); what reads it replays",
     SettingClass.SCHEMA: "what the records are: the relation is replaced (columns added at its end: in place)",
-    SettingClass.SIZING: "how the topic or stream is sized: the relation is replaced (partitions cannot be "
-                         "lowered, DSF-E825)",
+    SettingClass.SIZING: "how the topic or stream is sized: more partitions are added in place to a stream where "
+                         "the broker can (CreatePartitions), otherwise the relation is replaced; partitions cannot be "
+                         "lowered (DSF-E825); a size inferred from a source is fixed when the topic is created",
     SettingClass.RESTARTS: "what running queries read or write with: updated in place, and every deployed query "
                            "that uses it restarts on its checkpoint (a generator's rate: the generator restarts)",
     SettingClass.QUERY: "the query's definition: its category (keep checkpoint, carry offsets, replay) is decided "
@@ -117,6 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("table", "snowflake.db.name", _TABLE, _I),
     Setting("table", "snowflake.schema.name", _TABLE, _I),
     Setting("table", "snowflake.table.name", _TABLE, _I),
+    Setting("table", "iceberg.namespace.name", _TABLE, _I),
+    Setting("table", "iceberg.table.name", _TABLE, _I),
     Setting("table", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
     Setting("table", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
     Setting("table", "kafka.topic.*", (), _N, "accepted, not used by a table"),

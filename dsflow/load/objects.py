@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -9,12 +10,14 @@ from pydantic import ValidationError
 
 from dsflow.core.model import Database, Datagen, Grant, Role, Schema, SchemaRegistry, Store
 from dsflow.errors import Diagnostic, Location
+from dsflow.load.kafka_security import kafka_security_diagnostics
+from dsflow.load.lakepaths import store_path_diagnostics
 from dsflow.load.raw import RawObjectsFile
 from dsflow.load.tables import store_settings_diagnostics
 from dsflow.load.yamlpos import Positioned
 
 BOOTSTRAP_KEY = "bootstrap_servers"  # in Store.sensitive when the bootstrap address came from env_var
-SECRET_KEY = re.compile(r"(password|secret|token|api[._-]?key|credential|private[._-]?key|jaas)", re.I)
+SECRET_KEY = re.compile(r"(password|secret|token|api[._-]?key|credential|private[._-]?key|jaas|key[._-]pem)", re.I)
 
 
 @dataclass
@@ -64,6 +67,9 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
         if _holds_secret(bootstrap, secrets):
             sensitive |= {BOOTSTRAP_KEY}
         diagnostics += store_settings_diagnostics(store.name, store.type, bootstrap, props, loc)
+        where = functools.partial(_property_location, pos, i)
+        diagnostics += store_path_diagnostics(store.name, store.type, props, where)
+        diagnostics += kafka_security_diagnostics(store.name, store.type, props, where)
         for key, value in props.items():
             if SECRET_KEY.search(key) and key not in sensitive:
                 diagnostics.append(Diagnostic(
@@ -88,6 +94,11 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
         into.datagens.append(Datagen(name=gen.name, relation=gen.relation, generator=gen.generator, rate=gen.rate,
                                      count=gen.count, seed=gen.seed, location=pos.location(("datagen", i))))
     return diagnostics
+
+
+def _property_location(pos: Positioned, index: int, key: str) -> Location | None:
+    """Where the store's property `key` is written (the store's properties when it is not)."""
+    return pos.location(("stores", index, "properties", key))
 
 
 def _read_registry(raw, pos: Positioned, path: tuple, secrets: set[str], into: YamlObjects) -> list[Diagnostic]:
@@ -157,7 +168,44 @@ def resolve_grants(objects: YamlObjects, known: dict[str, str], resolve_relation
                                               hint=did_you_mean(on, known)))
                 continue
             grants.append(Grant(role=role.name, privilege=privilege, on=address, location=loc))
-    return roles, grants, diagnostics
+    return roles, grants, diagnostics + _role_cycles(roles)
+
+
+def _role_cycles(roles: list) -> list[Diagnostic]:
+    """DSF-E210 for each role that inherits itself, directly or through other roles (the plan orders roles by
+    what they inherit, so a cycle would have no order)."""
+    from dsflow.core.graph import has_cycle
+
+    inherits = {r.name: list(r.inherits) for r in roles}
+    if not has_cycle(inherits):
+        return []
+    out = []
+    for role in roles:
+        path, seen = [role.name], set()
+        while path[-1] in inherits and path[-1] not in seen:
+            seen.add(path[-1])
+            nxt = next((p for p in inherits[path[-1]] if p in inherits and _reaches(inherits, p, role.name)), None)
+            if nxt is None:
+                break
+            path.append(nxt)
+            if nxt == role.name:
+                out.append(Diagnostic("DSF-E210", f"role '{role.name}' inherits itself: {' -> '.join(path)}",
+                                      role.location, hint="remove one of the 'inherits' entries of the cycle"))
+                break
+    return out
+
+
+def _reaches(inherits: dict[str, list[str]], start: str, goal: str) -> bool:
+    """Whether `goal` is `start` or a role `start` inherits, directly or not."""
+    todo, seen = [start], set()
+    while todo:
+        name = todo.pop()
+        if name == goal:
+            return True
+        if name not in seen:
+            seen.add(name)
+            todo += [p for p in inherits.get(name, ()) if p in inherits]
+    return False
 
 
 def _grant_target(on: str, known: dict[str, str], resolve_relation) -> str | None:

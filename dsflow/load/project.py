@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from dsflow import gcpause
 from dsflow.core.address import Address, Kind
+from dsflow.core.generators import GENERATOR_NAMES
 from dsflow.core.graph import Graph, has_cycle
 from dsflow.core.model import Datagen, Project, Query, RuntimeSettings, StateSettings
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
@@ -23,6 +24,7 @@ from dsflow.load.objects import (
     YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, resolve_grants, schemas_of,
 )
 from dsflow.load.moves import resolve_moves
+from dsflow.load.names import check_physical_names
 from dsflow.load.queries import Namespace, resolve_statements
 from dsflow.load.raw import RawProjectConfig
 from dsflow.load.registry import fill_columns_from_registry
@@ -86,13 +88,28 @@ def _sort_key(diagnostic: Diagnostic) -> tuple:
 
 
 def _read_config(path: Path) -> tuple[RawProjectConfig | None, list[Diagnostic]]:
-    data, pos, diagnostics = parse_yaml(path.read_text(), PROJECT_FILE)
+    text, problem = read_project_file(path, PROJECT_FILE)
+    if text is None:
+        return None, [problem]
+    data, pos, diagnostics = parse_yaml(text, PROJECT_FILE)
     if diagnostics:
         return None, diagnostics
     try:
         return RawProjectConfig.model_validate(data or {}), []
     except ValidationError as err:
         return None, pydantic_diagnostics(err, pos)
+
+
+def read_project_file(path: Path, rel: str) -> tuple[str | None, Diagnostic | None]:
+    """A project file's text, or DSF-E006 when it is no regular file (a folder, a FIFO: reading one would
+    block), cannot be read or is not UTF-8."""
+    try:
+        if not path.is_file():
+            raise OSError(f"{rel} is not a regular file")
+        return path.read_text(), None
+    except (OSError, UnicodeDecodeError) as err:
+        return None, Diagnostic("DSF-E006", f"cannot read file: {err}", Location(rel),
+                                hint="make it a readable UTF-8 text file, or move it out of the project folder")
 
 
 def discover(root: Path) -> list[Path]:
@@ -190,10 +207,14 @@ class _Loader:
         return parsed | fresh
 
     def _render(self, path: Path, rel: str) -> str | None:
-        try:
-            raw = path.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            self.report(Diagnostic("DSF-E006", f"cannot read file: {err}", Location(rel)))
+        if not _utf8_name(rel):
+            self.report(Diagnostic("DSF-E200", f"the file name {ascii(rel)} is not valid UTF-8",
+                                   Location(rel.encode("utf-8", "replace").decode()),
+                                   hint="rename the file (names are shown in plans and state)"))
+            return None
+        raw, problem = read_project_file(path, rel)
+        if raw is None:
+            self.report(problem)
             return None
         text, problems = render(raw, rel, self.context)
         self.diagnostics += problems
@@ -235,6 +256,7 @@ class _Loader:
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
         self._check_topic_clashes(list(ns.relations.values()))
+        check_physical_names(ns.relations.values(), queries, stores, self.report)  # DSF-E206..E208
         datagens = self._datagens(objects.datagens, ns)
         known = {str(Address(Kind.RELATION, r)): "" for r in ns.relations}
         known |= {f"store.{s}": "" for s in stores} | {f"database.{d.name}": "" for d in databases}
@@ -305,9 +327,7 @@ class _Loader:
 
     def _datagens(self, gens: list[Datagen], ns: Namespace) -> list[Datagen]:
         if not gens:
-            return []  # dsflow/datagen.py is imported only when it is needed
-        from dsflow.datagen import GENERATORS
-
+            return []
         out = []
         for gen in gens:
             fqn = ns.qualify_name(gen.relation.split("."))
@@ -322,12 +342,21 @@ class _Loader:
                                        hint="generate into a Kafka stream and copy it with CREATE STREAM ... WITH "
                                             "('store' = '<kinesis store>') AS SELECT * FROM it"))
                 continue
-            if gen.generator not in GENERATORS:
+            if gen.generator not in GENERATOR_NAMES:
                 self.report(Diagnostic("DSF-E073", f"unknown generator '{gen.generator}'", gen.location,
-                                       hint=did_you_mean(gen.generator, GENERATORS)))
+                                       hint=did_you_mean(gen.generator, GENERATOR_NAMES)))
                 continue
             out.append(gen.model_copy(update={"relation": fqn}))
         return out
+
+
+def _utf8_name(rel: str) -> bool:
+    """Whether a path (as the file system gave it, undecodable bytes as surrogates) is valid UTF-8."""
+    try:
+        rel.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _relation_deps(queries: list[Query]) -> dict[str, list[str]]:

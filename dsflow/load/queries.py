@@ -11,6 +11,7 @@ from dsflow.core.evolution import RULES
 from dsflow.core.model import Column, Query, Relation, Source, Store
 from dsflow.errors import Diagnostic
 from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
+from dsflow.load.names import check_name_parts
 from dsflow.load.objects import SECRET_KEY
 from dsflow.load.cache import read_relations
 from dsflow.load.statements import Analysed, RawStatement
@@ -154,6 +155,8 @@ def _cdc_relation(st: RawStatement, fqn: str, ns: Namespace, report: Report, sto
 
 def _checked_name(st: RawStatement, ns: Namespace, report: Report) -> str | None:
     fqn = ns.qualify_name(st.name)
+    if not check_name_parts(st.name, fqn, st.location, report):  # DSF-E205 (load/names.py)
+        return None
     schema = fqn.rsplit(".", 1)[0]
     if schema not in ns.schemas:
         report(Diagnostic("DSF-E022", f"unknown database or schema '{schema}' for '{fqn}'", st.location,
@@ -224,6 +227,7 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
 
     partitions, replicas = topic_size(st, fqn, ns.stores[store_name], sources or ([inherit] if inherit else []),
                                       ns.stores, report)
+    inferred = _inferred_size(st, ns.stores[store_name]) if sources or inherit else ()
     timestamp = _prop(st, "timestamp")
     if timestamp and timestamp.lower() not in {c.name.lower() for c in columns}:
         report(Diagnostic("DSF-E042", f"timestamp column '{timestamp}' is not a column of '{fqn}'",
@@ -241,7 +245,14 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
                     topic=topic, value_format=value_format, key_format=key_format, timestamp=timestamp,
                     value_subject=value_subject(value_format, topic, _prop(st, "value.subject")),
                     partitions=partitions, replicas=replicas, topic_configs=configs, location=st.location,
-                    topic_gaps=gaps.lower() if gaps else None)
+                    topic_gaps=gaps.lower() if gaps else None, inferred_size=inferred)
+
+
+def _inferred_size(st: RawStatement, store) -> tuple[str, ...]:
+    """Which of its sizes a query's relation takes from its source rather than its WITH clause."""
+    declared = {"partitions": "topic.shards" if store.type == "kinesis" else "topic.partitions",
+                "replicas": "topic.replicas"}
+    return tuple(name for name, key in declared.items() if st.prop(key) is None)
 
 
 def _prop(st: RawStatement, key: str) -> str | None:

@@ -5,9 +5,33 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ENVIRONMENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+"""An environment's name: it names files (`<env>.json` state, the load cache), so no `/`, `..` or control
+characters."""
+
+
+def checked_folder(value: str | None) -> str | None:
+    """A folder setting (state.path, runtime.checkpoint_root): not empty, and no NUL or other control character,
+    which no file system path may hold."""
+    if value is not None and (not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+        raise ValueError("a folder must be a non-empty path without control characters (NUL, newline, ...)")
+    return value
+
+
+def checked_object_name(value: str) -> str:
+    """A database or schema name: part of every relation's `db.schema.name`, so no `.`, not empty or blank, and no
+    control character."""
+    if not value.strip() or "." in value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("a database or schema name must not be empty or hold a '.' or a control character")
+    return value
+
+
+ObjectName = Annotated[str, AfterValidator(checked_object_name)]
 
 
 class Raw(BaseModel):
@@ -17,8 +41,8 @@ class Raw(BaseModel):
 class RawDefaults(Raw):
     """Names that unqualified SQL identifiers resolve against."""
 
-    database: str = Field("default", description="database for unqualified relation names")
-    schema_: str = Field("public", alias="schema", description="schema for unqualified relation names")
+    database: ObjectName = Field("default", description="database for unqualified relation names")
+    schema_: ObjectName = Field("public", alias="schema", description="schema for unqualified relation names")
     store: str | None = Field(None, description="store for relations that name none")
     view_store: str | None = Field(None, description="postgresql store for materialized views that name none; "
                                                      "unset: SQLite")
@@ -43,6 +67,8 @@ class RawState(Raw):
     table: str | None = Field(None, pattern=r"^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$",
                               description="postgres: state table, [schema.]name (default dsflow_state)")
 
+    _path = field_validator("path")(checked_folder)
+
     @model_validator(mode="after")
     def _settings_match_backend(self) -> RawState:
         given = {k for k in set().union(*_BACKEND_KEYS.values()) if getattr(self, k) is not None}
@@ -66,6 +92,8 @@ class RawRuntime(Raw):
     trigger_interval: str = "1 second"
     checkpoint_root: str | None = None
 
+    _checkpoint_root = field_validator("checkpoint_root")(checked_folder)
+
 
 class RawEnvironment(Raw):
     """Per-environment values."""
@@ -85,12 +113,21 @@ class RawProjectConfig(Raw):
     default_environment: str = "dev"
     environments: dict[str, RawEnvironment] = Field(default_factory=lambda: {"dev": RawEnvironment()})
 
+    @field_validator("environments")
+    @classmethod
+    def _environment_names(cls, value: dict[str, RawEnvironment]) -> dict[str, RawEnvironment]:
+        for name in value:
+            if not isinstance(name, str) or not ENVIRONMENT_NAME.fullmatch(name):
+                raise ValueError(f"environment name {name!r} must be letters, digits, '_', '.' or '-' (at most 100, "
+                                 "not starting with '.' or '-'): it names the state file")
+        return value
+
 
 class RawStore(Raw):
     """A store: a connection to a streaming system."""
 
     name: str
-    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql"]
+    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql", "iceberg"]
     bootstrap_servers: str | None = Field(None, description="kafka: host:port[,host:port] (required)")
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
     description: str = ""
@@ -110,8 +147,8 @@ class RawSchemaRegistry(Raw):
 class RawDatabase(Raw):
     """A database and its schemas."""
 
-    name: str
-    schemas: list[str] = Field(default_factory=lambda: ["public"])
+    name: ObjectName
+    schemas: list[ObjectName] = Field(default_factory=lambda: ["public"])
     description: str = ""
 
 

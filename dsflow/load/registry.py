@@ -44,7 +44,7 @@ def fill_columns_from_registry(statements: list[tuple[str, RawStatement]], store
             continue
         subject = default_subject(topic_prefix, st)
         try:
-            from dsflow.adapters.kafka.registry import subject_columns
+            from dsflow.formats.registry import subject_columns
 
             columns = subject_columns(registry, subject, fmt.value)
         except DsflowError as err:

@@ -11,12 +11,14 @@ else.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsflow.core.secrets import register
 from dsflow.errors import Diagnostic, Location
 
 _MISSING = object()
@@ -54,11 +56,14 @@ class RenderContext:
             value = str(default)
         if value:
             self.secrets.add(value)
+            if name in self.environ:  # a default is written in the project files: nothing to hide in messages
+                register([value])  # hidden from every message and log line of this process (core/secrets.py)
         return value
 
 
 def render(text: str, path: str, context: RenderContext) -> tuple[str | None, list[Diagnostic]]:
-    """Render one file; on failure return None and a diagnostic with the template line."""
+    """Render one file; on failure return None and a diagnostic with the template line. Any exception the template
+    raises is the file's error (DSF-E004), never a traceback: `{{ 1/0 }}`, `var()` without a name, ..."""
     if not _is_template(text):
         return text, []
     looked_up = _render_var_lookups(text, context.variables)
@@ -66,8 +71,9 @@ def render(text: str, path: str, context: RenderContext) -> tuple[str | None, li
         return looked_up, []
     import jinja2
 
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.globals.update(var=context.var, env_var=context.env_var)
+    env = _environment()
+    env.globals.update(var=_template_function("var", context.var),
+                       env_var=_template_function("env_var", context.env_var))
     try:
         return env.from_string(text).render(), []
     except jinja2.TemplateSyntaxError as err:
@@ -76,9 +82,83 @@ def render(text: str, path: str, context: RenderContext) -> tuple[str | None, li
     except _UnsetEnvVar as err:
         return None, [Diagnostic("DSF-E004", f"template error: {err}", Location(path, _template_line(err)),
                                  hint="export it before running dsflow, or give env_var a default")]
-    except (jinja2.UndefinedError, jinja2.TemplateError) as err:
+    except jinja2.TemplateNotFound as err:
+        return None, [Diagnostic("DSF-E201", f"template error: {{% include %}}, {{% extends %}} and {{% import %}} are "
+                                 f"not supported (it names '{err.name}')", Location(path, _template_line(err)),
+                                 hint="each file is rendered on its own: define a macro in this file instead")]
+    except RecursionError:
+        return None, [Diagnostic("DSF-E202", "the template is nested too deeply (or a macro calls itself without end)",
+                                 Location(path), hint="flatten the expression, or give the recursion an end")]
+    except jinja2.UndefinedError as err:
         return None, [Diagnostic("DSF-E004", f"template error: {err}", Location(path, _template_line(err)),
                                  hint="define it under environments.<env>.vars in dsflow.yml or pass --var")]
+    except jinja2.TemplateError as err:
+        return None, [Diagnostic("DSF-E004", f"template error: {err}", Location(path, _template_line(err)),
+                                 hint="fix the expression on that line")]
+    except Exception as err:  # noqa: BLE001 - the template's own code failed ({{ 1/0 }}): the user's error
+        return None, [Diagnostic("DSF-E004", f"template error: {type(err).__name__}: {err}",
+                                 Location(path, _template_line(err)), hint="fix the expression on that line")]
+
+
+MAX_TEMPLATE_VALUE = 10_000_000
+"""The largest string or list a template's `*` may make, and (in bits) the largest `**` result: what a project
+file needs is far smaller, and `{{ 'x' * 10**12 }}` or `{{ 9**9**9 }}` would exhaust memory or never end."""
+
+
+@functools.cache
+def _environment_class() -> type:
+    """Jinja's sandbox (no attribute access to Python internals, range() bounded) with `*` and `**` bounded."""
+    import math
+
+    from jinja2.sandbox import SandboxedEnvironment, SecurityError
+
+    class ProjectEnvironment(SandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "**" and _is_int(left) and _is_int(right) and abs(left) > 1 \
+                    and right * math.log2(abs(left)) > MAX_TEMPLATE_VALUE:
+                raise SecurityError(f"{left} ** {right} is too large")
+            if operator == "*" and (_too_long(left, right) or _too_long(right, left)):
+                raise SecurityError(f"a repeated value longer than {MAX_TEMPLATE_VALUE:,} would be made")
+            return super().call_binop(context, operator, left, right)
+
+    return ProjectEnvironment
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _too_long(sequence: Any, times: Any) -> bool:
+    return isinstance(sequence, (str, list, tuple)) and _is_int(times) and len(sequence) * times > MAX_TEMPLATE_VALUE
+
+
+def _environment() -> Any:
+    """A fresh Jinja environment for one file: strict undefined, no autoescape, and a loader that finds nothing
+    (so `{% include %}` fails as TemplateNotFound)."""
+    import jinja2
+
+    env = _environment_class()(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                               loader=jinja2.FunctionLoader(lambda name: None))
+    env.globals.pop("lipsum", None)  # lipsum(10**6) would write paragraphs for minutes; no project needs it
+    return env
+
+
+def _template_function(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """`var` or `env_var` as templates call it: a name (text) and an optional default, else a clear error."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        given = dict(zip(("name", "default"), args)) | kwargs
+        if len(args) > 2 or set(given) - {"name", "default"} or len(given) != len(args) + len(kwargs) \
+                or not isinstance(given.get("name"), str):
+            import jinja2
+
+            raise jinja2.TemplateRuntimeError(f"{name}() takes a name in quotes and an optional default: "
+                                              f"{name}('NAME') or {name}('NAME', 'default')")
+        return function(**given)
+
+    call.__name__ = name
+    return call
 
 
 def _is_template(text: str) -> bool:

@@ -25,11 +25,12 @@ from dsflow.errors import Diagnostic
 from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, window_call
 from dsflow.load.filecache import DeferredSelect
 from dsflow.load.fields import base_column, check_fields, group_key_sql, is_access, references
-from dsflow.load.functions import check_functions
+from dsflow.load.functions import check_functions, declare_result_types
 from dsflow.load.sql import DIALECT, RawStatement, node_location, type_sql
 from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
 from dsflow.load.suggest import did_you_mean
-from dsflow.load.temporal import check_shape, temporal_join
+from dsflow.load.temporal import check_shape, system_time, temporal_join
+from dsflow.load.unsupported import check_select_surface, is_cte_name
 
 Report = Callable[[Diagnostic], None]
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
@@ -61,7 +62,7 @@ def normalized_duration(text: str) -> str | None:
 
 def source_tables(select: exp.Expr) -> list[exp.Table]:
     """The relations a SELECT reads (a window function's relation, not the function itself)."""
-    return [t for t in select.find_all(exp.Table) if not is_window(t)]
+    return [t for t in select.find_all(exp.Table) if not is_window(t) and not is_cte_name(t)]
 
 
 def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], qualify_name,
@@ -71,6 +72,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     the tree was ~20% of resolving it)."""
     select = st.select.copy() if copy else st.select.tree() if isinstance(st.select, DeferredSelect) else st.select
     where = lambda node: node_location(path, node, st.location)  # noqa: E731
+    if not check_select_surface(select, where, report):
+        return None
     unsupported = _first_unsupported(select)
     if unsupported is not None:
         node, what = unsupported
@@ -81,6 +84,10 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if window is False or not check_functions(select, where, report):
         return None
     tables = source_tables(select)
+    if not tables:
+        report(Diagnostic("DSF-E209", "the query reads no relation: its SELECT has no FROM", where(select),
+                          hint="a continuous query reads a stream or changelog: SELECT ... FROM relation"))
+        return None
     found = {id(t): relations[qualify_name([p.name for p in t.parts])] for t in tables}
     options = _source_options(tables, found, where, report)
     if options is None:
@@ -88,7 +95,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if _aggregates_a_changelog(select, tables, found, where, report):
         return None
     join = _check_join(select, tables, found, where, st, report)
-    if join is False:
+    if join is False or not system_time(tables, found, options, bool(join) and join[0] == TEMPORAL, where, report):
         return None
     if not _columns_known(select, tables, found, window, where, report):
         return None
@@ -310,7 +317,9 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
     try:
         # built once for both passes, of names and types normalized once per process (normalize=False)
         schema = MappingSchema(mapping, dialect=DIALECT, normalize=False)
-        return annotate_types(qualify(select, schema=schema, dialect=DIALECT), schema=schema, dialect=DIALECT)
+        # the declared result types are kept (overwrite_types=False): qualify leaves every other node untyped
+        return annotate_types(declare_result_types(qualify(select, schema=schema, dialect=DIALECT)), schema=schema,
+                              dialect=DIALECT, overwrite_types=False)
     except OptimizeError as err:
         report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
         return None

@@ -16,6 +16,7 @@ from sqlglot.tokens import Token, TokenType
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.dialect import DeltaStream, is_window
 from dsflow.load.statements import RawColumn, RawProperty, RawStatement
+from dsflow.load.unsupported import is_cte_name, meaningless_clauses
 
 DIALECT = DeltaStream()
 TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP"}  # sqlglot's name for Spark's TIMESTAMP -> the name users write
@@ -119,6 +120,8 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
     tokens, partition_by = _partition_by(tokens, path)
     try:
         parsed = DIALECT.parse_tokens(tokens, text)
+    except RecursionError:
+        return None, [too_deep(start)]
     except ParseError as err:
         info = err.errors[0] if err.errors else {}
         loc = Location(path, info.get("line") or start.line, info.get("col") or start.col)
@@ -127,11 +130,33 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
     expression = parsed[0] if parsed else None
     try:
         raw = _to_raw(expression, path, start, snippet)
-        return (replace(raw, extra={**raw.extra, "partition_by": partition_by}) if partition_by else raw), []
+        return (replace(raw, extra={**raw.extra, "partition_by": partition_by}) if partition_by else raw), \
+            duplicate_properties(raw.properties) + \
+            meaningless_clauses(expression, start, lambda node: node_location(path, node, start))
+    except RecursionError:
+        return None, [too_deep(start)]
     except _Unsupported as err:
         return None, [Diagnostic("DSF-E005", str(err), start,
                                  hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
                                       "INSERT INTO ... SELECT")]
+
+
+def too_deep(where: Location) -> Diagnostic:
+    """DSF-E202: a statement nested too deeply for the parser (hundreds of parentheses)."""
+    return Diagnostic("DSF-E202", "the statement is nested too deeply to parse", where,
+                      hint="flatten the nested parentheses or expressions")
+
+
+def duplicate_properties(properties: tuple[RawProperty, ...]) -> list[Diagnostic]:
+    """DSF-E204 for each WITH property given again in the same clause (the first would be used, silently)."""
+    first: dict[str, RawProperty] = {}
+    out = []
+    for prop in properties:
+        seen = first.setdefault(prop.key.lower(), prop)
+        if seen is not prop:
+            out.append(Diagnostic("DSF-E204", f"the property '{prop.key}' is given twice", prop.location,
+                                  hint=f"first given at {seen.location}: remove one of them"))
+    return out
 
 
 def _partition_by(tokens: list[Token], path: str) -> tuple[list[Token], tuple[tuple[str, Location], ...]]:
@@ -203,7 +228,7 @@ def _source_parts(select: exp.Query | None) -> tuple[tuple[str, ...], ...]:
     if select is None:
         return ()
     return tuple(tuple(p.name for p in t.parts) for t in select.find_all(exp.Table)
-                 if not is_window(t))
+                 if not is_window(t) and not is_cte_name(t))
 
 
 def _table_parts(table: exp.Expr) -> tuple[str, ...]:
@@ -219,6 +244,9 @@ def _columns(schema: exp.Schema, path: str, start: Location) -> tuple[tuple[RawC
         if isinstance(item, exp.ColumnDef):
             kind = item.args.get("kind")
             columns.append(RawColumn(item.name, _type_text(kind), node_location(path, item.this, start)))
+            if any(isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint)
+                   for c in item.args.get("constraints") or ()):
+                primary_key.append(item.name)  # `id BIGINT PRIMARY KEY`
         elif isinstance(item, (exp.PrimaryKey, exp.Constraint)):
             pk = item if isinstance(item, exp.PrimaryKey) else item.find(exp.PrimaryKey)
             if pk is not None:

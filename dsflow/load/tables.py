@@ -2,7 +2,8 @@
 
 Table stores keep their settings in `properties`: an `s3` or `filesystem` store holds Delta Lake tables
 under its root (s3://bucket/prefix or a local folder), a `databricks` store does too and may register
-each table in a Unity Catalog, a `snowflake` store is an account. The WITH properties of a CREATE TABLE
+each table in a Unity Catalog, a `snowflake` store is an account, an `iceberg` store a warehouse and a SQL catalog
+(its tables NAMESPACE.TABLE: 'iceberg.namespace.name', default the relation's schema). The WITH properties of a CREATE TABLE
 follow DeltaStream's names ('databricks.table.name', 'snowflake.db.name', ...); 'delta.path' places a
 Delta table at a path under the store's root, or at a full URI.
 """
@@ -13,10 +14,11 @@ from collections.abc import Callable
 
 from dsflow.core.model import Column, Relation, Store
 from dsflow.errors import Diagnostic, Location
+from dsflow.load.lakepaths import table_path_diagnostic
 from dsflow.load.suggest import did_you_mean
 
 DELTA_STORES = {"s3", "filesystem", "databricks"}
-TABLE_STORES = DELTA_STORES | {"snowflake"}
+TABLE_STORES = DELTA_STORES | {"snowflake", "iceberg"}
 _S3 = {"bucket", "prefix", "endpoint_url", "region", "access_key_id", "secret_access_key", "session_token"}
 STORE_SETTINGS: dict[str, tuple[set[str], set[str]]] = {
     # type: (required, allowed)
@@ -29,11 +31,17 @@ STORE_SETTINGS: dict[str, tuple[set[str], set[str]]] = {
     # Kinesis streams (adapters/kinesis); credentials through {{ env_var('...') }}, or the AWS default chain
     "kinesis": (set(), {"region", "endpoint", "access_key_id", "secret_access_key", "session_token"}),
     "postgresql": (set(), {"dsn", "host", "port", "database", "dbname", "user", "username", "password", "sslmode"}),
+    # Iceberg tables (adapters/iceberg/catalog.py): a warehouse and pyiceberg's SQL catalog; S3 as for s3 stores
+    "iceberg": ({"warehouse"}, {"warehouse", "catalog_uri", "catalog_name"} | (_S3 - {"bucket", "prefix"})),
 }
 DELTA_PROPS = {"delta.path", "table.data.file.location"}
 DATABRICKS_PROPS = {"databricks.catalog.name", "databricks.schema.name", "databricks.table.name"}
 SNOWFLAKE_PROPS = {"snowflake.db.name", "snowflake.schema.name", "snowflake.table.name"}
-TABLE_PROPS = {"store"} | DELTA_PROPS | DATABRICKS_PROPS | SNOWFLAKE_PROPS
+ICEBERG_PROPS = {"iceberg.namespace.name", "iceberg.table.name"}
+TABLE_PROPS = {"store"} | DELTA_PROPS | DATABRICKS_PROPS | SNOWFLAKE_PROPS | ICEBERG_PROPS
+STORE_TABLE_PROPS = {"snowflake": SNOWFLAKE_PROPS, "databricks": DELTA_PROPS | DATABRICKS_PROPS,
+                     "iceberg": ICEBERG_PROPS}
+"""The WITH properties a table takes, by store type (Delta stores: DELTA_PROPS)."""
 
 Report = Callable[[Diagnostic], None]
 
@@ -62,7 +70,31 @@ def store_settings_diagnostics(name: str, type_: str, bootstrap: str, properties
     if type_ == "databricks" and not ({"bucket", "path"} & set(properties)):
         out.append(Diagnostic("DSF-E095", f"the databricks store '{name}' needs 'bucket' (S3) or 'path' (a local "
                               "folder) for its tables' files", location, hint="see docs/project.md (Table stores)"))
-    return out
+    return out + [Diagnostic(code, f"the {type_} store '{name}': {text}", location, hint=hint)
+                  for code, text, hint in STORE_CHECKS.get(type_, _no_checks)(properties)]
+
+
+def _no_checks(properties: dict[str, str]) -> list[tuple[str, str, str]]:
+    return []
+
+
+def _iceberg_checks(properties: dict[str, str]) -> list[tuple[str, str, str]]:
+    """An Iceberg warehouse is absolute (its metadata names files by absolute path); an s3:// one names its
+    catalog database (the default SQLite file lives in a local warehouse)."""
+    warehouse = properties.get("warehouse", "")
+    if not warehouse:
+        return []
+    if "://" not in warehouse and not warehouse.startswith("/"):
+        return [("DSF-E230", f"warehouse '{warehouse}' is not an absolute folder or URI",
+                 "set 'warehouse' to /abs/path or s3://bucket/prefix (Iceberg metadata names files by absolute path)")]
+    if "://" in warehouse and not warehouse.startswith("file://") and not properties.get("catalog_uri"):
+        return [("DSF-E231", f"the warehouse {warehouse} needs a 'catalog_uri'",
+                 "name the catalog database: postgresql+psycopg2://user@host/db or sqlite:////abs/catalog.db")]
+    return []
+
+
+STORE_CHECKS: dict[str, Callable[[dict[str, str]], list[tuple[str, str, str]]]] = {"iceberg": _iceberg_checks}
+"""Store type -> its own property checks beyond required/allowed: (code, message, hint) of each problem."""
 
 
 def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], props: dict[str, str],
@@ -78,11 +110,10 @@ def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str
         return None
     if store.type not in TABLE_STORES:
         report(Diagnostic("DSF-E096", f"table '{fqn}' is in the {store.type} store '{store.name}'", where,
-                          hint="CREATE TABLE ... AS SELECT writes to an s3, filesystem, databricks or snowflake "
-                               "store: name one with 'store' = '...'"))
+                          hint="CREATE TABLE ... AS SELECT writes to an s3, filesystem, databricks, snowflake or "
+                               "iceberg store: name one with 'store' = '...'"))
         return None
-    allowed = {"store"} | (SNOWFLAKE_PROPS if store.type == "snowflake" else DELTA_PROPS)
-    allowed |= DATABRICKS_PROPS if store.type == "databricks" else set()
+    allowed = {"store"} | STORE_TABLE_PROPS.get(store.type, DELTA_PROPS)
     for key in sorted(set(props) - allowed):
         if key in TABLE_PROPS:
             report(Diagnostic("DSF-E097", f"'{key}' does not apply to the {store.type} store '{store.name}'",
@@ -93,8 +124,17 @@ def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str
         if options is None:
             return None
         topic = ".".join(options[k] for k in ("snowflake.db.name", "snowflake.schema.name", "snowflake.table.name"))
+    elif store.type == "iceberg":
+        options = {"iceberg.namespace.name": props.get("iceberg.namespace.name") or fqn.split(".")[1],
+                   "iceberg.table.name": props.get("iceberg.table.name") or name}
+        topic = f"{options['iceberg.namespace.name']}.{options['iceberg.table.name']}"
     else:
         path = props.get("delta.path") or props.get("table.data.file.location") or name
+        key = "delta.path" if props.get("delta.path") else "table.data.file.location"
+        bad_path = table_path_diagnostic(fqn, key, path, store.name, prop_location(key) or location)
+        if bad_path is not None:
+            report(bad_path)
+            return None
         options = {"delta.path": path}
         if store.type == "databricks":
             options.update(_databricks_options(fqn, props, store))

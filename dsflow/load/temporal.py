@@ -39,6 +39,48 @@ def check_shape(join: exp.Join, side: str, left: Relation, right: Relation, wher
     return True
 
 
+def system_time(tables: list[exp.Table], found: dict, options: dict[int, dict], temporal: bool, where,
+                report: Report) -> bool:
+    """`JOIN changelog c FOR SYSTEM_TIME AS OF s.col`: the stream's records join the changelog as of `col`, so `col`
+    becomes the stream's event time (its source 'timestamp'), and the clause is taken off the tree. Anywhere else,
+    or AS OF anything but a column of the stream, it is DSF-E155 (False): never accepted and ignored."""
+    ok = True
+    for index, table in enumerate(tables):
+        version = table.args.get("version")
+        if version is None:
+            continue
+        table.set("version", None)
+        column = version.expression
+        stream = found[id(tables[0])]
+        problem = _system_time_problem(version, index, temporal, tables[0].alias_or_name, stream)
+        chosen = options[id(tables[0])]
+        if problem is None and chosen.get("timestamp", column.name).lower() != column.name.lower():
+            problem = (f"FOR SYSTEM_TIME AS OF {column.sql()} names another event time than the stream's "
+                       f"'timestamp' = '{chosen['timestamp']}'")
+        if problem is not None:
+            report(Diagnostic("DSF-E155", problem, where(version.expression) if column is not None else where(table),
+                              hint=f"write {HINT} FOR SYSTEM_TIME AS OF s.<a TIMESTAMP or BIGINT column of the "
+                                   "stream>, or leave it out: the stream's event time is used"))
+            ok = False
+            continue
+        chosen["timestamp"] = stream.column(column.name).name
+    return ok
+
+
+def _system_time_problem(version: exp.Expr, index: int, temporal: bool, stream_alias: str,
+                         stream: Relation) -> str | None:
+    column = version.expression
+    if not temporal or index != 1:
+        return "FOR SYSTEM_TIME AS OF applies only to the changelog of a temporal join (stream JOIN changelog)"
+    if str(version.this).upper() != "TIMESTAMP" or str(version.args.get("kind")).upper() != "AS OF":
+        return f"only FOR SYSTEM_TIME AS OF is supported, got FOR {version.this} {version.args.get('kind')}"
+    if not isinstance(column, exp.Column) or column.table not in ("", stream_alias) \
+            or stream.column(column.name) is None:
+        return (f"FOR SYSTEM_TIME AS OF must name a column of the stream '{stream_alias}', got "
+                f"{column.sql() if column is not None else '?'}")
+    return None
+
+
 def temporal_join(qualified: exp.Select, aliases: tuple[str, str], changelog: Relation, side: str, where,
                   report: Report) -> TemporalJoin | None:
     """The join's keys from ON: equalities `s.col = c.pk` covering the changelog's primary key, nothing else."""

@@ -75,6 +75,25 @@ def _partition_mismatch(spec: TopicSpec, found: TopicSpec) -> DsflowError:
     )
 
 
+def add_partitions(bootstrap: str, name: str, total: int, extra: Mapping[str, str] | None = None,
+                   validate_only: bool = False) -> bool:
+    """Raise the topic's partition count to `total` in place (Kafka CreatePartitions); with `validate_only` the
+    broker only checks it could. False when the broker has no CreatePartitions (tansu 0.6: UNSUPPORTED_FEATURE)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewPartitions
+
+    admin = _admin(bootstrap, extra)
+    future = admin.create_partitions([NewPartitions(name, total)], request_timeout=TIMEOUT,
+                                     validate_only=validate_only)[name]
+    try:
+        future.result(timeout=TIMEOUT + 5)
+        return True
+    except KafkaException as exc:
+        if exc.args[0].name() in ("_UNSUPPORTED_FEATURE", "UNSUPPORTED_VERSION", "INVALID_REQUEST"):
+            return False
+        raise request_failed(bootstrap, f"adding partitions to topic '{name}' ({total} in all)", exc) from exc
+
+
 def delete_topic(bootstrap: str, name: str, extra: Mapping[str, str] | None = None) -> bool:
     """Delete the topic; True if it existed."""
     from confluent_kafka import KafkaException

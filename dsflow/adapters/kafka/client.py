@@ -32,9 +32,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from dsflow.adapters.kafka.ranges import read_range
+from dsflow.core.secrets import ScrubFilter
 from dsflow.errors import DsflowError
 
 LOG = logging.getLogger("dsflow.kafka")
+LOG.addFilter(ScrubFilter())  # librdkafka's log lines (routed here by "logger": LOG) name client.id and brokers
 
 REQUEST_TIMEOUT = 10.0
 """Seconds to wait for one metadata / offsets request before giving up."""
@@ -140,13 +142,33 @@ class DeliveryErrors(list):
 
 
 def new_producer(config: Mapping[str, Any], errors: DeliveryErrors) -> Any:
-    """A Producer with batching defaults under `config`, reporting failed deliveries to `errors`."""
+    """A Producer with batching defaults under `config`, reporting failed deliveries to `errors`; checked to talk
+    to the broker (`connected`)."""
     from confluent_kafka import Producer
 
-    return Producer({
+    producer = Producer({
         **PRODUCER_DEFAULTS, **config, "logger": LOG,
         "on_delivery": errors, "delivery.report.only.error": True,
     })
+    return connected(producer, config)
+
+
+def connected(client: Any, config: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT) -> Any:
+    """`client`, after one metadata request (all topics: naming one creates it on tansu) answered when `config`
+    asks for TLS or SASL. A producer sends nothing before its first record, so a broker its security settings cannot
+    talk to would show only as records undelivered after message.timeout.ms; this fails at once with DSF-E702/E703
+    instead (which adapters/kafka/security.py turns into DSF-E255 naming the store). A plaintext client is not
+    asked: the TCP check (`assert_reachable`) covers it, and a producer per task would pay a round trip."""
+    from confluent_kafka import KafkaException
+
+    if str(config.get("security.protocol", "PLAINTEXT")).upper() == "PLAINTEXT":
+        return client
+    bootstrap = str(config.get("bootstrap.servers", "the configured broker"))
+    try:
+        client.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise request_failed(bootstrap, "connecting", exc) from exc
+    return client
 
 
 @contextmanager

@@ -18,6 +18,8 @@ Options (keys are case-insensitive):
                            topics, transaction markers) in `gap.log`
     gap.log                a file that counted gaps are appended to as JSON lines (dsflow status reads it)
     kafka.<setting>        passed to librdkafka without the prefix, e.g. kafka.security.protocol
+    secret.options         comma-separated names of the options above whose values are secrets: scrubbed
+                           from the tasks' log lines (core/secrets.py)
 
 Reading yields key, value, topic, partition, offset, timestamp (see SCHEMA). Offsets are
 {"<partition>": next offset}; a partition missing from the start offset is read from 0.
@@ -40,7 +42,7 @@ import uuid
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -55,14 +57,14 @@ from pyspark.sql.types import (
 
 from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kafka import client, pool
-from dsflow.adapters.kafka.formats import (
-    BOTH, NUMERIC_KEYS, TEXT, VALUE_COLUMN, DeadLetters, Decoding, decode_records, key_texts, spark_struct_ddl,
-    value_struct,
-)
+from dsflow.adapters.kafka.deadletters import DeadLetters
+from dsflow.adapters.kafka.options import KafkaOptions
+from dsflow.core.secrets import register
+from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
 from dsflow.errors import DsflowError
-
-if TYPE_CHECKING:
-    from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter
+from dsflow.formats.arrow import VALUE_COLUMN, spark_struct_ddl, value_struct
+from dsflow.formats.decoding import BOTH, TEXT, Decoding, decode_records
+from dsflow.formats.primitives import NUMERIC_KEYS, key_texts
 
 SCHEMA = StructType([
     StructField("key", StringType()),
@@ -77,108 +79,9 @@ SCHEMA = StructType([
 CHUNK_ROWS = 10_000
 """Rows per Arrow RecordBatch produced by a read task."""
 
-KAFKA_PREFIX = "kafka."
-
 QUICK_SETTLE_S = 0.02
 """Between micro-batches, how long the end-offset probe reads (see client.end_offsets): this runs
 before every batch, so it bounds latency; an end found short is completed by the next batch."""
-
-
-@dataclass(frozen=True)
-class KafkaOptions:
-    """The data source options, parsed and checked once."""
-
-    bootstrap: str
-    topic: str
-    starting_position: str = "earliest"
-    starting_offsets: dict[int, int] | None = None
-    """Per-partition start offsets (carried from a previous query version); others start at `starting_position`."""
-    starting_timestamp: int | None = None
-    """Epoch ms: start each partition at the first record at or after it (a replay)."""
-    max_records_per_batch: int | None = None
-    stall_timeout: float = client.STALL_TIMEOUT
-    allow_gaps: bool = False
-    """`gaps` = count: offsets the broker confirms empty are counted (compaction, transaction markers), not fatal."""
-    gap_log: str | None = None
-    """Where counted gaps are appended (JSON lines)."""
-    settings: dict[str, str] = field(default_factory=dict)
-    """librdkafka settings from the `kafka.` options, prefix removed."""
-    decoding: Decoding = field(default_factory=Decoding)
-    """value.format, value.columns, schema.registry.*, dlq.topic: how values are read (adapters/kafka/formats.py)."""
-    value_schema: str | None = None
-    """Writing avro: the schema (value.schema) registered under value.subject (default <topic>-value)."""
-    value_subject: str | None = None
-    key_schema: str | None = None
-    """Writing avro/protobuf keys: the key schema (key.schema) registered under key.subject (default <topic>-key)."""
-    key_subject: str | None = None
-    run: str = ""
-    """A streaming query run's own id: its tasks' pooled clients are never handed to another run (pool.py)."""
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
-        """Options as Spark hands them over (keys possibly lower-cased)."""
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
-        extra = {k[len(KAFKA_PREFIX):]: v for k, v in opts.items() if k.startswith(KAFKA_PREFIX)}
-        start = opts.get("starting.position", "earliest").strip().lower()
-        if start not in ("earliest", "latest"):
-            raise _bad_option("starting.position", start, "earliest or latest")
-        gaps = opts.get("gaps", "fail").strip().lower()
-        if gaps not in ("fail", "count"):
-            raise _bad_option("gaps", gaps, "fail or count")
-        return cls(
-            bootstrap=_required(opts, "bootstrap.servers"),
-            topic=_required(opts, "topic"),
-            starting_position=start,
-            starting_offsets=_offsets_option(opts.get("starting.offsets")),
-            starting_timestamp=_positive(opts, "starting.timestamp", int),
-            max_records_per_batch=_positive(opts, "max.records.per.batch", int),
-            stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
-            allow_gaps=gaps == "count",
-            gap_log=opts.get("gap.log") or None,
-            settings=extra,
-            decoding=Decoding.parse(opts),
-            value_schema=opts.get("value.schema") or None,
-            value_subject=opts.get("value.subject") or None,
-            key_schema=opts.get("key.schema") or None,
-            key_subject=opts.get("key.subject") or None,
-        )
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The librdkafka config for clients of this source or sink."""
-        return client.client_config(self.bootstrap, self.settings)
-
-
-def _offsets_option(text: str | None) -> dict[int, int] | None:
-    if not text:
-        return None
-    try:
-        return {int(p): int(o) for p, o in json.loads(text).items()}
-    except (ValueError, AttributeError) as err:
-        raise _bad_option("starting.offsets", text, 'JSON like {"0": 42, "1": 17}') from err
-
-
-def _required(opts: dict[str, str], key: str) -> str:
-    value = opts.get(key, "").strip()
-    if not value:
-        raise DsflowError("DSF-E707", f"dsflow_kafka: option '{key}' is required", hint=f'add .option("{key}", ...)')
-    return value
-
-
-def _positive(opts: dict[str, str], key: str, kind: type) -> Any:
-    if key not in opts:
-        return None
-    try:
-        value = kind(opts[key])
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise _bad_option(key, opts[key], "a positive number")
-    return value
-
-
-def _bad_option(key: str, value: str, expected: str) -> DsflowError:
-    return DsflowError("DSF-E707", f"dsflow_kafka: option '{key}' is '{value}'; expected {expected}")
 
 
 class KafkaDataSource(DataSource):
@@ -204,15 +107,11 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(replace(KafkaOptions.parse(self.options), run=uuid.uuid4().hex))
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
-        from dsflow.adapters.kafka.writing import KafkaBatchWriter, check_write_schema
-
         if overwrite:
             raise DsflowError("DSF-E707", "dsflow_kafka cannot overwrite a topic", hint='use .mode("append")')
         return KafkaBatchWriter(KafkaOptions.parse(self.options), check_write_schema(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
-        from dsflow.adapters.kafka.writing import KafkaStreamWriter, check_write_schema
-
         return KafkaStreamWriter(replace(KafkaOptions.parse(self.options), run=uuid.uuid4().hex),
                                  check_write_schema(schema))
 
@@ -234,10 +133,13 @@ class KafkaRange(InputPartition):
     run: str = ""
     allow_gaps: bool = False
     gap_log: str | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    """Secret values among `config` (the `secret.options`): scrubbed from this task's process's log lines."""
 
 
 def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
     """The task's records as Arrow RecordBatches of up to CHUNK_ROWS rows."""
+    register(task.secrets)
     consumer = pool.consumer(task.config, task.run)  # kept across micro-batches in the reused worker (pool.py)
     dead = DeadLetters(task.config, task.decoding)
     value_type = value_struct(task.decoding.columns) if task.decoding.layout == BOTH else None
@@ -343,7 +245,7 @@ def plan_ranges(options: KafkaOptions, start: Mapping[str, int], end: Mapping[st
     """One task per partition with records between the two offsets."""
     return [
         KafkaRange(options.topic, int(p), int(start.get(p, 0)), int(stop), options.config, options.stall_timeout,
-                   options.decoding, options.run, options.allow_gaps, options.gap_log)
+                   options.decoding, options.run, options.allow_gaps, options.gap_log, options.secret_values)
         for p, stop in end.items()
         if int(start.get(p, 0)) < int(stop)
     ]

@@ -24,6 +24,24 @@ class KafkaObjects:
         return held_records(client.client_config(bootstrap, store.properties), topic, since)
 
 
+    def can_grow(self, store: Any, name: str, total: int) -> bool:
+        from dsflow.adapters.kafka.admin import add_partitions
+
+        return add_partitions(store.bootstrap_servers, name, total, store.properties, validate_only=True)
+
+    def grow(self, store: Any, name: str, total: int) -> None:
+        from dsflow.adapters.kafka.admin import add_partitions, describe_topic
+        from dsflow.errors import DsflowError
+
+        found = describe_topic(store.bootstrap_servers, name, store.properties)
+        if found is not None and found.partitions >= total:  # an interrupted apply grew it already
+            return
+        if not add_partitions(store.bootstrap_servers, name, total, store.properties):
+            raise DsflowError("DSF-E826", f"the broker of store '{store.name}' cannot add partitions to topic "
+                              f"'{name}' (no CreatePartitions)", hint="plan again: the plan then replaces the topic, "
+                              "and says what that destroys")
+
+
 def held_records(config: dict, topic: str, since: str | None = None) -> int:
     """Records of `topic` from the first held (or those at epoch ms `since`) to the true end offsets."""
     from confluent_kafka import TopicPartition

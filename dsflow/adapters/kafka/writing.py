@@ -10,17 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructType
 
 from dsflow.adapters.kafka import client, pool
-from dsflow.adapters.kafka.formats import key_encoder, value_serializer
+from dsflow.adapters.kafka.options import KafkaOptions
 from dsflow.errors import DsflowError
+from dsflow.formats.serializers import key_encoder, value_serializer
 
-if TYPE_CHECKING:
-    from dsflow.adapters.kafka.datasource import KafkaOptions
 
 @dataclass
 class KafkaCommit(WriterCommitMessage):

@@ -9,7 +9,7 @@ max.records.per.batch; kinesis.<setting> the store's settings (client.py).
 
 Rows: key (the partition key), value (the data as UTF-8), stream, shard, sequence, timestamp (the
 approximate arrival time): the same key/value/timestamp columns as `dsflow_kafka`. Value formats
-(decoding.py, with the Kafka decoders): value.format json (default) | avro | protobuf | string | long |
+(decoding.py, with dsflow/formats/): value.format json (default) | avro | protobuf | string | long |
 int | double | bytes, value.columns JSON [[name, SQL type], ...], schema.registry.* (avro, protobuf).
 Every format but json replaces `value` by a struct column `__value` of the columns. A record that does not
 decode goes to the dead-letter stream dlq.topic (dlq.query names the query) or, without one, fails the
@@ -50,11 +50,13 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from dsflow.adapters.continuity import check_continues
-from dsflow.adapters.kafka.formats import Decoding
 from dsflow.adapters.kinesis import client as kc
 from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
 from dsflow.adapters.kinesis.writing import put_batches
 from dsflow.errors import DsflowError
+from dsflow.formats.arrow import VALUE_COLUMN, spark_struct_ddl
+from dsflow.formats.decoding import Decoding
+from dsflow.formats.serializers import value_serializer
 
 SCHEMA = StructType([
     StructField("key", StringType()), StructField("value", StringType()), StructField("stream", StringType()),
@@ -120,8 +122,6 @@ class KinesisDataSource(DataSource):
         decoding = _decoding({str(k).lower(): str(v) for k, v in self.options.items()})
         if not decoding.decoded:
             return SCHEMA
-        from dsflow.adapters.kafka.formats import spark_struct_ddl
-
         return ("key STRING, stream STRING, shard STRING, sequence STRING, timestamp TIMESTAMP, "
                 + spark_struct_ddl(list(decoding.columns)))
 
@@ -269,8 +269,6 @@ def to_record_batch(records: tuple[Record, ...] | list[Record], stream: str, sha
     names = [f.name for f in SCHEMA.fields]
     if values is None:
         return pa.RecordBatch.from_arrays(columns, names=names)
-    from dsflow.adapters.kafka.formats import VALUE_COLUMN
-
     return pa.RecordBatch.from_arrays([c for c in columns if c is not None] + [values],
                                       names=[n for n in names if n != "value"] + [VALUE_COLUMN])
 
@@ -293,8 +291,6 @@ def _checked(schema: StructType) -> StructType:
 
 def _serializer(options: KinesisOptions) -> Any:
     """The value format's serializer of `value` structs (None for json: the value is text already)."""
-    from dsflow.adapters.kafka.formats import value_serializer
-
     return value_serializer(options.decoding.value_format, options.stream, options.decoding.registry,
                             options.value_schema, options.value_subject)
 

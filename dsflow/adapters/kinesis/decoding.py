@@ -1,4 +1,4 @@
-"""Values of Kinesis records by format, reusing the Kafka decoders (adapters/kafka/formats.py).
+"""Values of Kinesis records by format, with the decoders every store uses (formats/decoding.py).
 
     decode_records   a chunk of records -> (records kept, their `__value` struct array or None for json,
                      the records that did not decode with the reason)
@@ -16,17 +16,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dsflow.adapters.kafka.formats import Bad, Decoding, decode_chunk
-from dsflow.adapters.kafka.json_values import json_problems
 from dsflow.adapters.kinesis.offsets import Record
 from dsflow.errors import DsflowError
+from dsflow.formats.arrow import Bad
+from dsflow.formats.decoding import Decoding, decode_chunk
+from dsflow.formats.json_values import json_problems
 
 DLQ_SHARDS = 1
 """Shards of a dead-letter stream dsflow creates."""
 
 
 class KinesisMessage:
-    """A Kinesis record seen through the accessors the Kafka decoders call (value, key, topic, ...)."""
+    """A Kinesis record seen through the accessors the decoders of dsflow/formats/ call (value, key, topic, ...)."""
 
     __slots__ = ("record", "stream", "shard")
 
@@ -110,17 +111,6 @@ class DeadLetterStream:
             data = envelope(messages[index], error, self.query)
             entries.append({"Data": data, "PartitionKey": partition_key(messages[index].record.key or None, data)})
         self.count += put_entries(self._client, self.stream, entries)
-
-
-def read_dead_letters(settings: Mapping[str, str], stream: str, timeout: float = 1.0) -> list[dict[str, Any]]:
-    """The envelopes in a dead-letter stream, with `data` decoded back to bytes (tests, support)."""
-    from dsflow.adapters.kinesis.records import read_records
-
-    out = []
-    for record in read_records(settings, stream, timeout=timeout):
-        letter = json.loads(record["value"])
-        out.append({**letter, "data": base64.b64decode(letter["data_base64"])})
-    return out
 
 
 def dead_letter_count(settings: Mapping[str, str], stream: str) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsflow.adapters.schemas import register_sink_schemas
 from dsflow.core.address import Address
 
 MARK = "kinesis_stream"
@@ -52,10 +53,8 @@ class StreamExecutor:
                               f"the project declares 'topic.shards' = {relation.partitions}",
                               hint="declare the stream's shard count, or reshard the stream (UpdateShardCount); "
                                    "dsflow does not reshard streams by itself")
-        from dsflow.executors import _register_sink_schema  # a query's avro/protobuf sink: schema before writes
-
         return {MARK: relation.topic, "topic": relation.topic, "store": relation.store,
-                "created_by_dsflow": created or not existed, **_register_sink_schema(ctx.project, relation)}
+                "created_by_dsflow": created or not existed, **register_sink_schemas(ctx.project, relation)}
 
     def update(self, ctx, change, deployed) -> dict[str, Any]:
         outputs = self.create(ctx, change)

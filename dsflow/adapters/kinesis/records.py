@@ -1,4 +1,4 @@
-"""Records of a Kinesis stream for the topic commands and tests: put JSON lines, read every shard.
+"""Records of a Kinesis stream for the topic commands and tests: put JSON lines, read every shard, read dead letters.
 
 A relation's value format is honoured through `Codec` (relation_codec): lines are JSON objects of the
 relation's columns, encoded in its format when put, and values are decoded with it when read.
@@ -6,16 +6,20 @@ relation's columns, encoded in its format when put, and values are decoded with 
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsflow.adapters.kafka.formats import Decoding
 from dsflow.adapters.kinesis.client import list_shards, new_client
+from dsflow.adapters.kinesis.decoding import decode_records
 from dsflow.adapters.kinesis.offsets import GET_LIMIT, Record, _record, shard_iterator
 from dsflow.adapters.kinesis.writing import partition_key, put_entries
+from dsflow.formats.decoding import Decoding
+from dsflow.formats.proto_schemas import schema_text
+from dsflow.formats.serializers import value_serializer
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,6 @@ def relation_codec(relation: Any, registry: Mapping[str, str]) -> Codec | None:
 
         return Codec(decoding, avro_schema(name, f"{database}.{schema}", list(columns)), relation.value_subject)
     if relation.value_format == "protobuf":
-        from dsflow.adapters.kafka.protobuf import schema_text
-
         return Codec(decoding, schema_text(name, f"{database}.{schema}", list(columns)), relation.value_subject)
     return Codec(decoding)
 
@@ -71,8 +73,6 @@ def _encoder(stream: str, codec: Codec | None) -> Callable[[dict], bytes] | None
     """A JSON object -> the bytes of its columns in the codec's format (missing columns are null)."""
     if codec is None:
         return None
-    from dsflow.adapters.kafka.formats import value_serializer
-
     serialize = value_serializer(codec.decoding.value_format, stream, codec.decoding.registry, codec.schema,
                                  codec.subject)
     names = [n for n, _ in codec.decoding.columns]
@@ -89,8 +89,6 @@ def _encoder(stream: str, codec: Codec | None) -> Callable[[dict], bytes] | None
 
 def decoded_value(record: Record, stream: str, shard: str, codec: Codec) -> dict[str, Any]:
     """{"value": the decoded columns} or {"error": why not, "value": the data as text}."""
-    from dsflow.adapters.kinesis.decoding import decode_records
-
     keep, values, bad = decode_records([record], stream, shard, codec.decoding)
     if bad:
         return {"value": record.data.decode("utf-8", "replace"), "error": f"not {codec.decoding.value_format}: "
@@ -130,3 +128,13 @@ def read_records(settings: Mapping[str, str], stream: str, from_beginning: bool 
             idle_since = time.monotonic()
         else:
             time.sleep(0.2)
+
+
+def read_dead_letters(settings: Mapping[str, str], stream: str, timeout: float = 1.0) -> list[dict[str, Any]]:
+    """The envelopes in a dead-letter stream (decoding.DeadLetterStream), with `data` decoded back to bytes
+    (tests, support)."""
+    out = []
+    for record in read_records(settings, stream, timeout=timeout):
+        letter = json.loads(record["value"])
+        out.append({**letter, "data": base64.b64decode(letter["data_base64"])})
+    return out

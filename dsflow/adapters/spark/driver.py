@@ -21,6 +21,8 @@ from typing import Any
 from dsflow.adapters.spark.frames import sink_format_options, source_format_options
 from dsflow.adapters.spark.frames import sink_frame, source_view, start_kafka_updates, start_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
+from dsflow.adapters.tables import FORMATS
+from dsflow.core.secrets import register, registered, scrub
 
 STATUS_EVERY_SECONDS = 2.0
 ASYNC_CHECKPOINT = {
@@ -100,7 +102,7 @@ def start_query(spark, spec: QuerySpec, available_now: bool = False):
     trigger = {"availableNow": True} if available_now else {"processingTime": spec.trigger_interval}
     if spec.sink.kind in ("sqlite", "postgres"):
         return start_view(spec, frame, trigger)
-    if spec.sink.kind in ("delta", "snowflake"):
+    if spec.sink.kind in FORMATS:  # a table format (adapters/tables)
         from dsflow.adapters.spark.tables import start_table
 
         return start_table(spec, frame, trigger)
@@ -150,7 +152,7 @@ def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
 
 def error_summary(err: BaseException) -> str:
     """The dsflow diagnostic inside a Spark error if there is one, else the error's first line."""
-    text = str(err)
+    text = scrub(str(err))
     found = re.search(r"DSF-E\d+[^\n]*", text)
     if found:
         return found.group(0)[:2000]
@@ -179,6 +181,7 @@ def run(spec: QuerySpec) -> int:
     write_status(spec.status_path, {"name": spec.name, "version": spec.version, "pid": os.getpid(),
                                     "state": "starting", "updated_at": time.time()})
     spark = build_session(spec.master, f"dsflow:{spec.name}", spec.spark_conf)
+    _redact_in_spark(spark)
     query = None
     try:
         query = start_query(spark, spec)
@@ -195,7 +198,7 @@ def run(spec: QuerySpec) -> int:
         status = progress_status(spec, query, "failed")
         status["error"] = error_summary(err)
         write_status(spec.status_path, status)
-        print(f"query {spec.name} failed: {err}", file=sys.stderr)
+        print(scrub(f"query {spec.name} failed: {err}"), file=sys.stderr)
         return 1
     finally:
         spark.stop()
@@ -210,13 +213,23 @@ def main(argv: list[str] | None = None) -> int:
 def resolve_env_refs(spec: QuerySpec) -> QuerySpec:
     """Client settings written as '@env:NAME' (secrets) take their value from the environment."""
     def resolve(config: dict[str, str]) -> dict[str, str]:
-        return {k: os.environ.get(v[len(ENV_REF):], "") if v.startswith(ENV_REF) else v for k, v in config.items()}
+        resolved = {k: os.environ.get(v[len(ENV_REF):], "") if v.startswith(ENV_REF) else v for k, v in config.items()}
+        register(resolved[k] for k, v in config.items() if v.startswith(ENV_REF))  # scrubbed from output
+        return resolved
 
     sources = [s.model_copy(update={"client_config": resolve(s.client_config), "registry": resolve(s.registry)})
                for s in spec.sources]
     sink = spec.sink.model_copy(update={"client_config": resolve(spec.sink.client_config),
                                         "registry": resolve(spec.sink.registry)})
     return spec.model_copy(update={"sources": sources, "sink": sink})
+
+
+def _redact_in_spark(spark) -> None:
+    """Spark's own redaction of the secret values this driver was given, in plans and explain output. Set on the
+    running session, never in the session's start conf: PySpark passes that conf to the JVM's command line."""
+    values = sorted(registered(), key=len, reverse=True)
+    if values:
+        spark.conf.set("spark.sql.redaction.string.regex", "|".join(re.escape(v) for v in values))
 
 
 if __name__ == "__main__":

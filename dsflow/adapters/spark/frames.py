@@ -46,10 +46,11 @@ def source_view(raw, source: SourceSpec):
 
 def _value_columns(source: SourceSpec):
     """(the value struct, whether the record is a tombstone), by where the reader put the value
-    (adapters/kafka/formats.py, `value_layout`: the same predicate as the data source's schema)."""
+    (formats/decoding.py, `value_layout`: the same predicate as the data source's schema)."""
     from pyspark.sql import functions as F
 
-    from dsflow.adapters.kafka.formats import BOTH, STRUCT, VALUE_COLUMN, value_layout
+    from dsflow.formats.arrow import VALUE_COLUMN
+    from dsflow.formats.decoding import BOTH, STRUCT, value_layout
 
     layout = value_layout(source.value_format, source.value_columns, source.dlq_topic, source.kind)
     if layout == STRUCT:  # decoded by the reader
@@ -93,7 +94,7 @@ def sink_frame(result, sink: SinkSpec):
 
     value = F.struct(*[F.col(f"`{c}`") for c in sink.columns])
     if sink.value_format == "json":
-        value = F.to_json(value)  # other formats: the writer serializes the struct (adapters/kafka/formats.py)
+        value = F.to_json(value)  # other formats: the writer serializes the struct (formats/serializers.py)
     if KEEP in result.columns:
         value = F.when(F.col(KEEP), value)
     if not sink.key_columns:
@@ -159,7 +160,7 @@ def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
     import json
 
     options = {"value.format": source.value_format, "value.columns": json.dumps(source.value_columns),
-               **source.registry}
+               **source.registry, **secret_options(source.client_config, source.registry)}
     if source.dlq_topic:
         options |= {"dlq.topic": source.dlq_topic, "dlq.query": query}
     if source.key_format:
@@ -169,7 +170,7 @@ def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
 
 def sink_format_options(sink: SinkSpec) -> dict[str, str]:
     """dsflow_kafka writer options for the sink's value format (avro: schema, subject, registry)."""
-    options = {"value.format": sink.value_format, **sink.registry}
+    options = {"value.format": sink.value_format, **sink.registry, **secret_options(sink.client_config, sink.registry)}
     if sink.value_schema:
         options["value.schema"] = sink.value_schema
     if sink.value_subject:
@@ -179,6 +180,20 @@ def sink_format_options(sink: SinkSpec) -> dict[str, str]:
     if sink.key_schema:
         options |= {"key.schema": sink.key_schema, "key.subject": sink.key_subject or f"{sink.topic}-key"}
     return options
+
+
+def secret_options(client_config: dict[str, str], registry: dict[str, str]) -> dict[str, str]:
+    """`secret.options`: the names of the dsflow_kafka options whose values are secrets this driver was given, so
+    the data source's tasks (other processes) scrub them from their log lines too (core/secrets.py)."""
+    from dsflow.core.secrets import registered
+
+    secrets = registered()
+    names = [k if k == "bootstrap.servers" else f"kafka.{k}" for k, v in client_config.items() if v in secrets]
+    names += [k for k, v in registry.items() if v in secrets]
+    return {SECRET_OPTIONS: ",".join(names)} if names else {}
+
+
+SECRET_OPTIONS = "secret.options"
 
 
 def kafka_batch_writer(spec: QuerySpec):

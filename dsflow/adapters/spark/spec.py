@@ -53,12 +53,12 @@ class SinkSpec(BaseModel):
     topic: str = Field(description="the Kafka topic, or the view's table")
     client_config: dict[str, str]
     columns: list[str]
-    kind: Literal["kafka", "kinesis", "sqlite", "postgres", "console", "delta", "snowflake"] = "kafka"
+    kind: Literal["kafka", "kinesis", "sqlite", "postgres", "console", "delta", "snowflake", "iceberg"] = "kafka"
     output_mode: Literal["append", "update"] = "append"
     key_columns: list[str] = Field(default_factory=list, description="Kafka: the key is made of these columns "
                                    "(else the source key is carried); SQLite: upsert on them (else append)")
     database: str | None = Field(None, description="SQLite file of a view")
-    options: dict[str, str] = Field(default_factory=dict, description="delta, snowflake, postgres: the table's "
+    options: dict[str, str] = Field(default_factory=dict, description="delta, snowflake, iceberg, postgres: the table's "
                                     "options (topic is its location or name; client_config the store's settings)")
     value_format: str = Field("json", description="Kafka: json (to_json on the JVM), or a format the writer "
                               "serializes the value struct in (avro, string, long, int, double, bytes)")

@@ -43,15 +43,16 @@ def view_name(index: int, query: Query) -> str:
     return f"__src{index}_{query.fqn.replace('.', '_')}"
 
 
-def spark_select(query: Query) -> str:
+def spark_select(query: Query, project: Project | None = None) -> str:
     """The query's SELECT in Spark SQL over the source views.
 
     Each source table becomes its view; a window's window_start/window_end become fields of the view's
     __window column (grouped as one, so Spark keeps the watermark); an interval join gets its event-time
     range; COUNT(DISTINCT x) becomes SIZE(COLLECT_SET(x)) (Spark has no streaming distinct aggregate);
+    array subscripts count from 1 and give NULL out of range (`array_subscripts`);
     and the source record's key is carried as __key unless the sink key is made of output columns.
     """
-    select = to_spark(parse_one_select(query.select_sql))
+    select = to_spark(array_subscripts(parse_one_select(query.select_sql), query, project))
     for index, table in enumerate(list(select.find_all(exp.Table))):
         alias = table.alias_or_name
         table.replace(exp.Table(this=exp.to_identifier(view_name(index, query)),
@@ -72,6 +73,43 @@ def spark_select(query: Query) -> str:
     if not query.key_columns:
         select = select.select(_carried_key(query).as_(KEY_COLUMN), copy=False)
     return select.sql(dialect="spark")
+
+
+def array_subscripts(select: exp.Query, query: Query, project: Project | None) -> exp.Query:
+    """`arr[i]` and `ELEMENT_AT(arr, i)` count from 1 in DeltaStream; Spark's `arr[i]` counts from 0 and both fail
+    out of range (ANSI mode). Each becomes Spark's `GET(arr, i - 1)`: 0-based, NULL out of range. A subscript of a
+    MAP (`m['k']`) stays as it is; the base's type comes from the source relations' columns (`project`), or,
+    without them, a string subscript is taken for a map key."""
+    brackets = [b for b in select.find_all(exp.Bracket) if len(b.expressions) == 1]
+    if not brackets:
+        return select
+    if project is not None:
+        select = _annotated(select, query, project)
+        brackets = [b for b in select.find_all(exp.Bracket) if len(b.expressions) == 1]
+    for bracket in brackets:
+        base, index = bracket.this, bracket.expressions[0]
+        kind = base.type.this if base.type is not None else exp.DType.UNKNOWN
+        if kind == exp.DType.MAP or (kind != exp.DType.ARRAY and index.is_string):
+            continue
+        zero_based = exp.Literal.number(int(index.name) - 1) if index.is_int else \
+            exp.Sub(this=exp.paren(index.copy(), copy=False), expression=exp.Literal.number(1))
+        bracket.replace(exp.Anonymous(this="GET", expressions=[base.copy(), zero_based]))
+    return select
+
+
+def _annotated(select: exp.Query, query: Query, project: Project) -> exp.Query:
+    """`select` with sqlglot's types, from the columns of the query's source relations."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.schema import MappingSchema
+
+    from dsflow.load.sql import DIALECT
+
+    mapping: dict = {}
+    for source in query.sources:
+        relation = project.relation(source.relation)
+        database, schema, name = relation.fqn.split(".")
+        mapping.setdefault(database, {}).setdefault(schema, {})[name] = {c.name: c.type for c in relation.columns}
+    return annotate_types(select, schema=MappingSchema(mapping, dialect=DIALECT), dialect=DIALECT)
 
 
 def _window_columns(select: exp.Select, alias: str) -> None:
@@ -207,7 +245,7 @@ def sink_format(project: Project, relation: Relation) -> dict:
         database, schema, name = relation.fqn.split(".")
         columns = [(c.name, c.type) for c in relation.columns]
         if relation.value_format == "protobuf":
-            from dsflow.adapters.kafka.protobuf import schema_text
+            from dsflow.formats.proto_schemas import schema_text
 
             settings["value_schema"] = schema_text(name, f"{database}.{schema}", columns)
         else:
@@ -272,12 +310,12 @@ def sink_spec(project: Project, query: Query) -> SinkSpec:
 
 def sink_key_format(relation: Relation, query: Query) -> dict:
     """avro/protobuf keys of a Kafka sink: the key schema (the query's key columns as a record; a carried key:
-    a string) and its subject <topic>-key (adapters/kafka/keys.py)."""
+    a string) and its subject <topic>-key (formats/keys.py)."""
     from dsflow.core.formats import REGISTRY_FORMATS, key_subject
 
     if relation.key_format not in REGISTRY_FORMATS:
         return {}
-    from dsflow.adapters.kafka.keys import key_schema_text
+    from dsflow.formats.keys import key_schema_text
 
     database, schema, name = relation.fqn.split(".")
     types = {c.name: c.type for c in (*relation.columns, *query.output_columns)}
@@ -295,7 +333,7 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         spark_conf={**project.runtime.spark_conf, **query.spark_conf}, checkpoint=checkpoint,
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
         sources=source_specs(project, query, start), sink=sink,
-        select_sql=spark_select(query), temporal=temporal_spec(project, query),
+        select_sql=spark_select(query, project), temporal=temporal_spec(project, query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
         and sink.kind == "kafka" and sink.output_mode == "append",
     )

@@ -10,10 +10,12 @@ import importlib
 from pathlib import Path
 
 from dsflow.adapters.state.base import LockInfo, StateBackend
-from dsflow.core.model import StateSettings
+from dsflow.core.model import Project, StateSettings
+from dsflow.core.resources import has_secrets
+from dsflow.core.secrets import Redactor
 from dsflow.errors import DsflowError
 
-__all__ = ["BACKENDS", "LockInfo", "StateBackend", "make_backend"]
+__all__ = ["BACKENDS", "LockInfo", "StateBackend", "make_backend", "redactor"]
 
 BACKENDS: dict[str, str] = {
     "local": "dsflow.adapters.state.local",
@@ -31,3 +33,9 @@ def make_backend(settings: StateSettings, root: Path, environment: str) -> State
         raise DsflowError("DSF-E805", f"unknown state backend '{settings.backend}'",
                           hint=f"state.backend is one of {', '.join(sorted(BACKENDS))}")
     return importlib.import_module(module).from_settings(settings, root, environment)
+
+
+def redactor(project: Project, backend: StateBackend) -> Redactor:
+    """The markers for the project's secret values: keyed by the backend's redaction key, which is asked for (and
+    made, the first time) only when the project has secrets."""
+    return Redactor(backend.redaction_key()) if has_secrets(project) else Redactor()

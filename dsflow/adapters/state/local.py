@@ -1,15 +1,26 @@
-"""The local state backend: a JSON file per environment and a lock file holding who/when/what."""
+"""The local state backend: a JSON file per environment, a lock file holding who/when/what, and the
+environment's redaction key in a file of its own (mode 0600)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dsflow.adapters.state.base import LockInfo, check_current, check_unlock, locked_error
+from dsflow.adapters.state.base import (
+    LockInfo,
+    check_current,
+    check_lineage,
+    check_unlock,
+    check_writable,
+    locked_error,
+    new_redaction_key,
+    parse_redaction_key,
+)
 from dsflow.core.model import StateSettings
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
@@ -22,6 +33,8 @@ class LocalStateBackend:
 
     A write replaces the file by rename, after copying the previous one to <environment>.json.backup.
     A compare-and-swap write holds an flock on <environment>.json.wlock while it compares and renames.
+    Files are first written under a temporary name (<environment>.tmp<pid>) and linked or renamed into place;
+    a temporary file is removed on every exit path, and one left by a killed process is removed by the next write.
     """
 
     def __init__(self, directory: Path, environment: str):
@@ -36,19 +49,26 @@ class LocalStateBackend:
     def lock_path(self) -> Path:
         return self.directory / f"{self.environment}.lock"
 
+    @property
+    def key_path(self) -> Path:
+        return self.directory / f"{self.environment}.key"
+
     def read(self) -> State:
         if not self.path.exists():
             return State(environment=self.environment)
         try:
-            return State.model_validate_json(self.path.read_text())
-        except ValueError as err:
+            state = State.model_validate_json(self.path.read_bytes())
+        except (ValueError, OSError) as err:
             raise DsflowError("DSF-E801", f"state file {self.path} is unreadable: {err}",
                               hint="restore it from a backup (<env>.json.backup)") from err
+        return check_lineage(state, str(self.path))
 
     def write(self, state: State, *, expected_serial: int | None = None) -> None:
+        check_writable(state, str(self.path))
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.path.with_suffix(".json.wlock"), "a") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
+            self._remove_orphans()
             if expected_serial is not None:
                 stored = self.read() if self.path.exists() else None
                 check_current((stored.serial, stored.lineage) if stored else None, state, expected_serial,
@@ -57,25 +77,59 @@ class LocalStateBackend:
 
     def _replace(self, state: State) -> None:
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(state.model_dump_json(indent=2))
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        if self.path.exists():
-            backup_tmp = self.path.with_suffix(f".backup.tmp{os.getpid()}")
-            shutil.copyfile(self.path, backup_tmp)
-            os.replace(backup_tmp, self.path.with_suffix(".json.backup"))
-        os.replace(tmp, self.path)
+        backup_tmp = self.path.with_suffix(f".backup.tmp{os.getpid()}")
+        try:
+            _write_synced(tmp, state.model_dump_json(indent=2))
+            if self.path.exists():
+                shutil.copyfile(self.path, backup_tmp)
+                os.replace(backup_tmp, self.path.with_suffix(".json.backup"))
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+            backup_tmp.unlink(missing_ok=True)
+
+    def _remove_orphans(self) -> None:
+        """Temporary files of this environment left by a process that died mid-write (kill -9); called under
+        the write flock, so no live writer's file is among them unless its PID is alive."""
+        for path in self.directory.glob(f"{self.environment}.*tmp*"):
+            pid = path.name.rpartition("tmp")[2]
+            if pid.isdigit() and not _alive(int(pid)):
+                path.unlink(missing_ok=True)
+
+    def redaction_key(self) -> bytes:
+        if not self.key_path.exists():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._create_exclusive(self.key_path, new_redaction_key())
+        try:
+            text = self.key_path.read_text()
+        except OSError as err:
+            raise DsflowError("DSF-E912", f"the redaction key {self.key_path} is unreadable: {err}",
+                              hint="check its permissions (it is the owner's only, mode 0600)") from err
+        return parse_redaction_key(text.strip(), str(self.key_path))
+
+    def _create_exclusive(self, path: Path, text: str) -> bool:
+        """Create `path` holding `text` (mode 0600) unless it exists; readers never see it half written. True if
+        this call created it."""
+        tmp = path.with_name(f"{self.environment}.{path.suffix.lstrip('.')}.{uuid.uuid4().hex[:8]}.tmp{os.getpid()}")
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @contextmanager
     def lock(self, operation: str) -> Iterator[LockInfo]:
         self.directory.mkdir(parents=True, exist_ok=True)
         info = LockInfo.new(operation)
-        try:
-            fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            raise locked_error(self.lock_holder(), f"unreadable lock file {self.lock_path}") from None
-        with os.fdopen(fd, "w") as handle:
-            handle.write(info.to_json())
+        if not self._create_exclusive(self.lock_path, info.to_json()):
+            raise locked_error(self.lock_holder(), f"unreadable lock file {self.lock_path}")
         try:
             yield info
         finally:
@@ -92,6 +146,23 @@ class LocalStateBackend:
     def force_unlock(self, lock_id: str) -> None:
         check_unlock(self.lock_holder(), lock_id)
         self.lock_path.unlink(missing_ok=True)
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def from_settings(settings: StateSettings, root: Path, environment: str) -> LocalStateBackend:

@@ -4,7 +4,8 @@ Tables (created if missing; `<table>` is `state.table`, default dsflow_state; it
 trailing `_state` and adds `_locks`, so dsflow_state pairs with dsflow_locks):
 
     <table>(project, environment, lineage, serial, body jsonb, updated_at)   primary key (project, environment)
-    <locks>(project, environment, lock_id, who, operation, created, pid, backend_pid)
+    <locks>(project, environment, lock_id, who, operation, created, pid, backend_pid, host, command)
+    <keys>(project, environment, key)    the redaction key of the secret markers (dsflow_state: dsflow_keys)
 
 A write is one transaction. A compare-and-swap write first takes the row `FOR UPDATE`, compares serial
 and lineage, then updates it; a concurrent writer waits on the row and then sees the new serial (DSF-E804).
@@ -26,7 +27,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dsflow.adapters.state.base import LockInfo, check_current, check_unlock, locked_error, stale_error
+from dsflow.adapters.state.base import (
+    LockInfo,
+    check_current,
+    check_lineage,
+    check_unlock,
+    check_writable,
+    locked_error,
+    new_redaction_key,
+    no_lineage_error,
+    parse_redaction_key,
+    stale_error,
+)
 from dsflow.core.model import StateSettings
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
@@ -40,11 +52,21 @@ CREATE TABLE IF NOT EXISTS {locks} (
     project text NOT NULL, environment text NOT NULL, lock_id text NOT NULL, who text NOT NULL,
     operation text NOT NULL, created double precision NOT NULL, pid integer NOT NULL,
     backend_pid integer NOT NULL, PRIMARY KEY (project, environment));
+CREATE TABLE IF NOT EXISTS {keys} (
+    project text NOT NULL, environment text NOT NULL, key text NOT NULL, PRIMARY KEY (project, environment));
 """
+_MIGRATE = """
+ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS host text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS command text NOT NULL DEFAULT '';
+"""
+"""Lock tables made before 2026-11-25 gain the holder's host and command (run only when `command` is missing:
+ALTER TABLE takes an exclusive lock even when there is nothing to add)."""
+_HAS_COMMAND = "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'command' " \
+               "AND NOT attisdropped"
 _ADVISORY = "SELECT 1 FROM pg_locks p WHERE p.locktype = 'advisory' AND p.granted AND p.classid = %s " \
             "AND p.objid = %s AND p.objsubid = 1"
 _HOLDER = """
-SELECT l.lock_id, l.who, l.operation, l.created, l.pid, l.backend_pid FROM {locks} l
+SELECT l.lock_id, l.who, l.operation, l.created, l.pid, l.backend_pid, l.host, l.command FROM {locks} l
 WHERE l.project = %s AND l.environment = %s AND EXISTS (""" + _ADVISORY + """ AND p.pid = l.backend_pid)
 """
 _INSERT = "INSERT INTO {state} (project, environment, lineage, serial, body) VALUES (%s, %s, %s, %s, %s)"
@@ -55,16 +77,27 @@ SET lineage = EXCLUDED.lineage, serial = EXCLUDED.serial, body = EXCLUDED.body, 
 _UPDATE = "UPDATE {state} SET lineage = %s, serial = %s, body = %s, updated_at = now() " \
           "WHERE project = %s AND environment = %s"
 _CLAIM = """
-INSERT INTO {locks} (project, environment, lock_id, who, operation, created, pid, backend_pid)
-VALUES (%s, %s, %s, %s, %s, %s, %s, pg_backend_pid())
+INSERT INTO {locks} (project, environment, lock_id, who, operation, created, pid, backend_pid, host, command)
+VALUES (%s, %s, %s, %s, %s, %s, %s, pg_backend_pid(), %s, %s)
 ON CONFLICT (project, environment) DO UPDATE SET lock_id = EXCLUDED.lock_id, who = EXCLUDED.who,
-    operation = EXCLUDED.operation, created = EXCLUDED.created, pid = EXCLUDED.pid, backend_pid = EXCLUDED.backend_pid
+    operation = EXCLUDED.operation, created = EXCLUDED.created, pid = EXCLUDED.pid, backend_pid = EXCLUDED.backend_pid,
+    host = EXCLUDED.host, command = EXCLUDED.command
 """
+_SESSION = "SELECT p.pid, coalesce(a.application_name, ''), coalesce(a.client_addr::text, 'local') " \
+           "FROM pg_locks p LEFT JOIN pg_stat_activity a ON a.pid = p.pid WHERE p.locktype = 'advisory' " \
+           "AND p.granted AND p.classid = %s AND p.objid = %s AND p.objsubid = 1"
+HOLDER_WAIT = 2.0
+"""Seconds a refused lock waits for the holder's row: the holder writes it right after taking the lock."""
 
 
 def locks_table(table: str) -> str:
     """The lock table paired with a state table: dsflow_state -> dsflow_locks, other -> other_locks."""
     return table.removesuffix("_state") + "_locks" if table.endswith("_state") else table + "_locks"
+
+
+def keys_table(table: str) -> str:
+    """The redaction key table paired with a state table: dsflow_state -> dsflow_keys, other -> other_keys."""
+    return table.removesuffix("_state") + "_keys" if table.endswith("_state") else table + "_keys"
 
 
 def _key(*parts: str) -> int:
@@ -84,7 +117,8 @@ class PostgresStateBackend:
         self.project = project
         self.environment = environment
         self._names = {"state": sql.Identifier(*table.split(".")),
-                       "locks": sql.Identifier(*locks_table(table).split("."))}
+                       "locks": sql.Identifier(*locks_table(table).split(".")),
+                       "keys": sql.Identifier(*keys_table(table).split("."))}
         self.lock_key = _key("dsflow", table, project, environment)
         self._conn: Any = None
 
@@ -136,6 +170,9 @@ class PostgresStateBackend:
                 with conn, conn.cursor() as cur:
                     cur.execute("SELECT pg_advisory_xact_lock(%s)", (_key("dsflow-ddl"),))
                     cur.execute(self._sql(_DDL))
+                    cur.execute(_HAS_COMMAND, (self._names["locks"].as_string(conn),))
+                    if cur.fetchone() is None:
+                        cur.execute(self._sql(_MIGRATE))
             except psycopg2.Error as err:
                 conn.close()
                 raise self._unreachable(err) from err
@@ -165,12 +202,23 @@ class PostgresStateBackend:
         if row is None:
             return State(environment=self.environment)
         try:
-            return State.model_validate(row[0])
+            state = State.model_validate(row[0])
         except ValueError as err:
             raise DsflowError("DSF-E801", f"state row {self.where} is unreadable: {err}",
                               hint="restore it from a database backup") from err
+        return check_lineage(state, self.where)
+
+    def redaction_key(self) -> bytes:
+        key = (self.project, self.environment)
+        with self._transaction() as cur:
+            cur.execute(self._sql("INSERT INTO {keys} (project, environment, key) VALUES (%s, %s, %s) "
+                                  "ON CONFLICT DO NOTHING"), (*key, new_redaction_key()))
+            cur.execute(self._sql("SELECT key FROM {keys} WHERE project = %s AND environment = %s"), key)
+            row = cur.fetchone()
+        return parse_redaction_key(row[0].strip() if row else "", f"of {self.where}")
 
     def write(self, state: State, *, expected_serial: int | None = None) -> None:
+        check_writable(state, self.where)
         key = (self.project, self.environment)
         values = (state.lineage, state.serial, state.model_dump_json())
         with self._transaction() as cur:
@@ -180,6 +228,8 @@ class PostgresStateBackend:
             cur.execute(self._sql("SELECT serial, lineage FROM {state} WHERE project = %s AND environment = %s "
                                   "FOR UPDATE"), key)
             stored = cur.fetchone()
+            if stored is not None and not stored[1]:
+                raise no_lineage_error(self.where)  # a row without a lineage is refused, never overwritten
             check_current(stored, state, expected_serial, self.where)
             if stored is not None:
                 cur.execute(self._sql(_UPDATE), (*values, *key))
@@ -198,9 +248,9 @@ class PostgresStateBackend:
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_key,))
                 if not cur.fetchone()[0]:
-                    raise locked_error(self.lock_holder(), f"a session holding advisory lock {self.lock_key}")
+                    raise locked_error(self._waited_holder(), self._session_holding())
                 cur.execute(self._sql(_CLAIM), (self.project, self.environment, info.id, info.who, info.operation,
-                                                info.created, info.pid))
+                                                info.created, info.pid, info.host, info.command))
             yield info
         finally:
             self._release(conn, info)
@@ -228,7 +278,31 @@ class PostgresStateBackend:
         with self._transaction() as cur:
             cur.execute(self._sql(_HOLDER), (self.project, self.environment, *self._advisory_ids()))
             row = cur.fetchone()
-        return (LockInfo(id=row[0], who=row[1], operation=row[2], created=row[3], pid=row[4]), row[5]) if row else None
+        if row is None:
+            return None
+        return LockInfo(id=row[0], who=row[1], operation=row[2], created=row[3], pid=row[4], host=row[6],
+                        command=row[7]), row[5]
+
+    def _waited_holder(self) -> LockInfo | None:
+        """The holder, waiting up to HOLDER_WAIT seconds for it to record itself (it takes the advisory lock,
+        then writes its row: a refusal in between would otherwise find no details)."""
+        deadline = time.monotonic() + HOLDER_WAIT
+        while True:
+            holder = self.lock_holder()
+            if holder is not None or time.monotonic() >= deadline or not self._advisory_held():
+                return holder
+            time.sleep(0.05)
+
+    def _session_holding(self) -> str:
+        """The PostgreSQL session holding the advisory lock without a dsflow record (not a dsflow process, or one
+        stopped between taking the lock and recording itself), for the DSF-E802 message."""
+        with self._transaction() as cur:
+            cur.execute(_SESSION, self._advisory_ids())
+            row = cur.fetchone()
+        if row is None:
+            return f"advisory lock {self.lock_key}, released since"
+        return (f"PostgreSQL session {row[0]} ({row[1] or 'no application name'}, from {row[2]}) holds advisory lock "
+                f"{self.lock_key}; end it with SELECT pg_terminate_backend({row[0]}) if it is stuck")
 
     def lock_holder(self) -> LockInfo | None:
         holder = self._holder()

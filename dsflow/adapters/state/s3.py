@@ -5,6 +5,7 @@ object (body and ETag), compares its serial and lineage, and PUTs with `If-Match
 `If-None-Match: *` when there is no object yet): a writer that raced in between makes S3 answer 412,
 reported as DSF-E804. The lock is an object created with `If-None-Match: *` holding the LockInfo JSON;
 it is deleted with `If-Match` on its own ETag, so a lock taken over after a force-unlock is left alone.
+The redaction key of the secret markers is the object <prefix>/<env>.key, created once with `If-None-Match: *`.
 
 Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, an instance role, ...).
 """
@@ -16,7 +17,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dsflow.adapters.state.base import LockInfo, check_current, check_unlock, locked_error, stale_error
+from dsflow.adapters.state.base import (
+    LockInfo,
+    check_current,
+    check_lineage,
+    check_unlock,
+    check_writable,
+    locked_error,
+    new_redaction_key,
+    parse_redaction_key,
+    stale_error,
+)
 from dsflow.core.model import StateSettings
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
@@ -78,12 +89,33 @@ class S3StateBackend:
 
     def _parse(self, body: bytes) -> State:
         try:
-            return State.model_validate_json(body)
+            state = State.model_validate_json(body)
         except ValueError as err:
             raise DsflowError("DSF-E801", f"state object {self.where} is unreadable: {err}",
                               hint="restore an earlier version of the object (enable bucket versioning)") from err
+        return check_lineage(state, self.where)
+
+    @property
+    def key_key(self) -> str:
+        return self.key.removesuffix(".json") + ".key"
+
+    def redaction_key(self) -> bytes:
+        where = f"s3://{self.bucket}/{self.key_key}"
+        found = self._get(self.key_key)
+        if found is None:
+            try:
+                self._put(self.key_key, new_redaction_key(), IfNoneMatch="*")
+            except Exception as err:  # noqa: BLE001
+                if _code(err) not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                    raise self._unreachable(err) from err
+            found = self._get(self.key_key)  # ours, or the one another process made first
+        if found is None:
+            raise DsflowError("DSF-E912", f"the redaction key {where} vanished while it was being made",
+                              hint="run the command again")
+        return parse_redaction_key(found[0].strip(), where)
 
     def write(self, state: State, *, expected_serial: int | None = None) -> None:
+        check_writable(state, self.where)
         body = state.model_dump_json(indent=2)
         condition: dict[str, str] = {}
         if expected_serial is not None:

@@ -1,109 +1,42 @@
 """Lake and warehouse tables: what CREATE TABLE ... AS SELECT writes, and what `dsflow entity` browses.
 
-One module per table format, each implementing `TableFormat`; `FORMATS` names them by store type:
+One module per table format, each implementing `TableFormat`; `STORE_FORMATS` names the format of each store type,
+`FORMATS` where each format is implemented:
 
     delta      Delta Lake (delta-rs) on a local folder or s3:// (store types filesystem, s3, databricks)
     snowflake  Snowflake tables through snowflake-connector-python
+    iceberg    Apache Iceberg tables through pyiceberg's SQL catalog (store type iceberg; adapters/iceberg/)
 
 A `TableRef` is everything a format needs to find one table: it is built by apply (executors) and,
 from the sink spec, by the query driver. Every micro-batch is written once: the batch id is recorded
 with the data in one commit (a Delta transaction action, a ledger row in the same Snowflake
-transaction), so a batch replayed after a crash is skipped.
+transaction, summary properties of an Iceberg snapshot), so a batch replayed after a crash is skipped.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+import importlib
 
+from dsflow.adapters.tables.base import (
+    STORE_FORMATS, TableFormat, TableRef, added_columns, app_id, delta_root, latest_per_key, table_ref,
+)
 from dsflow.errors import DsflowError
 
-STORE_FORMATS = {"s3": "delta", "filesystem": "delta", "databricks": "delta", "snowflake": "snowflake"}
+__all__ = ["FORMATS", "STORE_FORMATS", "TableFormat", "TableRef", "added_columns", "app_id", "delta_root",
+           "latest_per_key", "table_format", "table_ref"]
 
 
-@dataclass(frozen=True)
-class TableRef:
-    """One table: its format, where it is (a Delta URI or DB.SCHEMA.TABLE) and the store's settings."""
-
-    format: str
-    location: str
-    settings: dict[str, str] = field(default_factory=dict)
-    options: dict[str, str] = field(default_factory=dict)
-
-
-class TableFormat(Protocol):
-    def exists(self, ref: TableRef) -> bool: ...
-
-    def create(self, ref: TableRef, columns: list[tuple[str, str]], key: list[str]) -> None: ...
-
-    def add_columns(self, ref: TableRef, columns: list[tuple[str, str]]) -> None: ...
-
-    def drop(self, ref: TableRef) -> None: ...
-
-    def count_rows(self, ref: TableRef) -> int: ...
-
-    def write_batch(self, ref: TableRef, data: Any, key: list[str], app_id: str, batch_id: int) -> bool: ...
+FORMATS: dict[str, str] = {
+    "delta": "dsflow.adapters.tables.delta:DeltaFormat",
+    "snowflake": "dsflow.adapters.tables.snowflake:SnowflakeFormat",
+    "iceberg": "dsflow.adapters.iceberg.tables:IcebergFormat",
+}
+"""Table format -> "module:class" implementing TableFormat (imported when first asked; a format's folder may import
+adapters/tables/base.py without a cycle)."""
 
 
 def table_format(name: str) -> TableFormat:
-    if name == "delta":
-        from dsflow.adapters.tables import delta
-
-        return delta.DeltaFormat()
-    if name == "snowflake":
-        from dsflow.adapters.tables import snowflake
-
-        return snowflake.SnowflakeFormat()
-    raise DsflowError("DSF-E750", f"unknown table format '{name}'", hint="see docs/project.md (Table stores)")
-
-
-def delta_root(project_root: str | Path, store_type: str, settings: dict[str, str]) -> str:
-    """Where a Delta store keeps its tables: s3://bucket/prefix or a local folder (relative to the project)."""
-    if settings.get("bucket"):
-        prefix = settings.get("prefix", "").strip("/")
-        return f"s3://{settings['bucket']}" + (f"/{prefix}" if prefix else "")
-    path = Path(settings.get("path", "."))
-    return str(path if path.is_absolute() else (Path(project_root) / path).resolve())
-
-
-def table_ref(project_root: str | Path, store, relation) -> TableRef:
-    """The TableRef of a table relation in its store."""
-    fmt = STORE_FORMATS.get(store.type)
-    if fmt is None:
-        raise DsflowError("DSF-E750", f"store '{store.name}' ({store.type}) holds no tables")
-    settings = dict(store.properties)
-    if fmt == "snowflake":
-        return TableRef(fmt, relation.topic, settings, dict(relation.table_options))
-    path = relation.table_options.get("delta.path", relation.topic)
-    if "://" in path or Path(path).is_absolute():
-        location = path
-    else:
-        location = delta_root(project_root, store.type, settings).rstrip("/") + "/" + path.strip("/")
-    return TableRef(fmt, location, settings, dict(relation.table_options))
-
-
-def added_columns(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """The (name, type) columns a change of a table relation adds (the plan keeps a table in place only when
-    columns are appended): ALTER TABLE ADD COLUMN, rows written before read them as NULL."""
-    if not before or not after:
-        return []
-    known = {name for name, _ in before.get("columns", [])}
-    return [(name, type_) for name, type_ in after.get("columns", []) if name not in known]
-
-
-def app_id(query: str, checkpoint: str) -> str:
-    """The id a query's writes carry in the table: batch ids restart with each new checkpoint."""
-    return "dsflow-" + hashlib.sha256(f"{query}\n{checkpoint}".encode()).hexdigest()[:16]
-
-
-def latest_per_key(table, key: list[str]):
-    """The last row of each key in an Arrow table (rows of one key arrive in order within a batch)."""
-    import pyarrow as pa
-
-    if not key or table.num_rows == 0:
-        return table
-    indexed = table.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
-    last = indexed.group_by(key, use_threads=False).aggregate([("__row", "max")])
-    return table.take(sorted(last.column("__row_max").to_pylist()))
+    if name not in FORMATS:
+        raise DsflowError("DSF-E750", f"unknown table format '{name}'", hint="see docs/project.md (Table stores)")
+    module, _, cls = FORMATS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dsflow.adapters.tables import TableRef
+from dsflow.adapters.tables.base import TableRef
 from dsflow.errors import DsflowError
 
 _TYPES = [(r"^BIGINT|^LONG", "int64"), (r"^INT|^INTEGER", "int32"), (r"^SMALLINT|^SHORT", "int16"),
@@ -129,7 +129,7 @@ class DeltaFormat:
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        from dsflow.adapters.tables import latest_per_key
+        from dsflow.adapters.tables.base import latest_per_key
 
         table = _table(ref)
         done = table.transaction_version(app_id)

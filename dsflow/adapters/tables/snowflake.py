@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from dsflow.adapters.tables import TableRef, latest_per_key
+from dsflow.adapters.tables.base import TableRef, latest_per_key
 from dsflow.errors import DsflowError
 
 LEDGER = "DSFLOW_BATCHES"

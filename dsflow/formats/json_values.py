@@ -1,8 +1,8 @@
-"""JSON values in the Kafka reader: the dead-letter check, and the parse that stands in for Spark's from_json.
+"""JSON values in the readers: the dead-letter check, and the parse that stands in for Spark's from_json.
 
 A JSON source with a dead-letter topic has every value parsed in the read task anyway, to find the records that
 do not decode. When all its columns are of types pyarrow's JSON reader converts like from_json
-(formats.JSON_STRUCT_TYPES, layout "both" in formats.value_layout), that parse is kept: the read task hands Spark
+(decoding.JSON_STRUCT_TYPES, layout "both" in decoding.value_layout), that parse is kept: the read task hands Spark
 the values as the `__value` struct, and the source view takes it instead of calling from_json
 (adapters/spark/frames.py). Per chunk of values (`parse_chunk`):
 
@@ -30,8 +30,8 @@ import io
 import json
 from typing import Any
 
-from dsflow.adapters.kafka.formats import Bad, value_struct
 from dsflow.core.formats import base_type
+from dsflow.formats.arrow import Bad, value_struct
 
 Columns = tuple[tuple[str, str], ...]
 

@@ -23,6 +23,10 @@ from typing import Any
 
 from dsflow.core.formats import avro_schema, base_type, columns_from_avro
 from dsflow.errors import DsflowError
+from dsflow.formats.avro import avro_record
+from dsflow.formats.proto_schemas import columns_from_proto, schema_text
+from dsflow.formats.protobuf import decode, serializer
+from dsflow.formats.registry import client
 
 CARRIED_AVRO = '"string"'
 """The Avro schema of a carried key (a sink without key columns)."""
@@ -34,8 +38,6 @@ Bad = list[tuple[int, str]]
 def key_schema_text(key_format: str, record: str, namespace: str, columns: list[tuple[str, str]]) -> str:
     """The schema of a sink's key: a record of its key columns, or the carried-key schema when there are none."""
     if key_format == "protobuf":
-        from dsflow.adapters.kafka.protobuf import schema_text
-
         return schema_text(f"{record}_key", namespace, columns or [(CARRIED_FIELD, "VARCHAR")])
     return avro_schema(f"{record}_key", namespace, columns) if columns else CARRIED_AVRO
 
@@ -65,11 +67,7 @@ def key_texts(keys: list, key_format: str, registry: Mapping[str, str]) -> tuple
 
 def _decode(raw: bytes, key_format: str, registry: Mapping[str, str]) -> tuple[Any, str | None]:
     if key_format == "protobuf":
-        from dsflow.adapters.kafka.protobuf import decode
-
         return decode(raw, registry, None)
-    from dsflow.adapters.kafka.formats import avro_record
-
     return avro_record(raw, registry, records_only=False)
 
 
@@ -123,8 +121,6 @@ def key_serializer(key_format: str, topic: str, registry: Mapping[str, str], sch
     text = schema or (CARRIED_AVRO if fmt == "avro" else key_schema_text(fmt, "carried", "dsflow", []))
     columns = _schema_columns(fmt, text)
     if fmt == "protobuf":
-        from dsflow.adapters.kafka.protobuf import serializer
-
         encode = serializer(topic, registry, text, subject or f"{topic}-key", key=True)
     else:
         encode = _avro_serializer(topic, registry, text, subject or f"{topic}-key")
@@ -140,8 +136,6 @@ def _schema_columns(key_format: str, text: str) -> list[tuple[str, str]] | None:
     """The key schema's (name, SQL type) fields; None for an Avro primitive (the key is one bare value)."""
     try:
         if key_format == "protobuf":
-            from dsflow.adapters.kafka.protobuf import columns_from_proto
-
             return columns_from_proto(text)
         parsed = json.loads(text)
         if isinstance(parsed, dict) and parsed.get("type") == "record":
@@ -154,8 +148,6 @@ def _schema_columns(key_format: str, text: str) -> list[tuple[str, str]] | None:
 def _avro_serializer(topic: str, registry: Mapping[str, str], schema: str, subject: str) -> Callable[[list], list]:
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from dsflow.adapters.kafka.registry import client
 
     conf = {"auto.register.schemas": True, "subject.name.strategy": lambda ctx, name: subject}
     serializer = AvroSerializer(client(registry), schema, conf=conf)

@@ -18,6 +18,7 @@ from typing import Any
 from dsflow.core.formats import columns_from_avro
 from dsflow.core.model import SchemaRegistry
 from dsflow.errors import DsflowError
+from dsflow.formats.proto_schemas import columns_from_proto
 
 URL = "schema.registry.url"
 USER = "schema.registry.basic.auth.user"
@@ -74,8 +75,6 @@ def subject_columns(registry: SchemaRegistry, subject: str, value_format: str) -
     try:
         if value_format == "avro":
             return columns_from_avro(text)
-        from dsflow.adapters.kafka.protobuf import columns_from_proto
-
         return columns_from_proto(text)
     except ValueError as err:
         raise DsflowError("DSF-E123", f"subject '{subject}': {err}") from err
@@ -177,7 +176,5 @@ def subject_history(config: Mapping[str, str], subject: str, value_format: str) 
     except Exception as err:  # noqa: BLE001
         raise _failure(config, f"reading the versions of subject '{subject}'", err) from err
     if value_format == "protobuf":
-        from dsflow.adapters.kafka.protobuf import columns_from_proto
-
         return [columns_from_proto(t) for t in texts]
     return [columns_from_avro(t) for t in texts]

@@ -1,0 +1,120 @@
+"""The options of the `dsflow_kafka` data source (datasource.py reads with them, writing.py writes), parsed and
+checked once; datasource.py's docstring lists them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsflow.adapters.kafka import client
+from dsflow.core.secrets import register
+from dsflow.errors import DsflowError
+from dsflow.formats.decoding import Decoding
+
+KAFKA_PREFIX = "kafka."
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """The data source options, parsed and checked once."""
+
+    bootstrap: str
+    topic: str
+    starting_position: str = "earliest"
+    starting_offsets: dict[int, int] | None = None
+    """Per-partition start offsets (carried from a previous query version); others start at `starting_position`."""
+    starting_timestamp: int | None = None
+    """Epoch ms: start each partition at the first record at or after it (a replay)."""
+    max_records_per_batch: int | None = None
+    stall_timeout: float = client.STALL_TIMEOUT
+    allow_gaps: bool = False
+    """`gaps` = count: offsets the broker confirms empty are counted (compaction, transaction markers), not fatal."""
+    gap_log: str | None = None
+    """Where counted gaps are appended (JSON lines)."""
+    settings: dict[str, str] = field(default_factory=dict)
+    """librdkafka settings from the `kafka.` options, prefix removed."""
+    decoding: Decoding = field(default_factory=Decoding)
+    """value.format, value.columns, schema.registry.*, dlq.topic: how values are read (formats/decoding.py)."""
+    value_schema: str | None = None
+    """Writing avro: the schema (value.schema) registered under value.subject (default <topic>-value)."""
+    value_subject: str | None = None
+    key_schema: str | None = None
+    """Writing avro/protobuf keys: the key schema (key.schema) registered under key.subject (default <topic>-key)."""
+    key_subject: str | None = None
+    secret_values: tuple[str, ...] = field(default=(), repr=False)
+    """The values of the options named by `secret.options`: scrubbed from the log lines of the process that makes
+    clients with `config` (a task runs in another process than the driver that parsed the options)."""
+    run: str = ""
+    """A streaming query run's own id: its tasks' pooled clients are never handed to another run (pool.py)."""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
+        """Options as Spark hands them over (keys possibly lower-cased)."""
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        secrets = tuple(opts[k] for k in opts.get("secret.options", "").lower().split(",") if k in opts)
+        extra = {k[len(KAFKA_PREFIX):]: v for k, v in opts.items() if k.startswith(KAFKA_PREFIX)}
+        start = opts.get("starting.position", "earliest").strip().lower()
+        if start not in ("earliest", "latest"):
+            raise _bad_option("starting.position", start, "earliest or latest")
+        gaps = opts.get("gaps", "fail").strip().lower()
+        if gaps not in ("fail", "count"):
+            raise _bad_option("gaps", gaps, "fail or count")
+        return cls(
+            bootstrap=_required(opts, "bootstrap.servers"),
+            topic=_required(opts, "topic"),
+            starting_position=start,
+            starting_offsets=_offsets_option(opts.get("starting.offsets")),
+            starting_timestamp=_positive(opts, "starting.timestamp", int),
+            max_records_per_batch=_positive(opts, "max.records.per.batch", int),
+            stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
+            allow_gaps=gaps == "count",
+            gap_log=opts.get("gap.log") or None,
+            settings=extra,
+            decoding=Decoding.parse(opts),
+            value_schema=opts.get("value.schema") or None,
+            value_subject=opts.get("value.subject") or None,
+            key_schema=opts.get("key.schema") or None,
+            key_subject=opts.get("key.subject") or None,
+            secret_values=secrets,
+        )
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The librdkafka config for clients of this source or sink."""
+        register(self.secret_values)
+        return client.client_config(self.bootstrap, self.settings)
+
+
+def _offsets_option(text: str | None) -> dict[int, int] | None:
+    if not text:
+        return None
+    try:
+        return {int(p): int(o) for p, o in json.loads(text).items()}
+    except (ValueError, AttributeError) as err:
+        raise _bad_option("starting.offsets", text, 'JSON like {"0": 42, "1": 17}') from err
+
+
+def _required(opts: dict[str, str], key: str) -> str:
+    value = opts.get(key, "").strip()
+    if not value:
+        raise DsflowError("DSF-E707", f"dsflow_kafka: option '{key}' is required", hint=f'add .option("{key}", ...)')
+    return value
+
+
+def _positive(opts: dict[str, str], key: str, kind: type) -> Any:
+    if key not in opts:
+        return None
+    try:
+        value = kind(opts[key])
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise _bad_option(key, opts[key], "a positive number")
+    return value
+
+
+def _bad_option(key: str, value: str, expected: str) -> DsflowError:
+    return DsflowError("DSF-E707", f"dsflow_kafka: option '{key}' is '{value}'; expected {expected}")

@@ -1,0 +1,64 @@
+"""`dsflow runtime up|down|status`: the environment's supervisor that keeps deployed queries up (dsflow/runtime)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from dsflow import operations
+from dsflow.terminal import LazyConsole
+
+console = LazyConsole()
+
+
+@click.group()
+def runtime() -> None:
+    """The runtime supervisor: restarts dead queries and generators from their checkpoints, serves metrics."""
+
+
+@runtime.command("up")
+@click.option("--port", default=0, show_default=True, help="the metrics port on 127.0.0.1 (0: any free port)")
+@click.pass_context
+def runtime_up(ctx: click.Context, port: int) -> None:
+    """Start the supervisor in the background (nothing happens if it runs already)."""
+    from dsflow.runtime.control import up
+
+    options: operations.Options = ctx.find_root().obj
+    found, started = up(operations.load(options), options, port=port)
+    verb = "started" if started else "already running"
+    console.print(f"Runtime supervisor {verb} (pid {found['pid']}); metrics on "
+                  f"http://127.0.0.1:{found['port']}/metrics")
+
+
+@runtime.command("down")
+@click.pass_context
+def runtime_down(ctx: click.Context) -> None:
+    """Stop the supervisor; the queries keep running, but nothing restarts them."""
+    from dsflow.runtime.control import down
+
+    pid = down(operations.load(ctx.find_root().obj))
+    console.print(f"Runtime supervisor stopped (pid {pid})." if pid else "No runtime supervisor was running.")
+
+
+@runtime.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def runtime_status(ctx: click.Context, as_json: bool) -> None:
+    """Whether the supervisor runs, its PID, metrics address and log."""
+    from dsflow.runtime.control import info
+    from dsflow.runtime.supervisor import LOG_FILE
+
+    loaded = operations.load(ctx.find_root().obj)
+    found = info(loaded)
+    report = {"running": found is not None, "log": str(loaded.workspace.run_dir / LOG_FILE),
+              **({"pid": found["pid"], "metrics": f"http://127.0.0.1:{found['port']}/metrics",
+                  "uptime_seconds": round(time.time() - found["started_at"], 1)} if found else {})}
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    elif found:
+        console.print(f"running (pid {report['pid']}, up {report['uptime_seconds']:.0f} s); metrics "
+                      f"{report['metrics']}; log {report['log']}")
+    else:
+        console.print(f"not running; log {report['log']}")

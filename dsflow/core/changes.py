@@ -1,0 +1,90 @@
+"""What a plan is made of: the action enum and one planned change (with its estimate and data loss), and what a
+refresh saw. core/plan.py makes plans of them (and re-exports them); core/moves.py rewrites changes for moves.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsflow.core.categories import Category
+
+
+class Action(str, Enum):
+    """What apply does to one resource."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"
+    DELETE = "delete"
+    REFRESH = "refresh"
+    NOOP = "no-op"
+
+    @property
+    def symbol(self) -> str:
+        return {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refresh": "!", "no-op": " "}[self.value]
+
+
+class Estimate(BaseModel):
+    """How much a replay re-reads: records from the sources' current offsets, and time at the measured rate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    records: int = Field(description="records the replay re-reads: the sources' end offsets minus the start")
+    rate_per_second: float | None = Field(None, description="the query's measured input rate; null if unknown")
+    seconds: float | None = Field(None, description="records / rate_per_second; null if the rate is unknown")
+
+
+class DataLoss(BaseModel):
+    """What a delete or replacement destroys: an object that holds records, and how many it holds now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    object: str = Field(description="the physical object, e.g. 'topic kafka_main/pageviews'")
+    records: int | None = Field(None, description="records it holds, counted during the refresh; null if not "
+                                                  "counted (--no-refresh, or a store that cannot count)")
+    prevented: bool = Field(False, description="the relation declares 'lifecycle.prevent_destroy': no apply may "
+                                               "run this change")
+
+
+class Change(BaseModel):
+    """One planned change, with the reason (for display only) and its effect on query state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str = Field(description="the resource: kind.name, e.g. query.analytics.curated.pageviews_filtered")
+    action: Action = Field(description="what apply does: create, update, replace, delete, refresh or no-op")
+    reason: str = Field(description="why, in words; for display only, never parsed")
+    effect: str | None = Field(None, description="what happens to a query's checkpoint and offsets")
+    depends_on: list[str] = Field(default_factory=list, description="addresses this resource depends on")
+    before: dict[str, Any] | None = Field(None, description="the deployed data fields (from state); null if new")
+    after: dict[str, Any] | None = Field(None, description="the desired data fields; null for a delete")
+    after_metadata: dict[str, Any] | None = Field(None, description="the desired metadata fields (change in place)")
+    data_hash: str | None = Field(None, description="desired data hash (a change forces a replacement)")
+    metadata_hash: str | None = Field(None, description="desired metadata hash (a change updates in place)")
+    drift: bool = Field(False, description="true if the change repairs drift seen by the refresh, not a project edit")
+    category: Category | None = Field(None, description="for queries: what happens to running state")
+    override: str | None = Field(None, description="the 'start.position' override that decided the category")
+    estimate: Estimate | None = Field(None, description="for replays: what will be re-read")
+    affected: list[str] = Field(default_factory=list, description="for relation replacements: downstream queries")
+    rollback_of: str | None = Field(None, description="the earlier version this change returns to")
+    observed: str | None = Field(None, description="for refresh-only: what the refresh saw")
+    destroys: DataLoss | None = Field(None, description="the records this change deletes: apply refuses it unless "
+                                                        "the user allowed it (--allow-destroy, --allow-data-loss)")
+    physical: str | None = Field(None, description="for relations: the physical object, e.g. 'kafka topic "
+                                                   "kafka_main/pageviews'")
+    moved_from: str | None = Field(None, description="a move (a `moved:` entry, or a relation renamed onto the "
+                                                     "same physical object): the deployed address whose state "
+                                                     "entry this change takes over (core/moves.py)")
+
+
+class Observation(BaseModel):
+    """What a refresh saw of a deployed resource in the real system."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str
+    healthy: bool
+    detail: str = ""

@@ -1,0 +1,50 @@
+"""Writing: `value_serializer` turns a sink's `value` structs into bytes (avro through confluent-kafka's
+AvroSerializer, which registers the schema under the subject; protobuf likewise; primitives by struct.pack);
+`key_encoder` turns text keys into binary numbers or Confluent avro/protobuf keys (registered under <topic>-key).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping
+
+from dsflow.core.formats import PRIMITIVE_FORMATS, REGISTRY_FORMATS
+from dsflow.errors import DsflowError
+from dsflow.formats import protobuf
+from dsflow.formats.keys import key_serializer
+from dsflow.formats.primitives import UNPACK, primitive_serializer
+from dsflow.formats.registry import client
+
+
+def value_serializer(value_format: str, topic: str, registry: Mapping[str, str], schema: str | None,
+                     subject: str | None) -> Callable[[list], list] | None:
+    """A function from a batch's `value` structs (dicts) to record values; None for json (text as it is)."""
+    if value_format == "json":
+        return None
+    if value_format in PRIMITIVE_FORMATS:
+        return primitive_serializer(value_format)
+    if value_format == "protobuf":
+        return protobuf.serializer(topic, registry, schema or "", subject)
+    if value_format != "avro":
+        raise DsflowError("DSF-E771", f"value.format '{value_format}' cannot be written yet")
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    conf = {"auto.register.schemas": True, "subject.name.strategy": lambda ctx, name: subject or f"{topic}-value"}
+    serializer = AvroSerializer(client(registry), schema, conf=conf)
+    context = SerializationContext(topic, MessageField.VALUE)
+    return lambda rows: [None if r is None else serializer(r, context) for r in rows]
+
+
+def key_encoder(key_format: str | None, topic: str = "", registry: Mapping[str, str] | None = None,
+                schema: str | None = None, subject: str | None = None) -> Callable[[list], list] | None:
+    """Keys (text inside the query) back to binary numbers for a long/int/double key format, or to Confluent
+    avro/protobuf keys (`schema`, registered under `subject`, default <topic>-key); None otherwise."""
+    if key_format in REGISTRY_FORMATS:
+        return key_serializer(key_format, topic, registry or {}, schema, subject)
+    if key_format not in UNPACK:
+        return None
+    fmt = UNPACK[key_format][1]
+    parse = float if key_format == "double" else lambda t: int(float(t)) if "." in t or "e" in t.lower() else int(t)
+    return lambda keys: [None if k is None else struct.pack(fmt, parse(k if isinstance(k, str) else k.decode()))
+                         for k in keys]

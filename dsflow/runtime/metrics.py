@@ -1,0 +1,92 @@
+"""The supervisor's Prometheus text endpoint on 127.0.0.1: per query what `dsflow status --json` shows.
+
+Metrics (label `query`: the query's name; generators under `datagen`):
+
+    dsflow_query_up                               1 while the driver process runs
+    dsflow_query_state{state}                     1 for the query's current state
+    dsflow_query_uptime_seconds                   since the running driver started
+    dsflow_query_restarts_total                   restarts by the supervisor of the deployed version
+    dsflow_query_next_retry_timestamp_seconds     when a dead query is restarted (crash loop: growing)
+    dsflow_query_last_error_info{error}           1, with the last error (first 200 characters) as a label
+    dsflow_query_input_rows_per_second            from the driver's last progress
+    dsflow_query_processed_rows_per_second
+    dsflow_query_last_batch_id
+    dsflow_datagen_up, dsflow_datagen_restarts_total
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+PROGRESS = {"input_rows_per_second": "dsflow_query_input_rows_per_second",
+            "processed_rows_per_second": "dsflow_query_processed_rows_per_second",
+            "batch_id": "dsflow_query_last_batch_id"}
+
+
+class StatusCollector:
+    """Collects, on each scrape, the entries `operations.status` gives (dead-letter counts left out: a scrape
+    does not ask the broker)."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        families = {
+            "up": GaugeMetricFamily("dsflow_query_up", "1 while the query's driver process runs", labels=["query"]),
+            "state": GaugeMetricFamily("dsflow_query_state", "1 for the query's current state",
+                                       labels=["query", "state"]),
+            "uptime": GaugeMetricFamily("dsflow_query_uptime_seconds", "seconds since the running driver started",
+                                        labels=["query"]),
+            "restarts": CounterMetricFamily("dsflow_query_restarts", "restarts of the deployed version by the "
+                                            "runtime supervisor", labels=["query"]),
+            "retry": GaugeMetricFamily("dsflow_query_next_retry_timestamp_seconds", "when the supervisor restarts "
+                                       "the dead query (epoch seconds)", labels=["query"]),
+            "error": GaugeMetricFamily("dsflow_query_last_error_info", "the query's last error",
+                                       labels=["query", "error"]),
+            "gen_up": GaugeMetricFamily("dsflow_datagen_up", "1 while the generator runs", labels=["datagen"]),
+            "gen_restarts": CounterMetricFamily("dsflow_datagen_restarts", "restarts of the generator by the "
+                                                "runtime supervisor", labels=["datagen"]),
+        }
+        progress = {key: GaugeMetricFamily(name, f"{key.replace('_', ' ')} of the query's last progress",
+                                           labels=["query"]) for key, name in PROGRESS.items()}
+        for entry in self.entries():
+            _add(families, progress, entry)
+        yield from families.values()
+        yield from progress.values()
+
+
+def _add(families: dict, progress: dict, entry: dict[str, Any]) -> None:
+    kind, _, name = entry["address"].partition(".")
+    running = entry.get("uptime_seconds") is not None  # the process runs (also while a crash loop tries again)
+    if kind == "datagen":
+        families["gen_up"].add_metric([name], 1.0 if running else 0.0)
+        families["gen_restarts"].add_metric([name], float(entry.get("restarts") or 0))
+        return
+    families["up"].add_metric([name], 1.0 if running else 0.0)
+    families["state"].add_metric([name, str(entry["state"])], 1.0)
+    families["restarts"].add_metric([name], float(entry.get("restarts") or 0))
+    if entry.get("uptime_seconds") is not None:
+        families["uptime"].add_metric([name], float(entry["uptime_seconds"]))
+    if entry.get("next_retry"):
+        families["retry"].add_metric([name], datetime.fromisoformat(entry["next_retry"]).timestamp())
+    error = entry.get("last_error") or entry.get("error")
+    if error:
+        families["error"].add_metric([name, str(error)[:200]], 1.0)
+    for key, family in progress.items():
+        if isinstance(entry.get(key), (int, float)):
+            family.add_metric([name], float(entry[key]))
+
+
+def serve(entries: Callable[[], list[dict[str, Any]]], port: int = 0) -> tuple[Any, int]:
+    """Serve /metrics on 127.0.0.1:`port` (0: a free port) in a background thread, from `entries` (what
+    `operations.status` gives); the server and its port."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(entries))
+    server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
+    return server, server.server_port

@@ -1,0 +1,260 @@
+"""The supervisor loop: `python -m dsflow.runtime.supervisor --project-dir DIR [--env ENV]`, started detached by
+`dsflow runtime up` (or by apply).
+
+Every tick it reads the state and, for each deployed query and generator, checks that the process the state
+records is alive. A dead one is restarted from its checkpoint after a backoff (records.backoff), and the new PID
+is written to the state under the state lock, so apply and destroy stop the process that really runs. It leaves
+alone what apply or destroy is changing: nothing is restarted while the state lock is held by anyone else or the
+state records a pending change, and a resource that left the state (destroyed) or whose PID changed under it
+(replaced) is not restarted. Drivers still alive when it starts are adopted (it only starts what is dead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from dsflow import operations
+from dsflow.adapters import process
+from dsflow.core.address import Address, Kind
+from dsflow.core.state import DeployedResource, State
+from dsflow.errors import DsflowError
+from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE, launch_datagen, relaunch_driver
+from dsflow.runtime.locking import RESTART_OPERATION
+from dsflow.runtime.records import (STABLE_SECONDS, RuntimeRecord, backoff, last_error, read_record, recorded_state,
+                                    uptime, write_record)
+
+MODULE = "dsflow.runtime.supervisor"
+INFO_FILE = "supervisor.json"
+LOG_FILE = "supervisor.log"
+VARS_ENV = "DSFLOW_RUNTIME_VARS"
+"""The `--var` values of the command that started the supervisor, as JSON (kept off its command line)."""
+TICK_ENV = "DSFLOW_RUNTIME_TICK"
+
+
+def supervised(state: State) -> list[DeployedResource]:
+    """The deployed queries and generators, in address order."""
+    return [r for key, r in sorted(state.resources.items())
+            if Address.parse(key).kind in (Kind.QUERY, Kind.DATAGEN)]
+
+
+def describe_exit(code: int | None, recorded: str | None) -> str:
+    """How a process ended: its exit code or signal when this supervisor started it, else what its status file
+    says (a driver that vanished while 'running' was killed: SIGKILL, out of memory, a reboot)."""
+    if code is not None:
+        return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    if recorded == "failed":
+        return "failed (exit status unknown: not started by this supervisor)"
+    return "gone without recording a failure (killed: SIGKILL, out of memory, ...)"
+
+
+class Supervisor:
+    """Keeps one environment's deployed queries and generators running."""
+
+    def __init__(self, options: operations.Options, auto: bool = False):
+        self.options = options
+        self.loaded = operations.load(options)
+        self.workspace = self.loaded.workspace
+        self.backend = self.workspace.state_backend()
+        self.auto = auto
+        self.exits: dict[int, int | None] = {}
+        """Processes this supervisor started, with their exit code once reaped."""
+
+    def tick(self) -> bool:
+        """One look at every supervised resource; False when there is nothing left to do (auto mode, destroyed)."""
+        state = self.backend.read()
+        targets = supervised(state)
+        if self.auto and state.lineage and not targets:
+            log("nothing deployed any more; exiting")
+            return False
+        if state.pending is not None or self.backend.lock_holder() is not None:
+            return True  # apply or destroy is at work: what it stops or replaces is its business
+        for deployed in targets:
+            self.watch(deployed)
+        return True
+
+    def run_dir(self, deployed: DeployedResource) -> Path:
+        address = Address.parse(deployed.address)
+        if address.kind is Kind.QUERY:
+            return Path(deployed.outputs.get("run_dir") or self.workspace.query_dir(address.name))
+        return self.workspace.datagen_dir(address.name)
+
+    def watch(self, deployed: DeployedResource) -> None:
+        is_query = Address.parse(deployed.address).kind is Kind.QUERY
+        marker = DRIVER_MODULE if is_query else DATAGEN_MODULE
+        run_dir = self.run_dir(deployed)
+        pid = deployed.outputs.get("pid")
+        version = str(deployed.outputs.get("version", "")) if is_query else ""
+        record = read_record(run_dir)
+        if record is None or record.version != version or record.address != deployed.address:
+            record = RuntimeRecord(address=deployed.address, version=version, pid=pid)
+        code = self._reap(pid)
+        if process.is_running(pid, marker):
+            self._running(run_dir, record, pid)
+        elif not is_query and self._finished(deployed):
+            return
+        elif record.next_retry is None or record.pid != pid:
+            self._died(run_dir, record, pid, code, "driver.log" if is_query else "datagen.log")
+        elif time.time() >= record.next_retry:
+            self._restart(run_dir, record, deployed, marker)
+
+    def _running(self, run_dir: Path, record: RuntimeRecord, pid: int) -> None:
+        changed = record.pid != pid or record.next_retry is not None
+        record.pid, record.next_retry = pid, None
+        up = uptime(pid)
+        started = not (run_dir / "spec.json").exists() or recorded_state(run_dir) == "running"  # a driver: started
+        if record.failures and started and up is not None and up >= STABLE_SECONDS:
+            record.failures, changed = 0, True
+        if changed or not (run_dir / "runtime.json").exists():
+            record.updated_at = time.time()
+            write_record(run_dir, record)
+
+    def _died(self, run_dir: Path, record: RuntimeRecord, pid: int | None, code: int | None, log_name: str) -> None:
+        now = time.time()
+        record.pid, record.failures, record.died_at = pid, record.failures + 1, now
+        recorded = recorded_state(run_dir)
+        record.last_exit = describe_exit(code, recorded)
+        record.last_error = last_error(run_dir, log_name) if (code or 0) > 0 or recorded == "failed" else None
+        record.next_retry = now + backoff(record.failures)
+        record.updated_at = now
+        write_record(run_dir, record)
+        log(f"{record.address} (pid {pid}) is not running: {record.last_exit}; "
+            f"restart in {backoff(record.failures):.0f} s (failure {record.failures} in a row)")
+
+    def _restart(self, run_dir: Path, record: RuntimeRecord, deployed: DeployedResource, marker: str) -> None:
+        try:
+            pid = self._restart_locked(deployed, marker)
+        except Exception as err:  # noqa: BLE001 - recorded and retried with the next backoff
+            record.failures += 1
+            record.last_error = f"restart failed: {err}"[:2000]
+            record.next_retry = time.time() + backoff(record.failures)
+            write_record(run_dir, record)
+            log(f"{deployed.address}: {record.last_error}")
+            return
+        if pid is None:
+            return  # the state changed under us, or someone holds the lock: looked at again next tick
+        record.pid, record.restarts, record.next_retry, record.updated_at = pid, record.restarts + 1, None, time.time()
+        write_record(run_dir, record)
+        log(f"{deployed.address} restarted as pid {pid} (restart {record.restarts})")
+
+    def _restart_locked(self, deployed: DeployedResource, marker: str) -> int | None:
+        """Start the process again and record its PID in the state, under the state lock; None if the state no
+        longer wants this very process restarted (destroyed, replaced, mid-change) or the lock is taken."""
+        try:
+            with self.backend.lock(RESTART_OPERATION):
+                state = self.backend.read()
+                current = state.resources.get(deployed.address)
+                if (state.pending is not None or current is None
+                        or current.outputs.get("pid") != deployed.outputs.get("pid")):
+                    return None
+                pid = self._launch(current)
+                self.exits[pid] = None
+                updated = current.model_copy(update={"outputs": {**current.outputs, "pid": pid}})
+                try:
+                    self.backend.write(state.with_resource(updated), expected_serial=state.serial)
+                except Exception:
+                    process.stop(pid, marker, timeout=5)
+                    raise
+                return pid
+        except DsflowError as err:
+            if err.code == "DSF-E802":
+                return None
+            raise
+
+    def _launch(self, deployed: DeployedResource) -> int:
+        address = Address.parse(deployed.address)
+        try:
+            project = operations.load(self.options).project  # the secrets the process needs, as they are now
+        except Exception:  # noqa: BLE001 - a project being edited: the recorded spec still runs
+            project = self.loaded.project
+        if address.kind is Kind.QUERY:
+            return relaunch_driver(project, deployed)
+        return launch_datagen(project, self.workspace, address.name)
+
+    def _finished(self, deployed: DeployedResource) -> bool:
+        """A generator with a count that wrote all of it is done, not dead."""
+        from dsflow.datagen import read_progress
+
+        count = deployed.data.get("count")
+        run_dir = self.workspace.datagen_dir(Address.parse(deployed.address).name)
+        return count is not None and read_progress(str(run_dir / "progress.json")) >= int(count)
+
+    def _reap(self, pid: int | None) -> int | None:
+        """The exit code of a process this supervisor started, once it ended (None if unknown)."""
+        if pid is None or pid not in self.exits:
+            return None
+        if self.exits[pid] is None:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done == pid:
+                    self.exits[pid] = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                pass
+        return self.exits[pid]
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    print(f"{stamp}Z {message}", flush=True)
+
+
+def write_info(path: Path, info: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=MODULE)
+    parser.add_argument("--project-dir", required=True)
+    parser.add_argument("--env", default=None)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--auto", action="store_true", help="exit once nothing is deployed (started by apply)")
+    args = parser.parse_args(argv)
+    options = operations.Options(Path(args.project_dir), args.env, json.loads(os.environ.get(VARS_ENV) or "{}"))
+    supervisor = Supervisor(options, auto=args.auto)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    from dsflow.runtime.metrics import serve
+
+    server, port = serve(lambda: operations.status(supervisor.loaded, with_dead_letters=False), args.port)
+    info_path = supervisor.workspace.run_dir / INFO_FILE
+    info_path.parent.mkdir(parents=True, exist_ok=True)
+    info = {"pid": os.getpid(), "port": port, "started_at": time.time(), "ticks": 0,
+            "project_dir": str(Path(args.project_dir).resolve()), "environment": supervisor.loaded.project.environment}
+    write_info(info_path, info)
+    log(f"supervisor started (pid {os.getpid()}), metrics on http://127.0.0.1:{port}/metrics")
+    tick = float(os.environ.get(TICK_ENV) or 1.0)
+    try:
+        while not stop.is_set() and Path(args.project_dir).is_dir():
+            try:
+                if not supervisor.tick():
+                    break
+            except Exception as err:  # noqa: BLE001 - a state briefly unreadable is no reason to stop watching
+                log(f"tick failed: {err}")
+            info["ticks"] += 1  # finished looks: what `runtime status` shows and tests wait on
+            try:
+                write_info(info_path, info)
+            except OSError:  # the project's run folder was removed: the loop ends with the folder
+                pass
+            stop.wait(tick)
+    finally:
+        server.shutdown()
+        try:
+            if json.loads(info_path.read_text()).get("pid") == os.getpid():
+                info_path.unlink()
+        except (OSError, ValueError):
+            pass
+        log("supervisor stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Topics written by dsflow, read by a second, independent Kafka client (kafka-python, pure Python: its own
+protocol code, not librdkafka): keys, values, headers and timestamps are what dsflow wrote.
+
+`dsflow topic produce` writes a source topic (keys from a field), a real query (dsflow's Spark data source) writes
+its sink and its dead-letter topic (headers naming the error and the source offset). Each topic is then read by
+kafka-python and by dsflow's own reader (confluent-kafka), and the two must agree record by record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from dsflow.adapters.kafka.client import read_to_end
+from dsflow.adapters.kafka.deadletters import HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_QUERY, HEADER_TOPIC
+from dsflow.cli import cli
+from streaming import run, streaming_project, topic
+
+pytestmark = [pytest.mark.integration,  # kafka-python 3.0 loads its protocol schemas with importlib's legacy API
+              pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning",
+                                         "ignore:open_text is deprecated:DeprecationWarning")]
+
+SQL = """
+CREATE STREAM events (id BIGINT, name VARCHAR) WITH ('value.format' = 'json', 'topic.partitions' = 2);
+CREATE STREAM kept WITH ('dlq.topic' = 'kept_dead') AS SELECT id, name FROM events WHERE id >= 0;
+"""
+MALFORMED = {4: {"id": "four", "name": "n4"}, 17: {"id": 17.5, "name": "n17"}}
+"""Lines that are JSON (so `topic produce` takes them) but not an events row: they become dead letters."""
+CREATE_TIME = 0
+"""kafka-python's timestamp_type of a producer's CreateTime (confluent-kafka: TIMESTAMP_CREATE_TIME, 1)."""
+
+
+def kafka_python_records(broker: str, name: str, expected: int) -> dict[tuple[int, int], object]:
+    """Every record of topic `name` read with kafka-python (assign, no group), by (partition, offset).
+
+    Reads until `expected` records came (the embedded broker's high watermark is a batch's base offset + 1, so
+    kafka-python's end_offsets cannot say where a partition ends); 60 s guard against a read that never
+    completes."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=broker, group_id=None, enable_auto_commit=False,
+                             client_id="dsflow-interop-test")
+    try:
+        parts = [TopicPartition(name, p) for p in sorted(consumer.partitions_for_topic(name) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        found: dict[tuple[int, int], object] = {}
+        deadline = time.monotonic() + 60
+        while len(found) < expected and time.monotonic() < deadline:
+            for messages in consumer.poll(timeout_ms=500).values():
+                found.update({(m.partition, m.offset): m for m in messages})
+        return found
+    finally:
+        consumer.close()
+
+
+def as_seen(message) -> dict:
+    """A kafka-python record in the terms of a confluent-kafka one."""
+    return {"key": message.key, "value": message.value, "headers": [(k, v) for k, v in message.headers or []],
+            "timestamp": message.timestamp}
+
+
+def both_clients(broker: str, name: str, since_ms: int, until_ms: int) -> list[dict]:
+    """The topic's records as dsflow's reader sees them, after checking kafka-python sees the very same."""
+    from confluent_kafka import TIMESTAMP_CREATE_TIME
+
+    ours = read_to_end(broker, name, convert=lambda m: m)
+    theirs = kafka_python_records(broker, name, len(ours))
+    assert sorted(theirs) == [(m.partition(), m.offset()) for m in ours]
+    out = []
+    for m in ours:
+        kind, stamp = m.timestamp()
+        record = {"key": m.key(), "value": m.value(), "headers": list(m.headers() or []), "timestamp": stamp}
+        other = theirs[(m.partition(), m.offset())]
+        assert as_seen(other) == record, (name, m.partition(), m.offset())
+        assert (kind, other.timestamp_type) == (TIMESTAMP_CREATE_TIME, CREATE_TIME)
+        assert since_ms <= stamp <= until_ms, (stamp, since_ms, until_ms)
+        out.append(record)
+    return out
+
+
+def test_kafka_python_reads_what_dsflow_wrote(tmp_path, broker, spark) -> None:
+    project = streaming_project(tmp_path, broker, SQL)
+    rows = [MALFORMED.get(i, {"id": i, "name": f"n{i}"}) for i in range(30)]
+    lines = tmp_path / "events.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    since = int(time.time() * 1000) - 1
+    produced = CliRunner().invoke(cli, ["topic", "produce", topic(project, "events"), "--bootstrap", broker,
+                                        "--key-field", "name", "--file", str(lines)])
+    assert produced.exit_code == 0, produced.output
+    run(spark, project, "kept", tmp_path)
+    until = int(time.time() * 1000) + 1
+
+    source = both_clients(broker, topic(project, "events"), since, until)
+    assert sorted(json.loads(r["value"])["name"] for r in source) == sorted(r["name"] for r in rows)
+    assert all(r["key"] == json.loads(r["value"])["name"].encode() and r["headers"] == [] for r in source)
+
+    sink = both_clients(broker, topic(project, "kept"), since, until)
+    good = {f"n{i}": {"id": i, "name": f"n{i}"} for i in range(30) if i not in MALFORMED}
+    assert {r["key"].decode(): json.loads(r["value"]) for r in sink} == good and len(sink) == len(good)
+
+    query = next(q for q in project.queries if q.fqn == "analytics.public.kept")
+    dead = both_clients(broker, project.dlq_topic(query), since, until)
+    assert sorted(r["key"].decode() for r in dead) == sorted(r["name"] for r in MALFORMED.values())
+    offsets = {(m["partition"], m["offset"]): m["value"] for m in read_to_end(broker, topic(project, "events"))}
+    for record in dead:
+        headers = {k: v.decode() for k, v in record["headers"]}
+        assert json.loads(record["value"]) in MALFORMED.values()
+        assert (headers[HEADER_TOPIC], headers[HEADER_QUERY]) == (topic(project, "events"), "analytics.public.kept")
+        assert "column 'id' is BIGINT" in headers[HEADER_ERROR]
+        assert offsets[(int(headers[HEADER_PARTITION]), int(headers[HEADER_OFFSET]))] == record["value"].decode()
