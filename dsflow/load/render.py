@@ -71,6 +71,8 @@ def render(text: str, path: str, context: RenderContext) -> tuple[str | None, li
         return looked_up, []
     import jinja2
 
+    if _template_nesting(text) > MAX_TEMPLATE_NESTING:
+        return None, [_too_deep(path)]
     env = _environment()
     env.globals.update(var=_template_function("var", context.var),
                        env_var=_template_function("env_var", context.env_var))
@@ -87,8 +89,7 @@ def render(text: str, path: str, context: RenderContext) -> tuple[str | None, li
                                  f"not supported (it names '{err.name}')", Location(path, _template_line(err)),
                                  hint="each file is rendered on its own: define a macro in this file instead")]
     except RecursionError:
-        return None, [Diagnostic("DSF-E202", "the template is nested too deeply (or a macro calls itself without end)",
-                                 Location(path), hint="flatten the expression, or give the recursion an end")]
+        return None, [_too_deep(path)]
     except jinja2.UndefinedError as err:
         return None, [Diagnostic("DSF-E004", f"template error: {err}", Location(path, _template_line(err)),
                                  hint="define it under environments.<env>.vars in dsflow.yml or pass --var")]
@@ -191,3 +192,27 @@ def _template_line(err: BaseException) -> int:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
+
+
+MAX_TEMPLATE_NESTING = 100
+"""Brackets nested deeper than this inside one {{ }} or {% %} block are DSF-E202, found before Jinja parses it
+(Jinja's own RecursionError depends on the stack left, so it is only the fallback, for macros without end)."""
+_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+
+
+def _template_nesting(text: str) -> int:
+    deepest = 0
+    for block in _BLOCK.finditer(text):
+        depth = 0
+        for char in block.group(0):
+            if char in "([":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif char in ")]":
+                depth -= 1
+    return deepest
+
+
+def _too_deep(path: str) -> Diagnostic:
+    return Diagnostic("DSF-E202", "the template is nested too deeply (or a macro calls itself without end)",
+                      Location(path), hint="flatten the expression, or give the recursion an end")

@@ -118,6 +118,8 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
     start = Location(path, tokens[0].line, max(1, tokens[0].col - len(tokens[0].text) + 1))
     snippet = text[tokens[0].start: tokens[-1].end + 1]
     tokens, partition_by = _partition_by(tokens, path)
+    if nesting(tokens) > MAX_NESTING:  # refused before the parser: its RecursionError depends on the stack left
+        return None, [too_deep(start)]
     try:
         parsed = DIALECT.parse_tokens(tokens, text)
     except RecursionError:
@@ -139,6 +141,22 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
         return None, [Diagnostic("DSF-E005", str(err), start,
                                  hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
                                       "INSERT INTO ... SELECT")]
+
+
+MAX_NESTING = 200
+"""Parentheses nested deeper than this in one statement are DSF-E202 (real SQL nests a few dozen at most)."""
+
+
+def nesting(tokens: list[Token]) -> int:
+    """The deepest parenthesis nesting of the tokens."""
+    depth = deepest = 0
+    for token in tokens:
+        if token.token_type is TokenType.L_PAREN:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.token_type is TokenType.R_PAREN:
+            depth -= 1
+    return deepest
 
 
 def too_deep(where: Location) -> Diagnostic:
