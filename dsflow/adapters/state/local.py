@@ -91,9 +91,11 @@ class LocalStateBackend:
     def _remove_orphans(self) -> None:
         """Temporary files of this environment left by a process that died mid-write (kill -9); called under
         the write flock, so no live writer's file is among them unless its PID is alive."""
+        import psutil  # lazily, as in adapters/process.py
+
         for path in self.directory.glob(f"{self.environment}.*tmp*"):
             pid = path.name.rpartition("tmp")[2]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 path.unlink(missing_ok=True)
 
     def redaction_key(self) -> bytes:
@@ -155,14 +157,6 @@ def _write_synced(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def from_settings(settings: StateSettings, root: Path, environment: str) -> LocalStateBackend:
