@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
 from dsflow.core.model import Project, Query, Relation
 from dsflow.errors import Diagnostic, DsflowError, Location, ProjectError
@@ -31,8 +31,8 @@ def _parse(sql: str) -> exp.Select:
 
     try:
         select = parse_one_select(sql)
-    except ParseError as err:
-        detail = err.errors[0].get("description") if err.errors else err
+    except (ParseError, TokenError) as err:  # TokenError: an unclosed quote or a stray character
+        detail = err.errors[0].get("description") if getattr(err, "errors", None) else err
         raise DsflowError("DSF-E720", f"cannot parse the query: {detail}",
                           hint="write one SELECT statement") from err
     if not isinstance(select, exp.Select):
@@ -52,6 +52,11 @@ def _relation(project: Project, table: exp.Table) -> Relation:
         raise DsflowError("DSF-E720", f"unknown relation '{table.sql()}'",
                           hint=did_you_mean(parts[-1], [r.name for r in project.relations]))
     return relation
+
+
+def relations_read(project: Project, sql: str) -> list[Relation]:
+    """The relations a SELECT reads (DSF-E720 if it does not parse or names an unknown relation)."""
+    return [_relation(project, table) for table in _parse(sql).find_all(exp.Table)]
 
 
 def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:

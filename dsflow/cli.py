@@ -56,7 +56,8 @@ class _LazyGroup(click.Group):
 
 SUBCOMMANDS = {"dev": "dsflow.cli_tools:dev", "topic": "dsflow.cli_topics:topic", "datagen": "dsflow.cli_tools:datagen",
                "init": "dsflow.cli_tools:init", "entity": "dsflow.cli_entities:entity",
-               "runtime": "dsflow.cli_runtime:runtime"}
+               "runtime": "dsflow.cli_runtime:runtime", "serve": "dsflow.cli_server:serve",
+               "users": "dsflow.cli_server:users", "tokens": "dsflow.cli_server:tokens"}
 """Sub-commands that live apart, imported on first use."""
 
 
@@ -65,11 +66,15 @@ SUBCOMMANDS = {"dev": "dsflow.cli_tools:dev", "topic": "dsflow.cli_topics:topic"
               show_default=True, help="the project folder (holding dsflow.yml)")
 @click.option("--env", "environment", default=None, help="environment from dsflow.yml (default: default_environment)")
 @click.option("--var", "variables", multiple=True, metavar="KEY=VALUE", help="override an environment variable")
+@click.option("--server", envvar="DSFLOW_SERVER", metavar="URL", default=None,
+              help="run plan, apply PLANFILE, status, query and topic print on a `dsflow serve` (token: DSFLOW_TOKEN)")
 @click.version_option(package_name="dsflow")
 @click.pass_context
-def cli(ctx: click.Context, project_dir: Path, environment: str | None, variables: tuple[str, ...]) -> None:
+def cli(ctx: click.Context, project_dir: Path, environment: str | None, variables: tuple[str, ...],
+        server: str | None) -> None:
     """dsflow: streaming pipelines as code."""
     ctx.obj = operations.Options(project_dir, environment, _parse_vars(variables))
+    ctx.meta["dsflow.server"] = server  # dsflow/cli_server.py: the commands that work through a server
 
 
 def _load(ctx: click.Context) -> operations.Loaded:
@@ -130,8 +135,13 @@ def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy:
          refresh_only: bool, targets: tuple[str, ...], detailed_exitcode: bool, show_unchanged: bool) -> None:
     """Show what apply would change."""
     with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
-        the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
-                                   targets=_targets(targets))
+        if ctx.meta.get("dsflow.server"):
+            from dsflow.cli_server import remote_plan
+
+            the_plan = remote_plan(ctx, destroy, refresh, refresh_only, targets)
+        else:
+            the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
+                                       targets=_targets(targets))
         _show_plan(the_plan, "json" if as_json else fmt, out, show_unchanged)
     if detailed_exitcode and the_plan.has_changes:
         sys.exit(EXIT_CHANGES)
@@ -178,6 +188,10 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
     plan) is refused unless --allow-destroy names each such change or --allow-data-loss is given."""
     from dsflow.core.safety import Allowance
 
+    if ctx.meta.get("dsflow.server"):
+        from dsflow.cli_server import remote_apply
+
+        return remote_apply(ctx, planfile, allow_data_loss, allow_destroy, no_runtime, refresh_only, targets)
     allowance = Allowance(everything=allow_data_loss, addresses=frozenset(allow_destroy))
     loaded = _load(ctx)
     if planfile:
@@ -287,7 +301,12 @@ def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool, allowa
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """List deployed queries and generators with their live state and rates."""
-    entries = operations.status(_load(ctx))
+    if ctx.meta.get("dsflow.server"):
+        from dsflow.cli_server import remote_status
+
+        entries = remote_status(ctx)
+    else:
+        entries = operations.status(_load(ctx))
     if as_json:
         click.echo(scrub(json.dumps(entries, indent=2, default=str)))
         return
@@ -296,7 +315,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    table = Table("resource", "state", "input rows/s", "batch", "last progress", "dead letters", "error")
+    table = Table("resource", "state", "input rows/s", "lag", "batch", "last progress", "dead letters", "error")
     for column in table.columns:
         column.overflow = "fold"
     for row in status_rows(entries):
@@ -341,6 +360,11 @@ def query_command(ctx: click.Context, sql: str, follow: bool, position: str, as_
 
     if as_json and as_csv:
         raise click.UsageError("--json and --csv exclude each other: pick one output format")
+    if ctx.meta.get("dsflow.server"):
+        from dsflow.cli_server import remote_query
+
+        return remote_query(ctx, sql, follow, position, lambda *args, **kw: _print_rows(*args[:2], as_json, as_csv,
+                                                                                        **kw))
     project = _load(ctx).project
     if not follow:
         columns, rows = adhoc.view_query(project, sql)

@@ -121,6 +121,12 @@ def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, st
 def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
                 store: str | None, bootstrap: str | None) -> None:
     """Print records of topic NAME as JSON lines (key, value, partition/shard, offset/sequence, timestamp)."""
+    if ctx.meta.get("dsflow.server"):  # a relation's topic through `dsflow serve` (dsflow/cli_server.py)
+        from dsflow.cli_server import remote_records
+
+        for record in remote_records(ctx, name, from_beginning, limit, timeout, raw, store, bootstrap):
+            click.echo(json.dumps(record, default=str))
+        return
     target = _target(ctx, name, store, bootstrap)
     with _errors(target):
         for record in topics.records(target, from_beginning, limit, timeout, raw):

@@ -21,6 +21,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change, grows_only
+from dsflow.core.resources import access_only
 from dsflow.core.safety import check_same_logs
 from dsflow.core.state import DeployedResource
 from dsflow.errors import DsflowError
@@ -31,6 +32,17 @@ LEDGER_STARTED = "_ledger_started"
 LEDGER_STOPPED = "_ledger_stopped"
 GONE = "_gone"
 DATAGEN_MODULE = "dsflow.datagen"
+
+
+def driver_marker(run_dir: str | Path | None) -> tuple[str, ...]:
+    """What a query's driver command line holds: the module and its own spec file (a reused PID running another
+    query's driver does not match). Without a run directory (a state from before 2025), the module only."""
+    return (DRIVER_MODULE, str(Path(run_dir) / "spec.json")) if run_dir else (DRIVER_MODULE,)
+
+
+def datagen_marker(run_dir: str | Path | None) -> tuple[str, ...]:
+    """What a generator's command line holds: the module and its own progress file."""
+    return (DATAGEN_MODULE, str(Path(run_dir) / "progress.json")) if run_dir else (DATAGEN_MODULE,)
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,7 @@ class Executor(Protocol):
 
 
 class RecordOnly:
-    """Logical objects (stores, namespaces, roles, grants): recorded in state, nothing to touch yet."""
+    """Logical objects (stores, namespaces, bindings): recorded in state, nothing to touch yet."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         return {}
@@ -63,6 +75,52 @@ class RecordOnly:
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
         return None
+
+
+class GrantExecutor:
+    """A grant: SELECT (or ALL) on a view kept in a postgresql store is pushed down as a PostgreSQL GRANT
+    (adapters/postgres/grants.py); every other grant is recorded only."""
+
+    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
+        from dsflow.adapters.postgres import grants
+
+        if grants.target(ctx.project, change.after) is None:
+            return {}
+        return grants.apply_grant(ctx, change.address, change.after)
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        outputs = self.create(ctx, change)
+        return outputs if outputs else dict(deployed.outputs)
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+        from dsflow.adapters.postgres import grants
+
+        if deployed.outputs.get(grants.KEY):
+            grants.revoke_grant(ctx.project, deployed.outputs)
+
+
+class RoleExecutor:
+    """A role: where grants are pushed down to PostgreSQL, its mapped role's memberships follow its `inherits`."""
+
+    def create(self, ctx: Context, change: Change, recorded: tuple[str, ...] = ()) -> dict[str, Any]:
+        from dsflow.adapters.postgres import grants
+
+        stores = sorted(set(grants.pushed_stores(ctx.project)) | set(recorded))
+        done = grants.sync_role(ctx.project, Address.parse(change.address).name, stores) if stores else []
+        return {"postgresql_stores": done} if done else {}
+
+    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        return self.create(ctx, change, tuple(deployed.outputs.get("postgresql_stores") or ()))
+
+    def replace(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
+        return self.update(ctx, change, deployed)
+
+    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+        from dsflow.adapters.postgres import grants
+
+        stores = set(grants.view_stores(ctx.project)) | set(deployed.outputs.get("postgresql_stores") or ())
+        if stores:
+            grants.drop_role(ctx.project, Address.parse(deployed.address).name, sorted(stores))
 
 
 class TopicExecutor:
@@ -249,7 +307,7 @@ class QueryExecutor:
         run_dir = ctx.workspace.query_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
         _stop_orphan(run_dir)
-        process.stop(ctx.resumed.get("pid"), DRIVER_MODULE)
+        process.stop(ctx.resumed.get("pid"), driver_marker(run_dir))
         spec = query_spec(ctx.project, query, change.data_hash or "v", str(checkpoint), str(run_dir / "status.json"),
                           start)
         spec, secrets = _secrets_to_env(spec, ctx.project)
@@ -268,7 +326,7 @@ class QueryExecutor:
     def _stop(self, deployed: DeployedResource) -> dict[str, Any]:
         from dsflow.adapters.spark.checkpoint import committed_offsets
 
-        process.stop(deployed.outputs.get("pid"), DRIVER_MODULE)
+        process.stop(deployed.outputs.get("pid"), driver_marker(deployed.outputs.get("run_dir")))
         checkpoint = Path(deployed.outputs.get("checkpoint", ""))
         offsets = committed_offsets(checkpoint) if checkpoint.is_dir() else None
         topics = deployed.outputs.get("topics", [])
@@ -345,7 +403,7 @@ def _stop_orphan(run_dir: Path) -> None:
         pid = json.loads((run_dir / "status.json").read_text()).get("pid")
     except (OSError, ValueError):
         return
-    process.stop(pid, DRIVER_MODULE)
+    process.stop(pid, driver_marker(run_dir))
 
 
 class DatagenExecutor:
@@ -353,18 +411,19 @@ class DatagenExecutor:
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         name = Address.parse(change.address).name
-        process.stop(ctx.resumed.get("pid"), DATAGEN_MODULE, timeout=15)
+        run_dir = ctx.workspace.datagen_dir(name)
+        process.stop(ctx.resumed.get("pid"), datagen_marker(run_dir), timeout=15)
         pid = launch_datagen(ctx.project, ctx.workspace, name)
         ctx.note({"pid": pid})
         gen = next(g for g in ctx.project.datagens if g.name == name)
-        return {"pid": pid, "topic": ctx.project.relation(gen.relation).topic}
+        return {"pid": pid, "topic": ctx.project.relation(gen.relation).topic, "run_dir": str(run_dir)}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         self.delete(ctx, deployed)
         return self.create(ctx, change)
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
-        process.stop(deployed.outputs.get("pid"), DATAGEN_MODULE, timeout=15)
+        process.stop(deployed.outputs.get("pid"), datagen_marker(deployed.outputs.get("run_dir")), timeout=15)
 
 
 def launch_datagen(project: Project, workspace: Workspace, name: str) -> int:
@@ -399,8 +458,9 @@ EXECUTORS: dict[Kind, Executor] = {
     Kind.STORE: RecordOnly(),
     Kind.DATABASE: RecordOnly(),
     Kind.SCHEMA: RecordOnly(),
-    Kind.ROLE: RecordOnly(),
-    Kind.GRANT: RecordOnly(),
+    Kind.ROLE: RoleExecutor(),
+    Kind.BINDING: RecordOnly(),
+    Kind.GRANT: GrantExecutor(),
     Kind.RELATION: RelationExecutor(),
     Kind.QUERY: QueryExecutor(),
     Kind.DATAGEN: DatagenExecutor(),
@@ -412,6 +472,9 @@ def run_change(ctx: Context, change: Change, deployed: DeployedResource | None) 
     executor = EXECUTORS[Address.parse(change.address).kind]
     if change.action is Action.CREATE:
         return executor.create(ctx, change)
+    if change.action is Action.UPDATE and deployed is not None and change.after == deployed.data \
+            and access_only(deployed.metadata, change.after_metadata or {}):
+        return dict(deployed.outputs)  # only the owner changed: recorded, nothing restarted (core/resources.py)
     if change.action is Action.UPDATE:
         return executor.update(ctx, change, deployed)
     if change.action is Action.REPLACE:

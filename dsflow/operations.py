@@ -159,7 +159,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
     """Every deployed query and generator, with what its process and status file say now, and what the runtime
     supervisor recorded (uptime, restarts, last exit and error, next retry: dsflow/runtime/records.py)."""
     from dsflow.adapters import process
-    from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE
+    from dsflow.executors import datagen_marker, driver_marker
     from dsflow.refresh import query_status
     from dsflow.runtime.records import status_fields
 
@@ -169,7 +169,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
         kind, pid = Address.parse(key).kind, deployed.outputs.get("pid")
         if kind is Kind.QUERY:
             info = query_status(deployed)
-            running = process.is_running(pid, DRIVER_MODULE)
+            running = process.is_running(pid, driver_marker(deployed.outputs.get("run_dir")))
             state_name = info.get("state", "unknown")
             if not running and state_name in ("running", "starting", "unknown"):
                 state_name = "stopped"
@@ -179,7 +179,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
                             **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
                                           if with_dead_letters else {})})
         elif kind is Kind.DATAGEN:
-            running = process.is_running(pid, DATAGEN_MODULE)
+            running = process.is_running(pid, datagen_marker(deployed.outputs.get("run_dir")))
             runtime = status_fields(loaded.workspace.datagen_dir(Address.parse(key).name), pid, running)
             entries.append({"address": key, "state": runtime.pop("runtime_state", "running" if running else "stopped"),
                             "pid": pid, **runtime})

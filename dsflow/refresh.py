@@ -25,6 +25,10 @@ def refresh(state: State, project=None) -> dict[str, Observation]:
             from dsflow.adapters.postgres.views import observe_view
 
             observations[key] = observe_view(project, deployed)
+        elif kind is Kind.GRANT and deployed.outputs.get("postgresql"):
+            from dsflow.adapters.postgres.grants import observe_grant
+
+            observations[key] = observe_grant(project, deployed)
         elif kind is Kind.RELATION and deployed.outputs.get("kinesis_stream"):
             from dsflow.adapters.kinesis.executor import observe as observe_stream
 
@@ -53,9 +57,9 @@ def query_status(deployed: DeployedResource) -> dict:
 
 
 def _observe_query(deployed: DeployedResource) -> Observation:
-    from dsflow.executors import DRIVER_MODULE  # executors import the Spark translation (sqlglot): plan may not need it
+    from dsflow.executors import driver_marker  # executors import the Spark translation (sqlglot): plan may not need it
 
-    running = process.is_running(deployed.outputs.get("pid"), DRIVER_MODULE)
+    running = process.is_running(deployed.outputs.get("pid"), driver_marker(deployed.outputs.get("run_dir")))
     status = query_status(deployed)
     checkpoint = deployed.outputs.get("checkpoint")
     if checkpoint and status.get("batch_id") is not None and not Path(checkpoint).is_dir():
@@ -71,10 +75,10 @@ def _observe_query(deployed: DeployedResource) -> Observation:
 
 
 def _observe_datagen(deployed: DeployedResource) -> Observation:
-    from dsflow.executors import DATAGEN_MODULE
+    from dsflow.executors import datagen_marker
 
     count = deployed.data.get("count")
-    running = process.is_running(deployed.outputs.get("pid"), DATAGEN_MODULE)
+    running = process.is_running(deployed.outputs.get("pid"), datagen_marker(deployed.outputs.get("run_dir")))
     healthy = running or count is not None
     return Observation(address=deployed.address, healthy=healthy,
                        detail="running" if running else "generator process is not running")

@@ -184,7 +184,7 @@ def status_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
     for e in entries:
         rate = e.get("input_rows_per_second")
         rows.append([e["address"], _state_cell(e), f"{rate:.1f}" if isinstance(rate, (int, float)) else "-",
-                     str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
+                     str(e.get("lag_records", "-")), str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
                      str(e.get("dead_letters", "-")), e.get("error") or e.get("last_error") or ""])
     return rows
 

@@ -18,9 +18,9 @@ from bench.change_model import EDITS, run_steps  # noqa: E402
 pytestmark = pytest.mark.integration
 
 SEED = 20261125
-STEPS = 8
+STEPS = 6
 MIN_STEPS = 4
-BUDGET_S = 300
+BUDGET_S = 200
 """Steps stop early once this much time is spent (a loaded CI machine), after MIN_STEPS at least."""
 
 

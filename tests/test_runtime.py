@@ -120,6 +120,10 @@ def _run(root, options, project, broker, supervisor) -> None:
     assert set(counts) == set(range(3_000))
     assert {n for n in counts.values()} == {1}, "an id counted twice or not at all"
 
+    lagged = wait_for(lambda: (e := _status(root, broker)[COUNTS]).get("lag_records") == 0 and e, 120,
+                      "the lag to come down to 0 once every event is counted")
+    events = f"{project.topic_prefix}events"
+    assert list(lagged["lag"]) == [events] and set(lagged["lag"][events]) == {"0", "1"}
     entries = _status(root, broker)
     restarted = entries[COUNTS]
     assert restarted["state"] == "running" and restarted["pid"] == new_pid
@@ -143,5 +147,8 @@ def _run(root, options, project, broker, supervisor) -> None:
         samples = [line for line in text.splitlines() if line.startswith(name + "{")]
         assert any('query="analytics.public.' in line for line in samples), (name, text)
     assert 'dsflow_query_up{query="analytics.public.id_counts"} 1.0' in text
+    assert 'dsflow_query_lag_records{query="analytics.public.id_counts"} 0.0' in text
+    assert (f'dsflow_query_partition_lag_records{{partition="1",query="analytics.public.id_counts",'
+            f'topic="{project.topic_prefix}events"}} 0.0') in text
     assert 'dsflow_query_restarts_total{query="analytics.public.id_counts"} 1.0' in text
     assert 'dsflow_query_last_error_info{error="pydantic_core._pydantic_core.ValidationError' in text

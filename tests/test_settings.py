@@ -99,6 +99,9 @@ roles:
     grants:
       - privilege: SELECT
         on: events
+users:
+  - name: ann
+    roles: [reader]
 datagen:
   - name: feed
     relation: events
@@ -163,6 +166,18 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("database", "name"): ("database.other", [(Y, "  - name: other\n", "  - name: other2\n")]),
     ("database", "schemas"): ("schema.other.x", [(Y, "schemas: [x]", "schemas: [y]")]),
     ("database", "description"): ("database.db", [(Y, "description: the database", "description: ours")]),
+    ("store", "owner"): ("store.k", [(Y, "    description: the broker\n", "    description: the broker\n    owner: base\n")]),
+    ("database", "owner"): ("database.db", [(Y, "    description: the database\n",
+                                             "    description: the database\n    owner: base\n")]),
+    ("schema", "name"): ("schema.other.x", [(Y, "schemas: [x]", "schemas: [{name: y}]")]),
+    ("schema", "owner"): ("schema.other.x", [(Y, "schemas: [x]", "schemas: [{name: x, owner: base}]")]),
+    ("user", "name"): ("binding.ann", [(Y, "  - name: ann\n", "  - name: bea\n")]),
+    ("user", "roles"): ("binding.ann", [(Y, "roles: [reader]", "roles: [reader, base]")]),
+    ("relation", "owner"): (EVENTS, [(S, EVENTS_WITH, EVENTS_WITH + " 'owner' = 'base',")]),
+    ("cdc", "owner"): (CDC, [(S, "'postgresql.table.name' = 'orders')", "'postgresql.table.name' = 'orders', 'owner' = 'base')")]),
+    ("table", "owner"): (LAKE_T, [(Q, LAKE_WITH, LAKE_WITH[:-1] + ", 'owner' = 'base')")]),
+    ("materialized_view", "owner"): (VIEW, [(Q, VIEW_WITH, VIEW_WITH[:-1] + ", 'owner' = 'base')")]),
+    ("query", "owner"): (COPIED, [(Q, COPIED_WITH, COPIED_WITH[:-1] + ", 'owner' = 'base')")]),
     ("role", "name"): ("role.solo", [(Y, "  - name: solo\n", "  - name: solo2\n")]),
     ("role", "inherits"): ("role.reader", [(Y, "inherits: [base]", "inherits: []")]),
     ("role", "grants"): ("grant.reader.select.relation.db.s.events",
@@ -264,13 +279,18 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
                                              "  trigger_interval: 1 second\n  checkpoint_root: elsewhere\n")]),
 }
 """An edit of each setting of SETTINGS in the project of FILES."""
+ALSO_UPDATED = {("table", "owner"): ("query.db.s.lake_t",), ("materialized_view", "owner"): ("query.db.s.user_names",),
+                ("query", "owner"): ("relation.db.s.copied",)}
+"""In-place settings of a CREATE ... AS SELECT that also update the other object the statement makes (an owner
+owns the relation and its query)."""
 
-OBJECT_LISTS = {"stores", "schema_registries", "databases", "roles", "datagen"}
+OBJECT_LISTS = {"stores", "schema_registries", "databases", "roles", "users", "datagen"}
 INSTRUCTIONS = {"moved"}
 """YAML entries that declare no object, only tell the planner something (a `moved:` entry)."""
 UNSET_FIELDS = {"spark_conf"}
 """Resource fields no setting fills yet (a query's own Spark conf: the loader accepts none)."""
-KINDS = {Kind.STORE: ("store",), Kind.DATABASE: ("database",), Kind.SCHEMA: ("database",),
+KINDS = {Kind.STORE: ("store",), Kind.DATABASE: ("database",), Kind.SCHEMA: ("database", "schema"),
+         Kind.BINDING: ("user",),
          Kind.RELATION: ("relation", "cdc", "table", "materialized_view"), Kind.QUERY: ("query", "source", "runtime"),
          Kind.DATAGEN: ("datagen",), Kind.ROLE: ("role",), Kind.GRANT: ("role", "grant")}
 
@@ -280,21 +300,22 @@ def _accepted() -> set[tuple[str, str]]:
     from dsflow.load import raw
     from dsflow.load.cdc import CDC_PROPS
     from dsflow.load.queries import (
-        PREVENT_DESTROY, QUERY_PROPS, RELATION_PROPS, SCHEMA_COMPATIBILITY, TOPIC_CONFIG_PREFIX,
+        OWNER, PREVENT_DESTROY, QUERY_PROPS, RELATION_PROPS, SCHEMA_COMPATIBILITY, TOPIC_CONFIG_PREFIX,
     )
     from dsflow.load.select import SOURCE_PROPS
     from dsflow.load.tables import TABLE_PROPS
     from dsflow.load.views import VIEW_PROPS
 
     assert set(raw.RawObjectsFile.model_fields) == OBJECT_LISTS | INSTRUCTIONS, "a new kind of object: classify it"
-    every = {PREVENT_DESTROY, SCHEMA_COMPATIBILITY, TOPIC_CONFIG_PREFIX + "*"}  # any relation statement takes them
+    every = {PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, TOPIC_CONFIG_PREFIX + "*"}  # any relation statement takes them
     found = {("relation", p) for p in RELATION_PROPS | every | {"CREATE STREAM or CHANGELOG", "columns", "PRIMARY KEY"}}
     found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ..."}}
     found |= {("cdc", p) for p in CDC_PROPS} | {("source", p) for p in SOURCE_PROPS}
     found |= {("table", p) for p in TABLE_PROPS | every} | {("materialized_view", p) for p in VIEW_PROPS | every}
     for kind, model in [("store", raw.RawStore), ("schema_registry", raw.RawSchemaRegistry),
                         ("runtime", raw.RawRuntime), ("database", raw.RawDatabase), ("role", raw.RawRole),
-                        ("grant", raw.RawGrant), ("datagen", raw.RawDatagen)]:
+                        ("grant", raw.RawGrant), ("datagen", raw.RawDatagen), ("schema", raw.RawSchema),
+                        ("user", raw.RawUser)]:
         found |= {(kind, "properties.*" if name == "properties" else name) for name in model.model_fields}
     return found
 
@@ -410,7 +431,9 @@ def test_a_change_to_each_setting_does_what_its_class_says(entry: Setting, deplo
     elif cls is SettingClass.OVERRIDE:
         assert changes[owner].override == "earliest" and changes[owner].category.value == "replay"
     elif cls is SettingClass.IN_PLACE:
-        assert [(c.address, c.action) for c in plan.actionable] == [(owner, Action.UPDATE)]
+        also = ALSO_UPDATED.get((entry.kind, entry.name), ())
+        assert sorted((c.address, c.action) for c in plan.actionable) == sorted((a, Action.UPDATE)
+                                                                                  for a in (owner, *also))
     else:
         assert plan.actionable == [], "a setting kept in no resource changed the plan"
 

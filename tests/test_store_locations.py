@@ -111,8 +111,8 @@ def test_a_literal_sasl_password_or_key_pem_is_an_error(tmp_path) -> None:
     found = kafka(tmp_path, {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
                              "sasl.username": "u", "sasl.password": "hunter2", "ssl.key.pem": "-----BEGIN"})
     assert sorted(d.message for d in codes(found, "DSF-E060")) == [
-        "secret 'sasl.password' of store 'kafka_main' is written in clear text",
-        "secret 'ssl.key.pem' of store 'kafka_main' is written in clear text"]
+        "secret 'sasl.password' of store 'kafka_main' is written in clear text: its name says it is a secret",
+        "secret 'ssl.key.pem' of store 'kafka_main' is written in clear text: its name says it is a secret"]
 
 
 @pytest.mark.parametrize("properties, code, line, text", [

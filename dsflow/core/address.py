@@ -16,6 +16,7 @@ class Kind(str, Enum):
     QUERY = "query"
     DATAGEN = "datagen"
     ROLE = "role"
+    BINDING = "binding"
     GRANT = "grant"
 
 

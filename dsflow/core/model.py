@@ -39,6 +39,7 @@ class Store(Frozen):
     description: str = ""
     schema_registry: str | None = Field(None, description="kafka, kinesis: name of the schema registry that avro "
                                                           "and protobuf relations of this store use")
+    owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 
     def client_config(self) -> dict[str, str]:
@@ -74,6 +75,7 @@ class Database(Frozen):
 
     name: str
     description: str = ""
+    owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 
 
@@ -82,6 +84,7 @@ class Schema(Frozen):
 
     database: str
     name: str
+    owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 
     @property
@@ -122,6 +125,7 @@ class Relation(Frozen):
                                                      "replace its topic or table (like Terraform's lifecycle)")
     schema_compatibility: str | None = Field(None, description="'value.schema.compatibility': the rule its columns "
                                              "evolve by (BACKWARD when unset; core/evolution.py)")
+    owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 
     @property
@@ -201,6 +205,7 @@ class Query(Frozen):
     temporal_join: TemporalJoin | None = None
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
+    owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 
 
@@ -216,6 +221,31 @@ class Datagen(Frozen):
     location: Location | None = None
 
 
+ORGANIZATION = "organization"
+"""The `on` of a grant of an organization privilege (CREATE_STORE, ...): the organization itself."""
+
+PRIVILEGES: dict[str, tuple[str, ...]] = {
+    "organization": ("CREATE_STORE", "CREATE_DATABASE", "CREATE_ROLE", "MANAGE_GRANTS", "MANAGE_USERS", "ALL"),
+    "database": ("USAGE", "CREATE", "ALL"),
+    "schema": ("USAGE", "CREATE", "ALL"),
+    "store": ("USAGE", "ALL"),
+    "relation": ("SELECT", "INSERT", "ALL"),
+    "query": ("MANAGE", "ALL"),
+}
+"""The privileges that can be granted on each type of object (docs/access.md); ALL means every one of them."""
+
+BUILTIN_ROLES = ("orgadmin", "sysadmin", "securityadmin", "useradmin", "public")
+"""Roles every organization has: they can be inherited, granted privileges and bound to users, not redefined."""
+
+PrivilegeName = Literal["USAGE", "SELECT", "INSERT", "CREATE", "MANAGE", "CREATE_STORE", "CREATE_DATABASE",
+                        "CREATE_ROLE", "MANAGE_GRANTS", "MANAGE_USERS", "ALL"]
+
+
+def object_type(address: str) -> str:
+    """The type of object a grant's `on` names: 'organization', or the kind of its address ('relation', ...)."""
+    return ORGANIZATION if address == ORGANIZATION else address.partition(".")[0]
+
+
 class Role(Frozen):
     """A role that privileges are granted to."""
 
@@ -228,13 +258,21 @@ class Grant(Frozen):
     """A privilege on an object, granted to a role."""
 
     role: str
-    privilege: Literal["USAGE", "SELECT", "INSERT", "CREATE", "ALL"]
-    on: str = Field(description="address of the object, e.g. relation.db.schema.name")
+    privilege: PrivilegeName
+    on: str = Field(description="address of the object, e.g. relation.db.schema.name, or 'organization'")
     location: Location | None = None
 
     @property
     def key(self) -> str:
         return f"{self.role}.{self.privilege.lower()}.{self.on}"
+
+
+class Binding(Frozen):
+    """A user and the roles bound to it (YAML `users:`, SQL GRANT ROLE ... TO USER)."""
+
+    user: str
+    roles: tuple[str, ...] = Field((), description="the roles bound to the user, sorted")
+    location: Location | None = None
 
 
 class Move(Frozen):
@@ -294,6 +332,7 @@ class Project(Frozen):
     datagens: tuple[Datagen, ...] = ()
     roles: tuple[Role, ...] = ()
     grants: tuple[Grant, ...] = ()
+    bindings: tuple[Binding, ...] = Field((), description="users and their roles")
     moves: tuple[Move, ...] = Field((), description="the `moved:` entries of the project's YAML files")
 
     @cached_property

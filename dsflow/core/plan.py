@@ -19,7 +19,7 @@ from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import Action, Change, DataLoss, Estimate, Observation
 from dsflow.core.physical import SINK_AFTER_REPLAY, ColumnChange, column_change, physical_object
-from dsflow.core.resources import Resource, fingerprint
+from dsflow.core.resources import Resource, access_only, fingerprint
 from dsflow.core.settings import named_query_settings, restarting_stores
 from dsflow.core.state import DeployedResource, State
 
@@ -185,6 +185,8 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
     upstream = _replaced_upstream(resource, graph, replaced)
     if kind is Kind.QUERY:
         return query_change(resource, deployed, state, options, upstream, common, restarting or {})
+    if kind is Kind.BINDING and deployed.data_hash != resource.data_hash:
+        return Change(action=Action.UPDATE, reason="roles changed (in place)", **common)
     if deployed.data_hash != resource.data_hash:
         fields = _changed_fields(deployed.data, resource.data)
         if key in options.growable and grows_only(deployed.data, resource.data):
@@ -199,13 +201,15 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
         why = columns.refused if columns is not None else f"{', '.join(fields)} changed"
         return Change(action=Action.REPLACE, reason=f"{why} (forces replacement)",
                       effect=_effect(kind, Action.REPLACE, resource.data), **extra, **common)
-    if upstream and kind in (Kind.DATAGEN, Kind.RELATION):
+    if upstream and kind in (Kind.DATAGEN, Kind.RELATION, Kind.GRANT):  # a re-created table lost its grants
         return Change(action=Action.REPLACE, reason=f"upstream {upstream} is replaced",
                       effect=_effect(kind, Action.REPLACE, resource.data), **common)
     observed = options.observations.get(key)
     if observed is not None and not observed.healthy:
         return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
                       effect=_effect(kind, Action.UPDATE, resource.data), **common)
+    if deployed.metadata_hash != resource.metadata_hash and access_only(deployed.metadata, resource.metadata):
+        return Change(action=Action.UPDATE, reason="owner changed (in place)", effect=OWNERSHIP_EFFECT, **common)
     if deployed.metadata_hash != resource.metadata_hash:
         fields = _changed_fields(deployed.metadata, resource.metadata)
         if kind is Kind.RELATION and resource.data.get("kind") == "changelog" and "key_format" in fields:
@@ -340,6 +344,9 @@ def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return [k for k in keys if before.get(k) != after.get(k)] or ["definition"]
 
 
+OWNERSHIP_EFFECT = "ownership recorded; nothing deployed is touched (a query keeps running)"
+
+
 def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> str | None:
     if kind is Kind.RELATION and (data or {}).get("kind") in ("table", "materialized_view"):
         return {
@@ -376,6 +383,8 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
     stores = {s: restarting[s] for s in _stores_of(deployed.depends_on, state) if s in (restarting or {})}
     decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream,
                            stores)
+    if upstream is None and deployed.data == resource.data and access_only(deployed.metadata, resource.metadata):
+        return Change(action=Action.UPDATE, reason="owner changed (in place)", effect=OWNERSHIP_EFFECT, **common)
     if decided is None:
         if observed is not None and not observed.healthy:
             return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.model import Project, Relation, Store
+from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Project, Relation, Store
 from dsflow.core.secrets import LegacyRedactor, Redactor
 from dsflow.core.state import State
 from dsflow.core.settings import SettingClass, fields_of
@@ -50,10 +50,10 @@ def project_resources(project: Project, redactor: Redactor = Redactor()) -> list
     """Every resource the project declares, in declaration order. Secret values become `redactor`'s markers; the
     default (no key) gives every secret the same bare marker: enough for addresses and dependencies, not for a plan."""
     resources: list[Resource] = [_store(s, redactor) for s in project.stores]
-    resources += [Resource(Address(Kind.DATABASE, d.name), (), {"name": d.name}, {"description": d.description})
-                  for d in project.databases]
-    resources += [Resource(Address(Kind.SCHEMA, s.fqn), (Address(Kind.DATABASE, s.database),), {"name": s.fqn})
-                  for s in project.schemas]
+    resources += [Resource(Address(Kind.DATABASE, d.name), (), {"name": d.name},
+                           {"description": d.description, **_owner(d)}) for d in project.databases]
+    resources += [Resource(Address(Kind.SCHEMA, s.fqn), (Address(Kind.DATABASE, s.database),), {"name": s.fqn},
+                           _owner(s)) for s in project.schemas]
     resources += [_relation(r) for r in project.relations]
     store_configs: dict[tuple[str, ...], str] = {}  # many queries use the same stores: hashed once per set
     resources += [_query(project, q, store_configs, redactor) for q in project.queries]
@@ -63,14 +63,38 @@ def project_resources(project: Project, redactor: Redactor = Redactor()) -> list
                  {"rate": g.rate})
         for g in project.datagens
     ]
-    resources += [Resource(Address(Kind.ROLE, r.name), tuple(Address(Kind.ROLE, i) for i in r.inherits),
+    resources += [Resource(Address(Kind.ROLE, r.name), _roles(r.inherits),
                            {"name": r.name, "inherits": list(r.inherits)}) for r in project.roles]
+    resources += [Resource(Address(Kind.BINDING, b.user), _roles(b.roles), {"user": b.user, "roles": list(b.roles)})
+                  for b in project.bindings]
     resources += [
-        Resource(Address(Kind.GRANT, g.key), (Address(Kind.ROLE, g.role), Address.parse(g.on)),
+        Resource(Address(Kind.GRANT, g.key),
+                 _roles((g.role,)) + (() if g.on == ORGANIZATION else (Address.parse(g.on),)),
                  {"role": g.role, "privilege": g.privilege, "on": g.on})
         for g in project.grants
     ]
     return resources
+
+
+ACCESS_METADATA = ("owner",)
+"""Metadata fields that only the access model reads: a change to them alone touches nothing deployed."""
+
+
+def _owner(obj: Any) -> dict[str, str]:
+    """{'owner': role} when the object declares its owner; {} otherwise (plans of projects without owners keep
+    their shape)."""
+    return {"owner": obj.owner} if obj.owner else {}
+
+
+def _roles(names: tuple[str, ...]) -> tuple[Address, ...]:
+    """The role resources among `names` (the built-in roles are no resources: every organization has them)."""
+    return tuple(Address(Kind.ROLE, n) for n in names if n not in BUILTIN_ROLES)
+
+
+def access_only(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether two metadata dicts differ in ACCESS_METADATA fields only (and do differ): an ownership change."""
+    keys = (set(before) | set(after)) - set(ACCESS_METADATA)
+    return before != after and all(before.get(k) == after.get(k) for k in keys)
 
 
 def _store(store: Store, redactor: Redactor) -> Resource:
@@ -81,7 +105,7 @@ def _store(store: Store, redactor: Redactor) -> Resource:
         Address(Kind.STORE, store.name), (),
         {"type": store.type, "bootstrap_servers": bootstrap},
         {"properties": properties, "description": store.description,
-         **({"schema_registry": store.schema_registry} if store.schema_registry else {})},
+         **({"schema_registry": store.schema_registry} if store.schema_registry else {}), **_owner(store)},
     )
 
 
@@ -111,6 +135,7 @@ def _relation(relation: Relation) -> Resource:
         metadata["prevent_destroy"] = True
     if relation.schema_compatibility:
         metadata["schema_compatibility"] = relation.schema_compatibility
+    metadata.update(_owner(relation))
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata, relation.inferred_size)
 
 
@@ -137,6 +162,7 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], r
     }
     if query.dlq_topic:
         metadata["dlq_topic"] = query.dlq_topic
+    metadata.update(_owner(query))
     settings = _relation_settings(project, [s.relation for s in query.sources] + [query.sink])
     if settings:
         metadata["relation_settings"] = settings

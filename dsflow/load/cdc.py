@@ -31,7 +31,7 @@ from dsflow.core.model import Column, Relation
 from dsflow.errors import Diagnostic, Location
 
 CDC_PROPS = {"store", "value.format", "timestamp", "postgresql.db.name", "postgresql.schema.name",
-             "postgresql.table.name", "postgresql.cdc.table.list"}
+             "postgresql.table.name", "postgresql.cdc.table.list", "owner"}
 TABLE_KEYS = ("postgresql.db.name", "postgresql.schema.name", "postgresql.table.name")
 TABLE_LIST = "postgresql.cdc.table.list"
 EVENT_FIELDS = {"op": "VARCHAR", "ts_ms": "BIGINT", "before": "STRUCT", "after": "STRUCT", "source": "STRUCT",

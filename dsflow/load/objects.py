@@ -1,4 +1,4 @@
-"""Resolving YAML objects (stores, databases, roles, grants, datagen) into core models."""
+"""Resolving YAML objects (stores, databases, roles, users, datagen) into core models; grants: load/access.py."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from dsflow.core.model import Database, Datagen, Grant, Role, Schema, SchemaRegistry, Store
+from dsflow.core.model import Database, Datagen, Role, Schema, SchemaRegistry, Store
 from dsflow.errors import Diagnostic, Location
+from dsflow.load.cleartext import clear_text_secret
 from dsflow.load.kafka_security import kafka_security_diagnostics
 from dsflow.load.lakepaths import store_path_diagnostics
-from dsflow.load.raw import RawObjectsFile
+from dsflow.load.raw import UNION_TAGS, RawObjectsFile
 from dsflow.load.tables import store_settings_diagnostics
 from dsflow.load.yamlpos import Positioned
 
 BOOTSTRAP_KEY = "bootstrap_servers"  # in Store.sensitive when the bootstrap address came from env_var
-SECRET_KEY = re.compile(r"(password|secret|token|api[._-]?key|credential|private[._-]?key|jaas|key[._-]pem)", re.I)
 
 
 @dataclass
@@ -26,8 +26,11 @@ class YamlObjects:
 
     stores: list[Store] = field(default_factory=list)
     schema_registries: list[SchemaRegistry] = field(default_factory=list)
-    databases: list[tuple[Database, list[str]]] = field(default_factory=list)
+    databases: list[tuple[Database, list[tuple[str, str | None]]]] = field(default_factory=list)
+    """Each database with its schemas: (name, owner)."""
     roles: list[tuple[Role, list[tuple[str, str, Location]]]] = field(default_factory=list)
+    users: list[tuple[str, tuple[str, ...], Location]] = field(default_factory=list)
+    """`users:` entries: (user, roles, where)."""
     datagens: list[Datagen] = field(default_factory=list)
     moves: list[tuple[str, str, Location]] = field(default_factory=list)
     """`moved:` entries as written (from, to, where), checked by load/moves.py once the project is known."""
@@ -36,7 +39,7 @@ class YamlObjects:
 def pydantic_diagnostics(err: ValidationError, pos: Positioned) -> list[Diagnostic]:
     out = []
     for item in err.errors():
-        loc = tuple(item["loc"])
+        loc = tuple(p for p in item["loc"] if p not in UNION_TAGS)
         where = ".".join(str(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             out.append(Diagnostic("DSF-E010", f"unknown key '{loc[-1]}' at {where}", pos.key_location(loc),
@@ -70,25 +73,29 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
         where = functools.partial(_property_location, pos, i)
         diagnostics += store_path_diagnostics(store.name, store.type, props, where)
         diagnostics += kafka_security_diagnostics(store.name, store.type, props, where)
-        for key, value in props.items():
-            if SECRET_KEY.search(key) and key not in sensitive:
+        for key, value in [*props.items(), ("bootstrap_servers", bootstrap)]:
+            why = clear_text_secret(key, value, secrets, by_name=key != "bootstrap_servers")
+            if why:
+                path = ("stores", i, "properties", key) if key in props else ("stores", i, key)
                 diagnostics.append(Diagnostic(
-                    "DSF-E060", f"secret '{key}' of store '{store.name}' is written in clear text",
-                    pos.location(("stores", i, "properties", key)),
-                    hint=f"use {{{{ env_var('{store.name.upper()}_{_env_name(key)}') }}}} instead"))
+                    "DSF-E060", f"secret '{key}' of store '{store.name}' is written in clear text: {why}",
+                    pos.location(path), hint=f"use {{{{ env_var('{store.name.upper()}_{_env_name(key)}') }}}} "
+                                             "for the secret (or the part of the value that is one)"))
         into.stores.append(Store(name=store.name, type=store.type, bootstrap_servers=bootstrap,
                                  properties=props, sensitive=sensitive, description=store.description,
-                                 schema_registry=store.schema_registry, location=loc))
+                                 schema_registry=store.schema_registry, owner=store.owner, location=loc))
     for i, registry in enumerate(raw.schema_registries):
         diagnostics += _read_registry(registry, pos, ("schema_registries", i), secrets, into)
     for i, db in enumerate(raw.databases):
-        into.databases.append((Database(name=db.name, description=db.description,
-                                        location=pos.location(("databases", i))), db.schemas))
+        schemas = [(s, None) if isinstance(s, str) else (s.name, s.owner) for s in db.schemas]
+        into.databases.append((Database(name=db.name, description=db.description, owner=db.owner,
+                                        location=pos.location(("databases", i))), schemas))
     for i, role in enumerate(raw.roles):
         grants = [(g.privilege.upper(), g.on, pos.location(("roles", i, "grants", j)))
                   for j, g in enumerate(role.grants)]
         into.roles.append((Role(name=role.name, inherits=tuple(role.inherits),
                                 location=pos.location(("roles", i))), grants))
+    into.users += [(u.name, tuple(u.roles), pos.location(("users", i))) for i, u in enumerate(raw.users)]
     into.moves += [(m.from_, m.to, pos.location(("moved", i))) for i, m in enumerate(raw.moved)]
     for i, gen in enumerate(raw.datagen):
         into.datagens.append(Datagen(name=gen.name, relation=gen.relation, generator=gen.generator, rate=gen.rate,
@@ -105,7 +112,9 @@ def _read_registry(raw, pos: Positioned, path: tuple, secrets: set[str], into: Y
     """A schema_registries entry: its password must come from env_var() (DSF-E121)."""
     values = {"url": raw.url, "username": raw.username or "", "password": raw.password or ""}
     sensitive = frozenset(k for k, v in values.items() if v and _holds_secret(v, secrets))
-    diagnostics = []
+    diagnostics = [Diagnostic("DSF-E060", f"the {key} of schema registry '{raw.name}' holds a secret in clear text: "
+                              f"{why}", pos.location((*path, key)), hint="take the secret from env_var()")
+                   for key in ("url", "username") if (why := clear_text_secret(key, values[key], secrets, False))]
     if values["password"] and "password" not in sensitive:
         diagnostics.append(Diagnostic(
             "DSF-E121", f"the password of schema registry '{raw.name}' is written in clear text",
@@ -140,7 +149,8 @@ def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
 def schemas_of(objects: YamlObjects, default_db: str, default_schema: str) -> tuple[list[Database], list[Schema]]:
     """Declared databases and schemas, plus the project's default ones."""
     databases = [db for db, _ in objects.databases]
-    schemas = [Schema(database=db.name, name=s, location=db.location) for db, names in objects.databases for s in names]
+    schemas = [Schema(database=db.name, name=s, owner=owner, location=db.location)
+               for db, names in objects.databases for s, owner in names]
     if not any(d.name == default_db for d in databases):
         databases.append(Database(name=default_db, description="project default"))
     if not any(s.fqn == f"{default_db}.{default_schema}" for s in schemas):
@@ -148,30 +158,7 @@ def schemas_of(objects: YamlObjects, default_db: str, default_schema: str) -> tu
     return databases, schemas
 
 
-def resolve_grants(objects: YamlObjects, known: dict[str, str], resolve_relation) -> tuple[list[Role], list[Grant], list[Diagnostic]]:
-    """Roles and grants; `known` maps addresses to themselves for lookup, `resolve_relation` qualifies names."""
-    roles = [r for r, _ in objects.roles]
-    names = {r.name for r in roles}
-    diagnostics: list[Diagnostic] = []
-    grants: list[Grant] = []
-    from dsflow.load.suggest import did_you_mean
-
-    for role, raw_grants in objects.roles:
-        for parent in role.inherits:
-            if parent not in names:
-                diagnostics.append(Diagnostic("DSF-E070", f"role '{role.name}' inherits unknown role '{parent}'",
-                                              role.location, hint=did_you_mean(parent, names)))
-        for privilege, on, loc in raw_grants:
-            address = _grant_target(on, known, resolve_relation)
-            if address is None:
-                diagnostics.append(Diagnostic("DSF-E071", f"grant on unknown object '{on}'", loc,
-                                              hint=did_you_mean(on, known)))
-                continue
-            grants.append(Grant(role=role.name, privilege=privilege, on=address, location=loc))
-    return roles, grants, diagnostics + _role_cycles(roles)
-
-
-def _role_cycles(roles: list) -> list[Diagnostic]:
+def role_cycles(roles: list) -> list[Diagnostic]:
     """DSF-E210 for each role that inherits itself, directly or through other roles (the plan orders roles by
     what they inherit, so a cycle would have no order)."""
     from dsflow.core.graph import has_cycle
@@ -206,16 +193,6 @@ def _reaches(inherits: dict[str, list[str]], start: str, goal: str) -> bool:
             seen.add(name)
             todo += [p for p in inherits.get(name, ()) if p in inherits]
     return False
-
-
-def _grant_target(on: str, known: dict[str, str], resolve_relation) -> str | None:
-    if on in known:
-        return on
-    kind, _, rest = on.partition(".")
-    if kind == "relation" and rest:
-        on = rest
-    candidate = f"relation.{resolve_relation(on)}"
-    return candidate if candidate in known else None
 
 
 def _holds_secret(value: str, secrets: set[str]) -> bool:

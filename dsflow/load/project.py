@@ -17,11 +17,12 @@ from dsflow import gcpause
 from dsflow.core.address import Address, Kind
 from dsflow.core.generators import GENERATOR_NAMES
 from dsflow.core.graph import Graph, has_cycle
-from dsflow.core.model import Datagen, Project, Query, RuntimeSettings, StateSettings
+from dsflow.core.model import BUILTIN_ROLES, Datagen, Project, Query, RuntimeSettings, StateSettings
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
 from dsflow.load.cache import SelectCache
+from dsflow.load.cleartext import clear_text_secret
 from dsflow.load.objects import (
-    YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, resolve_grants, schemas_of,
+    YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, schemas_of,
 )
 from dsflow.load.moves import resolve_moves
 from dsflow.load.names import check_physical_names
@@ -31,7 +32,7 @@ from dsflow.load.registry import fill_columns_from_registry
 from dsflow.load.render import RenderContext, render
 from dsflow.load.statements import RawStatement
 from dsflow.load.suggest import did_you_mean
-from dsflow.load.yamlpos import parse_yaml
+from dsflow.load.yamlpos import Positioned, parse_yaml
 
 PROJECT_FILE = "dsflow.yml"
 SKIP_DIRS = {".dsflow", ".git", "target", "__pycache__", ".venv"}
@@ -67,7 +68,7 @@ def check_project(root: Path, environment: str | None = None, variables: Mapping
     if not config_path.exists():
         return LoadResult(None, [Diagnostic("DSF-E013", f"no {PROJECT_FILE} in {root}", Location(str(config_path)),
                                             hint="run 'dsflow init' or pass -C PROJECT_DIR")])
-    config, diagnostics = _read_config(config_path)
+    config, config_pos, diagnostics = _read_config(config_path)
     if config is None:
         return LoadResult(None, diagnostics)
     env_name = environment or config.default_environment
@@ -77,6 +78,7 @@ def check_project(root: Path, environment: str | None = None, variables: Mapping
     context = RenderContext({**config.environments[env_name].vars, **(variables or {})},
                             **({"environ": dict(environ)} if environ is not None else {}))
     loader = _Loader(root, config, env_name, context)
+    loader.config_pos = config_pos
     with gcpause.paused():  # see dsflow/gcpause.py
         project = loader.run()
     return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), context.secrets)
@@ -87,17 +89,17 @@ def _sort_key(diagnostic: Diagnostic) -> tuple:
     return (loc.file, loc.line, loc.col, diagnostic.code)
 
 
-def _read_config(path: Path) -> tuple[RawProjectConfig | None, list[Diagnostic]]:
+def _read_config(path: Path) -> tuple[RawProjectConfig | None, Positioned | None, list[Diagnostic]]:
     text, problem = read_project_file(path, PROJECT_FILE)
     if text is None:
-        return None, [problem]
+        return None, None, [problem]
     data, pos, diagnostics = parse_yaml(text, PROJECT_FILE)
     if diagnostics:
-        return None, diagnostics
+        return None, pos, diagnostics
     try:
-        return RawProjectConfig.model_validate(data or {}), []
+        return RawProjectConfig.model_validate(data or {}), pos, []
     except ValidationError as err:
-        return None, pydantic_diagnostics(err, pos)
+        return None, pos, pydantic_diagnostics(err, pos)
 
 
 def read_project_file(path: Path, rel: str) -> tuple[str | None, Diagnostic | None]:
@@ -151,11 +153,13 @@ class _Loader:
     def __init__(self, root: Path, config: RawProjectConfig, env_name: str, context: RenderContext):
         self.root = root
         self.config = config
+        self.config_pos: Positioned | None = None
         self.env_name = env_name
         self.context = context
         self.diagnostics: list[Diagnostic] = []
         self.cache = SelectCache.for_project(root, config.state.path, env_name)  # load/cache.py; None if off
         self.workers = None
+        self.order: dict[str, int] = {}
 
     def report(self, diagnostic: Diagnostic) -> None:
         self.diagnostics.append(diagnostic)
@@ -164,6 +168,7 @@ class _Loader:
         objects = YamlObjects()
         rendered = [(path.suffix, rel, self._render(path, rel))
                     for path, rel in ((p, p.relative_to(self.root).as_posix()) for p in discover(self.root))]
+        self.order = {rel: index for index, (_, rel, _) in enumerate(rendered)}  # REVOKE follows what precedes it
         parsed = self._parse_sql([(rel, text) for suffix, rel, text in rendered if suffix == ".sql" and text is not None])
         statements: list[tuple[str, RawStatement]] = []
         for suffix, rel, text in rendered:
@@ -227,7 +232,7 @@ class _Loader:
             return
         if data is not None and not isinstance(data, dict):
             self.report(Diagnostic("DSF-E012", "a project YAML file must be a mapping", pos.location(),
-                                   hint="top-level keys: stores, databases, roles, datagen"))
+                                   hint="top-level keys: stores, databases, roles, datagen, users"))
             return
         self.diagnostics += read_objects(data, pos, self.context.secrets, objects)
 
@@ -236,7 +241,6 @@ class _Loader:
         databases, schemas = schemas_of(objects, cfg.default.database, cfg.default.schema_)
         self._check_unique("store", [(s.name, s.location) for s in objects.stores])
         self._check_unique("database", [(d.name, d.location) for d in databases])
-        self._check_unique("role", [(r.name, r.location) for r, _ in objects.roles])
         self._check_unique("datagen", [(g.name, g.location) for g in objects.datagens])
         self._check_unique("schema registry", [(r.name, r.location) for r in objects.schema_registries])
         self.diagnostics += check_store_registries(objects)
@@ -258,11 +262,7 @@ class _Loader:
         self._check_topic_clashes(list(ns.relations.values()))
         check_physical_names(ns.relations.values(), queries, stores, self.report)  # DSF-E206..E208
         datagens = self._datagens(objects.datagens, ns)
-        known = {str(Address(Kind.RELATION, r)): "" for r in ns.relations}
-        known |= {f"store.{s}": "" for s in stores} | {f"database.{d.name}": "" for d in databases}
-        known |= {f"schema.{s.fqn}": "" for s in schemas}
-        roles, grants, problems = resolve_grants(objects, known, lambda n: ns.qualify_name(n.split(".")))
-        self.diagnostics += problems
+        roles, grants, bindings = self._access(objects, statements, ns, queries, databases, schemas)
         declared = {f"relation.{r}" for r in ns.relations} | {f"query.{q.fqn}" for q in queries}
         moves, problems = resolve_moves(objects.moves, declared, ns.qualify_name)
         self.diagnostics += problems
@@ -277,8 +277,30 @@ class _Loader:
             stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
             topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases), schemas=tuple(schemas),
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
-            roles=tuple(roles), grants=tuple(grants), moves=tuple(moves),
+            roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
         )
+
+    def _access(self, objects: YamlObjects, statements: list[tuple[str, RawStatement]], ns: Namespace,
+                queries: list[Query], databases: list, schemas: list) -> tuple[list, list, list]:
+        """Roles, grants and user bindings (load/access.py), and the owners' roles checked (DSF-E306)."""
+        from dsflow.load.access import check_owners, resolve_access
+        from dsflow.load.objects import role_cycles
+
+        known = {f"relation.{fqn}": r.kind for fqn, r in ns.relations.items()}
+        known |= {f"query.{q.fqn}": "query" for q in queries} | {f"store.{s.name}": "store" for s in objects.stores}
+        known |= {f"database.{d.name}": "database" for d in databases} | {f"schema.{s.fqn}": "schema" for s in schemas}
+        grants = [(role.name, privilege, on, loc) for role, entries in objects.roles for privilege, on, loc in entries]
+        sql = [st.extra["access"] for _, st in statements if st.kind == "access"]
+        result = resolve_access([r for r, _ in objects.roles], grants, objects.users, sql, self.order, known,
+                                ns.qualify_name)
+        self.diagnostics += result.diagnostics + role_cycles(result.roles)
+        names = {r.name for r in result.roles} | set(BUILTIN_ROLES)
+        owned = [("store", s.name, s.owner, s.location) for s in objects.stores]
+        owned += [("database", d.name, d.owner, d.location) for d in databases]
+        owned += [("schema", s.fqn, s.owner, s.location) for s in schemas]
+        owned += [(r.kind.replace("_", " "), r.fqn, r.owner, r.location) for r in ns.relations.values()]
+        self.diagnostics += check_owners(owned, names)
+        return result.roles, list(result.grants.values()), result.binding_models()
 
     def _state_settings(self) -> StateSettings:
         """The state section with its templated values rendered (a DSN password comes from env_var)."""
@@ -292,8 +314,22 @@ class _Loader:
                                      for d in problems]
                 if text is not None:
                     values[key] = text
+                    self._refuse_clear_text(("state", key), key, text, by_name=False)
+        for key, value in self.config.runtime.spark_conf.items():
+            self._refuse_clear_text(("runtime", "spark_conf", key), key, value)
         return StateSettings(backend=raw.backend, path=raw.path, project=self.config.name,
                              table=raw.table or "dsflow_state", **values)
+
+    def _refuse_clear_text(self, path: tuple[str, ...], key: str, value: str, by_name: bool = True) -> None:
+        """DSF-E060 for a secret typed into dsflow.yml (the state's DSN, a Spark setting)."""
+        why = clear_text_secret(key, value, self.context.secrets, by_name)
+        if why:
+            where = self.config_pos.location(path) if self.config_pos else Location(PROJECT_FILE)
+            hint = ("render the secret part with {{ env_var('NAME') }}" if path[0] == "state" else
+                    "dsflow.yml's runtime.spark_conf is not templated: give the driver the secret through its "
+                    "environment (e.g. AWS_SECRET_ACCESS_KEY for s3a) or a credentials provider")
+            self.report(Diagnostic("DSF-E060", f"{'.'.join(path)} is a secret written in clear text: {why}", where,
+                                   hint=hint))
 
     def _check_unique(self, what: str, items: list[tuple[str, Location | None]]) -> None:
         seen: dict[str, Location | None] = {}

@@ -12,7 +12,7 @@ from dsflow.core.model import Column, Query, Relation, Source, Store
 from dsflow.errors import Diagnostic
 from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
 from dsflow.load.names import check_name_parts
-from dsflow.load.objects import SECRET_KEY
+from dsflow.load.cleartext import clear_text_secret
 from dsflow.load.cache import read_relations
 from dsflow.load.statements import Analysed, RawStatement
 from dsflow.load.suggest import did_you_mean
@@ -22,8 +22,10 @@ from dsflow.load.views import VIEW_PROPS, check_views_not_read, view_relation
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas",
                   "topic.shards", "topic.gaps"} | FORMAT_PROPS
+OWNER = "owner"
+"""Any relation or CREATE ... AS SELECT may declare it: the role owning the relation and its query."""
 QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
-               "dlq.topic"}
+               "dlq.topic", OWNER}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
 PREVENT_DESTROY = "lifecycle.prevent_destroy"
 """Any relation may declare it: no plan may delete or replace its object (Relation.prevent_destroy)."""
@@ -93,7 +95,8 @@ def _declare(ns: Namespace, relation: Relation | None, st: RawStatement, report:
         report(Diagnostic("DSF-E020", f"relation '{relation.fqn}' is defined twice", st.location,
                           hint=f"first defined at {first}"))
         return
-    ns.relations[relation.fqn] = _with_compatibility(_with_lifecycle(relation, st, report), st, report)
+    relation = _with_compatibility(_with_lifecycle(relation, st, report), st, report)
+    ns.relations[relation.fqn] = relation.model_copy(update={"owner": _prop(st, OWNER)}) if st.prop(OWNER) else relation
 
 
 def _with_lifecycle(relation: Relation, st: RawStatement, report: Report) -> Relation:
@@ -188,10 +191,10 @@ def _check_duplicate_columns(names: list[str], st: RawStatement, report: Report)
 
 def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
     for prop in st.properties:
-        if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY) \
+        if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER) \
                 or prop.key.startswith(TOPIC_CONFIG_PREFIX):
-            if SECRET_KEY.search(prop.key):
-                report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL",
+            if why := clear_text_secret(prop.key, prop.value, ()):
+                report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL: {why}",
                                   prop.location, hint="secrets belong in store YAML as {{ env_var('NAME') }}"))
             continue
         report(Diagnostic("DSF-E031", f"unknown property '{prop.key}'", prop.location,
@@ -311,6 +314,11 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     if analysed is None or not _shape_fits(st, fqn, analysed, report):
         return None
     first = ns.relations[analysed.sources[0].relation]
+    if st.kind == "table" and analysed.aggregated and first.kind == "changelog":
+        report(Diagnostic("DSF-E157", f"'{fqn}' aggregates the changelog '{first.fqn}', whose groups are updated and "
+                          "deleted: a table sink cannot delete them yet", st.location,
+                          hint="aggregate into a CHANGELOG or a MATERIALIZED VIEW, or aggregate a stream"))
+        return None
     primary_key = _ctas_primary_key(st, fqn, first, analysed, report)
     if mv:
         relation = view_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
@@ -427,7 +435,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  delivery_guarantee=delivery_guarantee(st, sink, report),
                  dlq_topic=ns.topic_prefix + _prop(st, "dlq.topic") if _prop(st, "dlq.topic") else None,
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
-                 location=st.location)
+                 owner=_prop(st, OWNER), location=st.location)
 
 
 def _partition_by(st: RawStatement, sink: Relation, analysed: Analysed, report: Report) -> tuple[str, ...]:

@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 ENVIRONMENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 """An environment's name: it names files (`<env>.json` state, the load cache), so no `/`, `..` or control
@@ -132,6 +132,7 @@ class RawStore(Raw):
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
     description: str = ""
     schema_registry: str | None = Field(None, description="kafka: name of a schema registry (schema_registries)")
+    owner: AccessName | None = Field(None, description="the role owning the store (default: sysadmin)")
 
 
 class RawSchemaRegistry(Raw):
@@ -144,27 +145,64 @@ class RawSchemaRegistry(Raw):
     description: str = ""
 
 
-class RawDatabase(Raw):
-    """A database and its schemas."""
+def checked_access_name(value: str) -> str:
+    """A role or user name: it is part of addresses (`role.<name>`, `binding.<name>`, grant keys), so letters,
+    digits, '_', '-', '@' and '.' after the first character only."""
+    if not ACCESS_NAME.fullmatch(value):
+        raise ValueError("a role or user name must start with a letter, digit or '_' and hold only letters, digits, "
+                         "'_', '-', '.' and '@' (at most 100)")
+    return value
+
+
+ACCESS_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,99}")
+AccessName = Annotated[str, AfterValidator(checked_access_name)]
+
+
+class RawSchema(Raw):
+    """A schema written as a mapping, to declare its owner."""
 
     name: ObjectName
-    schemas: list[ObjectName] = Field(default_factory=lambda: ["public"])
+    owner: AccessName | None = Field(None, description="the role owning the schema (default: sysadmin)")
+
+
+UNION_TAGS = ("<schema name>", "<schema mapping>")
+"""The tags of SchemaEntry's branches: pydantic puts them in an error's location; load/objects.py drops them."""
+SchemaEntry = Annotated[Union[Annotated[ObjectName, Tag(UNION_TAGS[0])], Annotated[RawSchema, Tag(UNION_TAGS[1])]],
+                        Discriminator(lambda v: UNION_TAGS[1] if isinstance(v, dict) else UNION_TAGS[0])]
+"""A schema: its name, or {name, owner} (one branch checked, so one error per wrong entry)."""
+
+
+class RawDatabase(Raw):
+    """A database and its schemas (names, or {name, owner} mappings)."""
+
+    name: ObjectName
+    schemas: list[SchemaEntry] = Field(default_factory=lambda: ["public"])
     description: str = ""
+    owner: AccessName | None = Field(None, description="the role owning the database (default: sysadmin)")
 
 
 class RawGrant(Raw):
-    """`privilege` on `on` (an address such as relation.db.schema.name or a bare relation name)."""
+    """`privilege` on `on`: an address (relation.db.schema.name, database.db, query.q, ...), a bare relation name,
+    or `organization`. Which privileges apply to which objects: docs/access.md."""
 
-    privilege: Literal["USAGE", "SELECT", "INSERT", "CREATE", "ALL", "usage", "select", "insert", "create", "all"]
+    privilege: str = Field(description="USAGE, CREATE, SELECT, INSERT, MANAGE, CREATE_STORE, CREATE_DATABASE, "
+                                       "CREATE_ROLE, MANAGE_GRANTS, MANAGE_USERS or ALL (any case)")
     on: str
 
 
 class RawRole(Raw):
     """A role with the roles it inherits from and its grants."""
 
-    name: str
+    name: AccessName
     inherits: list[str] = Field(default_factory=list)
     grants: list[RawGrant] = Field(default_factory=list)
+
+
+class RawUser(Raw):
+    """A user and the roles bound to it (the identity itself lives in the server's identity store)."""
+
+    name: AccessName
+    roles: list[str] = Field(default_factory=list)
 
 
 class RawDatagen(Raw):
@@ -194,4 +232,5 @@ class RawObjectsFile(Raw):
     schema_registries: list[RawSchemaRegistry] = Field(default_factory=list)
     databases: list[RawDatabase] = Field(default_factory=list)
     roles: list[RawRole] = Field(default_factory=list)
+    users: list[RawUser] = Field(default_factory=list)
     datagen: list[RawDatagen] = Field(default_factory=list)

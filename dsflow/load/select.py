@@ -3,7 +3,7 @@
     FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..)
     [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
     stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, load/temporal.py)
-    GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)
+    GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog: with retractions)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
 """
@@ -22,6 +22,7 @@ from sqlglot.schema import MappingSchema, normalize_name
 
 from dsflow.core.model import Column, Relation, Source, Window
 from dsflow.errors import Diagnostic
+from dsflow.load.cdc import SLOT_KEY
 from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, window_call
 from dsflow.load.filecache import DeferredSelect
 from dsflow.load.fields import base_column, check_fields, group_key_sql, is_access, references
@@ -92,7 +93,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     options = _source_options(tables, found, where, report)
     if options is None:
         return None
-    if _aggregates_a_changelog(select, tables, found, where, report):
+    if _aggregates_a_changelog(select, tables, found, window, where, report):
         return None
     join = _check_join(select, tables, found, where, st, report)
     if join is False or not system_time(tables, found, options, bool(join) and join[0] == TEMPORAL, where, report):
@@ -127,14 +128,26 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
                     join_side=join[1] if join and not temporal else None, temporal=temporal)
 
 
-def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: dict, where, report: Report) -> bool:
-    """DSF-E130: an aggregation (or window) over a changelog would need retractions of updated and deleted rows."""
-    changelogs = [t for t in tables if found[id(t)].kind == "changelog"]
-    if not changelogs or not (select.args.get("group") or select.find(exp.AggFunc)):
+def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: dict, window: Window | None, where,
+                            report: Report) -> bool:
+    """A GROUP BY over one changelog is aggregated with retractions (adapters/spark/retract.py); DSF-E130 for a
+    window over a changelog, DSF-E156 for an aggregation of a raw CDC stream (it would count every update again)."""
+    if not (select.args.get("group") or select.find(exp.AggFunc)):
         return False
-    report(Diagnostic("DSF-E130", f"aggregating the changelog '{found[id(changelogs[0])].fqn}' is not supported yet",
-                      where(changelogs[0]), hint="an update or delete of a changelog row would have to retract its "
-                      "old value; aggregate a stream instead"))
+    cdc = [t for t in tables if SLOT_KEY in found[id(t)].table_options]
+    if cdc:
+        report(Diagnostic("DSF-E156", f"aggregating the change stream '{found[id(cdc[0])].fqn}' would count every "
+                          "update of a row again, and never take a deleted row out", where(cdc[0]),
+                          hint="make it a changelog keyed by the table's primary key first (a CREATE CHANGELOG ... AS "
+                          "SELECT of its `after` fields), then GROUP BY over that changelog: updates are retracted and "
+                          "deletes leave their group"))
+        return True
+    changelogs = [t for t in tables if found[id(t)].kind == "changelog"]
+    if not changelogs or not window:
+        return False
+    report(Diagnostic("DSF-E130", f"a window over the changelog '{found[id(changelogs[0])].fqn}' is not supported",
+                      where(changelogs[0]), hint="a changelog holds current state, not events in time: GROUP BY "
+                      "its columns without TUMBLE/HOP (updates and deletes are retracted), or window a stream"))
     return True
 
 

@@ -14,6 +14,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dsflow.errors import Diagnostic, Location
+from dsflow.load.access_sql import is_access, parse_access
 from dsflow.load.dialect import DeltaStream, is_window
 from dsflow.load.statements import RawColumn, RawProperty, RawStatement
 from dsflow.load.unsupported import is_cte_name, meaningless_clauses
@@ -117,6 +118,8 @@ def _split(tokens: list[Token]) -> list[list[Token]]:
 def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawStatement | None, list[Diagnostic]]:
     start = Location(path, tokens[0].line, max(1, tokens[0].col - len(tokens[0].text) + 1))
     snippet = text[tokens[0].start: tokens[-1].end + 1]
+    if is_access(tokens):  # GRANT, REVOKE, CREATE ROLE: load/access_sql.py
+        return parse_access(tokens, path, start, snippet)
     tokens, partition_by = _partition_by(tokens, path)
     if nesting(tokens) > MAX_NESTING:  # refused before the parser: its RecursionError depends on the stack left
         return None, [too_deep(start)]
@@ -140,7 +143,7 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
     except _Unsupported as err:
         return None, [Diagnostic("DSF-E005", str(err), start,
                                  hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
-                                      "INSERT INTO ... SELECT")]
+                                      "INSERT INTO ... SELECT, GRANT, REVOKE, CREATE ROLE")]
 
 
 MAX_NESTING = 200

@@ -30,7 +30,12 @@ def info(loaded: Loaded) -> dict[str, Any] | None:
         found = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return found if process.is_running(found.get("pid"), MODULE) else None
+    return found if process.is_running(found.get("pid"), _marker(loaded)) else None
+
+
+def _marker(loaded: Loaded) -> tuple[str, str]:
+    """The supervisor's module and this project's folder: another project's supervisor on a reused PID differs."""
+    return MODULE, str(Path(loaded.project.root).resolve())
 
 
 def disabled_by_env() -> bool:
@@ -56,10 +61,10 @@ def up(loaded: Loaded, options: Options, port: int = 0, auto: bool = False) -> t
         found = info(loaded)
         if found is not None and found.get("pid") == pid:
             return found, True
-        if not process.is_running(pid, MODULE):
+        if not process.is_running(pid, _marker(loaded)):
             break
         time.sleep(0.1)
-    process.stop(pid, MODULE, timeout=5)
+    process.stop(pid, _marker(loaded), timeout=5)
     raise DsflowError("DSF-E270", f"the runtime supervisor did not start (pid {pid}): "
                       f"{_log_tail(run_dir / LOG_FILE) or 'no output'}",
                       hint=f"see {run_dir / LOG_FILE}; a port given with --port may be taken")
@@ -70,7 +75,7 @@ def down(loaded: Loaded) -> int | None:
     running = info(loaded)
     if running is None:
         return None
-    process.stop(running["pid"], MODULE, timeout=15)
+    process.stop(running["pid"], _marker(loaded), timeout=15)
     return running["pid"]
 
 

@@ -11,6 +11,8 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_input_rows_per_second            from the driver's last progress
     dsflow_query_processed_rows_per_second
     dsflow_query_last_batch_id
+    dsflow_query_lag_records                      records the sources hold past what the query read (all partitions)
+    dsflow_query_partition_lag_records{topic, partition}   the same per source partition
     dsflow_datagen_up, dsflow_datagen_restarts_total
 """
 
@@ -22,7 +24,8 @@ from typing import Any
 
 PROGRESS = {"input_rows_per_second": "dsflow_query_input_rows_per_second",
             "processed_rows_per_second": "dsflow_query_processed_rows_per_second",
-            "batch_id": "dsflow_query_last_batch_id"}
+            "batch_id": "dsflow_query_last_batch_id",
+            "lag_records": "dsflow_query_lag_records"}
 
 
 class StatusCollector:
@@ -47,6 +50,9 @@ class StatusCollector:
                                        "the dead query (epoch seconds)", labels=["query"]),
             "error": GaugeMetricFamily("dsflow_query_last_error_info", "the query's last error",
                                        labels=["query", "error"]),
+            "lag": GaugeMetricFamily("dsflow_query_partition_lag_records", "records a source partition holds past "
+                                     "the offset the query's last micro-batch read up to",
+                                     labels=["query", "topic", "partition"]),
             "gen_up": GaugeMetricFamily("dsflow_datagen_up", "1 while the generator runs", labels=["datagen"]),
             "gen_restarts": CounterMetricFamily("dsflow_datagen_restarts", "restarts of the generator by the "
                                                 "runtime supervisor", labels=["datagen"]),
@@ -76,6 +82,9 @@ def _add(families: dict, progress: dict, entry: dict[str, Any]) -> None:
     error = entry.get("last_error") or entry.get("error")
     if error:
         families["error"].add_metric([name, str(error)[:200]], 1.0)
+    for topic, partitions in (entry.get("lag") or {}).items():
+        for partition, records in partitions.items():
+            families["lag"].add_metric([name, topic, str(partition)], float(records))
     for key, family in progress.items():
         if isinstance(entry.get(key), (int, float)):
             family.add_metric([name], float(entry[key]))

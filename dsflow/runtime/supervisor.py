@@ -25,7 +25,7 @@ from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
-from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE, launch_datagen, relaunch_driver
+from dsflow.executors import datagen_marker, driver_marker, launch_datagen, relaunch_driver
 from dsflow.runtime.locking import RESTART_OPERATION
 from dsflow.runtime.records import (STABLE_SECONDS, RuntimeRecord, backoff, last_error, read_record, recorded_state,
                                     uptime, write_record)
@@ -87,8 +87,8 @@ class Supervisor:
 
     def watch(self, deployed: DeployedResource) -> None:
         is_query = Address.parse(deployed.address).kind is Kind.QUERY
-        marker = DRIVER_MODULE if is_query else DATAGEN_MODULE
         run_dir = self.run_dir(deployed)
+        marker = driver_marker(deployed.outputs.get("run_dir")) if is_query else datagen_marker(run_dir)
         pid = deployed.outputs.get("pid")
         version = str(deployed.outputs.get("version", "")) if is_query else ""
         record = read_record(run_dir)
@@ -127,7 +127,7 @@ class Supervisor:
         log(f"{record.address} (pid {pid}) is not running: {record.last_exit}; "
             f"restart in {backoff(record.failures):.0f} s (failure {record.failures} in a row)")
 
-    def _restart(self, run_dir: Path, record: RuntimeRecord, deployed: DeployedResource, marker: str) -> None:
+    def _restart(self, run_dir: Path, record: RuntimeRecord, deployed: DeployedResource, marker: tuple[str, ...]) -> None:
         try:
             pid = self._restart_locked(deployed, marker)
         except Exception as err:  # noqa: BLE001 - recorded and retried with the next backoff
@@ -143,7 +143,7 @@ class Supervisor:
         write_record(run_dir, record)
         log(f"{deployed.address} restarted as pid {pid} (restart {record.restarts})")
 
-    def _restart_locked(self, deployed: DeployedResource, marker: str) -> int | None:
+    def _restart_locked(self, deployed: DeployedResource, marker: tuple[str, ...]) -> int | None:
         """Start the process again and record its PID in the state, under the state lock; None if the state no
         longer wants this very process restarted (destroyed, replaced, mid-change) or the lock is taken."""
         try:

@@ -20,9 +20,12 @@ from typing import Any
 
 from dsflow.adapters.spark.frames import sink_format_options, source_format_options
 from dsflow.adapters.spark.frames import sink_frame, source_view, start_kafka_updates, start_view
+from dsflow.adapters.spark.lag import LagProbe
+from dsflow.adapters.spark.retract import retracted_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 from dsflow.adapters.tables import FORMATS
 from dsflow.core.secrets import register, registered, scrub
+from dsflow.errors import DsflowError
 
 STATUS_EVERY_SECONDS = 2.0
 ASYNC_CHECKPOINT = {
@@ -71,6 +74,9 @@ def build_dataframe(spark, spec: QuerySpec):
 
         joined_view(spark, spec.temporal)
     result = spark.sql(spec.select_sql)
+    if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
+        retracted_view(spark, spec.retract, result)
+        result = spark.sql(spec.retract.post_sql)
     if spec.sink.kind not in ("kafka", "kinesis"):
         return result
     return sink_frame(result, spec.sink)
@@ -180,13 +186,18 @@ def run(spec: QuerySpec) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     write_status(spec.status_path, {"name": spec.name, "version": spec.version, "pid": os.getpid(),
                                     "state": "starting", "updated_at": time.time()})
-    spark = build_session(spec.master, f"dsflow:{spec.name}", spec.spark_conf)
+    try:
+        spark = build_session(spec.master, f"dsflow:{spec.name}", spec.spark_conf)
+    except DsflowError as err:  # a master it cannot submit to (DSF-E271, DSF-E272): the status says why
+        write_status(spec.status_path, {**progress_status(spec, None, "failed"), "error": error_summary(err)})
+        return 1
     _redact_in_spark(spark)
     query = None
+    lag = LagProbe(spec)
     try:
         query = start_query(spark, spec)
         while not stop.is_set() and query.isActive:
-            write_status(spec.status_path, progress_status(spec, query, "running"))
+            write_status(spec.status_path, {**progress_status(spec, query, "running"), **_lag(lag, query)})
             query.awaitTermination(STATUS_EVERY_SECONDS)
         stop_between_batches(query)
         error = query.exception()
@@ -201,7 +212,17 @@ def run(spec: QuerySpec) -> int:
         print(scrub(f"query {spec.name} failed: {err}"), file=sys.stderr)
         return 1
     finally:
+        lag.close()
         spark.stop()
+
+
+def _lag(probe: LagProbe, query) -> dict[str, Any]:
+    """The lag fields of the status; a broker that does not answer leaves the last ones (the query goes on)."""
+    progress = query.lastProgress
+    try:
+        return probe.measure(progress.get("sources", []) if progress else [])
+    except Exception:  # noqa: BLE001 - lag is a measurement: an unreachable broker must not stop the query
+        return probe.last
 
 
 def main(argv: list[str] | None = None) -> int:

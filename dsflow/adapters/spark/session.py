@@ -82,14 +82,20 @@ def worker_python(master: str) -> str | None:
 
 
 def build_session(master: str, app_name: str, conf: Mapping[str, str]):
-    """A SparkSession for `master` with BASE_CONF, then the project's conf on top."""
+    """A SparkSession for `master` with BASE_CONF, then what a cluster master needs (cluster.py), then the
+    project's conf on top."""
+    from dsflow.adapters.spark.cluster import submit_conf
+
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if master.startswith("local"):  # Spark's Python processes run this interpreter (read by SparkContext and the JVM)
         os.environ.setdefault("PYSPARK_PYTHON", worker_python(master) or sys.executable)
+    settings = {**BASE_CONF, **submit_conf(master, conf, os.environ.get("PYSPARK_PYTHON", sys.executable))}
+    if not master.startswith("local") and "spark.pyspark.python" in settings:  # SparkContext reads the env
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**BASE_CONF, **conf}.items():
+    for key, value in settings.items():
         builder = builder.config(key, str(value))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -88,6 +88,19 @@ class TemporalSpec(BaseModel):
     changelog_ddl: str
 
 
+class RetractSpec(BaseModel):
+    """An aggregation of a changelog, with retractions (adapters/spark/retract.py): select_sql gives one row per
+    source change (__pk, __offset, __keep, __g0.., __a0..); the two stateful stages make the view `view`
+    (__g0.., __r0.., __keep) that post_sql reads."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    view: str
+    groups: int = Field(description="how many GROUP BY items (__g0..)")
+    aggregates: list[str] = Field(description="per __r<i>: count_star, count, count_distinct, sum, avg, min, max")
+    post_sql: str = Field(description="the query's projections (and HAVING, into __keep) over `view`")
+
+
 class QuerySpec(BaseModel):
     """A continuous query ready to run in a Spark driver."""
 
@@ -104,5 +117,6 @@ class QuerySpec(BaseModel):
     sink: SinkSpec
     select_sql: str = Field(description="Spark SQL over the source views, with a __key column carried through")
     temporal: TemporalSpec | None = None
+    retract: RetractSpec | None = None
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
                                                       "(Spark's async progress tracking; stateless Kafka sinks only)")

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from dsflow.core.model import Column, Project, Query, Relation
-from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec, TemporalSpec
+from dsflow.adapters.spark.retract import rewrite
+from dsflow.adapters.spark.spec import QuerySpec, RetractSpec, SinkSpec, SourceSpec, TemporalSpec
 from dsflow.load.functions import to_spark
 from dsflow.load.sql import parse_one_select
 
@@ -52,11 +53,7 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     array subscripts count from 1 and give NULL out of range (`array_subscripts`);
     and the source record's key is carried as __key unless the sink key is made of output columns.
     """
-    select = to_spark(array_subscripts(parse_one_select(query.select_sql), query, project))
-    for index, table in enumerate(list(select.find_all(exp.Table))):
-        alias = table.alias_or_name
-        table.replace(exp.Table(this=exp.to_identifier(view_name(index, query)),
-                                alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    select = _over_views(query, project)
     if query.window is not None:
         _window_columns(select, query.window.source)
     if query.join_within:
@@ -73,6 +70,25 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     if not query.key_columns:
         select = select.select(_carried_key(query).as_(KEY_COLUMN), copy=False)
     return select.sql(dialect="spark")
+
+
+def _over_views(query: Query, project: Project | None) -> exp.Select:
+    """The query's SELECT in Spark's function names, each source table replaced by its view."""
+    select = to_spark(array_subscripts(parse_one_select(query.select_sql), query, project))
+    for index, table in enumerate(list(select.find_all(exp.Table))):
+        alias = table.alias_or_name
+        table.replace(exp.Table(this=exp.to_identifier(view_name(index, query)),
+                                alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    return select
+
+
+def retract_spec(project: Project, query: Query) -> tuple[str, RetractSpec] | None:
+    """A GROUP BY over a changelog (adapters/spark/retract.py): (the per-change SELECT, the spec); else None."""
+    if query.output_mode != "update" or project.relation(query.sources[0].relation).kind != "changelog":
+        return None
+    source = query.sources[0]
+    return rewrite(_over_views(query, project), source.alias, project.relation(source.relation).primary_key,
+                   f"__retract_{query.fqn.replace('.', '_')}")
 
 
 def array_subscripts(select: exp.Query, query: Query, project: Project | None) -> exp.Query:
@@ -328,12 +344,16 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
                start: StartAt | None = None) -> QuerySpec:
     """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
     sink = sink_spec(project, query)
+    retract = retract_spec(project, query)
+    if retract is not None:  # its deletes are rows of __keep false: appended, as a changelog filter's are
+        sink = sink.model_copy(update={"output_mode": "append"})
     return QuerySpec(
         name=query.fqn, version=version, master=project.runtime.spark_master,
         spark_conf={**project.runtime.spark_conf, **query.spark_conf}, checkpoint=checkpoint,
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
         sources=source_specs(project, query, start), sink=sink,
-        select_sql=spark_select(query, project), temporal=temporal_spec(project, query),
+        select_sql=retract[0] if retract else spark_select(query, project),
+        temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
         and sink.kind == "kafka" and sink.output_mode == "append",
     )

@@ -1,0 +1,130 @@
+"""`dsflow serve` authentication against a real server on 127.0.0.1: tokens, login, rate limit, revocation, and
+what the identity store keeps at rest (hashes only)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import requests
+from projects import make_project
+from serving import SERVER_FILES, LiveServer, add_users, deploy_recorded
+
+from dsflow.server.identity import MAX_FAILURES
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    root = make_project(tmp_path_factory.mktemp("auth"), SERVER_FILES)
+    deploy_recorded(root)
+    with LiveServer(root) as server:
+        server.tokens = add_users(server)
+        yield server
+
+
+def _get(live, path: str, token: str | None = None) -> requests.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return requests.get(live.url + path, headers=headers, timeout=30)
+
+
+def test_health_needs_no_token(live) -> None:
+    answer = _get(live, "/api/v1/health")
+    assert answer.status_code == 200 and answer.json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("token", [None, "", "nonsense", "dsf_000000000000_" + "x" * 43])
+def test_401_without_a_valid_token(live, token) -> None:
+    answer = _get(live, "/api/v1/whoami", token)
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "DSF-E325"
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_a_token_with_a_wrong_secret_is_refused(live) -> None:
+    token = live.tokens["alice"]
+    forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    assert _get(live, "/api/v1/whoami", forged).status_code == 401
+
+
+def test_whoami_gives_the_deployed_roles(live) -> None:
+    assert _get(live, "/api/v1/whoami", live.tokens["erin"]).json() == {
+        "user": "erin", "roles": ["analyst", "engineer", "public"]}
+    assert _get(live, "/api/v1/whoami", live.tokens["nobody"]).json() == {"user": "nobody", "roles": ["public"]}
+
+
+def test_login_gives_a_session_token(live) -> None:
+    answer = requests.post(live.url + "/api/v1/auth/login",
+                           json={"username": "alice", "password": "alice-password"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["token"].startswith("dsf_") and body["expires_at"]
+    assert _get(live, "/api/v1/whoami", body["token"]).json()["user"] == "alice"
+
+
+def test_wrong_password_is_401_and_the_sixth_attempt_429(live) -> None:
+    def attempt(password: str) -> requests.Response:
+        return requests.post(live.url + "/api/v1/auth/login", json={"username": "erin", "password": password},
+                             timeout=30)
+
+    for _ in range(MAX_FAILURES):
+        answer = attempt("wrong")
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "DSF-E326"
+    throttled = attempt("erin-password")  # even the right password: the name is throttled for a minute
+    assert throttled.status_code == 429
+    assert throttled.json()["error"]["code"] == "DSF-E327"
+    assert 1 <= int(throttled.headers["Retry-After"]) <= 61
+    other = requests.post(live.url + "/api/v1/auth/login", json={"username": "root", "password": "root-password"},
+                          timeout=30)
+    assert other.status_code == 200  # per user name
+
+
+def test_unknown_user_is_told_the_same_as_a_wrong_password(live) -> None:
+    answer = requests.post(live.url + "/api/v1/auth/login", json={"username": "mallory", "password": "x"},
+                           timeout=30)
+    assert answer.status_code == 401
+    assert answer.json()["error"]["message"] == "wrong user name or password"
+
+
+def test_tokens_are_stored_hashed(live) -> None:
+    token, info = live.identity.create_token("root", "hashed-check")
+    secret = token.split("_", 2)[2]
+    raw = live.identity.path.read_bytes()
+    assert secret.encode() not in raw and token.encode() not in raw
+    with sqlite3.connect(live.identity.path) as db:
+        stored, = db.execute("SELECT hash FROM tokens WHERE id = ?", (info.id,)).fetchone()
+        passwords = [h for (h,) in db.execute("SELECT password_hash FROM users")]
+    assert stored.startswith("$argon2")
+    assert all(h.startswith("$argon2") for h in passwords) and b"root-password" not in raw
+    assert _get(live, "/api/v1/whoami", token).status_code == 200
+
+
+def test_a_revoked_token_stops_working(live) -> None:
+    token, info = live.identity.create_token("alice", "to-revoke")
+    assert _get(live, "/api/v1/whoami", token).status_code == 200
+    live.identity.revoke(info.id)
+    assert _get(live, "/api/v1/whoami", token).status_code == 401
+    listed = {t.id: t for t in live.identity.tokens("alice")}
+    assert listed[info.id].revoked and listed[info.id].last_used is not None
+
+
+def test_cli_users_and_tokens(live, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from dsflow.cli import cli
+
+    root = str(live.app.state.server.options.project_dir)
+    runner = CliRunner()
+    added = runner.invoke(cli, ["-C", root, "users", "add", "carol"], input="carol-pass\n")
+    assert added.exit_code == 0, added.output
+    created = runner.invoke(cli, ["-C", root, "tokens", "create", "carol", "--name", "ci"])
+    assert created.exit_code == 0, created.output
+    token = created.stdout.strip().splitlines()[0]
+    assert token.startswith("dsf_")
+    assert _get(live, "/api/v1/whoami", token).json()["user"] == "carol"
+    listing = runner.invoke(cli, ["-C", root, "tokens", "list", "--user", "carol"])
+    assert token not in listing.output and token.split("_")[1] in listing.output
+    revoked = runner.invoke(cli, ["-C", root, "tokens", "revoke", token.split("_")[1]])
+    assert revoked.exit_code == 0
+    assert _get(live, "/api/v1/whoami", token).status_code == 401
+    assert "carol" in runner.invoke(cli, ["-C", root, "users", "list"]).output
+    assert runner.invoke(cli, ["-C", root, "users", "remove", "carol"]).exit_code == 0

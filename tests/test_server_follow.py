@@ -1,0 +1,70 @@
+"""A continuous query followed through `dsflow serve` (a real server process with its own Spark, as
+tests/test_query_follow.py runs the CLI's) by `dsflow --server URL query --follow`: its rows arrive as
+Server-Sent Events and are printed, and when the client leaves (Ctrl-C) the server stops the query and removes
+its temporary checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import requests
+from projects import make_project
+from servers import local_server
+from serving import SERVER_FILES, deploy_recorded, server_config
+from waiting import wait_for
+
+from dsflow import operations, topics
+from dsflow.server.identity import IdentityStore, identity_path
+
+pytestmark = pytest.mark.integration
+
+
+def test_follow_streams_rows_until_the_client_leaves(tmp_path, broker) -> None:
+    root = make_project(tmp_path, {**SERVER_FILES, "dsflow.yml": server_config(broker)})
+    deploy_recorded(root)
+    loaded = operations.load(operations.Options(root))
+    target = topics.resolve(loaded.project, "analytics.public.pageviews")
+    topics.create(target, 1, 1, None)
+    topics.produce(target, [json.dumps({"id": i, "userid": f"u{i}"}) for i in range(3)], None)
+    store = IdentityStore(identity_path(loaded.workspace))
+    store.add_user("alice", "alice-password")
+    token = store.create_token("alice")[0]
+    temp = tmp_path / "server-tmp"
+    temp.mkdir()
+    os.environ["TMPDIR"], old = str(temp), os.environ.get("TMPDIR")  # the server's temporary checkpoints go here
+    try:
+        with local_server("dsflow-serve", lambda port: [sys.executable, "-m", "dsflow.cli", "-C", str(root),
+                                                        "serve", "--port", str(port)]) as port:
+            url = f"http://127.0.0.1:{port}"
+            _follow_with_the_cli(url, token, temp)
+            refused = requests.post(url + "/api/v1/queries/follow", json={"sql": "SELECT id FROM payments"},
+                                    headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            assert refused.status_code == 403  # checked before anything runs
+    finally:
+        os.environ.pop("TMPDIR") if old is None else os.environ.update(TMPDIR=old)
+
+
+def _follow_with_the_cli(url: str, token: str, temp) -> None:
+    """`dsflow --server URL query --follow` prints the rows the server streams, and Ctrl-C ends it cleanly."""
+    command = [sys.executable, "-m", "dsflow.cli", "--server", url, "query", "--follow", "--from", "earliest",
+               "--json", "SELECT id, userid FROM pageviews"]
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "DSFLOW_TOKEN": token})
+    rows = []
+    try:
+        for line in cli.stdout:
+            rows.append(json.loads(line))
+            if len(rows) >= 3:
+                break
+        assert list(temp.glob("dsflow-follow-*")), "the followed query keeps its checkpoint while it runs"
+    finally:
+        cli.send_signal(signal.SIGINT)
+        _, err = cli.communicate(timeout=60)
+    assert sorted((r["id"], r["userid"]) for r in rows) == [(0, "u0"), (1, "u1"), (2, "u2")]
+    assert cli.returncode == 0, err
+    wait_for(lambda: not list(temp.glob("dsflow-follow-*")), 120, "the server to stop the CLI's followed query")
