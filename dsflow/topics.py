@@ -203,9 +203,10 @@ def _checked_lines(lines: Iterable[str]) -> list[str]:
 
 
 def records(target: Target, from_beginning: bool, limit: int | None, timeout: float,
-            raw: bool = False, stop: Any = None) -> Iterator[dict[str, Any]]:
+            raw: bool = False, stop: Any = None, on_start: Any = None) -> Iterator[dict[str, Any]]:
     """The topic's records as dicts; unless `raw`, a relation's value is decoded with its format (json). A Kafka
-    read also ends once `stop` (a threading.Event: `dsflow serve`'s tail) is set; a Kinesis read at `timeout`."""
+    read also ends once `stop` (a threading.Event: `dsflow serve`'s tail) is set, and calls `on_start()` once it
+    is positioned (every record produced after that is read); a Kinesis read ends at `timeout`."""
     if target.store_type == "kinesis":  # a relation's values are decoded by its format unless `raw`
         from dsflow.adapters.kinesis.records import read_records, relation_codec
 
@@ -220,7 +221,7 @@ def records(target: Target, from_beginning: bool, limit: int | None, timeout: fl
         binary = not raw and target.relation is not None and _uses_registry(target.relation)
         found = print_records(target.bootstrap, target.name, from_beginning=from_beginning, limit=limit,
                               timeout=timeout, extra=target.settings, convert=_binary_record if binary else None,
-                              stop=stop)
+                              stop=stop, on_start=on_start)
     for record in found:
         yield record if raw or target.relation is None else decoded(record, target.relation, target.registry)
 

@@ -16,6 +16,7 @@ BASE = [
     ("binding.tim", {"user": "tim", "roles": ["team"]}), ("binding.sam", {"user": "sam", "roles": ["securityadmin"]}),
     ("binding.ola", {"user": "ola", "roles": ["orgadmin"]}),
     ("query.db.public.q", {"sink": "db.public.other", "sources": [["db.public.pv", "p", "latest"]]}),
+    ("datagen.feed", {"relation": "db.public.pv", "generator": "pageviews"}),
 ]
 MODEL = AccessModel.from_records(BASE)
 
@@ -59,9 +60,10 @@ def test_builtin_roles():
 
 def test_catalog_visibility():
     visible = {a for a, _ in BASE if MODEL.can_see("ann", a)}
-    assert visible == {"database.db", "schema.db.public", "relation.db.public.pv"}
+    assert visible == {"database.db", "schema.db.public", "relation.db.public.pv", "datagen.feed"}  # feeds pv
     assert "query.db.public.q" in {a for a, _ in BASE if MODEL.can_see("leo", a)}  # SELECT on its sink
     assert not any(MODEL.can_see("nobody", a) for a, _ in BASE)
+    assert not MODEL.can_see("tim", "datagen.feed") and MODEL.owner_of("datagen.feed") == "sysadmin"
 
 
 def test_plan_changes_need_the_privileges_of_their_action():

@@ -136,6 +136,12 @@ def test_topic_records_and_tail(live) -> None:
         topics.produce(target, [json.dumps({"id": 2, "userid": "u2"})], None)
         event, data = next(e for e in events if e[0] != "ping")
         assert event == "record" and data["value"] == {"id": 2, "userid": "u2"}
+    with call(live, "GET", "/api/v1/topics/pageviews/tail", "alice", stream=True) as stream:
+        events = _events(stream.iter_lines(decode_unicode=True))
+        assert next(events)[0] == "ready"  # sent once the reader is positioned at the end: what follows is read
+        topics.produce(target, [json.dumps({"id": 3, "userid": "u3"})], None)
+        event, data = next(e for e in events if e[0] != "ping")
+        assert event == "record" and data["value"] == {"id": 3, "userid": "u3"}
     wait_for(lambda: not any(t.name == "dsflow-serve-stream" for t in threading.enumerate()), 60,
              "the tail's reader to stop once the client left")  # the server runs in this process
 

@@ -170,10 +170,10 @@ class AccessModel:
         if SUPERUSER in roles or self._owns(roles, address):
             return True
         kind = object_type(address)
-        if kind == "query":
-            sink = next((p for p in self.parents.get(address, ()) if p.startswith("relation.")), None)
-            return self.check(user, P.MANAGE, address).allowed or (
-                sink is not None and self.check(user, P.SELECT, sink).allowed)
+        if kind in ("query", "datagen"):  # what writes into a relation is seen by those who may read it
+            target = next((p for p in self.parents.get(address, ()) if p.startswith("relation.")), None)
+            return (kind == "query" and self.check(user, P.MANAGE, address).allowed) or (
+                target is not None and self.check(user, P.SELECT, target).allowed)
         if any(self._granted(roles, p, address) for p in APPLICABLE.get(kind, ())):
             return True
         return any(address in self.ancestors(on) and (role in roles)
@@ -254,7 +254,8 @@ def _requirements(privilege: Privilege, address: str) -> list[tuple[Privilege, s
 
 
 def _parents(address: str, attributes: Mapping[str, Any]) -> tuple[str, ...]:
-    """The immediate containers of an object: relation -> schema -> database; a query -> its sink relation."""
+    """The immediate containers of an object: relation -> schema -> database; a query -> its sink relation, a
+    generator -> the relation it feeds."""
     kind, _, name = address.partition(".")
     parts = name.split(".")
     if kind == "relation" and len(parts) == 3:
@@ -263,6 +264,8 @@ def _parents(address: str, attributes: Mapping[str, Any]) -> tuple[str, ...]:
         return (f"database.{parts[0]}",)
     if kind == "query" and attributes.get("sink"):
         return (f"relation.{attributes['sink']}",)
+    if kind == "datagen" and attributes.get("relation"):
+        return (f"relation.{attributes['relation']}",)
     return ()
 
 

@@ -116,12 +116,20 @@ def tail(relation: str, from_beginning: bool = False, me: Caller = Depends(calle
     stop = threading.Event()
 
     def produce(emit: Callable[[str, Any], None], stop: threading.Event) -> None:
-        emit("ready", {"topic": target.name, "store": target.store})
-        first = from_beginning
+        ready = {"topic": target.name, "store": target.store}
+        if target.store_type != "kafka":
+            emit("ready", ready)
+        first, started = from_beginning, [False]
+
+        def on_start() -> None:  # a Kafka tail is ready once positioned: a record produced after `ready` is read
+            if not started[0]:
+                started[0] = True
+                emit("ready", ready)
+
         while not stop.is_set():
             timeout = TAIL_IDLE if target.store_type == "kafka" else KINESIS_WINDOW
             with topics.store_errors(target.store, target.store_type, target.settings):
-                for record in topics.records(target, first, None, timeout, stop=stop):
+                for record in topics.records(target, first, None, timeout, stop=stop, on_start=on_start):
                     emit("record", record)
                     if stop.is_set():
                         break

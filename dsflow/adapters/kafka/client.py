@@ -435,20 +435,21 @@ def flush_or_raise(producer: Any, topic: str, count: int, errors: list[str], tim
 def print_records(
     bootstrap: str, topic: str, from_beginning: bool = True, limit: int | None = None,
     timeout: float = 5.0, extra: Mapping[str, str] | None = None, convert: Callable[[Any], dict] | None = None,
-    stop: Any = None,
+    stop: Any = None, on_start: Callable[[], None] | None = None,
 ) -> Iterator[dict]:
     """Records of every partition as dicts (key, value, partition, offset, timestamp in ms; `convert` makes
     the dict of a message, default record_dict).
 
     Starts at the earliest offsets or at the true end (`end_offsets`), stops after `limit`
     records or when nothing arrives for `timeout` seconds, or once `stop` (a threading.Event) is set. Uses
-    assign(), never a group.
+    assign(), never a group. `on_start` is called once the consumer is assigned its start offsets: a record
+    produced after it is read.
     """
     assert_reachable(bootstrap)
     with consumer(client_config(bootstrap, extra)) as c:
         parts = topic_partitions(c, topic)
         starts = start_offsets(c, topic, parts) if from_beginning else end_offsets(c, topic, parts)
-        yield from _follow(c, topic, starts, limit, timeout, convert or record_dict, stop)
+        yield from _follow(c, topic, starts, limit, timeout, convert or record_dict, stop, on_start)
 
 
 def read_to_end(bootstrap: str, topic: str, extra: Mapping[str, str] | None = None,
@@ -468,10 +469,13 @@ def read_to_end(bootstrap: str, topic: str, extra: Mapping[str, str] | None = No
 
 
 def _follow(c: Any, topic: str, starts: dict[int, int], limit: int | None, timeout: float,
-            convert: Callable[[Any], dict], stop: Any = None) -> Iterator[dict]:
+            convert: Callable[[Any], dict], stop: Any = None,
+            on_start: Callable[[], None] | None = None) -> Iterator[dict]:
     from confluent_kafka import TopicPartition
 
     c.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
+    if on_start is not None:
+        on_start()
     count, idle_since = 0, time.monotonic()
     while (limit is None or count < limit) and time.monotonic() - idle_since < timeout and not (stop and stop.is_set()):
         m = c.poll(0.2)
