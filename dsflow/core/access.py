@@ -176,8 +176,7 @@ class AccessModel:
                 target is not None and self.check(user, P.SELECT, target).allowed)
         if any(self._granted(roles, p, address) for p in APPLICABLE.get(kind, ())):
             return True
-        return any(address in self.ancestors(on) and (role in roles)
-                   for role, held in self.grants.items() for _, on in held)
+        return any(address in self.ancestors(on) for role in roles for _, on in self.grants.get(role, ()))
 
     def authorize_plan(self, user: str, plan: Mapping[str, Any]) -> list[Refusal]:
         """Every change of a plan (its JSON document) that `user` may not make."""
