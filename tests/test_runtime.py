@@ -135,8 +135,9 @@ def _run(root, options, project, broker, supervisor) -> None:
                      600, "copy to fail after restarts")
     again = wait_for(lambda: (e := _status(root, broker)[BROKEN])["restarts"] > first["restarts"] and e, 600,
                      "copy's restarts to grow")
-    looping = wait_for(lambda: (e := _status(root, broker)[BROKEN])["state"] == "crash_loop" and e, 600,
-                       "copy to show a crash loop")
+    # 'crash_loop' also shows while the next attempt starts (no retry pending then): wait for it between tries
+    looping = wait_for(lambda: (e := _status(root, broker)[BROKEN])["state"] == "crash_loop" and e["next_retry"]
+                       and e, 600, "copy to show a crash loop with its next retry")
     assert again["restarts"] >= 3 and looping["next_retry"] and looping["last_error"]
     assert looping["last_exit"] == "exit code 1" and "ValidationError" in looping["last_error"], looping
 
