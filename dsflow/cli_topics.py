@@ -14,6 +14,12 @@ console = LazyConsole()
 STORE_HELP = "store to use (default: the relation's store, else the project's default store)"
 
 
+def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and value != value:  # NaN passes FloatRange's bounds
+        raise click.BadParameter("not a number: give seconds (0 or more, inf to wait for ever)", ctx, param)
+    return value
+
+
 def _target(ctx: click.Context, name: str, store: str | None, bootstrap: str | None = None) -> topics.Target:
     if bootstrap:
         return topics.kafka_target(bootstrap, name)
@@ -112,7 +118,7 @@ def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, st
 @click.argument("name")
 @click.option("--from-beginning/--latest", default=True, show_default=True)
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="stop after this many records")
-@click.option("--timeout", type=click.FloatRange(min=0), default=5.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0), default=5.0, show_default=True, callback=_not_nan,
               help="stop after this many idle seconds")
 @click.option("--raw", is_flag=True, help="print keys and values as stored, without decoding them with the relation's formats")
 @click.option("--store", help=STORE_HELP)
