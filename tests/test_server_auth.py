@@ -3,6 +3,7 @@ what the identity store keeps at rest (hashes only)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -128,3 +129,59 @@ def test_cli_users_and_tokens(live, tmp_path) -> None:
     assert _get(live, "/api/v1/whoami", token).status_code == 401
     assert "carol" in runner.invoke(cli, ["-C", root, "users", "list"]).output
     assert runner.invoke(cli, ["-C", root, "users", "remove", "carol"]).exit_code == 0
+
+
+def _call(live, method: str, path: str, token: str | None, **kw) -> requests.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return requests.request(method, live.url + path, headers=headers, timeout=30, **kw)
+
+
+def test_user_management_needs_manage_users_and_works_through_the_api(live) -> None:
+    root, alice = live.tokens["root"], live.tokens["alice"]
+    for method, path, body in [("GET", "/api/v1/users", None), ("POST", "/api/v1/users", {"name": "x1", "password": "p"}),
+                               ("DELETE", "/api/v1/users/erin", None), ("GET", "/api/v1/tokens?user=erin", None),
+                               ("POST", "/api/v1/users/erin/tokens", {"name": "t"})]:
+        denied = _call(live, method, path, alice, json=body)
+        assert denied.status_code == 403, (method, path, denied.text)
+        assert denied.json()["error"]["code"] == "DSF-E328" and "MANAGE_USERS" in denied.json()["error"]["message"]
+        assert _call(live, method, path, None, json=body).status_code == 401
+    assert live.identity.users() and "x1" not in {u["name"] for u in live.identity.users()}  # nothing was done
+
+    added = _call(live, "POST", "/api/v1/users", root, json={"name": "frank", "password": "frank-password"})
+    assert added.status_code == 201 and added.json()["name"] == "frank"
+    assert "frank" in {u["name"] for u in _call(live, "GET", "/api/v1/users", root).json()}
+    again = _call(live, "POST", "/api/v1/users", root, json={"name": "frank", "password": "p"})
+    assert again.status_code == 400 and again.json()["error"]["code"] == "DSF-E321"
+    bad = _call(live, "POST", "/api/v1/users", root, json={"name": "-no", "password": "p"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "DSF-E320"
+
+    created = _call(live, "POST", "/api/v1/users/frank/tokens", root, json={"name": "ci"})
+    assert created.status_code == 201, created.text
+    token = created.json()["token"]
+    assert _call(live, "GET", "/api/v1/whoami", token).json()["user"] == "frank"
+    listed = _call(live, "GET", "/api/v1/tokens?user=frank", root).json()
+    assert [t["name"] for t in listed] == ["ci"] and all("token" not in t for t in listed)
+    assert token not in json.dumps(listed) and token.rsplit("_", 1)[-1] not in live.identity.path.read_bytes().decode(
+        "latin-1")
+
+    assert _call(live, "DELETE", "/api/v1/users/root", root).json()["error"]["code"] == "DSF-E338"
+    assert _call(live, "DELETE", "/api/v1/users/frank", root).status_code == 204
+    assert _call(live, "GET", "/api/v1/whoami", token).status_code == 401  # its tokens went with it
+    missing = _call(live, "DELETE", "/api/v1/users/frank", root)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "DSF-E322"
+
+
+def test_every_user_manages_its_own_tokens_only(live) -> None:
+    alice = live.tokens["alice"]
+    mine = _call(live, "POST", "/api/v1/users/alice/tokens", alice, json={"name": "laptop"})
+    assert mine.status_code == 201
+    token, token_id = mine.json()["token"], mine.json()["id"]
+    assert token_id in {t["id"] for t in _call(live, "GET", "/api/v1/tokens", alice).json()}
+    erins = next(t.id for t in live.identity.tokens("erin"))
+    refused = _call(live, "DELETE", f"/api/v1/tokens/{erins}", alice)
+    assert refused.status_code == 403 and "MANAGE_USERS" in refused.json()["error"]["message"]
+    assert _call(live, "DELETE", "/api/v1/tokens/000000000000", alice).status_code == 403  # no id probing
+    assert _call(live, "DELETE", "/api/v1/tokens/000000000000", live.tokens["root"]).status_code == 404
+    assert _call(live, "DELETE", f"/api/v1/tokens/{token_id}", alice).status_code == 204
+    assert _call(live, "GET", "/api/v1/whoami", token).status_code == 401
+    assert _call(live, "GET", "/api/v1/whoami", alice).status_code == 200  # the others still work
