@@ -362,3 +362,40 @@ def test_the_graph_puts_each_node_one_layer_after_its_longest_path(served: Serve
       return Object.fromEntries(ids.map((id) => [id, place.get(id).col]));
     }""")
     assert layout == {"a": 0, "b": 1, "c": 2, "d": 3, "e": 0}  # c after b, not beside it; a cycle stays drawn
+
+
+def test_arrow_keys_walk_the_graph_along_its_edges(served: Served, page) -> None:
+    _log_in(page, served)
+    lineage = served.api("GET", "lineage").json()
+    downstream = collections.defaultdict(set)
+    upstream = collections.defaultdict(set)
+    for edge in lineage["edges"]:
+        downstream[edge["source"]].add(edge["target"])
+        upstream[edge["target"]].add(edge["source"])
+    boxes = {n["id"]: page.eval_on_selector(f'#graph a.node[data-id="{n["id"]}"] rect',
+                                            "r => [Number(r.getAttribute('x')), Number(r.getAttribute('y'))]")
+             for n in lineage["nodes"]}
+    moved = 0
+    for node in lineage["nodes"]:
+        x, y = boxes[node["id"]]
+        below = [i for i, (bx, by) in boxes.items() if bx == x and by > y]
+        above = [i for i, (bx, by) in boxes.items() if bx == x and by < y]
+        expected = {"ArrowRight": downstream[node["id"]], "ArrowLeft": upstream[node["id"]],
+                    "ArrowDown": {min(below, key=lambda i: boxes[i][1])} if below else set(),
+                    "ArrowUp": {max(above, key=lambda i: boxes[i][1])} if above else set()}
+        for key, targets in expected.items():
+            page.focus(f'#graph a.node[data-id="{node["id"]}"]')
+            page.keyboard.press(key)
+            focused = page.evaluate("document.activeElement.dataset ? document.activeElement.dataset.id : null")
+            if targets:
+                assert focused in targets, f"{key} from {node['id']} went to {focused}, not one of {targets}"
+                moved += 1
+            else:
+                assert focused == node["id"], f"{key} from {node['id']} moved to {focused} with nowhere to go"
+    ends = {e["source"] for e in lineage["edges"]} | {("to", e["target"]) for e in lineage["edges"]}
+    assert lineage["edges"] and moved >= len(ends)  # Right from every source, Left from every target
+    page.focus(f'#graph a.node[data-id="{QUERY}"]')
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("Enter")  # the arrows end on a node that Enter opens, as Tab does
+    assert page.evaluate("document.activeElement.id") == "detail-title"

@@ -50,7 +50,9 @@ function positions(nodes, edges) {
 }
 
 /** Draw `lineage` ({nodes, edges}) into `container`; each node is a link (Tab, Enter) calling `onSelect(node)`,
- *  named for screen readers by `label(node)`. */
+ *  named for screen readers by `label(node)`. Arrow keys move the focus along the graph: Right to a node it
+ *  feeds, Left to a node that feeds it (the nearest row first), Up and Down within its layer, Home and End to
+ *  the first and last node. */
 function drawLineage(container, lineage, {onSelect, label}) {
   const nodes = lineage.nodes || [], edges = lineage.edges || [];
   const {place, cols, rows} = positions(nodes, edges);
@@ -69,13 +71,43 @@ function drawLineage(container, lineage, {onSelect, label}) {
   // document order = Tab order: layer by layer (left to right), top to bottom within a layer
   const order = (n) => [place.get(n.id).col, place.get(n.id).row];
   const sorted = [...nodes].sort((a, b) => order(a)[0] - order(b)[0] || order(a)[1] - order(b)[1]);
-  for (const node of sorted) root.append(graphNode(node, place.get(node.id), onSelect, label));
+  const links = new Map();
+  for (const node of sorted) {
+    const link = graphNode(node, place.get(node.id), onSelect, label);
+    links.set(node.id, link);
+    root.append(link);
+  }
+  root.addEventListener("keydown", (event) => {
+    const id = event.target.closest && event.target.closest("a.node")?.dataset.id;
+    const next = id && neighbour(id, event.key, place, edges, sorted);
+    if (!next || !links.has(next)) return;
+    event.preventDefault();
+    links.get(next).focus();
+  });
   container.replaceChildren(root);
   if (!nodes.length) {
     const empty = document.createElement("p");
     empty.className = "muted";
     empty.textContent = "Nothing you may see is deployed.";
     container.append(empty);
+  }
+}
+
+function neighbour(id, key, place, edges, sorted) {
+  // the node an arrow key moves to from `id`, or undefined
+  const at = place.get(id);
+  const nearest = (ids) => ids.filter((n) => place.has(n))
+    .sort((a, b) => Math.abs(place.get(a).row - at.row) - Math.abs(place.get(b).row - at.row)
+                    || place.get(a).row - place.get(b).row)[0];
+  const inColumn = (row) => sorted.find((n) => place.get(n.id).col === at.col && place.get(n.id).row === row)?.id;
+  switch (key) {
+    case "ArrowRight": return nearest(edges.filter((e) => e.source === id).map((e) => e.target));
+    case "ArrowLeft": return nearest(edges.filter((e) => e.target === id).map((e) => e.source));
+    case "ArrowDown": return inColumn(at.row + 1);
+    case "ArrowUp": return inColumn(at.row - 1);
+    case "Home": return sorted[0]?.id;
+    case "End": return sorted[sorted.length - 1]?.id;
+    default: return undefined;
   }
 }
 
