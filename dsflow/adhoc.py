@@ -113,6 +113,10 @@ def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
     analysed = analyse_select("<query>", raw, relations, qualify_name, problems.append)
     if analysed is None or problems:
         raise ProjectError(diagnostics=problems or [Diagnostic("DSF-E720", "cannot run the query", where)])
+    if analysed.changelog_join is not None:  # its three stages run in deployed queries only
+        raise ProjectError(diagnostics=[Diagnostic("DSF-E193", "following a join of two changelogs is not supported "
+                                                   "yet", where, hint="deploy it as CREATE CHANGELOG ... AS SELECT, "
+                                                   "then follow that changelog: SELECT * FROM it")])
     sources = tuple(s.model_copy(update={"starting_position": position}) for s in analysed.sources)
     return Query(fqn="adhoc.follow.query", statement="csas", sink="", sources=sources,
                  select_sql=analysed.select_sql, output_columns=analysed.columns, stateful=analysed.stateful,

@@ -1,6 +1,6 @@
 """`dsflow entity`: what a table store holds (Delta tables, PostgreSQL, Snowflake and Iceberg tables).
 
-A PATH is read in the store's own terms: for a Delta store (s3, filesystem, databricks) a table's path under
+A PATH is read in the store's own terms: for a Delta store (s3, filesystem, adls, databricks) a table's path under
 the store's root; for postgresql `database[.schema[.table]]`; for snowflake `DB[.SCHEMA[.TABLE]]`; for a table
 format that lists its own entities (`list_entities`, adapters/tables FORMATS: iceberg) its own path
 (iceberg: `[NAMESPACE[.TABLE]]`). A table
@@ -15,7 +15,7 @@ from typing import Any
 from dsflow.core.model import Project, Store
 from dsflow.errors import DsflowError
 
-DELTA_STORES = {"s3", "filesystem", "databricks"}
+DELTA_STORES = {"s3", "filesystem", "adls", "databricks"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def resolve(project: Project, path: str, store_name: str | None) -> Target:
                      and (r.fqn == path or r.fqn.endswith("." + path))), None)
     if relation is None:
         raise DsflowError("DSF-E758", f"'{path}' is not a table of the project; name a store",
-                          hint="pass --store NAME (an s3, filesystem, databricks, snowflake, iceberg or postgresql "
+                          hint="pass --store NAME (an s3, filesystem, adls, databricks, snowflake, iceberg or postgresql "
                                "store)")
     store = project.store(relation.store)
     location = relation.table_options.get("delta.path", relation.topic) if store.type in DELTA_STORES \
@@ -122,5 +122,5 @@ def _table(project: Project, target: Target):
 
 def _no_entities(store: Store) -> DsflowError:
     return DsflowError("DSF-E759", f"the {store.type} store '{store.name}' has no entities to browse",
-                       hint="entities are tables of s3, filesystem, databricks, snowflake, iceberg and postgresql stores; "
-                            "for topics use 'dsflow topic'")
+                       hint="entities are tables of s3, filesystem, adls, databricks, snowflake, iceberg and "
+                            "postgresql stores; for topics use 'dsflow topic'")

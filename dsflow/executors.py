@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from dsflow.adapters import process
 from dsflow.adapters.schemas import register_sink_schemas
+from dsflow.adapters.spark import apps
 from dsflow.adapters.spark.spec import ENV_REF
 from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
@@ -38,6 +39,13 @@ def driver_marker(run_dir: str | Path | None) -> tuple[str, ...]:
     """What a query's driver command line holds: the module and its own spec file (a reused PID running another
     query's driver does not match). Without a run directory (a state from before 2025), the module only."""
     return (DRIVER_MODULE, str(Path(run_dir) / "spec.json")) if run_dir else (DRIVER_MODULE,)
+
+
+def query_marker(outputs: dict[str, Any]) -> tuple[str, ...]:
+    """The marker of the process running a deployed query: its shared application's host, or its own driver."""
+    if outputs.get("app_dir"):
+        return apps.host_marker(outputs["app_dir"])
+    return driver_marker(outputs.get("run_dir"))
 
 
 def datagen_marker(run_dir: str | Path | None) -> tuple[str, ...]:
@@ -314,24 +322,33 @@ class QueryExecutor:
         spec_path = run_dir / "spec.json"
         spec_path.write_text(spec.model_dump_json(indent=2))
         (run_dir / "status.json").unlink(missing_ok=True)
-        pid = process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=secrets)
+        shared = _shared(ctx, name, spec, spec_path, secrets) if apps.isolation(ctx.project, query) == "shared" else {}
+        pid = shared.get("pid") or process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=secrets)
         ctx.note({"pid": pid})
         logs = source_logs(ctx.project, query)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
                    "source_logs": logs or None}
         return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),
-                "topics": [s.topic for s in spec.sources], "logs": logs, LEDGER_STARTED: started}
+                "topics": [s.topic for s in spec.sources], "logs": logs, LEDGER_STARTED: started, **shared}
 
     def _stop(self, deployed: DeployedResource) -> dict[str, Any]:
         from dsflow.adapters.spark.checkpoint import committed_offsets
 
-        process.stop(deployed.outputs.get("pid"), driver_marker(deployed.outputs.get("run_dir")))
+        if deployed.outputs.get("app_dir"):
+            apps.stop_shared(deployed.outputs)  # its application's other queries go on
+        else:
+            process.stop(deployed.outputs.get("pid"), driver_marker(deployed.outputs.get("run_dir")))
         checkpoint = Path(deployed.outputs.get("checkpoint", ""))
         offsets = committed_offsets(checkpoint) if checkpoint.is_dir() else None
         topics = deployed.outputs.get("topics", [])
         by_topic = dict(zip(topics, offsets)) if offsets else None
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
+
+
+def _shared(ctx: Context, name: str, spec, spec_path: Path, secrets: dict[str, str]) -> dict[str, Any]:
+    """`runtime.isolation: shared`: the query joins a shared Spark application (adapters/spark/apps.py)."""
+    return apps.start_shared(ctx.project, ctx.workspace.run_dir / "apps", name, spec, spec_path, secrets)
 
 
 def relaunch_driver(project: Project | None, deployed: DeployedResource) -> int:

@@ -159,7 +159,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
     """Every deployed query and generator, with what its process and status file say now, and what the runtime
     supervisor recorded (uptime, restarts, last exit and error, next retry: dsflow/runtime/records.py)."""
     from dsflow.adapters import process
-    from dsflow.executors import datagen_marker, driver_marker
+    from dsflow.executors import datagen_marker, query_marker
     from dsflow.refresh import query_status
     from dsflow.runtime.records import status_fields
 
@@ -169,14 +169,15 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
         kind, pid = Address.parse(key).kind, deployed.outputs.get("pid")
         if kind is Kind.QUERY:
             info = query_status(deployed)
-            running = process.is_running(pid, driver_marker(deployed.outputs.get("run_dir")))
+            running = process.is_running(pid, query_marker(deployed.outputs))
             state_name = info.get("state", "unknown")
             if not running and state_name in ("running", "starting", "unknown"):
                 state_name = "stopped"
             run_dir = Path(deployed.outputs["run_dir"]) if deployed.outputs.get("run_dir") else None
             runtime = status_fields(run_dir, pid, running, str(deployed.outputs.get("version", "")))
-            entries.append({**info, "address": key, "state": runtime.pop("runtime_state", state_name), "pid": pid,
-                            **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
+            shared = {"app": deployed.outputs["app"]} if deployed.outputs.get("app") else {}  # several share a PID
+            entries.append({**info, **shared, "address": key, "state": runtime.pop("runtime_state", state_name),
+                            "pid": pid, **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
                                           if with_dead_letters else {})})
         elif kind is Kind.DATAGEN:
             running = process.is_running(pid, datagen_marker(deployed.outputs.get("run_dir")))

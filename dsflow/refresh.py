@@ -57,9 +57,9 @@ def query_status(deployed: DeployedResource) -> dict:
 
 
 def _observe_query(deployed: DeployedResource) -> Observation:
-    from dsflow.executors import driver_marker  # executors import the Spark translation (sqlglot): plan may not need it
+    from dsflow.executors import query_marker  # executors import the Spark translation (sqlglot): plan may not need it
 
-    running = process.is_running(deployed.outputs.get("pid"), driver_marker(deployed.outputs.get("run_dir")))
+    running = process.is_running(deployed.outputs.get("pid"), query_marker(deployed.outputs))
     status = query_status(deployed)
     checkpoint = deployed.outputs.get("checkpoint")
     if checkpoint and status.get("batch_id") is not None and not Path(checkpoint).is_dir():

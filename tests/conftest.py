@@ -80,6 +80,42 @@ def schema_registry() -> Iterator[str]:
 
 
 KINESALITE = Path(__file__).parent / ".node" / "node_modules" / "kinesalite"
+AZURITE = Path(__file__).parent / ".node" / "node_modules" / "azurite"
+AZURITE_VERSION = "3.37.0"
+AZURITE_ACCOUNT = ("devstoreaccount1",
+                   "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+"""Azurite's one built-in account and its well-known key (public, in Azure's emulator docs)."""
+
+
+@pytest.fixture(scope="session")
+def azurite_endpoint() -> Iterator[str]:
+    """A real Azurite Blob service (Azure storage emulator) on a free loopback port, in its own temp folder,
+    stopped by its PID; yields the account's Blob endpoint URL (http://127.0.0.1:PORT/devstoreaccount1).
+
+    .ci/run installs azurite from npm into tests/.node; this installs it there too if it is missing or older than
+    AZURITE_VERSION (older ones ignore the `startFrom` of a blob listing, which delta-rs uses to find a table's
+    newest commit: its third commit then fails with "Invalid table version").
+    """
+    import json
+    import subprocess
+
+    from servers import local_server
+
+    installed = AZURITE / "package.json"
+    version = json.loads(installed.read_text())["version"] if installed.is_file() else "0"
+    if tuple(int(p) for p in version.split(".")) < tuple(int(p) for p in AZURITE_VERSION.split(".")):
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(AZURITE.parents[1]),
+                        f"azurite@{AZURITE_VERSION}"], check=True, capture_output=True)
+    folder = tempfile.mkdtemp(prefix="dsflow-azurite-")
+
+    def command(port: int) -> list[str]:
+        return ["node", str(AZURITE / "dist" / "src" / "blob" / "main.js"), "--blobHost", "127.0.0.1",
+                "--blobPort", str(port), "--location", folder, "--silent", "--disableTelemetry",
+                "--skipApiVersionCheck", "--loose"]
+
+    with local_server("azurite", command, timeout=60) as port:
+        yield f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT[0]}"
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -102,8 +102,8 @@ def test_table_validation_errors(tmp_path):
                                   "AS SELECT id FROM pageviews;") == ["DSF-E097"]
     assert _codes(tmp_path / "c", "CREATE TABLE t WITH ('store' = 'lake', 'topic' = 'x') "
                                   "AS SELECT id FROM pageviews;") == ["DSF-E031"]
-    assert _codes(tmp_path / "d", "CREATE TABLE t WITH ('store' = 'lake') AS SELECT id FROM pageviews;\n"
-                                  "CREATE STREAM s AS SELECT id FROM t;") == ["DSF-E099"]
+    assert _codes(tmp_path / "d", "CREATE TABLE t WITH ('store' = 'snow') AS SELECT id FROM pageviews;\n"
+                                  "CREATE STREAM s AS SELECT id FROM t;", stores_yaml(snowflake_port=1)) == ["DSF-E099"]
     bad_store = "stores:\n  - name: lake\n    type: s3\n    properties:\n      bucket_name: x\n"
     assert _codes(tmp_path / "e", "", bad_store) == ["DSF-E095", "DSF-E095"]
     no_db = "stores:\n  - name: snow\n    type: snowflake\n    properties:\n      account: a\n"

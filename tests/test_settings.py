@@ -266,6 +266,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("query", "trigger.interval"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
                                                               "'trigger.interval' = '5 seconds')")]),
     ("query", "dlq.topic"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', 'dlq.topic' = 'bad')")]),
+    ("query", "runtime.isolation"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
+                                                               "'runtime.isolation' = 'shared')")]),
     ("query", "start.position"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
                                                             "'start.position' = 'earliest')")]),
     ("source", "starting.position"): (COPIED, [(Q, "FROM events WHERE", "FROM events WITH ('starting.position' = "
@@ -277,6 +279,10 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
                                               "trigger_interval: 2 seconds")]),
     ("runtime", "checkpoint_root"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
                                              "  trigger_interval: 1 second\n  checkpoint_root: elsewhere\n")]),
+    ("runtime", "isolation"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
+                                       "  trigger_interval: 1 second\n  isolation: shared\n")]),
+    ("runtime", "queries_per_app"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
+                                             "  trigger_interval: 1 second\n  queries_per_app: 3\n")]),
 }
 """An edit of each setting of SETTINGS in the project of FILES."""
 ALSO_UPDATED = {("table", "owner"): ("query.db.s.lake_t",), ("materialized_view", "owner"): ("query.db.s.user_names",),

@@ -52,7 +52,7 @@ def test_a_lake_folder_written_as_an_unsupported_url_is_an_error(tmp_path, store
     assert error.location == Location("stores/kafka.yml", 8, 13 + len(key) - 4)
     assert error.message.startswith(f"the {key} of the {store_type} store 'lake' is a {scheme}:// URL")
     assert "never a URL" in error.message and "supported:" in error.hint
-    assert ("not supported yet" in error.hint) == (scheme in ("abfss", "az"))
+    assert ("an adls store (account, container, prefix)" in error.hint) == (scheme in ("abfss", "az"))
 
 
 def test_an_s3_bucket_written_as_a_url_names_the_bare_bucket(tmp_path) -> None:

@@ -374,8 +374,9 @@ def test_e045_unsupported_construct(tmp_path, sql, where, message, hint):
     ("CREATE CHANGELOG f AS SELECT window_start, window_end, COUNT(*) AS n\n"
      "FROM TUMBLE(pageviews, SIZE 10 SECONDS) GROUP BY window_start;",
      "a window needs GROUP BY window_start, window_end"),
-    ("CREATE CHANGELOG f AS SELECT COUNT(*) AS n FROM pageviews;", "an aggregation in a continuous query needs GROUP BY"),
-], ids=["stream-aggregates", "key-not-selected", "loose-column", "window-not-grouped", "no-group-by"])
+    ("CREATE CHANGELOG f AS SELECT userid, COUNT(*) AS n FROM pageviews;",
+     "column 'userid' must be inside an aggregate: without GROUP BY the query has one row over all records"),
+], ids=["stream-aggregates", "key-not-selected", "loose-column", "window-not-grouped", "no-group-by-loose-column"])
 def test_e046_query_shape_does_not_fit(tmp_path, sql, message):
     d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E046")
     assert d.location.file == "sql/q.sql"

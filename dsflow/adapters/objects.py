@@ -44,6 +44,7 @@ REGISTRY: dict[str, str] = {
     "kinesis": "dsflow.adapters.kinesis.objects",
     "s3": "dsflow.adapters.tables.objects",
     "filesystem": "dsflow.adapters.tables.objects",
+    "adls": "dsflow.adapters.tables.objects",
     "databricks": "dsflow.adapters.tables.objects",
     "snowflake": "dsflow.adapters.tables.objects",
     "iceberg": "dsflow.adapters.tables.objects",

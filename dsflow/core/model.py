@@ -27,11 +27,11 @@ class Column(Frozen):
 
 class Store(Frozen):
     """A connection to a streaming system (Kafka for now), or a table store that CREATE TABLE ... AS SELECT writes
-    to: s3 and filesystem (Delta Lake tables), databricks (Delta plus catalog registration), snowflake, iceberg (Iceberg tables). Table stores
+    to: s3, filesystem and adls (Delta Lake tables), databricks (Delta plus catalog registration), snowflake, iceberg (Iceberg tables). Table stores
     keep their settings (bucket, path, account, ...) in `properties`; see docs/project.md."""
 
     name: str
-    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql", "iceberg"]
+    type: Literal["kafka", "kinesis", "s3", "filesystem", "adls", "databricks", "snowflake", "postgresql", "iceberg"]
     bootstrap_servers: str = Field("", description="Kafka: host:port[,host:port]; empty for table stores")
     properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
     sensitive: frozenset[str] = Field(default_factory=frozenset,
@@ -158,11 +158,11 @@ class Source(Frozen):
 
 
 class Window(Frozen):
-    """A window table function over one source: TUMBLE (advance = size) or HOP."""
+    """A window table function over one source: TUMBLE (advance = size), HOP, or SESSION (size is its gap)."""
 
-    kind: Literal["tumble", "hop"]
+    kind: Literal["tumble", "hop", "session"]
     source: str = Field(description="alias of the windowed source in the SELECT")
-    size: str = Field(description="a duration, e.g. '10 seconds'")
+    size: str = Field(description="a duration, e.g. '10 seconds'; SESSION: the gap that closes a session")
     advance: str | None = Field(None, description="HOP only: how often a window starts")
 
 
@@ -175,6 +175,22 @@ class TemporalJoin(Frozen):
     side: Literal["inner", "left"] = "inner"
     stream_keys: tuple[str, ...] = Field(description="stream columns equal to the changelog's key columns, in order")
     changelog_keys: tuple[str, ...] = Field(description="the changelog's primary key columns, in order")
+
+
+class ChangelogJoin(Frozen):
+    """Two changelogs joined on equalities of their columns (adapters/spark/changelog_join.py): the result is a
+    changelog whose rows are upserted and deleted as rows of either side change."""
+
+    left: str = Field(description="alias of the left changelog in the SELECT")
+    right: str = Field(description="alias of the right changelog")
+    side: Literal["inner", "left", "full"] = "inner"
+    left_keys: tuple[str, ...] = Field(description="left columns of the ON equalities, in order")
+    right_keys: tuple[str, ...] = Field(description="right columns equal to left_keys, in order")
+    keyed_by_left: bool = Field(description="the result is keyed by the left's primary key (ON covers the right's "
+                                            "whole primary key, INNER or LEFT); else by both sides' primary keys")
+    left_key: tuple[str, ...] = Field(description="output columns that are the left's primary key columns")
+    right_key: tuple[str, ...] = Field((), description="output columns that are the right's primary key columns "
+                                       "(only when not keyed_by_left)")
 
 
 class Query(Frozen):
@@ -203,8 +219,11 @@ class Query(Frozen):
         "none", description="a changelog read row by row: 'emit' passes a tombstone, or a row that stops "
         "matching WHERE, on as a delete of its key (changelog and view sinks); 'drop' skips tombstones (streams)")
     temporal_join: TemporalJoin | None = None
+    changelog_join: ChangelogJoin | None = None
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
+    isolation: Literal["shared", "query"] | None = Field(None, description="'runtime.isolation': where it runs, "
+                                                         "overriding the project's runtime.isolation; None: as that says")
     owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 
@@ -292,6 +311,9 @@ class RuntimeSettings(Frozen):
     checkpoint_root: str = ".dsflow/checkpoints"
     async_checkpoint: bool = Field(False, description="stateless queries into Kafka write their checkpoint in the "
                                                       "background, next to the next micro-batch")
+    isolation: Literal["shared", "query"] = Field("query", description="query: one Spark driver process per query; "
+                                                  "shared: queries share long-running Spark applications")
+    queries_per_app: int = Field(10, description="shared: at most this many queries per Spark application")
 
 
 class StateSettings(Frozen):

@@ -162,6 +162,8 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], r
     }
     if query.dlq_topic:
         metadata["dlq_topic"] = query.dlq_topic
+    if (query.isolation or project.runtime.isolation) == "shared":
+        metadata["isolation"] = "shared"  # only when shared: a project in the default mode plans as before
     metadata.update(_owner(query))
     settings = _relation_settings(project, [s.relation for s in query.sources] + [query.sink])
     if settings:
@@ -231,8 +233,10 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.deletes != "none":
         data["deletes"] = query.deletes
     if query.temporal_join is not None:
-        data["temporal_join"] = query.temporal_join.model_dump()
+        data["temporal_join"] = query.temporal_join.model_dump(mode="json")  # lists, as read back from state
         data["watermark_delay"] = query.watermark_delay
+    if query.changelog_join is not None:
+        data["changelog_join"] = query.changelog_join.model_dump(mode="json")  # lists, as read back from state
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee
     return data

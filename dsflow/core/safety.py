@@ -86,7 +86,7 @@ def check_partitions(plan: Plan) -> None:
 
 TABLE_PLACE = frozenset(f"properties.{k}" for k in (
     "bucket", "prefix", "path", "catalog", "account", "database", "schema", "dsn", "host", "port", "dbname",
-    "warehouse", "catalog_uri", "catalog_name"))
+    "warehouse", "catalog_uri", "catalog_name", "container"))
 """Store settings that say where its tables live (a bucket, a folder, a warehouse database, a server)."""
 
 

@@ -57,7 +57,7 @@ class Setting:
 _I, _SC, _SZ, _R = SettingClass.IDENTITY, SettingClass.SCHEMA, SettingClass.SIZING, SettingClass.RESTARTS
 _Q, _O, _P, _N = SettingClass.QUERY, SettingClass.OVERRIDE, SettingClass.IN_PLACE, SettingClass.NOT_DEPLOYED
 _SQL = ("statement", "sink", "sources", "select", "output_columns", "stateful", "output_mode", "key_columns",
-        "window", "join_within", "deletes", "temporal_join")
+        "window", "join_within", "deletes", "temporal_join", "changelog_join")
 _TABLE = ("topic", "table_options")
 
 SETTINGS: tuple[Setting, ...] = (
@@ -146,6 +146,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("query", "delivery.guarantee", ("delivery_guarantee",), _Q),
     Setting("query", "trigger.interval", ("trigger_interval",), _R),
     Setting("query", "dlq.topic", ("dlq_topic",), _R),
+    Setting("query", "runtime.isolation", ("isolation",), _R, "its own driver or a shared application"),
     Setting("query", "owner", ("owner",), _P, "CREATE ... AS SELECT: owns the relation and its query"),
     Setting("query", "start.position", ("start_position",), _O),
     Setting("source", "starting.position", ("sources",), _Q, "FROM relation WITH (...)"),
@@ -154,6 +155,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime", "spark_conf", ("runtime_spark_conf",), _R),
     Setting("runtime", "trigger_interval", ("trigger_interval",), _R, "unless the query sets 'trigger.interval'"),
     Setting("runtime", "checkpoint_root", (), _N, "a deployed query keeps its checkpoint; new ones start there"),
+    Setting("runtime", "isolation", ("isolation",), _R, "moves queries between their own driver and a shared "
+            "application, on their checkpoints; unless the query sets 'runtime.isolation'"),
+    Setting("runtime", "queries_per_app", (), _N, "where queries started later are placed"),
 )
 """Every setting of every kind; tests/test_settings.py fails for a setting the loader accepts that is not here."""
 

@@ -101,7 +101,7 @@ def value_layout(value_format: str, columns: Any, dlq_topic: str | None, store: 
 
     The one predicate for the data source's schema (adapters/kafka/datasource.py) and the query's source view
     (adapters/spark/frames.py), so the two always agree."""
-    if value_format != "json":
+    if value_format != "json" or store in ("delta", "iceberg"):  # a lake table's rows arrive as columns
         return STRUCT
     names = {str(name).lower() for name, _ in columns}
     if (store == "kafka" and dlq_topic and columns and len(names) == len(columns)

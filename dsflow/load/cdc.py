@@ -189,3 +189,58 @@ def image_types(relation: Relation) -> dict[str, str]:
             built = exp.DataType.build(column.type)
             return {f.name: f.args["kind"].sql(dialect="spark") for f in built.expressions}
     return {}
+
+
+# --- a change stream made a changelog: CREATE CHANGELOG t (PRIMARY KEY (id)) AS SELECT `after`->id AS id ... -------
+
+KEY_FIELDS = "key.fields"
+"""The CDC source option naming the changelog's key: JSON [[output column, `after` field], ...] (driver and reader)."""
+CHANGELOG_EXAMPLE = ("CREATE CHANGELOG orders_now (PRIMARY KEY (id)) AS SELECT `after`->id AS id, "
+                     "`after`->amount AS amount FROM orders_cdc")
+
+
+def is_cdc(relation: Relation) -> bool:
+    """A PostgreSQL change stream (its table options name a replication slot)."""
+    return SLOT_KEY in relation.table_options
+
+
+def image_key_fields(select_sql: str, primary_key: tuple[str, ...]) -> list[tuple[str, str]] | str:
+    """The `after` field each key column of a changelog made from a change stream projects, in key order:
+    [(output column, field)], or why not (a key column that is not a plain `after`->field)."""
+    from dsflow.load.sql import parse_one_select
+
+    projected = {p.alias_or_name.lower(): p.unalias() for p in parse_one_select(select_sql).selects}
+    found = []
+    for key in primary_key:
+        node = projected.get(key.lower())
+        if not (isinstance(node, exp.Dot) and isinstance(node.this, exp.Column)
+                and node.this.name.lower() == "after" and isinstance(node.expression, exp.Identifier)):
+            return f"the key column '{key}' is not an `after` field as it is (`after`->{key} AS {key})"
+        found.append((key, node.expression.name))
+    return found
+
+
+def check_cdc_changelog(fqn: str, source: Relation, primary_key: tuple[str, ...], select_sql: str,
+                        location: Location | None, report: Report) -> bool:
+    """A changelog made from a change stream is keyed by the table's primary key, which it must name
+    (DSF-E180) as plain `after` fields (DSF-E181) of one table (DSF-E183); the reader checks the table (DSF-E182)."""
+    if not primary_key:
+        report(Diagnostic("DSF-E180", f"the changelog '{fqn}' is made from the change stream '{source.fqn}' but "
+                          "names no primary key", location, hint="name the PostgreSQL table's primary key, selected "
+                          f"from `after`: {CHANGELOG_EXAMPLE}"))
+        return False
+    if source.table_options.get(TABLE_LIST):
+        report(Diagnostic("DSF-E183", f"the changelog '{fqn}' reads '{source.fqn}', the changes of several tables: "
+                          "their keys would collide in one changelog", location,
+                          hint="make one change stream per table ('postgresql.table.name') and one changelog of each"))
+        return False
+    fields = image_key_fields(select_sql, primary_key)
+    image = source.column("after")
+    if isinstance(fields, str) or image is None or struct_fields(image.type) is None:
+        report(Diagnostic("DSF-E181", f"the changelog '{fqn}' cannot find its key in the change events of "
+                          f"'{source.fqn}': " + (fields if isinstance(fields, str) else
+                                                 "`after` is not declared as a STRUCT of the table's columns"),
+                          location,
+                          hint=f"declare `after` STRUCT<...> and select the key as it is: {CHANGELOG_EXAMPLE}"))
+        return False
+    return True

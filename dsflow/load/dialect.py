@@ -14,6 +14,7 @@ sqlglot's own node types (`restore`):
     CREATE STREAM|CHANGELOG ...        CREATE TABLE ..., then the Create's kind set back
     TUMBLE(rel, SIZE 10 SECONDS)       TUMBLE(rel, INTERVAL 10 SECONDS): a Table over exp.Anonymous TUMBLE(Table,
                                        Interval[, Interval]) (window_call reads it)
+    SESSION(rel, GAP 5 MINUTES)        SESSION(rel, INTERVAL 5 MINUTES), the same way (its gap in the size's place)
     JOIN b WITHIN 5 MINUTES ON         JOIN b ON, the Interval kept as the Join's "within" arg
     FROM rel WITH ('k' = v)            FROM rel, the properties kept as the Table's SOURCE_PROPERTIES arg
     col->field                         col.field, then Column(field, table=col) turned into Dot(col, field)
@@ -35,7 +36,7 @@ SOURCE_PROPERTIES = "ds_with"
 """The arg of an exp.Table holding its per-source `WITH ('key' = value, ...)` as exp.Property nodes."""
 WITHIN = "within"
 """The arg of an exp.Join holding the exp.Interval of `WITHIN n UNIT`."""
-WINDOW_NAMES = ("TUMBLE", "HOP")
+WINDOW_NAMES = ("TUMBLE", "HOP", "SESSION")
 _KINDS = ("STREAM", "CHANGELOG")
 _CREATE_MODIFIERS = ("OR", "REPLACE", "TEMPORARY", "TEMP")
 _FIELD = "\x00"
@@ -49,7 +50,8 @@ _REWRITTEN = frozenset((TokenType.ARROW, *_SOURCE_STARTS))
 
 @dataclass(frozen=True)
 class WindowCall:
-    """A `TUMBLE(...)` or `HOP(...)` in FROM: its kind ('tumble' or 'hop'), relation and durations."""
+    """A `TUMBLE(...)`, `HOP(...)` or `SESSION(...)` in FROM: its kind ('tumble', 'hop' or 'session'), relation
+    and durations (a session's GAP is its `size`)."""
 
     kind: str
     relation: exp.Table
@@ -237,9 +239,10 @@ class _Rewriter:
             self.emit(self.take())
 
     def _window(self) -> None:
-        """`TUMBLE(rel, SIZE n UNIT)` or `HOP(rel, SIZE n UNIT, ADVANCE BY n UNIT)`, SIZE and ADVANCE BY as INTERVAL."""
+        """`TUMBLE(rel, SIZE n UNIT)`, `HOP(rel, SIZE n UNIT, ADVANCE BY n UNIT)` or `SESSION(rel, GAP n UNIT)`, the
+        durations as INTERVAL."""
         name = self.take()
-        self.emit(name)
+        self.emit(_token(name, TokenType.VAR, name.text))  # SESSION is a keyword token of Spark's
         self.emit(self.take())  # (
         self.found.windows = True
         hop = name.text.upper() == "HOP"
@@ -247,6 +250,11 @@ class _Rewriter:
             self._relation()
         if self.next_is(TokenType.COMMA):
             self.emit(self.take())
+        if name.text.upper() == "SESSION":
+            if self.text() != "GAP":
+                raise _error("expected GAP after the relation, e.g. SESSION(pageviews, GAP 5 MINUTES)", self.peek())
+            self._interval(self.take())
+            return
         if self.text() != "SIZE":
             raise _error("expected SIZE after the relation, e.g. TUMBLE(pageviews, SIZE 10 SECONDS)", self.peek())
         self._interval(self.take())
@@ -411,7 +419,8 @@ class DeltaStream(Spark):
         if window is not None:
             advance = f", ADVANCE BY {duration_text(window.advance)}" if window.advance is not None else ""
             relation = self.generate(window.relation, **opts)
-            return f"{window.kind.upper()}({relation}, SIZE {duration_text(window.size)}{advance}){alias_text}"
+            size = "GAP" if window.kind == "session" else "SIZE"
+            return f"{window.kind.upper()}({relation}, {size} {duration_text(window.size)}{advance}){alias_text}"
         bare = table.copy()
         bare.set(SOURCE_PROPERTIES, None)
         bare.set("alias", None)

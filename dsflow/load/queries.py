@@ -25,7 +25,7 @@ RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "
 OWNER = "owner"
 """Any relation or CREATE ... AS SELECT may declare it: the role owning the relation and its query."""
 QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
-               "dlq.topic", OWNER}
+               "dlq.topic", "runtime.isolation", OWNER}
 TOPIC_CONFIG_PREFIX = "kafka.topic."
 PREVENT_DESTROY = "lifecycle.prevent_destroy"
 """Any relation may declare it: no plan may delete or replace its object (Relation.prevent_destroy)."""
@@ -75,6 +75,8 @@ def resolve_statements(statements: list[tuple[str, RawStatement]], ns: Namespace
     for path, st in statements:
         if not st.is_query and st.kind in ("stream", "changelog"):
             _declare(ns, _declared_relation(path, st, ns, report), st, report)
+        elif not st.is_query and st.kind == "table":
+            _declare(ns, _declared_table(st, ns, report), st, report)
     pending = [(p, s) for p, s in statements if s.is_query and s.kind != "insert"]
     queries = _resolve_ctas_in_order(pending, ns, report)
     counts: dict[str, int] = {}
@@ -119,6 +121,19 @@ def _with_compatibility(relation: Relation, st: RawStatement, report: Report) ->
                           st.prop(SCHEMA_COMPATIBILITY).location, hint=f"'{SCHEMA_COMPATIBILITY}' = 'BACKWARD'"))
         return relation
     return relation.model_copy(update={"schema_compatibility": value.upper()})
+
+
+def _declared_table(st: RawStatement, ns: Namespace, report: Report) -> Relation | None:
+    """CREATE TABLE name (cols) WITH ('store' = ...): a lake table others append to, which queries read as a stream
+    of its appended rows (adapters/tables/reading.py); apply creates it unless it exists."""
+    fqn = _checked_name(st, ns, report)
+    if fqn is None:
+        return None
+    _check_props(st, TABLE_PROPS, report)
+    _check_duplicate_columns([c.name for c in st.columns], st, report)
+    return table_relation(fqn, tuple(Column(name=c.name, type=c.type) for c in st.columns), st.primary_key,
+                          {p.key: p.value for p in st.properties}, ns.stores, ns.default_store, st.location,
+                          lambda key: st.prop(key).location if st.prop(key) else None, report)
 
 
 def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Report) -> Relation | None:
@@ -204,7 +219,8 @@ def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
 def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Namespace, report: Report,
               inherit: Relation | None, primary_key: tuple[str, ...] | None = None,
               sources: list[Relation] | None = None) -> Relation | None:
-    store_name = _prop(st, "store") or (inherit.store if inherit else None) or ns.default_store
+    store_name = _prop(st, "store") or (inherit.store if inherit and inherit.kind != "table" else None) \
+        or ns.default_store  # a stream read from a lake table goes to the default store, not the lake
     if inherit is not None and ns.stores.get(store_name or "") and ns.stores[store_name].type == "postgresql":
         if st.prop("store") is not None:
             report(Diagnostic("DSF-E087", f"'{fqn}' cannot be written to the postgresql store '{store_name}'",
@@ -314,12 +330,22 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     if analysed is None or not _shape_fits(st, fqn, analysed, report):
         return None
     first = ns.relations[analysed.sources[0].relation]
-    if st.kind == "table" and analysed.aggregated and first.kind == "changelog":
+    table_store = ns.stores.get(_prop(st, "store") or ns.default_store or "")
+    if st.kind == "table" and analysed.aggregated and first.kind == "changelog" \
+            and getattr(table_store, "type", None) not in MERGING_TABLE_STORES:
         report(Diagnostic("DSF-E157", f"'{fqn}' aggregates the changelog '{first.fqn}', whose groups are updated and "
-                          "deleted: a table sink cannot delete them yet", st.location,
-                          hint="aggregate into a CHANGELOG or a MATERIALIZED VIEW, or aggregate a stream"))
+                          "deleted: only a Delta or Snowflake table sink deletes them", st.location,
+                          hint="write the table into a Delta (filesystem, s3, databricks) or Snowflake store, or "
+                               "aggregate into a CHANGELOG or a MATERIALIZED VIEW"))
         return None
-    primary_key = _ctas_primary_key(st, fqn, first, analysed, report)
+    if st.kind == "table" and analysed.aggregated and not analysed.group_keys:
+        from dsflow.load.aggregates import global_aggregate_into_table
+
+        report(global_aggregate_into_table(fqn, st.location))
+        return None
+    primary_key = _cdc_changelog_key(st, fqn, first, analysed, report)
+    if primary_key is None:
+        return None
     if mv:
         relation = view_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
                                  ns.stores, st.location, lambda key: st.prop(key).location if st.prop(key) else None,
@@ -346,11 +372,28 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
                           "columns, not a stream", st.location,
                           hint="use CREATE CHANGELOG ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
+    if analysed.changelog_join is not None:
+        from dsflow.load.changelog_join import check_sink
+
+        return check_sink(st.kind if st.kind != "stream" else "a stream", fqn, st.location, report)
     if st.kind == "changelog" and (analysed.join_within or analysed.temporal):
         report(Diagnostic("DSF-E046", f"'{fqn}' joins two streams, so its result is a stream, not a changelog",
                           st.location, hint="use CREATE STREAM ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
     return True
+
+
+def _cdc_changelog_key(st: RawStatement, fqn: str, source: Relation, analysed: Analysed,
+                       report: Report) -> tuple[str, ...] | None:
+    """The primary key of the CTAS's relation; a changelog made from a change stream names it (load/cdc.py)."""
+    from dsflow.load.cdc import check_cdc_changelog, is_cdc
+
+    if st.kind != "changelog" or analysed.aggregated or not is_cdc(source):
+        return _ctas_primary_key(st, fqn, source, analysed, report)
+    if not check_cdc_changelog(fqn, source, st.primary_key, analysed.select_sql, st.location, report):
+        return None
+    names = {c.name.lower(): c.name for c in analysed.columns}
+    return tuple(names[k.lower()] for k in st.primary_key)
 
 
 def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: Analysed,
@@ -359,6 +402,8 @@ def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: An
         return ()
     if analysed.aggregated:
         return analysed.group_keys
+    if analysed.changelog_join is not None:  # load/changelog_join.py
+        return analysed.changelog_join.left_key + analysed.changelog_join.right_key
     if st.kind in ("materialized view", "table") and (source.kind != "changelog" or analysed.join_within):
         return ()
     names = {c.name.lower() for c in analysed.columns}
@@ -383,6 +428,11 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
         return None
     analysed = _analyse_select(path, st, ns, report)
     if analysed is None:
+        return None
+    if analysed.changelog_join is not None:
+        from dsflow.load.changelog_join import check_sink
+
+        check_sink("INSERT INTO", target, st.location, report)
         return None
     columns = analysed.columns
     if [c.name.lower() for c in columns] != [c.name.lower() for c in sink.columns]:
@@ -422,20 +472,22 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                           st.prop("starting.position").location, hint="'starting.position' = 'earliest'"))
         position = "earliest"
     sources = tuple(s.model_copy(update={"starting_position": s.position or position}) for s in analysed.sources)
-    check_not_read(sources, ns.relations, st.location, report)
+    check_not_read(sources, ns.relations, ns.stores, st.location, report)
     check_views_not_read(sources, ns.relations, st.location, report)
     _check_event_time(st, sources, analysed, ns, report)
     return Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
                  output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),
                  start_position=_start_position(st, report), stateful=analysed.stateful,
                  output_mode="update" if analysed.aggregated else "append",
-                 key_columns=_partition_by(st, sink, analysed, report) or analysed.group_keys,
+                 key_columns=_partition_by(st, sink, analysed, report) or analysed.group_keys or
+                 (sink.primary_key if analysed.changelog_join else ()),
                  window=analysed.window,
                  join_within=analysed.join_within, watermark_delay=_watermark_delay(st, report),
                  delivery_guarantee=delivery_guarantee(st, sink, report),
                  dlq_topic=ns.topic_prefix + _prop(st, "dlq.topic") if _prop(st, "dlq.topic") else None,
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
-                 owner=_prop(st, OWNER), location=st.location)
+                 changelog_join=analysed.changelog_join,
+                 isolation=_isolation(st, report), owner=_prop(st, OWNER), location=st.location)
 
 
 def _partition_by(st: RawStatement, sink: Relation, analysed: Analysed, report: Report) -> tuple[str, ...]:
@@ -462,9 +514,21 @@ def _partition_by(st: RawStatement, sink: Relation, analysed: Analysed, report: 
 
 def _deletes(sources: tuple[Source, ...], sink: Relation, analysed: Analysed, ns: Namespace) -> str:
     """How a changelog read row by row passes deletes on: to changelogs and views as deletes, else dropped."""
+    from dsflow.load.cdc import is_cdc
+
+    if len(sources) == 1 and not analysed.aggregated and sink.kind == "changelog" \
+            and is_cdc(ns.relations[sources[0].relation]):
+        return "emit"  # a change stream made a changelog: an op 'd' is a delete of its key
     if len(sources) != 1 or analysed.aggregated or ns.relations[sources[0].relation].kind != "changelog":
         return "none"
+    store_type = getattr(ns.stores.get(sink.store or ""), "type", None)
+    if sink.kind == "table" and sink.primary_key and store_type in MERGING_TABLE_STORES:
+        return "emit"  # Delta and Snowflake tables delete the key (adapters/tables)
     return "emit" if sink.kind in ("changelog", "materialized_view") else "drop"
+
+
+MERGING_TABLE_STORES = {"s3", "filesystem", "databricks", "snowflake"}
+"""Stores whose tables (Delta, Snowflake) a changelog's deletes reach: MERGE ... WHEN MATCHED THEN DELETE."""
 
 
 EVENT_TIME_TYPES = {"BIGINT", "INT", "TIMESTAMP", "TIMESTAMPTZ"}
@@ -511,6 +575,19 @@ def _trigger_interval(st: RawStatement, ns: Namespace, report: Report) -> str:
                           f"got '{prop.value}'", prop.location, hint="'trigger.interval' = '5 seconds'"))
         return ns.trigger_interval
     return prop.value.strip()
+
+
+def _isolation(st: RawStatement, report: Report) -> str | None:
+    """'runtime.isolation': 'shared' or 'query' (DSF-E280); None when the query does not set it."""
+    prop = st.prop("runtime.isolation")
+    if prop is None:
+        return None
+    value = prop.value.strip().lower()
+    if value not in ("shared", "query"):
+        report(Diagnostic("DSF-E280", f"'runtime.isolation' must be 'shared' or 'query', got '{prop.value}'",
+                          prop.location, hint="'runtime.isolation' = 'query' runs the query in its own Spark driver"))
+        return None
+    return value
 
 
 def _start_position(st: RawStatement, report: Report) -> str:

@@ -91,6 +91,9 @@ class RawRuntime(Raw):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     trigger_interval: str = "1 second"
     checkpoint_root: str | None = None
+    isolation: Literal["shared", "query"] = Field("query", description="query: one Spark driver per query; shared: "
+                                                  "queries share long-running Spark applications (docs/runtime.md)")
+    queries_per_app: int = Field(10, ge=1, description="shared: at most this many queries per Spark application")
 
     _checkpoint_root = field_validator("checkpoint_root")(checked_folder)
 
@@ -127,7 +130,7 @@ class RawStore(Raw):
     """A store: a connection to a streaming system."""
 
     name: str
-    type: Literal["kafka", "kinesis", "s3", "filesystem", "databricks", "snowflake", "postgresql", "iceberg"]
+    type: Literal["kafka", "kinesis", "s3", "filesystem", "adls", "databricks", "snowflake", "postgresql", "iceberg"]
     bootstrap_servers: str | None = Field(None, description="kafka: host:port[,host:port] (required)")
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
     description: str = ""

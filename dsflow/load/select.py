@@ -1,9 +1,11 @@
 """The SELECT of a continuous query: its sources, shape (window, join, aggregation) and output columns.
 
-    FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..)
+    FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..) | FROM SESSION(rel, GAP ..)
     [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
     stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, load/temporal.py)
+    changelog [INNER | LEFT | FULL] JOIN changelog ON a.x = b.y  (a changelog, load/changelog_join.py)
     GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog: with retractions)
+    GROUP BY expressions, and aggregates without GROUP BY (one row)  (load/aggregates.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
 """
@@ -25,13 +27,18 @@ from dsflow.errors import Diagnostic
 from dsflow.load.cdc import SLOT_KEY
 from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, window_call
 from dsflow.load.filecache import DeferredSelect
-from dsflow.load.fields import base_column, check_fields, group_key_sql, is_access, references
+from dsflow.load.fields import base_column, check_fields, group_key_sql
 from dsflow.load.functions import check_functions, declare_result_types
 from dsflow.load.sql import DIALECT, RawStatement, node_location, type_sql
 from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
 from dsflow.load.suggest import did_you_mean
 from dsflow.load.temporal import check_shape, system_time, temporal_join
+from dsflow.load import aggregates as grouping
+from dsflow.load import changelog_join as cj
 from dsflow.load.unsupported import check_select_surface, is_cte_name
+from dsflow.load.ctes import inline_ctes
+from dsflow.load.unions import analyse_union
+from dsflow.load.unnest import extract_unnest, restore_unnest
 
 Report = Callable[[Diagnostic], None]
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
@@ -47,7 +54,7 @@ DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*"
 UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes", "h": "hours",
          "d": "days"}
 SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT), "
-                  "TUMBLE/HOP windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
+                  "TUMBLE/HOP/SESSION windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
                   "stream [LEFT] JOIN changelog ON its primary key")
 
 
@@ -73,7 +80,12 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     the tree was ~20% of resolving it)."""
     select = st.select.copy() if copy else st.select.tree() if isinstance(st.select, DeferredSelect) else st.select
     where = lambda node: node_location(path, node, st.location)  # noqa: E731
-    if not check_select_surface(select, where, report):
+    if select.args.get("with_") is not None and not inline_ctes(select, relations, qualify_name, where, report):
+        return None
+    if isinstance(select, exp.Union):  # UNION ALL of streams: each branch resolved as its own SELECT
+        return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
+    unnested = extract_unnest(select, relations, qualify_name, where, report)  # load/unnest.py
+    if unnested is False or not check_select_surface(select, where, report):
         return None
     unsupported = _first_unsupported(select)
     if unsupported is not None:
@@ -103,8 +115,13 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     qualified = _qualified(select, tables, found, window, st, report)
     if qualified is None or not check_fields(qualified, where, report):
         return None
-    temporal = None
-    if join and join[0] == TEMPORAL:
+    temporal = chained = None
+    if join and join[0] == cj.CHANGELOG_JOIN:
+        chained = cj.changelog_join(qualified, (tables[0].alias_or_name, tables[1].alias_or_name),
+                                    (found[id(tables[0])], found[id(tables[1])]), join[1], where, report)
+        if chained is None:
+            return None
+    elif join and join[0] == TEMPORAL:
         temporal = temporal_join(qualified, (tables[0].alias_or_name, tables[1].alias_or_name), found[id(tables[1])],
                                  join[1], where, report)
         if temporal is None:
@@ -116,16 +133,18 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     if join and shape[0]:
         report(Diagnostic("DSF-E045", "aggregating the result of a join is not supported yet", st.location,
-                          hint="write the join into a stream, and aggregate that stream in another query"))
+                          hint="write the join into a changelog, then GROUP BY over that changelog in another query"
+                          if chained else "write the join into a stream, and aggregate that stream in another query"))
         return None
     columns = _output_columns(qualified, st, report)
     if columns is None:
         return None
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
     # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
-    return Analysed(qualified.sql(dialect=DIALECT, copy=False), sources, columns, aggregated=shape[0], group_keys=shape[1],
-                    window=window or None, join_within=join[0] if join and not temporal else None,
-                    join_side=join[1] if join and not temporal else None, temporal=temporal)
+    return Analysed(restore_unnest(qualified, unnested).sql(dialect=DIALECT, copy=False), sources, columns, aggregated=shape[0], group_keys=shape[1],
+                    window=window or None, join_within=join[0] if join and not (temporal or chained) else None,
+                    join_side=join[1] if join and not (temporal or chained) else None, temporal=temporal,
+                    changelog_join=chained)
 
 
 def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: dict, window: Window | None, where,
@@ -138,11 +157,14 @@ def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: 
     if cdc:
         report(Diagnostic("DSF-E156", f"aggregating the change stream '{found[id(cdc[0])].fqn}' would count every "
                           "update of a row again, and never take a deleted row out", where(cdc[0]),
-                          hint="make it a changelog keyed by the table's primary key first (a CREATE CHANGELOG ... AS "
-                          "SELECT of its `after` fields), then GROUP BY over that changelog: updates are retracted and "
-                          "deletes leave their group"))
+                          hint="make it a changelog keyed by the table's primary key first (CREATE CHANGELOG t "
+                          "(PRIMARY KEY (id)) AS SELECT `after`->id AS id, ... FROM the stream), then GROUP BY over "
+                          "that changelog: updates are retracted and deletes leave their group"))
         return True
     changelogs = [t for t in tables if found[id(t)].kind == "changelog"]
+    if changelogs and not select.args.get("group"):
+        report(grouping.global_aggregate_of_changelog(changelogs[0], found[id(changelogs[0])].fqn, where))
+        return True
     if not changelogs or not window:
         return False
     report(Diagnostic("DSF-E130", f"a window over the changelog '{found[id(changelogs[0])].fqn}' is not supported",
@@ -216,7 +238,8 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
             continue
         texts[key] = normalized_duration(duration_text(node))
         if texts[key] is None or float(texts[key].split()[0]) <= 0:
-            report(Diagnostic("DSF-E032", f"window {key.upper()} must be a positive duration like 10 SECONDS, got "
+            label = "GAP" if function.kind == "session" else key.upper()
+            report(Diagnostic("DSF-E032", f"window {label} must be a positive duration like 10 SECONDS, got "
                               f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "
                               "MINUTES, HOURS, DAYS"))
             return False
@@ -250,6 +273,8 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
         return False
     left, right = (found[id(t)] for t in tables)
     within = join.args.get(WITHIN)
+    if left.kind == "changelog" and right.kind == "changelog":  # load/changelog_join.py
+        return (cj.CHANGELOG_JOIN, side) if cj.check_shape(join, side, where, report) else False
     if left.kind == "changelog" or right.kind == "changelog":
         return (TEMPORAL, side) if check_shape(join, side, left, right, where, report) else False
     if left.kind != "stream" or right.kind != "stream":
@@ -377,15 +402,11 @@ def _aggregation(qualified: exp.Select, window: Window | None, where, st: RawSta
                               hint="supported: COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, MIN, MAX, AVG"))
             return None
     if group is None:
-        if aggregates:
-            report(Diagnostic("DSF-E046", "an aggregation in a continuous query needs GROUP BY", st.location,
-                              hint="group by the columns that key the result, e.g. GROUP BY userid"))
-            return None
         if window:
             report(Diagnostic("DSF-E046", "a window needs GROUP BY window_start, window_end", st.location,
                               hint="e.g. GROUP BY window_start, window_end, userid"))
             return None
-        return False, ()
+        return grouping.global_aggregate(qualified, where, report) if aggregates else (False, ())
     return _group_keys(qualified, group, window, where, st, report)
 
 
@@ -393,9 +414,7 @@ def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, 
                 report: Report) -> tuple[bool, tuple[str, ...]] | None:
     grouped: list[exp.Expr] = []
     for item in group.expressions:
-        if not isinstance(item, exp.Column) and not is_access(item):
-            report(Diagnostic("DSF-E045", "GROUP BY supports column names (and struct fields, col->field) only",
-                              where(item), hint="compute the expression in an upstream query, then group by its column"))
+        if not grouping.check_group_item(item, where, report):
             return None
         grouped.append(item)
     names = {(c.table, c.name) for c in grouped if isinstance(c, exp.Column)}
@@ -404,18 +423,19 @@ def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, 
         report(Diagnostic("DSF-E046", "a window needs GROUP BY window_start, window_end", where(group),
                           hint="add window_start, window_end to the GROUP BY"))
         return None
+    if not grouping.check_session_keys(window, grouped, group, where, report):
+        return None
     keys = []
     for column in grouped:
         output = next((p.alias_or_name for p in qualified.selects
                        if group_key_sql(p.unalias()) == group_key_sql(column)), None)
         if output is None:
-            report(Diagnostic("DSF-E046", f"GROUP BY column '{column.name}' must be selected: it keys the result",
-                              where(column), hint=f"add {column.name} to the SELECT list"))
+            report(Diagnostic("DSF-E046", f"GROUP BY column '{grouping.item_text(column)}' must be selected: it keys "
+                              "the result", where(column), hint=f"add {grouping.item_text(column)} to the SELECT list"))
             return None
         keys.append(output)
     for projection in qualified.selects:
-        loose = [c for c in references(projection) if not c.find_ancestor(exp.AggFunc) and
-                 group_key_sql(c) not in grouped_sql and (base_column(c).table, base_column(c).name) not in names]
+        loose = grouping.loose_columns(projection, grouped_sql, names)
         if loose:
             report(Diagnostic("DSF-E046", f"column '{loose[0].name}' must be in GROUP BY or inside an aggregate",
                               where(loose[0]), hint=f"add it to GROUP BY, or aggregate it, e.g. MAX({loose[0].name})"))

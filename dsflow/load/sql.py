@@ -229,8 +229,8 @@ def _create(create: exp.Create, path: str, start: Location, snippet: str) -> Raw
         kind_name = "materialized view"
     elif kind in ("STREAM", "CHANGELOG"):
         kind_name = kind.lower()
-    elif kind == "TABLE" and isinstance(create.expression, exp.Query):
-        kind_name = "table"  # CREATE TABLE ... AS SELECT into a lake or warehouse store (load/tables.py)
+    elif kind == "TABLE" and (isinstance(create.expression, exp.Query) or isinstance(create.this, exp.Schema)):
+        kind_name = "table"  # CREATE TABLE ... AS SELECT, or a declared table (columns), of a lake store (load/tables.py)
     else:
         raise _Unsupported(f"unsupported statement: CREATE {kind or '?'}")
     target = create.this

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsflow.core.model import Column, Source, TemporalJoin, Window
+from dsflow.core.model import ChangelogJoin, Column, Source, TemporalJoin, Window
 from dsflow.errors import Location
 
 
@@ -73,7 +73,9 @@ class Analysed:
     join_within: str | None = None
     join_side: str | None = None
     temporal: TemporalJoin | None = None
+    changelog_join: ChangelogJoin | None = None
 
     @property
     def stateful(self) -> bool:
-        return self.aggregated or self.join_within is not None or self.temporal is not None
+        return (self.aggregated or self.join_within is not None or self.temporal is not None
+                or self.changelog_join is not None)

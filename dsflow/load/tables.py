@@ -14,16 +14,21 @@ from collections.abc import Callable
 
 from dsflow.core.model import Column, Relation, Store
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.lakepaths import table_path_diagnostic
+from dsflow.load.lakepaths import AZURE_SCHEMES, adls_checks, scheme_of, split_azure_url, table_path_diagnostic
 from dsflow.load.suggest import did_you_mean
 
-DELTA_STORES = {"s3", "filesystem", "databricks"}
+DELTA_STORES = {"s3", "filesystem", "databricks", "adls"}
 TABLE_STORES = DELTA_STORES | {"snowflake", "iceberg"}
+READABLE_STORES = DELTA_STORES | {"iceberg"}
+"""Stores whose tables queries read as the streams of their appends (adapters/tables/reading.py, iceberg/reading.py)."""
 _S3 = {"bucket", "prefix", "endpoint_url", "region", "access_key_id", "secret_access_key", "session_token"}
+_AZURE = {"account_key", "sas_token", "client_id", "client_secret", "tenant_id", "endpoint"}
 STORE_SETTINGS: dict[str, tuple[set[str], set[str]]] = {
     # type: (required, allowed)
     "s3": ({"bucket"}, _S3),
     "filesystem": ({"path"}, {"path"}),
+    # Azure Data Lake Storage (adapters/tables/adls.py): Delta tables under abfss://CONTAINER@ACCOUNT.../PREFIX
+    "adls": ({"account", "container"}, {"account", "container", "prefix"} | _AZURE),
     "databricks": (set(), _S3 | {"path", "host", "token", "warehouse_id", "catalog"}),
     "snowflake": ({"account"}, {"account", "user", "password", "warehouse", "role", "database", "schema", "host",
                                 "port", "protocol", "authenticator", "token"}),
@@ -32,7 +37,7 @@ STORE_SETTINGS: dict[str, tuple[set[str], set[str]]] = {
     "kinesis": (set(), {"region", "endpoint", "access_key_id", "secret_access_key", "session_token"}),
     "postgresql": (set(), {"dsn", "host", "port", "database", "dbname", "user", "username", "password", "sslmode"}),
     # Iceberg tables (adapters/iceberg/catalog.py): a warehouse and pyiceberg's SQL catalog; S3 as for s3 stores
-    "iceberg": ({"warehouse"}, {"warehouse", "catalog_uri", "catalog_name"} | (_S3 - {"bucket", "prefix"})),
+    "iceberg": ({"warehouse"}, {"warehouse", "catalog_uri", "catalog_name"} | (_S3 - {"bucket", "prefix"}) | _AZURE),
 }
 DELTA_PROPS = {"delta.path", "table.data.file.location"}
 DATABRICKS_PROPS = {"databricks.catalog.name", "databricks.schema.name", "databricks.table.name"}
@@ -90,10 +95,27 @@ def _iceberg_checks(properties: dict[str, str]) -> list[tuple[str, str, str]]:
     if "://" in warehouse and not warehouse.startswith("file://") and not properties.get("catalog_uri"):
         return [("DSF-E231", f"the warehouse {warehouse} needs a 'catalog_uri'",
                  "name the catalog database: postgresql+psycopg2://user@host/db or sqlite:////abs/catalog.db")]
-    return []
+    return _iceberg_adls_checks(warehouse, properties)
 
 
-STORE_CHECKS: dict[str, Callable[[dict[str, str]], list[tuple[str, str, str]]]] = {"iceberg": _iceberg_checks}
+def _iceberg_adls_checks(warehouse: str, properties: dict[str, str]) -> list[tuple[str, str, str]]:
+    """An Iceberg warehouse on ADLS is abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX (pyiceberg's adlfs
+    FileIO knows no az://) with one credential; Azure settings on another warehouse would not be used."""
+    scheme = scheme_of(warehouse)
+    azure = sorted(k for k in _AZURE if properties.get(k))
+    if scheme not in AZURE_SCHEMES:
+        return [("DSF-E395", f"the Azure setting(s) {', '.join(azure)} would not be used: the warehouse {warehouse} "
+                 "is not on Azure Data Lake Storage", "remove them, or put the warehouse on abfss://")] if azure else []
+    parts = split_azure_url(warehouse)
+    if parts is None or parts[1] is None:
+        return [("DSF-E394", f"the warehouse {warehouse} is not abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX",
+                 "Iceberg metadata names files by absolute URI, and pyiceberg's Azure FileIO (adlfs) reads abfs[s]:// "
+                 "URIs with the account in the host: write the warehouse that way")]
+    return [check for check in adls_checks({**properties, "account": parts[1], "container": parts[0]})]
+
+
+STORE_CHECKS: dict[str, Callable[[dict[str, str]], list[tuple[str, str, str]]]] = {"iceberg": _iceberg_checks,
+                                                                                    "adls": adls_checks}
 """Store type -> its own property checks beyond required/allowed: (code, message, hint) of each problem."""
 
 
@@ -110,8 +132,8 @@ def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str
         return None
     if store.type not in TABLE_STORES:
         report(Diagnostic("DSF-E096", f"table '{fqn}' is in the {store.type} store '{store.name}'", where,
-                          hint="CREATE TABLE ... AS SELECT writes to an s3, filesystem, databricks, snowflake or "
-                               "iceberg store: name one with 'store' = '...'"))
+                          hint="CREATE TABLE ... AS SELECT writes to an s3, filesystem, adls, databricks, snowflake "
+                               "or iceberg store: name one with 'store' = '...'"))
         return None
     allowed = {"store"} | STORE_TABLE_PROPS.get(store.type, DELTA_PROPS)
     for key in sorted(set(props) - allowed):
@@ -131,7 +153,8 @@ def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str
     else:
         path = props.get("delta.path") or props.get("table.data.file.location") or name
         key = "delta.path" if props.get("delta.path") else "table.data.file.location"
-        bad_path = table_path_diagnostic(fqn, key, path, store.name, prop_location(key) or location)
+        bad_path = table_path_diagnostic(fqn, key, path, store.name, prop_location(key) or location,
+                                         dict(store.properties) if store.type == "adls" else None)
         if bad_path is not None:
             report(bad_path)
             return None
@@ -163,11 +186,21 @@ def _databricks_options(fqn: str, props: dict[str, str], store: Store) -> dict[s
             "databricks.table.name": props.get("databricks.table.name") or name}
 
 
-def check_not_read(sources, relations: dict[str, Relation], location: Location | None, report: Report) -> None:
-    """Tables are sinks only: a query cannot read one (it is not a stream of changes dsflow can follow)."""
+def check_not_read(sources, relations: dict[str, Relation], stores: dict[str, Store], location: Location | None,
+                   report: Report) -> None:
+    """A query reads a Delta table (s3, filesystem, databricks stores) or an Iceberg table as the stream of its
+    appended rows; other tables are sinks only, and a table a query merges into (a key) has no appends to follow."""
     for source in sources:
         relation = relations.get(source.relation)
-        if relation is not None and relation.kind == "table":
+        if relation is None or relation.kind != "table":
+            continue
+        store = stores.get(relation.store)
+        kind = store.type if store is not None else "?"
+        if kind not in READABLE_STORES:
             report(Diagnostic("DSF-E099", f"'{relation.fqn}' is a table in the store '{relation.store}'; queries "
                               "cannot read tables", location,
                               hint="read the stream or changelog the table is written from instead"))
+        elif relation.defined_by_query and relation.primary_key:
+            report(Diagnostic("DSF-E382", f"'{relation.fqn}' is merged into on ({', '.join(relation.primary_key)}) by "
+                              "its query, so its commits are not appends a query can read as a stream", location,
+                              hint="read the changelog or stream it is written from, or read an append-only table"))

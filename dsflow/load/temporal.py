@@ -19,11 +19,8 @@ HINT = "write FROM stream s [LEFT] JOIN changelog c ON s.col = c.primary_key_col
 
 
 def check_shape(join: exp.Join, side: str, left: Relation, right: Relation, where, report: Report) -> bool:
-    """False (reported) unless `left` is a stream, `right` a changelog, the join INNER or LEFT, and no WITHIN."""
-    if left.kind == "changelog" and right.kind == "changelog":
-        report(Diagnostic("DSF-E131", "joining two changelogs is not supported yet", where(join),
-                          hint="join a stream with a changelog (a temporal join), or two streams WITHIN a duration"))
-        return False
+    """False (reported) unless `left` is a stream, `right` a changelog, the join INNER or LEFT, and no WITHIN
+    (two changelogs: load/changelog_join.py)."""
     if left.kind == "changelog":
         report(Diagnostic("DSF-E131", f"the changelog '{left.fqn}' must be the right side of a temporal join",
                           where(join), hint="swap the relations: " + HINT))

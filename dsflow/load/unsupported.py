@@ -4,7 +4,8 @@
     CREATE ... IF NOT EXISTS ...             DSF-E151  plan/apply decide whether a relation is created
     col TYPE NOT NULL (DEFAULT, CHECK, ...)  DSF-E152  nothing would enforce it (COMMENT and PRIMARY KEY are kept)
     SELECT DISTINCT ...                      DSF-E153  Spark cannot run it on a stream; GROUP BY into a changelog can
-    WITH x AS (...) SELECT ...               DSF-E154  CTEs are not supported (not DSF-E040 for the CTE's name)
+    ... (WITH x AS (...) SELECT ...) ...      DSF-E154  a CTE inside a subquery (not DSF-E040 for the CTE's name);
+                                                       a top-level CTE is inlined (load/ctes.py)
     JOIN c FOR SYSTEM_TIME AS OF s.col       DSF-E155  unless it is a temporal join's changelog at a stream column
                                                        (load/temporal.py: then it sets the stream's event time)
 
@@ -66,12 +67,14 @@ def is_cte_name(table: exp.Table) -> bool:
 
 
 def check_select_surface(select: exp.Expr, where: Where, report: Report) -> bool:
-    """DSF-E154 for a CTE, DSF-E153 for SELECT DISTINCT (anywhere in the SELECT); True if there is neither."""
+    """DSF-E154 for a CTE left after inlining (inside a subquery), DSF-E153 for SELECT DISTINCT (anywhere in the
+    SELECT); True if there is neither."""
     with_ = select.find(exp.With)
     if with_ is not None:
-        report(Diagnostic("DSF-E154", "CTEs (WITH name AS (SELECT ...)) are not supported in continuous queries",
-                          where(with_), hint="write the CTE's SELECT as its own CREATE STREAM|CHANGELOG ... AS "
-                          "SELECT, and read that relation"))
+        report(Diagnostic("DSF-E154", "a CTE (WITH name AS (SELECT ...)) inside a subquery is not supported in "
+                          "continuous queries", where(with_), hint="move it to the top of the query, where a CTE "
+                          "that projects and filters one relation is inlined, or write its SELECT as its own "
+                          "CREATE STREAM|CHANGELOG ... AS SELECT and read that relation"))
         return False
     for node in select.find_all(exp.Select):
         if node.args.get("distinct") is not None:

@@ -26,6 +26,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
 from dsflow.executors import datagen_marker, driver_marker, launch_datagen, relaunch_driver
+from dsflow.runtime import shared
 from dsflow.runtime.locking import RESTART_OPERATION
 from dsflow.runtime.records import (STABLE_SECONDS, RuntimeRecord, backoff, last_error, read_record, recorded_state,
                                     uptime, write_record)
@@ -94,6 +95,8 @@ class Supervisor:
         record = read_record(run_dir)
         if record is None or record.version != version or record.address != deployed.address:
             record = RuntimeRecord(address=deployed.address, version=version, pid=pid)
+        if is_query and deployed.outputs.get("app_dir"):
+            return shared.watch(self, deployed, run_dir, record)  # several queries share its host's PID
         code = self._reap(pid)
         if process.is_running(pid, marker):
             self._running(run_dir, record, pid)
@@ -173,6 +176,8 @@ class Supervisor:
             project = operations.load(self.options).project  # the secrets the process needs, as they are now
         except Exception:  # noqa: BLE001 - a project being edited: the recorded spec still runs
             project = self.loaded.project
+        if address.kind is Kind.QUERY and deployed.outputs.get("app_dir"):
+            return shared.relaunch(deployed)
         if address.kind is Kind.QUERY:
             return relaunch_driver(project, deployed)
         return launch_datagen(project, self.workspace, address.name)

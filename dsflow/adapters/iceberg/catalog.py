@@ -10,6 +10,9 @@ Store properties (checked by load/tables.py):
     catalog_name       the catalog's name in its database (default `dsflow`): several catalogs may share one
     endpoint_url, region, access_key_id, secret_access_key, session_token
                        an s3:// warehouse's object store (pyiceberg's s3.* properties)
+    account_key, sas_token, client_id, client_secret, tenant_id, endpoint
+                       an abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX warehouse's credentials (pyiceberg's
+                       fsspec FileIO with adlfs: its adls.* properties; adapters/tables/adls.py)
 """
 
 from __future__ import annotations
@@ -66,11 +69,22 @@ def _open(settings: dict[str, str]) -> Any:
 
         Path(properties["warehouse"][len("file://"):]).mkdir(parents=True, exist_ok=True)
     properties |= {option: settings[key] for key, option in S3_PROPERTIES.items() if settings.get(key)}
+    properties |= _adls_properties(settings, properties["warehouse"])
     try:
         return SqlCatalog(settings.get("catalog_name") or "dsflow", **properties)
     except Exception as err:  # noqa: BLE001 - SQLAlchemy raises per dialect (no driver, refused, bad URI)
         raise DsflowError("DSF-E232", f"cannot open the iceberg catalog at {_safe(properties['uri'])}: {err}",
                           hint="check the store's catalog_uri (a SQLAlchemy URI) and that its database is up") from err
+
+
+def _adls_properties(settings: dict[str, str], warehouse: str) -> dict[str, str]:
+    """An abfss:// warehouse: pyiceberg's fsspec FileIO (adlfs) and its adls.* credentials."""
+    from dsflow.adapters.tables import adls
+
+    if not adls.is_azure(warehouse):
+        return {}
+    return {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"} | adls.fsspec_properties(
+        settings, adls.account_of(warehouse, settings))
 
 
 def identifier(location: str) -> tuple[str, str]:

@@ -49,6 +49,16 @@ class CdcSource:
     slot: str
     publication: str
     fields: dict[str, str] = field(default_factory=dict)  # declared before/after fields -> Spark type
+    key_fields: tuple[str, ...] = ()  # a changelog made of the stream: the fields it is keyed by (DSF-E182)
+
+    def check_key(self, schema: str, table: str, primary_key: list[str]) -> None:
+        """DSF-E182 if a changelog made of this stream is keyed by fields that are not the table's primary key."""
+        if self.key_fields and sorted(f.lower() for f in self.key_fields) != sorted(k.lower() for k in primary_key):
+            raise DsflowError("DSF-E182", f"the changelog made of the changes of {schema}.{table} is keyed by "
+                              f"{', '.join(self.key_fields)}, but the table's primary key is "
+                              f"{', '.join(primary_key) or 'missing'}",
+                              hint="name the table's primary key columns in the changelog's PRIMARY KEY (selected "
+                                   "as `after`->column); a table without a primary key cannot be a changelog")
 
     def check_types(self, schema: str, table: str, columns: dict[str, int], where: str) -> None:
         """DSF-E747 if a declared field is a column whose type no longer fits its declared type."""
@@ -158,6 +168,7 @@ def _snapshot_table(conn, src: CdcSource, schema: str, table: str, lsn: int, now
     columns = admin.table_columns(conn, schema, table)
     src.check_types(schema, table, columns, f"in the snapshot at LSN {pgoutput.lsn_text(lsn)}")
     key_columns = admin.primary_key(conn, schema, table)
+    src.check_key(schema, table, key_columns)
     names, types = list(columns), list(columns.values())
     source = {"db": src.database, "schema": schema, "table": table, "lsn": lsn, "commit_lsn": lsn,
               "txid": None, "ts_ms": now_ms, "snapshot": True}
@@ -195,6 +206,8 @@ class ChangeReader:
         meta = admin.connect(self.src.settings, self.src.database)
         try:
             self.key_columns = {(s, t): admin.primary_key(meta, s, t) for s, t in self.src.tables}
+            for (schema, table), key in self.key_columns.items():
+                self.src.check_key(schema, table, key)
             if not admin.slot_exists(meta, self.src.slot):
                 raise DsflowError("DSF-E745", f"replication slot '{self.src.slot}' does not exist",
                                   hint="run dsflow apply: it creates the slot and the publication of a CDC stream")

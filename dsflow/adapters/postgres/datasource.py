@@ -6,7 +6,8 @@
         .option("spool.dir", "<checkpoint>/cdc/orders").option("pg.host", "127.0.0.1").load()
 
 Options: database, slot, publication and spool.dir are required, and the tables: schema and table, or
-tables (a comma-separated list of schema.table); fields (JSON: declared before/after field -> Spark type,
+tables (a comma-separated list of schema.table); key.fields (JSON [[column, field]]: a changelog made of
+the stream is keyed by these `after` fields, checked to be the primary key); fields (JSON: declared before/after field -> Spark type,
 checked against the columns' types, changes.py); pg.<setting> are the
 store's connection settings (host, port, user, password, dbname, sslmode, dsn); starting.position
 earliest (default: a snapshot first) or latest (only changes); starting.offsets a carried offset (JSON);
@@ -71,7 +72,8 @@ class CdcOptions:
         carried = json.loads(opts["starting.offsets"]) if opts.get("starting.offsets") else None
         settings = {k[len(PG_PREFIX):]: v for k, v in opts.items() if k.startswith(PG_PREFIX)}
         source = CdcSource(settings, opts["database"], _tables(opts), opts["slot"], opts["publication"],
-                           json.loads(opts.get("fields") or "{}"))
+                           json.loads(opts.get("fields") or "{}"),
+                           tuple(f for _, f in json.loads(opts.get("key.fields") or "[]")))
         return cls(source, opts["spool.dir"], position, carried, int(opts.get("max.events.per.batch", 100_000)))
 
 

@@ -209,11 +209,13 @@ def _merge_sql(schema: str, table: str, columns: Sequence[str], key: Sequence[st
 
 def write_batch(settings: dict[str, str], database: str | None, schema: str, table: str, columns: Sequence[str],
                 key: Sequence[str], rows: Iterable[Sequence[Any]], checkpoint: str, batch_id: int,
-                deletes: Iterable[Sequence[Any]] = ()) -> bool:
+                deletes: Iterable[Sequence[Any]] = (), replace: bool = False) -> bool:
     """Apply one micro-batch in one transaction; False if the ledger shows it was applied before (a replay).
 
     `deletes` are key values (in `key` order) whose rows are deleted (a changelog's tombstones); a key is in
-    `rows` or in `deletes`, not both."""
+    `rows` or in `deletes`, not both. `replace`: rows, if any, replace the table's (a view without key, of an
+    aggregate without GROUP BY)."""
+    rows = list(rows)
     conn = connect(settings, database)
     try:
         conn.autocommit = False
@@ -224,6 +226,8 @@ def write_batch(settings: dict[str, str], database: str | None, schema: str, tab
             if done is not None and done[0] >= batch_id:
                 conn.rollback()
                 return False
+            if replace and rows:
+                cur.execute(f"DELETE FROM {qualified(schema, table)}")
             _merge_rows(cur, schema, table, columns, key, rows)
             _delete_keys(cur, schema, table, key, deletes)
             cur.execute(f"INSERT INTO {qualified(schema, LEDGER)} (view, checkpoint, batch_id) VALUES (%s, %s, %s) "

@@ -51,6 +51,13 @@ def build_dataframe(spark, spec: QuerySpec):
 
             source_view(kinesis_stream(spark, source, spec.name), source).createOrReplaceTempView(source.view)
             continue
+        if source.kind in ("delta", "iceberg"):
+            from dsflow.adapters.iceberg.reading import iceberg_stream
+            from dsflow.adapters.tables.reading import delta_stream
+
+            stream = delta_stream if source.kind == "delta" else iceberg_stream
+            source_view(stream(spark, source), source).createOrReplaceTempView(source.view)
+            continue
         if source.kind == "postgres_cdc":
             from dsflow.adapters.postgres.reading import cdc_stream
 
@@ -73,6 +80,10 @@ def build_dataframe(spark, spec: QuerySpec):
         from dsflow.adapters.spark.temporal import joined_view
 
         joined_view(spark, spec.temporal)
+    if spec.changelog_join is not None:
+        from dsflow.adapters.spark.changelog_join import joined_view as joined_changelogs
+
+        joined_changelogs(spark, spec.changelog_join)
     result = spark.sql(spec.select_sql)
     if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
         retracted_view(spark, spec.retract, result)

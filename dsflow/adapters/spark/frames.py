@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
@@ -27,12 +28,18 @@ def source_view(raw, source: SourceSpec):
 
     offset = F.col("offset") if "offset" in raw.columns else F.lit(0).cast("long")
     value, deleted = _value_columns(source)
+    cdc_key = source.options.get("key.fields")  # a change stream read as a changelog (spark/cdc.py)
     parsed = raw.select(F.col("key").alias(KEY), value.alias("__v"),
-                        F.col("timestamp").alias(KAFKA_TIMESTAMP), deleted.alias(DELETED), offset.alias(OFFSET))
+                        F.col("timestamp").alias(KAFKA_TIMESTAMP), deleted.alias(DELETED), offset.alias(OFFSET),
+                        *([F.col("value").alias("__raw_value")] if cdc_key else []))
+    if cdc_key:
+        from dsflow.adapters.spark.cdc import changelog_rows
+
+        parsed = changelog_rows(parsed, json.loads(cdc_key))
     view = parsed.select(KEY, "__v.*", KAFKA_TIMESTAMP, DELETED, OFFSET)
     if source.changelog_key:
         view = _key_columns(view, source.changelog_key)
-    else:
+    elif not cdc_key:
         view = view.drop(DELETED, OFFSET)
     if source.event_time is None:
         return view.drop(KAFKA_TIMESTAMP)
@@ -41,6 +48,8 @@ def source_view(raw, source: SourceSpec):
         view = view.withWatermark("__ts", source.watermark_delay)
     if source.window:
         view = view.withColumn("__window", F.window("__ts", source.window[0], source.window[1]))
+    if source.session_gap:
+        view = view.withColumn("__window", F.session_window("__ts", source.session_gap))
     return view
 
 
@@ -119,17 +128,19 @@ def view_writer(spec: QuerySpec):
         deletes: list[tuple] = []
         if keep:
             rows, deletes = split_deletes(list(rows), sink.columns, sink.key_columns)
+        # an aggregate without GROUP BY (no key): its one row replaces the view's
+        replace = {"replace": True} if sink.output_mode == "update" and not sink.key_columns else {}
         if sink.kind == "postgres":
             from dsflow.adapters.postgres import mv as pg
 
             pg.write_batch(sink.client_config, sink.options.get(PG_DB), sink.options[PG_SCHEMA], sink.topic,
-                           sink.columns, sink.key_columns, rows, checkpoint, batch_id,
-                           **({"deletes": deletes} if deletes else {}))
+                           sink.columns, sink.key_columns, list(rows), checkpoint, batch_id,
+                           **({"deletes": deletes} if deletes else {}), **replace)
             return
         from dsflow.adapters.sqlite import mv
 
-        mv.write_batch(sink.database, sink.topic, sink.columns, sink.key_columns, rows, checkpoint, batch_id,
-                       deletes=deletes)
+        mv.write_batch(sink.database, sink.topic, sink.columns, sink.key_columns, list(rows), checkpoint, batch_id,
+                       deletes=deletes, **replace)
 
     return write
 

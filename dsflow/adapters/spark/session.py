@@ -113,3 +113,9 @@ def register_data_sources(session) -> None:
     from dsflow.adapters.kinesis.datasource import KinesisDataSource
 
     session.dataSource.register(KinesisDataSource)
+    from dsflow.adapters.tables.reading import DeltaDataSource
+
+    session.dataSource.register(DeltaDataSource)
+    from dsflow.adapters.iceberg.reading import IcebergDataSource
+
+    session.dataSource.register(IcebergDataSource)

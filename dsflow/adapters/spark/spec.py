@@ -27,6 +27,7 @@ class SourceSpec(BaseModel):
                                                      "None: the source needs no event time")
     watermark_delay: str | None = Field(None, description="watermark on __ts, e.g. '5000 milliseconds'")
     window: list[str] | None = Field(None, description="[size, slide] of window(__ts) as column __window")
+    session_gap: str | None = Field(None, description="the gap of session_window(__ts) as column __window")
     kind: str = Field("kafka", description="the data source: kafka, or postgres_cdc (a table's change events; "
                                            "client_config holds the store's connection settings)")
     options: dict[str, str] = Field(default_factory=dict, description="postgres_cdc: database, schema, table, "
@@ -88,6 +89,27 @@ class TemporalSpec(BaseModel):
     changelog_ddl: str
 
 
+class ChangelogJoinSpec(BaseModel):
+    """Two changelogs joined (adapters/spark/changelog_join.py): the two stateful stages read the two source views
+    and make the view `view` (one struct column per side, named by its alias, and __alive)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    view: str
+    left_view: str
+    right_view: str
+    left_alias: str
+    right_alias: str
+    side: Literal["inner", "left", "full"]
+    keyed_by_left: bool = Field(description="output rows are keyed by the left's primary key, else by both sides'")
+    left_keys: list[str] = Field(description="the left's ON columns")
+    right_keys: list[str] = Field(description="the right's ON columns, equal to left_keys in order")
+    left_pk: list[str]
+    right_pk: list[str]
+    left_ddl: str
+    right_ddl: str
+
+
 class RetractSpec(BaseModel):
     """An aggregation of a changelog, with retractions (adapters/spark/retract.py): select_sql gives one row per
     source change (__pk, __offset, __keep, __g0.., __a0..); the two stateful stages make the view `view`
@@ -118,5 +140,6 @@ class QuerySpec(BaseModel):
     select_sql: str = Field(description="Spark SQL over the source views, with a __key column carried through")
     temporal: TemporalSpec | None = None
     retract: RetractSpec | None = None
+    changelog_join: ChangelogJoinSpec | None = None
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
                                                       "(Spark's async progress tracking; stateless Kafka sinks only)")

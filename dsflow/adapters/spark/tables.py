@@ -2,7 +2,8 @@
 
 Each micro-batch becomes an Arrow table in the driver and one commit in the table, tagged with the
 query's app id and the batch id (adapters/tables), so a batch Spark replays after a crash is skipped.
-Streams append; changelogs and aggregations (a primary key) are merged on the key.
+Streams append; changelogs and aggregations (a primary key) are merged on the key, and a row whose
+__keep is false (a changelog's delete, a group left empty) deletes its key.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from dsflow.adapters.spark.frames import KEEP
 from dsflow.adapters.spark.spec import QuerySpec
 from dsflow.adapters.tables import TableRef, app_id, table_format
 
@@ -28,7 +30,8 @@ def table_writer(spec: QuerySpec):
     writer_id = app_id(spec.name, spec.checkpoint)
 
     def write(batch, batch_id: int) -> None:
-        data = batch.select(*[f"`{c}`" for c in columns]).toArrow()
+        keep = [KEEP] if KEEP in batch.columns else []  # a changelog's deletes: __keep false
+        data = batch.select(*[f"`{c}`" for c in columns + keep]).toArrow()
         if not fmt.write_batch(ref, data, key, writer_id, batch_id):
             print(f"batch {batch_id} is already in {ref.location}; skipped (a replay)", file=sys.stderr, flush=True)
 

@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from dsflow.core.model import Column, Project, Query, Relation
+from dsflow.adapters.spark.cdc import key_option
+from dsflow.adapters.spark.changelog_join import joined_select, view_name as changelog_join_view
 from dsflow.adapters.spark.retract import rewrite
-from dsflow.adapters.spark.spec import QuerySpec, RetractSpec, SinkSpec, SourceSpec, TemporalSpec
+from dsflow.adapters.spark.spec import ChangelogJoinSpec, QuerySpec, RetractSpec, SinkSpec, SourceSpec, TemporalSpec
+from dsflow.adapters.spark.unions import union_select
+from dsflow.load.aggregates import GLOBAL_KEY
 from dsflow.load.functions import to_spark
 from dsflow.load.sql import parse_one_select
 
@@ -53,6 +57,9 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     array subscripts count from 1 and give NULL out of range (`array_subscripts`);
     and the source record's key is carried as __key unless the sink key is made of output columns.
     """
+    union = union_select(query, project, spark_select, view_name)  # UNION ALL of streams: per branch
+    if union is not None:
+        return union
     select = _over_views(query, project)
     if query.window is not None:
         _window_columns(select, query.window.source)
@@ -62,6 +69,8 @@ def spark_select(query: Query, project: Project | None = None) -> str:
         select.set("joins", None)
         select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(temporal_view(query)),
                                                     alias=exp.TableAlias(this=exp.to_identifier(TEMPORAL_ALIAS)))))
+    if query.changelog_join is not None:  # adapters/spark/changelog_join.py
+        joined_select(select, changelog_join_view(query.fqn))
     if query.deletes != "none":
         _deletes(select, query)
     for count in list(select.find_all(exp.Count)):
@@ -168,6 +177,8 @@ def _join_range(select: exp.Select, query: Query) -> None:
 
 
 def _carried_key(query: Query) -> exp.Expr:
+    if query.output_mode == "update":  # an aggregate without GROUP BY (load/aggregates.py): its one row's key
+        return exp.Literal.string(GLOBAL_KEY)
     if query.temporal_join is not None:
         return exp.column(KEY_COLUMN, table=TEMPORAL_ALIAS)
     keys = [exp.column(KEY_COLUMN, table=s.alias) for s in query.sources]
@@ -214,11 +225,8 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
     for index, source in enumerate(query.sources):
         relation = project.relation(source.relation)
         store = project.store(relation.store)
-        window = None
-        if query.window is not None and query.window.source == source.alias:
-            size = spark_duration(query.window.size)
-            window = [size, spark_duration(query.window.advance) if query.window.advance else size]
-        cdc = _cdc_source(store, relation) or _kinesis_source(store)
+        window = _window_spec(query, source.alias)
+        cdc = _cdc_source(store, relation, key_option(project, query)) or _kinesis_source(store) or _table_source(project, store, relation)
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **cdc,
                                   client_config=dict(store.properties) if cdc else store.client_config(),
                                   schema_ddl=schema_ddl(relation.columns),
@@ -228,9 +236,20 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   event_time=event_time_sql(relation, source.timestamp) if timed else None,
                                   watermark_delay=spark_duration(query.watermark_delay) if timed and not
                                   (query.temporal_join and relation.kind == "changelog") else None,
-                                  window=window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps,
+                                  **window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps,
                                   **_source_format(project, query, store, relation)))
     return sources
+
+
+def _window_spec(query: Query, alias: str) -> dict:
+    """The source's window: [size, slide] of a TUMBLE or HOP, or the gap of a SESSION."""
+    window = query.window
+    if window is None or window.source != alias:
+        return {}
+    size = spark_duration(window.size)
+    if window.kind == "session":
+        return {"session_gap": size}
+    return {"window": [size, spark_duration(window.advance) if window.advance else size]}
 
 
 def _source_format(project: Project, query: Query, store, relation: Relation) -> dict:
@@ -281,8 +300,21 @@ def _kinesis_source(store) -> dict:
     return {"kind": "kinesis"} if store.type == "kinesis" else {}
 
 
-def _cdc_source(store, relation: Relation) -> dict:
-    """A postgresql store's stream reads the table's changes (adapters/postgres) instead of a topic."""
+def _table_source(project: Project, store, relation: Relation) -> dict:
+    """A Delta or Iceberg table is read as the stream of its appended rows (dsflow_delta, dsflow_iceberg)."""
+    if relation.kind != "table":
+        return {}
+    from dsflow.adapters.tables import table_ref
+
+    ref = table_ref(project.root, store, relation)
+    where = {"iceberg": "table"}.get(ref.format, "path")  # iceberg: NAMESPACE.TABLE in the store's catalog
+    return {"kind": ref.format, "options": {where: ref.location, "value.columns": json.dumps(
+        [[c.name, c.type] for c in relation.columns])}}
+
+
+def _cdc_source(store, relation: Relation, changelog: dict[str, str]) -> dict:
+    """A postgresql store's stream reads the table's changes (adapters/postgres) instead of a topic; `changelog`:
+    its key fields when a changelog is made of it (adapters/spark/cdc.py)."""
     if store.type != "postgresql":
         return {}
     from dsflow.load.cdc import cdc_tables, image_types
@@ -291,7 +323,7 @@ def _cdc_source(store, relation: Relation) -> dict:
     return {"kind": "postgres_cdc", "options": {
         "database": opts["postgresql.db.name"], "tables": ",".join(f"{s}.{t}" for s, t in cdc_tables(opts)),
         "slot": opts["postgresql.slot.name"], "publication": opts["postgresql.publication.name"],
-        "fields": json.dumps(image_types(relation))}}
+        "fields": json.dumps(image_types(relation)), **changelog}}
 
 
 def sink_spec(project: Project, query: Query) -> SinkSpec:
@@ -345,7 +377,9 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
     """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
     sink = sink_spec(project, query)
     retract = retract_spec(project, query)
-    if retract is not None:  # its deletes are rows of __keep false: appended, as a changelog filter's are
+    if retract is not None or (query.window and query.window.kind == "session"):
+        # retract: its deletes are rows of __keep false, appended as a changelog filter's are; a session window:
+        # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions)
         sink = sink.model_copy(update={"output_mode": "append"})
     return QuerySpec(
         name=query.fqn, version=version, master=project.runtime.spark_master,
@@ -354,6 +388,7 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         sources=source_specs(project, query, start), sink=sink,
         select_sql=retract[0] if retract else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
+        changelog_join=changelog_join_spec(project, query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
         and sink.kind == "kafka" and sink.output_mode == "append",
     )
@@ -370,3 +405,17 @@ def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:
                         stream_alias=join.stream, changelog_alias=join.changelog, side=join.side,
                         stream_keys=list(join.stream_keys), changelog_keys=list(join.changelog_keys),
                         stream_ddl=schema_ddl(stream.columns), changelog_ddl=schema_ddl(changelog.columns))
+
+
+def changelog_join_spec(project: Project, query: Query) -> ChangelogJoinSpec | None:
+    """What the driver needs to build a changelog join's view (adapters/spark/changelog_join.py)."""
+    join = query.changelog_join
+    if join is None:
+        return None
+    left, right = (project.relation(s.relation) for s in query.sources)
+    return ChangelogJoinSpec(view=changelog_join_view(query.fqn), left_view=view_name(0, query),
+                             right_view=view_name(1, query), left_alias=join.left, right_alias=join.right,
+                             side=join.side, keyed_by_left=join.keyed_by_left, left_keys=list(join.left_keys),
+                             right_keys=list(join.right_keys), left_pk=list(left.primary_key),
+                             right_pk=list(right.primary_key), left_ddl=schema_ddl(left.columns),
+                             right_ddl=schema_ddl(right.columns))

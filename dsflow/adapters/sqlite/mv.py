@@ -110,11 +110,13 @@ def sqlite_value(value: Any) -> Any:
 
 def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Sequence[str],
                 rows: Iterable[Sequence[Any]], checkpoint: str, batch_id: int,
-                deletes: Iterable[Sequence[Any]] = ()) -> bool:
+                deletes: Iterable[Sequence[Any]] = (), replace: bool = False) -> bool:
     """Apply one micro-batch in one transaction; False if this batch was applied before (a replay).
 
     `deletes` are key values (in `key` order) whose rows are deleted; a key is in `rows` or in `deletes`,
-    not both (frames.split_deletes keeps the last change of each key)."""
+    not both (frames.split_deletes keeps the last change of each key). `replace`: rows, if any, replace the
+    table's (a view without key, of an aggregate without GROUP BY)."""
+    rows = list(rows)
     names = ", ".join(quote(c) for c in columns)
     marks = ", ".join("?" for _ in columns)
     sql = f"INSERT INTO {quote(table)} ({names}) VALUES ({marks})"
@@ -130,6 +132,8 @@ def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Seque
         if done is not None and done[0] >= batch_id:
             conn.execute("ROLLBACK")
             return False
+        if replace and rows:
+            conn.execute(f"DELETE FROM {quote(table)}")
         conn.executemany(sql, ([sqlite_value(v) for v in row] for row in rows))
         if key:
             match = " AND ".join(f"{quote(k)} = ?" for k in key)

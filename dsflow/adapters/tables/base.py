@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from dsflow.errors import DsflowError
 
-STORE_FORMATS = {"s3": "delta", "filesystem": "delta", "databricks": "delta", "snowflake": "snowflake",
-                 "iceberg": "iceberg"}
+STORE_FORMATS = {"s3": "delta", "filesystem": "delta", "adls": "delta", "databricks": "delta",
+                 "snowflake": "snowflake", "iceberg": "iceberg"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,12 @@ class TableFormat(Protocol):
 
 
 def delta_root(project_root: str | Path, store_type: str, settings: dict[str, str]) -> str:
-    """Where a Delta store keeps its tables: s3://bucket/prefix or a local folder (relative to the project)."""
+    """Where a Delta store keeps its tables: s3://bucket/prefix, abfss://container@account.../prefix (adls) or a
+    local folder (relative to the project)."""
+    if store_type == "adls":
+        from dsflow.load.lakepaths import adls_root
+
+        return adls_root(settings)
     if settings.get("bucket"):
         prefix = settings.get("prefix", "").strip("/")
         return f"s3://{settings['bucket']}" + (f"/{prefix}" if prefix else "")

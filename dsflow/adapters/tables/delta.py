@@ -1,13 +1,14 @@
 """Delta Lake tables with delta-rs (the `deltalake` package): local folders and s3://.
 
-Appends for streams, MERGE on the primary key for changelogs and aggregations. Each micro-batch is one
+Appends for streams, MERGE on the primary key for changelogs and aggregations (a row whose __keep is
+false deletes its key: a changelog's delete). Each micro-batch is one
 Delta commit that also carries a transaction action (app id = the query and its checkpoint, version =
 the batch id): a batch whose id the table already holds for that app id is skipped, so a batch replayed
 after a crash between the Delta commit and Spark's checkpoint commit is not written twice.
 
-On S3 the store's settings become delta-rs storage options. Concurrent writers to one table would need
-a locking provider; dsflow runs one writer per table, so renames are allowed without one
-(AWS_S3_ALLOW_UNSAFE_RENAME).
+On S3 and Azure Data Lake Storage (adls.py) the store's settings become delta-rs storage options. Concurrent
+writers to one S3 table would need a locking provider; dsflow runs one writer per table, so renames are allowed
+without one (AWS_S3_ALLOW_UNSAFE_RENAME). Azure's object store commits with put-if-absent and needs none.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from dsflow.adapters.tables import adls
 from dsflow.adapters.tables.base import TableRef
 from dsflow.errors import DsflowError
+
+KEEP = "__keep"
+"""A changelog's batch column: false deletes the row's key (spark/frames.py)."""
 
 _TYPES = [(r"^BIGINT|^LONG", "int64"), (r"^INT|^INTEGER", "int32"), (r"^SMALLINT|^SHORT", "int16"),
           (r"^TINYINT|^BYTE", "int8"), (r"^DOUBLE", "float64"), (r"^FLOAT|^REAL", "float32"),
@@ -41,7 +46,9 @@ def arrow_type(sql_type: str):
 
 
 def storage_options(ref: TableRef) -> dict[str, str] | None:
-    """delta-rs options for an s3:// table from the store's settings (None for a local table)."""
+    """delta-rs options for an s3://, abfss:// or az:// table from the store's settings (None for a local table)."""
+    if adls.is_azure(ref.location):
+        return adls.storage_options(ref.location, ref.settings)
     if not ref.location.startswith("s3://"):
         return None
     settings = ref.settings
@@ -85,7 +92,7 @@ class DeltaFormat:
         from deltalake import DeltaTable
 
         schema = pa.schema([pa.field(name, arrow_type(type_)) for name, type_ in columns])
-        if not ref.location.startswith("s3://"):
+        if "://" not in ref.location:
             Path(ref.location).mkdir(parents=True, exist_ok=True)
         try:
             DeltaTable.create(ref.location, schema, mode="ignore", name=ref.location.rstrip("/").rsplit("/", 1)[-1],
@@ -113,6 +120,8 @@ class DeltaFormat:
 
     def drop(self, ref: TableRef) -> None:
         """Delete the table's files (its log and data)."""
+        if adls.is_azure(ref.location):
+            return adls.drop(ref.location, ref.settings)
         if not ref.location.startswith("s3://"):
             shutil.rmtree(ref.location, ignore_errors=True)
             return
@@ -136,6 +145,8 @@ class DeltaFormat:
         if done is not None and done >= batch_id:
             return False
         schema = pa.schema(table.schema().to_arrow())
+        if KEEP in data.column_names:  # a changelog's rows: __keep false deletes the key
+            return _merge_with_deletes(table, latest_per_key(data, key), schema, key, app_id, batch_id)
         data = data.select(schema.names).cast(schema)
         commit = CommitProperties(app_transactions=[Transaction(app_id, batch_id)],
                                   custom_metadata={"dsflow.app_id": app_id, "dsflow.batch_id": str(batch_id)})
@@ -170,6 +181,22 @@ class DeltaFormat:
         return columns, list(zip(*(data.column(i).to_pylist() for i in range(data.num_columns))))
 
 
+def _merge_with_deletes(table, latest, schema, key: list[str], app_id: str, batch_id: int) -> bool:
+    """One MERGE of a batch's last row per key: deleted where __keep is false, else updated or inserted."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction
+
+    source = latest.select(schema.names).cast(schema).append_column(KEEP, latest.column(KEEP).cast(pa.bool_()))
+    commit = CommitProperties(app_transactions=[Transaction(app_id, batch_id)],
+                              custom_metadata={"dsflow.app_id": app_id, "dsflow.batch_id": str(batch_id)})
+    columns = {f"`{n}`": f"s.`{n}`" for n in schema.names}
+    predicate = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in key)  # a group may be NULL
+    (table.merge(source, predicate, source_alias="s", target_alias="t", commit_properties=commit)
+     .when_matched_delete(f"NOT s.`{KEEP}`").when_matched_update(columns, f"s.`{KEEP}`")
+     .when_not_matched_insert(columns, f"s.`{KEEP}`").execute())
+    return True
+
+
 def s3_client(settings: dict[str, str]):
     import boto3
 
@@ -183,6 +210,8 @@ def s3_client(settings: dict[str, str]):
 def list_tables(root: str, settings: dict[str, str], under: str = "") -> list[str]:
     """Paths (relative to the store's root) of the Delta tables under `root`/`under`."""
     base = root.rstrip("/") + ("/" + under.strip("/") if under.strip("/") else "")
+    if adls.is_azure(root):
+        return adls.list_tables(root, settings, under)
     if not base.startswith("s3://"):
         start = Path(base)
         found = {str(p.parent.relative_to(root)) for p in start.rglob("_delta_log") if p.is_dir()} \

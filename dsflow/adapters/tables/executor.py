@@ -20,6 +20,7 @@ class TableExecutor:
         store = ctx.project.store(relation.store)
         ref = table_ref(ctx.project.root, store, relation)
         fmt = table_format(ref.format)
+        reach_store(store.name, store.type, ref)
         existed = ctx.resumed.get("table_existed")
         if existed is None:
             existed = fmt.exists(ref)
@@ -55,3 +56,13 @@ class TableExecutor:
 
             databricks.unregister(ref)
         table_format(ref.format).drop(ref)
+
+
+def reach_store(name: str, store_type: str, ref: TableRef) -> None:
+    """A table on Azure Data Lake Storage: its container reachable with the store's credentials (DSF-E393), so a
+    wrong account, key or endpoint is an error naming the store, not delta-rs' or adlfs' retries."""
+    location = ref.settings.get("warehouse", "") if store_type == "iceberg" else ref.location
+    from dsflow.adapters.tables import adls
+
+    if adls.is_azure(location):
+        adls.check_reachable(name, location, ref.settings)

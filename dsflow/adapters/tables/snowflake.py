@@ -1,9 +1,10 @@
 """Snowflake tables through snowflake-connector-python (tested against fakesnow's server).
 
 A micro-batch is one transaction: rows appended (or, with a primary key, the batch's keys deleted and
-their latest rows inserted) plus a row in the ledger table DSFLOW_BATCHES of the same schema, naming the
-table, the writer's app id and the batch id. A batch the ledger already holds is skipped, so a replay
-after a crash writes nothing twice. dsflow creates tables, never databases or schemas.
+their latest rows inserted, except a changelog's deletes: rows whose __keep is false) plus a row in the
+ledger table DSFLOW_BATCHES of the same schema, naming the table, the writer's app id and the batch id.
+A batch the ledger already holds is skipped, so a replay after a crash writes nothing twice. dsflow creates
+tables, never databases or schemas.
 """
 
 from __future__ import annotations
@@ -107,8 +108,12 @@ class SnowflakeFormat:
         database, schema, table = _parts(ref)
         target, ledger = _qualified(database, schema, table), _qualified(database, schema, LEDGER)
         data = latest_per_key(data, key)
+        keep = data.column("__keep").to_pylist() if "__keep" in data.column_names else None
+        if keep is not None:  # a changelog's rows: __keep false deletes the key (deleted below, not inserted)
+            data = data.drop_columns(["__keep"])
         names = data.column_names
-        rows = [tuple(_value(v) for v in row) for row in zip(*(c.to_pylist() for c in data.columns))]
+        every = [tuple(_value(v) for v in row) for row in zip(*(c.to_pylist() for c in data.columns))]
+        rows = every if keep is None else [row for row, kept in zip(every, keep) if kept]
         with connect(ref.settings) as conn:
             cursor = conn.cursor()
             cursor.execute("BEGIN")
@@ -118,11 +123,11 @@ class SnowflakeFormat:
                 if done and done[0] is not None and int(done[0]) >= batch_id:
                     cursor.execute("ROLLBACK")
                     return False
-                if key and rows:
+                if key and every:
                     positions = [names.index(k) for k in key]
                     where = " AND ".join(f"{quote(k.upper())} = %s" for k in key)
                     cursor.executemany(f"DELETE FROM {target} WHERE {where}",
-                                       [tuple(row[i] for i in positions) for row in rows])
+                                       [tuple(row[i] for i in positions) for row in every])
                 if rows:
                     marks = ", ".join("%s" for _ in names)
                     cursor.executemany(f"INSERT INTO {target} ({', '.join(quote(n.upper()) for n in names)}) "

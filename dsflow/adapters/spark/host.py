@@ -1,0 +1,215 @@
+"""The host of a shared Spark application: one process, one SparkContext, many continuous queries.
+
+    python -m dsflow.adapters.spark.host APP_DIR/queries.json
+
+Each query runs in its own `SparkSession.newSession()` (its own temporary views and SQL conf), in its own FAIR
+scheduler pool, on its own checkpoint. Every POLL_SECONDS the host reads queries.json (adapters/spark/apps.py) and
+starts, stops or restarts only the queries that changed there. A query that fails is recorded failed (its status
+file and host.json) and left stopped; the others go on. The supervisor restarts it by raising its generation.
+SIGTERM stops every query between two micro-batches, then the application.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsflow.adapters.spark.apps import HOST_FILE, desired, read_json, write_json
+from dsflow.adapters.spark.driver import (STATUS_EVERY_SECONDS, error_summary, progress_status, resolve_env_refs,
+                                          start_query, stop_between_batches, write_status)
+from dsflow.adapters.spark.spec import QuerySpec
+from dsflow.core.secrets import scrub
+
+POLL_SECONDS = 0.5
+
+
+@dataclass
+class Hosted:
+    """One query the host runs (or ran, when it failed)."""
+
+    spec: QuerySpec
+    generation: int
+    query: Any = None
+    lag: Any = None
+    state: str = "starting"
+    error: str | None = None
+    started_at: float = field(default_factory=time.time)
+
+    ids: dict[str, str] = field(default_factory=dict)
+    """Spark's query id (kept by the checkpoint) and run id (new at every start), asked once."""
+
+    def report(self) -> dict[str, Any]:
+        return {"generation": self.generation, "state": self.state, "error": self.error,
+                "started_at": self.started_at, **self.ids}
+
+
+class Host:
+    """The queries of one application, kept as queries.json says."""
+
+    def __init__(self, app_dir: Path, spark):
+        self.app_dir = app_dir
+        self.spark = spark
+        self.hosted: dict[str, Hosted] = {}
+        self.broken: dict[str, dict[str, Any]] = {}
+        """Queries whose spec could not be read, as host.json reports them (failed)."""
+        self.unreadable: dict[int, set[str]] = {}
+        self.last_status = 0.0
+
+    def reconcile(self) -> None:
+        wanted = desired(self.app_dir)
+        self.broken = {n: b for n, b in self.broken.items() if n in wanted}
+        for name in [n for n, h in self.hosted.items()
+                     if n not in wanted or int(wanted[n].get("generation", 0)) != h.generation]:
+            self.stop(name)
+        for name, entry in wanted.items():
+            if name not in self.hosted and name not in self.unreadable.get(int(entry.get("generation", 0)), ()):
+                self.start(name, entry)
+        self.watch()
+
+    def start(self, name: str, entry: dict[str, Any]) -> None:
+        from dsflow.adapters.spark.lag import LagProbe
+
+        generation = int(entry.get("generation", 0))
+        try:
+            hosted = Hosted(spec=_read_spec(entry["spec"]), generation=generation)
+        except (OSError, ValueError) as err:  # its spec file is gone or damaged: the query fails, the host goes on
+            self.unreadable.setdefault(generation, set()).add(name)
+            self.broken[name] = {"generation": generation, "state": "failed", "error": f"its spec: {err}"[:2000]}
+            log(f"query {name} failed: cannot read its spec {entry.get('spec')}: {err}")
+            return
+        self.broken.pop(name, None)
+        self.hosted[name] = hosted
+        write_status(hosted.spec.status_path, self.status(hosted, "starting"))
+        try:
+            session = _new_session(self.spark)
+            for key, value in hosted.spec.spark_conf.items():
+                if key.startswith("spark.sql."):
+                    session.conf.set(key, value)
+            session.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+            hosted.lag = LagProbe(hosted.spec)
+            hosted.query = start_query(session, hosted.spec)
+            hosted.state, hosted.started_at = "running", time.time()
+            hosted.ids = {"query_id": str(hosted.query.id), "run_id": str(hosted.query.runId)}
+            log(f"started {name} (generation {hosted.generation}, run id {hosted.query.runId})")
+        except Exception as err:  # noqa: BLE001 - a query that cannot start fails alone
+            self.failed(hosted, err)
+
+    def stop(self, name: str) -> None:
+        hosted = self.hosted.pop(name)
+        if hosted.query is not None:
+            stop_between_batches(hosted.query)
+        if hosted.lag is not None:
+            hosted.lag.close()
+        if hosted.state != "failed":
+            write_status(hosted.spec.status_path, self.status(hosted, "stopped"))
+        log(f"stopped {name} (generation {hosted.generation})")
+
+    def watch(self) -> None:
+        due = time.monotonic() - self.last_status >= STATUS_EVERY_SECONDS
+        for hosted in self.hosted.values():
+            if hosted.state != "running":
+                continue
+            if not hosted.query.isActive:
+                self.failed(hosted, hosted.query.exception() or RuntimeError("the query stopped by itself"))
+            elif due:
+                write_status(hosted.spec.status_path, {**self.status(hosted, "running"), **_lag(hosted)})
+        if due:
+            self.last_status = time.monotonic()
+        self.report()
+
+    def failed(self, hosted: Hosted, err: BaseException) -> None:
+        hosted.state, hosted.error = "failed", _summary(err)
+        write_status(hosted.spec.status_path, {**self.status(hosted, "failed"), "error": hosted.error})
+        log(scrub(f"query {hosted.spec.name} failed: {err}"))
+
+    def status(self, hosted: Hosted, state: str) -> dict[str, Any]:
+        return {**progress_status(hosted.spec, hosted.query, state), "app": self.app_dir.name,
+                **{k: v for k, v in hosted.report().items() if k in ("query_id", "run_id", "started_at")}}
+
+    def report(self) -> None:
+        write_json(self.app_dir / HOST_FILE, {"pid": os.getpid(), "app": self.app_dir.name, "updated_at": time.time(),
+                                              "queries": {**self.broken,
+                                                          **{n: h.report() for n, h in self.hosted.items()}}})
+
+    def stop_all(self) -> None:
+        for name in list(self.hosted):
+            self.stop(name)
+        self.report()
+
+
+def _summary(err: BaseException) -> str:
+    """The failure in one line; for Py4J's 'An error occurred while calling ...', with the JVM's exception."""
+    summary = error_summary(err)
+    if summary.startswith("An error occurred while calling"):
+        lines = [line.lstrip(": ").strip() for line in scrub(str(err)).splitlines()[1:] if line.strip()]
+        summary = f"{summary} {lines[0]}"[:2000] if lines else summary
+    return summary
+
+
+def _new_session(spark):
+    """A session of its own (temporary views, SQL conf) with dsflow's data sources, which sessions do not share;
+    made the thread's active session, as registering asks the active session whether a source exists."""
+    from dsflow.adapters.spark.session import register_data_sources
+
+    session = spark.newSession()
+    session._jvm.SparkSession.setActiveSession(session._jsparkSession)  # registering checks the active session
+    register_data_sources(session)
+    return session
+
+
+def _read_spec(path: str) -> QuerySpec:
+    return resolve_env_refs(QuerySpec.model_validate_json(Path(path).read_text()))
+
+
+def _lag(hosted: Hosted) -> dict[str, Any]:
+    progress = hosted.query.lastProgress
+    try:
+        return hosted.lag.measure(progress.get("sources", []) if progress else [])
+    except Exception:  # noqa: BLE001 - lag is a measurement: an unreachable broker must not stop the query
+        return hosted.lag.last
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    print(f"{stamp}Z {message}", flush=True)
+
+
+def run(queries_path: Path) -> int:
+    from dsflow.adapters.spark.session import build_session
+
+    app_dir = queries_path.parent
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    app = read_json(app_dir / "app.json")
+    conf = {**app.get("spark_conf", {}), "spark.scheduler.mode": "FAIR"}
+    spark = build_session(app.get("master", "local[2]"), f"dsflow:{app_dir.name}", conf)
+    host = Host(app_dir, spark)
+    log(f"host of {app_dir.name} started (pid {os.getpid()})")
+    try:
+        while not stop.is_set():
+            try:
+                host.reconcile()
+            except Exception as err:  # noqa: BLE001 - a control file briefly unreadable: looked at again
+                log(f"reconcile failed: {err}")
+            stop.wait(POLL_SECONDS)
+        host.stop_all()
+    finally:
+        spark.stop()
+        log("host stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    return run(Path(args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The GROUP BY forms beyond plain columns (load/select.py asks these):
+
+    GROUP BY UPPER(userid), CAST(amount / 10 AS INT)   an expression, selected (its output column keys the result)
+    SELECT COUNT(*) AS n, SUM(x) AS s FROM rel         a global aggregate: one row, keyed by nothing (GLOBAL_KEY)
+    SESSION(rel, GAP 5 MINUTES) ... GROUP BY window_start, window_end, userid   a session window, with a key
+
+A global aggregate's changelog has no primary key column: its one row is the record of Kafka key GLOBAL_KEY, the
+JSON object of its (zero) key columns, as a key of several columns is the JSON object of them; a view of it holds
+one row, replaced by each update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from dsflow.core.model import Window
+from dsflow.errors import Diagnostic
+from dsflow.load.fields import base_column, group_key_sql, is_access, references
+
+Report = Callable[[Diagnostic], None]
+GLOBAL_KEY = "{}"
+"""The Kafka key of a global aggregate's one row (no key columns: the empty JSON object)."""
+WINDOW_COLUMNS = ("window_start", "window_end")
+
+
+def check_group_item(item: exp.Expr, where, report: Report) -> bool:
+    """A GROUP BY item is a column, a field (col->field), or an expression of columns without an aggregate
+    (DSF-E160 for a constant, which Spark would read as a position, and for an aggregate)."""
+    if isinstance(item, exp.Column) or is_access(item):
+        return True
+    if item.find(exp.AggFunc) is not None:
+        report(Diagnostic("DSF-E160", f"GROUP BY {item.sql()} holds an aggregate", where(item),
+                          hint="group by columns or expressions of columns; aggregates go in the SELECT list"))
+        return False
+    if not references(item):
+        report(Diagnostic("DSF-E160", f"GROUP BY {item.sql()} is a constant: it groups nothing (and a number would "
+                          "be read as a position in the SELECT list)", where(item),
+                          hint="group by columns or expressions of columns, e.g. GROUP BY UPPER(userid); for one "
+                               "row over everything, leave GROUP BY out (a global aggregate)"))
+        return False
+    return True
+
+
+def item_text(item: exp.Expr) -> str:
+    """How an error names a GROUP BY item: a column by its name, an expression by its SQL."""
+    return item.name if isinstance(item, exp.Column) else item.sql()
+
+
+def loose_columns(projection: exp.Expr, grouped_sql: set[str], names: set[tuple[str, str]]) -> list[exp.Expr]:
+    """The column references of `projection` that are neither inside an aggregate nor covered by the GROUP BY: a
+    grouped column, or inside a sub-expression equal to a GROUP BY expression (UPPER(userid) under
+    GROUP BY UPPER(userid))."""
+    def covered(node: exp.Expr) -> bool:
+        while node is not None and node is not projection.parent:
+            if not isinstance(node, exp.Alias) and group_key_sql(node) in grouped_sql:
+                return True
+            node = node.parent
+        return False
+
+    return [c for c in references(projection) if not c.find_ancestor(exp.AggFunc) and not covered(c)
+            and (base_column(c).table, base_column(c).name) not in names]
+
+
+def global_aggregate(qualified: exp.Select, where, report: Report) -> tuple[bool, tuple[str, ...]] | None:
+    """An aggregate without GROUP BY: every column must be inside an aggregate (DSF-E046); (True, no keys)."""
+    for projection in qualified.selects:
+        loose = loose_columns(projection, set(), set())
+        if loose:
+            report(Diagnostic("DSF-E046", f"column '{loose[0].name}' must be inside an aggregate: without GROUP BY "
+                              "the query has one row over all records", where(loose[0]),
+                              hint=f"aggregate it, e.g. MAX({loose[0].name}), or GROUP BY {loose[0].name}"))
+            return None
+    return True, ()
+
+
+def check_session_keys(window: Window | None, grouped: list[exp.Expr], group: exp.Group, where,
+                       report: Report) -> bool:
+    """A session window groups by at least one key besides window_start, window_end (DSF-E161): Spark keeps a
+    session per key; one global session is not supported in a streaming query."""
+    if window is None or window.kind != "session":
+        return True
+    keys = [g for g in grouped if not (isinstance(g, exp.Column) and g.name.lower() in WINDOW_COLUMNS)]
+    if keys:
+        return True
+    report(Diagnostic("DSF-E161", "a SESSION window needs a key to group by besides window_start, window_end",
+                      where(group), hint="sessions are per key, e.g. GROUP BY window_start, window_end, userid"))
+    return False
+
+
+def global_aggregate_of_changelog(table: exp.Table, fqn: str, where) -> Diagnostic:
+    """DSF-E162: an aggregate without GROUP BY over a changelog (its retractions need a group key)."""
+    return Diagnostic("DSF-E162", f"an aggregate without GROUP BY over the changelog '{fqn}' is not supported",
+                      where(table), hint="group the changelog by a column (GROUP BY region), or aggregate the stream "
+                                         "the changelog is made from")
+
+
+def global_aggregate_into_table(fqn: str, location) -> Diagnostic:
+    """DSF-E163: an aggregate without GROUP BY into a table: its one row has no key to merge its updates on."""
+    return Diagnostic("DSF-E163", f"'{fqn}' aggregates without GROUP BY into a table: its one row is updated, and a "
+                      "table without key columns would append every update", location,
+                      hint="aggregate into a CHANGELOG or a MATERIALIZED VIEW (one row), or GROUP BY a column")
