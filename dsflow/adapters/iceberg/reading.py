@@ -206,15 +206,3 @@ def file_batches(part: AddedFile) -> Iterator[Any]:
         names=["key", "timestamp", VALUE_COLUMN])
     for first in range(0, count, CHUNK_ROWS):
         yield batch.slice(first, CHUNK_ROWS)
-
-
-def iceberg_stream(spark, source) -> Any:
-    """The streaming DataFrame of a SourceSpec of kind iceberg (the driver's side)."""
-    reader = spark.readStream.format("dsflow_iceberg").option("starting.position", source.starting_position)
-    for key, value in source.options.items():
-        reader = reader.option(key, value)
-    for key, value in source.client_config.items():
-        reader = reader.option(STORE_PREFIX + key, value)
-    if source.starting_offsets:
-        reader = reader.option("starting.offsets", json.dumps(source.starting_offsets))
-    return reader.load()

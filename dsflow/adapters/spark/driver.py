@@ -43,6 +43,21 @@ writer made each batch's addBatch ~50 ms longer and records ~40 ms later (docs/b
 STOP_GRACE_SECONDS = 30.0
 
 
+def _lake_stream(spark, source) -> Any:
+    """A Delta or Iceberg table's appended rows (the `dsflow_delta` / `dsflow_iceberg` readers in
+    adapters/tables/reading.py and adapters/iceberg/reading.py): their options, store settings and start offsets."""
+    from dsflow.adapters.tables.reading import STORE_PREFIX
+
+    reader = spark.readStream.format(f"dsflow_{source.kind}").option("starting.position", source.starting_position)
+    for key, value in source.options.items():
+        reader = reader.option(key, value)
+    for key, value in source.client_config.items():
+        reader = reader.option(STORE_PREFIX + key, value)
+    if source.starting_offsets:
+        reader = reader.option("starting.offsets", json.dumps(source.starting_offsets))
+    return reader.load()
+
+
 def build_dataframe(spark, spec: QuerySpec):
     """The streaming DataFrame the sink writes: (key, value) rows for Kafka, the SELECT's columns otherwise."""
     for source in spec.sources:
@@ -52,11 +67,7 @@ def build_dataframe(spark, spec: QuerySpec):
             source_view(kinesis_stream(spark, source, spec.name), source).createOrReplaceTempView(source.view)
             continue
         if source.kind in ("delta", "iceberg"):
-            from dsflow.adapters.iceberg.reading import iceberg_stream
-            from dsflow.adapters.tables.reading import delta_stream
-
-            stream = delta_stream if source.kind == "delta" else iceberg_stream
-            source_view(stream(spark, source), source).createOrReplaceTempView(source.view)
+            source_view(_lake_stream(spark, source), source).createOrReplaceTempView(source.view)
             continue
         if source.kind == "postgres_cdc":
             from dsflow.adapters.postgres.reading import cdc_stream

@@ -267,15 +267,3 @@ def file_batches(part: DataFile) -> Iterator[Any]:
         names=["key", "timestamp", "version", VALUE_COLUMN])
     for first in range(0, count, CHUNK_ROWS):
         yield batch.slice(first, CHUNK_ROWS)
-
-
-def delta_stream(spark, source) -> Any:
-    """The streaming DataFrame of a SourceSpec of kind delta (the driver's side)."""
-    reader = spark.readStream.format("dsflow_delta").option("starting.position", source.starting_position)
-    for key, value in source.options.items():
-        reader = reader.option(key, value)
-    for key, value in source.client_config.items():
-        reader = reader.option(STORE_PREFIX + key, value)
-    if source.starting_offsets:
-        reader = reader.option("starting.offsets", json.dumps(source.starting_offsets))
-    return reader.load()
