@@ -249,3 +249,44 @@ def test_cli_through_the_server(live, tmp_path) -> None:
     assert "Apply complete: 0 change(s)." in applied.output
     no_token = runner.invoke(cli, ["-C", elsewhere, "status"], env={**env, "DSFLOW_TOKEN": ""})
     assert no_token.exit_code == 1 and "DSF-E336" in str(no_token.exception)
+
+
+@pytest.fixture
+def broker_live(tmp_path, broker):
+    root = make_project(tmp_path, {**SERVER_FILES, "dsflow.yml": _config(broker)})
+    deploy_recorded(root)
+    with LiveServer(root) as server:
+        server.tokens = add_users(server, ("erin", "alice", "root"))
+        server.root = root
+        yield server
+
+
+def test_a_caller_with_the_grants_applies_what_they_cover_and_nothing_more(broker_live, broker) -> None:
+    from dsflow.adapters.kafka.admin import list_topics
+
+    pipeline = broker_live.root / "sql" / "pipeline.sql"
+    pipeline.write_text(pipeline.read_text() + "CREATE STREAM clicks (id BIGINT) WITH ('topic' = 'clicks', "
+                                               "'value.format' = 'json');\n")
+    erin = _saved_plan(broker_live, "erin")
+    assert [(a["action"], a["address"], a["allowed"]) for a in erin["authorization"]] == [
+        ("create", "relation.analytics.public.clicks", True)]  # CREATE on the schema, USAGE on the store
+    refused = call(broker_live, "POST", "/api/v1/apply", "alice", json={"plan": erin["plan"], "start_runtime": False})
+    assert refused.status_code == 403 and "lacks CREATE on schema.analytics.public" in refused.json()["error"]["message"]
+    applied = call(broker_live, "POST", "/api/v1/apply", "erin", json={"plan": erin["plan"], "start_runtime": False})
+    assert applied.status_code == 200, applied.text
+    assert [c["address"] for c in applied.json()["done"]] == ["relation.analytics.public.clicks"]
+    state = operations.load(operations.Options(broker_live.root, None, {})).workspace.state_backend().read()
+    topic = state.resources["relation.analytics.public.clicks"].outputs["topic"]
+    assert topic.endswith("clicks") and topic in list_topics(broker)  # made on the broker by erin's apply
+
+    pipeline.write_text(pipeline.read_text().replace(
+        "CREATE STREAM payments (id BIGINT, amount DOUBLE) WITH ('topic' = 'payments', 'value.format' = 'json');\n",
+        ""))
+    deleting = _saved_plan(broker_live, "erin")
+    by_address = {a["address"]: a for a in deleting["authorization"]}
+    assert not by_address[PAYMENTS]["allowed"]  # erin owns nothing there: deleting needs ownership
+    answer = call(broker_live, "POST", "/api/v1/apply", "erin",
+                  json={"plan": deleting["plan"], "allow_destroy": [PAYMENTS], "start_runtime": False})
+    assert answer.status_code == 403 and f"delete {PAYMENTS}" in answer.json()["error"]["message"]
+    assert PAYMENTS in operations.load(operations.Options(broker_live.root, None, {})).workspace \
+        .state_backend().read().resources
