@@ -22,7 +22,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema, normalize_name
 
-from dsflow.core.model import Column, Relation, Source, Window
+from dsflow.core.model import ChangelogJoin, Column, Relation, Source, TemporalJoin, Window
 from dsflow.errors import Diagnostic
 from dsflow.load.cdc import SLOT_KEY
 from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, window_call
@@ -115,19 +115,10 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     qualified = _qualified(select, tables, found, window, st, report)
     if qualified is None or not check_fields(qualified, where, report):
         return None
-    temporal = chained = None
-    if join and join[0] == cj.CHANGELOG_JOIN:
-        chained = cj.changelog_join(qualified, (tables[0].alias_or_name, tables[1].alias_or_name),
-                                    (found[id(tables[0])], found[id(tables[1])]), join[1], where, report)
-        if chained is None:
-            return None
-    elif join and join[0] == TEMPORAL:
-        temporal = temporal_join(qualified, (tables[0].alias_or_name, tables[1].alias_or_name), found[id(tables[1])],
-                                 join[1], where, report)
-        if temporal is None:
-            return None
-    elif join and not _join_equality(qualified, tables, where, st, report):
+    joined = _join_kind(qualified, tables, found, join, where, st, report)
+    if joined is None:
         return None
+    temporal, chained = joined
     shape = _aggregation(qualified, window, where, st, report)
     if shape is None:
         return None
@@ -141,10 +132,29 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
     # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
-    return Analysed(restore_unnest(qualified, unnested).sql(dialect=DIALECT, copy=False), sources, columns, aggregated=shape[0], group_keys=shape[1],
-                    window=window or None, join_within=join[0] if join and not (temporal or chained) else None,
+    return Analysed(restore_unnest(qualified, unnested).sql(dialect=DIALECT, copy=False), sources, columns,
+                    aggregated=shape[0], group_keys=shape[1], window=window or None, join_within=join[0] if join and not (temporal or chained) else None,
                     join_side=join[1] if join and not (temporal or chained) else None, temporal=temporal,
                     changelog_join=chained)
+
+
+def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, where, st: RawStatement,
+               report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None] | None:
+    """The temporal join or the changelog join the SELECT makes (both None for an interval join or no join);
+    None if a problem was reported."""
+    if not join:
+        return None, None
+    aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
+    if join[0] == cj.CHANGELOG_JOIN:
+        chained = cj.changelog_join(qualified, aliases, (found[id(tables[0])], found[id(tables[1])]), join[1], where,
+                                    report)
+        return None if chained is None else (None, chained)
+    if join[0] == TEMPORAL:
+        temporal = temporal_join(qualified, aliases, found[id(tables[1])], join[1], where, report)
+        return None if temporal is None else (temporal, None)
+    if not _join_equality(qualified, tables, where, st, report):
+        return None
+    return None, None
 
 
 def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: dict, window: Window | None, where,
