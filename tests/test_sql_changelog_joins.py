@@ -54,7 +54,9 @@ QUERIES = {
                  "FULL JOIN users u ON o.user_id = u.user_id",
 }
 KEYS = {"inner_join": ("order_id",), "left_join": ("order_id",), "full_join": ("order_id", "uid")}
-SQL = SOURCES + "".join(f"CREATE CHANGELOG {name} AS {select};\n" for name, select in QUERIES.items())
+AGGREGATE = ("tier_totals", "SELECT tier, COUNT(*) AS n, SUM(amount) AS total FROM left_join GROUP BY tier")
+"""A GROUP BY over a join's changelog (the join written into a changelog, then aggregated with retractions)."""
+SQL = SOURCES + "".join(f"CREATE CHANGELOG {name} AS {select};\n" for name, select in [*QUERIES.items(), AGGREGATE])
 EXAMPLES = int(os.environ.get("DSFLOW_CJOIN_EXAMPLES", "1"))
 
 order = st.fixed_dictionaries({"user_id": st.sampled_from(["u0", "u1", "u2", "u3", None]),
@@ -90,18 +92,22 @@ def test_changelog_joins_equal_duckdb_over_the_final_snapshots(broker, spark, fe
                 produce_changes(broker, project, relation, [_record(relation, k, v) for r, k, v in changes
                                                             if r == relation])
             _run_all(spark, project, work)
+        _run_all(spark, project, work, names=[AGGREGATE[0]])  # once, over every change the join made
     finally:  # the stages set the session's state store to RocksDB: later tests' new checkpoints keep Spark's default
         spark.conf.unset(STATE_PROVIDER)
     snapshots = _snapshots(feed)
     for name, select in QUERIES.items():
         content, _ = changelog_content(broker, project, name)
         assert _rows(content.values(), KEYS[name]) == _expected(snapshots, select, KEYS[name]), name
+    content, _ = changelog_content(broker, project, AGGREGATE[0])
+    over_the_join = AGGREGATE[1].replace("FROM left_join", f"FROM ({QUERIES['left_join']})")
+    assert _rows(content.values(), ("tier",)) == _expected(snapshots, over_the_join, ("tier",)), AGGREGATE[0]
 
 
-def _run_all(spark, project, work: Path) -> None:
-    """One availableNow run of every query, side by side (each on its own checkpoint)."""
+def _run_all(spark, project, work: Path, names=tuple(QUERIES)) -> None:
+    """One availableNow run of every join query (or of `names`), side by side (each on its own checkpoint)."""
     running = []
-    for name in QUERIES:
+    for name in names:
         query = next(q for q in project.queries if q.fqn == f"analytics.public.{name}")
         spec = query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
         running.append(start_query(spark, spec, available_now=True))
