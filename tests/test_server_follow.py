@@ -65,6 +65,6 @@ def _follow_with_the_cli(url: str, token: str, temp) -> None:
     finally:
         cli.send_signal(signal.SIGINT)
         _, err = cli.communicate(timeout=60)
-    assert sorted((r["id"], r["userid"]) for r in rows) == [(0, "u0"), (1, "u1"), (2, "u2")]
+    assert sorted((r["id"], r["userid"]) for r in rows) == [(0, "u0"), (1, "u1"), (2, "u2")], err
     assert cli.returncode == 0, err
     wait_for(lambda: not list(temp.glob("dsflow-follow-*")), 120, "the server to stop the CLI's followed query")

@@ -24,8 +24,8 @@ KEY, DELETED = "__key", "__deleted"  # the source view's columns (frames.py)
 
 def key_option(project: Project, query: Query) -> dict[str, str]:
     """{'key.fields': JSON [[output column, `after` field], ...]} for the change stream a changelog is made of."""
-    sink = project.relation(query.sink)
-    if sink.kind != "changelog" or query.deletes != "emit" or len(query.sources) != 1:
+    sink = project.relation(query.sink) if query.sink else None  # none: `dsflow query --follow`
+    if sink is None or sink.kind != "changelog" or query.deletes != "emit" or len(query.sources) != 1:
         return {}
     if not is_cdc(project.relation(query.sources[0].relation)):
         return {}
