@@ -34,13 +34,13 @@ from dsflow.adapters.spark.translate import query_spec
 from dsflow.errors import ProjectError
 from dsflow.executors import DRIVER_MODULE
 from dsflow.load.project import load_project
+from pgserver import SERVER, sql
 from projects import make_project
 from streaming import CONFIG, records, run
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-SERVER = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
 ROW = "id INT, grp VARCHAR, qty INT, note VARCHAR"
 STORES = """\
 stores:
@@ -73,16 +73,6 @@ CREATE TABLE per_grp_delta WITH ('store' = 'lake') AS
 QUERIES = ("items_now", "items_pg", "items_delta", "per_grp", "per_grp_delta")
 ORACLE = "SELECT id, grp, qty, note FROM items WHERE qty >= 0"
 IDS = 12
-
-
-def sql(database: str, statement: str, args: tuple = ()) -> list[tuple]:
-    conn = admin.connect(SERVER, database)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(statement, args)
-            return cursor.fetchall() if cursor.description else []
-    finally:
-        conn.close()
 
 
 REKEYS = [[("upsert", 50, "b", 3, "x")], [("rekey", 50, 60)], [("upsert", 51, "c", 4, None)],

@@ -23,11 +23,11 @@ from dsflow.adapters.spark.translate import query_spec
 from dsflow.core.plan import Action
 from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
+from pgserver import SERVER, sql
 from projects import make_project
 
 pytestmark = pytest.mark.integration
 
-SERVER = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
 
 CONFIG = """\
 name: cdctest
@@ -82,16 +82,6 @@ CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric(10, 2), created times
                      tags text[], qty int, active boolean, note text);
 ALTER TABLE orders REPLICA IDENTITY FULL;
 """
-
-
-def sql(database: str, statement: str, args: tuple = ()) -> list[tuple]:
-    conn = admin.connect(SERVER, database)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(statement, args)
-            return cursor.fetchall() if cursor.description else []
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
