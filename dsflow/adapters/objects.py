@@ -1,4 +1,4 @@
-"""The store protocol's physical-object operations, asked through one registry by store type.
+"""The store protocol's physical-object operations (the `objects` facet, core/stores.py), asked by store type.
 
 What a store kind can tell about the object a relation lives in (a topic, a Kinesis stream, a table):
 
@@ -15,10 +15,10 @@ and offsets are carried on the names alone. The planner, refresh and apply ask t
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from dsflow.core import stores
 from dsflow.errors import DsflowError
 
 
@@ -39,22 +39,9 @@ class PhysicalObjects(Protocol):
         """Raise the object's partitions (shards) to `total` in place."""
 
 
-REGISTRY: dict[str, str] = {
-    "kafka": "dsflow.adapters.kafka.objects",
-    "kinesis": "dsflow.adapters.kinesis.objects",
-    "s3": "dsflow.adapters.tables.objects",
-    "filesystem": "dsflow.adapters.tables.objects",
-    "adls": "dsflow.adapters.tables.objects",
-    "databricks": "dsflow.adapters.tables.objects",
-    "snowflake": "dsflow.adapters.tables.objects",
-    "iceberg": "dsflow.adapters.tables.objects",
-}
-"""Store type -> the module whose OBJECTS implements PhysicalObjects (imported when first asked)."""
-
-
 def objects_for(store_type: str) -> PhysicalObjects | None:
-    module = REGISTRY.get(store_type)
-    return importlib.import_module(module).OBJECTS if module else None
+    """The `objects` facet of the store type's kind (core/stores.py); None if it has none."""
+    return stores.facet(store_type, "objects")
 
 
 def identities(project: Any, names: Iterable[str]) -> dict[str, str]:

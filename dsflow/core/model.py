@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from dsflow.core.stores import StoreType
 from dsflow.errors import Location
 
 
@@ -31,7 +32,7 @@ class Store(Frozen):
     keep their settings (bucket, path, account, ...) in `properties`; see docs/project.md."""
 
     name: str
-    type: Literal["kafka", "kinesis", "s3", "filesystem", "adls", "databricks", "snowflake", "postgresql", "iceberg"]
+    type: StoreType
     bootstrap_servers: str = Field("", description="Kafka: host:port[,host:port]; empty for table stores")
     properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
     sensitive: frozenset[str] = Field(default_factory=frozenset,

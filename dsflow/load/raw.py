@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
+from dsflow.core.stores import StoreType
+
 ENVIRONMENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 """An environment's name: it names files (`<env>.json` state, the load cache), so no `/`, `..` or control
 characters."""
@@ -130,7 +132,7 @@ class RawStore(Raw):
     """A store: a connection to a streaming system."""
 
     name: str
-    type: Literal["kafka", "kinesis", "s3", "filesystem", "adls", "databricks", "snowflake", "postgresql", "iceberg"]
+    type: StoreType
     bootstrap_servers: str | None = Field(None, description="kafka: host:port[,host:port] (required)")
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
     description: str = ""

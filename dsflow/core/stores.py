@@ -1,0 +1,139 @@
+"""The store protocol: what a store kind provides, and the one registry from store type to its implementation.
+
+A store kind is one folder under `dsflow/adapters/` (a package). What it provides is split into facets, one module
+each in that folder, each exposing one object:
+
+    rules.RULES        load: the names its objects may take, how they are sized, the settings a relation or
+                       table in it may declare (pure: no I/O, no SDK import at module level)
+    objects.OBJECTS    plan, refresh, apply: the physical object a relation lives in (identity, records held,
+                       in-place growth, create, describe, delete)
+    commands.COMMANDS  the topic and entity commands (`dsflow topic ...`, `dsflow entity ...`, the server's tail)
+    spark.SPARK        the Spark driver: the source and the sink of a relation in it
+
+What a kind can do at all is declared in its `StoreKind` here (`capabilities`): code elsewhere asks
+`kind(type).can(Capability.X)` and reports what is missing with `kinds_that(Capability.X)`, never
+`if store.type == ...`. A facet a kind lacks (no module) is a capability it does not have.
+
+The registry names module paths, not modules: a facet is imported when first asked, so the loader (a lower
+layer than adapters) asks the registry without importing any adapter, and an SDK is loaded only by the store
+that needs it. Adding a store is one folder plus one entry here (docs/architecture.md, "Adding a store").
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import cache
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+
+class Capability(str, Enum):
+    """Something a store kind can hold or do."""
+
+    LOGS = "logs"                      # streams and changelogs live in it as logs (topics, streams)
+    GROW = "grow"                      # a log's partitions (shards) can be raised in place
+    TABLES = "tables"                  # CREATE TABLE ... AS SELECT writes tables in it
+    TABLE_SOURCE = "table_source"      # a query can read its tables as the stream of their appended rows
+    MERGE = "merge"                    # a table with a primary key is merged into (upserts and deletes)
+    VIEWS = "views"                    # materialized views can live in it
+    CHANGE_STREAM = "change_stream"    # its tables' changes can be read as a stream (CDC)
+    DEAD_LETTERS = "dead_letters"      # a query reading it can send undecodable records to a dead-letter log
+    REGISTRY = "registry"              # its relations may use a schema registry (Avro, Protobuf)
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """One store type: its implementation's package, its name in messages, and what it can hold and do."""
+
+    type: str
+    package: str
+    title: str
+    capabilities: frozenset[Capability] = field(default_factory=frozenset)
+    log_noun: str = "topic"
+    description: str = ""
+
+    def can(self, capability: Capability) -> bool:
+        return capability in self.capabilities
+
+    def facet(self, name: str) -> Any | None:
+        """The facet object (`rules`, `objects`, `commands`, `spark`) of this kind; None if it has none."""
+        return _facet(self.package, name)
+
+
+@cache
+def _facet(package: str, name: str) -> Any | None:
+    try:
+        module = importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as missing:
+        if missing.name != f"{package}.{name}":
+            raise
+        return None
+    return getattr(module, name.upper(), None)
+
+
+_C = Capability
+_TABLES = frozenset({_C.TABLES, _C.TABLE_SOURCE, _C.MERGE})
+
+REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
+    StoreKind("kafka", "dsflow.adapters.kafka", "Kafka",
+              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="topic",
+              description="a Kafka-protocol broker: streams and changelogs as topics"),
+    StoreKind("kinesis", "dsflow.adapters.kinesis", "Kinesis",
+              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream",
+              description="Amazon Kinesis Data Streams: streams and changelogs as Kinesis streams (shards)"),
+    StoreKind("postgresql", "dsflow.adapters.postgres", "PostgreSQL",
+              frozenset({_C.VIEWS, _C.CHANGE_STREAM}), log_noun="table",
+              description="a PostgreSQL database: materialized views, and change streams of its tables"),
+    StoreKind("s3", "dsflow.adapters.tables", "S3", _TABLES, log_noun="table",
+              description="Delta Lake tables in an S3 bucket"),
+    StoreKind("filesystem", "dsflow.adapters.tables", "filesystem", _TABLES, log_noun="table",
+              description="Delta Lake tables in a local folder"),
+    StoreKind("adls", "dsflow.adapters.tables", "ADLS", frozenset({_C.TABLES, _C.TABLE_SOURCE}), log_noun="table",
+              description="Delta Lake tables in Azure Data Lake Storage Gen2 / Blob storage"),
+    StoreKind("databricks", "dsflow.adapters.tables", "Databricks", _TABLES, log_noun="table",
+              description="Delta Lake tables registered in a Databricks (Unity Catalog) catalog"),
+    StoreKind("snowflake", "dsflow.adapters.tables", "Snowflake", frozenset({_C.TABLES, _C.MERGE}),
+              log_noun="table", description="Snowflake tables"),
+    StoreKind("iceberg", "dsflow.adapters.iceberg", "Iceberg", frozenset({_C.TABLES, _C.TABLE_SOURCE}),
+              log_noun="table", description="Apache Iceberg tables through a SQL catalog"),
+)}
+"""Store type -> its kind. The one place that lists the store types dsflow knows."""
+
+
+def kind(store_type: str) -> StoreKind | None:
+    return REGISTRY.get(store_type)
+
+
+def kinds_that(capability: Capability) -> list[str]:
+    """The store types that have `capability`, for an error's hint ("... writes to an s3, ... store")."""
+    return [t for t, k in REGISTRY.items() if k.can(capability)]
+
+
+def can(store: Any, capability: Capability) -> bool:
+    """Whether a store (anything with a `type`; None: no) has `capability`."""
+    found = kind(getattr(store, "type", None) or "")
+    return found is not None and found.can(capability)
+
+
+def facet(store_type: str, name: str) -> Any | None:
+    found = kind(store_type)
+    return found.facet(name) if found is not None else None
+
+
+def listing(types: list[str]) -> str:
+    """'s3, filesystem or iceberg': store types listed for a message."""
+    return types[0] if len(types) == 1 else f"{', '.join(types[:-1])} or {types[-1]}"
+
+
+def known_store_type(value: str) -> str:
+    """A store's `type`: one the registry knows."""
+    if value not in REGISTRY:
+        raise ValueError(f"unknown store type {value!r}: one of {', '.join(REGISTRY)}")
+    return value
+
+
+StoreType = Annotated[str, AfterValidator(known_store_type)]
+"""A store type the registry knows (a model field's type)."""
