@@ -1,0 +1,61 @@
+"""One home per store (issue 26): how many files outside a store kind's own folder name it.
+
+A store kind lives in its folder under dsflow/adapters/ and in its entry of the registry (dsflow/core/stores.py);
+everything else asks the registry. This counts, for each store type, the dsflow modules outside its home that name
+it (any case, also in docstrings and messages) and fails when a count rises above its ceiling. The ceilings are the
+counts today; the aim is at most 2 for every store (the registry and one docs-facing text), and each ceiling is
+lowered as code moves behind the protocol. `PYTHONPATH=. python tests/test_store_homes.py` prints the counts and the files.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dsflow.core import stores
+from projects import REPO
+
+PACKAGE = REPO / "dsflow"
+
+NAMES = {"kafka": r"kafka", "kinesis": r"kinesis", "postgresql": r"postgres", "s3": r"\bs3\b",
+         "adls": r"\badls\b", "databricks": r"databricks", "snowflake": r"snowflake", "iceberg": r"iceberg",
+         "delta": r"\bdelta\b"}
+"""Store type (and 'delta', the table format of the s3, filesystem, adls and databricks stores) -> how it is named."""
+
+HOMES = {"delta": "dsflow.adapters.tables"} | {t: k.package for t, k in stores.REGISTRY.items()}
+
+CEILINGS = {"kafka": 50, "kinesis": 25, "postgresql": 26, "s3": 11, "adls": 5, "databricks": 8, "snowflake": 9,
+            "iceberg": 15, "delta": 17}
+
+
+def naming_files(store_type: str) -> list[str]:
+    """The modules outside the store's home folder (and the registry) that name it."""
+    home = PACKAGE.parent / HOMES[store_type].replace(".", "/")
+    pattern = re.compile(NAMES[store_type], re.IGNORECASE)
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(home) or path == PACKAGE / "core" / "stores.py":
+            continue
+        if pattern.search(path.read_text(encoding="utf-8")):
+            found.append(str(path.relative_to(PACKAGE.parent)))
+    return found
+
+
+def test_every_registered_store_type_is_counted() -> None:
+    assert set(stores.REGISTRY) - {"filesystem"} <= set(NAMES), "name the new store type in NAMES and CEILINGS"
+
+
+@pytest.mark.parametrize("store_type", sorted(CEILINGS))
+def test_files_naming_a_store_outside_its_home_do_not_grow(store_type: str) -> None:
+    files = naming_files(store_type)
+    assert len(files) <= CEILINGS[store_type], \
+        f"{len(files)} files outside {HOMES[store_type]} name {store_type} (ceiling {CEILINGS[store_type]}): " \
+        f"ask the store registry (dsflow/core/stores.py) instead:\n" + "\n".join(files)
+
+
+if __name__ == "__main__":
+    for name in sorted(CEILINGS):
+        files = naming_files(name)
+        print(f"{name}: {len(files)} (ceiling {CEILINGS[name]})\n  " + "\n  ".join(files))
