@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from dsflow.core import stores
-from projects import REPO
+from dsflow.load.project import check_project
+from projects import REPO, make_project
 
 PACKAGE = REPO / "dsflow"
 
@@ -45,6 +46,15 @@ def naming_files(store_type: str) -> list[str]:
 
 def test_every_registered_store_type_is_counted() -> None:
     assert set(stores.REGISTRY) - {"filesystem"} <= set(NAMES), "name the new store type in NAMES and CEILINGS"
+
+
+def test_a_store_type_the_registry_does_not_know_is_an_error_at_its_line_with_a_guess(tmp_path: Path) -> None:
+    root = make_project(tmp_path, {"stores/kafka.yml": "stores:\n  - name: k\n    type: kafak\n"
+                                                       "    bootstrap_servers: 127.0.0.1:1\n"})
+    found = [d for d in check_project(root).diagnostics if d.code == "DSF-E012"]
+    assert len(found) == 1 and found[0].location.file.endswith("kafka.yml") and found[0].location.line == 3
+    assert "unknown store type 'kafak' (did you mean 'kafka'?)" in found[0].message
+    assert all(t in found[0].message for t in stores.REGISTRY)
 
 
 @pytest.mark.parametrize("store_type", sorted(CEILINGS))

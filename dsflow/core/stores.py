@@ -21,6 +21,7 @@ that needs it. Adding a store is one folder plus one entry here (docs/architectu
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass, field
 from enum import Enum
@@ -42,6 +43,8 @@ class Capability(str, Enum):
     CHANGE_STREAM = "change_stream"    # its tables' changes can be read as a stream (CDC)
     DEAD_LETTERS = "dead_letters"      # a query reading it can send undecodable records to a dead-letter log
     REGISTRY = "registry"              # its relations may use a schema registry (Avro, Protobuf)
+    BROKER = "broker"                  # a broker named by its bootstrap address alone: `--bootstrap`, `dsflow dev
+                                       # up` (an embedded one) and data generators (`dsflow datagen`) write to it
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ _TABLES = frozenset({_C.TABLES, _C.TABLE_SOURCE, _C.MERGE})
 
 REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
     StoreKind("kafka", "dsflow.adapters.kafka", "Kafka",
-              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="topic",
+              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY, _C.BROKER}), log_noun="topic",
               description="a Kafka-protocol broker: streams and changelogs as topics"),
     StoreKind("kinesis", "dsflow.adapters.kinesis", "Kinesis",
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream",
@@ -131,7 +134,9 @@ def listing(types: list[str]) -> str:
 def known_store_type(value: str) -> str:
     """A store's `type`: one the registry knows."""
     if value not in REGISTRY:
-        raise ValueError(f"unknown store type {value!r}: one of {', '.join(REGISTRY)}")
+        close = difflib.get_close_matches(value, REGISTRY, n=1)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown store type {value!r}{guess}: one of {', '.join(REGISTRY)}")
     return value
 
 
