@@ -1,7 +1,7 @@
 """Interactive queries: `dsflow query` on view snapshots, `dsflow query --follow` on streams and changelogs.
 
     view_query   one-off SQL over materialized views, run by SQLite on the environment's snapshot file, or by
-                 PostgreSQL (read-only) for views kept in a postgresql store
+                 the store (read-only) for views kept in a store (its kind's `commands` facet: query_views)
     follow       a temporary continuous query whose micro-batches are handed to a callback until it is
                  stopped (Ctrl-C); its checkpoint is a temporary folder, deleted when it stops
 """
@@ -60,7 +60,7 @@ def relations_read(project: Project, sql: str) -> list[Relation]:
 
 
 def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:
-    """Run SQL over materialized views (their snapshot tables, in SQLite or one postgresql store):
+    """Run SQL over materialized views (their snapshot tables, in SQLite or one store that keeps views):
     column names and rows."""
     from dsflow.adapters.sqlite import mv
 
@@ -71,23 +71,34 @@ def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:
         if relation.kind != "materialized_view":
             raise DsflowError("DSF-E720", f"'{relation.fqn}' is a {relation.kind}, not a materialized view",
                               hint="dsflow query --follow runs a continuous query over streams and changelogs")
-        places.add((relation.store, relation.table_options.get("postgresql.db.name", "")))
-        schema = relation.table_options.get("postgresql.schema.name")
+        database, schema = _view_place(project, relation)
+        places.add((relation.store, database))
         table.replace(exp.Table(this=exp.to_identifier(relation.topic, quoted=True),
                                 db=exp.to_identifier(schema, quoted=True) if schema else None,
                                 alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
     if len(places) > 1:
         raise DsflowError("DSF-E793", "the query reads views kept in different places: "
                           + ", ".join(sorted(f"{s or 'sqlite'}{'/' + d if d else ''}" for s, d in places)),
-                          hint="query the views of one store (and one PostgreSQL database) at a time")
+                          hint="query the views of one store (and one database) at a time")
     store, database = next(iter(places)) if places else ("", "")
     if store:
-        from dsflow.adapters.postgres import mv as pg
-        from dsflow.adapters.postgres.views import store_settings
-
-        return pg.run_query(store_settings(project, store), database or None, select.sql(dialect="postgres"))
+        return _view_commands(project, store).query_views(project, store, database, select)
     path = mv.database_path(project.root, project.state_path, project.environment)
     return mv.run_query(path, select.sql(dialect="sqlite"))
+
+
+def _view_commands(project: Project, store: str) -> Any:
+    """The `commands` facet of the kind of the store that keeps views (core/stores.py)."""
+    from dsflow.core import stores
+
+    found = project.store(store)
+    return stores.facet(found.type, "commands") if found is not None else None
+
+
+def _view_place(project: Project, relation: Relation) -> tuple[str, str | None]:
+    """The database and schema of a view's table: ("", None) in SQLite, else as its store kind says."""
+    commands = _view_commands(project, relation.store) if relation.store else None
+    return commands.view_place(relation) if commands is not None else ("", None)
 
 
 def follow_query(project: Project, sql: str, position: str = "latest") -> Query:

@@ -1,4 +1,5 @@
-"""`dsflow entity list|describe|print`: browse the tables of lake, warehouse and database stores."""
+"""`dsflow entity list|describe|print`: browse the tables of lake, warehouse and database stores (logic in
+entities.py; the help names the store kinds from the registry, core/stores.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,29 @@ import json
 import click
 
 from dsflow import operations
+from dsflow.core import stores
 from dsflow.terminal import LazyConsole
 
 console = LazyConsole()
 store_option = click.option("--store", help="the store to browse (default: the store of the table relation PATH)")
+
+
+def _kinds_help() -> str:
+    """'Browse the tables of a, b and c stores.': the store types whose `commands` facet lists entities."""
+    from dsflow.entities import entity_types
+
+    types = entity_types()
+    return f"Browse the tables of {', '.join(types[:-1])} and {types[-1]} stores."
+
+
+def _paths_help() -> str:
+    """'List the entities under PATH (TITLE: PATH FORM; ...).': each kind's `entity_paths`."""
+    from dsflow.entities import entity_types
+
+    paths: dict[str, str] = {}
+    for store_type in entity_types():
+        paths.update(stores.facet(store_type, "commands").entity_paths)
+    return f"List the entities under PATH ({'; '.join(f'{title}: {path}' for title, path in paths.items())})."
 
 
 def _target(ctx: click.Context, path: str, store: str | None):
@@ -20,19 +40,17 @@ def _target(ctx: click.Context, path: str, store: str | None):
     return project, resolve(project, path, store)
 
 
-@click.group()
+@click.group(help=_kinds_help())
 def entity() -> None:
-    """Browse Delta tables (s3, filesystem, databricks stores), PostgreSQL, Snowflake and Iceberg tables."""
+    pass
 
 
-@entity.command("list")
+@entity.command("list", help=_paths_help())
 @click.argument("path", required=False, default="")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="print a JSON list")
 @click.pass_context
 def entity_list(ctx: click.Context, path: str, store: str | None, as_json: bool) -> None:
-    """List the entities under PATH (Delta: a folder under the store's root; PostgreSQL: [database[.schema]];
-    Snowflake: [DB[.SCHEMA]])."""
     from dsflow.entities import list_entities
 
     if store is None:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from dsflow import operations
-from dsflow.cli_topics import topic  # noqa: F401  (re-exported for cli.py)
+from dsflow import operations, topics
 from dsflow.errors import DsflowError
 from dsflow.terminal import LazyConsole
 
@@ -19,6 +18,11 @@ TEMPLATES = Path(__file__).parent / "templates"  # a link to the repository's te
 
 def _dev_dir(options: operations.Options) -> Path:
     return options.project_dir / ".dsflow" / "dev"
+
+
+def _dev_broker():
+    """The embedded broker of the store kind a bare broker address is of (the `commands` facet's dev_broker)."""
+    return topics.commands(topics.broker_type()).dev_broker()
 
 
 @click.group()
@@ -31,8 +35,7 @@ def dev() -> None:
 @click.pass_context
 def dev_up(ctx: click.Context, port: int) -> None:
     """Start the dev broker and wait until it answers."""
-    from dsflow.adapters.kafka import devbroker
-
+    devbroker = _dev_broker()
     info = devbroker.start(_dev_dir(ctx.obj), port=port)
     console.print(f"Broker running at {info.bootstrap} (pid {info.pid}); log: {info.log}")
 
@@ -41,8 +44,7 @@ def dev_up(ctx: click.Context, port: int) -> None:
 @click.pass_context
 def dev_down(ctx: click.Context) -> None:
     """Stop the dev broker started by 'dsflow dev up'."""
-    from dsflow.adapters.kafka import devbroker
-
+    devbroker = _dev_broker()
     stopped = devbroker.stop(_dev_dir(ctx.obj))
     console.print("Broker stopped." if stopped else "No dev broker was running.")
 
@@ -51,8 +53,7 @@ def dev_down(ctx: click.Context) -> None:
 @click.pass_context
 def dev_status(ctx: click.Context) -> None:
     """Say whether the dev broker runs."""
-    from dsflow.adapters.kafka import devbroker
-
+    devbroker = _dev_broker()
     info = devbroker.read(_dev_dir(ctx.obj))
     console.print(f"Broker running at {info.bootstrap} (pid {info.pid})" if info else "No dev broker is running.")
 
@@ -76,10 +77,8 @@ def datagen(ctx: click.Context, relation: str, generator: str | None, rate: floa
     store = project.store(found.store)
     spec = DatagenSpec(topic=found.topic, generator=generator or "columns", rate=rate, count=count, seed=seed,
                        key_columns=found.primary_key, columns=tuple((c.name, c.type) for c in found.columns))
-    from dsflow.adapters.kafka.security import for_store
-
     try:
-        with for_store(store.name, store.properties):
+        with topics.store_errors(store.name, store.type, store.properties):
             produced = run(store.bootstrap_servers, spec, config=dict(store.properties))
     except KeyboardInterrupt:
         sys.exit(130)

@@ -1,4 +1,5 @@
-"""`dsflow topic list|describe|create|delete|print|produce` on Kafka and Kinesis stores (logic in topics.py)."""
+"""`dsflow topic list|describe|create|delete|print|produce` on the stores that hold logs (logic in topics.py; the
+help names the store kinds from the registry, core/stores.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,22 @@ import json
 import click
 
 from dsflow import operations, topics
+from dsflow.core import stores
 from dsflow.errors import DsflowError
 from dsflow.terminal import LazyConsole
 
 console = LazyConsole()
 STORE_HELP = "store to use (default: the relation's store, else the project's default store)"
+LOGS_HELP = " and ".join(f"{k.title} {k.log_noun}s" for k in map(stores.kind, topics.STREAMING))
+CREATE_HELP = "".join(f" (a {k.title} {k.log_noun} in a {k.type} store)" for k in map(stores.kind, topics.STREAMING)
+                      if k.log_noun != "topic")
+BOOTSTRAP_HELP = f"{stores.kind(topics.broker_type()).title} broker address, instead of a project store"
+
+
+def _size_help(option: str, default: str) -> str:
+    """'TITLE (default: ...)': the store kind whose topics take --OPTION."""
+    found = topics.size_kind(option)
+    return f"{found.title if found else option} (default: {default}, else 1)"
 
 
 def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -22,22 +34,22 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
 
 def _target(ctx: click.Context, name: str, store: str | None, bootstrap: str | None = None) -> topics.Target:
     if bootstrap:
-        return topics.kafka_target(bootstrap, name)
+        return topics.broker_target(bootstrap, name)
     return topics.resolve(operations.load(ctx.obj).project, name, store)
 
 
 def _errors(target: topics.Target):
-    """Kafka errors name the target's store (DSF-E255 for a secured store whose TLS or SASL failed)."""
+    """A store client's errors name the target's store (DSF-E255 for a secured store whose TLS or SASL failed)."""
     return topics.store_errors(target.store, target.store_type, target.settings)
 
 
-@click.group()
+@click.group(help=f"{LOGS_HELP}: list, describe, create, delete, produce and print.")
 def topic() -> None:
-    """Kafka topics and Kinesis streams: list, describe, create, delete, produce and print."""
+    pass
 
 
 @topic.command("list")
-@click.option("--store", help="one store (default: every kafka and kinesis store)")
+@click.option("--store", help=f"one store (default: every {topics.log_stores_text()} store)")
 @click.pass_context
 def topic_list(ctx: click.Context, store: str | None) -> None:
     """List the topics (streams) of the project's streaming stores, with the relations they back."""
@@ -67,16 +79,15 @@ def topic_describe(ctx: click.Context, name: str, store: str | None) -> None:
     click.echo(json.dumps(info))
 
 
-@topic.command("create")
+@topic.command("create", help=f"Create topic NAME{CREATE_HELP}, waiting until it is ready.")
 @click.argument("name")
 @click.option("--store", help=STORE_HELP)
-@click.option("--partitions", type=click.IntRange(1), help="Kafka (default: the relation's, else 1)")
-@click.option("--replicas", type=click.IntRange(1), help="Kafka (default: the relation's, else 1)")
-@click.option("--shards", type=click.IntRange(1), help="Kinesis (default: the relation's topic.shards, else 1)")
+@click.option("--partitions", type=click.IntRange(1), help=_size_help("partitions", "the relation's"))
+@click.option("--replicas", type=click.IntRange(1), help=_size_help("replicas", "the relation's"))
+@click.option("--shards", type=click.IntRange(1), help=_size_help("shards", "the relation's topic.shards"))
 @click.pass_context
 def topic_create(ctx: click.Context, name: str, store: str | None, partitions: int | None, replicas: int | None,
                  shards: int | None) -> None:
-    """Create topic NAME (a Kinesis stream in a kinesis store), waiting until it is ready."""
     target = _target(ctx, name, store)
     with _errors(target):
         created = topics.create(target, partitions, replicas, shards)
@@ -101,9 +112,9 @@ def topic_delete(ctx: click.Context, name: str, store: str | None, yes: bool) ->
 @topic.command("produce")
 @click.argument("name")
 @click.option("--file", "file", type=click.File("rb"), default="-", help="JSON lines in UTF-8 (default: stdin)")
-@click.option("--key-field", help="take each record's key (Kinesis: partition key) from this JSON field")
+@click.option("--key-field", help="take each record's key (partition key) from this JSON field")
 @click.option("--store", help=STORE_HELP)
-@click.option("--bootstrap", help="Kafka broker address, instead of a project store")
+@click.option("--bootstrap", help=BOOTSTRAP_HELP)
 @click.pass_context
 def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, store: str | None,
                   bootstrap: str | None) -> None:
@@ -122,7 +133,7 @@ def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, st
               help="stop after this many idle seconds")
 @click.option("--raw", is_flag=True, help="print keys and values as stored, without decoding them with the relation's formats")
 @click.option("--store", help=STORE_HELP)
-@click.option("--bootstrap", help="Kafka broker address, instead of a project store")
+@click.option("--bootstrap", help=BOOTSTRAP_HELP)
 @click.pass_context
 def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
                 store: str | None, bootstrap: str | None) -> None:

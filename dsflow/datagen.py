@@ -1,7 +1,7 @@
 """Synthetic data generators, so example pipelines run by themselves.
 
 A generator turns a sequence number and a seeded `random.Random` into one (key, record) pair.
-`run` produces those records as compact JSON to a Kafka topic at a steady rate; `main` is the
+`run` produces those records as compact JSON to a broker's topic at a steady rate; `main` is the
 background process `dsflow apply` starts:
 
     python -m dsflow.datagen --bootstrap HOST:PORT --topic T --generator pageviews --rate 10
@@ -232,56 +232,13 @@ class _Pacer:
             self.due = floor
 
 
-class _Sink:
-    """A producer that remembers the first delivery error and raises it as DSF-E711."""
+def _sink(bootstrap: str, topic: str, config: Mapping[str, str] | None) -> Any:
+    """A producer to the broker's topic that raises DSF-E711 for the first failed delivery (the `commands` facet of
+    the store kind that holds generators' topics, core/stores.py: Capability.BROKER)."""
+    from dsflow.core import stores
 
-    def __init__(self, bootstrap: str, topic: str, config: Mapping[str, str] | None):
-        from confluent_kafka import Producer
-
-        from dsflow.adapters.kafka.client import LOG, connected
-
-        settings = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
-                    "message.timeout.ms": 60_000, **(config or {}), "logger": LOG}  # LOG scrubs secrets
-        self.producer = connected(Producer(settings), settings)  # TLS/SASL failures at once, not after a timeout
-        self.topic = topic
-        self.error: str | None = None
-        self.last_flush = time.monotonic()
-
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is not None and self.error is None:
-            self.error = str(err)
-
-    def send(self, key: str | None, record: dict) -> None:
-        value = json.dumps(record, separators=(",", ":")).encode()
-        while True:
-            try:
-                self.producer.produce(self.topic, value, key.encode() if key is not None else None,
-                                      on_delivery=self._on_delivery)
-                break
-            except BufferError:  # local queue full: wait for deliveries
-                self.poll(0.1)
-        self.poll(0)
-
-    def poll(self, timeout: float = 0) -> None:
-        self.producer.poll(timeout)
-        self.check()
-
-    def maybe_flush(self) -> None:
-        if time.monotonic() - self.last_flush >= FLUSH_INTERVAL_S:
-            self.flush(FINAL_FLUSH_TIMEOUT_S)
-
-    def flush(self, timeout: float) -> None:
-        left = self.producer.flush(timeout)
-        self.last_flush = time.monotonic()
-        self.check()
-        if left:
-            raise DsflowError("DSF-E711", f"{left} record(s) to topic {self.topic!r} not delivered in {timeout:.0f}s",
-                              hint="check that the broker is up and reachable")
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise DsflowError("DSF-E711", f"delivery to topic {self.topic!r} failed: {self.error}",
-                              hint="check that the broker is up and the topic exists")
+    broker = stores.kinds_that(stores.Capability.BROKER)[0]
+    return stores.facet(broker, "commands").producer(bootstrap, topic, config, FLUSH_INTERVAL_S)
 
 
 class _Progress:
@@ -298,7 +255,7 @@ class _Progress:
             self.next_at = time.monotonic() + PROGRESS_INTERVAL_S
 
 
-def _wait(pacer: _Pacer, sink: _Sink, progress: _Progress, stop: threading.Event) -> bool:
+def _wait(pacer: _Pacer, sink: Any, progress: _Progress, stop: threading.Event) -> bool:
     """Sleep until the next record is due, in small steps; False if stopped meanwhile."""
     while (delay := pacer.delay()) > 0.001:
         sink.poll(0)
@@ -324,7 +281,7 @@ def run(
     generator = build_generator(spec)
     stop = stop or threading.Event()
     rng = random.Random(spec.seed)
-    sink = _Sink(bootstrap, spec.topic, config)
+    sink = _sink(bootstrap, spec.topic, config)
     pacer = _Pacer(spec.rate)
     progress = _Progress(on_progress)
     seq = spec.start_seq
@@ -336,16 +293,23 @@ def run(
         seq += 1
         progress.total += 1
         pacer.advance()
-        sink.maybe_flush()
+        sink.maybe_flush(FINAL_FLUSH_TIMEOUT_S)
         progress.tick()
     sink.flush(FINAL_FLUSH_TIMEOUT_S)
     return progress.total
 
 
+def _broker_title() -> str:
+    from dsflow.core import stores
+
+    return stores.kind(stores.kinds_that(stores.Capability.BROKER)[0]).title
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dsflow.datagen", description="Produce synthetic records to a topic.")
     p.add_argument("--bootstrap", default=os.environ.get(BOOTSTRAP_ENV),
-                   help=f"host:port of the Kafka broker (default: ${BOOTSTRAP_ENV}, how dsflow apply passes it)")
+                   help=f"host:port of the {_broker_title()} broker (default: ${BOOTSTRAP_ENV}, how dsflow apply "
+                        "passes it)")
     p.add_argument("--topic", required=True)
     p.add_argument("--generator", default="pageviews", choices=sorted(GENERATORS))
     p.add_argument("--rate", type=float, default=1.0, help="records per second; 0 = as fast as possible")
@@ -398,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DsflowError as exc:
         print(str(exc), file=sys.stderr, flush=True)  # scrubbed of secret values (errors.py)
         return 1
-    except Exception as exc:  # noqa: BLE001 - a librdkafka error: its text may name the broker
+    except Exception as exc:  # noqa: BLE001 - a client error: its text may name the broker
         print(scrub(f"datagen {args.topic} failed: {type(exc).__name__}: {exc}"), file=sys.stderr, flush=True)
         return 1
     print(f"datagen {args.topic}: done, {total} records produced", flush=True)

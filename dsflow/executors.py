@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dsflow.adapters import process
-from dsflow.adapters.schemas import register_sink_schemas
 from dsflow.adapters.spark import apps
 from dsflow.adapters.spark.spec import ENV_REF
 from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category
 from dsflow.core.model import Project
-from dsflow.core.plan import Action, Change, grows_only
+from dsflow.core.plan import Action, Change
 from dsflow.core.resources import access_only
 from dsflow.core.safety import check_same_logs
 from dsflow.core.state import DeployedResource
@@ -85,172 +84,82 @@ class RecordOnly:
         return None
 
 
-class GrantExecutor:
-    """A grant: SELECT (or ALL) on a view kept in a postgresql store is pushed down as a PostgreSQL GRANT
-    (adapters/postgres/grants.py); every other grant is recorded only."""
+class PushedDown:
+    """Resources a store kind carries out itself where it enforces them (its `objects` facet's executor named
+    `facet`, adapters/objects.py); recorded only where no kind does."""
+
+    facet = ""
+
+    def _executor(self) -> Executor:
+        from dsflow.adapters.objects import pushed_down
+
+        return pushed_down(self.facet) or RecordOnly()
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
-        from dsflow.adapters.postgres import grants
-
-        if grants.target(ctx.project, change.after) is None:
-            return {}
-        return grants.apply_grant(ctx, change.address, change.after)
+        return self._executor().create(ctx, change)
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        outputs = self.create(ctx, change)
-        return outputs if outputs else dict(deployed.outputs)
-
-    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
-        from dsflow.adapters.postgres import grants
-
-        if deployed.outputs.get(grants.KEY):
-            grants.revoke_grant(ctx.project, deployed.outputs)
-
-
-class RoleExecutor:
-    """A role: where grants are pushed down to PostgreSQL, its mapped role's memberships follow its `inherits`."""
-
-    def create(self, ctx: Context, change: Change, recorded: tuple[str, ...] = ()) -> dict[str, Any]:
-        from dsflow.adapters.postgres import grants
-
-        stores = sorted(set(grants.pushed_stores(ctx.project)) | set(recorded))
-        done = grants.sync_role(ctx.project, Address.parse(change.address).name, stores) if stores else []
-        return {"postgresql_stores": done} if done else {}
-
-    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        return self.create(ctx, change, tuple(deployed.outputs.get("postgresql_stores") or ()))
+        return self._executor().update(ctx, change, deployed)
 
     def replace(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        return self.update(ctx, change, deployed)
+        executor = self._executor()
+        if hasattr(executor, "replace"):
+            return executor.replace(ctx, change, deployed)
+        executor.delete(ctx, deployed)
+        return executor.create(ctx, change)
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
-        from dsflow.adapters.postgres import grants
-
-        stores = set(grants.view_stores(ctx.project)) | set(deployed.outputs.get("postgresql_stores") or ())
-        if stores:
-            grants.drop_role(ctx.project, Address.parse(deployed.address).name, sorted(stores))
+        return self._executor().delete(ctx, deployed)
 
 
-class TopicExecutor:
-    """A relation's Kafka topic: created with its partitions and configs, deleted only if dsflow created it."""
+class GrantExecutor(PushedDown):
+    """A grant: pushed down to the store that keeps the view it is on, where that store kind enforces grants."""
 
-    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
-        from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic
-        from dsflow.adapters.kafka.security import for_store
+    facet = "grants"
 
-        relation = ctx.project.relation(Address.parse(change.address).name)
-        store = ctx.project.store(relation.store)
-        spec = TopicSpec(relation.topic, relation.partitions, relation.replicas, dict(relation.topic_configs))
-        existed = ctx.resumed.get("topic_existed")
-        with for_store(store.name, store.properties):
-            if existed is None:
-                existed = describe_topic(store.bootstrap_servers, relation.topic, store.properties) is not None
-                ctx.note({"topic_existed": existed})
-            created = ensure_topic(store.bootstrap_servers, spec, store.properties)
-        evolving = bool(change.before) and change.before.get("columns") != (change.after or {}).get("columns")
-        where = {} if "bootstrap_servers" in store.sensitive else {"bootstrap": store.bootstrap_servers}
-        return {"topic": relation.topic, "store": store.name, **where,  # a secret address stays out of state
-                "created_by_dsflow": created or not existed,
-                **register_sink_schemas(ctx.project, relation, evolving)}
 
-    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        if grows_only(deployed.data, change.after or {}):
-            from dsflow.adapters.objects import grow
+class RoleExecutor(PushedDown):
+    """A role: mapped to the store's roles where grants are pushed down."""
 
-            grow(ctx.project, {**deployed.data, **deployed.outputs}, change.after["partitions"])
-        outputs = self.create(ctx, change)
-        outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow", False)
-        return outputs
-
-    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
-        from dsflow.adapters.kafka.admin import delete_topic
-        from dsflow.adapters.kafka.security import for_store
-
-        if not deployed.outputs.get("created_by_dsflow"):
-            return
-        store = ctx.project.store(deployed.outputs.get("store", ""))
-        extra = store.properties if store else None
-        bootstrap = deployed.outputs.get("bootstrap") or (store.bootstrap_servers if store else "")
-        with for_store(deployed.outputs.get("store", ""), extra):
-            delete_topic(bootstrap, deployed.outputs["topic"], extra)
+    facet = "roles"
 
 
 class ViewExecutor:
-    """A materialized view's snapshot table in the environment's SQLite file, or in a postgresql store
-    (adapters/postgres/views.py); deleting it drops the table (in PostgreSQL, only if dsflow created it)."""
+    """A materialized view's snapshot table in the environment's SQLite file (a view kept in a store: its kind's
+    executor); deleting it drops the table."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         from dsflow.adapters.sqlite import mv
 
         relation = ctx.project.relation(Address.parse(change.address).name)
-        if relation.store:
-            from dsflow.adapters.postgres.views import create_view_table
-
-            return create_view_table(ctx, relation)
         database = mv.database_path(ctx.project.root, ctx.project.state_path, ctx.project.environment)
         mv.ensure_table(database, relation.topic, [(c.name, c.type) for c in relation.columns], relation.primary_key)
         return {"database": str(database), "table": relation.topic}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        if change.moved_from is not None and deployed.data.get("store"):
-            from dsflow.adapters.postgres.views import rename_view_table
+        """Ensured, and the columns the change adds added in place (ALTER TABLE ADD COLUMN: rows kept, NULL)."""
+        from dsflow.adapters.sqlite import mv
+        from dsflow.adapters.tables import added_columns
 
-            rename_view_table(ctx.project, deployed, ctx.project.relation(Address.parse(change.address).name))
         outputs = self.create(ctx, change)
-        _add_view_columns(ctx, change, outputs)
-        if "created_by_dsflow" in outputs:
-            outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow",
-                                                                                                  False)
+        added = added_columns(change.before, change.after)
+        if added:
+            mv.add_columns(outputs["database"], outputs["table"], added)
         return outputs
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
         from dsflow.adapters.sqlite import mv
 
-        if deployed.data.get("store"):
-            from dsflow.adapters.postgres.views import drop_view_table
-
-            return drop_view_table(ctx.project, deployed)
         if deployed.outputs.get("database") and deployed.outputs.get("table"):
             mv.drop_table(deployed.outputs["database"], deployed.outputs["table"])
 
 
-def _add_view_columns(ctx: Context, change: Change, outputs: dict[str, Any]) -> None:
-    """Columns a view's in-place update adds: ALTER TABLE ADD COLUMN (its rows kept, NULL in them)."""
-    from dsflow.adapters.tables import added_columns
-
-    added = added_columns(change.before, change.after)
-    if not added:
-        return
-    if "schema" in outputs:
-        from dsflow.adapters.postgres import mv as pg
-        from dsflow.adapters.postgres.views import store_settings
-
-        settings = store_settings(ctx.project, outputs["store"])
-        pg.add_columns(settings, outputs.get("database"), outputs["schema"], outputs["table"], added)
-    else:
-        from dsflow.adapters.sqlite import mv
-
-        mv.add_columns(outputs["database"], outputs["table"], added)
-
-
 class RelationExecutor:
-    """Relations by kind: a topic for streams and changelogs, a table for materialized views."""
+    """Relations by their store's kind: the executor its `objects` facet gives (a topic, a stream, a table, a
+    slot, a view's table in a store); a view without a store is a snapshot table in SQLite."""
 
     def __init__(self) -> None:
-        from dsflow.adapters.tables.executor import TableExecutor
-
-        self.topics = TopicExecutor()
         self.views = ViewExecutor()
-        self.tables = TableExecutor()
-
-    def _for(self, data: dict[str, Any] | None) -> Executor:
-        from dsflow.adapters.postgres.executor import CdcExecutor, is_cdc
-
-        if is_cdc(data):  # a stream of a postgresql store: its replication slot and publication
-            return CdcExecutor()
-        if (data or {}).get("kind") == "table":
-            return self.tables
-        return self.views if (data or {}).get("kind") == "materialized_view" else self.topics
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         return self._pick(ctx, change.after).create(ctx, change)
@@ -269,10 +178,18 @@ class RelationExecutor:
 
     def _pick(self, ctx: Context | None, data: dict[str, Any] | None,
               outputs: dict[str, Any] | None = None) -> Executor:
-        """A relation of a kinesis store is a Kinesis stream (adapters/kinesis); the rest by kind."""
-        from dsflow.adapters.kinesis.executor import StreamExecutor, is_kinesis
+        """Asked of the store kinds (adapters/objects.py) with the store's type in the project (None when
+        deleting: the store may be gone, and what was recorded decides)."""
+        from dsflow.adapters.objects import executor
 
-        return StreamExecutor() if is_kinesis(ctx, data, outputs) else self._for(data)
+        store = ctx.project.store((data or {}).get("store") or "") if ctx is not None else None
+        found = executor(data, outputs, store.type if store is not None else None)
+        if found is None and (data or {}).get("kind") == "materialized_view":
+            return self.views
+        if found is None:
+            raise DsflowError("DSF-E810", f"no store kind carries out relations of kind {(data or {}).get('kind')} "
+                              f"in store '{(data or {}).get('store')}'")
+        return found
 
 
 class QueryExecutor:

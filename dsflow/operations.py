@@ -188,25 +188,20 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
 
 
 def dead_letters(project: Project, query_name: str) -> dict[str, Any]:
-    """The query's dead-letter topic (Kafka) or stream (Kinesis, when 'dlq.topic' is set) and how many records it
-    holds (records that did not decode); {} when the query has none, {"dlq_topic": ...} when the store cannot be
-    asked."""
+    """The query's dead-letter topic (stream) and how many records it holds (records that did not decode), asked
+    of the `commands` facet of its first source store that keeps dead letters (Capability.DEAD_LETTERS); {} when
+    the query has none, {"dlq_topic": ...} when the store cannot be asked."""
+    from dsflow.core import stores as registry
+
     query = next((q for q in project.queries if q.fqn == query_name), None)
     stores = [project.store(project.relation(s.relation).store) for s in query.sources] if query else []
-    store = next((s for s in stores if s is not None and s.type in ("kafka", "kinesis")), None)
-    if store is None or (store.type == "kinesis" and not query.dlq_topic):
+    store = next((s for s in stores if registry.can(s, registry.Capability.DEAD_LETTERS)), None)
+    commands = registry.facet(store.type, "commands") if store is not None else None
+    topic = commands.dead_letter_topic(project, query) if commands is not None else None
+    if not topic:
         return {}
-    topic = project.dlq_topic(query) if store.type == "kafka" else query.dlq_topic
     try:
-        if store.type == "kafka":
-            from dsflow.adapters.kafka.deadletters import dead_letter_count
-
-            count = dead_letter_count(store.client_config(), topic)
-        else:
-            from dsflow.adapters.kinesis.admin import stream_settings
-            from dsflow.adapters.kinesis.decoding import dead_letter_count as kinesis_count
-
-            count = kinesis_count(stream_settings(store), topic)
+        count = commands.dead_letter_count(store, topic)
     except Exception:  # noqa: BLE001 - status shows what it can; the broker may be down
         return {"dlq_topic": topic}
     return {"dlq_topic": topic, "dead_letters": count or 0}

@@ -12,34 +12,20 @@ from dsflow.core.state import DeployedResource, State
 
 
 def refresh(state: State, project=None) -> dict[str, Observation]:
-    """One observation per deployed query, datagen and relation (store settings from the project if known)."""
+    """One observation per deployed query, datagen and object a store kind observes (a topic, a stream, a view's
+    table, a grant: asked of its `objects` facet, adapters/objects.py); store settings from the project if known."""
+    from dsflow.adapters.objects import observe
+
     observations: dict[str, Observation] = {}
-    topics_by_bootstrap: dict[str, dict[str, int] | str] = {}
+    cache: dict[str, object] = {}  # shared by the store kinds' observations (the topics of each broker)
     for key, deployed in state.resources.items():
         kind = Address.parse(key).kind
         if kind is Kind.QUERY:
             observations[key] = _observe_query(deployed)
         elif kind is Kind.DATAGEN:
             observations[key] = _observe_datagen(deployed)
-        elif kind is Kind.RELATION and deployed.data.get("kind") == "materialized_view" and deployed.data.get("store"):
-            from dsflow.adapters.postgres.views import observe_view
-
-            observations[key] = observe_view(project, deployed)
-        elif kind is Kind.GRANT and deployed.outputs.get("postgresql"):
-            from dsflow.adapters.postgres.grants import observe_grant
-
-            observations[key] = observe_grant(project, deployed)
-        elif kind is Kind.RELATION and deployed.outputs.get("kinesis_stream"):
-            from dsflow.adapters.kinesis.executor import observe as observe_stream
-
-            observations[key] = observe_stream(project, deployed)
-        elif kind is Kind.RELATION and deployed.outputs.get("slot"):
-            from dsflow.adapters.postgres.executor import observe
-
-            observations[key] = observe(project, deployed)
-        elif kind is Kind.RELATION:
-            observation = _observe_topic(deployed, topics_by_bootstrap, _store_properties(project, deployed),
-                                         _store_bootstrap(project, deployed))
+        elif kind in (Kind.RELATION, Kind.GRANT):
+            observation = observe(project, deployed, cache)
             if observation is not None:
                 observations[key] = observation
     return observations
@@ -82,53 +68,6 @@ def _observe_datagen(deployed: DeployedResource) -> Observation:
     healthy = running or count is not None
     return Observation(address=deployed.address, healthy=healthy,
                        detail="running" if running else "generator process is not running")
-
-
-def _store_properties(project, deployed: DeployedResource) -> dict[str, str] | None:
-    store = project.store(deployed.outputs.get("store", "")) if project is not None else None
-    return dict(store.properties) if store is not None else None
-
-
-def _store_bootstrap(project, deployed: DeployedResource) -> str | None:
-    """The store's bootstrap address: a topic whose address came from env_var() records none in the state."""
-    store = project.store(deployed.outputs.get("store", "")) if project is not None else None
-    recorded_topic = deployed.outputs.get("topic") and "created_by_dsflow" in deployed.outputs
-    return store.bootstrap_servers if recorded_topic and store is not None and store.type == "kafka" else None
-
-
-def _unreachable(err, store: str, extra: dict[str, str], bootstrap: str) -> str:
-    """Why a store's topics could not be listed: a secured store's failed TLS or SASL says so (DSF-E255)."""
-    from dsflow.adapters.kafka.security import store_error
-
-    named = store_error(err, store, extra) if store else err
-    return f"{named.code}: {named.message}" if named.code == "DSF-E255" else f"broker {bootstrap} is unreachable"
-
-
-def _observe_topic(deployed: DeployedResource, cache: dict[str, dict[str, int] | str],
-                   extra: dict[str, str] | None = None, fallback: str | None = None) -> Observation | None:
-    from dsflow.adapters.kafka.admin import partition_counts
-    from dsflow.core.secrets import scrub
-    from dsflow.errors import DsflowError
-
-    bootstrap = deployed.outputs.get("bootstrap") or fallback
-    if not bootstrap:
-        return None
-    if bootstrap not in cache:
-        try:
-            cache[bootstrap] = partition_counts(bootstrap, extra)
-        except DsflowError as err:  # kept as why: the same for every topic of the broker
-            cache[bootstrap] = _unreachable(err, deployed.outputs.get("store", ""), extra or {}, bootstrap)
-    topics = cache[bootstrap]
-    if not isinstance(topics, dict):
-        return Observation(address=deployed.address, healthy=False, detail=scrub(str(topics)))
-    topic = deployed.outputs.get("topic")
-    if topic not in topics:
-        return Observation(address=deployed.address, healthy=False, detail="topic is missing")
-    expected = deployed.data.get("partitions")
-    if expected and topics[topic] != expected:
-        return Observation(address=deployed.address, healthy=False,
-                           detail=f"topic has {topics[topic]} partitions, the project declares {expected}")
-    return Observation(address=deployed.address, healthy=True, detail="topic exists")
 
 
 def replay_estimate(project, change, deployed: DeployedResource | None) -> Estimate | None:

@@ -57,7 +57,7 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def destroys_text(change: dict[str, Any]) -> str:
-    """'~1,234 records (topic kafka_main/pageviews); ...' for a change that deletes records."""
+    """'~1,234 records (topic main/pageviews); ...' for a change that deletes records."""
     loss = change["destroys"]
     held = f"~{loss['records']:,} records" if loss.get("records") is not None else "its records (not counted)"
     if loss.get("prevented"):

@@ -1,4 +1,5 @@
-"""Topics across streaming stores for `dsflow topic ...`: Kafka topics and Kinesis streams behind one shape.
+"""Topics across streaming stores for `dsflow topic ...`: every store kind's logs (topics, streams) behind one
+shape, each kind's operations asked of its `commands` facet (core/stores.py).
 
     target = resolve(project, "pageviews", store=None)   # a relation name -> its store and topic
     topics.describe(target) / create / delete / produce / records
@@ -11,14 +12,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from dsflow.core import stores
 from dsflow.core.model import Project, Relation, Store
 from dsflow.errors import DsflowError
 
-STREAMING = ("kafka", "kinesis")
+STREAMING = tuple(stores.kinds_that(stores.Capability.LOGS))
+"""The store types whose streams and changelogs are logs (topics, streams): those `dsflow topic` works on."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,52 @@ class Target:
     """The store's schema registry settings (schema.registry.*), for a relation's avro or protobuf values."""
 
 
+class LogCommands(Protocol):
+    """What a log store kind's `commands` facet provides (adapters/<store>/commands.py). A kind with
+    Capability.BROKER also gives `dev_broker()` (`dsflow dev`) and `producer(...)` (dsflow/datagen.py)."""
+
+    size_options: tuple[str, ...]
+    """The sizes `dsflow topic create` takes (--partitions, --replicas; --shards)."""
+    size_hint: str
+    """How its logs are sized: the hint of DSF-E768."""
+    tail_window: float | None
+    """None: a read ends on `stop` and calls `on_start` once positioned; else it ends after this many idle s."""
+
+    def errors(self, store: str, settings: Any) -> AbstractContextManager:
+        """A context in which a client error names the store."""
+
+    def list_names(self, store: Store) -> list[str]: ...
+
+    def describe(self, target: Target) -> dict[str, Any] | None: ...
+
+    def create(self, target: Target, sizes: dict[str, int | None]) -> bool: ...
+
+    def delete(self, target: Target) -> bool: ...
+
+    def record_limit(self, target: Target) -> tuple[int, str]:
+        """The largest record in bytes, and how to raise it (the hint of DSF-E715)."""
+
+    def produce(self, target: Target, lines: list[str], key_field: str | None) -> int: ...
+
+    def read(self, target: Target, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
+             stop: Any = None, on_start: Any = None) -> tuple[Iterator[dict[str, Any]], bool]:
+        """The records, and whether they are decoded already (else `decoded` decodes a relation's)."""
+
+    def dead_letter_topic(self, project: Project, query: Any) -> str | None: ...
+
+    def dead_letter_count(self, store: Store, topic: str) -> int | None: ...
+
+
+def commands(store_type: str) -> LogCommands | None:
+    """The `commands` facet of a store type (core/stores.py): how its topics are listed, read, written."""
+    return stores.facet(store_type, "commands")
+
+
+def log_stores_text() -> str:
+    """The store types that hold topics ('a, b and c'), for a message."""
+    return " and ".join([", ".join(STREAMING[:-1]), STREAMING[-1]]) if len(STREAMING) > 1 else STREAMING[0]
+
+
 def streaming_store(project: Project, name: str | None) -> Store:
     store_name = name or project.default_store
     store = project.store(store_name) if store_name else None
@@ -43,7 +92,7 @@ def streaming_store(project: Project, name: str | None) -> Store:
                           hint=f"pass --store NAME; stores: {', '.join(s.name for s in project.stores) or 'none'}")
     if store.type not in STREAMING:
         raise DsflowError("DSF-E767", f"the {store.type} store '{store.name}' has no topics",
-                          hint="topic commands work on kafka and kinesis stores; see 'dsflow entity' for tables")
+                          hint=f"topic commands work on {log_stores_text()} stores; see 'dsflow entity' for tables")
     return store
 
 
@@ -61,110 +110,68 @@ def resolve(project: Project, name: str, store: str | None = None) -> Target:
 
 @contextmanager
 def store_errors(store: str, store_type: str, settings: Mapping[str, str]) -> Iterator[None]:
-    """A Kafka client error of the block names the store (adapters/kafka/security.py: DSF-E255 when a secured
-    store's TLS or SASL failed); other stores' errors pass as they are."""
-    if store_type != "kafka" or not store:
+    """A store client's error of the block names the store (DSF-E255 when a secured store's TLS or SASL failed),
+    as its `commands` facet says."""
+    facet = commands(store_type)
+    if facet is None:
         yield
         return
-    from dsflow.adapters.kafka.security import for_store
-
-    with for_store(store, settings):
+    with facet.errors(store, settings):
         yield
 
 
-def kafka_target(bootstrap: str, name: str) -> Target:
-    return Target("kafka", name, bootstrap)
+def broker_type() -> str:
+    """The store type a bare broker address (`--bootstrap`) is of."""
+    return stores.kinds_that(stores.Capability.BROKER)[0]
+
+
+def broker_target(bootstrap: str, name: str) -> Target:
+    """Topic NAME of the broker at `bootstrap` (`--bootstrap`, instead of a project store)."""
+    return Target(broker_type(), name, bootstrap)
 
 
 def list_names(target_store: Store) -> list[str]:
-    if target_store.type == "kinesis":
-        from dsflow.adapters.kinesis.admin import list_streams
-
-        return list_streams(dict(target_store.properties))
-    from dsflow.adapters.kafka.admin import list_topics
-
-    return list_topics(target_store.bootstrap_servers, dict(target_store.properties))
+    return commands(target_store.type).list_names(target_store)
 
 
 def describe(target: Target) -> dict[str, Any] | None:
     """What the store says about the topic (None if it does not exist)."""
-    if target.store_type == "kinesis":
-        from dsflow.adapters.kinesis.admin import describe_stream
+    return commands(target.store_type).describe(target)
 
-        info = describe_stream(target.settings, target.name)
-        return None if info is None else {"store": target.store, "type": "kinesis", "stream": info.name,
-                                          "status": info.status, "shards": info.open_shards,
-                                          "shard_ids": list(info.shards), "retention_hours": info.retention_hours}
-    from dsflow.adapters.kafka.admin import describe_topic
 
-    spec = describe_topic(target.bootstrap, target.name, target.settings)
-    return None if spec is None else {"store": target.store, "type": "kafka", "topic": spec.name,
-                                      "partitions": spec.partitions, "replicas": spec.replicas}
+def size_kind(option: str) -> stores.StoreKind | None:
+    """The log store kind whose `dsflow topic create` takes --OPTION (partitions, replicas, shards)."""
+    return next((stores.kind(t) for t in STREAMING if option in commands(t).size_options), None)
 
 
 def create(target: Target, partitions: int | None, replicas: int | None, shards: int | None) -> bool:
-    """Create the topic (sizes default to the relation's); True if created, False if it existed."""
-    if target.store_type == "kinesis":
-        if partitions or replicas:
-            raise DsflowError("DSF-E768", "--partitions and --replicas are for Kafka topics",
-                              hint="a Kinesis stream is sized with --shards N")
-        from dsflow.adapters.kinesis.admin import ensure_stream
-
-        return ensure_stream(target.settings, target.name, shards or _size(target, "partitions"))
-    if shards:
-        raise DsflowError("DSF-E768", "--shards is for Kinesis streams", hint="use --partitions N --replicas N")
-    from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-
-    configs = dict(target.relation.topic_configs) if target.relation else {}
-    spec = TopicSpec(target.name, partitions or _size(target, "partitions"), replicas or _size(target, "replicas"),
-                     configs)
-    return ensure_topic(target.bootstrap, spec, target.settings)
-
-
-def _size(target: Target, attribute: str) -> int:
-    return getattr(target.relation, attribute) if target.relation is not None else 1
+    """Create the topic (sizes default to the relation's); True if created, False if it existed. DSF-E768 for a
+    size option of another store kind."""
+    facet = commands(target.store_type)
+    sizes = {"partitions": partitions, "replicas": replicas, "shards": shards}
+    foreign = [name for name, value in sizes.items() if value and name not in facet.size_options]
+    other = size_kind(foreign[0]) if foreign else None
+    if other is not None:
+        theirs = commands(other.type).size_options
+        options = " and ".join(f"--{name}" for name in theirs)
+        raise DsflowError("DSF-E768", f"{options} {'are' if len(theirs) > 1 else 'is'} for {other.title} "
+                          f"{other.log_noun}s", hint=facet.size_hint)
+    return facet.create(target, sizes)
 
 
 def delete(target: Target) -> bool:
-    if target.store_type == "kinesis":
-        from dsflow.adapters.kinesis.admin import delete_stream
-
-        return delete_stream(target.settings, target.name)
-    from dsflow.adapters.kafka.admin import delete_topic
-
-    return delete_topic(target.bootstrap, target.name, target.settings)
-
-
-KINESIS_RECORD_BYTES = 1_048_576
-"""The largest Kinesis record: data and partition key together (1 MiB)."""
-KAFKA_MESSAGE_BYTES = 1_000_000
-"""librdkafka's default `message.max.bytes`, which a store's properties may raise."""
+    return commands(target.store_type).delete(target)
 
 
 def produce(target: Target, lines: Iterable[str | bytes], key_field: str | None) -> int:
     """Produce JSON lines (text, or bytes as read from a file: they must be UTF-8). Every line is checked before
     anything is sent: not UTF-8 is DSF-E706, longer than one record may be DSF-E715, each naming the line."""
-    if target.store_type == "kinesis":  # a relation's stream: the lines' columns in its value format
-        from dsflow.adapters.kinesis.records import put_json_lines, relation_codec
-
-        checked = _checked_lines(input_lines(lines, KINESIS_RECORD_BYTES))
-        return put_json_lines(target.settings, target.name, checked, key_field=key_field,
-                              codec=relation_codec(target.relation, target.registry))
-    from confluent_kafka import KafkaException
-
-    from dsflow.adapters.kafka.client import produce_json_lines
-
-    limit = str(target.settings.get("message.max.bytes", KAFKA_MESSAGE_BYTES))
-    limit = int(limit) if limit.isdigit() else KAFKA_MESSAGE_BYTES
-    checked = input_lines(lines, limit)
-    try:
-        return produce_json_lines(target.bootstrap, target.name, checked, key_field=key_field, extra=target.settings)
-    except KafkaException as err:  # the client refused a record (a size the broker's or topic's limit is below)
-        raise DsflowError("DSF-E705", f"records were not delivered to topic '{target.name}': {err.args[0]}",
-                          hint="check the record sizes against the topic's max.message.bytes") from err
+    facet = commands(target.store_type)
+    limit, hint = facet.record_limit(target)
+    return facet.produce(target, input_lines(lines, limit, hint), key_field)
 
 
-def input_lines(lines: Iterable[str | bytes], limit: int) -> list[str]:
+def input_lines(lines: Iterable[str | bytes], limit: int, hint: str = "split the record") -> list[str]:
     """Each line as text: DSF-E706 for one that is not UTF-8, DSF-E715 for one longer than `limit` bytes."""
     out = []
     for number, line in enumerate(lines, start=1):
@@ -179,69 +186,28 @@ def input_lines(lines: Iterable[str | bytes], limit: int) -> list[str]:
         if size > limit:
             raise DsflowError("DSF-E715", f"line {number} is {size:,} bytes, more than one record may hold "
                               f"({limit:,} bytes): nothing was produced",
-                              hint="split the record; for Kafka, a store property message.max.bytes (and the "
-                                   "topic's max.message.bytes) can raise the limit")
-        out.append(line)
-    return out
-
-
-def _checked_lines(lines: Iterable[str]) -> list[str]:
-    """Every line must be a JSON object before anything is put (as for Kafka, DSF-E706 names the line)."""
-    out = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            ok = isinstance(json.loads(line), dict)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise DsflowError("DSF-E706", f"line {number} is not a JSON object: {line.strip()[:80]}",
-                              hint="give one JSON object per line")
+                              hint=hint)
         out.append(line)
     return out
 
 
 def records(target: Target, from_beginning: bool, limit: int | None, timeout: float,
             raw: bool = False, stop: Any = None, on_start: Any = None) -> Iterator[dict[str, Any]]:
-    """The topic's records as dicts; unless `raw`, a relation's value is decoded with its format (json). A Kafka
-    read also ends once `stop` (a threading.Event: `dsflow serve`'s tail) is set, and calls `on_start()` once it
-    is positioned (every record produced after that is read); a Kinesis read ends at `timeout`."""
-    if target.store_type == "kinesis":  # a relation's values are decoded by its format unless `raw`
-        from dsflow.adapters.kinesis.records import read_records, relation_codec
-
-        codec = None if raw else relation_codec(target.relation, target.registry)
-        found = read_records(target.settings, target.name, from_beginning, limit, timeout, codec)
-        if codec is not None:
-            yield from found
-            return
-    else:
-        from dsflow.adapters.kafka.client import print_records
-
-        binary = not raw and target.relation is not None and _uses_registry(target.relation)
-        found = print_records(target.bootstrap, target.name, from_beginning=from_beginning, limit=limit,
-                              timeout=timeout, extra=target.settings, convert=_binary_record if binary else None,
-                              stop=stop, on_start=on_start)
+    """The topic's records as dicts; unless `raw`, a relation's value is decoded with its formats. A read that
+    ends on `stop` (a threading.Event: `dsflow serve`'s tail) calls `on_start()` once it is positioned (every
+    record produced after that is read); a read of a store kind with a `tail_window` ends at `timeout`."""
+    found, done = commands(target.store_type).read(target, from_beginning, limit, timeout, raw, stop, on_start)
+    if done:
+        yield from found
+        return
     for record in found:
         yield record if raw or target.relation is None else decoded(record, target.relation, target.registry)
 
 
-def _uses_registry(relation: Relation) -> bool:
-    from dsflow.core.formats import REGISTRY_FORMATS
-
-    return relation.value_format in REGISTRY_FORMATS or relation.key_format in REGISTRY_FORMATS
-
-
-def _binary_record(message: Any) -> dict[str, Any]:
-    """A consumed message as record_dict makes it, but key and value as bytes (decoded by `decoded`)."""
-    from dsflow.adapters.kafka.client import record_dict
-
-    return {**record_dict(message), "key": message.key(), "value": message.value()}
-
-
 def decoded(record: dict[str, Any], relation: Relation, registry: dict[str, str] | None = None) -> dict[str, Any]:
-    """The record with its value parsed as the relation's value.format (json; Kafka: avro, protobuf) and an avro
-    or protobuf key as its text (as a query sees it); what does not decode says why in `error`."""
+    """The record with its value parsed as the relation's value.format (json, avro, protobuf: a key or value read
+    as bytes) and an avro or protobuf key as its text (as a query sees it); what does not decode says why in
+    `error`."""
     if isinstance(record.get("key"), bytes) or isinstance(record.get("value"), bytes):
         return _registry_decoded(record, relation, registry or {})
     if relation.value_format != "json":
@@ -254,7 +220,7 @@ def decoded(record: dict[str, Any], relation: Relation, registry: dict[str, str]
 
 
 def _registry_decoded(record: dict[str, Any], relation: Relation, registry: dict[str, str]) -> dict[str, Any]:
-    """A Kafka record read as bytes: key and value decoded with the schema registry, anything else as text."""
+    """A record read as bytes: key and value decoded with the schema registry, anything else as text."""
     from dsflow.formats import keys
     from dsflow.formats.avro import avro_record
     from dsflow.formats.protobuf import decode

@@ -67,7 +67,7 @@ def test_one_layout_predicate_for_the_schema_and_the_view() -> None:
     columns = [list(c) for c in COLUMNS]
     assert value_layout("json", columns, "dlq") == BOTH
     assert value_layout("json", columns, None) == TEXT  # no dead-letter topic: nothing is parsed in the reader
-    assert value_layout("json", columns, "dlq", store="kinesis") == TEXT
+    assert value_layout("json", columns, "dlq", parses_json=False) == TEXT  # a reader that keeps no parse
     assert value_layout("avro", columns, "dlq") == STRUCT and value_layout("string", [["v", "VARCHAR"]], None) == STRUCT
     assert value_layout("json", [], "dlq") == TEXT
     for other in ("TIMESTAMP", "DATE", "DECIMAL(10, 2)", "BINARY", "BYTES", "VARCHAR(10)", "CHAR", "ARRAY<INT>",

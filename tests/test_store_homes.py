@@ -27,8 +27,8 @@ NAMES = {"kafka": r"kafka", "kinesis": r"kinesis", "postgresql": r"postgres", "s
 
 HOMES = {"delta": "dsflow.adapters.tables"} | {t: k.package for t, k in stores.REGISTRY.items()}
 
-CEILINGS = {"kafka": 50, "kinesis": 25, "postgresql": 26, "s3": 11, "adls": 5, "databricks": 8, "snowflake": 9,
-            "iceberg": 15, "delta": 17}
+CEILINGS = {"kafka": 3, "kinesis": 0, "postgresql": 7, "s3": 7, "adls": 1, "databricks": 0, "snowflake": 0,
+            "iceberg": 3, "delta": 2}
 
 
 def naming_files(store_type: str) -> list[str]:

@@ -1,10 +1,10 @@
 """The store protocol's physical-object operations (the `objects` facet, core/stores.py), asked by store type.
 
-What a store kind can tell about the object a relation lives in (a topic, a Kinesis stream, a table):
+What a store kind can tell about the object a relation lives in (a topic, a stream, a table):
 
     identities     the object's identity now: a log deleted and created again under the same name is another
-                   log, and offsets read from one mean nothing on the other (Kafka: the topic id; Kinesis: the
-                   stream ARN and creation time)
+                   log, and offsets read from one mean nothing on the other (a topic's id; a stream's ARN and
+                   creation time)
     held_records   the records it holds now: what a plan that deletes or empties it destroys (`DESTROYS ~N`),
                    and what a replay from the earliest position re-reads
     can_grow/grow  whether more partitions (shards) can be added in place, keeping the records, and doing it
@@ -91,3 +91,42 @@ def can_grow(project: Any, data: Mapping[str, Any], total: int) -> bool:
 def grow(project: Any, data: Mapping[str, Any], total: int) -> None:
     store = project.store(data["store"])
     objects_for(store.type).grow(store, data["topic"], total)
+
+
+def every_objects(first: str | None = None) -> list[Any]:
+    """The `objects` facet of every store kind (once per package): the kind of store type `first` first, then in
+    registry order but the first kind holding logs last (asked for a relation whose store type is unknown, as
+    one deleted with its store, it takes the logs that no other kind recognises by what it recorded)."""
+    default = stores.kinds_that(stores.Capability.LOGS)[0]
+    ordered = sorted(stores.REGISTRY.values(), key=lambda kind: (kind.type != first, kind.type == default))
+    found: dict[str, Any] = {}
+    for kind in ordered:
+        if kind.package not in found:
+            found[kind.package] = kind.facet("objects")
+    return [objects for objects in found.values() if objects is not None]
+
+
+def executor(data: Mapping[str, Any] | None, outputs: Mapping[str, Any] | None, store_type: str | None) -> Any:
+    """Apply's executor of a relation (create, update, delete), asked of the store kinds' `objects` facets: the
+    first that recognises it by its data, recorded outputs and store type (None: not known); None if none does."""
+    for objects in every_objects(store_type):
+        found = objects.executor(data or {}, outputs or {}, store_type) if hasattr(objects, "executor") else None
+        if found is not None:
+            return found
+    return None
+
+
+def observe(project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
+    """Refresh's observation of a deployed object (a topic, stream, slot, view table, grant), asked of the store
+    kinds' `objects` facets; None when no kind observes it. `cache` is shared by the calls of one refresh."""
+    for objects in every_objects():
+        found = objects.observe(project, deployed, cache) if hasattr(objects, "observe") else None
+        if found is not None:
+            return found
+    return None
+
+
+def pushed_down(name: str) -> Any:
+    """The executor a store kind offers for grants or roles it enforces itself (`objects` facet attribute `name`:
+    grants, roles); None if no kind does."""
+    return next((found for objects in every_objects() if (found := getattr(objects, name, None)) is not None), None)

@@ -1,5 +1,5 @@
-"""A query sink's schemas in the schema registry, registered by apply before the sink's first write (for a Kafka
-topic in executors.py, for a Kinesis stream in adapters/kinesis/executor.py).
+"""A query sink's schemas in the schema registry, registered by apply before the sink's first write (by the
+executor of the sink's store, for a store that can use a registry: Capability.REGISTRY, core/stores.py).
 """
 
 from __future__ import annotations

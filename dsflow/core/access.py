@@ -2,7 +2,7 @@
 
 The model is built from (address, attributes) records: the resources a project declares, or the ones the
 deployed state holds (the server enforces the deployed state, never the working tree). Privileges follow
-DeltaStream and PostgreSQL: a privilege on a relation also needs USAGE on its database and schema; the owner of
+DeltaStream (and SQL databases): a privilege on a relation also needs USAGE on its database and schema; the owner of
 an object, or of a namespace it lives in, has every privilege on it; ALL is every privilege of the object's type.
 """
 
@@ -241,7 +241,7 @@ def change_requirements(change: Mapping[str, Any]) -> list[tuple[Privilege, str]
 
 
 def _requirements(privilege: Privilege, address: str) -> list[tuple[Privilege, str]]:
-    """The privilege itself and the USAGE on enclosing namespaces that PostgreSQL and DeltaStream ask for."""
+    """The privilege itself and the USAGE on enclosing namespaces that SQL databases and DeltaStream ask for."""
     kind, _, name = address.partition(".")
     parts = name.split(".")
     needs = []

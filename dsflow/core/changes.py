@@ -42,7 +42,7 @@ class DataLoss(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    object: str = Field(description="the physical object, e.g. 'topic kafka_main/pageviews'")
+    object: str = Field(description="the physical object, e.g. 'topic main/pageviews'")
     records: int | None = Field(None, description="records it holds, counted during the refresh; null if not "
                                                   "counted (--no-refresh, or a store that cannot count)")
     prevented: bool = Field(False, description="the relation declares 'lifecycle.prevent_destroy': no apply may "
@@ -73,8 +73,8 @@ class Change(BaseModel):
     observed: str | None = Field(None, description="for refresh-only: what the refresh saw")
     destroys: DataLoss | None = Field(None, description="the records this change deletes: apply refuses it unless "
                                                         "the user allowed it (--allow-destroy, --allow-data-loss)")
-    physical: str | None = Field(None, description="for relations: the physical object, e.g. 'kafka topic "
-                                                   "kafka_main/pageviews'")
+    physical: str | None = Field(None, description="for relations: the physical object, e.g. '<store type> "
+                                                   "topic main/pageviews'")
     moved_from: str | None = Field(None, description="a move (a `moved:` entry, or a relation renamed onto the "
                                                      "same physical object): the deployed address whose state "
                                                      "entry this change takes over (core/moves.py)")

@@ -4,10 +4,10 @@
     avro, protobuf             Confluent wire format (magic byte 0, 4-byte schema id, payload) with a schema registry
                                (values and keys; a key's schema is under <topic>-key)
     string, long, int, double, bytes
-                               a single-column value as Kafka's primitive serializers write it
+                               a single-column value as the broker clients' primitive serializers write it
                                (UTF-8, 8/4-byte big-endian integers, 8-byte IEEE 754 double, raw bytes)
 
-Pure: no registry, no Kafka. dsflow/formats/ (registry.py, decoding.py) does the I/O.
+Pure: no registry, no broker. dsflow/formats/ (registry.py, decoding.py) does the I/O.
 """
 
 from __future__ import annotations

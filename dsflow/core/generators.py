@@ -2,7 +2,7 @@
 
 dsflow/datagen.py implements them (its `GENERATORS` has exactly these keys, which tests/test_layers.py checks);
 the loader checks a datagen's `generator` against this list without importing the generator process and the
-Kafka producer it uses.
+producer it uses.
 """
 
 from __future__ import annotations

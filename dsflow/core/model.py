@@ -27,19 +27,19 @@ class Column(Frozen):
 
 
 class Store(Frozen):
-    """A connection to a streaming system (Kafka for now), or a table store that CREATE TABLE ... AS SELECT writes
-    to: s3, filesystem and adls (Delta Lake tables), databricks (Delta plus catalog registration), snowflake, iceberg (Iceberg tables). Table stores
-    keep their settings (bucket, path, account, ...) in `properties`; see docs/project.md."""
+    """A store: a system holding streams and changelogs (a broker), tables, views or change streams. Its `type`
+    is a kind of the store registry (core/stores.py), which says what it can hold; its settings (bucket, path,
+    account, ...) are in `properties`; see docs/project.md."""
 
     name: str
     type: StoreType
-    bootstrap_servers: str = Field("", description="Kafka: host:port[,host:port]; empty for table stores")
+    bootstrap_servers: str = Field("", description="a broker's host:port[,host:port]; empty for other stores")
     properties: dict[str, str] = Field(default_factory=dict, description="extra client configuration")
     sensitive: frozenset[str] = Field(default_factory=frozenset,
                                       description="property keys (and 'bootstrap_servers') whose values hold secrets")
     description: str = ""
-    schema_registry: str | None = Field(None, description="kafka, kinesis: name of the schema registry that avro "
-                                                          "and protobuf relations of this store use")
+    schema_registry: str | None = Field(None, description="name of the schema registry that avro and protobuf "
+                                                          "relations of this store use (Capability.REGISTRY)")
     owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 
@@ -48,7 +48,7 @@ class Store(Frozen):
 
 
 class SchemaRegistry(Frozen):
-    """A Confluent Schema Registry (REST API), attached to Kafka stores by name."""
+    """A Confluent Schema Registry (REST API), attached to stores by name."""
 
     name: str
     url: str = Field(description="http(s)://host:port of the registry")
@@ -60,7 +60,7 @@ class SchemaRegistry(Frozen):
     location: Location | None = None
 
     def client_config(self) -> dict[str, str]:
-        """Settings for the adapters (schema.registry.* options of the Kafka data source)."""
+        """Settings for the adapters (schema.registry.* options of the data sources)."""
         config = {"schema.registry.url": self.url}
         if self.username or self.password:
             config["schema.registry.basic.auth.user"] = self.username
@@ -96,14 +96,14 @@ class Schema(Frozen):
 class Relation(Frozen):
     """A stream (append-only events) or changelog (events keyed by a primary key) backed by a topic,
     or a materialized view: a snapshot table (SQLite) kept up to date by its query,
-    or a table (CREATE TABLE ... AS SELECT) in a lake or warehouse store: Delta Lake or Snowflake."""
+    or a table (CREATE TABLE ... AS SELECT) in a lake or warehouse store."""
 
     fqn: str = Field(description="database.schema.name")
     kind: Literal["stream", "changelog", "materialized_view", "table"]
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
     store: str
-    topic: str = Field(description="the Kafka topic; for a materialized view, its table name")
+    topic: str = Field(description="the topic (the log's name on its store); for a view or table, its table name")
     value_format: Literal["json", "avro", "protobuf", "string", "long", "int", "double", "bytes"] = "json"
     key_format: str | None = None
     value_subject: str | None = Field(None, description="avro/protobuf: the registry subject of the value schema "
@@ -113,14 +113,14 @@ class Relation(Frozen):
                                                         "offsets the broker holds no record for (compaction, "
                                                         "transaction markers); None: count for changelogs and "
                                                         "compacted topics, fail otherwise (read_gaps)")
-    partitions: int = Field(1, description="Kafka: the topic's partitions; Kinesis: the stream's shards (topic.shards)")
+    partitions: int = Field(1, description="the log's partitions ('topic.partitions'; shards: 'topic.shards')")
     replicas: int = 1
     inferred_size: tuple[str, ...] = Field((), description="the sizes (partitions, replicas) taken from its "
                                            "source, not declared: fixed when its topic is created, so a later "
                                            "change of the source's size does not replace it")
     topic_configs: dict[str, str] = Field(default_factory=dict)
     table_options: dict[str, str] = Field(default_factory=dict, description="kind 'table': where the table is "
-                                          "('delta.path', 'snowflake.db.name', ...; see docs/project.md)")
+                                          "(its store kind's WITH properties; see docs/project.md)")
     defined_by_query: str | None = Field(None, description="fqn of the CSAS query that defines it")
     prevent_destroy: bool = Field(False, description="'lifecycle.prevent_destroy' = 'true': no plan may delete or "
                                                      "replace its topic or table (like Terraform's lifecycle)")
@@ -140,7 +140,7 @@ class Relation(Frozen):
     @property
     def read_gaps(self) -> Literal["fail", "count"]:
         """'count' where a topic may hold offsets without records by design (a changelog, a compacted topic, or
-        'topic.gaps' = 'count'); 'fail': such an offset fails the read (adapters/kafka/ranges.py)."""
+        'topic.gaps' = 'count'); 'fail': such an offset fails the read."""
         if self.topic_gaps is not None:
             return self.topic_gaps
         compacted = "compact" in self.topic_configs.get("cleanup.policy", "")
@@ -310,7 +310,7 @@ class RuntimeSettings(Frozen):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     trigger_interval: str = "1 second"
     checkpoint_root: str = ".dsflow/checkpoints"
-    async_checkpoint: bool = Field(False, description="stateless queries into Kafka write their checkpoint in the "
+    async_checkpoint: bool = Field(False, description="stateless queries into a broker write their checkpoint in the "
                                                       "background, next to the next micro-batch")
     isolation: Literal["shared", "query"] = Field("query", description="query: one Spark driver process per query; "
                                                   "shared: queries share long-running Spark applications")

@@ -13,15 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dsflow.core import stores
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category, effect_text
 from dsflow.core.changes import Action, Change
 from dsflow.core.physical import physical_key, physical_object
 from dsflow.core.resources import Resource, fingerprint
 from dsflow.core.state import State
-
-PG_TABLE = "postgresql.table.name"
-
 
 def find_moves(declared: Mapping[str, str], wanted: Mapping[str, Resource], state: State) -> dict[str, str]:
     """New address -> deployed address of every move this plan makes. A declared move whose old address is not
@@ -102,22 +100,26 @@ def renamed_references(data: dict[str, Any], names: Mapping[str, str]) -> dict[s
 
 def table_rename(before: dict[str, Any], after: dict[str, Any],
                  store_types: Mapping[str, str]) -> tuple[str, str] | None:
-    """(old, new) table name when a materialized view kept in PostgreSQL changed only its table's name (same
-    database and schema): ALTER TABLE ... RENAME TO keeps its rows. None for any other change."""
-    if before.get("kind") != "materialized_view" or store_types.get(after.get("store", "")) != "postgresql":
+    """(old, new) table name when a materialized view kept in a store changed only its table's name (the option
+    its store kind's rules name `view_table_key`; same database and schema): ALTER TABLE ... RENAME TO keeps its
+    rows. None for any other change, and in a store without such a key (SQLite)."""
+    if before.get("kind") != "materialized_view":
+        return None
+    key = getattr(stores.facet(store_types.get(after.get("store", ""), ""), "rules"), "view_table_key", None)
+    if key is None:
         return None
     if [k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)] != ["table_options", "topic"]:
         return None
     old, new = before.get("table_options") or {}, after.get("table_options") or {}
-    if [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)] != [PG_TABLE]:
+    if [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)] != [key]:
         return None
-    return old[PG_TABLE], new[PG_TABLE]
+    return old[key], new[key]
 
 
 def with_move(change: Change, moves: Mapping[str, str], renamed: frozenset[str],
               store_types: Mapping[str, str]) -> Change:
     """A moved resource's change says where it moved from (an unchanged one is an update: the state entry moves);
-    one that names a moved relation is updated to the new name. A PostgreSQL view table renamed by a move is
+    one that names a moved relation is updated to the new name. A view's table renamed by a move is
     renamed in place (ALTER TABLE ... RENAME TO), not replaced."""
     old = moves.get(change.address)
     if old is None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dsflow.core import stores
 from dsflow.core.evolution import DEFAULT_RULE, Evolution, evolution, incompatibility
 from dsflow.core.resources import fingerprint
 
@@ -32,12 +33,14 @@ def physical_key(data: dict[str, Any] | None) -> tuple[str, ...] | None:
 
 
 def physical_object(data: dict[str, Any], store_types: Mapping[str, str]) -> str:
-    """A relation's physical object in words: 'topic kafka_main/pageviews', 'delta table ...', ..."""
+    """A relation's physical object in words: '<store type> topic main/pageviews', '<store type> table ...', ...;
+    a log is named by its store kind's `log_noun` (core/stores.py)."""
     kind, store = data.get("kind"), data.get("store", "")
     if kind in ("table", "materialized_view"):
         where = ", ".join(f"{k}={v}" for k, v in sorted((data.get("table_options") or {}).items()))
         return f"{store_types.get(store, '')} table {data.get('topic')}".strip() + (f" ({where})" if where else "")
-    noun = "stream" if store_types.get(store) == "kinesis" else "topic"
+    found = stores.kind(store_types.get(store, ""))
+    noun = found.log_noun if found is not None and found.can(stores.Capability.LOGS) else "topic"
     return f"{store_types.get(store, '')} {noun} {store}/{data.get('topic')}".strip()
 
 

@@ -159,7 +159,7 @@ def _pinned(resource: Resource, state: State) -> Resource:
 
 def pinned(resource: Resource, deployed: DeployedResource | None) -> Resource:
     """`resource` with its keep_deployed fields at their deployed values: a topic sized from its source keeps the
-    size it was created with when the source is resized (Kafka cannot shrink it, and recreating it loses records)."""
+    size it was created with when the source is resized (a broker cannot shrink it, and recreating it loses records)."""
     if deployed is None or not resource.keep_deployed:
         return resource
     kept = {k: deployed.data[k] for k in resource.keep_deployed if k in deployed.data}

@@ -73,7 +73,7 @@ def changed_logs(recorded: dict[str, str], current: dict[str, str]) -> list[str]
 
 
 def check_partitions(plan: Plan) -> None:
-    """DSF-E825 when a change lowers a topic's partition count: Kafka cannot remove partitions, and recreating the
+    """DSF-E825 when a change lowers a topic's partition count: a broker cannot remove partitions, and recreating the
     topic under a plan that only meant to resize it would destroy its records and scatter its keys."""
     lowered = [c for c in plan.changes if c.before and c.after and c.before.get("kind") in ("stream", "changelog")
                and c.after.get("partitions", 0) < c.before.get("partitions", 0)]

@@ -93,7 +93,7 @@ def scrub(text: str) -> str:
 
 
 class ScrubFilter(logging.Filter):
-    """A logging filter that scrubs secret values from a record's message (librdkafka's log lines name the
+    """A logging filter that scrubs secret values from a record's message (a broker client's log lines name the
     client.id and the broker addresses)."""
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from dsflow.core import stores
+
 
 class SettingClass(str, Enum):
     """What a change to a setting does."""
@@ -60,6 +62,31 @@ _SQL = ("statement", "sink", "sources", "select", "output_columns", "stateful", 
         "window", "join_within", "deletes", "temporal_join", "changelog_join")
 _TABLE = ("topic", "table_options")
 
+
+
+def _store_settings() -> dict[str, list[Setting]]:
+    """Object kind -> the settings the store kinds' rules (core/stores.py) add to it: the WITH properties that
+    place a table, a view or a change stream (identity), and the configs of a log ('<config_prefix>*')."""
+    found: dict[str, list[Setting]] = {}
+    seen: set[int] = set()
+    for kind in stores.REGISTRY.values():
+        rules = kind.facet("rules")
+        if rules is None or id(rules) in seen:
+            continue
+        seen.add(id(rules))
+        for obj, name in getattr(rules, "setting_names", ()):
+            found.setdefault(obj, []).append(Setting(obj, name, _TABLE, _I))
+        if prefix := getattr(rules, "config_prefix", None):
+            found.setdefault("relation configs", []).append(Setting("relation", f"{prefix}*", ("topic_configs",), _SZ))
+            found.setdefault("table configs", []).append(Setting("table", f"{prefix}*", (), _N,
+                                                                 "accepted, not used by a table"))
+            found.setdefault("materialized_view configs", []).append(
+                Setting("materialized_view", f"{prefix}*", (), _N, "accepted, not used by a view"))
+    return found
+
+
+_STORES = _store_settings()
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("store", "name", ("name",), _I),
     Setting("store", "type", ("type",), _I),
@@ -105,7 +132,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("relation", "topic.partitions", ("partitions",), _SZ),
     Setting("relation", "topic.shards", ("partitions",), _SZ),
     Setting("relation", "topic.replicas", ("replicas",), _SZ),
-    Setting("relation", "kafka.topic.*", ("topic_configs",), _SZ),
+    *_STORES.get("relation configs", ()),
     Setting("relation", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
     Setting("relation", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
     Setting("relation", "owner", ("owner",), _P),
@@ -113,33 +140,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cdc", "value.format", ("value_format",), _SC, "json only"),
     Setting("cdc", "timestamp", ("timestamp",), _R),
     Setting("cdc", "owner", ("owner",), _P),
-    Setting("cdc", "postgresql.db.name", _TABLE, _I),
-    Setting("cdc", "postgresql.schema.name", _TABLE, _I),
-    Setting("cdc", "postgresql.table.name", _TABLE, _I),
-    Setting("cdc", "postgresql.cdc.table.list", _TABLE, _I),
+    *_STORES.get("cdc", ()),
     Setting("table", "store", ("store",), _I),
-    Setting("table", "delta.path", _TABLE, _I),
-    Setting("table", "table.data.file.location", _TABLE, _I),
-    Setting("table", "databricks.catalog.name", _TABLE, _I),
-    Setting("table", "databricks.schema.name", _TABLE, _I),
-    Setting("table", "databricks.table.name", _TABLE, _I),
-    Setting("table", "snowflake.db.name", _TABLE, _I),
-    Setting("table", "snowflake.schema.name", _TABLE, _I),
-    Setting("table", "snowflake.table.name", _TABLE, _I),
-    Setting("table", "iceberg.namespace.name", _TABLE, _I),
-    Setting("table", "iceberg.table.name", _TABLE, _I),
+    *_STORES.get("table", ()),
     Setting("table", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
     Setting("table", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
     Setting("table", "owner", ("owner",), _P),
-    Setting("table", "kafka.topic.*", (), _N, "accepted, not used by a table"),
+    *_STORES.get("table configs", ()),
     Setting("materialized_view", "store", ("store",), _I),
-    Setting("materialized_view", "postgresql.db.name", _TABLE, _I),
-    Setting("materialized_view", "postgresql.schema.name", _TABLE, _I),
-    Setting("materialized_view", "postgresql.table.name", _TABLE, _I),
+    *_STORES.get("materialized_view", ()),
     Setting("materialized_view", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
     Setting("materialized_view", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
     Setting("materialized_view", "owner", ("owner",), _P),
-    Setting("materialized_view", "kafka.topic.*", (), _N, "accepted, not used by a view"),
+    *_STORES.get("materialized_view configs", ()),
     Setting("query", "AS SELECT ...", _SQL, _Q, "the SQL, PARTITION BY included"),
     Setting("query", "starting.position", ("sources",), _Q),
     Setting("query", "watermark.delay", ("watermark_delay",), _Q),

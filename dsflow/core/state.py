@@ -35,13 +35,13 @@ class LedgerEntry(BaseModel):
     checkpoint: str
     started_at: str
     start_offsets: dict[str, dict[str, int | str]] | None = Field(None, description="topic -> partition -> offset carried in "
-                                                                "(Kinesis: shard -> position)")
+                                                                "(or shard -> position)")
     start_timestamp: int | None = None
     source_logs: dict[str, str] | None = Field(None, description="topic -> the broker's topic id when this version "
                                                                  "started: its offsets mean something on that log only")
     stopped_at: str | None = None
     stop_offsets: dict[str, dict[str, int | str]] | None = Field(None, description="committed offsets when it stopped "
-                                                               "(Kinesis: shard -> position)")
+                                                               "(or shard -> position)")
     state_serial: int = 0
 
 

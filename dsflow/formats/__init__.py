@@ -1,4 +1,4 @@
-"""Value and key formats, used by every store that carries records (Kafka topics, Kinesis streams).
+"""Value and key formats, used by every store that carries records (topics, streams).
 
     decoding.py       `Decoding` (a source's format, columns, registry, dead-letter target), `value_layout`, and
                       the decoding of a chunk of records into kept rows and dead letters (index, error)
@@ -9,9 +9,9 @@
     keys.py           avro/protobuf keys to and from the text keys travel as in a query
     primitives.py     string, long, int, double, bytes values and binary number keys
     arrow.py          the Arrow and Spark types of the decoded value struct `__value`
-    registry.py       the schema registry client (confluent-kafka's SchemaRegistryClient)
+    registry.py       the schema registry client (the Confluent client's SchemaRegistryClient)
 
 The layer sits under adapters/ (which read and write records) and above load/ and core/: it never imports an
-adapter. Heavy SDKs (confluent-kafka, fastavro, protobuf, pyarrow) are imported inside the functions that use them.
-How a store sends its dead letters stays in its adapter (adapters/kafka/deadletters.py, adapters/kinesis/decoding.py).
+adapter. Heavy SDKs (the Confluent client, fastavro, protobuf, pyarrow) are imported inside the functions that use
+them. How a store sends its dead letters stays in its adapter (a store that can: Capability.DEAD_LETTERS).
 """

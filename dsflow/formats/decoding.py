@@ -1,6 +1,6 @@
 """Values (and keys) of a source's records by format, and which records are dead letters.
 
-Reading (inside a read task of a Kafka or Kinesis data source), per chunk of consumed messages (anything with
+Reading (inside a read task of a log's data source: a topic, a stream), per chunk of consumed messages (anything with
 the accessors `value()` and `key()`):
 
     json        values stay text for the JVM's from_json; when a dead-letter topic is set, the chunk is
@@ -18,8 +18,8 @@ are decoded (schema by id, cached per process) into the text keys travel as in a
 are UTF-8. A key that does not decode makes the record a dead letter, like a bad value.
 
 A record that does not decode (bad JSON, not the wire format, an unknown schema id, a value that does not
-fit its column) is returned as (index, error): the store's reader sends it to its dead-letter topic or stream
-(adapters/kafka/deadletters.py, adapters/kinesis/decoding.py). Nothing is dropped.
+fit its column) is returned as (index, error): the store's reader sends it to its dead-letter log (a store that
+can: Capability.DEAD_LETTERS, core/stores.py). Nothing is dropped.
 """
 
 from __future__ import annotations
@@ -91,20 +91,21 @@ class Decoding:
 
     @property
     def layout(self) -> str:
-        """How a Kafka source's values reach Spark (`value_layout`)."""
+        """How the values of a source whose reader parses JSON reach Spark (`value_layout`)."""
         return value_layout(self.value_format, self.columns, self.dlq_topic)
 
 
-def value_layout(value_format: str, columns: Any, dlq_topic: str | None, store: str = "kafka") -> str:
-    """STRUCT for the formats decoded in the reader; BOTH for a Kafka JSON source with a dead-letter topic whose
-    columns are all JSON_STRUCT_TYPES (the reader parses its values anyway, json_values.py); else TEXT.
+def value_layout(value_format: str, columns: Any, dlq_topic: str | None, parses_json: bool = True) -> str:
+    """STRUCT for the formats decoded in the reader; BOTH for a JSON source with a dead-letter target whose
+    columns are all JSON_STRUCT_TYPES, when its reader keeps the parse it makes anyway (`parses_json`,
+    json_values.py); else TEXT.
 
-    The one predicate for the data source's schema (adapters/kafka/datasource.py) and the query's source view
-    (adapters/spark/frames.py), so the two always agree."""
-    if value_format != "json" or store in ("delta", "iceberg"):  # a lake table's rows arrive as columns
+    The one predicate for the data source's schema and the query's source view (adapters/spark/frames.py asks
+    the source's store facet, which calls this), so the two always agree."""
+    if value_format != "json":
         return STRUCT
     names = {str(name).lower() for name, _ in columns}
-    if (store == "kafka" and dlq_topic and columns and len(names) == len(columns)
+    if (parses_json and dlq_topic and columns and len(names) == len(columns)
             and all(str(sql_type).strip().upper() in JSON_STRUCT_TYPES for _, sql_type in columns)):
         return BOTH
     return TEXT

@@ -26,7 +26,7 @@ from dsflow.errors import DsflowError
 from dsflow.formats.avro import avro_record
 from dsflow.formats.proto_schemas import columns_from_proto, schema_text
 from dsflow.formats.protobuf import decode, serializer
-from dsflow.formats.registry import client
+from dsflow.formats.registry import record_serializer
 
 CARRIED_AVRO = '"string"'
 """The Avro schema of a carried key (a sink without key columns)."""
@@ -146,13 +146,8 @@ def _schema_columns(key_format: str, text: str) -> list[tuple[str, str]] | None:
 
 
 def _avro_serializer(topic: str, registry: Mapping[str, str], schema: str, subject: str) -> Callable[[list], list]:
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    conf = {"auto.register.schemas": True, "subject.name.strategy": lambda ctx, name: subject}
-    serializer = AvroSerializer(client(registry), schema, conf=conf)
-    context = SerializationContext(topic, MessageField.KEY)
-    return lambda rows: [None if r is None else serializer(r, context) for r in rows]
+    serialize = record_serializer("avro", registry, schema, subject, topic, key=True)
+    return lambda rows: [None if r is None else serialize(r) for r in rows]
 
 
 def _key_value(text: str, columns: list[tuple[str, str]] | None, topic: str) -> Any:

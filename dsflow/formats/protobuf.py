@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from dsflow.formats.proto_schemas import DATE, DECIMAL, TIMESTAMP, message_class
-from dsflow.formats.registry import client, schema_text_by_id
+from dsflow.formats.registry import record_serializer, schema_text_by_id
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -81,8 +81,8 @@ def _to_message(value: Any) -> Any:
     """A datetime, date or Decimal as the dict of its well-known message; other values as they are."""
     if isinstance(value, dt.datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-        delta = moment - _EPOCH
-        micros = delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds
+        since = moment - _EPOCH
+        micros = since.days * 86_400_000_000 + since.seconds * 1_000_000 + since.microseconds
         return {"seconds": micros // 1_000_000, "nanos": micros % 1_000_000 * 1000}
     if isinstance(value, dt.date):
         return {"year": value.year, "month": value.month, "day": value.day}
@@ -97,21 +97,16 @@ def _to_message(value: Any) -> Any:
 
 def serializer(topic: str, registry: Mapping[str, str], schema: str, subject: str | None,
                key: bool = False) -> Callable[[list], list]:
-    """Rows (dicts) to Confluent protobuf values (or keys), through confluent-kafka's ProtobufSerializer;
-    the schema is registered under `subject` (default <topic>-value, or <topic>-key for keys)."""
-    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
+    """Rows (dicts) to Confluent protobuf values (or keys), through the Confluent ProtobufSerializer
+    (registry.record_serializer); the schema is registered under `subject` (default <topic>-value, or <topic>-key
+    for keys)."""
     cls = message_class(schema, [0])
     name = subject or f"{topic}-{'key' if key else 'value'}"
-    conf = {"use.deprecated.format": False, "auto.register.schemas": True,
-            "subject.name.strategy": lambda ctx, record: name}
-    serialize = ProtobufSerializer(cls, client(registry), conf)
-    context = SerializationContext(topic, MessageField.KEY if key else MessageField.VALUE)
+    serialize = record_serializer("protobuf", registry, cls, name, topic, key=key)
 
     def one(row: dict | None) -> bytes | None:
         if row is None:
             return None
-        return serialize(cls(**{k: _to_message(v) for k, v in row.items() if v is not None}), context)
+        return serialize(cls(**{k: _to_message(v) for k, v in row.items() if v is not None}))
 
     return lambda rows: [one(r) for r in rows]

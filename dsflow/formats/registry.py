@@ -6,13 +6,14 @@
     accepts(config, "orders_eu-value", schema, "avro")    # plan: would the live registry take it as a new version
     client(config)                                        # a cached client per process (readers, writers)
 
-`config` is the `schema.registry.*` dict of `SchemaRegistry.client_config()` (also what the Kafka data source
-gets as options). confluent-kafka is imported here only.
+`config` is the `schema.registry.*` dict of `SchemaRegistry.client_config()` (also what a log's data
+source gets as options). formats/ imports the Confluent client (confluent-kafka) here, and in proto_schemas.py
+for the descriptors of the protobuf files it knows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dsflow.core.formats import columns_from_avro
@@ -43,6 +44,27 @@ def client(config: Mapping[str, str]) -> Any:
             conf["basic.auth.user.info"] = f"{config.get(USER, '')}:{config.get(PASSWORD, '')}"
         _CLIENTS[key] = SchemaRegistryClient(conf)
     return _CLIENTS[key]
+
+
+def record_serializer(value_format: str, config: Mapping[str, str], schema: Any, subject: str, topic: str,
+                      key: bool = False) -> Callable[[Any], bytes]:
+    """One record's value (or key) of `topic` in the Confluent wire format: avro (`schema` the schema text) or
+    protobuf (`schema` the message class), the schema registered under `subject` when first written."""
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    context = SerializationContext(topic, MessageField.KEY if key else MessageField.VALUE)
+    if value_format == "protobuf":
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+        conf = {"use.deprecated.format": False, "auto.register.schemas": True,
+                "subject.name.strategy": lambda ctx, record: subject}
+        serialize = ProtobufSerializer(schema, client(config), conf)
+    else:
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        conf = {"auto.register.schemas": True, "subject.name.strategy": lambda ctx, name: subject}
+        serialize = AvroSerializer(client(config), schema, conf=conf)
+    return lambda record: serialize(record, context)
 
 
 def _failure(config: Mapping[str, str], what: str, err: Exception) -> DsflowError:

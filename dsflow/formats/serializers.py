@@ -1,5 +1,5 @@
-"""Writing: `value_serializer` turns a sink's `value` structs into bytes (avro through confluent-kafka's
-AvroSerializer, which registers the schema under the subject; protobuf likewise; primitives by struct.pack);
+"""Writing: `value_serializer` turns a sink's `value` structs into bytes (avro and protobuf through the Confluent
+serializers, which register the schema under the subject: registry.record_serializer; primitives by struct.pack);
 `key_encoder` turns text keys into binary numbers or Confluent avro/protobuf keys (registered under <topic>-key).
 """
 
@@ -13,7 +13,7 @@ from dsflow.errors import DsflowError
 from dsflow.formats import protobuf
 from dsflow.formats.keys import key_serializer
 from dsflow.formats.primitives import UNPACK, primitive_serializer
-from dsflow.formats.registry import client
+from dsflow.formats.registry import record_serializer
 
 
 def value_serializer(value_format: str, topic: str, registry: Mapping[str, str], schema: str | None,
@@ -27,13 +27,8 @@ def value_serializer(value_format: str, topic: str, registry: Mapping[str, str],
         return protobuf.serializer(topic, registry, schema or "", subject)
     if value_format != "avro":
         raise DsflowError("DSF-E771", f"value.format '{value_format}' cannot be written yet")
-    from confluent_kafka.serialization import MessageField, SerializationContext
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-
-    conf = {"auto.register.schemas": True, "subject.name.strategy": lambda ctx, name: subject or f"{topic}-value"}
-    serializer = AvroSerializer(client(registry), schema, conf=conf)
-    context = SerializationContext(topic, MessageField.VALUE)
-    return lambda rows: [None if r is None else serializer(r, context) for r in rows]
+    serialize = record_serializer("avro", registry, schema, subject or f"{topic}-value", topic)
+    return lambda rows: [None if r is None else serialize(r) for r in rows]
 
 
 def key_encoder(key_format: str | None, topic: str = "", registry: Mapping[str, str] | None = None,

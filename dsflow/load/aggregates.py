@@ -4,7 +4,7 @@
     SELECT COUNT(*) AS n, SUM(x) AS s FROM rel         a global aggregate: one row, keyed by nothing (GLOBAL_KEY)
     SESSION(rel, GAP 5 MINUTES) ... GROUP BY window_start, window_end, userid   a session window, with a key
 
-A global aggregate's changelog has no primary key column: its one row is the record of Kafka key GLOBAL_KEY, the
+A global aggregate's changelog has no primary key column: its one row is the record of key GLOBAL_KEY, the
 JSON object of its (zero) key columns, as a key of several columns is the JSON object of them; a view of it holds
 one row, replaced by each update.
 """
@@ -21,7 +21,7 @@ from dsflow.load.fields import base_column, group_key_sql, is_access, references
 
 Report = Callable[[Diagnostic], None]
 GLOBAL_KEY = "{}"
-"""The Kafka key of a global aggregate's one row (no key columns: the empty JSON object)."""
+"""The record key of a global aggregate's one row (no key columns: the empty JSON object)."""
 WINDOW_COLUMNS = ("window_start", "window_end")
 
 

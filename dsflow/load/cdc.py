@@ -1,10 +1,8 @@
-"""CDC streams: `CREATE STREAM ... WITH ('store' = <a postgresql store>, 'postgresql.db.name' = ...)`.
+"""CDC streams: a stream in a store that can give its tables' changes (Capability.CHANGE_STREAM).
 
-A stream in a postgresql store is the change stream of one table ('postgresql.schema.name' and
-'postgresql.table.name') or of several tables of one database ('postgresql.cdc.table.list' =
-'public.customers,test.users', DeltaStream's property: one slot and one publication for all of them).
-Its columns are the fields of a change event (DeltaStream's CDC shape; adapters/postgres/changes.py
-makes them):
+Which tables it captures, its WITH properties and its slot's name are the store kind's rules (core/stores.py,
+the `rules` facet: `change_stream_relation`, `change_props`, `change_tables`, `object_name`). Its columns are the
+fields of a change event (DeltaStream's CDC shape), checked here for every such store:
 
     op      VARCHAR   c (insert), u (update), d (delete), r (read by the initial snapshot)
     ts_ms   BIGINT    when dsflow read the change (epoch ms)
@@ -13,44 +11,36 @@ makes them):
     source  STRUCT<db, schema, table, lsn, commit_lsn, txid, ts_ms, snapshot>   (also named `system`)
 
 before/after fields are read by name: a field the row lacks (another table's column, a dropped column)
-is null. before/after may also be VARCHAR: the row's JSON text.
-
-Only these names are allowed; declare the ones you need. The slot and the publication are named from
-the project, the environment and the relation (adapters/postgres/admin.py) and shown in plans.
+is null. before/after may also be VARCHAR: the row's JSON text. Only these names are allowed; declare the ones
+you need.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable
+from typing import Any
 
 from sqlglot import exp
 
+from dsflow.core import stores
 from dsflow.core.model import Column, Relation
 from dsflow.errors import Diagnostic, Location
 
-CDC_PROPS = {"store", "value.format", "timestamp", "postgresql.db.name", "postgresql.schema.name",
-             "postgresql.table.name", "postgresql.cdc.table.list", "owner"}
-TABLE_KEYS = ("postgresql.db.name", "postgresql.schema.name", "postgresql.table.name")
-TABLE_LIST = "postgresql.cdc.table.list"
 EVENT_FIELDS = {"op": "VARCHAR", "ts_ms": "BIGINT", "before": "STRUCT", "after": "STRUCT", "source": "STRUCT",
                 "system": "STRUCT"}
 SOURCE_FIELDS = {"db", "schema", "table", "lsn", "commit_lsn", "txid", "ts_ms", "snapshot"}
-SLOT_KEY, PUBLICATION_KEY = "postgresql.slot.name", "postgresql.publication.name"
+
+
+def _change_kind() -> stores.StoreKind:
+    """The store kind whose tables' changes are read as streams (the first with Capability.CHANGE_STREAM)."""
+    return stores.kind(stores.kinds_that(stores.Capability.CHANGE_STREAM)[0])
+
+
+def _rules() -> Any:
+    return _change_kind().facet("rules")
+
 
 Report = Callable[[Diagnostic], None]
-MAX_NAME = 63
-
-
-def object_name(project: str, environment: str, relation_fqn: str) -> str:
-    """The slot and publication name of a CDC relation: `dsflow_<project>_<env>_<database>_<schema>_<name>`,
-    lower-case, cut to PostgreSQL's 63 characters with a hash suffix when longer; the same on every plan."""
-    raw = "_".join(("dsflow", project, environment, *relation_fqn.split(".")))
-    name = re.sub(r"[^a-z0-9_]+", "_", raw.lower())
-    if len(name) > MAX_NAME:
-        name = name[:MAX_NAME - 9] + "_" + hashlib.sha256(raw.encode()).hexdigest()[:8]
-    return name
 
 
 def struct_fields(type_text: str) -> list[str] | None:
@@ -64,79 +54,8 @@ def struct_fields(type_text: str) -> list[str] | None:
     return [f.name for f in built.expressions]
 
 
-def cdc_relation(fqn: str, kind: str, columns: tuple[Column, ...], props: dict[str, str], store: str,
-                 slot_name: str, location: Location | None, prop_location: Callable[[str], Location | None],
-                 report: Report) -> Relation | None:
-    """The relation of a CDC stream, after checking its properties and columns (DSF-E085, DSF-E086)."""
-    ok = True
-    for key in sorted(set(props) - CDC_PROPS):
-        report(Diagnostic("DSF-E085", f"'{key}' is not a property of the CDC stream '{fqn}'",
-                          prop_location(key) or location,
-                          hint=f"a stream in the postgresql store '{store}' takes {', '.join(sorted(CDC_PROPS))}"))
-        ok = False
-    tables = _table_list(fqn, props, location, prop_location, report)
-    missing = [k for k in (TABLE_KEYS[:1] if tables else TABLE_KEYS) if not props.get(k)]
-    if tables is False:
-        ok = False
-    elif missing:
-        report(Diagnostic("DSF-E085", f"the CDC stream '{fqn}' needs {', '.join(repr(m) for m in missing)}",
-                          location, hint="name the table: 'postgresql.db.name' = 'shop', "
-                                         "'postgresql.schema.name' = 'public', 'postgresql.table.name' = 'orders'"))
-        ok = False
-    if props.get("value.format", "json").lower() != "json":
-        report(Diagnostic("DSF-E085", f"CDC stream '{fqn}' has value.format '{props['value.format']}'",
-                          prop_location("value.format") or location, hint="change events are json"))
-        ok = False
-    if kind != "stream":
-        report(Diagnostic("DSF-E086", f"'{fqn}' reads a PostgreSQL table's changes, so it is a stream",
-                          location, hint="use CREATE STREAM"))
-        ok = False
-    ok = _check_columns(fqn, columns, location, report) and ok
-    if not ok:
-        return None
-    if tables:
-        database, listed = props[TABLE_KEYS[0]], ",".join(f"{s}.{t}" for s, t in tables)
-        options = {"postgresql.db.name": database, TABLE_LIST: listed, SLOT_KEY: slot_name, PUBLICATION_KEY: slot_name}
-        topic = f"{database}.{listed}"
-    else:
-        database, schema, table = (props[k] for k in TABLE_KEYS)
-        options = {"postgresql.db.name": database, "postgresql.schema.name": schema,
-                   "postgresql.table.name": table, SLOT_KEY: slot_name, PUBLICATION_KEY: slot_name}
-        topic = f"{database}.{schema}.{table}"
-    return Relation(fqn=fqn, kind="stream", columns=columns, store=store, topic=topic,
-                    timestamp=props.get("timestamp"), table_options=options, location=location)
-
-
-def _table_list(fqn: str, props: dict[str, str], location: Location | None,
-                prop_location: Callable[[str], Location | None], report: Report) -> list[tuple[str, str]] | None | bool:
-    """The tables of 'postgresql.cdc.table.list' (schema.table, comma-separated); None without it, False if wrong."""
-    if TABLE_LIST not in props:
-        return None
-    where = prop_location(TABLE_LIST) or location
-    entries = [e.strip() for e in props[TABLE_LIST].split(",")]
-    bad = [e for e in entries if len(e.split(".")) != 2 or not all(e.split("."))]
-    problem = None
-    if bad or not entries:
-        problem = f"'{TABLE_LIST}' of '{fqn}' has {', '.join(repr(b) for b in bad) or 'no table'}: not schema.table"
-    elif len(set(entries)) != len(entries):
-        problem = f"'{TABLE_LIST}' of '{fqn}' names a table twice"
-    elif props.get(TABLE_KEYS[1]) or props.get(TABLE_KEYS[2]):
-        problem = f"'{fqn}' has both '{TABLE_LIST}' and 'postgresql.schema.name'/'postgresql.table.name'"
-    if problem:
-        report(Diagnostic("DSF-E085", problem, where, hint=f"e.g. '{TABLE_LIST}' = 'public.customers,test.users' "
-                          "with 'postgresql.db.name'; one table: 'postgresql.schema.name' and 'postgresql.table.name'"))
-        return False
-    return [tuple(e.split(".")) for e in entries]
-
-
-def cdc_tables(options: dict[str, str]) -> list[tuple[str, str]]:
-    """The (schema, table) pairs a CDC relation's table_options capture: its list, or its one table."""
-    if options.get(TABLE_LIST):
-        return [tuple(e.split(".", 1)) for e in options[TABLE_LIST].split(",")]
-    return [(options[TABLE_KEYS[1]], options[TABLE_KEYS[2]])]
-
-
-def _check_columns(fqn: str, columns: tuple[Column, ...], location: Location | None, report: Report) -> bool:
+def check_event_columns(fqn: str, columns: tuple[Column, ...], location: Location | None, report: Report) -> bool:
+    """The columns of a CDC stream are fields of a change event (DSF-E086)."""
     ok = True
     images: dict[str, list[str]] = {}
     for column in columns:
@@ -200,7 +119,7 @@ CHANGELOG_EXAMPLE = ("CREATE CHANGELOG orders_now (PRIMARY KEY (id)) AS SELECT `
 
 
 def is_cdc(relation: Relation) -> bool:
-    """A PostgreSQL change stream (its table options name a replication slot)."""
+    """A change stream (its table options name a replication slot)."""
     return SLOT_KEY in relation.table_options
 
 
@@ -226,13 +145,13 @@ def check_cdc_changelog(fqn: str, source: Relation, primary_key: tuple[str, ...]
     (DSF-E180) as plain `after` fields (DSF-E181) of one table (DSF-E183); the reader checks the table (DSF-E182)."""
     if not primary_key:
         report(Diagnostic("DSF-E180", f"the changelog '{fqn}' is made from the change stream '{source.fqn}' but "
-                          "names no primary key", location, hint="name the PostgreSQL table's primary key, selected "
+                          "names no primary key", location,
+                          hint=f"name the {_change_kind().title} table's primary key, selected "
                           f"from `after`: {CHANGELOG_EXAMPLE}"))
         return False
-    if source.table_options.get(TABLE_LIST):
+    if _rules().captures_several(source.table_options):
         report(Diagnostic("DSF-E183", f"the changelog '{fqn}' reads '{source.fqn}', the changes of several tables: "
-                          "their keys would collide in one changelog", location,
-                          hint="make one change stream per table ('postgresql.table.name') and one changelog of each"))
+                          "their keys would collide in one changelog", location, hint=_rules().several_tables_hint))
         return False
     fields = image_key_fields(select_sql, primary_key)
     image = source.column("after")
@@ -244,3 +163,21 @@ def check_cdc_changelog(fqn: str, source: Relation, primary_key: tuple[str, ...]
                           hint=f"declare `after` STRUCT<...> and select the key as it is: {CHANGELOG_EXAMPLE}"))
         return False
     return True
+
+
+# --- what the change-stream store kind's rules say, under the names the drivers and executors import ----------------
+
+CDC_PROPS: set[str] = _rules().change_props
+"""The WITH properties of a CDC stream."""
+SLOT_KEY: str = _rules().slot_key
+PUBLICATION_KEY: str = _rules().publication_key
+
+
+def object_name(project: str, environment: str, relation_fqn: str) -> str:
+    """The slot and publication name of a CDC relation (the same on every plan)."""
+    return _rules().object_name(project, environment, relation_fqn)
+
+
+def cdc_tables(options: dict[str, str]) -> list[tuple[str, str]]:
+    """The (schema, table) pairs a CDC relation's table_options capture: its list, or its one table."""
+    return _rules().change_tables(options)

@@ -9,23 +9,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dsflow.core import stores
 from dsflow.core.model import Relation
 from dsflow.errors import Diagnostic
 from dsflow.load.statements import RawStatement
 
 GUARANTEES = ("at-least-once", "exactly-once")
-WHY_NOT_ON_A_STREAM = (
-    "a stream sink appends to Kafka and is at-least-once: Spark's Python data source writer cannot commit its "
-    "records atomically with the query's checkpoint, so a query killed after writing a micro-batch but before "
-    "committing it writes the batch again on restart; and Kafka transactions cannot close the gap here, because "
-    "the embedded broker (tansu) does not isolate them (read_committed consumers see aborted records). A "
-    "changelog is effectively exactly-once: its records are idempotent upserts by key, so a rewritten batch "
-    "leaves the same final state; materialized views and tables record each batch id in the transaction that "
-    "writes it and skip a replayed batch. Remove the property, or write a changelog with a PRIMARY KEY "
-    "(CREATE CHANGELOG ... AS SELECT with the key columns) or a materialized view.")
 
 
-def delivery_guarantee(st: RawStatement, sink: Relation, report: Callable[[Diagnostic], None]) -> str:
+def why_not_on_a_stream(store_type: str | None) -> str:
+    """DSF-E047's hint: why a stream sink in a store of `store_type` is at-least-once (its kind's title, and its
+    rules' `transactions_why` when the store has transactions that would not help)."""
+    kind = stores.kind(store_type or "")
+    into = kind.title if kind is not None else "its log"
+    why = getattr(kind.facet("rules"), "transactions_why", None) if kind is not None else None
+    return (f"a stream sink appends to {into} and is at-least-once: Spark's Python data source writer cannot commit "
+            "its records atomically with the query's checkpoint, so a query killed after writing a micro-batch but "
+            "before committing it writes the batch again on restart" + (f"; and {why}" if why else "") + ". A "
+            "changelog is effectively exactly-once: its records are idempotent upserts by key, so a rewritten batch "
+            "leaves the same final state; materialized views and tables record each batch id in the transaction "
+            "that writes it and skip a replayed batch. Remove the property, or write a changelog with a PRIMARY KEY "
+            "(CREATE CHANGELOG ... AS SELECT with the key columns) or a materialized view.")
+
+
+def delivery_guarantee(st: RawStatement, sink: Relation, report: Callable[[Diagnostic], None],
+                       store_type: str | None = None) -> str:
     """The query's guarantee; a bad value is DSF-E032, exactly-once on a stream DSF-E047 (at-least-once kept)."""
     prop = st.prop("delivery.guarantee")
     if prop is None:
@@ -37,6 +45,6 @@ def delivery_guarantee(st: RawStatement, sink: Relation, report: Callable[[Diagn
         return "at-least-once"
     if value == "exactly-once" and sink.kind == "stream":
         report(Diagnostic("DSF-E047", f"'exactly-once' is not available for the stream '{sink.fqn}'", prop.location,
-                          hint=WHY_NOT_ON_A_STREAM))
+                          hint=why_not_on_a_stream(store_type)))
         return "at-least-once"
     return value

@@ -1,14 +1,10 @@
 """Checks of names: empty relation names, and the physical names a store accepts (DSF-E205..E208).
 
-A name the broker or the warehouse would refuse (or, worse, accept in a form nobody meant: a unicode Kafka topic,
+A name the broker or the warehouse would refuse (or, worse, accept in a form nobody meant: a unicode topic name,
 a 303-character one) is a validation error at the place it is written, not a failure in the middle of an apply.
-
-- Kafka topic (Apache Kafka's `Topic.validate`): ASCII letters, digits, `.`, `_` and `-`; 1 to 249 characters;
-  not `.` or `..`.
-- Kinesis stream (the `StreamName` of the Kinesis API): letters, digits, `_`, `.` and `-`; 1 to 128 characters.
-- Table identifiers: a Snowflake name dsflow writes unquoted (`[A-Za-z_][A-Za-z0-9_$]*`, at most 255), a Unity
-  Catalog name (no space, `.`, `/` or control character, at most 255), a Delta path without control characters,
-  an Iceberg namespace or table name (no `.`, `/` or control character, at most 255).
+Which names a store accepts is its kind's rules (core/stores.py, the `rules` facet): `check_log_name` for the
+log a stream or changelog lives in, `check_table` for a table's identifiers, `check_dead_letter_topic` for a
+query's 'dlq.topic'. A kind without such a rule accepts any name.
 """
 
 from __future__ import annotations
@@ -16,15 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from dsflow.core import stores as registry
 from dsflow.errors import Diagnostic, Location
+from dsflow.load.rules import rule
 
 Report = Callable[[Diagnostic], None]
 
-KAFKA_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-KINESIS_STREAM = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
-SNOWFLAKE_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,254}")
-CATALOG_NAME = re.compile(r"[^\s./\x00-\x1f\x7f]{1,255}")
-ICEBERG_NAME = re.compile(r"[^./\x00-\x1f\x7f]{1,255}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -39,49 +32,8 @@ def check_name_parts(parts: tuple[str, ...], fqn: str, where: Location | None, r
     return False
 
 
-def check_physical_name(store_type: str, name: str, fqn: str, where: Location | None, report: Report) -> bool:
-    """DSF-E206 (Kafka topic) or DSF-E207 (Kinesis stream): the name the relation's object gets on its store."""
-    if store_type == "kafka":
-        return check_topic(name, f"the topic of '{fqn}'", where, report)
-    if store_type == "kinesis" and not KINESIS_STREAM.fullmatch(name):
-        report(Diagnostic("DSF-E207", f"the Kinesis stream name {name!r} of '{fqn}' is not valid: "
-                          f"{_why(name, 128, 'letters, digits, _, . and -')}", where,
-                          hint="set 'topic' to 1-128 letters, digits, '_', '.' or '-' (the environment's "
-                               "topic_prefix counts too)"))
-        return False
-    return True
-
-
-def check_topic(name: str, what: str, where: Location | None, report: Report) -> bool:
-    """DSF-E206: a Kafka topic name the broker would refuse (or one nobody meant)."""
-    if KAFKA_TOPIC.fullmatch(name) and name not in (".", ".."):
-        return True
-    why = "'.' and '..' are not topic names" if name in (".", "..") else \
-        _why(name, 249, "ASCII letters, digits, ., _ and -")
-    report(Diagnostic("DSF-E206", f"{what}, {name!r}, is not a valid Kafka topic name: {why}", where,
-                      hint="set 'topic' to 1-249 ASCII letters, digits, '.', '_' or '-' (the environment's "
-                           "topic_prefix counts too)"))
-    return False
-
-
-def check_table_identifier(kind: str, name: str, fqn: str, where: Location | None, report: Report) -> bool:
-    """DSF-E208: a table identifier the warehouse would refuse: `kind` is snowflake, databricks, iceberg or delta."""
-    if kind == "snowflake":
-        ok, rule = bool(SNOWFLAKE_IDENTIFIER.fullmatch(name)), "a letter or '_', then letters, digits, '_' or '$' " \
-                                                                 "(at most 255)"
-    elif kind == "databricks":
-        ok, rule = bool(CATALOG_NAME.fullmatch(name)), "1-255 characters, no space, '.', '/' or control character"
-    elif kind == "iceberg":
-        ok, rule = bool(ICEBERG_NAME.fullmatch(name)), "1-255 characters, no '.', '/' or control character"
-    else:
-        ok, rule = bool(name.strip()) and not _CONTROL.search(name), "a path without control characters"
-    if not ok:
-        report(Diagnostic("DSF-E208", f"the {kind} name {name!r} of table '{fqn}' is not valid", where,
-                          hint=f"use {rule}"))
-    return ok
-
-
-def _why(name: str, limit: int, allowed: str) -> str:
+def why_invalid(name: str, limit: int, allowed: str) -> str:
+    """Why `name` is not a valid physical name of at most `limit` characters of `allowed` ones (for a message)."""
     if not name:
         return "it is empty"
     if len(name) > limit:
@@ -93,31 +45,14 @@ def _why(name: str, limit: int, allowed: str) -> str:
 def check_physical_names(relations, queries, stores: dict, report: Report) -> None:
     """Every relation's object name on its store (DSF-E206..E208) and every query's 'dlq.topic' (DSF-E206)."""
     for relation in relations:
-        store = stores.get(relation.store)
-        kind = getattr(store, "type", None)
-        if relation.kind in ("stream", "changelog") and kind in ("kafka", "kinesis"):
-            check_physical_name(kind, relation.topic, relation.fqn, relation.location, report)
-        elif relation.kind == "table":
-            _check_table(kind, relation, report)
+        kind = getattr(stores.get(relation.store), "type", None)
+        if relation.kind in ("stream", "changelog") and (check := rule(kind, "check_log_name")) is not None:
+            check(relation.topic, relation.fqn, relation.location, report)
+        elif relation.kind == "table" and (check := rule(kind, "check_table")) is not None:
+            check(kind, relation, report)
+    checks = [c for t in registry.kinds_that(registry.Capability.DEAD_LETTERS)
+              if (c := rule(t, "check_dead_letter_topic")) is not None]
     for query in queries:
         if query.dlq_topic is not None:
-            check_topic(query.dlq_topic, f"the 'dlq.topic' of '{query.fqn}'", query.location, report)
-
-
-def _check_table(store_type: str | None, relation, report: Report) -> None:
-    options = relation.table_options or {}
-    if store_type == "snowflake":
-        for key in ("snowflake.db.name", "snowflake.schema.name", "snowflake.table.name"):
-            check_table_identifier("snowflake", options.get(key, ""), relation.fqn, relation.location, report)
-        return
-    if store_type == "iceberg":
-        for key in ("iceberg.namespace.name", "iceberg.table.name"):
-            check_table_identifier("iceberg", options.get(key, ""), relation.fqn, relation.location, report)
-        return
-    check_table_identifier("delta", options.get("delta.path", ""), relation.fqn, relation.location, report)
-    if store_type == "databricks":
-        for key in ("databricks.schema.name", "databricks.table.name"):
-            check_table_identifier("databricks", options.get(key, ""), relation.fqn, relation.location, report)
-        if options.get("databricks.catalog.name"):
-            check_table_identifier("databricks", options["databricks.catalog.name"], relation.fqn, relation.location,
-                                   report)
+            for check in checks:
+                check(query.dlq_topic, f"the 'dlq.topic' of '{query.fqn}'", query.location, report)

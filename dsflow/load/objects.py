@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from dsflow.core import stores as store_kinds
 from dsflow.core.model import Database, Datagen, Role, Schema, SchemaRegistry, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.cleartext import clear_text_secret
-from dsflow.load.kafka_security import kafka_security_diagnostics
-from dsflow.load.lakepaths import store_path_diagnostics
 from dsflow.load.raw import UNION_TAGS, RawObjectsFile
 from dsflow.load.tables import store_settings_diagnostics
 from dsflow.load.yamlpos import Positioned
@@ -69,10 +68,8 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
         bootstrap = store.bootstrap_servers or ""
         if _holds_secret(bootstrap, secrets):
             sensitive |= {BOOTSTRAP_KEY}
-        diagnostics += store_settings_diagnostics(store.name, store.type, bootstrap, props, loc)
         where = functools.partial(_property_location, pos, i)
-        diagnostics += store_path_diagnostics(store.name, store.type, props, where)
-        diagnostics += kafka_security_diagnostics(store.name, store.type, props, where)
+        diagnostics += store_settings_diagnostics(store.name, store.type, bootstrap, props, loc, where)
         for key, value in [*props.items(), ("bootstrap_servers", bootstrap)]:
             why = clear_text_secret(key, value, secrets, by_name=key != "bootstrap_servers")
             if why:
@@ -126,7 +123,7 @@ def _read_registry(raw, pos: Positioned, path: tuple, secrets: set[str], into: Y
 
 
 def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
-    """Every store's schema_registry names a declared registry, and only Kafka and Kinesis stores have one
+    """Every store's schema_registry names a declared registry, and only stores with Capability.REGISTRY have one
     (DSF-E120)."""
     from dsflow.load.suggest import did_you_mean
 
@@ -135,8 +132,9 @@ def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
     for store in objects.stores:
         if store.schema_registry is None:
             continue
-        if store.type not in ("kafka", "kinesis"):
-            out.append(Diagnostic("DSF-E120", f"store '{store.name}' is not a kafka or kinesis store and cannot "
+        if not store_kinds.can(store, store_kinds.Capability.REGISTRY):
+            kinds = store_kinds.listing(store_kinds.kinds_that(store_kinds.Capability.REGISTRY))
+            out.append(Diagnostic("DSF-E120", f"store '{store.name}' is not a {kinds} store and cannot "
                                   "have a schema_registry", store.location, hint="remove schema_registry"))
         elif store.schema_registry not in names:
             out.append(Diagnostic("DSF-E120", f"store '{store.name}' names unknown schema registry "

@@ -14,10 +14,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from dsflow import gcpause
+from dsflow.core import stores as store_kinds
 from dsflow.core.address import Address, Kind
 from dsflow.core.generators import GENERATOR_NAMES
 from dsflow.core.graph import Graph, has_cycle
 from dsflow.core.model import BUILTIN_ROLES, Datagen, Project, Query, RuntimeSettings, StateSettings
+from dsflow.core.stores import Capability
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
 from dsflow.load.cache import SelectCache
 from dsflow.load.cleartext import clear_text_secret
@@ -373,11 +375,8 @@ class _Loader:
                                        gen.location, hint=did_you_mean(gen.relation, [r.rsplit('.', 1)[-1] for r in ns.relations])))
                 continue
             store = ns.stores.get(ns.relations[fqn].store)
-            if store is not None and store.type == "kinesis":
-                self.report(Diagnostic("DSF-E113", f"datagen '{gen.name}' feeds '{fqn}', a Kinesis stream; generators "
-                                       "write to Kafka topics only", gen.location,
-                                       hint="generate into a Kafka stream and copy it with CREATE STREAM ... WITH "
-                                            "('store' = '<kinesis store>') AS SELECT * FROM it"))
+            if store_kinds.can(store, Capability.LOGS) and not store_kinds.can(store, Capability.BROKER):
+                self.report(_not_generated(gen, fqn, store))
                 continue
             if gen.generator not in GENERATOR_NAMES:
                 self.report(Diagnostic("DSF-E073", f"unknown generator '{gen.generator}'", gen.location,
@@ -385,6 +384,17 @@ class _Loader:
                 continue
             out.append(gen.model_copy(update={"relation": fqn}))
         return out
+
+
+def _not_generated(gen: Datagen, fqn: str, store) -> Diagnostic:
+    """DSF-E113: a generator feeds a log of a store it cannot write to (generators write to brokers only)."""
+    kind = store_kinds.kind(store.type)
+    brokers = [store_kinds.kind(t) for t in store_kinds.kinds_that(Capability.BROKER)]
+    into = store_kinds.listing([f"{k.title} {k.log_noun}s" for k in brokers])
+    return Diagnostic("DSF-E113", f"datagen '{gen.name}' feeds '{fqn}', a {kind.title} {kind.log_noun}; generators "
+                      f"write to {into} only", gen.location,
+                      hint=f"generate into a {store_kinds.listing([k.title for k in brokers])} stream and copy it with "
+                           f"CREATE STREAM ... WITH ('store' = '<{store.type} store>') AS SELECT * FROM it")
 
 
 def _utf8_name(rel: str) -> bool:

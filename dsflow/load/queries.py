@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsflow.core import stores as registry
 from dsflow.core.evolution import RULES
 from dsflow.core.model import Column, Query, Relation, Source, Store
 from dsflow.errors import Diagnostic
@@ -16,6 +17,7 @@ from dsflow.load.cleartext import clear_text_secret
 from dsflow.load.cache import read_relations
 from dsflow.load.statements import Analysed, RawStatement
 from dsflow.load.suggest import did_you_mean
+from dsflow.load.rules import rule
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 from dsflow.load.delivery import delivery_guarantee
 from dsflow.load.views import VIEW_PROPS, check_views_not_read, view_relation
@@ -26,7 +28,9 @@ OWNER = "owner"
 """Any relation or CREATE ... AS SELECT may declare it: the role owning the relation and its query."""
 QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
                "dlq.topic", "runtime.isolation", OWNER}
-TOPIC_CONFIG_PREFIX = "kafka.topic."
+TOPIC_CONFIG_PREFIX: str = next(p for t in registry.kinds_that(registry.Capability.LOGS)
+                                if (p := rule(t, "config_prefix")))
+"""Any relation may declare '<prefix><config>': a config of its log (the prefix is a log store kind's rule)."""
 PREVENT_DESTROY = "lifecycle.prevent_destroy"
 """Any relation may declare it: no plan may delete or replace its object (Relation.prevent_destroy)."""
 SCHEMA_COMPATIBILITY = "value.schema.compatibility"
@@ -141,8 +145,8 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
     if fqn is None:
         return None
     store = ns.stores.get(_prop(st, "store") or ns.default_store or "")
-    if store is not None and store.type == "postgresql":
-        return _cdc_relation(st, fqn, ns, report, store.name)
+    if registry.can(store, registry.Capability.CHANGE_STREAM):
+        return _cdc_relation(st, fqn, ns, report, store)
     _check_props(st, RELATION_PROPS, report)
     columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
     if not columns and st.extra.get("registry_failed"):
@@ -160,15 +164,14 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
     return _relation(st, fqn, columns, ns, report, inherit=None)
 
 
-def _cdc_relation(st: RawStatement, fqn: str, ns: Namespace, report: Report, store: str) -> Relation | None:
-    """A stream of a postgresql store: the change events of one table (load/cdc.py)."""
-    from dsflow.load.cdc import cdc_relation, object_name
-
+def _cdc_relation(st: RawStatement, fqn: str, ns: Namespace, report: Report, store: Store) -> Relation | None:
+    """A stream of a store that gives its tables' changes: the change events of its tables (load/cdc.py)."""
+    rules = registry.facet(store.type, "rules")
     columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
     _check_duplicate_columns([c.name for c in st.columns], st, report)
-    return cdc_relation(fqn, st.kind, columns, {p.key: p.value for p in st.properties}, store,
-                        object_name(ns.project, ns.environment, fqn), st.location,
-                        lambda key: st.prop(key).location if st.prop(key) else None, report)
+    return rules.change_stream_relation(fqn, st.kind, columns, {p.key: p.value for p in st.properties}, store.name,
+                                        rules.object_name(ns.project, ns.environment, fqn), st.location,
+                                        lambda key: st.prop(key).location if st.prop(key) else None, report)
 
 
 def _checked_name(st: RawStatement, ns: Namespace, report: Report) -> str | None:
@@ -221,13 +224,14 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
               sources: list[Relation] | None = None) -> Relation | None:
     store_name = _prop(st, "store") or (inherit.store if inherit and inherit.kind != "table" else None) \
         or ns.default_store  # a stream read from a lake table goes to the default store, not the lake
-    if inherit is not None and ns.stores.get(store_name or "") and ns.stores[store_name].type == "postgresql":
+    if inherit is not None and registry.can(ns.stores.get(store_name or ""), registry.Capability.CHANGE_STREAM):
         if st.prop("store") is not None:
-            report(Diagnostic("DSF-E087", f"'{fqn}' cannot be written to the postgresql store '{store_name}'",
-                              st.prop("store").location, hint="a postgresql store is a CDC source: write the "
-                              "stream to a Kafka store ('store' = '...')"))
+            kind = ns.stores[store_name].type
+            report(Diagnostic("DSF-E087", f"'{fqn}' cannot be written to the {kind} store '{store_name}'",
+                              st.prop("store").location, hint=f"a {kind} store is a CDC source: write the "
+                              f"stream to a {_log_titles(ns)} store ('store' = '...')"))
             return None
-        store_name = ns.default_store  # a stream made from a CDC stream goes to the default (Kafka) store
+        store_name = ns.default_store  # a stream made from a CDC stream goes to the default (log) store
     if store_name is None or store_name not in ns.stores:
         loc = st.prop("store").location if st.prop("store") else st.location
         report(Diagnostic("DSF-E021", f"unknown store '{store_name}' for '{fqn}'", loc,
@@ -235,9 +239,9 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
         return None
     value_format = _prop(st, "value.format") or (inherit.value_format if inherit else "json")
     key_format = _prop(st, "key.format") or (inherit.key_format if inherit else None)
-    from dsflow.load.sizing import kinesis_format_ok
+    from dsflow.load.sizing import check_log_format
 
-    if not kinesis_format_ok(st, fqn, ns.stores[store_name], value_format, report):
+    if not check_log_format(st, fqn, ns.stores[store_name], value_format, report):
         return None
     if not check_formats(fqn, value_format, key_format, columns, ns.stores[store_name],
                          lambda key: st.prop(key).location if st.prop(key) else st.location, report):
@@ -267,10 +271,19 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
                     topic_gaps=gaps.lower() if gaps else None, inferred_size=inferred)
 
 
+def _log_titles(ns: Namespace) -> str:
+    """The kind of log store a stream goes to, for a hint: the default store's, else every log kind's."""
+    default = registry.kind(getattr(ns.stores.get(ns.default_store or ""), "type", ""))
+    if default is not None and default.can(registry.Capability.LOGS):
+        return default.title
+    return registry.listing([registry.kind(t).title for t in registry.kinds_that(registry.Capability.LOGS)])
+
+
 def _inferred_size(st: RawStatement, store) -> tuple[str, ...]:
     """Which of its sizes a query's relation takes from its source rather than its WITH clause."""
-    declared = {"partitions": "topic.shards" if store.type == "kinesis" else "topic.partitions",
-                "replicas": "topic.replicas"}
+    from dsflow.load.sizing import partitions_key
+
+    declared = {"partitions": partitions_key(store), "replicas": "topic.replicas"}
     return tuple(name for name, key in declared.items() if st.prop(key) is None)
 
 
@@ -332,11 +345,11 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     first = ns.relations[analysed.sources[0].relation]
     table_store = ns.stores.get(_prop(st, "store") or ns.default_store or "")
     if st.kind == "table" and analysed.aggregated and first.kind == "changelog" \
-            and getattr(table_store, "type", None) not in MERGING_TABLE_STORES:
+            and not registry.can(table_store, registry.Capability.MERGE):
+        what, where = _merging_sinks()
         report(Diagnostic("DSF-E157", f"'{fqn}' aggregates the changelog '{first.fqn}', whose groups are updated and "
-                          "deleted: only a Delta or Snowflake table sink deletes them", st.location,
-                          hint="write the table into a Delta (filesystem, s3, databricks) or Snowflake store, or "
-                               "aggregate into a CHANGELOG or a MATERIALIZED VIEW"))
+                          f"deleted: only {what} deletes them", st.location,
+                          hint=f"write the table into {where}, or aggregate into a CHANGELOG or a MATERIALIZED VIEW"))
         return None
     if st.kind == "table" and analysed.aggregated and not analysed.group_keys:
         from dsflow.load.aggregates import global_aggregate_into_table
@@ -454,8 +467,8 @@ def _insertable(target: str, sink: Relation, st: RawStatement, ns: Namespace, re
     """INSERT INTO writes to a stream or changelog of a topic: not a view, a table or a CDC stream."""
     store = ns.stores.get(sink.store)
     what = {"materialized_view": "a materialized view", "table": "a table"}.get(sink.kind)
-    if what is None and store is not None and store.type == "postgresql":
-        what = "a CDC stream (its events come from PostgreSQL)"
+    if what is None and registry.can(store, registry.Capability.CHANGE_STREAM):
+        what = f"a CDC stream (its events come from {registry.kind(store.type).title})"
     if what is None:
         return True
     report(Diagnostic("DSF-E145", f"INSERT INTO '{target}': it is {what}, which only its own query writes",
@@ -483,7 +496,8 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  (sink.primary_key if analysed.changelog_join else ()),
                  window=analysed.window,
                  join_within=analysed.join_within, watermark_delay=_watermark_delay(st, report),
-                 delivery_guarantee=delivery_guarantee(st, sink, report),
+                 delivery_guarantee=delivery_guarantee(st, sink, report,
+                                                       getattr(ns.stores.get(sink.store), "type", None)),
                  dlq_topic=ns.topic_prefix + _prop(st, "dlq.topic") if _prop(st, "dlq.topic") else None,
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
                  changelog_join=analysed.changelog_join,
@@ -491,7 +505,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
 
 
 def _partition_by(st: RawStatement, sink: Relation, analysed: Analysed, report: Report) -> tuple[str, ...]:
-    """`... PARTITION BY col[, col]`: the output columns making a stream sink's Kafka key (DSF-E134)."""
+    """`... PARTITION BY col[, col]`: the output columns making a stream sink's record key (DSF-E134)."""
     found = st.extra.get("partition_by") or ()
     if not found:
         return ()
@@ -521,14 +535,20 @@ def _deletes(sources: tuple[Source, ...], sink: Relation, analysed: Analysed, ns
         return "emit"  # a change stream made a changelog: an op 'd' is a delete of its key
     if len(sources) != 1 or analysed.aggregated or ns.relations[sources[0].relation].kind != "changelog":
         return "none"
-    store_type = getattr(ns.stores.get(sink.store or ""), "type", None)
-    if sink.kind == "table" and sink.primary_key and store_type in MERGING_TABLE_STORES:
-        return "emit"  # Delta and Snowflake tables delete the key (adapters/tables)
+    if sink.kind == "table" and sink.primary_key and registry.can(ns.stores.get(sink.store or ""),
+                                                                   registry.Capability.MERGE):
+        return "emit"  # a merging table deletes the key (MERGE ... WHEN MATCHED THEN DELETE)
     return "emit" if sink.kind in ("changelog", "materialized_view") else "drop"
 
 
-MERGING_TABLE_STORES = {"s3", "filesystem", "databricks", "snowflake"}
-"""Stores whose tables (Delta, Snowflake) a changelog's deletes reach: MERGE ... WHEN MATCHED THEN DELETE."""
+def _merging_sinks() -> tuple[str, str]:
+    """(what a table sink that deletes a changelog's keys is, where to write one), for DSF-E157: the words of
+    the rules of the store kinds with Capability.MERGE."""
+    merging = registry.kinds_that(registry.Capability.MERGE)
+    named = [n for n in dict.fromkeys(rule(t, "merging_sinks") for t in merging) if n]
+    if not named:
+        return "a merging table sink", f"a {registry.listing(merging)} store"
+    return " or ".join(n[0] for n in named), " or ".join(n[1] for n in named)
 
 
 EVENT_TIME_TYPES = {"BIGINT", "INT", "TIMESTAMP", "TIMESTAMPTZ"}

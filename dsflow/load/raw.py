@@ -46,8 +46,8 @@ class RawDefaults(Raw):
     database: ObjectName = Field("default", description="database for unqualified relation names")
     schema_: ObjectName = Field("public", alias="schema", description="schema for unqualified relation names")
     store: str | None = Field(None, description="store for relations that name none")
-    view_store: str | None = Field(None, description="postgresql store for materialized views that name none; "
-                                                     "unset: SQLite")
+    view_store: str | None = Field(None, description="store (one that holds views) for materialized views that "
+                                                     "name none; unset: SQLite")
 
 
 _BACKEND_KEYS = {"local": set(), "s3": {"bucket", "prefix", "endpoint_url", "region"}, "postgres": {"dsn", "table"}}
@@ -133,10 +133,10 @@ class RawStore(Raw):
 
     name: str
     type: StoreType
-    bootstrap_servers: str | None = Field(None, description="kafka: host:port[,host:port] (required)")
+    bootstrap_servers: str | None = Field(None, description="a broker's host:port[,host:port] (required by its kind)")
     properties: dict[str, str | int | float | bool] = Field(default_factory=dict)
     description: str = ""
-    schema_registry: str | None = Field(None, description="kafka: name of a schema registry (schema_registries)")
+    schema_registry: str | None = Field(None, description="name of a schema registry (schema_registries)")
     owner: AccessName | None = Field(None, description="the role owning the store (default: sysadmin)")
 
 

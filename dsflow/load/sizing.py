@@ -1,85 +1,67 @@
-"""How big a relation's topic is: Kafka partitions and replicas, or Kinesis shards.
+"""How big a relation's log is (a topic's partitions and replicas, a stream's shards): its store kind's rule.
 
-A declared stream says it (defaults: 1). A stream made by a query infers it from its sources:
-
-- into a Kafka store: 'topic.partitions' and 'topic.replicas' come from the left-most source when that
-  source is a Kafka topic; when it is a Kinesis stream both are required (DSF-E111);
-- into a Kinesis store: 'topic.shards' comes from the left-most Kinesis source; with none it is
-  required (DSF-E112).
-
-'topic.shards' on a Kafka store, or partitions, replicas and Kafka topic configs on a Kinesis store,
-are errors (DSF-E110).
+A declared stream says it (defaults: 1). A stream made by a query infers it from its sources. The store kind's
+rules (core/stores.py, the `rules` facet) say how: `log_size` returns (partitions, replicas), `sizing_keys` are
+the WITH properties that size its logs and `config_prefix` the prefix of its log configs; a sizing property of
+another kind is an error (DSF-E110). A kind without `log_size` takes 'topic.partitions' and 'topic.replicas'
+as declared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from dsflow.core import stores as registry
 from dsflow.core.model import Relation, Store
 from dsflow.errors import Diagnostic
+from dsflow.load.rules import rule
 from dsflow.load.statements import RawStatement
 
 Report = Callable[[Diagnostic], None]
-KAFKA_ONLY = ("topic.partitions", "topic.replicas")
-KINESIS_ONLY = ("topic.shards",)
 
 
 def topic_size(st: RawStatement, fqn: str, store: Store, sources: list[Relation], stores: dict[str, Store],
                report: Report) -> tuple[int, int]:
     """(partitions or shards, replicas) of the relation `st` declares or creates in `store`."""
-    if store.type == "kinesis":
-        _foreign(st, store, [p.key for p in st.properties if p.key in KAFKA_ONLY or p.key.startswith("kafka.topic.")],
-                 "'topic.shards' sizes a Kinesis stream; partitions, replicas and topic configs are Kafka's", report)
-        return _shards(st, fqn, sources, stores, report), 1
-    _foreign(st, store, [p.key for p in st.properties if p.key in KINESIS_ONLY],
-             "a Kafka topic is sized by 'topic.partitions' and 'topic.replicas'", report)
-    first = sources[0] if sources else None
-    first_store = stores.get(first.store) if first is not None else None
-    if first is not None and first_store is not None and first_store.type == "kinesis":
-        missing = [k for k in KAFKA_ONLY if st.prop(k) is None]
-        if missing:
-            report(Diagnostic("DSF-E111", f"'{fqn}' goes to the Kafka store '{store.name}' from the Kinesis stream "
-                              f"'{first.fqn}', so {' and '.join(repr(k) for k in missing)} cannot be inferred",
-                              st.location, hint="add 'topic.partitions' = N, 'topic.replicas' = N to its WITH clause "
-                                                "(they are inferred only from a Kafka source)"))
-        return (_int(st, "topic.partitions", 1, report), _int(st, "topic.replicas", 1, report))
-    inherit = first if first is not None and first_store is not None and first_store.type == "kafka" else None
-    return (_int(st, "topic.partitions", inherit.partitions if inherit else 1, report),
-            _int(st, "topic.replicas", inherit.replicas if inherit else 1, report))
+    size = rule(store.type, "log_size")
+    if size is not None:
+        return size(st, fqn, store, sources, stores, report)
+    return size_property(st, "topic.partitions", 1, report), size_property(st, "topic.replicas", 1, report)
 
 
-def kinesis_format_ok(st: RawStatement, fqn: str, store: Store, value_format: str, report: Report) -> bool:
-    """Every value format fits a Kinesis stream; a declared binary 'key.format' does not (partition keys are
-    text): DSF-E114."""
-    prop = st.prop("key.format")
-    key_format = str(prop.value).lower() if prop is not None else None
-    if store.type != "kinesis" or key_format in (None, "json", "string"):
-        return True
-    report(Diagnostic("DSF-E114", f"key.format '{key_format}' is not available on the Kinesis stream '{fqn}': "
-                      "partition keys are text", prop.location or st.location,
-                      hint="remove 'key.format' (or use 'string'): a Kinesis partition key is a Unicode string"))
-    return False
+def check_log_format(st: RawStatement, fqn: str, store: Store, value_format: str, report: Report) -> bool:
+    """Whether the formats `st` declares fit the store's logs (the kind's `check_formats` rule; none: they do)."""
+    check = rule(store.type, "check_formats")
+    return check is None or check(st, fqn, store, value_format, report)
 
 
-def _shards(st: RawStatement, fqn: str, sources: list[Relation], stores: dict[str, Store], report: Report) -> int:
-    if st.prop("topic.shards") is not None or not sources:
-        return _int(st, "topic.shards", 1, report)
-    kinesis = next((r for r in sources if getattr(stores.get(r.store), "type", "") == "kinesis"), None)
-    if kinesis is None:
-        report(Diagnostic("DSF-E112", f"'{fqn}' goes to a Kinesis stream but reads no Kinesis stream, so "
-                          "'topic.shards' cannot be inferred", st.location,
-                          hint="add 'topic.shards' = N to its WITH clause"))
-        return 1
-    return kinesis.partitions
+def partitions_key(store: Store) -> str:
+    """The WITH property that sets the number of partitions (shards) of a log in `store`."""
+    return rule(store.type, "partitions_key") or "topic.partitions"
 
 
-def _foreign(st: RawStatement, store: Store, keys: list[str], why: str, report: Report) -> None:
-    for key in keys:
+def foreign_keys(st: RawStatement, store: Store) -> list[str]:
+    """The sizing properties `st` declares that size the logs of another store kind, not the store's."""
+    own = rule(store.type, "sizing_keys") or ()
+    own_prefix = rule(store.type, "config_prefix")
+    keys, prefixes = set(), set()
+    for type_ in registry.kinds_that(registry.Capability.LOGS):
+        keys |= set(rule(type_, "sizing_keys") or ()) - set(own)
+        prefix = rule(type_, "config_prefix")
+        if prefix and prefix != own_prefix:
+            prefixes.add(prefix)
+    return [p.key for p in st.properties if p.key in keys or any(p.key.startswith(x) for x in prefixes)]
+
+
+def report_foreign(st: RawStatement, store: Store, why: str, report: Report) -> None:
+    """DSF-E110 for each sizing property of another store kind."""
+    for key in foreign_keys(st, store):
         report(Diagnostic("DSF-E110", f"'{key}' does not apply to the {store.type} store '{store.name}'",
                           st.prop(key).location, hint=f"remove it: {why}"))
 
 
-def _int(st: RawStatement, key: str, default: int, report: Report) -> int:
+def size_property(st: RawStatement, key: str, default: int, report: Report) -> int:
+    """A positive integer sizing property (DSF-E032 otherwise), `default` when not declared."""
     prop = st.prop(key)
     if prop is None:
         return default

@@ -8,7 +8,7 @@ Options: stream (required); starting.position earliest (default) | latest; start
 max.records.per.batch; kinesis.<setting> the store's settings (client.py).
 
 Rows: key (the partition key), value (the data as UTF-8), stream, shard, sequence, timestamp (the
-approximate arrival time): the same key/value/timestamp columns as `dsflow_kafka`. Value formats
+approximate arrival time): the same key/value/timestamp columns as every log's data source. Value formats
 (decoding.py, with dsflow/formats/): value.format json (default) | avro | protobuf | string | long |
 int | double | bytes, value.columns JSON [[name, SQL type], ...], schema.registry.* (avro, protobuf).
 Every format but json replaces `value` by a struct column `__value` of the columns. A record that does not
@@ -29,9 +29,9 @@ instead of reading them twice. A batch planned again after a restart (its record
 memory) is read from Kinesis between the same sequence numbers, so it holds the same records.
 
 Writing takes `value` (and optional `key`, the partition key; without one, a hash of the value; for a
-value.format other than json, `value` is a struct serialized like the Kafka sink's: value.schema,
+value.format other than json, `value` is a struct serialized like any log sink's: value.schema,
 value.subject, schema.registry.*) and sends PutRecords batches of up to 500 records, retrying throttled or failed records with backoff
-(at-least-once, like the Kafka sink).
+(at-least-once, like the other log sinks).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
     undecodable      the error that stops a query whose record does not decode and that has no 'dlq.topic'
 
 Kinesis records have no headers, so a dead letter is a JSON envelope (see DeadLetterStream). An empty
-record (no data) is a tombstone: a record whose columns are all null, as a Kafka record without a value.
+record (no data) is a tombstone: a record whose columns are all null, as a log record without a value.
 """
 
 from __future__ import annotations

@@ -15,13 +15,6 @@ MARK = "kinesis_stream"
 """The output key that marks a deployed relation as a Kinesis stream."""
 
 
-def is_kinesis(ctx, data: dict[str, Any] | None, outputs: dict[str, Any] | None = None) -> bool:
-    if (outputs or {}).get(MARK):
-        return True
-    store = ctx.project.store((data or {}).get("store") or "") if ctx is not None else None
-    return store is not None and store.type == "kinesis"
-
-
 def _settings(project, name: str) -> dict[str, str]:
     from dsflow.errors import DsflowError
 

@@ -31,6 +31,18 @@ class KinesisObjects:
         stream = outputs.get("topic") or data.get("topic")
         return count_records(dict(store.properties), stream, since) if stream else None
 
+    def executor(self, data: Mapping[str, Any], outputs: Mapping[str, Any], store_type: str | None) -> Any:
+        """A relation's Kinesis stream: one recorded as such, or any relation of a kinesis store."""
+        from dsflow.adapters.kinesis.executor import MARK, StreamExecutor
+
+        return StreamExecutor() if outputs.get(MARK) or store_type == "kinesis" else None
+
+    def observe(self, project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
+        """Refresh of a deployed stream (recorded as one); None for anything else."""
+        from dsflow.adapters.kinesis.executor import MARK, observe
+
+        return observe(project, deployed) if deployed.outputs.get(MARK) else None
+
 
 def count_records(settings: Mapping[str, str], stream: str, since: str | None = None) -> int | None:
     """Records the stream holds (those that arrived at or after epoch ms `since` when given), read shard by shard

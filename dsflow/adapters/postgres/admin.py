@@ -16,10 +16,24 @@ from dsflow.errors import DsflowError
 CONN_KEYS = ("dsn", "host", "port", "user", "username", "password", "database", "dbname", "sslmode")
 
 
+def store_dsn(store) -> tuple[str, dict[str, str]]:
+    """A libpq DSN and keyword overrides from a postgresql store, whatever shape its settings take."""
+    props = dict(getattr(store, "properties", {}) or {})
+    dsn = getattr(store, "dsn", None) or props.get("dsn") or ""
+    dsn = dsn.get_secret_value() if hasattr(dsn, "get_secret_value") else dsn
+    keywords = {}
+    for key, target in (("host", "host"), ("port", "port"), ("user", "user"), ("username", "user"),
+                        ("password", "password"), ("database", "dbname"), ("dbname", "dbname"),
+                        ("sslmode", "sslmode")):
+        value = getattr(store, key, None) or props.get(key)
+        if value:
+            keywords[target] = str(value.get_secret_value() if hasattr(value, "get_secret_value") else value)
+    return dsn, keywords
+
+
 def connect_kwargs(settings: dict[str, str], database: str | None = None) -> tuple[str, dict[str, str]]:
     """A libpq DSN and keywords from a postgresql store's settings, for `database` if given."""
     from dsflow.adapters.postgres.values import SESSION_OPTIONS
-    from dsflow.adapters.tables.postgres import store_dsn
 
     dsn, keywords = store_dsn(SimpleNamespace(properties={k: v for k, v in settings.items() if k in CONN_KEYS}))
     if database:

@@ -63,3 +63,80 @@ def observe(project, deployed):
     if missing:
         return Observation(address=deployed.address, healthy=False, detail=missing)
     return Observation(address=deployed.address, healthy=True, detail="slot and publication exist")
+
+
+class ViewTableExecutor:
+    """A materialized view's snapshot table kept in a postgresql store (adapters/postgres/views.py); deleting it
+    drops the table only if dsflow created it."""
+
+    def create(self, ctx, change) -> dict[str, Any]:
+        from dsflow.adapters.postgres.views import create_view_table
+
+        return create_view_table(ctx, ctx.project.relation(Address.parse(change.address).name))
+
+    def update(self, ctx, change, deployed) -> dict[str, Any]:
+        """Renamed in place after a move, then ensured; the columns the change adds added (rows kept, NULL)."""
+        from dsflow.adapters.postgres import mv
+        from dsflow.adapters.postgres.views import rename_view_table, store_settings
+        from dsflow.adapters.tables import added_columns
+
+        if change.moved_from is not None and deployed.data.get("store"):
+            rename_view_table(ctx.project, deployed, ctx.project.relation(Address.parse(change.address).name))
+        outputs = self.create(ctx, change)
+        added = added_columns(change.before, change.after)
+        if added:
+            settings = store_settings(ctx.project, outputs["store"])
+            mv.add_columns(settings, outputs.get("database"), outputs["schema"], outputs["table"], added)
+        outputs["created_by_dsflow"] = outputs["created_by_dsflow"] or deployed.outputs.get("created_by_dsflow", False)
+        return outputs
+
+    def delete(self, ctx, deployed) -> None:
+        from dsflow.adapters.postgres.views import drop_view_table
+
+        return drop_view_table(ctx.project, deployed)
+
+
+class GrantExecutor:
+    """A grant: SELECT (or ALL) on a view kept in a postgresql store is pushed down as a PostgreSQL GRANT
+    (adapters/postgres/grants.py); every other grant is recorded only."""
+
+    def create(self, ctx, change) -> dict[str, Any]:
+        from dsflow.adapters.postgres import grants
+
+        if grants.target(ctx.project, change.after) is None:
+            return {}
+        return grants.apply_grant(ctx, change.address, change.after)
+
+    def update(self, ctx, change, deployed) -> dict[str, Any]:
+        outputs = self.create(ctx, change)
+        return outputs if outputs else dict(deployed.outputs)
+
+    def delete(self, ctx, deployed) -> None:
+        from dsflow.adapters.postgres import grants
+
+        if deployed.outputs.get(grants.KEY):
+            grants.revoke_grant(ctx.project, deployed.outputs)
+
+
+class RoleExecutor:
+    """A role: where grants are pushed down to PostgreSQL, its mapped role's memberships follow its `inherits`."""
+
+    def create(self, ctx, change, recorded: tuple[str, ...] = ()) -> dict[str, Any]:
+        from dsflow.adapters.postgres import grants
+
+        stores = sorted(set(grants.pushed_stores(ctx.project)) | set(recorded))
+        done = grants.sync_role(ctx.project, Address.parse(change.address).name, stores) if stores else []
+        return {"postgresql_stores": done} if done else {}
+
+    def update(self, ctx, change, deployed) -> dict[str, Any]:
+        return self.create(ctx, change, tuple(deployed.outputs.get("postgresql_stores") or ()))
+
+    def replace(self, ctx, change, deployed) -> dict[str, Any]:
+        return self.update(ctx, change, deployed)
+
+    def delete(self, ctx, deployed) -> None:
+        from dsflow.adapters.postgres import grants
+
+        stores = set(grants.view_stores(ctx.project)) | set(deployed.outputs.get("postgresql_stores") or ())
+        if stores:
+            grants.drop_role(ctx.project, Address.parse(deployed.address).name, sorted(stores))

@@ -1,14 +1,14 @@
-"""A PostgreSQL change stream read as a changelog (CREATE CHANGELOG t (PRIMARY KEY (id)) AS SELECT ... FROM cdc).
+"""A table's change stream read as a changelog (CREATE CHANGELOG t (PRIMARY KEY (id)) AS SELECT ... FROM cdc).
 
 Each change event becomes the changelog row of its key, in commit order (one partition; `explode` keeps the
 order): an insert, update or snapshot read (op c, u, r) is an upsert of the key with its `after` image; a delete
-(op d) is a delete of the key, its `after` replaced by its `before` image so the key columns are there (with
-PostgreSQL's default replica identity `before` holds the key columns only; that is enough). An update that
+(op d) is a delete of the key, its `after` replaced by its `before` image so the key columns are there (with a
+table's default replica identity `before` holds the key columns only; that is enough). An update that
 changes the primary key is two rows: a delete of the old key (`before`), then an upsert of the new one.
 
 The record key (`__key`) is rebuilt from the image's key fields the way a changelog sink builds it from its
 key columns (frames.sink_frame): one column as text, several a JSON object named by the output columns.
-The reader (adapters/postgres/changes.py) checks that those fields are the table's primary key (DSF-E182).
+The store's change reader checks that those fields are the table's primary key (DSF-E182).
 """
 
 from __future__ import annotations

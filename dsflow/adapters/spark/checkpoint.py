@@ -25,5 +25,5 @@ def committed_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
 
 
 def _offset(value: object) -> int | str:
-    """A Kafka offset (a number), or another source's position kept as text (Kinesis: 'after:<sequence>')."""
+    """An offset (a number), or a source's position kept as text (a shard's 'after:<sequence>')."""
     return int(value) if isinstance(value, int) or str(value).isdigit() else str(value)

@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dsflow.adapters.spark.frames import sink_format_options, source_format_options
-from dsflow.adapters.spark.frames import sink_frame, source_view, start_kafka_updates, start_view
+from dsflow.adapters.spark.facets import for_kind
+from dsflow.adapters.spark.frames import gap_log_path, source_view
 from dsflow.adapters.spark.lag import LagProbe
 from dsflow.adapters.spark.retract import retracted_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
-from dsflow.adapters.tables import FORMATS
 from dsflow.core.secrets import register, registered, scrub
 from dsflow.errors import DsflowError
 
@@ -35,58 +34,23 @@ ASYNC_CHECKPOINT = {
 }
 """Spark's async progress tracking (`runtime.async_checkpoint`, off by default): a micro-batch's offset and commit
 log entries are written on a background thread while the next batch runs, instead of two synchronous file writes
-per batch. Spark lets only its own Kafka sink use it, because a sink must tolerate replays: dsflow's sink is
-at-least-once like Spark's, so dsflow passes Spark's sink-check override. An interval of 0 keeps an entry for every
-batch, so offsets read from the checkpoint stay exact and turning it off is safe. Since checkpoint files are
-written through Hadoop's FileSystem API (session.py) the two writes take ~45 ms, and on 2 cores the background
-writer made each batch's addBatch ~50 ms longer and records ~40 ms later (docs/benchmarks.md, "Seventh pass")."""
+per batch. Spark lets only its own log sink use it, because a sink must tolerate replays: a sink whose facet says
+`async_checkpoint` is at-least-once like Spark's, so dsflow passes Spark's sink-check override. An interval of 0
+keeps an entry for every batch, so offsets read from the checkpoint stay exact and turning it off is safe. Since
+checkpoint files are written through Hadoop's FileSystem API (session.py) the two writes take ~45 ms, and on 2 cores
+the background writer made each batch's addBatch ~50 ms longer and records ~40 ms later (docs/benchmarks.md,
+"Seventh pass")."""
 STOP_GRACE_SECONDS = 30.0
 
 
-def _lake_stream(spark, source) -> Any:
-    """A Delta or Iceberg table's appended rows (the `dsflow_delta` / `dsflow_iceberg` readers in
-    adapters/tables/reading.py and adapters/iceberg/reading.py): their options, store settings and start offsets."""
-    from dsflow.adapters.tables.reading import STORE_PREFIX
-
-    reader = spark.readStream.format(f"dsflow_{source.kind}").option("starting.position", source.starting_position)
-    for key, value in source.options.items():
-        reader = reader.option(key, value)
-    for key, value in source.client_config.items():
-        reader = reader.option(STORE_PREFIX + key, value)
-    if source.starting_offsets:
-        reader = reader.option("starting.offsets", json.dumps(source.starting_offsets))
-    return reader.load()
-
-
 def build_dataframe(spark, spec: QuerySpec):
-    """The streaming DataFrame the sink writes: (key, value) rows for Kafka, the SELECT's columns otherwise."""
+    """The streaming DataFrame the sink writes: each source read by its store's facet into its view, the SELECT
+    over them, then the rows the sink's facet writes ((key, value) for a log, the SELECT's columns otherwise)."""
     for source in spec.sources:
-        if source.kind == "kinesis":
-            from dsflow.adapters.kinesis.reading import kinesis_stream
-
-            source_view(kinesis_stream(spark, source, spec.name), source).createOrReplaceTempView(source.view)
-            continue
-        if source.kind in ("delta", "iceberg"):
-            source_view(_lake_stream(spark, source), source).createOrReplaceTempView(source.view)
-            continue
-        if source.kind == "postgres_cdc":
-            from dsflow.adapters.postgres.reading import cdc_stream
-
-            source_view(cdc_stream(spark, spec, source), source).createOrReplaceTempView(source.view)
-            continue
-        raw = (spark.readStream.format("dsflow_kafka")
-               .option("bootstrap.servers", source.client_config["bootstrap.servers"])
-               .option("topic", source.topic)
-               .option("starting.position", source.starting_position))
-        if source.starting_offsets:
-            raw = raw.option("starting.offsets", json.dumps(source.starting_offsets))
-        if source.starting_timestamp is not None:
-            raw = raw.option("starting.timestamp", str(source.starting_timestamp))
-        for key, value in source.client_config.items():
-            if key != "bootstrap.servers":
-                raw = raw.option(f"kafka.{key}", value)
-        raw = raw.options(**source_format_options(source, spec.name), **gap_options(spec, source))
-        source_view(raw.load(), source).createOrReplaceTempView(source.view)
+        facet = for_kind(source.kind)
+        if facet is None:
+            raise ValueError(f"no store reads sources of kind {source.kind!r}")
+        source_view(facet.stream(spark, spec, source), source).createOrReplaceTempView(source.view)
     if spec.temporal is not None:
         from dsflow.adapters.spark.temporal import joined_view
 
@@ -99,20 +63,8 @@ def build_dataframe(spark, spec: QuerySpec):
     if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
         retracted_view(spark, spec.retract, result)
         result = spark.sql(spec.retract.post_sql)
-    if spec.sink.kind not in ("kafka", "kinesis"):
-        return result
-    return sink_frame(result, spec.sink)
-
-
-def gap_log_path(spec: QuerySpec) -> Path:
-    """Where the query's read tasks append the gaps they counted (beside its status file)."""
-    return Path(spec.status_path).with_name("gaps.jsonl")
-
-
-def gap_options(spec: QuerySpec, source) -> dict[str, str]:
-    """What the source's reads do with offsets the broker holds no record for (SourceSpec.gaps), and where
-    they count them."""
-    return {"gaps": source.gaps, "gap.log": str(gap_log_path(spec))}
+    sink = for_kind(spec.sink.kind)
+    return result if sink is None else sink.sink_rows(result, spec.sink)
 
 
 def counted_gaps(spec: QuerySpec) -> int:
@@ -128,30 +80,11 @@ def start_query(spark, spec: QuerySpec, available_now: bool = False):
     """Start the query; `available_now` processes what is there now and stops (tests, one-off runs)."""
     frame = build_dataframe(spark, spec)
     trigger = {"availableNow": True} if available_now else {"processingTime": spec.trigger_interval}
-    if spec.sink.kind in ("sqlite", "postgres"):
-        return start_view(spec, frame, trigger)
-    if spec.sink.kind in FORMATS:  # a table format (adapters/tables)
-        from dsflow.adapters.spark.tables import start_table
-
-        return start_table(spec, frame, trigger)
-    if spec.sink.kind == "kinesis":
-        from dsflow.adapters.kinesis.reading import start_kinesis
-
-        return start_kinesis(spec, frame, trigger)
-    if spec.sink.output_mode == "update":
-        return start_kafka_updates(spec, frame, trigger)
-    writer = (frame.writeStream.format("dsflow_kafka")
-              .option("bootstrap.servers", spec.sink.client_config["bootstrap.servers"])
-              .option("topic", spec.sink.topic)
-              .option("checkpointLocation", spec.checkpoint)
-              .queryName(spec.name.replace(".", "_"))
-              .trigger(**trigger))
-    for key, value in spec.sink.client_config.items():
-        if key != "bootstrap.servers":
-            writer = writer.option(f"kafka.{key}", value)
-    if spec.async_checkpoint and not available_now:
-        writer = writer.options(**ASYNC_CHECKPOINT)
-    return writer.options(**sink_format_options(spec.sink)).start()
+    facet = for_kind(spec.sink.kind)
+    if facet is None:
+        raise ValueError(f"no store writes sinks of kind {spec.sink.kind!r}")
+    options = ASYNC_CHECKPOINT if spec.async_checkpoint and not available_now else {}
+    return facet.start(spec, frame, trigger, dict(options))
 
 
 def write_status(path: str, status: dict[str, Any]) -> None:

@@ -2,21 +2,24 @@
 
     source_view   the parsed records of one source, with __ts (event time, watermarked) and __window
                   when the query needs them
-    sink_frame    (key, value) rows for Kafka: the key is the source key carried through, or built
-                  from the sink's key columns (one column as text, several as a JSON object)
-    start_view    a materialized view: foreachBatch into SQLite or PostgreSQL, one transaction per micro-batch
+    sink_frame    (key, value) rows for a log (a topic, a stream): the key is the source key carried through,
+                  or built from the sink's key columns (one column as text, several as a JSON object)
+    start_view    a materialized view: foreachBatch into its table, one transaction per micro-batch
+
+Which store a source or sink is in is asked of its `spark` facet (facets.py); nothing here names a store.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
+from dsflow.adapters.spark.facets import for_kind
+from dsflow.adapters.spark.spec import RECORD_TIMESTAMP, QuerySpec, SinkSpec, SourceSpec
 
 KEY = "__key"
-PG_DB, PG_SCHEMA = "postgresql.db.name", "postgresql.schema.name"
-KAFKA_TIMESTAMP = "__kafka_ts"
 DELETED = "__deleted"
 OFFSET = "__offset"
 KEEP = "__keep"
@@ -30,20 +33,20 @@ def source_view(raw, source: SourceSpec):
     value, deleted = _value_columns(source)
     cdc_key = source.options.get("key.fields")  # a change stream read as a changelog (spark/cdc.py)
     parsed = raw.select(F.col("key").alias(KEY), value.alias("__v"),
-                        F.col("timestamp").alias(KAFKA_TIMESTAMP), deleted.alias(DELETED), offset.alias(OFFSET),
+                        F.col("timestamp").alias(RECORD_TIMESTAMP), deleted.alias(DELETED), offset.alias(OFFSET),
                         *([F.col("value").alias("__raw_value")] if cdc_key else []))
     if cdc_key:
         from dsflow.adapters.spark.cdc import changelog_rows
 
         parsed = changelog_rows(parsed, json.loads(cdc_key))
-    view = parsed.select(KEY, "__v.*", KAFKA_TIMESTAMP, DELETED, OFFSET)
+    view = parsed.select(KEY, "__v.*", RECORD_TIMESTAMP, DELETED, OFFSET)
     if source.changelog_key:
         view = _key_columns(view, source.changelog_key)
     elif not cdc_key:
         view = view.drop(DELETED, OFFSET)
     if source.event_time is None:
-        return view.drop(KAFKA_TIMESTAMP)
-    view = view.withColumn("__ts", F.coalesce(F.expr(source.event_time), F.col(KAFKA_TIMESTAMP)))
+        return view.drop(RECORD_TIMESTAMP)
+    view = view.withColumn("__ts", F.coalesce(F.expr(source.event_time), F.col(RECORD_TIMESTAMP)))
     if source.watermark_delay:
         view = view.withWatermark("__ts", source.watermark_delay)
     if source.window:
@@ -59,9 +62,9 @@ def _value_columns(source: SourceSpec):
     from pyspark.sql import functions as F
 
     from dsflow.formats.arrow import VALUE_COLUMN
-    from dsflow.formats.decoding import BOTH, STRUCT, value_layout
+    from dsflow.formats.decoding import BOTH, STRUCT
 
-    layout = value_layout(source.value_format, source.value_columns, source.dlq_topic, source.kind)
+    layout = for_kind(source.kind).value_layout(source)
     if layout == STRUCT:  # decoded by the reader
         return F.col(VALUE_COLUMN), F.col(VALUE_COLUMN).isNull()
     text = F.from_json("value", source.schema_ddl)
@@ -98,7 +101,7 @@ def split_deletes(rows: list[tuple], columns: list[str], key: list[str]) -> tupl
 
 
 def sink_frame(result, sink: SinkSpec):
-    """(key, value) rows for a Kafka sink; a row whose __keep is false becomes a tombstone (null value)."""
+    """(key, value) rows for a log sink; a row whose __keep is false becomes a tombstone (null value)."""
     from pyspark.sql import functions as F
 
     value = F.struct(*[F.col(f"`{c}`") for c in sink.columns])
@@ -115,9 +118,9 @@ def sink_frame(result, sink: SinkSpec):
     return result.select(key.alias("key"), value.alias("value"))
 
 
-def view_writer(spec: QuerySpec):
-    """The foreachBatch function writing micro-batches into a view's SQLite or PostgreSQL table
-    (exactly-once per batch: each store keeps a ledger of applied batch ids)."""
+def view_writer(spec: QuerySpec, views: Any):
+    """The foreachBatch function writing micro-batches into a view's table through `views` (the sink's facet:
+    `write_batch`; exactly-once per batch: each store keeps a ledger of applied batch ids)."""
     sink = spec.sink
     checkpoint = spec.checkpoint
 
@@ -130,35 +133,17 @@ def view_writer(spec: QuerySpec):
             rows, deletes = split_deletes(list(rows), sink.columns, sink.key_columns)
         # an aggregate without GROUP BY (no key): its one row replaces the view's
         replace = {"replace": True} if sink.output_mode == "update" and not sink.key_columns else {}
-        if sink.kind == "postgres":
-            from dsflow.adapters.postgres import mv as pg
-
-            pg.write_batch(sink.client_config, sink.options.get(PG_DB), sink.options[PG_SCHEMA], sink.topic,
-                           sink.columns, sink.key_columns, list(rows), checkpoint, batch_id,
-                           **({"deletes": deletes} if deletes else {}), **replace)
-            return
-        from dsflow.adapters.sqlite import mv
-
-        mv.write_batch(sink.database, sink.topic, sink.columns, sink.key_columns, list(rows), checkpoint, batch_id,
-                       deletes=deletes, **replace)
+        views.write_batch(sink, list(rows), deletes, replace, checkpoint, batch_id)
 
     return write
 
 
-def start_view(spec: QuerySpec, result, trigger: dict[str, Any]):
-    """Start a query whose sink is a materialized view (its table is created if apply has not yet)."""
+def start_view(spec: QuerySpec, result, trigger: dict[str, Any], views: Any):
+    """Start a query whose sink is a materialized view (its table is created by `views.ensure_table` if apply has
+    not yet)."""
     types = {f.name: f.dataType.simpleString() for f in result.schema.fields}
-    columns = [(c, types.get(c, "string")) for c in spec.sink.columns]
-    if spec.sink.kind == "postgres":
-        from dsflow.adapters.postgres import mv as pg
-
-        pg.ensure_table(spec.sink.client_config, spec.sink.options.get(PG_DB), spec.sink.options[PG_SCHEMA],
-                        spec.sink.topic, columns, spec.sink.key_columns)
-    else:
-        from dsflow.adapters.sqlite import mv
-
-        mv.ensure_table(spec.sink.database, spec.sink.topic, columns, spec.sink.key_columns)
-    writer = (result.writeStream.foreachBatch(view_writer(spec))
+    views.ensure_table(spec.sink, [(c, types.get(c, "string")) for c in spec.sink.columns])
+    writer = (result.writeStream.foreachBatch(view_writer(spec, views))
               .outputMode(spec.sink.output_mode)
               .option("checkpointLocation", spec.checkpoint)
               .queryName(spec.name.replace(".", "_"))
@@ -167,11 +152,10 @@ def start_view(spec: QuerySpec, result, trigger: dict[str, Any]):
 
 
 def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
-    """dsflow_kafka reader options for the source's value format, registry and dead-letter topic."""
-    import json
-
+    """A log reader's options for the source's value format, registry and dead-letter target."""
     options = {"value.format": source.value_format, "value.columns": json.dumps(source.value_columns),
-               **source.registry, **secret_options(source.client_config, source.registry)}
+               **source.registry, **secret_options(source.client_config, source.registry,
+                                                   for_kind(source.kind).client_option)}
     if source.dlq_topic:
         options |= {"dlq.topic": source.dlq_topic, "dlq.query": query}
     if source.key_format:
@@ -180,8 +164,9 @@ def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
 
 
 def sink_format_options(sink: SinkSpec) -> dict[str, str]:
-    """dsflow_kafka writer options for the sink's value format (avro: schema, subject, registry)."""
-    options = {"value.format": sink.value_format, **sink.registry, **secret_options(sink.client_config, sink.registry)}
+    """A log writer's options for the sink's value format (avro: schema, subject, registry)."""
+    options = {"value.format": sink.value_format, **sink.registry,
+               **secret_options(sink.client_config, sink.registry, for_kind(sink.kind).client_option)}
     if sink.value_schema:
         options["value.schema"] = sink.value_schema
     if sink.value_subject:
@@ -193,13 +178,15 @@ def sink_format_options(sink: SinkSpec) -> dict[str, str]:
     return options
 
 
-def secret_options(client_config: dict[str, str], registry: dict[str, str]) -> dict[str, str]:
-    """`secret.options`: the names of the dsflow_kafka options whose values are secrets this driver was given, so
-    the data source's tasks (other processes) scrub them from their log lines too (core/secrets.py)."""
+def secret_options(client_config: dict[str, str], registry: dict[str, str],
+                   client_option: Callable[[str], str]) -> dict[str, str]:
+    """`secret.options`: the names of the data source's options whose values are secrets this driver was given
+    (`client_option`: the option a client setting is passed as), so the data source's tasks (other processes)
+    scrub them from their log lines too (core/secrets.py)."""
     from dsflow.core.secrets import registered
 
     secrets = registered()
-    names = [k if k == "bootstrap.servers" else f"kafka.{k}" for k, v in client_config.items() if v in secrets]
+    names = [client_option(k) for k, v in client_config.items() if v in secrets]
     names += [k for k, v in registry.items() if v in secrets]
     return {SECRET_OPTIONS: ",".join(names)} if names else {}
 
@@ -207,29 +194,12 @@ def secret_options(client_config: dict[str, str], registry: dict[str, str]) -> d
 SECRET_OPTIONS = "secret.options"
 
 
-def kafka_batch_writer(spec: QuerySpec):
-    """The foreachBatch function writing an update-mode micro-batch to Kafka.
-
-    Spark's Python data source sinks take append mode only; an aggregation's updates go through
-    foreachBatch and the batch writer instead (at-least-once; the records are upserts by key).
-    """
-    sink = spec.sink
-
-    def write(batch, batch_id: int) -> None:
-        writer = (batch.write.format("dsflow_kafka").mode("append")
-                  .option("bootstrap.servers", sink.client_config["bootstrap.servers"]).option("topic", sink.topic))
-        for key, value in sink.client_config.items():
-            if key != "bootstrap.servers":
-                writer = writer.option(f"kafka.{key}", value)
-        writer.options(**sink_format_options(sink)).save()
-
-    return write
+def gap_log_path(spec: QuerySpec) -> Path:
+    """Where the query's read tasks append the gaps they counted (beside its status file)."""
+    return Path(spec.status_path).with_name("gaps.jsonl")
 
 
-def start_kafka_updates(spec: QuerySpec, frame, trigger: dict[str, Any]):
-    return (frame.writeStream.foreachBatch(kafka_batch_writer(spec))
-            .outputMode("update")
-            .option("checkpointLocation", spec.checkpoint)
-            .queryName(spec.name.replace(".", "_"))
-            .trigger(**trigger)
-            .start())
+def gap_options(spec: QuerySpec, source: SourceSpec) -> dict[str, str]:
+    """What the source's reads do with offsets the broker holds no record for (SourceSpec.gaps), and where
+    they count them."""
+    return {"gaps": source.gaps, "gap.log": str(gap_log_path(spec))}

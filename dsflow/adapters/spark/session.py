@@ -104,18 +104,9 @@ def build_session(master: str, app_name: str, conf: Mapping[str, str]):
 
 
 def register_data_sources(session) -> None:
-    from dsflow.adapters.kafka.datasource import KafkaDataSource
+    """The Python data sources of every store kind's `spark` facet (facets.py), each registered once."""
+    from dsflow.adapters.spark.facets import all_facets
 
-    session.dataSource.register(KafkaDataSource)
-    from dsflow.adapters.postgres.datasource import PostgresCdcDataSource
-
-    session.dataSource.register(PostgresCdcDataSource)
-    from dsflow.adapters.kinesis.datasource import KinesisDataSource
-
-    session.dataSource.register(KinesisDataSource)
-    from dsflow.adapters.tables.reading import DeltaDataSource
-
-    session.dataSource.register(DeltaDataSource)
-    from dsflow.adapters.iceberg.reading import IcebergDataSource
-
-    session.dataSource.register(IcebergDataSource)
+    for facet in all_facets():
+        for source in facet.data_sources():
+            session.dataSource.register(source)

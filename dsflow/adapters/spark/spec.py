@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 ENV_REF = "@env:"
 """A client setting written '@env:NAME' takes its value from the driver's environment (secrets stay off disk)."""
 
+LOG = "kafka"
+"""The kind of a source or sink whose spec names none: specs written before kinds existed read a Kafka topic."""
+RECORD_TIMESTAMP = "__kafka_ts"
+"""The source view's column of each record's own timestamp (the fallback event time). Its name is kept as first
+written: it is a column of the queries' Spark plans and of their checkpointed state."""
+
+
+def _sink_kind(value: str) -> str:
+    from dsflow.adapters.spark.facets import sink_kind
+
+    return sink_kind(value)
+
 
 class SourceSpec(BaseModel):
-    """One Kafka topic read into a temporary view."""
+    """One source (a log, a table, a change stream) read into a temporary view."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -21,18 +33,18 @@ class SourceSpec(BaseModel):
     schema_ddl: str = Field(description="Spark DDL of the JSON value, e.g. 'id BIGINT, name STRING'")
     starting_position: str = "earliest"
     starting_offsets: dict[str, int | str] | None = Field(None, description="carried from a previous version "
-                                                          "(Kafka: offsets; Kinesis: shard positions)")
+                                                          "(offsets per partition, or positions per shard)")
     starting_timestamp: int | None = Field(None, description="epoch ms to replay from")
     event_time: str | None = Field(None, description="Spark SQL giving the event time (column __ts); "
                                                      "None: the source needs no event time")
     watermark_delay: str | None = Field(None, description="watermark on __ts, e.g. '5000 milliseconds'")
     window: list[str] | None = Field(None, description="[size, slide] of window(__ts) as column __window")
     session_gap: str | None = Field(None, description="the gap of session_window(__ts) as column __window")
-    kind: str = Field("kafka", description="the data source: kafka, or postgres_cdc (a table's change events; "
-                                           "client_config holds the store's connection settings)")
-    options: dict[str, str] = Field(default_factory=dict, description="postgres_cdc: database, schema, table, "
-                                    "slot, publication")
-    gaps: Literal["fail", "count"] = Field("fail", description="Kafka: what a read does with offsets the broker "
+    kind: str = Field(LOG, description="the data source, one a store's spark facet reads (adapters/spark/facets.py; "
+                                       "client_config holds the store's connection settings)")
+    options: dict[str, str] = Field(default_factory=dict, description="the data source's own options (a change "
+                                    "stream: database, tables, slot, publication; a table: its location)")
+    gaps: Literal["fail", "count"] = Field("fail", description="a log: what a read does with offsets the broker "
                                            "holds no record for (Relation.read_gaps)")
     changelog_key: dict[str, str] = Field(default_factory=dict, description="a changelog: its primary key "
                                           "columns and Spark types; a null value (tombstone) is a delete of the key")
@@ -47,21 +59,22 @@ class SourceSpec(BaseModel):
 
 
 class SinkSpec(BaseModel):
-    """Where a query writes: a Kafka topic, a materialized view's SQLite table, or the terminal."""
+    """Where a query writes: a log (topic, stream), a table, a materialized view's table, or the terminal."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    topic: str = Field(description="the Kafka topic, or the view's table")
+    topic: str = Field(description="the topic or stream, the table's location, or the view's table")
     client_config: dict[str, str]
     columns: list[str]
-    kind: Literal["kafka", "kinesis", "sqlite", "postgres", "console", "delta", "snowflake", "iceberg"] = "kafka"
+    kind: Annotated[str, AfterValidator(_sink_kind)] = Field(LOG, description="the writer, one a store's spark "
+                                                             "facet writes (adapters/spark/facets.py), or console")
     output_mode: Literal["append", "update"] = "append"
-    key_columns: list[str] = Field(default_factory=list, description="Kafka: the key is made of these columns "
-                                   "(else the source key is carried); SQLite: upsert on them (else append)")
-    database: str | None = Field(None, description="SQLite file of a view")
-    options: dict[str, str] = Field(default_factory=dict, description="delta, snowflake, iceberg, postgres: the table's "
+    key_columns: list[str] = Field(default_factory=list, description="a log: the key is made of these columns "
+                                   "(else the source key is carried); a view or table: upsert on them (else append)")
+    database: str | None = Field(None, description="the file of a view kept by dsflow")
+    options: dict[str, str] = Field(default_factory=dict, description="a table or a view in a store: the table's "
                                     "options (topic is its location or name; client_config the store's settings)")
-    value_format: str = Field("json", description="Kafka: json (to_json on the JVM), or a format the writer "
+    value_format: str = Field("json", description="a log: json (to_json on the JVM), or a format the writer "
                               "serializes the value struct in (avro, string, long, int, double, bytes)")
     value_schema: str | None = Field(None, description="avro: the schema registered under value_subject")
     value_subject: str | None = None
@@ -142,4 +155,5 @@ class QuerySpec(BaseModel):
     retract: RetractSpec | None = None
     changelog_join: ChangelogJoinSpec | None = None
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
-                                                      "(Spark's async progress tracking; stateless Kafka sinks only)")
+                                                      "(Spark's async progress tracking; stateless sinks that tolerate "
+                                                      "replays only)")

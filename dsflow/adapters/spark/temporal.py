@@ -21,10 +21,10 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from dsflow.adapters.spark.spec import TemporalSpec
+from dsflow.adapters.spark.spec import RECORD_TIMESTAMP, TemporalSpec
 
 STREAM, CHANGELOG = 0, 1
-INTERNAL = {"__key", "__ts", "__kafka_ts", "__deleted", "__offset", "__window"}
+INTERNAL = {"__key", "__ts", RECORD_TIMESTAMP, "__deleted", "__offset", "__window"}
 OUTPUT_SCHEMA = "key string, sv string, cv string"
 STATE_SCHEMA = "versions string, pending string"
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from sqlglot import exp
 
 from dsflow.core.model import Column, Project, Query, Relation
-from dsflow.adapters.spark.cdc import key_option
+from dsflow.adapters.spark import facets
 from dsflow.adapters.spark.changelog_join import joined_select, view_name as changelog_join_view
 from dsflow.adapters.spark.retract import rewrite
-from dsflow.adapters.spark.spec import ChangelogJoinSpec, QuerySpec, RetractSpec, SinkSpec, SourceSpec, TemporalSpec
+from dsflow.adapters.spark.spec import (
+    RECORD_TIMESTAMP, ChangelogJoinSpec, QuerySpec, RetractSpec, SinkSpec, SourceSpec, TemporalSpec,
+)
 from dsflow.adapters.spark.unions import union_select
 from dsflow.load.aggregates import GLOBAL_KEY
 from dsflow.load.functions import to_spark
@@ -19,7 +20,6 @@ from dsflow.load.sql import parse_one_select
 
 KEY_COLUMN = "__key"
 EVENT_TIME = "__ts"
-KAFKA_TIMESTAMP = "__kafka_ts"
 WINDOW_COLUMN = "__window"
 WINDOW_FIELDS = {"window_start": "start", "window_end": "end"}
 DELETED = "__deleted"
@@ -212,7 +212,7 @@ def event_time_sql(relation: Relation, timestamp: str | None = None) -> str:
     timestamp = timestamp or relation.timestamp
     column = relation.column(timestamp) if timestamp else None
     if column is None:
-        return KAFKA_TIMESTAMP
+        return RECORD_TIMESTAMP
     if column.type.upper() in ("BIGINT", "INT"):
         return f"timestamp_millis(`{column.name}`)"
     return f"`{column.name}`"
@@ -226,9 +226,8 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         relation = project.relation(source.relation)
         store = project.store(relation.store)
         window = _window_spec(query, source.alias)
-        cdc = _cdc_source(store, relation, key_option(project, query)) or _kinesis_source(store) or _table_source(project, store, relation)
-        sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **cdc,
-                                  client_config=dict(store.properties) if cdc else store.client_config(),
+        read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
+        sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
                                   starting_position=start.position or source.starting_position,
                                   starting_offsets=start.offsets.get(relation.topic),
@@ -236,8 +235,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   event_time=event_time_sql(relation, source.timestamp) if timed else None,
                                   watermark_delay=spark_duration(query.watermark_delay) if timed and not
                                   (query.temporal_join and relation.kind == "changelog") else None,
-                                  **window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps,
-                                  **_source_format(project, query, store, relation)))
+                                  **window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps))
     return sources
 
 
@@ -252,21 +250,16 @@ def _window_spec(query: Query, alias: str) -> dict:
     return {"window": [size, spark_duration(window.advance) if window.advance else size]}
 
 
-def _source_format(project: Project, query: Query, store, relation: Relation) -> dict:
-    """A Kafka or Kinesis source's value format, columns, schema registry and dead-letter topic (Kinesis: a
-    dead-letter stream only if the query sets 'dlq.topic'; partition keys are text, no key format)."""
-    if store.type not in ("kafka", "kinesis"):
-        return {}
+def log_format(project: Project, store, relation: Relation, dlq_topic: str | None, key_format: str | None) -> dict:
+    """A log source's value format, columns, schema registry, dead-letter target and key format (the store's
+    facet says which dead-letter target and key format it takes)."""
     registry = project.schema_registry(store.schema_registry)
-    kinesis = store.type == "kinesis"
     return {"value_format": relation.value_format, "value_columns": [[c.name, c.type] for c in relation.columns],
-            "registry": registry.client_config() if registry else {},
-            "dlq_topic": query.dlq_topic if kinesis else project.dlq_topic(query),
-            "key_format": None if kinesis else relation.key_format}
+            "registry": registry.client_config() if registry else {}, "dlq_topic": dlq_topic, "key_format": key_format}
 
 
 def sink_format(project: Project, relation: Relation) -> dict:
-    """A Kafka sink's value format; avro: the schema made from the relation's columns, its subject, the registry."""
+    """A log sink's value format; avro: the schema made from the relation's columns, its subject, the registry."""
     from dsflow.core.formats import REGISTRY_FORMATS, avro_schema
 
     registry = project.schema_registry(project.store(relation.store).schema_registry)
@@ -295,69 +288,19 @@ def _changelog_key(relation: Relation) -> dict[str, str]:
     return {k: spark_type(relation.column(k).type) for k in relation.primary_key}
 
 
-def _kinesis_source(store) -> dict:
-    """A kinesis store's stream is read by the dsflow_kinesis data source; client_config is its settings."""
-    return {"kind": "kinesis"} if store.type == "kinesis" else {}
-
-
-def _table_source(project: Project, store, relation: Relation) -> dict:
-    """A Delta or Iceberg table is read as the stream of its appended rows (dsflow_delta, dsflow_iceberg)."""
-    if relation.kind != "table":
-        return {}
-    from dsflow.adapters.tables import table_ref
-
-    ref = table_ref(project.root, store, relation)
-    where = {"iceberg": "table"}.get(ref.format, "path")  # iceberg: NAMESPACE.TABLE in the store's catalog
-    return {"kind": ref.format, "options": {where: ref.location, "value.columns": json.dumps(
-        [[c.name, c.type] for c in relation.columns])}}
-
-
-def _cdc_source(store, relation: Relation, changelog: dict[str, str]) -> dict:
-    """A postgresql store's stream reads the table's changes (adapters/postgres) instead of a topic; `changelog`:
-    its key fields when a changelog is made of it (adapters/spark/cdc.py)."""
-    if store.type != "postgresql":
-        return {}
-    from dsflow.load.cdc import cdc_tables, image_types
-
-    opts = relation.table_options
-    return {"kind": "postgres_cdc", "options": {
-        "database": opts["postgresql.db.name"], "tables": ",".join(f"{s}.{t}" for s, t in cdc_tables(opts)),
-        "slot": opts["postgresql.slot.name"], "publication": opts["postgresql.publication.name"],
-        "fields": json.dumps(image_types(relation)), **changelog}}
-
-
 def sink_spec(project: Project, query: Query) -> SinkSpec:
+    """Where the query writes, as its sink's store builds it (its `spark` facet); a materialized view without a
+    store is a table of dsflow's own (facets.LOCAL_VIEWS)."""
     relation = project.relation(query.sink)
     columns = [c.name for c in query.output_columns]
-    if relation.kind == "materialized_view" and relation.store:  # a table in a postgresql store
-        return SinkSpec(topic=relation.topic, client_config=dict(project.store(relation.store).properties),
-                        columns=columns, kind="postgres", output_mode=query.output_mode,
-                        key_columns=list(relation.primary_key), options=dict(relation.table_options))
-    if relation.kind == "materialized_view":
-        from dsflow.adapters.sqlite.mv import database_path
-
-        database = database_path(project.root, project.state_path, project.environment)
-        return SinkSpec(topic=relation.topic, client_config={}, columns=columns, kind="sqlite",
-                        output_mode=query.output_mode, key_columns=list(relation.primary_key),
-                        database=str(database))
+    if relation.kind == "materialized_view" and not relation.store:
+        return facets.local_views().sink_spec(project, query, None, relation, columns)
     store = project.store(relation.store)
-    if relation.kind == "table":
-        from dsflow.adapters.tables import table_ref
-
-        ref = table_ref(project.root, store, relation)
-        return SinkSpec(topic=ref.location, client_config=ref.settings, columns=columns, kind=ref.format,
-                        output_mode=query.output_mode, key_columns=list(relation.primary_key), options=ref.options)
-    if store.type == "kinesis":
-        return SinkSpec(topic=relation.topic, client_config=dict(store.properties), columns=columns, kind="kinesis",
-                        output_mode=query.output_mode, key_columns=list(query.key_columns),
-                        **{**sink_format(project, relation), "key_format": None})
-    return SinkSpec(topic=relation.topic, client_config=store.client_config(), columns=columns,
-                    output_mode=query.output_mode, key_columns=list(query.key_columns),
-                    **sink_format(project, relation), **sink_key_format(relation, query))
+    return facets.for_store(store.type).sink_spec(project, query, store, relation, columns)
 
 
 def sink_key_format(relation: Relation, query: Query) -> dict:
-    """avro/protobuf keys of a Kafka sink: the key schema (the query's key columns as a record; a carried key:
+    """avro/protobuf keys of a log sink: the key schema (the query's key columns as a record; a carried key:
     a string) and its subject <topic>-key (formats/keys.py)."""
     from dsflow.core.formats import REGISTRY_FORMATS, key_subject
 
@@ -390,9 +333,8 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         changelog_join=changelog_join_spec(project, query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
-        and sink.kind == "kafka" and sink.output_mode == "append",
+        and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )
-
 
 
 def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsflow.errors import DsflowError
-from dsflow.load.lakepaths import AZURE_SCHEMES, scheme_of, split_azure_url
+from dsflow.adapters.tables.lakepaths import AZURE_SCHEMES, scheme_of, split_azure_url
 
 
 def is_azure(location: str) -> bool:

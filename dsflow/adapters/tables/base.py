@@ -44,7 +44,7 @@ def delta_root(project_root: str | Path, store_type: str, settings: dict[str, st
     """Where a Delta store keeps its tables: s3://bucket/prefix, abfss://container@account.../prefix (adls) or a
     local folder (relative to the project)."""
     if store_type == "adls":
-        from dsflow.load.lakepaths import adls_root
+        from dsflow.adapters.tables.lakepaths import adls_root
 
         return adls_root(settings)
     if settings.get("bucket"):

@@ -60,8 +60,9 @@ class TableExecutor:
 
 def reach_store(name: str, store_type: str, ref: TableRef) -> None:
     """A table on Azure Data Lake Storage: its container reachable with the store's credentials (DSF-E393), so a
-    wrong account, key or endpoint is an error naming the store, not delta-rs' or adlfs' retries."""
-    location = ref.settings.get("warehouse", "") if store_type == "iceberg" else ref.location
+    wrong account, key or endpoint is an error naming the store, not delta-rs' or adlfs' retries. A table kept in
+    a catalog is where the store's `warehouse` is (a warehouse that is no URL, as a Snowflake one, is not Azure)."""
+    location = ref.settings.get("warehouse") or ref.location
     from dsflow.adapters.tables import adls
 
     if adls.is_azure(location):

@@ -1,5 +1,5 @@
-"""Lake and warehouse tables' physical-object operations (adapters/objects.py): the rows a deployed table holds.
-Tables have no identity to compare (no query reads them by offsets)."""
+"""Lake and warehouse tables' physical-object operations (adapters/objects.py): the rows a deployed table holds, and
+apply's table executor. Tables have no identity to compare (no query reads them by offsets)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ class TableObjects:
                        dict(data.get("table_options") or {}))
         fmt = table_format(ref.format)
         return fmt.count_rows(ref) if fmt.exists(ref) else 0
+
+    def executor(self, data: Mapping[str, Any], outputs: Mapping[str, Any], store_type: str | None) -> Any:
+        """A table relation: its table, created by CREATE TABLE ... AS SELECT (adapters/tables/executor.py)."""
+        from dsflow.adapters.tables.executor import TableExecutor
+
+        return TableExecutor() if data.get("kind") == "table" else None
 
 
 OBJECTS = TableObjects()

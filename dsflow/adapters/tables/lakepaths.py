@@ -66,7 +66,7 @@ def adls_root(settings: dict[str, str]) -> str:
                                                                                            else "")
 
 
-def adls_checks(properties: dict[str, str]) -> list[tuple[str, str, str]]:
+def azure_checks(properties: dict[str, str]) -> list[tuple[str, str, str]]:
     """An adls store's account and container are Azure names (DSF-E390); its credentials are one of an account
     key, a SAS token or a service principal (DSF-E391); its endpoint an http(s) URL (DSF-E390)."""
     out = []

@@ -1,4 +1,4 @@
-"""A Kafka store's TLS and SASL settings, checked when the project loads (DSF-E251..E254).
+"""A Kafka store's TLS and SASL settings, checked when the project loads (DSF-E251..E254): the `rules` facet asks.
 
 The settings are librdkafka's names, passed as they are to every client dsflow makes for the store (docs/project.md,
 "Secured Kafka"). Secrets (`sasl.password`, `ssl.key.password`, `ssl.key.pem`, ...) must come from `env_var()`:
@@ -20,11 +20,9 @@ FILE_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", 
 """Settings that name a file: read by query drivers and generators that run in another working directory."""
 
 
-def kafka_security_diagnostics(name: str, type_: str, properties: dict[str, str],
-                               where: Callable[[str], Location | None]) -> list[Diagnostic]:
+def security_diagnostics(name: str, properties: dict[str, str],
+                         where: Callable[[str], Location | None]) -> list[Diagnostic]:
     """Problems of a kafka store's security settings; `where(key)` is the key's location."""
-    if type_ != "kafka":
-        return []
     out: list[Diagnostic] = []
     protocol = properties.get("security.protocol", "PLAINTEXT").strip().upper()
     if protocol not in PROTOCOLS:

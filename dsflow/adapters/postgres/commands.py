@@ -1,4 +1,6 @@
-"""PostgreSQL tables as entities: list databases, schemas and tables, describe columns, print rows.
+"""PostgreSQL's entity and view-query commands (the `commands` facet, core/stores.py): `dsflow entity` lists
+databases, schemas and tables, describes columns and prints rows; `dsflow query` runs SQL over the views a
+postgresql store keeps.
 
 Paths follow DeltaStream's entity paths: `database`, `database.schema`, `database.schema.table`. The
 connection comes from the postgresql store: a `dsn` (setting or property) or host/port/user/password/
@@ -12,23 +14,10 @@ from typing import Any
 from dsflow.errors import DsflowError
 
 
-def store_dsn(store) -> tuple[str, dict[str, str]]:
-    """A libpq DSN and keyword overrides from a postgresql store, whatever shape its settings take."""
-    props = dict(getattr(store, "properties", {}) or {})
-    dsn = getattr(store, "dsn", None) or props.get("dsn") or ""
-    dsn = dsn.get_secret_value() if hasattr(dsn, "get_secret_value") else dsn
-    keywords = {}
-    for key, target in (("host", "host"), ("port", "port"), ("user", "user"), ("username", "user"),
-                        ("password", "password"), ("database", "dbname"), ("dbname", "dbname"),
-                        ("sslmode", "sslmode")):
-        value = getattr(store, key, None) or props.get(key)
-        if value:
-            keywords[target] = str(value.get_secret_value() if hasattr(value, "get_secret_value") else value)
-    return dsn, keywords
-
-
 def _connect(store, database: str | None = None):
     import psycopg2
+
+    from dsflow.adapters.postgres.admin import store_dsn
 
     dsn, keywords = store_dsn(store)
     if database:
@@ -102,3 +91,35 @@ def rows(store, path: str, limit: int) -> tuple[list[str], list[tuple]]:
             return [d[0] for d in cursor.description], [tuple(r) for r in cursor.fetchall()]
     finally:
         conn.close()
+
+
+class PostgresCommands:
+    entity_paths = {"PostgreSQL": "[database[.schema]]"}
+    """How `dsflow entity list` reads PATH (for its help)."""
+
+    def entity_location(self, relation: Any, store: Any) -> str:
+        return relation.topic
+
+    def list_entities(self, project: Any, store: Any, path: str) -> list[str]:
+        return list_entities(store, path)
+
+    def describe_entity(self, project: Any, store: Any, path: str) -> dict[str, Any]:
+        return describe(store, path)
+
+    def entity_rows(self, project: Any, store: Any, path: str, limit: int) -> tuple[list[str], list[tuple]]:
+        return rows(store, path, limit)
+
+    def view_place(self, relation: Any) -> tuple[str, str | None]:
+        """The database and schema of a view kept in the store (where `dsflow query` finds its table)."""
+        options = relation.table_options
+        return options.get("postgresql.db.name", ""), options.get("postgresql.schema.name")
+
+    def query_views(self, project: Any, store: str, database: str, select: Any) -> tuple[list[str], list[tuple]]:
+        """Run a SELECT (a sqlglot expression) over the store's view tables, read-only: column names and rows."""
+        from dsflow.adapters.postgres import mv
+        from dsflow.adapters.postgres.views import store_settings
+
+        return mv.run_query(store_settings(project, store), database or None, select.sql(dialect="postgres"))
+
+
+COMMANDS = PostgresCommands()

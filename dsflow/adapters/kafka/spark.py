@@ -1,0 +1,146 @@
+"""Kafka's side of the query driver (the `spark` facet, adapters/spark/facets.py): a topic read by the
+`dsflow_kafka` data source, a query writing a topic (append through the data source, updates through
+foreachBatch), and the topics' end offsets for the query's lag."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dsflow.adapters.spark.facets import SparkFacet
+
+BOOTSTRAP = "bootstrap.servers"
+
+
+def client_option(setting: str) -> str:
+    """The `dsflow_kafka` option a client setting is passed as: `kafka.<setting>`, the broker list as it is."""
+    return setting if setting == BOOTSTRAP else f"kafka.{setting}"
+
+
+class KafkaSpark:
+    kinds = ("kafka",)
+    async_checkpoint = True  # dsflow's sink is at-least-once like Spark's own Kafka sink (spark/driver.py)
+
+    def client_option(self, setting: str) -> str:
+        return client_option(setting)
+
+    def source_fields(self, project: Any, query: Any, store: Any, relation: Any) -> dict[str, Any]:
+        from dsflow.adapters.spark.translate import log_format
+
+        return {"client_config": store.client_config(), **log_format(
+            project, store, relation, dlq_topic=project.dlq_topic(query), key_format=relation.key_format)}
+
+    def sink_spec(self, project: Any, query: Any, store: Any, relation: Any, columns: list[str]) -> Any:
+        from dsflow.adapters.spark.spec import SinkSpec
+        from dsflow.adapters.spark.translate import sink_format, sink_key_format
+
+        return SinkSpec(topic=relation.topic, client_config=store.client_config(), columns=columns,
+                        output_mode=query.output_mode, key_columns=list(query.key_columns),
+                        **sink_format(project, relation), **sink_key_format(relation, query))
+
+    def data_sources(self) -> list[type]:
+        from dsflow.adapters.kafka.datasource import KafkaDataSource
+
+        return [KafkaDataSource]
+
+    def stream(self, spark: Any, spec: Any, source: Any) -> Any:
+        from dsflow.adapters.spark.frames import gap_options, source_format_options
+
+        raw = (spark.readStream.format("dsflow_kafka")
+               .option(BOOTSTRAP, source.client_config[BOOTSTRAP])
+               .option("topic", source.topic)
+               .option("starting.position", source.starting_position))
+        if source.starting_offsets:
+            raw = raw.option("starting.offsets", json.dumps(source.starting_offsets))
+        if source.starting_timestamp is not None:
+            raw = raw.option("starting.timestamp", str(source.starting_timestamp))
+        raw = _with_client(raw, source.client_config)
+        return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source)).load()
+
+    def value_layout(self, source: Any) -> str:
+        from dsflow.formats.decoding import value_layout
+
+        return value_layout(source.value_format, source.value_columns, source.dlq_topic)
+
+    def sink_rows(self, result: Any, sink: Any) -> Any:
+        from dsflow.adapters.spark.frames import sink_frame
+
+        return sink_frame(result, sink)
+
+    def start(self, spec: Any, frame: Any, trigger: dict[str, Any], options: dict[str, str]) -> Any:
+        from dsflow.adapters.spark.frames import sink_format_options
+
+        if spec.sink.output_mode == "update":
+            return _start_updates(spec, frame, trigger)
+        writer = (frame.writeStream.format("dsflow_kafka")
+                  .option(BOOTSTRAP, spec.sink.client_config[BOOTSTRAP])
+                  .option("topic", spec.sink.topic)
+                  .option("checkpointLocation", spec.checkpoint)
+                  .queryName(spec.name.replace(".", "_"))
+                  .trigger(**trigger))
+        writer = _with_client(writer, spec.sink.client_config)
+        if options:
+            writer = writer.options(**options)
+        return writer.options(**sink_format_options(spec.sink)).start()
+
+    def lag_reader(self) -> Any:
+        return TopicEnds()
+
+
+def _with_client(io: Any, config: dict[str, str]) -> Any:
+    """A reader or writer with the client settings but the broker list (passed as its own option)."""
+    for key, value in config.items():
+        if key != BOOTSTRAP:
+            io = io.option(client_option(key), value)
+    return io
+
+
+def batch_writer(spec: Any):
+    """The foreachBatch function writing an update-mode micro-batch to Kafka.
+
+    Spark's Python data source sinks take append mode only; an aggregation's updates go through
+    foreachBatch and the batch writer instead (at-least-once; the records are upserts by key).
+    """
+    from dsflow.adapters.spark.frames import sink_format_options
+
+    sink = spec.sink
+
+    def write(batch, batch_id: int) -> None:
+        writer = (batch.write.format("dsflow_kafka").mode("append")
+                  .option(BOOTSTRAP, sink.client_config[BOOTSTRAP]).option("topic", sink.topic))
+        _with_client(writer, sink.client_config).options(**sink_format_options(sink)).save()
+
+    return write
+
+
+def _start_updates(spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
+    return (frame.writeStream.foreachBatch(batch_writer(spec))
+            .outputMode("update")
+            .option("checkpointLocation", spec.checkpoint)
+            .queryName(spec.name.replace(".", "_"))
+            .trigger(**trigger)
+            .start())
+
+
+class TopicEnds:
+    """The end offsets of topics, through one consumer per client config, kept until `close`."""
+
+    def __init__(self) -> None:
+        self._consumers: dict[str, Any] = {}
+
+    def ends(self, config: dict[str, str], topic: str) -> dict[int, int]:
+        from dsflow.adapters.kafka import client
+
+        key = json.dumps(config, sort_keys=True)
+        if key not in self._consumers:
+            self._consumers[key] = client.new_consumer(config)
+        consumer = self._consumers[key]
+        return client.end_offsets(consumer, topic, client.topic_partitions(consumer, topic), first_wait=0.2)
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
+
+
+SPARK: SparkFacet = KafkaSpark()

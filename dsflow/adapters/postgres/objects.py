@@ -1,0 +1,55 @@
+"""PostgreSQL's physical-object operations (the `objects` facet, core/stores.py): apply's executors for what a
+postgresql store holds (a CDC stream's slot and publication, a view's snapshot table, pushed-down grants and roles)
+and refresh's look at them. Its objects have no identity to compare and no records to count."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class PostgresObjects:
+    def __init__(self) -> None:
+        from dsflow.adapters.postgres.executor import GrantExecutor, RoleExecutor
+
+        self.grants = GrantExecutor()
+        """Grants on its views, pushed down as PostgreSQL GRANTs (every other grant: recorded only)."""
+        self.roles = RoleExecutor()
+        """Roles, mapped to PostgreSQL roles where grants are pushed down."""
+
+    def identities(self, store: Any, names: list[str]) -> dict[str, str]:
+        return {}
+
+    def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
+                     since: str | None = None) -> int | None:
+        return None
+
+    def executor(self, data: Mapping[str, Any], outputs: Mapping[str, Any], store_type: str | None) -> Any:
+        """A CDC stream (its slot and publication), or a view kept in a store (its snapshot table)."""
+        from dsflow.adapters.postgres.executor import CdcExecutor, ViewTableExecutor, is_cdc
+
+        if is_cdc(dict(data)):
+            return CdcExecutor()
+        return ViewTableExecutor() if data.get("kind") == "materialized_view" and data.get("store") else None
+
+    def observe(self, project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
+        """Refresh of a view's table, a pushed-down grant, or a CDC stream's slot; None for anything else."""
+        from dsflow.core.address import Address, Kind
+
+        kind = Address.parse(deployed.address).kind
+        if kind is Kind.RELATION and deployed.data.get("kind") == "materialized_view" and deployed.data.get("store"):
+            from dsflow.adapters.postgres.views import observe_view
+
+            return observe_view(project, deployed)
+        if kind is Kind.GRANT and deployed.outputs.get("postgresql"):
+            from dsflow.adapters.postgres.grants import observe_grant
+
+            return observe_grant(project, deployed)
+        if kind is Kind.RELATION and deployed.outputs.get("slot"):
+            from dsflow.adapters.postgres.executor import observe
+
+            return observe(project, deployed)
+        return None
+
+
+OBJECTS = PostgresObjects()
