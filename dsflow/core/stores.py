@@ -4,11 +4,14 @@ A store kind is one folder under `dsflow/adapters/` (a package). What it provide
 each in that folder, each exposing one object:
 
     rules.RULES        load: the names its objects may take, how they are sized, the settings a relation or
-                       table in it may declare (pure: no I/O, no SDK import at module level)
+                       table in it may declare (pure: no I/O, no SDK import at module level); load/rules.py
     objects.OBJECTS    plan, refresh, apply: the physical object a relation lives in (identity, records held,
-                       in-place growth, create, describe, delete)
-    commands.COMMANDS  the topic and entity commands (`dsflow topic ...`, `dsflow entity ...`, the server's tail)
-    spark.SPARK        the Spark driver: the source and the sink of a relation in it
+                       in-place growth, apply's executor, refresh's observation); adapters/objects.py
+    commands.COMMANDS  the topic and entity commands (`dsflow topic ...`, `dsflow entity ...`, the server's tail);
+                       topics.py (LogCommands) and entities.py
+    spark.SPARK        the Spark driver: the source and the sink of a relation in it; adapters/spark/facets.py
+
+(Each facet's protocol is written where it is asked, named after the path above.)
 
 What a kind can do at all is declared in its `StoreKind` here (`capabilities`): code elsewhere asks
 `kind(type).can(Capability.X)` and reports what is missing with `kinds_that(Capability.X)`, never
