@@ -198,14 +198,14 @@ class Run:
                 return self._step(number, name, edited)
 
     def destroy(self) -> None:
-        from dsflow import operations
+        from dsflow.engine import operations
         from dsflow.core.safety import Allowance
 
         loaded = operations.load(self._options())
         operations.apply(loaded, operations.plan(loaded, destroy=True), allowance=Allowance(everything=True))
 
     def _options(self):
-        from dsflow import operations
+        from dsflow.engine import operations
 
         return operations.Options(self.root, None, {"bootstrap": self.broker})
 
@@ -227,7 +227,7 @@ class Run:
         return report
 
     def _plan_and_apply(self, edit: str, model: Model, mismatches: list[str]):
-        from dsflow import operations
+        from dsflow.engine import operations
         from dsflow.core.safety import Allowance
         from dsflow.errors import DsflowError
 
@@ -270,7 +270,7 @@ class Run:
 
     def _check_refusal(self, loaded, plan) -> list[str]:
         """Without the acknowledgement apply refuses, touching no record and no state; DESTROYS ~N is true."""
-        from dsflow import operations
+        from dsflow.engine import operations
         from dsflow.errors import DsflowError
 
         out = []

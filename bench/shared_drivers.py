@@ -106,7 +106,7 @@ def produce_all(broker: str, project, count: int) -> None:
 
 
 def measure(work: Path, broker: str, mode: str, count: int, per_app: int, timeout: float) -> dict:
-    from dsflow import operations
+    from dsflow.engine import operations
 
     root = work / f"{mode}-{count}"
     tag = f"{mode[0]}{count}"

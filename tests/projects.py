@@ -78,7 +78,7 @@ def copy_example(tmp_path: Path) -> Path:
 
 
 def applied(plan: Plan, state: State | None = None) -> State:
-    """The State an apply of `plan` would record, built like dsflow.apply._apply_one without executors."""
+    """The State an apply of `plan` would record, built like dsflow.engine.apply._apply_one without executors."""
     state = (state or State()).with_lineage()
     for change in plan.actionable:
         if change.moved_from is not None and change.address not in state.resources:

@@ -16,7 +16,7 @@ from pathlib import Path
 from projects import DEFAULT_CONFIG, applied
 from servers import free_port
 
-from dsflow import operations
+from dsflow.engine import operations
 
 ROLES = """\
 roles:

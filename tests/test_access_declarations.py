@@ -16,9 +16,9 @@ from dsflow.core.plan import Action, Plan, PlanOptions, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import Diagnostic, Location, Severity
-from dsflow.executors import run_change
+from dsflow.engine.executors import run_change
 from dsflow.load.project import check_project, load_project
-from dsflow.render import plan_text
+from dsflow.cli.render import plan_text
 from projects import PAGEVIEWS, applied, make_project
 
 SOURCES = {"sql/sources.sql": PAGEVIEWS}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AZURITE_ACCOUNT
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.tables import table_format, table_ref
 from dsflow.adapters.tables.executor import reach_store
 from dsflow.core.plan import Action

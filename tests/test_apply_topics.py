@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic, list_topics
 from dsflow.cli import cli
 from dsflow.core.plan import Action

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, ensure_topic
 from dsflow.adapters.kafka.client import produce_json_lines
 from dsflow.core.categories import Category
 from dsflow.errors import DsflowError
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from test_data_loss import _project, _wait_ids
 
 pytestmark = pytest.mark.integration

@@ -32,7 +32,7 @@ from dsflow.adapters.postgres import admin
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.errors import ProjectError
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from dsflow.load.project import load_project
 from pgserver import SERVER, sql
 from projects import make_project

@@ -145,7 +145,7 @@ def test_e190_to_e192_shapes_of_changelog_joins(tmp_path):
 
 
 def test_e193_following_a_changelog_join_is_refused(tmp_path):
-    from dsflow import adhoc
+    from dsflow.engine import adhoc
     from dsflow.errors import ProjectError
 
     project = load_project(make_project(tmp_path, {"sql/sources.sql": SOURCES}))

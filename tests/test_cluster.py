@@ -25,7 +25,7 @@ import pytest
 
 from changelogs import changelog_content
 from cluster import standalone_cluster
-from dsflow import operations
+from dsflow.engine import operations
 from projects import make_project
 from servers import free_port
 from streaming import produce, records

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic, list_topics
 from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.plan import Action

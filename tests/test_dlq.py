@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dsflow.adapters.kafka.deadletters import HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_QUERY, HEADER_TOPIC
-from dsflow.operations import dead_letters
+from dsflow.engine.operations import dead_letters
 from registry_projects import (
     ENVIRON, avro_decode, avro_values, new_prefix, produce_raw, raw_records, registry_conf, registry_project,
     write_project,
@@ -115,7 +115,7 @@ def test_apply_registers_the_sink_schema_and_status_counts_dead_letters(tmp_path
     environment, the sink's schema registered by apply, and `dsflow status` counting dead letters."""
     from click.testing import CliRunner
 
-    from dsflow import operations
+    from dsflow.engine import operations
     from dsflow.cli import cli
 
     monkeypatch.setenv("SR_PASSWORD", ENVIRON["SR_PASSWORD"])
@@ -157,7 +157,7 @@ def test_apply_registers_the_sink_schema_and_status_counts_dead_letters(tmp_path
         entry = wait_for(status_entry, 240, "2 dead letters in dsflow status", interval=2)
         assert entry["state"] == "running" and entry["dlq_topic"] == f"{prefix}order_copy-dlq"
         import dsflow.cli
-        from dsflow.terminal import LazyConsole
+        from dsflow.cli.terminal import LazyConsole
 
         # a console of its own (not an attribute patched through the shared lazy proxy): any TERM, no TTY
         monkeypatch.setattr(dsflow.cli, "console", LazyConsole(width=250))

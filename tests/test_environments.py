@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import list_topics
 from dsflow.cli import cli
 

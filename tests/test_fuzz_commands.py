@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.sqlite import mv
 from dsflow.cli import cli
 from dsflow.errors import DsflowError

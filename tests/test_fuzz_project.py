@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from dsflow.cli import cli
 from dsflow.errors import DsflowError, ProjectError
-from dsflow.render import diagnostics_text
+from dsflow.cli.render import diagnostics_text
 from projects import EXAMPLE_PROJECT, REPO
 
 EXAMPLES = int(os.environ.get("DSFLOW_FUZZ_EXAMPLES", "250"))

@@ -15,7 +15,7 @@ import pytest
 from dsflow.core.access import AccessModel, records_of
 from dsflow.core.secrets import register
 from dsflow.core.state import State
-from dsflow.operations import Options, load
+from dsflow.engine.operations import Options, load
 from dsflow.server import catalog as cat
 from dsflow.server.graphql import schema, schema_sdl
 from projects import EXAMPLE_PROJECT, EXAMPLE_VARIABLES, REPO

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.tables import TableRef, table_format, table_ref
 from dsflow.core.plan import Action
 from dsflow.core.safety import Allowance
 from dsflow.errors import DsflowError, ProjectError
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from dsflow.load.project import load_project
 from lake import lake_project
 from projects import make_project
@@ -247,7 +247,7 @@ def _ids(warehouse: Path, name: str) -> list[int]:
 
 @pytest.mark.integration
 def test_apply_kill_9_mid_stream_entity_and_destroy(tmp_path, broker):
-    from dsflow.entities import Target, describe_entity, list_entities
+    from dsflow.engine.entities import Target, describe_entity, list_entities
 
     sql = PAGEVIEWS + """
         CREATE TABLE pv_lake WITH ('store' = 'ice', 'trigger.interval' = '500 ms') AS

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import list_topics
-from dsflow.apply import PAUSE_AFTER_NOTE
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.apply import PAUSE_AFTER_NOTE
+from dsflow.engine.executors import DRIVER_MODULE
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import list_topics
-from dsflow.apply import PAUSE_AFTER_NOTE
+from dsflow.engine.apply import PAUSE_AFTER_NOTE
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.kafka.datasource import check_ranges

@@ -206,7 +206,7 @@ def _decoder(registry: str, subject: str, message: str, field: str):
 
 @integration
 def test_protobuf_keys_and_timestamp_date_decimal(tmp_path, broker, spark, schema_registry) -> None:
-    from dsflow.topics import records, resolve
+    from dsflow.engine.topics import records, resolve
 
     prefix = new_prefix()
     payment, payment_key = _payment_classes()

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REGISTRY_AUTH
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.client import new_client
 from dsflow.adapters.kinesis.records import read_dead_letters

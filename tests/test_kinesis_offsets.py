@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.kinesis.records import put_json_lines, read_records
 from dsflow.adapters.spark.checkpoint import committed_offsets
 from dsflow.core.plan import Action
 from dsflow.core.safety import Allowance
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from projects import make_project
 
 pytestmark = pytest.mark.integration

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.tables import TableRef, table_format
 from dsflow.adapters.tables.delta import storage_options
 from dsflow.core.plan import Action
 from dsflow.errors import ProjectError
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from dsflow.load.project import load_project
 from lake import S3_KEYS, create_bucket, lake_project, snowflake_setup, start_fakesnow, stores_yaml
 from projects import make_project
@@ -112,7 +112,7 @@ def test_table_validation_errors(tmp_path):
 
 
 def test_plan_shows_the_table_and_its_effect(tmp_path):
-    from dsflow.render import plan_text
+    from dsflow.cli.render import plan_text
 
     root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=""), "sql/all.sql": PAGEVIEWS + """
         CREATE TABLE counts WITH ('store' = 'lake') AS SELECT userid, COUNT(*) AS n FROM pageviews GROUP BY userid;

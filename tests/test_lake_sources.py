@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.adapters.tables.delta import storage_options
 from dsflow.core.plan import Action
 from dsflow.errors import ProjectError
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from dsflow.load.project import load_project
 from lake import S3_KEYS, create_bucket, lake_project, stores_yaml
 from projects import make_project

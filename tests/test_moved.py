@@ -15,7 +15,7 @@ from dsflow.core.resources import project_resources
 from dsflow.core.state import LedgerEntry, State
 from dsflow.errors import Location, ProjectError
 from dsflow.load.project import check_project, load_project
-from dsflow.render import plan_text
+from dsflow.cli.render import plan_text
 from projects import REPO, applied, make_project
 
 STORE_TYPES = {"kafka_main": "kafka"}

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.categories import Category
 from dsflow.core.plan import Action

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.kinesis import admin

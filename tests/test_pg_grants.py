@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.postgres import grants
 from dsflow.adapters.postgres.grants import role_name
 from dsflow.core.plan import Action, Change, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.safety import Allowance
 from dsflow.core.state import State
-from dsflow.executors import Context, GrantExecutor
+from dsflow.engine.executors import Context, GrantExecutor
 from dsflow.load.project import load_project
 from projects import EXAMPLE_VARIABLES, PAGEVIEWS, applied, make_project
 from streaming import CONFIG

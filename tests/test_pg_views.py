@@ -29,7 +29,7 @@ import psycopg2
 import pytest
 from click.testing import CliRunner
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.postgres import mv as pg
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.postgres import views
@@ -39,7 +39,7 @@ from dsflow.cli import cli
 from dsflow.core.plan import Action
 from dsflow.core.state import DeployedResource
 from dsflow.errors import DsflowError
-from dsflow.executors import Context
+from dsflow.engine.executors import Context
 from projects import make_project
 from streaming import CONFIG, produce
 from waiting import wait_for

@@ -14,7 +14,7 @@ from dsflow.core.plan import Action, Estimate, Observation, Plan, PlanOptions, m
 from dsflow.core.resources import project_resources
 from dsflow.core.state import LedgerEntry, State
 from dsflow.load.project import load_project
-from dsflow.render import plan_markdown
+from dsflow.cli.render import plan_markdown
 from projects import EXAMPLE_VARIABLES, applied, copy_example
 from test_plan_golden import check_golden, normalized
 
@@ -38,7 +38,7 @@ def edit(root: Path, path: str, old: str, new: str) -> None:
 
 def check_all(stem: str, plan: Plan) -> None:
     data = normalized(plan)
-    from dsflow.render import plan_text
+    from dsflow.cli.render import plan_text
 
     check_golden(f"categories/{stem}.json", json.dumps(data, indent=2) + "\n")
     check_golden(f"categories/{stem}.txt", plan_text(data) + "\n")
@@ -173,7 +173,7 @@ def test_destroy_with_a_target_removes_everything_that_depends_on_it(deployed):
 
 
 def test_unknown_target_is_an_error(tmp_path):
-    from dsflow import operations
+    from dsflow.engine import operations
     from dsflow.errors import DsflowError
 
     root = copy_example(tmp_path)

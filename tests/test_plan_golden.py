@@ -17,7 +17,7 @@ from dsflow.core.plan import Plan, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.state import State
 from dsflow.load.project import load_project
-from dsflow.render import plan_text
+from dsflow.cli.render import plan_text
 from projects import EXAMPLE_VARIABLES, applied, copy_example
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.postgres import admin

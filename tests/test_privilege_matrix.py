@@ -41,7 +41,7 @@ def dsflow(root: Path, broker: str, *args: str, stdin: str = "") -> subprocess.C
 def stop_query_drivers(root: Path) -> None:
     """The deployed queries stay deployed; their drivers stop (nothing here needs them, the machine is small)."""
     from dsflow.adapters import process
-    from dsflow.executors import DRIVER_MODULE
+    from dsflow.engine.executors import DRIVER_MODULE
 
     state = json.loads((root / ".dsflow" / "state" / "dev.json").read_text())
     for address, resource in state["resources"].items():
@@ -62,7 +62,7 @@ class Served:
 def served(broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     import uvicorn
 
-    from dsflow import operations
+    from dsflow.engine import operations
     from dsflow.adapters.kafka.devbroker import free_port
     from dsflow.server.app import create_app
     from dsflow.server.identity import IdentityStore, identity_path

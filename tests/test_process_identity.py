@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from dsflow.adapters import process
-from dsflow.executors import DATAGEN_MODULE, DRIVER_MODULE, datagen_marker, driver_marker
+from dsflow.engine.executors import DATAGEN_MODULE, DRIVER_MODULE, datagen_marker, driver_marker
 
 
 def _impostor(*argv: str) -> subprocess.Popen:

@@ -19,9 +19,9 @@ import urllib.request
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from dsflow.runtime import control
 from dsflow.runtime.records import backoff
 from projects import make_project

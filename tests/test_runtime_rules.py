@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.core.state import DeployedResource, PendingChange, State
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from dsflow.runtime import control
 from dsflow.runtime.records import read_record
 from dsflow.runtime.supervisor import Supervisor

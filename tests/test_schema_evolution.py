@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.core.formats import avro_schema, columns_from_avro
 from dsflow.core.plan import Action
 from dsflow.errors import DsflowError

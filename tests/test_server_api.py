@@ -14,7 +14,7 @@ from projects import make_project
 from serving import SERVER_FILES, LiveServer, add_users, deploy_recorded, server_config
 from waiting import wait_for
 
-from dsflow import operations, topics
+from dsflow.engine import operations, topics
 from dsflow.adapters.sqlite import mv
 
 PAGEVIEWS = "relation.analytics.public.pageviews"

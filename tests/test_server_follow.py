@@ -18,7 +18,7 @@ from servers import local_server
 from serving import SERVER_FILES, deploy_recorded, server_config
 from waiting import wait_for
 
-from dsflow import operations, topics
+from dsflow.engine import operations, topics
 from dsflow.server.identity import IdentityStore, identity_path
 
 pytestmark = pytest.mark.integration

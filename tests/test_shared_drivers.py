@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark import apps
 from dsflow.runtime import control

@@ -27,11 +27,11 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from changelogs import changelog_content, produce_changes
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark.retract import STATE_PROVIDER
 from dsflow.adapters.sqlite import mv
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from projects import make_project
 from streaming import CONFIG, run, streaming_project
 from waiting import wait_for

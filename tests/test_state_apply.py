@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import list_topics
 from dsflow.adapters.state.postgres import keys_table, locks_table
-from dsflow.apply import PAUSE_AFTER_NOTE, RESUME_FILE
+from dsflow.engine.apply import PAUSE_AFTER_NOTE, RESUME_FILE
 from dsflow.cli import cli
 from dsflow.core.state import State
 from waiting import wait_for

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters.state import BACKENDS, StateBackend, make_backend
 from dsflow.adapters.state.postgres import keys_table, locks_table
 from dsflow.cli import cli

@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.sqlite import mv
 from dsflow.cli import cli
 from dsflow.core.plan import Action
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from streaming import CONFIG, produce
 from projects import make_project
 from waiting import wait_for

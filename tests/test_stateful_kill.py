@@ -19,11 +19,11 @@ import pandas as pd
 import pytest
 
 from changelogs import changelog_content
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.sqlite import mv
 from dsflow.core.plan import Action
-from dsflow.executors import DRIVER_MODULE
+from dsflow.engine.executors import DRIVER_MODULE
 from projects import make_project
 from streaming import CONFIG, produce, records
 from waiting import wait_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from dsflow import adhoc
+from dsflow.engine import adhoc
 from dsflow.cli import cli
 from dsflow.core.plan import make_plan
 from dsflow.core.resources import project_resources

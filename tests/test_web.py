@@ -24,7 +24,7 @@ import pytest
 from playwright.sync_api import expect
 
 from browser import chromium
-from dsflow import adhoc, operations
+from dsflow.engine import adhoc, operations
 from dsflow.adapters.kafka.client import produce_json_lines
 from dsflow.core.safety import Allowance
 from projects import make_project

@@ -15,7 +15,7 @@ from typing import Any
 
 from dsflow.adapters import process
 from dsflow.errors import DsflowError
-from dsflow.operations import Loaded, Options
+from dsflow.engine.operations import Loaded, Options
 from dsflow.runtime.supervisor import INFO_FILE, LOG_FILE, MODULE, TICK_ENV, VARS_ENV
 
 DISABLE_ENV = "DSFLOW_RUNTIME"

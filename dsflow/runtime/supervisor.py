@@ -20,12 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
-from dsflow.executors import datagen_marker, driver_marker, launch_datagen, relaunch_driver
+from dsflow.engine.executors import datagen_marker, driver_marker, launch_datagen, relaunch_driver
 from dsflow.runtime import shared
 from dsflow.runtime.locking import RESTART_OPERATION
 from dsflow.runtime.records import (STABLE_SECONDS, RuntimeRecord, backoff, last_error, read_record, recorded_state,

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.core.access import Privilege
 from dsflow.core.secrets import scrub
 from dsflow.server.context import API, ApiError, Caller, Server, caller, server_of
@@ -135,7 +135,7 @@ def json_value(value: Any) -> Any:
 @router.post("/views/query", tags=["views"])
 def view_query(body: ViewQuery, me: Caller = Depends(caller), server: Server = Depends(server_of)) -> dict[str, Any]:
     """Run one SELECT over materialized views (SELECT needed on every view it reads)."""
-    from dsflow import adhoc
+    from dsflow.engine import adhoc
 
     project = server.loaded().project
     for relation in adhoc.relations_read(project, body.sql):

@@ -17,7 +17,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.errors import DsflowError, ProjectError
 from dsflow.server.context import ApiError, Caller, ScrubbedJSON, Server, caller, error_body, server_of
 

@@ -17,7 +17,7 @@ from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.core.access import AccessModel, Privilege, records_of
 from dsflow.core.secrets import scrub
 from dsflow.core.state import State

@@ -67,7 +67,7 @@ class LoginThrottled(Exception):
 
 
 def identity_path(workspace) -> Path:
-    """`<state_path>/identity-<env>.sqlite` of a dsflow.workspace.Workspace."""
+    """`<state_path>/identity-<env>.sqlite` of a dsflow.engine.workspace.Workspace."""
     return Path(workspace.state_dir) / f"identity-{workspace.environment}.sqlite"
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from dsflow import topics
+from dsflow.engine import topics
 from dsflow.core.access import Privilege
 from dsflow.core.secrets import scrub
 from dsflow.errors import DsflowError
@@ -142,7 +142,7 @@ def tail(relation: str, from_beginning: bool = False, me: Caller = Depends(calle
 def follow(body: FollowRequest, me: Caller = Depends(caller), server: Server = Depends(server_of)):
     """Run a continuous query over streams and changelogs (SELECT on each source); its rows arrive as `rows`
     events ({columns, rows}) per micro-batch until the client disconnects. One followed query at a time."""
-    from dsflow import adhoc
+    from dsflow.engine import adhoc
 
     project = server.loaded().project
     query = adhoc.follow_query(project, body.sql, body.from_)

@@ -1,7 +1,7 @@
 """Kafka's topic commands (the `commands` facet, core/stores.py): `dsflow topic ...`, the server's tail, the dead
 letters of `dsflow status`, the dev broker and the data generator's producer.
 
-A target is dsflow/topics.py's `Target` (store_type, name, bootstrap, settings, relation, store, registry).
+A target is dsflow/engine/topics.py's `Target` (store_type, name, bootstrap, settings, relation, store, registry).
 """
 
 from __future__ import annotations

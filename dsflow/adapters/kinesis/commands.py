@@ -1,7 +1,7 @@
 """Kinesis's stream commands (the `commands` facet, core/stores.py): `dsflow topic ...` on a Kinesis stream, the
 server's tail and the dead letters of `dsflow status`.
 
-A target is dsflow/topics.py's `Target` (store_type, name, settings, relation, store, registry).
+A target is dsflow/engine/topics.py's `Target` (store_type, name, settings, relation, store, registry).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import time
 
 import click
 
-from dsflow import operations
-from dsflow.terminal import LazyConsole
+from dsflow.engine import operations
+from dsflow.cli.terminal import LazyConsole
 
 console = LazyConsole()
 

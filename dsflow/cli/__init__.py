@@ -13,16 +13,17 @@ from typing import Any
 
 import click
 
-from dsflow import gcpause, operations
+from dsflow import gcpause
+from dsflow.engine import operations
 from dsflow.core.plan import Plan
 from dsflow.core.secrets import scrub
 from dsflow.errors import DsflowError, ProjectError
-from dsflow.render import (diagnostics_text, graph_dot, graph_mermaid, graph_text, plan_markdown, plan_text,
+from dsflow.cli.render import (diagnostics_text, graph_dot, graph_mermaid, graph_text, plan_markdown, plan_text,
                            status_rows)
-from dsflow.terminal import LazyConsole
+from dsflow.cli.terminal import LazyConsole
 
 EXIT_CHANGES = 3
-console = LazyConsole()  # rich is imported when something is printed through it (dsflow/terminal.py)
+console = LazyConsole()  # rich is imported when something is printed through it (dsflow/cli/terminal.py)
 err_console = LazyConsole(stderr=True)
 
 
@@ -54,10 +55,10 @@ class _LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-SUBCOMMANDS = {"dev": "dsflow.cli_tools:dev", "topic": "dsflow.cli_topics:topic", "datagen": "dsflow.cli_tools:datagen",
-               "init": "dsflow.cli_tools:init", "entity": "dsflow.cli_entities:entity",
-               "runtime": "dsflow.cli_runtime:runtime", "serve": "dsflow.cli_server:serve",
-               "users": "dsflow.cli_server:users", "tokens": "dsflow.cli_server:tokens"}
+SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic", "datagen": "dsflow.cli.tools:datagen",
+               "init": "dsflow.cli.tools:init", "entity": "dsflow.cli.entities:entity",
+               "runtime": "dsflow.cli.runtime:runtime", "serve": "dsflow.cli.server:serve",
+               "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens"}
 """Sub-commands that live apart, imported on first use."""
 
 
@@ -74,7 +75,7 @@ def cli(ctx: click.Context, project_dir: Path, environment: str | None, variable
         server: str | None) -> None:
     """dsflow: streaming pipelines as code."""
     ctx.obj = operations.Options(project_dir, environment, _parse_vars(variables))
-    ctx.meta["dsflow.server"] = server  # dsflow/cli_server.py: the commands that work through a server
+    ctx.meta["dsflow.server"] = server  # dsflow/cli/server.py: the commands that work through a server
 
 
 def _load(ctx: click.Context) -> operations.Loaded:
@@ -136,7 +137,7 @@ def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy:
     """Show what apply would change."""
     with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
         if ctx.meta.get("dsflow.server"):
-            from dsflow.cli_server import remote_plan
+            from dsflow.cli.server import remote_plan
 
             the_plan = remote_plan(ctx, destroy, refresh, refresh_only, targets)
         else:
@@ -189,7 +190,7 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
     from dsflow.core.safety import Allowance
 
     if ctx.meta.get("dsflow.server"):
-        from dsflow.cli_server import remote_apply
+        from dsflow.cli.server import remote_apply
 
         return remote_apply(ctx, planfile, allow_data_loss, allow_destroy, no_runtime, refresh_only, targets)
     allowance = Allowance(everything=allow_data_loss, addresses=frozenset(allow_destroy))
@@ -302,7 +303,7 @@ def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool, allowa
 def status(ctx: click.Context, as_json: bool) -> None:
     """List deployed queries and generators with their live state and rates."""
     if ctx.meta.get("dsflow.server"):
-        from dsflow.cli_server import remote_status
+        from dsflow.cli.server import remote_status
 
         entries = remote_status(ctx)
     else:
@@ -356,12 +357,12 @@ def force_unlock(ctx: click.Context, lock_id: str) -> None:
 @click.pass_context
 def query_command(ctx: click.Context, sql: str, follow: bool, position: str, as_json: bool, as_csv: bool) -> None:
     """Query materialized views (a snapshot), or follow a stream or changelog with --follow."""
-    from dsflow import adhoc
+    from dsflow.engine import adhoc
 
     if as_json and as_csv:
         raise click.UsageError("--json and --csv exclude each other: pick one output format")
     if ctx.meta.get("dsflow.server"):
-        from dsflow.cli_server import remote_query
+        from dsflow.cli.server import remote_query
 
         return remote_query(ctx, sql, follow, position, lambda *args, **kw: _print_rows(*args[:2], as_json, as_csv,
                                                                                         **kw))

@@ -1,4 +1,4 @@
-"""CLI sub-commands around the pipeline: the dev broker, data generation and scaffolding (topics: cli_topics.py)."""
+"""CLI sub-commands around the pipeline: the dev broker, data generation and scaffolding (topics: cli/topics.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from dsflow import operations, topics
+from dsflow.engine import operations, topics
 from dsflow.errors import DsflowError
-from dsflow.terminal import LazyConsole
+from dsflow.cli.terminal import LazyConsole
 
 console = LazyConsole()
-TEMPLATES = Path(__file__).parent / "templates"  # a link to the repository's templates/, copied into wheels
+TEMPLATES = Path(__file__).parents[1] / "templates"  # a link to the repository's templates/, copied into wheels
 
 
 def _dev_dir(options: operations.Options) -> Path:

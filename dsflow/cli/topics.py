@@ -7,10 +7,10 @@ import json
 
 import click
 
-from dsflow import operations, topics
+from dsflow.engine import operations, topics
 from dsflow.core import stores
 from dsflow.errors import DsflowError
-from dsflow.terminal import LazyConsole
+from dsflow.cli.terminal import LazyConsole
 
 console = LazyConsole()
 STORE_HELP = "store to use (default: the relation's store, else the project's default store)"
@@ -138,8 +138,8 @@ def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, st
 def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
                 store: str | None, bootstrap: str | None) -> None:
     """Print records of topic NAME as JSON lines (key, value, partition/shard, offset/sequence, timestamp)."""
-    if ctx.meta.get("dsflow.server"):  # a relation's topic through `dsflow serve` (dsflow/cli_server.py)
-        from dsflow.cli_server import remote_records
+    if ctx.meta.get("dsflow.server"):  # a relation's topic through `dsflow serve` (dsflow/cli/server.py)
+        from dsflow.cli.server import remote_records
 
         for record in remote_records(ctx, name, from_beginning, limit, timeout, raw, store, bootstrap):
             click.echo(json.dumps(record, default=str))

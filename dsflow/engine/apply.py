@@ -22,9 +22,9 @@ from dsflow.core.secrets import Redactor
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
-from dsflow.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
+from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
-from dsflow.workspace import Workspace
+from dsflow.engine.workspace import Workspace
 
 
 @dataclass

@@ -7,9 +7,9 @@ import json
 
 import click
 
-from dsflow import operations
+from dsflow.engine import operations
 from dsflow.core import stores
-from dsflow.terminal import LazyConsole
+from dsflow.cli.terminal import LazyConsole
 
 console = LazyConsole()
 store_option = click.option("--store", help="the store to browse (default: the store of the table relation PATH)")
@@ -17,7 +17,7 @@ store_option = click.option("--store", help="the store to browse (default: the s
 
 def _kinds_help() -> str:
     """'Browse the tables of a, b and c stores.': the store types whose `commands` facet lists entities."""
-    from dsflow.entities import entity_types
+    from dsflow.engine.entities import entity_types
 
     types = entity_types()
     return f"Browse the tables of {', '.join(types[:-1])} and {types[-1]} stores."
@@ -25,7 +25,7 @@ def _kinds_help() -> str:
 
 def _paths_help() -> str:
     """'List the entities under PATH (TITLE: PATH FORM; ...).': each kind's `entity_paths`."""
-    from dsflow.entities import entity_types
+    from dsflow.engine.entities import entity_types
 
     paths: dict[str, str] = {}
     for store_type in entity_types():
@@ -34,7 +34,7 @@ def _paths_help() -> str:
 
 
 def _target(ctx: click.Context, path: str, store: str | None):
-    from dsflow.entities import resolve
+    from dsflow.engine.entities import resolve
 
     project = operations.load(ctx.obj).project
     return project, resolve(project, path, store)
@@ -51,7 +51,7 @@ def entity() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print a JSON list")
 @click.pass_context
 def entity_list(ctx: click.Context, path: str, store: str | None, as_json: bool) -> None:
-    from dsflow.entities import list_entities
+    from dsflow.engine.entities import list_entities
 
     if store is None:
         raise click.UsageError("pass --store NAME")
@@ -67,7 +67,7 @@ def entity_list(ctx: click.Context, path: str, store: str | None, as_json: bool)
 @click.pass_context
 def entity_describe(ctx: click.Context, path: str, store: str | None, as_json: bool) -> None:
     """Describe the table PATH: its columns, and what the format knows (version, files, key)."""
-    from dsflow.entities import describe_entity
+    from dsflow.engine.entities import describe_entity
 
     project, target = _target(ctx, path, store)
     info = describe_entity(project, target)
@@ -92,7 +92,7 @@ def entity_describe(ctx: click.Context, path: str, store: str | None, as_json: b
 @click.pass_context
 def entity_print(ctx: click.Context, path: str, store: str | None, limit: int) -> None:
     """Print rows of the table PATH as JSON lines."""
-    from dsflow.entities import entity_rows
+    from dsflow.engine.entities import entity_rows
 
     project, target = _target(ctx, path, store)
     columns, rows = entity_rows(project, target, limit)

@@ -43,7 +43,7 @@ def query_status(deployed: DeployedResource) -> dict:
 
 
 def _observe_query(deployed: DeployedResource) -> Observation:
-    from dsflow.executors import query_marker  # executors import the Spark translation (sqlglot): plan may not need it
+    from dsflow.engine.executors import query_marker  # executors import the Spark translation (sqlglot): plan may not need it
 
     running = process.is_running(deployed.outputs.get("pid"), query_marker(deployed.outputs))
     status = query_status(deployed)
@@ -61,7 +61,7 @@ def _observe_query(deployed: DeployedResource) -> Observation:
 
 
 def _observe_datagen(deployed: DeployedResource) -> Observation:
-    from dsflow.executors import datagen_marker
+    from dsflow.engine.executors import datagen_marker
 
     count = deployed.data.get("count")
     running = process.is_running(deployed.outputs.get("pid"), datagen_marker(deployed.outputs.get("run_dir")))

@@ -25,7 +25,7 @@ from dsflow.core.resources import access_only
 from dsflow.core.safety import check_same_logs
 from dsflow.core.state import DeployedResource
 from dsflow.errors import DsflowError
-from dsflow.workspace import Workspace
+from dsflow.engine.workspace import Workspace
 
 DRIVER_MODULE = "dsflow.adapters.spark.driver"
 LEDGER_STARTED = "_ledger_started"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from dsflow import operations
+from dsflow.engine import operations
 
 
 def _store(ctx: click.Context):

@@ -17,10 +17,10 @@ from dsflow.core.resources import project_resources, with_current_markers
 from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
 from dsflow.core.state import State
 from dsflow.load.project import load_project
-from dsflow.workspace import Workspace
+from dsflow.engine.workspace import Workspace
 
 if TYPE_CHECKING:  # apply and executors bring the Spark translation (sqlglot), which plan does not need
-    from dsflow.apply import ApplyResult
+    from dsflow.engine.apply import ApplyResult
 # refresh.py and adapters/process.py (subprocess) are imported where used: `plan --no-refresh` needs neither
 
 
@@ -80,7 +80,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     check_partitions(the_plan)
     check_table_places(the_plan, state)
     if do_refresh and not destroy and not refresh_only:
-        from dsflow.refresh import check_schema_evolution
+        from dsflow.engine.refresh import check_schema_evolution
 
         check_schema_evolution(loaded.project, the_plan)
     return the_plan
@@ -94,7 +94,7 @@ def _measured(loaded: Loaded, the_plan: Plan, state: State, counting: bool) -> d
     destroying = the_plan.destroying if counting else []
     if not replays and not destroying and not carries:
         return {}
-    from dsflow.refresh import foreign_log, record_count, replay_estimate
+    from dsflow.engine.refresh import foreign_log, record_count, replay_estimate
 
     foreign = {c.address: f for c in carries if (f := foreign_log(loaded.project, _deployed(state, c)))}
     replays += [c.model_copy(update={"override": None}) for c in carries if c.address in foreign]
@@ -123,7 +123,7 @@ def _deployed(state: State, change):
 
 def _refresh(state: State, project: Project) -> dict[str, Observation]:
     """refresh.py's refresh: what the real systems show of the deployed resources."""
-    from dsflow.refresh import refresh
+    from dsflow.engine.refresh import refresh
 
     return refresh(state, project)
 
@@ -143,14 +143,14 @@ def _check_targets(targets: frozenset[str], project: Project, state) -> None:
 
 def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None, allowance: Allowance | None = None) -> ApplyResult:
     """Apply the plan; `allowance` is the data loss the user acknowledged (core/safety.py; none by default)."""
-    from dsflow.apply import apply_plan
+    from dsflow.engine.apply import apply_plan
 
     return apply_plan(the_plan, loaded.project, loaded.workspace, on_event, allowance or Allowance())
 
 
 def migrate_state(loaded: Loaded) -> bool:
     """A state written before keyed secret markers, rewritten with them (apply.migrate_state)."""
-    from dsflow.apply import migrate_state
+    from dsflow.engine.apply import migrate_state
 
     return migrate_state(loaded.project, loaded.workspace)
 
@@ -159,8 +159,8 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
     """Every deployed query and generator, with what its process and status file say now, and what the runtime
     supervisor recorded (uptime, restarts, last exit and error, next retry: dsflow/runtime/records.py)."""
     from dsflow.adapters import process
-    from dsflow.executors import datagen_marker, query_marker
-    from dsflow.refresh import query_status
+    from dsflow.engine.executors import datagen_marker, query_marker
+    from dsflow.engine.refresh import query_status
     from dsflow.runtime.records import status_fields
 
     state = loaded.workspace.state_backend().read()

@@ -1,0 +1,5 @@
+"""`python -m dsflow.cli`: the dsflow command."""
+
+from dsflow.cli import main
+
+main()
