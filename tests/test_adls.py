@@ -169,7 +169,7 @@ def test_stream_into_delta_and_iceberg_on_azurite_equals_reference(tmp_path, bro
     assert sorted(read, key=lambda r: r["id"]) == [{"id": e["id"], "userid": e["userid"]} for e in sent]
     assert any(b.endswith(".parquet") for b in blobs(azurite_endpoint, name, "iceberg/public/pv_ice/data/"))
 
-    from dsflow import entities  # what `dsflow entity list --store azlake` prints
+    from dsflow.engine import entities  # what `dsflow entity list --store azlake` prints
 
     assert entities.list_entities(project, entities.resolve(project, "", "azlake")) == ["web/pageviews"]
     described = entities.describe_entity(project, entities.resolve(project, "web/pageviews", "azlake"))
