@@ -35,7 +35,7 @@ STATE_SETTINGS = re.compile(r"^.*(backend|\b(s3|postgres): ).*$", re.MULTILINE |
 """A line of the `state:` settings (backend: local|s3|postgres, and the fields each backend takes)."""
 
 CEILINGS = {"kafka": 1, "kinesis": 0, "postgresql": 2, "s3": 4, "adls": 1, "databricks": 0, "snowflake": 0,
-            "iceberg": 3, "delta": 2}
+            "iceberg": 1, "delta": 2}
 
 
 def naming_files(store_type: str) -> list[str]:

@@ -7,6 +7,8 @@ each in that folder, each exposing one object:
                        table in it may declare (pure: no I/O, no SDK import at module level); load/rules.py
     objects.OBJECTS    plan, refresh, apply: the physical object a relation lives in (identity, records held,
                        in-place growth, apply's executor, refresh's observation); adapters/objects.py
+    tables.TABLES      a table format (adapters/tables/base.py TableFormat) of the kinds whose `table_format`
+                       names it, where the format has a folder of its own (Iceberg)
     commands.COMMANDS  the topic and entity commands (`dsflow topic ...`, `dsflow entity ...`, the server's tail);
                        topics.py (LogCommands) and entities.py
     spark.SPARK        the Spark driver: the source and the sink of a relation in it; adapters/spark/facets.py
@@ -60,6 +62,9 @@ class StoreKind:
     capabilities: frozenset[Capability] = field(default_factory=frozenset)
     log_noun: str = "topic"
     description: str = ""
+    table_format: str = ""
+    """The table format its tables are written in (delta, snowflake, iceberg; "" for a kind without tables); the
+    kind whose package implements a format exposes it as its `tables` facet (a TableFormat class)."""
 
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -94,17 +99,17 @@ REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
               frozenset({_C.VIEWS, _C.CHANGE_STREAM}), log_noun="table",
               description="a PostgreSQL database: materialized views, and change streams of its tables"),
     StoreKind("s3", "dsflow.adapters.tables", "S3", _TABLES, log_noun="table",
-              description="Delta Lake tables in an S3 bucket"),
+              description="Delta Lake tables in an S3 bucket", table_format="delta"),
     StoreKind("filesystem", "dsflow.adapters.tables", "filesystem", _TABLES, log_noun="table",
-              description="Delta Lake tables in a local folder"),
+              description="Delta Lake tables in a local folder", table_format="delta"),
     StoreKind("adls", "dsflow.adapters.tables", "ADLS", frozenset({_C.TABLES, _C.TABLE_SOURCE}), log_noun="table",
-              description="Delta Lake tables in Azure Data Lake Storage Gen2 / Blob storage"),
+              description="Delta Lake tables in Azure Data Lake Storage Gen2 / Blob storage", table_format="delta"),
     StoreKind("databricks", "dsflow.adapters.tables", "Databricks", _TABLES, log_noun="table",
-              description="Delta Lake tables registered in a Databricks (Unity Catalog) catalog"),
+              description="Delta Lake tables registered in a Databricks (Unity Catalog) catalog", table_format="delta"),
     StoreKind("snowflake", "dsflow.adapters.tables", "Snowflake", frozenset({_C.TABLES, _C.MERGE}),
-              log_noun="table", description="Snowflake tables"),
+              log_noun="table", description="Snowflake tables", table_format="snowflake"),
     StoreKind("iceberg", "dsflow.adapters.iceberg", "Iceberg", frozenset({_C.TABLES, _C.TABLE_SOURCE}),
-              log_noun="table", description="Apache Iceberg tables through a SQL catalog"),
+              log_noun="table", description="Apache Iceberg tables through a SQL catalog", table_format="iceberg"),
 )}
 """Store type -> its kind. The one place that lists the store types dsflow knows."""
 
@@ -122,6 +127,17 @@ def can(store: Any, capability: Capability) -> bool:
     """Whether a store (anything with a `type`; None: no) has `capability`."""
     found = kind(getattr(store, "type", None) or "")
     return found is not None and found.can(capability)
+
+
+def table_format_of(store_type: str) -> str | None:
+    """The table format of a store type's tables; None if it holds none."""
+    found = kind(store_type)
+    return found.table_format or None if found is not None else None
+
+
+def format_home(table_format: str) -> StoreKind | None:
+    """The first kind (in registry order) whose tables are in `table_format`: its package implements the format."""
+    return next((k for k in REGISTRY.values() if k.table_format == table_format), None)
 
 
 def facet(store_type: str, name: str) -> Any | None:

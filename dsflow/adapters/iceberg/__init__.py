@@ -6,6 +6,6 @@
     tables.py    `IcebergFormat`, the table format (adapters/tables/base.py `TableFormat`): create, add columns,
                  drop, count, write one micro-batch exactly once, describe, list
 
-The table format is named in the table formats' registry (adapters/tables `FORMATS`) and the store type in the
-registries that exist (docs/architecture.md, "Adding a store").
+The store kind (core/stores.py) names `iceberg` as its table format, and `tables.TABLES` is the format's
+implementation, found through the kind (docs/architecture.md, "The store protocol and adding a store").
 """

@@ -145,3 +145,6 @@ class IcebergFormat:
             return sorted(".".join(n) for n in store.list_namespaces())
         return sorted(".".join(t) for t in store.list_tables(path.strip(".")))
 
+
+TABLES = IcebergFormat
+"""The `tables` facet (core/stores.py): the table format of the kinds whose tables are Iceberg tables."""

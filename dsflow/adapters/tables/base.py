@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dsflow.core import stores
 from dsflow.errors import DsflowError
 
-STORE_FORMATS = {"s3": "delta", "filesystem": "delta", "adls": "delta", "databricks": "delta",
-                 "snowflake": "snowflake", "iceberg": "iceberg"}
 
 
 @dataclass(frozen=True)
@@ -56,11 +55,11 @@ def delta_root(project_root: str | Path, store_type: str, settings: dict[str, st
 
 def table_ref(project_root: str | Path, store, relation) -> TableRef:
     """The TableRef of a table relation in its store."""
-    fmt = STORE_FORMATS.get(store.type)
+    fmt = stores.table_format_of(store.type)
     if fmt is None:
         raise DsflowError("DSF-E750", f"store '{store.name}' ({store.type}) holds no tables")
     settings = dict(store.properties)
-    if fmt != "delta":  # a name in the store's catalog or account (snowflake DB.SCHEMA.TABLE, iceberg NAMESPACE.TABLE)
+    if fmt != "delta":  # a name in the store's catalog or account (DB.SCHEMA.TABLE, NAMESPACE.TABLE)
         return TableRef(fmt, relation.topic, settings, dict(relation.table_options))
     path = relation.table_options.get("delta.path", relation.topic)
     if "://" in path or Path(path).is_absolute():

@@ -46,9 +46,9 @@ class TableCommands:
 
 
 def _format_name(store: Any) -> str:
-    from dsflow.adapters.tables import STORE_FORMATS
+    from dsflow.adapters.tables import store_format
 
-    return STORE_FORMATS[store.type]
+    return store_format(store.type)
 
 
 def _format(store: Any):
