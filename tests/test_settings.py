@@ -327,6 +327,7 @@ def _accepted() -> set[tuple[str, str]]:
 
 
 def test_every_setting_the_loader_accepts_is_classified_once() -> None:
+    from dsflow.load.store_settings import keys
     from dsflow.load.tables import STORE_SETTINGS
 
     classified = [(s.kind, s.name) for s in SETTINGS]
@@ -334,8 +335,8 @@ def test_every_setting_the_loader_accepts_is_classified_once() -> None:
     accepted = _accepted()
     assert sorted(accepted - set(classified)) == [], "accepted by the loader, not classified in core/settings.py"
     assert sorted(set(classified) - accepted) == [], "classified, but the loader accepts no such setting"
-    for type_, (_, allowed) in STORE_SETTINGS.items():
-        for key in allowed:
+    for type_, model in STORE_SETTINGS.items():
+        for key in keys(model)[1]:
             assert setting("store", f"properties.{key}").cls is SettingClass.RESTARTS, (type_, key)
     with pytest.raises(KeyError):
         setting("relation", "no.such.setting")

@@ -1,42 +1,16 @@
-"""The store protocol's physical-object operations (the `objects` facet, core/stores.py), asked by store type.
-
-What a store kind can tell about the object a relation lives in (a topic, a stream, a table):
-
-    identities     the object's identity now: a log deleted and created again under the same name is another
-                   log, and offsets read from one mean nothing on the other (a topic's id; a stream's ARN and
-                   creation time)
-    held_records   the records it holds now: what a plan that deletes or empties it destroys (`DESTROYS ~N`),
-                   and what a replay from the earliest position re-reads
-    can_grow/grow  whether more partitions (shards) can be added in place, keeping the records, and doing it
-
-A store kind that cannot tell one of these returns None ({} for identities): the plan then says 'not counted',
-and offsets are carried on the names alone. The planner, refresh and apply ask this module, never a store type.
+"""How plan, refresh and apply ask the store kinds' `objects` facets (core/protocol.py PhysicalObjects), by store
+type: a relation's object identity now, the records it holds (`DESTROYS ~N`), in-place growth, apply's executor and
+refresh's observation. The planner, refresh and apply ask this module, never a store type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from dsflow.core import stores
+from dsflow.core.protocol import PhysicalObjects
 from dsflow.errors import DsflowError
-
-
-class PhysicalObjects(Protocol):
-    """One store kind's physical-object operations (implemented in adapters/<store>/objects.py)."""
-
-    def identities(self, store: Any, names: list[str]) -> dict[str, str]:
-        """name -> identity now, for the named objects that exist; {} where the store gives none."""
-
-    def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
-                     since: str | None = None) -> int | None:
-        """Records the deployed object holds now (from epoch ms `since` when given); None if not countable."""
-
-    def can_grow(self, store: Any, name: str, total: int) -> bool:
-        """Whether the object can take `total` partitions (shards) in place, keeping its records."""
-
-    def grow(self, store: Any, name: str, total: int) -> None:
-        """Raise the object's partitions (shards) to `total` in place."""
 
 
 def objects_for(store_type: str) -> PhysicalObjects | None:

@@ -1,19 +1,8 @@
 """The store protocol: what a store kind provides, and the one registry from store type to its implementation.
 
 A store kind is one folder under `dsflow/adapters/` (a package). What it provides is split into facets, one module
-each in that folder, each exposing one object:
-
-    rules.RULES        load: the names its objects may take, how they are sized, the settings a relation or
-                       table in it may declare (pure: no I/O, no SDK import at module level); load/rules.py
-    objects.OBJECTS    plan, refresh, apply: the physical object a relation lives in (identity, records held,
-                       in-place growth, apply's executor, refresh's observation); adapters/objects.py
-    tables.TABLES      a table format (adapters/tables/base.py TableFormat) of the kinds whose `table_format`
-                       names it, where the format has a folder of its own (Iceberg)
-    commands.COMMANDS  the topic and entity commands (`dsflow topic ...`, `dsflow entity ...`, the server's tail);
-                       topics.py (LogCommands) and entities.py
-    spark.SPARK        the Spark driver: the source and the sink of a relation in it; adapters/spark/facets.py
-
-(Each facet's protocol is written where it is asked, named after the path above.)
+each in that folder, each exposing one object (settings, rules, objects, commands, spark; tables for a table format
+with a folder of its own): core/protocol.py says what each may hold, in one place.
 
 What a kind can do at all is declared in its `StoreKind` here (`capabilities`): code elsewhere asks
 `kind(type).can(Capability.X)` and reports what is missing with `kinds_that(Capability.X)`, never

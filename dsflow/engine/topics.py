@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from dsflow.core import stores
+from dsflow.core.protocol import LogCommands
 from dsflow.core.model import Project, Relation, Store
 from dsflow.errors import DsflowError
 
@@ -36,42 +37,6 @@ class Target:
     store: str = ""
     registry: dict[str, str] = field(default_factory=dict, repr=False)
     """The store's schema registry settings (schema.registry.*), for a relation's avro or protobuf values."""
-
-
-class LogCommands(Protocol):
-    """What a log store kind's `commands` facet provides (adapters/<store>/commands.py). A kind with
-    Capability.BROKER also gives `dev_broker()` (`dsflow dev`) and `producer(...)` (dsflow/datagen.py)."""
-
-    size_options: tuple[str, ...]
-    """The sizes `dsflow topic create` takes (--partitions, --replicas; --shards)."""
-    size_hint: str
-    """How its logs are sized: the hint of DSF-E768."""
-    tail_window: float | None
-    """None: a read ends on `stop` and calls `on_start` once positioned; else it ends after this many idle s."""
-
-    def errors(self, store: str, settings: Any) -> AbstractContextManager:
-        """A context in which a client error names the store."""
-
-    def list_names(self, store: Store) -> list[str]: ...
-
-    def describe(self, target: Target) -> dict[str, Any] | None: ...
-
-    def create(self, target: Target, sizes: dict[str, int | None]) -> bool: ...
-
-    def delete(self, target: Target) -> bool: ...
-
-    def record_limit(self, target: Target) -> tuple[int, str]:
-        """The largest record in bytes, and how to raise it (the hint of DSF-E715)."""
-
-    def produce(self, target: Target, lines: list[str], key_field: str | None) -> int: ...
-
-    def read(self, target: Target, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
-             stop: Any = None, on_start: Any = None) -> tuple[Iterator[dict[str, Any]], bool]:
-        """The records, and whether they are decoded already (else `decoded` decodes a relation's)."""
-
-    def dead_letter_topic(self, project: Project, query: Any) -> str | None: ...
-
-    def dead_letter_count(self, store: Store, topic: str) -> int | None: ...
 
 
 def commands(store_type: str) -> LogCommands | None:

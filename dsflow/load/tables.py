@@ -1,7 +1,8 @@
 """Store settings and CREATE TABLE ... AS SELECT: the settings a store needs and where a table lives.
 
 A store keeps its settings in `properties`; what it requires and allows, and its own checks of them, are its
-kind's `rules` facet (load/rules.py): `store_settings(type)` -> (required, allowed) and `store_diagnostics`.
+kind's `rules` facet (load/rules.py): `settings(type)`, its pydantic model (load/store_settings.py), and
+`store_diagnostics`, its checks across settings.
 A table goes to a store that can hold tables (Capability.TABLES); the WITH properties it takes and the object
 it names there (`table_props`, `table_options`) are its store kind's rules too.
 """
@@ -14,15 +15,16 @@ from dsflow.core import stores
 from dsflow.core.model import Column, Relation, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
+from dsflow.load.store_settings import StoreSettings, settings_diagnostics
 from dsflow.load.suggest import did_you_mean
 
 Report = Callable[[Diagnostic], None]
 
 
-def _store_settings() -> dict[str, tuple[set[str], set[str]]]:
+def _store_settings() -> dict[str, type[StoreSettings]]:
     found = {}
     for type_ in stores.REGISTRY:
-        settings = rule(type_, "store_settings")
+        settings = rule(type_, "settings")
         if settings is not None and settings(type_) is not None:
             found[type_] = settings(type_)
     return found
@@ -41,8 +43,8 @@ def _own_table_props(store_type: str) -> set[str]:
     return set(props(store_type)) if props is not None else set()
 
 
-STORE_SETTINGS: dict[str, tuple[set[str], set[str]]] = _store_settings()
-"""Store type -> (required, allowed) properties, from each kind's rules (a kind without: not checked)."""
+STORE_SETTINGS: dict[str, type[StoreSettings]] = _store_settings()
+"""Store type -> its settings model (load/store_settings.py), from each kind's rules (a kind without: not checked)."""
 TABLE_PROPS = _table_props()
 """Every WITH property a CREATE TABLE takes, in any table store."""
 
@@ -51,29 +53,23 @@ def store_settings_diagnostics(name: str, type_: str, bootstrap: str, properties
                                location: Location | None,
                                where: Callable[[str], Location | None] | None = None) -> list[Diagnostic]:
     """A store's properties: those its kind requires and allows (DSF-E095), then its kind's own checks."""
-    out = _required_allowed(name, type_, bootstrap, properties, location)
+    where = where or (lambda key: location)
+    out = _required_allowed(name, type_, bootstrap, properties, location, where)
     own = rule(type_, "store_diagnostics")
     if own is not None:
-        out += own(name, type_, bootstrap, properties, location, where or (lambda key: location))
+        out += own(name, type_, bootstrap, properties, location, where)
     return out
 
 
 def _required_allowed(name: str, type_: str, bootstrap: str, properties: dict[str, str],
-                      location: Location | None) -> list[Diagnostic]:
+                      location: Location | None, where: Callable[[str], Location | None]) -> list[Diagnostic]:
     if type_ not in STORE_SETTINGS:
         return []
-    required, allowed = STORE_SETTINGS[type_]
     out = []
     if bootstrap:
         out.append(Diagnostic("DSF-E095", f"bootstrap_servers is not a setting of the {type_} store '{name}'",
                               location, hint="remove it; see docs/project.md (Table stores)"))
-    for key in sorted(set(properties) - allowed):
-        out.append(Diagnostic("DSF-E095", f"unknown property '{key}' of the {type_} store '{name}'", location,
-                              hint=did_you_mean(key, allowed) or f"allowed: {', '.join(sorted(allowed))}"))
-    for key in sorted(required - set(properties)):
-        out.append(Diagnostic("DSF-E095", f"the {type_} store '{name}' needs the property '{key}'", location,
-                              hint="see docs/project.md (Table stores)"))
-    return out
+    return out + settings_diagnostics(STORE_SETTINGS[type_], name, type_, properties, location, where)
 
 
 def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str, ...], props: dict[str, str],

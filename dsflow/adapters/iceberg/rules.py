@@ -9,14 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from dsflow.adapters.tables.lakepaths import AZURE_SCHEMES, azure_checks, scheme_of, split_azure_url
-from dsflow.adapters.tables.rules import AZURE, S3
+from dsflow.adapters.iceberg.settings import IcebergSettings
+from dsflow.adapters.tables.settings import AzureAccess
 from dsflow.errors import Diagnostic, Location
 
 Report = Callable[[Diagnostic], None]
 Where = Callable[[str], Location | None]
 
-SETTINGS = ({"warehouse"}, {"warehouse", "catalog_uri", "catalog_name"} | (S3 - {"bucket", "prefix"}) | AZURE)
-"""(required, allowed) properties: a warehouse, the SQL catalog; a bucket store's settings, or Azure ones."""
 TABLE_PROPS = {"iceberg.namespace.name", "iceberg.table.name"}
 NAME = re.compile(r"[^./\x00-\x1f\x7f]{1,255}")
 """An Iceberg namespace or table name: no `.`, `/` or control character, at most 255."""
@@ -28,8 +27,8 @@ class IcebergRules:
     setting_names = (("table", "iceberg.namespace.name"), ("table", "iceberg.table.name"))
     """(object, WITH property) of each setting that places a table (core/settings.py classes them: identity)."""
 
-    def store_settings(self, store_type: str) -> tuple[set[str], set[str]]:
-        return SETTINGS
+    def settings(self, store_type: str) -> type[IcebergSettings]:
+        return IcebergSettings
 
     def store_diagnostics(self, name: str, store_type: str, bootstrap: str, properties: dict[str, str],
                           location: Location | None, where: Where) -> list[Diagnostic]:
@@ -75,7 +74,7 @@ def _azure_checks(warehouse: str, properties: dict[str, str]) -> list[tuple[str,
     (pyiceberg's adlfs FileIO knows no az://) with one credential; Azure settings on another warehouse would not be
     used."""
     scheme = scheme_of(warehouse)
-    azure = sorted(k for k in AZURE if properties.get(k))
+    azure = sorted(k for k in AzureAccess.model_fields if properties.get(k))
     if scheme not in AZURE_SCHEMES:
         return [("DSF-E395", f"the Azure setting(s) {', '.join(azure)} would not be used: the warehouse {warehouse} "
                  "is not on Azure Data Lake Storage", "remove them, or put the warehouse on abfss://")] if azure else []

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dsflow.adapters.kinesis.settings import KinesisSettings
 from dsflow.core import stores
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.names import why_invalid
@@ -18,8 +19,6 @@ from dsflow.load.sizing import report_foreign, size_property
 
 Report = Callable[[Diagnostic], None]
 STREAM = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
-SETTINGS = (set(), {"region", "endpoint", "access_key_id", "secret_access_key", "session_token"})
-"""(required, allowed) properties; credentials through {{ env_var('...') }}, or the AWS default chain."""
 
 
 class KinesisRules:
@@ -28,8 +27,8 @@ class KinesisRules:
     partitions_key = "topic.shards"
     sizing_keys = ("topic.shards",)
 
-    def store_settings(self, store_type: str) -> tuple[set[str], set[str]]:
-        return SETTINGS
+    def settings(self, store_type: str) -> type[KinesisSettings]:
+        return KinesisSettings
 
     def check_log_name(self, name: str, fqn: str, where: Location | None, report: Report) -> bool:
         """DSF-E207: a stream name the Kinesis API would refuse."""

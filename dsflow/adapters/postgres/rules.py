@@ -22,14 +22,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dsflow.adapters.postgres.settings import PostgresSettings
 from dsflow.core.model import Column, Relation
 from dsflow.errors import Diagnostic, Location
 
 Report = Callable[[Diagnostic], None]
 Where = Callable[[str], Location | None]
 
-SETTINGS = (set(), {"dsn", "host", "port", "database", "dbname", "user", "username", "password", "sslmode"})
-"""(required, allowed) properties: connection settings as libpq names them, or one dsn."""
 DB, SCHEMA, TABLE = "postgresql.db.name", "postgresql.schema.name", "postgresql.table.name"
 TABLE_KEYS = (DB, SCHEMA, TABLE)
 TABLE_LIST = "postgresql.cdc.table.list"
@@ -52,8 +51,8 @@ class PostgresRules:
     """(object, WITH property) of each setting that names the table of a change stream or a view (core/settings.py
     classes them: identity)."""
 
-    def store_settings(self, store_type: str) -> tuple[set[str], set[str]]:
-        return SETTINGS
+    def settings(self, store_type: str) -> type[PostgresSettings]:
+        return PostgresSettings
 
     def view_options(self, fqn: str, props: dict[str, str], store: Any, location: Location | None,
                      prop_location: Where, report: Report) -> tuple[str, dict[str, str]] | None:

@@ -14,23 +14,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dsflow.adapters.tables.settings import SETTINGS
 from dsflow.adapters.tables.lakepaths import azure_checks, store_path_diagnostics, table_path_diagnostic
 from dsflow.errors import Diagnostic, Location
+from dsflow.load.store_settings import StoreSettings
 
 Report = Callable[[Diagnostic], None]
 Where = Callable[[str], Location | None]
 
-S3 = {"bucket", "prefix", "endpoint_url", "region", "access_key_id", "secret_access_key", "session_token"}
-AZURE = {"account_key", "sas_token", "client_id", "client_secret", "tenant_id", "endpoint"}
-SETTINGS: dict[str, tuple[set[str], set[str]]] = {
-    # type: (required, allowed)
-    "s3": ({"bucket"}, S3),
-    "filesystem": ({"path"}, {"path"}),
-    "adls": ({"account", "container"}, {"account", "container", "prefix"} | AZURE),
-    "databricks": (set(), S3 | {"path", "host", "token", "warehouse_id", "catalog"}),
-    "snowflake": ({"account"}, {"account", "user", "password", "warehouse", "role", "database", "schema", "host",
-                                "port", "protocol", "authenticator", "token"}),
-}
 DELTA_PROPS = {"delta.path", "table.data.file.location"}
 DATABRICKS_PROPS = {"databricks.catalog.name", "databricks.schema.name", "databricks.table.name"}
 SNOWFLAKE_PROPS = {"snowflake.db.name", "snowflake.schema.name", "snowflake.table.name"}
@@ -54,7 +45,7 @@ class TableRules:
                                               "snowflake.table.name")))
     """(object, WITH property) of each setting that places a table (core/settings.py classes them: identity)."""
 
-    def store_settings(self, store_type: str) -> tuple[set[str], set[str]] | None:
+    def settings(self, store_type: str) -> type[StoreSettings] | None:
         return SETTINGS.get(store_type)
 
     def store_diagnostics(self, name: str, store_type: str, bootstrap: str, properties: dict[str, str],
