@@ -4,6 +4,8 @@ Written for the Kafka protocol in general and for the dev broker (tansu 0.6) in 
 
 - tansu's high watermark is the *base offset of the last batch* + 1, not the end of the log;
   `end_offsets` reads the last batch to find the true end.
+- tansu can report a low watermark past records it still holds (after concurrent producers wrote a new
+  partition); `start_offsets` reads from offset 0 where the reported one is above 0.
 - joining a consumer group takes ~20 s on tansu, so every consumer here uses `assign()`
   and never commits; positions live in the caller (Spark checkpoints, CLI flags).
 - confluent-kafka can crash at interpreter exit when a consumer is left open: every
@@ -243,9 +245,45 @@ def high_watermarks(
     return {tp.partition: tp.offset for tp in found}
 
 
-def start_offsets(consumer: Any, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """The first offset still held per partition (low watermark)."""
-    return {p: low for p, (low, _) in watermarks(consumer, topic, partitions).items()}
+START_PROBE_S = 5.0
+"""How long `start_offsets` waits for the first record of a partition read from offset 0."""
+
+
+def start_offsets(consumer: Any, topic: str, partitions: Iterable[int],
+                  first_wait: float = START_PROBE_S) -> dict[int, int]:
+    """The first offset still held per partition.
+
+    The broker's low watermark, checked where it is above 0: tansu can report one past records it still holds
+    (after several producers wrote a new partition at once, low watermark 2 where offsets 0 and 1 read back), and
+    a read starting there would skip them silently. So such a partition is read from offset 0: the first record
+    that arrives is the true start. A broker that did delete the records before the watermark (retention) answers
+    offset 0 as out of range, and the consumer's reset to the earliest offset brings the record at the watermark.
+    """
+    bounds = watermarks(consumer, topic, partitions)
+    starts = {p: low for p, (low, _) in bounds.items()}
+    suspect = {p: low for p, (low, high) in bounds.items() if 0 < low < high}
+    if suspect:
+        first = _first_offsets(consumer, topic, list(suspect), first_wait)
+        starts.update({p: min(low, first.get(p, low)) for p, low in suspect.items()})
+    return starts
+
+
+def _first_offsets(consumer: Any, topic: str, partitions: list[int], first_wait: float) -> dict[int, int]:
+    """The offset of the first record each partition serves from offset 0 (the consumer resets an out-of-range
+    offset to the earliest: `auto.offset.reset`); a partition that serves none in `first_wait` s is left out."""
+    from confluent_kafka import TopicPartition
+
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    first: dict[int, int] = {}
+    deadline = time.monotonic() + first_wait
+    try:
+        while len(first) < len(partitions) and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 0.1):
+                if m.error() is None and m.partition() not in first:
+                    first[m.partition()] = m.offset()
+    finally:
+        consumer.unassign()
+    return first
 
 
 END_SETTLE_S = 0.1
