@@ -73,3 +73,32 @@ def test_each_kind_with_a_model_takes_every_property_it_declares(tmp_path, type_
 def test_every_store_kind_that_checks_settings_declares_a_model():
     """The kinds whose properties are not their client library's own settings have a model; the rest pass through."""
     assert set(STORE_SETTINGS) == set(stores.REGISTRY) - {"kafka"}
+
+
+def _kafka_diagnostics(tmp_path: Path, properties: dict[str, str]) -> list:
+    lines = "".join(f"      {k}: {v!r}\n" for k, v in properties.items())
+    store = f"stores:\n  - name: st\n    type: kafka\n    bootstrap_servers: 127.0.0.1:1\n    properties:\n{lines}"
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=""), "sql/all.sql": SQL,
+                                   "stores/st.yml": store})
+    try:
+        load_project(root, variables={"bootstrap": "127.0.0.1:1"})
+    except ProjectError as err:
+        return [d for d in err.diagnostics if d.code == "DSF-E256"]
+    return []
+
+
+def test_librdkafka_checks_each_kafka_setting_at_its_line(tmp_path):
+    """A Kafka store's properties are librdkafka's: a name or a value it refuses is DSF-E256 at the property's line,
+    a typo with a guess; settings it takes, including ones that only make sense together, pass."""
+    found = _kafka_diagnostics(tmp_path / "a", {"client.id": "c", "sasl.mechansim": "PLAIN", "linger.ms": "soon"})
+    by_key = {d.message.split(" ")[0]: d for d in found}
+    assert sorted(by_key) == ["linger.ms", "sasl.mechansim"]
+    assert "No such configuration property" in by_key["sasl.mechansim"].message
+    assert by_key["sasl.mechansim"].hint == "did you mean 'sasl.mechanism'?"
+    assert "Invalid value" in by_key["linger.ms"].message
+    assert [(d.location.file, d.location.line) for d in (by_key["sasl.mechansim"], by_key["linger.ms"])] == \
+        [("stores/st.yml", 7), ("stores/st.yml", 8)]
+    good = {"client.id": "c", "acks": "all", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+            "sasl.username": "u", "sasl.password": "{{ env_var('ST_PASSWORD', 'p') }}",
+            "ssl.ca.location": "/nowhere/ca.pem"}
+    assert _kafka_diagnostics(tmp_path / "b", good) == []

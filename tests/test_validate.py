@@ -576,7 +576,7 @@ stores:
       sasl.mechanism: PLAIN
       sasl.username: u
       sasl.password: "{{ env_var('DSF_TEST_PASSWORD') }}"
-      sasl.jaas.config: "PlainLoginModule required username='u' password='{{ env_var('DSF_TEST_JAAS') }}';"
+      sasl.oauthbearer.config: "principal=u extension_secret={{ env_var('DSF_TEST_JAAS') }}"
       client.id: dsflow-tests
 """
 SECRETS = {"DSF_TEST_BOOTSTRAP": "secret-broker.internal:9093", "DSF_TEST_PASSWORD": "hunter2-s3cret",
@@ -586,7 +586,7 @@ SECRETS = {"DSF_TEST_BOOTSTRAP": "secret-broker.internal:9093", "DSF_TEST_PASSWO
 def test_env_var_values_never_reach_resources_or_plan(tmp_path):
     root = make_project(tmp_path, {"stores/kafka.yml": SECRET_STORE, **SOURCES})
     result = check_project(root, environ=SECRETS)
-    assert result.diagnostics == []  # a secret inside a longer value (a JAAS config) is not "clear text"
+    assert result.diagnostics == []  # a secret inside a longer value (an OAUTHBEARER config) is not "clear text"
     assert set(SECRETS.values()) <= result.secrets
     store = result.project.store("kafka_main")
     assert store.properties["sasl.password"] == SECRETS["DSF_TEST_PASSWORD"]  # the runtime still needs it

@@ -13,15 +13,25 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dsflow.adapters.kafka.settings import COMMON, refused
 from dsflow.adapters.kafka.settings_rules import security_diagnostics
 from dsflow.core import stores
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.names import why_invalid
+from dsflow.load.suggest import did_you_mean
 from dsflow.load.sizing import report_foreign, size_property
 
 Report = Callable[[Diagnostic], None]
 TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 SIZING = ("topic.partitions", "topic.replicas")
+
+
+def _guess(key: str, why: str) -> str | None:
+    """A known setting close to an unknown name (a typo), as a hint."""
+    if not why.startswith("No such configuration property"):
+        return None
+    guess = did_you_mean(key, COMMON)
+    return guess if guess and guess.startswith("did you mean") else None
 
 
 class KafkaRules:
@@ -37,11 +47,16 @@ class KafkaRules:
 
     def store_diagnostics(self, name: str, store_type: str, bootstrap: str, properties: dict[str, str],
                           location: Location | None, where: Callable[[str], Location | None]) -> list[Diagnostic]:
-        """bootstrap_servers is required (DSF-E011); TLS and SASL settings (DSF-E251..E254)."""
+        """bootstrap_servers is required (DSF-E011); librdkafka takes every setting (DSF-E256); TLS and SASL
+        settings (DSF-E251..E254)."""
         out = []
         if not bootstrap:
             out.append(Diagnostic("DSF-E011", f"missing required key 'bootstrap_servers' of kafka store '{name}'",
                                   location, hint="add bootstrap_servers: host:port"))
+        out += [Diagnostic("DSF-E256", f"{key} of the kafka store '{name}': librdkafka refuses it: {why}", where(key),
+                           hint=_guess(key, why) or "properties of a kafka store are librdkafka settings: see "
+                                                    "librdkafka's CONFIGURATION.md for the names and values it takes")
+                for key, why in refused(properties)]
         return out + security_diagnostics(name, properties, where)
 
     def check_log_name(self, name: str, fqn: str, where: Location | None, report: Report) -> bool:
