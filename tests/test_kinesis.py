@@ -11,7 +11,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
+from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.client import list_shards, new_client
 from dsflow.adapters.kinesis.datasource import KinesisOptions, KinesisStreamReader
@@ -211,3 +213,22 @@ def test_a_replay_that_misses_its_end_record_fails_instead_of_ending_elsewhere(s
     with pytest.raises(DsflowError) as failed:  # an end no record has: the shard answers past it
         replay_range(client, name, shard, "trim", f"after:{int(third) + 1}")
     assert failed.value.code == "DSF-E709" and str(int(third) + 1) in str(failed.value)
+
+
+def test_a_failing_source_never_prints_a_secret_setting(spark, tmp_path, capfd):
+    """Settings passed as secrets (`secret.options`, as the query driver names the store's env_var() values) are
+    scrubbed in the data source's own processes: the error Spark reports and the traceback it prints into the log
+    name the endpoint as <secret>, with no SDK error chained under it that would show it in clear."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    options = {"kinesis.endpoint": dead, "kinesis.region": "us-east-1", "secret.options": "kinesis.endpoint"}
+    frame = spark.readStream.format("dsflow_kinesis").option("stream", "nowhere").options(**options).load()
+    query = (frame.writeStream.format("memory").queryName(f"q{uuid.uuid4().hex[:8]}")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException) as failed:
+        query.awaitTermination(180)
+    failure = str(failed.value)
+    printed = capfd.readouterr()
+    assert "DSF-E763" in failure and "<secret>" in failure
+    host = dead.split("://", 1)[1]
+    assert host not in failure
+    assert host not in printed.err and host not in printed.out

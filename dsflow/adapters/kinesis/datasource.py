@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kinesis import client as kc
 from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
 from dsflow.adapters.kinesis.writing import put_batches
+from dsflow.core.secrets import register
 from dsflow.errors import DsflowError
 from dsflow.formats.arrow import VALUE_COLUMN, spark_struct_ddl
 from dsflow.formats.decoding import Decoding
@@ -82,6 +84,9 @@ class KinesisOptions:
     value_schema: str | None = None
     """Writing avro or protobuf: the schema (value.schema) registered under value.subject."""
     value_subject: str | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    """The values of the options named by `secret.options`: scrubbed from the log lines of every process that makes
+    clients with `settings` (tasks run in other processes than the driver that parsed the options)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KinesisOptions:
@@ -98,7 +103,8 @@ class KinesisOptions:
                    starting_offsets={str(k): str(v) for k, v in offsets.items()} if offsets else None,
                    max_records=int(opts.get("max.records.per.batch") or DEFAULT_BATCH_RECORDS),
                    decoding=_decoding(opts), value_schema=opts.get("value.schema") or None,
-                   value_subject=opts.get("value.subject") or None)
+                   value_subject=opts.get("value.subject") or None,
+                   secrets=tuple(opts[k] for k in opts.get("secret.options", "").lower().split(",") if k in opts))
 
 
 def _decoding(opts: Mapping[str, str]) -> Decoding:
@@ -135,6 +141,20 @@ class KinesisDataSource(DataSource):
         return KinesisBatchWriter(KinesisOptions.parse(self.options), _checked(schema))
 
 
+@contextmanager
+def no_secret_in_errors(stream: str) -> Iterator[None]:
+    """Errors leave the data source scrubbed and without their chain. Spark prints a failed reader's or task's
+    traceback whole into the driver's log, and an SDK error's own text (the endpoint, a key id) would reach it in
+    clear: an SDK error becomes DSF-E760 with its text (scrubbed by DsflowError), a DsflowError loses its cause."""
+    try:
+        yield
+    except DsflowError as err:
+        raise err from None
+    except Exception as err:  # noqa: BLE001 - any SDK error: its text, scrubbed, without its traceback chain
+        raise DsflowError("DSF-E760", f"a Kinesis request for stream '{stream}' failed: {type(err).__name__}: {err}",
+                          hint="check the kinesis store's endpoint, region and credentials") from None
+
+
 @dataclass(frozen=True)
 class ShardRange(InputPartition):
     """One read task: the records of one shard after `start` up to `end` (offset positions)."""
@@ -147,6 +167,7 @@ class ShardRange(InputPartition):
     records: tuple[Record, ...] | None = field(default=None, repr=False)
     """The records the driver read to find `end`; None: read them from Kinesis (a batch planned again)."""
     decoding: Decoding = field(default_factory=Decoding, repr=False)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -164,6 +185,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def client(self) -> Any:
         if self._client is None:
+            register(self.options.secrets)
             self._client = kc.new_client(self.options.settings)
         return self._client
 
@@ -176,14 +198,19 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         o = self.options
-        return initial_positions(self._shards(), o.starting_position, o.starting_timestamp, o.starting_offsets,
-                                 now_ms=int(time.time() * 1000))
+        with no_secret_in_errors(o.stream):
+            return initial_positions(self._shards(), o.starting_position, o.starting_timestamp, o.starting_offsets,
+                                     now_ms=int(time.time() * 1000))
 
     def prepareForTriggerAvailableNow(self) -> None:
         """An availableNow run takes the records that arrived before now; later ones wait for the next run."""
         self._cutoff_ms = int(time.time() * 1000)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        with no_secret_in_errors(self.options.stream):
+            return self._latest(start, limit)
+
+    def _latest(self, start: dict, limit: ReadLimit) -> dict:
         shards = self._shards()
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_records
         end = {s["ShardId"]: start.get(s["ShardId"], "trim") for s in shards}
@@ -212,15 +239,17 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if records is not None and not records:
                 continue
             ranges.append(ShardRange(self.options.stream, shard_id, begin, stop, self.options.settings, records,
-                                     self.options.decoding))
+                                     self.options.decoding, self.options.secrets))
         return ranges
 
     def read(self, partition: ShardRange) -> Iterator[Any]:
-        records = partition.records
-        if records is None:
-            records = replay_range(kc.new_client(partition.settings), partition.stream, partition.shard,
-                                   partition.start, partition.end)
-        yield from decoded_batches(records, partition)
+        register(partition.secrets)
+        with no_secret_in_errors(partition.stream):
+            records = partition.records
+            if records is None:
+                records = replay_range(kc.new_client(partition.settings), partition.stream, partition.shard,
+                                       partition.start, partition.end)
+            yield from decoded_batches(records, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress lives in the Spark checkpoint."""
@@ -303,8 +332,10 @@ class KinesisStreamWriter(DataSourceStreamArrowWriter):
         self.schema = schema
 
     def write(self, iterator: Iterator[Any]) -> KinesisCommit:
-        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator,
-                                         _serializer(self.options)))
+        register(self.options.secrets)
+        with no_secret_in_errors(self.options.stream):
+            return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator,
+                                             _serializer(self.options)))
 
     def commit(self, messages: list, batchId: int) -> None:
         """Nothing to do: the records were put by the tasks."""
@@ -321,5 +352,7 @@ class KinesisBatchWriter(DataSourceArrowWriter):
         self.schema = schema
 
     def write(self, iterator: Iterator[Any]) -> KinesisCommit:
-        return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator,
-                                         _serializer(self.options)))
+        register(self.options.secrets)
+        with no_secret_in_errors(self.options.stream):
+            return KinesisCommit(put_batches(kc.new_client(self.options.settings), self.options.stream, iterator,
+                                             _serializer(self.options)))
