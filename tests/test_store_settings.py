@@ -21,16 +21,17 @@ SQL = "CREATE STREAM s (id BIGINT) WITH ('value.format' = 'json');\n"
 
 def _store(type_: str, properties: dict[str, str]) -> str:
     lines = "".join(f"      {k}: {v!r}\n" for k, v in properties.items())
-    return f"stores:\n  - name: st\n    type: {type_}\n    properties:\n{lines}"
+    bootstrap = "    bootstrap_servers: 127.0.0.1:1\n" if type_ == "kafka" else ""
+    return f"stores:\n  - name: st\n    type: {type_}\n{bootstrap}    properties:\n{lines}"
 
 
-def _diagnostics(tmp_path: Path, type_: str, properties: dict[str, str]) -> list:
+def _diagnostics(tmp_path: Path, type_: str, properties: dict[str, str], code: str = "DSF-E095") -> list:
     root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=""), "sql/all.sql": SQL,
                                    "stores/st.yml": _store(type_, properties)})
     try:
         load_project(root, variables={"bootstrap": "127.0.0.1:1"})
     except ProjectError as err:
-        return [d for d in err.diagnostics if d.code == "DSF-E095"]
+        return [d for d in err.diagnostics if d.code == code]
     return []
 
 
@@ -75,22 +76,11 @@ def test_every_store_kind_that_checks_settings_declares_a_model():
     assert set(STORE_SETTINGS) == set(stores.REGISTRY) - {"kafka"}
 
 
-def _kafka_diagnostics(tmp_path: Path, properties: dict[str, str]) -> list:
-    lines = "".join(f"      {k}: {v!r}\n" for k, v in properties.items())
-    store = f"stores:\n  - name: st\n    type: kafka\n    bootstrap_servers: 127.0.0.1:1\n    properties:\n{lines}"
-    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=""), "sql/all.sql": SQL,
-                                   "stores/st.yml": store})
-    try:
-        load_project(root, variables={"bootstrap": "127.0.0.1:1"})
-    except ProjectError as err:
-        return [d for d in err.diagnostics if d.code == "DSF-E256"]
-    return []
-
-
 def test_librdkafka_checks_each_kafka_setting_at_its_line(tmp_path):
     """A Kafka store's properties are librdkafka's: a name or a value it refuses is DSF-E256 at the property's line,
     a typo with a guess; settings it takes, including ones that only make sense together, pass."""
-    found = _kafka_diagnostics(tmp_path / "a", {"client.id": "c", "sasl.mechansim": "PLAIN", "linger.ms": "soon"})
+    found = _diagnostics(tmp_path / "a", "kafka", {"client.id": "c", "sasl.mechansim": "PLAIN", "linger.ms": "soon"},
+                         "DSF-E256")
     by_key = {d.message.split(" ")[0]: d for d in found}
     assert sorted(by_key) == ["linger.ms", "sasl.mechansim"]
     assert "No such configuration property" in by_key["sasl.mechansim"].message
@@ -101,4 +91,4 @@ def test_librdkafka_checks_each_kafka_setting_at_its_line(tmp_path):
     good = {"client.id": "c", "acks": "all", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
             "sasl.username": "u", "sasl.password": "{{ env_var('ST_PASSWORD', 'p') }}",
             "ssl.ca.location": "/nowhere/ca.pem"}
-    assert _kafka_diagnostics(tmp_path / "b", good) == []
+    assert _diagnostics(tmp_path / "b", "kafka", good, "DSF-E256") == []

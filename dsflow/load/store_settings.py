@@ -26,6 +26,16 @@ class StoreSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class AwsCredentials(StoreSettings):
+    """An AWS region and credentials (else the AWS default chain: environment, profile, instance role); secrets
+    through env_var(). Shared by the stores on AWS services."""
+
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+
+
 def keys(model: type[StoreSettings]) -> tuple[set[str], set[str]]:
     """(required, allowed) property names of a settings model, as written in a project (aliases)."""
     names = {name: field.alias or name for name, field in model.model_fields.items()}

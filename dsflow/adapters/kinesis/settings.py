@@ -3,14 +3,10 @@ credentials through env_var() (else the AWS default chain)."""
 
 from __future__ import annotations
 
-from dsflow.load.store_settings import StoreSettings
+from dsflow.load.store_settings import AwsCredentials
 
 
-class KinesisSettings(StoreSettings):
-    """Where the streams are and how to sign requests to them."""
+class KinesisSettings(AwsCredentials):
+    """Where the streams are (a region, or an endpoint such as kinesalite's) and how to sign requests to them."""
 
-    region: str | None = None
     endpoint: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None

@@ -7,18 +7,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from dsflow.load.store_settings import StoreSettings
+from dsflow.load.store_settings import AwsCredentials, StoreSettings
 
 
 
-class AwsAccess(StoreSettings):
-    """An S3-compatible endpoint and credentials (else the AWS default chain); secrets through env_var()."""
+class AwsAccess(AwsCredentials):
+    """An S3-compatible endpoint and AWS credentials."""
 
     endpoint_url: str | None = None
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
 
 
 class AzureAccess(StoreSettings):
