@@ -120,7 +120,12 @@ def test_a_literal_sasl_password_or_key_pem_is_an_error(tmp_path) -> None:
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM", "sasl.username": "u"}, "DSF-E251", 7,
      "sasl.mechanism 'SCRAM' of the kafka store"),
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "AWS_MSK_IAM"}, "DSF-E252", 7,
-     "sasl.mechanism AWS_MSK_IAM of the kafka store 'kafka_main' is not supported yet"),
+     "sasl.mechanism AWS_MSK_IAM of the kafka store 'kafka_main' needs aws.region"),
+    ({"security.protocol": "SSL", "sasl.mechanism": "AWS_MSK_IAM", "aws.region": "eu-west-1"}, "DSF-E252", 6,
+     "sasl.mechanism AWS_MSK_IAM of the kafka store 'kafka_main' needs security.protocol SASL_SSL, not SSL"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password":
+      "{{ env_var('P', 'x') }}", "aws.region": "eu-west-1"}, "DSF-E252", 10,
+     "the kafka store 'kafka_main' sets aws.region, used only by sasl.mechanism AWS_MSK_IAM"),
     ({"sasl.mechanism": "PLAIN", "sasl.username": "u"}, "DSF-E253", 6,
      "the kafka store 'kafka_main' sets sasl.mechanism, sasl.username but security.protocol is PLAINTEXT"),
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256"}, "DSF-E253", 6,

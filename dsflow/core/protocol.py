@@ -13,7 +13,8 @@ imported when first asked (`stores.facet(type, name)`), so no layer below the ad
     commands.py         COMMANDS   LogCommands,      `dsflow topic`, the server's tail (engine/topics.py);
                                    EntityCommands,   `dsflow entity` (engine/entities.py);
                                    ViewCommands      `dsflow query` over views kept in a store (engine/adhoc.py)
-    spark.py            SPARK      SparkFacet        the spec translation and the query driver (adapters/spark/facets.py)
+    spark.py            SPARK      SparkFacet        the spec translation and the query driver
+                                                     (adapters/spark/facets.py)
     tables.py           TABLES     TableFormat       a table format with a folder of its own (adapters/tables/base.py)
 
 Types of the layers above core (a Spark DataFrame, a query spec, an executor) are written `Any` here.

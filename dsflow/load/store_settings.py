@@ -55,7 +55,8 @@ def settings_diagnostics(model: type[StoreSettings], name: str, type_: str, prop
     unknown = sorted(str(p["loc"][0]) for p in problems if p["type"] == "extra_forbidden")
     missing = sorted(str(p["loc"][0]) for p in problems if p["type"] == "missing")
     out = [Diagnostic("DSF-E095", f"unknown property '{key}' of the {type_} store '{name}'",
-                      where(key) or location, hint=did_you_mean(key, allowed) or f"allowed: {', '.join(sorted(allowed))}")
+                      where(key) or location,
+                      hint=did_you_mean(key, allowed) or f"allowed: {', '.join(sorted(allowed))}")
            for key in unknown]
     out += [Diagnostic("DSF-E095", f"the {type_} store '{name}' needs the property '{key}'", location, hint=HINT)
             for key in missing]

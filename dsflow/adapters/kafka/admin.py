@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsflow.adapters.kafka.client import LOG, assert_reachable, client_config, request_failed
+from dsflow.adapters.kafka.msk import librdkafka_config
 from dsflow.errors import DsflowError
 
 TIMEOUT = 10.0
@@ -125,7 +126,7 @@ def _admin(bootstrap: str, extra: Mapping[str, str] | None) -> Any:
     from confluent_kafka.admin import AdminClient
 
     assert_reachable(bootstrap)
-    return AdminClient({**client_config(bootstrap, extra), "logger": LOG})
+    return AdminClient({**librdkafka_config(client_config(bootstrap, extra)), "logger": LOG})
 
 
 def _metadata(admin: Any, bootstrap: str) -> Any:

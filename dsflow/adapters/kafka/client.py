@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dsflow.adapters.kafka.ranges import read_range
+from dsflow.adapters.kafka.msk import librdkafka_config
 from dsflow.core.secrets import ScrubFilter
 from dsflow.errors import DsflowError
 
@@ -120,7 +121,7 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
 
 def new_consumer(config: Mapping[str, Any]) -> Any:
     """A Consumer with dsflow's defaults under `config`; the caller must close it."""
-    c = _consumer_type()({**CONSUMER_DEFAULTS, **config, "logger": LOG})
+    c = _consumer_type()({**CONSUMER_DEFAULTS, **librdkafka_config(config), "logger": LOG})
     c.dsflow_bootstrap = str(config.get("bootstrap.servers", "the configured broker"))
     return c
 
@@ -149,7 +150,7 @@ def new_producer(config: Mapping[str, Any], errors: DeliveryErrors) -> Any:
     from confluent_kafka import Producer
 
     producer = Producer({
-        **PRODUCER_DEFAULTS, **config, "logger": LOG,
+        **PRODUCER_DEFAULTS, **librdkafka_config(config), "logger": LOG,
         "on_delivery": errors, "delivery.report.only.error": True,
     })
     return connected(producer, config)

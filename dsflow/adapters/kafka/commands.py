@@ -132,9 +132,10 @@ class JsonProducer:
         from confluent_kafka import Producer
 
         from dsflow.adapters.kafka.client import LOG, connected
+        from dsflow.adapters.kafka.msk import librdkafka_config
 
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
-                    "message.timeout.ms": 60_000, **(config or {}), "logger": LOG}  # LOG scrubs secrets
+                    "message.timeout.ms": 60_000, **librdkafka_config(config or {}), "logger": LOG}  # LOG scrubs
         self.producer = connected(Producer(settings), settings)  # TLS/SASL failures at once, not after a timeout
         self.topic = topic
         self.error: str | None = None

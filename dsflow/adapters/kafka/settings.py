@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from dsflow.adapters.kafka import msk
+
 COMMON = ("bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
           "sasl.oauthbearer.method", "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
           "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.scope", "sasl.kerberos.keytab",
@@ -32,7 +34,10 @@ def refused(properties: Mapping[str, str]) -> list[tuple[str, str]]:
     from confluent_kafka import Consumer, KafkaException
 
     out = []
-    for key, value in sorted(properties.items()):
+    own = {k: v for k, v in properties.items() if k not in msk.SETTINGS}  # dsflow's, never handed to librdkafka
+    for key, value in sorted(own.items()):
+        if key in ("sasl.mechanism", "sasl.mechanisms") and msk.is_msk_iam({key: value}):
+            value = "OAUTHBEARER"  # what clients get (msk.librdkafka_config)
         try:
             Consumer({"group.id": "dsflow-settings-check", key: value, "logger": _QUIET}).close()
         except KafkaException as exc:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dsflow.adapters.kafka import msk
 from dsflow.errors import Diagnostic, Location
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
-NOT_YET = ("AWS_MSK_IAM",)
-"""Mechanisms other clients know that dsflow does not support yet."""
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI", msk.MECHANISM)
 FILE_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.crl.location",
              "ssl.keystore.location", "sasl.kerberos.keytab")
 """Settings that name a file: read by query drivers and generators that run in another working directory."""
@@ -31,11 +30,8 @@ def security_diagnostics(name: str, properties: dict[str, str],
                               hint="SASL_SSL for Confluent Cloud, MSK SCRAM and Redpanda Cloud; SSL for TLS alone"))
     key = "sasl.mechanism" if "sasl.mechanism" in properties else "sasl.mechanisms"
     mechanism = properties.get(key, "").strip().upper()
-    if mechanism in NOT_YET:
-        out.append(Diagnostic("DSF-E252", f"sasl.mechanism {mechanism} of the kafka store '{name}' is not supported "
-                              "yet (MSK IAM: OAUTHBEARER tokens from aws-msk-iam-sasl-signer-python, a later task)",
-                              where(key), hint="on MSK use SASL/SCRAM (SCRAM-SHA-512) or TLS client certificates"))
-    elif mechanism and mechanism not in MECHANISMS:
+    out += _msk_iam(name, protocol, mechanism, properties, where)
+    if mechanism and mechanism not in MECHANISMS:
         out.append(Diagnostic("DSF-E251", f"{key} '{properties[key]}' of the kafka store '{name}' is not one of "
                               f"{', '.join(MECHANISMS)}", where(key), hint="see docs/project.md (Secured Kafka)"))
     out += _unused(name, protocol, properties, where)
@@ -45,6 +41,28 @@ def security_diagnostics(name: str, properties: dict[str, str],
             out.append(Diagnostic("DSF-E254", f"{file_key} '{value}' of the kafka store '{name}' is a relative path",
                                   where(file_key), hint="give an absolute path: query drivers and data generators "
                                   "run in another working directory"))
+    return out
+
+
+def _msk_iam(name: str, protocol: str, mechanism: str, properties: dict[str, str],
+             where: Callable[[str], Location | None]) -> list[Diagnostic]:
+    """DSF-E252: AWS_MSK_IAM needs SASL_SSL (MSK's IAM listener) and the cluster's region; `aws.*` settings without
+    it would not be used."""
+    if mechanism != msk.MECHANISM:
+        unused = sorted(k for k in properties if k in msk.SETTINGS)
+        return [Diagnostic("DSF-E252", f"the kafka store '{name}' sets {', '.join(unused)}, used only by "
+                           f"sasl.mechanism {msk.MECHANISM}", where(unused[0]),
+                           hint=f"set sasl.mechanism: {msk.MECHANISM} (MSK IAM), or remove them")] if unused else []
+    out = []
+    if protocol != "SASL_SSL":
+        out.append(Diagnostic("DSF-E252", f"sasl.mechanism {msk.MECHANISM} of the kafka store '{name}' needs "
+                              f"security.protocol SASL_SSL, not {protocol}", where("security.protocol"),
+                              hint="MSK's IAM listener (port 9098) takes SASL over TLS: security.protocol: SASL_SSL"))
+    if not properties.get(msk.REGION, "").strip():
+        out.append(Diagnostic("DSF-E252", f"sasl.mechanism {msk.MECHANISM} of the kafka store '{name}' needs "
+                              f"{msk.REGION}: the region of the cluster its tokens are signed for",
+                              where("sasl.mechanism"),
+                              hint=f"add {msk.REGION}: eu-west-1 (the region in the cluster's bootstrap host names)"))
     return out
 
 
