@@ -9,6 +9,8 @@ and how to fix it (a hint). Stages collect diagnostics and the loader raises onc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -95,3 +97,20 @@ class ProjectError(DsflowError):
 
     def __str__(self) -> str:
         return "\n".join(str(d) for d in self.diagnostics)
+
+
+@contextmanager
+def unchained(wrap: Callable[[Exception], DsflowError]) -> Iterator[None]:
+    """Errors leave the block scrubbed (core/secrets.py) and without their chain.
+
+    Spark prints a failed data source's traceback whole into the driver's log and the query's error, and an SDK
+    error chained under a DsflowError (librdkafka's, botocore's) carries its own text: a broker address or an
+    endpoint that may be a secret, in clear. A DsflowError loses its cause; any other error becomes `wrap(err)`,
+    whose message (scrubbed like every DsflowError's) carries the SDK's text.
+    """
+    try:
+        yield
+    except DsflowError as err:
+        raise err from None
+    except Exception as err:  # noqa: BLE001 - any SDK error: its text, scrubbed, without its traceback chain
+        raise wrap(err) from None

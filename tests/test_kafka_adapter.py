@@ -100,6 +100,25 @@ def test_dead_broker_is_reported_quickly() -> None:
     assert time.monotonic() - began < 5
 
 
+@integration
+def test_a_failing_source_never_prints_a_secret_broker_address(spark, tmp_path, capfd) -> None:
+    """A broker address the driver names as a secret (`secret.options`, as it does for a store's env_var() values)
+    is scrubbed in the data source's own reader process: the error Spark reports and the traceback it prints into
+    the log say <secret>, with no librdkafka error chained under it that would show the address in clear."""
+    from pyspark.errors import StreamingQueryException
+
+    dead = f"127.0.0.1:{free_port()}"
+    options = {"bootstrap.servers": dead, "topic": "nowhere", "secret.options": "bootstrap.servers"}
+    frame = spark.readStream.format("dsflow_kafka").options(**options).load()
+    query = (frame.writeStream.format("memory").queryName(f"q{uuid.uuid4().hex[:8]}")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException) as failed:
+        query.awaitTermination(180)
+    printed = capfd.readouterr()
+    assert "DSF-E702" in str(failed.value) and "<secret>" in str(failed.value)
+    assert dead not in str(failed.value) and dead not in printed.err and dead not in printed.out
+
+
 # --- client -------------------------------------------------------------------------------------
 
 

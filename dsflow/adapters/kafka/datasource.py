@@ -41,6 +41,7 @@ import time
 import uuid
 
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -61,7 +62,7 @@ from dsflow.adapters.kafka.deadletters import DeadLetters
 from dsflow.adapters.kafka.options import KafkaOptions
 from dsflow.core.secrets import register
 from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
-from dsflow.errors import DsflowError
+from dsflow.errors import DsflowError, unchained
 from dsflow.formats.arrow import VALUE_COLUMN, spark_struct_ddl, value_struct
 from dsflow.formats.decoding import BOTH, TEXT, Decoding, decode_records
 from dsflow.formats.primitives import NUMERIC_KEYS, key_texts
@@ -140,6 +141,11 @@ class KafkaRange(InputPartition):
 def read_range_arrow(task: KafkaRange) -> Iterator[Any]:
     """The task's records as Arrow RecordBatches of up to CHUNK_ROWS rows."""
     register(task.secrets)
+    with unchained_kafka(task.topic):
+        yield from _read_range(task)
+
+
+def _read_range(task: KafkaRange) -> Iterator[Any]:
     consumer = pool.consumer(task.config, task.run)  # kept across micro-batches in the reused worker (pool.py)
     dead = DeadLetters(task.config, task.decoding)
     value_type = value_struct(task.decoding.columns) if task.decoding.layout == BOTH else None
@@ -256,6 +262,12 @@ def as_offset(positions: Mapping[int, int]) -> dict[str, int]:
     return {str(p): int(positions[p]) for p in sorted(positions)}
 
 
+def unchained_kafka(topic: str) -> AbstractContextManager:
+    """Errors leave the data source scrubbed and unchained (errors.unchained): a client error becomes DSF-E703."""
+    return unchained(lambda err: DsflowError("DSF-E703", f"a Kafka request for topic '{topic}' failed: "
+                                             f"{type(err).__name__}: {err}"))
+
+
 class _ConsumerHolder:
     """One lazily made Consumer, dropped when pickled and closed by `close()`."""
 
@@ -269,6 +281,7 @@ class _ConsumerHolder:
 
     def consumer(self) -> Any:
         if self._consumer is None:
+            register(self.options.secret_values)  # this reader runs in a Python process of its own
             client.assert_reachable(self.options.bootstrap)
             self._consumer = client.new_consumer(self.options.config)
         return self._consumer
@@ -281,24 +294,27 @@ class _ConsumerHolder:
     def end_offsets(self, quick: bool = False) -> dict[int, int]:
         """True ends; `quick` (between micro-batches) may answer short of them on a busy partition:
         the rest comes with the next batch (`client.EndTracker`)."""
-        c = self.consumer()
-        parts = client.topic_partitions(c, self.options.topic)
-        if quick:
-            return self._tracker.ends(c, self.options.topic, parts, QUICK_SETTLE_S, QUICK_SETTLE_S)
-        return client.end_offsets(c, self.options.topic, parts)
+        with unchained_kafka(self.options.topic):
+            c = self.consumer()
+            parts = client.topic_partitions(c, self.options.topic)
+            if quick:
+                return self._tracker.ends(c, self.options.topic, parts, QUICK_SETTLE_S, QUICK_SETTLE_S)
+            return client.end_offsets(c, self.options.topic, parts)
 
     def start_offsets(self) -> dict[int, int]:
-        c = self.consumer()
-        return client.start_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
+        with unchained_kafka(self.options.topic):
+            c = self.consumer()
+            return client.start_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
 
     def offsets_at(self, timestamp_ms: int) -> dict[int, int]:
         """The first offset at or after `timestamp_ms` per partition; the end where there is none."""
         from confluent_kafka import TopicPartition
 
-        c = self.consumer()
-        parts = client.topic_partitions(c, self.options.topic)
-        found = c.offsets_for_times([TopicPartition(self.options.topic, p, timestamp_ms) for p in parts],
-                                    timeout=client.REQUEST_TIMEOUT)
+        with unchained_kafka(self.options.topic):
+            c = self.consumer()
+            parts = client.topic_partitions(c, self.options.topic)
+            found = c.offsets_for_times([TopicPartition(self.options.topic, p, timestamp_ms) for p in parts],
+                                        timeout=client.REQUEST_TIMEOUT)
         ends = None
         result = {}
         for tp in found:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +55,7 @@ from dsflow.adapters.kinesis import client as kc
 from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
 from dsflow.adapters.kinesis.writing import put_batches
 from dsflow.core.secrets import register
-from dsflow.errors import DsflowError
+from dsflow.errors import DsflowError, unchained
 from dsflow.formats.arrow import VALUE_COLUMN, spark_struct_ddl
 from dsflow.formats.decoding import Decoding
 from dsflow.formats.serializers import value_serializer
@@ -141,18 +141,11 @@ class KinesisDataSource(DataSource):
         return KinesisBatchWriter(KinesisOptions.parse(self.options), _checked(schema))
 
 
-@contextmanager
-def no_secret_in_errors(stream: str) -> Iterator[None]:
-    """Errors leave the data source scrubbed and without their chain. Spark prints a failed reader's or task's
-    traceback whole into the driver's log, and an SDK error's own text (the endpoint, a key id) would reach it in
-    clear: an SDK error becomes DSF-E760 with its text (scrubbed by DsflowError), a DsflowError loses its cause."""
-    try:
-        yield
-    except DsflowError as err:
-        raise err from None
-    except Exception as err:  # noqa: BLE001 - any SDK error: its text, scrubbed, without its traceback chain
-        raise DsflowError("DSF-E760", f"a Kinesis request for stream '{stream}' failed: {type(err).__name__}: {err}",
-                          hint="check the kinesis store's endpoint, region and credentials") from None
+def no_secret_in_errors(stream: str) -> AbstractContextManager:
+    """Errors leave the data source scrubbed and unchained (errors.unchained): an SDK error becomes DSF-E760."""
+    return unchained(lambda err: DsflowError(
+        "DSF-E760", f"a Kinesis request for stream '{stream}' failed: {type(err).__name__}: {err}",
+        hint="check the kinesis store's endpoint, region and credentials"))
 
 
 @dataclass(frozen=True)
