@@ -104,7 +104,7 @@ def unchained(wrap: Callable[[Exception], DsflowError]) -> Iterator[None]:
     """Errors leave the block scrubbed (core/secrets.py) and without their chain.
 
     Spark prints a failed data source's traceback whole into the driver's log and the query's error, and an SDK
-    error chained under a DsflowError (librdkafka's, botocore's) carries its own text: a broker address or an
+    error chained under a DsflowError (a broker client's, an HTTP SDK's) carries its own text: a broker address or an
     endpoint that may be a secret, in clear. A DsflowError loses its cause; any other error becomes `wrap(err)`,
     whose message (scrubbed like every DsflowError's) carries the SDK's text.
     """

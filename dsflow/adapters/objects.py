@@ -69,10 +69,9 @@ def grow(project: Any, data: Mapping[str, Any], total: int) -> None:
 
 def every_objects(first: str | None = None) -> list[Any]:
     """The `objects` facet of every store kind (once per package): the kind of store type `first` first, then in
-    registry order but the first kind holding logs last (asked for a relation whose store type is unknown, as
-    one deleted with its store, it takes the logs that no other kind recognises by what it recorded)."""
-    default = stores.kinds_that(stores.Capability.LOGS)[0]
-    ordered = sorted(stores.REGISTRY.values(), key=lambda kind: (kind.type != first, kind.type == default))
+    registry order but a kind with `legacy_logs` last (asked for a relation whose store type is unknown, as one
+    deleted with its store, it takes the logs that no other kind recognises by what it recorded)."""
+    ordered = sorted(stores.REGISTRY.values(), key=lambda kind: (kind.type != first, kind.legacy_logs))
     found: dict[str, Any] = {}
     for kind in ordered:
         if kind.package not in found:

@@ -54,6 +54,9 @@ class StoreKind:
     table_format: str = ""
     """The table format its tables are written in (delta, snowflake, iceberg; "" for a kind without tables); the
     kind whose package implements a format exposes it as its `tables` facet (a TableFormat class)."""
+    legacy_logs: bool = False
+    """Its `objects` facet is asked last, and takes the deployed logs no other kind recognises: states written before
+    relations recorded their store type name only a topic (one kind, the first dsflow had, claims those)."""
 
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -80,7 +83,7 @@ _TABLES = frozenset({_C.TABLES, _C.TABLE_SOURCE, _C.MERGE})
 REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
     StoreKind("kafka", "dsflow.adapters.kafka", "Kafka",
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY, _C.BROKER}), log_noun="topic",
-              description="a Kafka-protocol broker: streams and changelogs as topics"),
+              description="a Kafka-protocol broker: streams and changelogs as topics", legacy_logs=True),
     StoreKind("kinesis", "dsflow.adapters.kinesis", "Kinesis",
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream",
               description="Amazon Kinesis Data Streams: streams and changelogs as Kinesis streams (shards)"),
