@@ -1,10 +1,12 @@
 """Azure Data Lake Storage on Azurite (the Azure storage emulator, tests/conftest.py `azurite_endpoint`): an `adls`
 store's Delta tables and an Iceberg warehouse on abfss://, written from a Kafka stream, equal to a Python reference
-and read back with deltalake / azure-storage-blob directly; a replayed batch is skipped; apply creates the table,
+and read back with deltalake / azure-storage-blob directly and as a stream by a query (each row once, then only
+the rows appended since); a replayed batch is skipped; apply creates the table,
 destroy deletes its blobs; an unreachable store is DSF-E393 naming it; settings errors are DSF-E390..E395."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import uuid
@@ -21,7 +23,7 @@ from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
 from lake import lake_project
 from projects import make_project
-from streaming import CONFIG, produce, run
+from streaming import CONFIG, produce, records, run
 from test_lake_sinks import _uncommit_last_batch
 
 ACCOUNT, KEY = AZURITE_ACCOUNT
@@ -128,6 +130,24 @@ def test_adls_settings_and_paths_are_checked_at_load(tmp_path, az_env):
         == ["DSF-E391"]
 
 
+def _read_back_as_a_stream(spark, broker, project, tmp_path, expected: list[dict], rng) -> list[dict]:
+    """The ADLS Delta table read as a stream (its versions are the offsets): every row once, then on the next run
+    only the rows a later batch appended; returns the events it produced for that batch."""
+    run(spark, project, "pv_back", tmp_path)
+    assert sorted(_ids_and_users(broker, project)) == sorted((e["id"], e["userid"]) for e in expected)
+    more = events(800, 200, rng)
+    produce(broker, project, "pageviews", more, "userid")
+    run(spark, project, "pv_az", tmp_path)
+    run(spark, project, "pv_back", tmp_path)
+    expected = expected + [e for e in more if e["pageid"] != "Page_0"]
+    assert sorted(_ids_and_users(broker, project)) == sorted((e["id"], e["userid"]) for e in expected)
+    return more
+
+
+def _ids_and_users(broker, project) -> list[tuple[int, str]]:
+    return [(v["id"], v["userid"]) for v in (json.loads(r["value"]) for r in records(broker, project, "pv_back"))]
+
+
 @pytest.mark.integration
 def test_stream_into_delta_and_iceberg_on_azurite_equals_reference(tmp_path, broker, spark, azurite_endpoint,
                                                                    az_env, capfd):
@@ -136,6 +156,7 @@ def test_stream_into_delta_and_iceberg_on_azurite_equals_reference(tmp_path, bro
         CREATE TABLE pv_az WITH ('store' = 'azlake', 'delta.path' = 'web/pageviews') AS
           SELECT id, userid, pageid, viewtime FROM pageviews WHERE pageid <> 'Page_0';
         CREATE TABLE pv_ice WITH ('store' = 'azice') AS SELECT id, userid FROM pageviews;
+        CREATE STREAM pv_back AS SELECT id, userid FROM pv_az;
     """, stores(azurite_endpoint, name))
     for relation in ("pv_az", "pv_ice"):  # what apply does before the query starts
         table = project.relation(f"analytics.public.{relation}")
@@ -158,6 +179,7 @@ def test_stream_into_delta_and_iceberg_on_azurite_equals_reference(tmp_path, bro
     run(spark, project, "pv_az", tmp_path)
     assert f"batch {last} is already in" in capfd.readouterr().err
     assert sorted(delta_rows(uri, azurite_endpoint), key=lambda r: r["id"]) == expected
+    sent += _read_back_as_a_stream(spark, broker, project, tmp_path, expected, rng)
 
     run(spark, project, "pv_ice", tmp_path)
     from pyiceberg.catalog.sql import SqlCatalog
