@@ -281,9 +281,9 @@ class _ConsumerHolder:
 
     def consumer(self) -> Any:
         if self._consumer is None:
-            register(self.options.secret_values)  # this reader runs in a Python process of its own
+            config = self.options.config  # registers its secrets in this process before any error can name them
             client.assert_reachable(self.options.bootstrap)
-            self._consumer = client.new_consumer(self.options.config)
+            self._consumer = client.new_consumer(config)
         return self._consumer
 
     def close(self) -> None:

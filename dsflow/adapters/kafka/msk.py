@@ -35,8 +35,6 @@ class TokenSource:
 
     def __init__(self, region: str, profile: str = "", role_arn: str = "") -> None:
         self.region, self.profile, self.role_arn = region, profile, role_arn
-        self.tokens = 0
-        """How many tokens it made (librdkafka asks at start and before each expiry)."""
 
     def __call__(self, oauthbearer_config: Any = None) -> tuple[str, float]:
         from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
@@ -47,7 +45,6 @@ class TokenSource:
             token, expiry_ms = MSKAuthTokenProvider.generate_auth_token_from_profile(self.region, self.profile)
         else:
             token, expiry_ms = MSKAuthTokenProvider.generate_auth_token(self.region)
-        self.tokens += 1
         return token, expiry_ms / 1000
 
 

@@ -17,7 +17,6 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.options import KafkaOptions
-from dsflow.core.secrets import register
 from dsflow.errors import DsflowError, unchained
 from dsflow.formats.serializers import key_encoder, value_serializer
 
@@ -60,7 +59,6 @@ def produce_batches(options: KafkaOptions, batches: Iterator[Any]) -> int:
     The per-row work is one `produce` call in a tight loop (no helper call per row); a full
     local queue is the exception path: serve deliveries and retry that row.
     """
-    register(options.secret_values)
     with unchained(lambda err: DsflowError("DSF-E705", f"writing to topic '{options.topic}' failed: "
                                            f"{type(err).__name__}: {err}")):
         return _produce_batches(options, batches)
