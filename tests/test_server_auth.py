@@ -161,7 +161,7 @@ def test_user_management_needs_manage_users_and_works_through_the_api(live) -> N
     assert _call(live, "GET", "/api/v1/whoami", token).json()["user"] == "frank"
     listed = _call(live, "GET", "/api/v1/tokens?user=frank", root).json()
     assert [t["name"] for t in listed] == ["ci"] and all("token" not in t for t in listed)
-    assert token not in json.dumps(listed) and token.rsplit("_", 1)[-1] not in live.identity.path.read_bytes().decode(
+    assert token not in json.dumps(listed) and token.split("_", 2)[2] not in live.identity.path.read_bytes().decode(
         "latin-1")
 
     assert _call(live, "DELETE", "/api/v1/users/root", root).json()["error"]["code"] == "DSF-E338"
