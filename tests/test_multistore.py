@@ -18,9 +18,11 @@ from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.kinesis import admin
+from dsflow.adapters.kinesis.client import list_shards, new_client
 from dsflow.adapters.kinesis.records import read_records
 from dsflow.cli import cli
 from projects import make_project
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -124,6 +126,16 @@ def test_multistore_tutorial(tmp_path, broker, kinesis_endpoint):
         copied = _wait_for(lambda: Counter(json.dumps(json.loads(r["value"]), sort_keys=True) for r in read_to_end(
             broker, f"{prefix}pageviews_kafka")), expected_copy)
         assert copied == expected_copy
+        shards = {s["ShardId"] for s in list_shards(new_client(kinesis), f"{prefix}pageviews_kinesis")}
+
+        def caught_up() -> list[dict]:
+            entries = operations.status(operations.load(operations.Options(
+                root, None, {"bootstrap": broker, "kinesis": kinesis_endpoint})), with_dead_letters=False)
+            found = [e for e in entries if f"{prefix}pageviews_kinesis" in (e.get("lag_millis") or {})]
+            return found if found and all(e["lag_max_millis"] == 0 for e in found) else []
+
+        readers = wait_for(caught_up, 120, "the Kinesis readers' lag (oldest unread record's age) to reach 0 ms")
+        assert all(set(e["lag_millis"][f"{prefix}pageviews_kinesis"]) == shards for e in readers)
 
         expected_join = _reference(pageviews, users)
         assert sum(expected_join.values()) == 200  # User_10 and User_11 have no user record

@@ -153,6 +153,7 @@ def _fail_one(options, project) -> None:
                      "c_out in a crash loop: three failures in a row, each restarted in its host")
     assert {found[Q + n]["app"] for n in ("a_out", "b_out", "c_out", "d_out")} == {"app-1"}
     assert {found[Q + n]["state"] for n in ("a_out", "b_out", "d_out")} == {"running"}
+    assert found[Q + "d_out"]["uptime_seconds"] < found[Q + "a_out"]["uptime_seconds"]  # its own, not the host's
     assert found[Q + "c_out"]["restarts"] >= 2 and "DIVIDE_BY_ZERO" in found[Q + "c_out"]["last_error"]
     assert _hosted(state, "a_out")["run_id"] == run_a
 

@@ -184,9 +184,18 @@ def status_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
     for e in entries:
         rate = e.get("input_rows_per_second")
         rows.append([e["address"], _state_cell(e), f"{rate:.1f}" if isinstance(rate, (int, float)) else "-",
-                     str(e.get("lag_records", "-")), str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
+                     lag_cell(e), str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
                      str(e.get("dead_letters", "-")), e.get("error") or e.get("last_error") or ""])
     return rows
+
+
+def lag_cell(entry: dict[str, Any]) -> str:
+    """Records behind (logs counted in records), the oldest unread record's age (Kinesis), write-ahead log bytes
+    behind (change streams): adapters/spark/lag.py."""
+    parts = [str(entry["lag_records"])] if entry.get("lag_records") is not None else []
+    parts += [f"{entry['lag_max_millis']} ms"] if entry.get("lag_max_millis") is not None else []
+    parts += [f"{entry['lag_total_wal_bytes']} B WAL"] if entry.get("lag_total_wal_bytes") is not None else []
+    return ", ".join(parts) or "-"
 
 
 def _state_cell(entry: dict[str, Any]) -> str:

@@ -90,6 +90,9 @@ class StoreRules(Protocol):
     def check_table(self, store_type: str, relation: Any, report: Report) -> None:
         """Its table identifiers (DSF-E208)."""
 
+    def check_grant(self, grant: Any, relation: Any) -> list[Diagnostic]:
+        """What it says of a grant on a relation it keeps (a privilege it will not push down: a warning)."""
+
     def view_options(self, fqn: str, props: dict[str, str], store: Any, location: Location | None,
                      prop_location: Where, report: Report) -> tuple[str, dict[str, str]] | None:
         """(a materialized view's table name, its options) in it (Capability.VIEWS)."""
@@ -118,7 +121,9 @@ class PhysicalObjects(Protocol):
 
     grants: Any
     roles: Any
-    """The executors of grants and roles the store enforces itself (adapters/objects.py `pushed_down`)."""
+    logins: Any
+    """The executors of grants, roles and user bindings (its logins) the store enforces itself
+    (adapters/objects.py `pushed_down`)."""
 
     def identities(self, store: Any, names: list[str]) -> dict[str, str]:
         """name -> identity now, for the named objects that exist: a log deleted and created again under the same
@@ -253,5 +258,6 @@ class SparkFacet(Protocol):
         """A view sink: upsert and delete one micro-batch's rows in one transaction, once per batch id."""
 
     def lag_reader(self) -> Any | None:
-        """An object whose `ends(client_config, topic)` gives a log's end offsets per partition and `close()` frees
-        its clients; None if the store's offsets are not counts of records (lag is not measured)."""
+        """An object measuring how far a query is behind one of its sources: `unit` ('records', 'millis' or
+        'wal_bytes': adapters/spark/lag.py), `behind(source_spec, offsets read up to)` giving {partition: amount}
+        ({} before anything was read), and `close()` freeing its clients; None if the store's lag is not measured."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -176,6 +177,8 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
             run_dir = Path(deployed.outputs["run_dir"]) if deployed.outputs.get("run_dir") else None
             runtime = status_fields(run_dir, pid, running, str(deployed.outputs.get("version", "")))
             shared = {"app": deployed.outputs["app"]} if deployed.outputs.get("app") else {}  # several share a PID
+            if shared and running and isinstance(info.get("started_at"), (int, float)):
+                runtime["uptime_seconds"] = round(max(0.0, time.time() - info["started_at"]), 1)  # the query's own
             entries.append({**info, **shared, "address": key, "state": runtime.pop("runtime_state", state_name),
                             "pid": pid, **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
                                           if with_dead_letters else {})})

@@ -13,6 +13,9 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_last_batch_id
     dsflow_query_lag_records                      records the sources hold past what the query read (all partitions)
     dsflow_query_partition_lag_records{topic, partition}   the same per source partition
+    dsflow_query_lag_max_millis                   age of the oldest unread record (sources counted in time: Kinesis)
+    dsflow_query_partition_lag_millis{topic, partition}    the same per shard
+    dsflow_query_lag_wal_bytes{topic, partition}  write-ahead log written since the last change read (change streams)
     dsflow_datagen_up, dsflow_datagen_restarts_total
 """
 
@@ -25,7 +28,15 @@ from typing import Any
 PROGRESS = {"input_rows_per_second": "dsflow_query_input_rows_per_second",
             "processed_rows_per_second": "dsflow_query_processed_rows_per_second",
             "batch_id": "dsflow_query_last_batch_id",
-            "lag_records": "dsflow_query_lag_records"}
+            "lag_records": "dsflow_query_lag_records",
+            "lag_max_millis": "dsflow_query_lag_max_millis"}
+PARTITION_LAG = {"lag": ("dsflow_query_partition_lag_records", "records a source partition holds past the offset "
+                         "the query's last micro-batch read up to"),
+                 "lag_millis": ("dsflow_query_partition_lag_millis", "age of the oldest record of a source shard "
+                                "the query has not read (ms)"),
+                 "lag_wal_bytes": ("dsflow_query_lag_wal_bytes", "bytes of write-ahead log written since the last "
+                                   "change the query read")}
+"""status field {topic: {partition: n}} -> (metric, help); labels query, topic and partition."""
 
 
 class StatusCollector:
@@ -50,9 +61,8 @@ class StatusCollector:
                                        "the dead query (epoch seconds)", labels=["query"]),
             "error": GaugeMetricFamily("dsflow_query_last_error_info", "the query's last error",
                                        labels=["query", "error"]),
-            "lag": GaugeMetricFamily("dsflow_query_partition_lag_records", "records a source partition holds past "
-                                     "the offset the query's last micro-batch read up to",
-                                     labels=["query", "topic", "partition"]),
+            **{field: GaugeMetricFamily(metric, text, labels=["query", "topic", "partition"])
+               for field, (metric, text) in PARTITION_LAG.items()},
             "gen_up": GaugeMetricFamily("dsflow_datagen_up", "1 while the generator runs", labels=["datagen"]),
             "gen_restarts": CounterMetricFamily("dsflow_datagen_restarts", "restarts of the generator by the "
                                                 "runtime supervisor", labels=["datagen"]),
@@ -82,9 +92,10 @@ def _add(families: dict, progress: dict, entry: dict[str, Any]) -> None:
     error = entry.get("last_error") or entry.get("error")
     if error:
         families["error"].add_metric([name, str(error)[:200]], 1.0)
-    for topic, partitions in (entry.get("lag") or {}).items():
-        for partition, records in partitions.items():
-            families["lag"].add_metric([name, topic, str(partition)], float(records))
+    for field in PARTITION_LAG:
+        for topic, partitions in (entry.get(field) or {}).items():
+            for partition, amount in partitions.items():
+                families[field].add_metric([name, topic, str(partition)], float(amount))
     for key, family in progress.items():
         if isinstance(entry.get(key), (int, float)):
             family.add_metric([name], float(entry[key]))

@@ -1,6 +1,6 @@
 """Kafka's side of the query driver (the `spark` facet, adapters/spark/facets.py): a topic read by the
 `dsflow_kafka` data source, a query writing a topic (append through the data source, updates through
-foreachBatch), and the topics' end offsets for the query's lag."""
+foreachBatch), and the topics' end offsets for the query's lag (in records)."""
 
 from __future__ import annotations
 
@@ -125,8 +125,15 @@ def _start_updates(spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
 class TopicEnds:
     """The end offsets of topics, through one consumer per client config, kept until `close`."""
 
+    unit = "records"
+
     def __init__(self) -> None:
         self._consumers: dict[str, Any] = {}
+
+    def behind(self, source: Any, offsets: dict[str, int]) -> dict[str, int]:
+        """Per partition, the records past the offset read up to."""
+        ends = self.ends(source.client_config, source.topic)
+        return {str(p): end - int(offsets.get(str(p), 0)) for p, end in ends.items()}
 
     def ends(self, config: dict[str, str], topic: str) -> dict[int, int]:
         from dsflow.adapters.kafka import client

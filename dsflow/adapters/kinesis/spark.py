@@ -57,8 +57,10 @@ class KinesisSpark:
 
         return start_kinesis(spec, frame, trigger)
 
-    def lag_reader(self) -> None:
-        return None  # shard positions are sequence numbers, not counts of records
+    def lag_reader(self) -> Any:
+        from dsflow.adapters.kinesis.lag import ShardAges
+
+        return ShardAges()  # shard positions are sequence numbers, not counts: the lag is a time
 
 
 SPARK: SparkFacet = KinesisSpark()

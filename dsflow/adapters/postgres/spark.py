@@ -74,8 +74,10 @@ class PostgresSpark:
                        sink.key_columns, rows, checkpoint, batch_id, **({"deletes": deletes} if deletes else {}),
                        **replace)
 
-    def lag_reader(self) -> None:
-        return None
+    def lag_reader(self) -> Any:
+        from dsflow.adapters.postgres.lag import WalBehind
+
+        return WalBehind()
 
 
 SPARK: SparkFacet = PostgresSpark()

@@ -281,16 +281,28 @@ function rate(value) {
 }
 
 function lag(entry) {
-  // lag_records: records the sources hold past what the query read; lag: {topic: {partition: records}}
-  const total = entry.lag_records ?? (typeof entry.lag === "number" ? entry.lag : undefined);
-  return total === undefined || total === null ? "-" : String(total);
+  // lag_records: records the sources hold past what the query read; lag_max_millis: age of the oldest unread
+  // record (Kinesis); lag_total_wal_bytes: write-ahead log past the last change read (change streams)
+  const parts = [];
+  const records = entry.lag_records ?? (typeof entry.lag === "number" ? entry.lag : undefined);
+  if (records !== undefined && records !== null) parts.push(String(records));
+  if (typeof entry.lag_max_millis === "number") parts.push(`${entry.lag_max_millis} ms`);
+  if (typeof entry.lag_total_wal_bytes === "number") parts.push(`${entry.lag_total_wal_bytes} B WAL`);
+  return parts.length ? parts.join(", ") : "-";
+}
+
+function lagParts(field, entry, unit) {
+  const per = entry[field];
+  return per && typeof per === "object" ? Object.entries(per).flatMap(([topic, partitions]) =>
+    Object.entries(partitions || {}).map(([partition, n]) => `${topic}[${partition}]: ${n}${unit}`)) : [];
 }
 
 function lagDetail(entry) {
-  const parts = entry.lag && typeof entry.lag === "object" ? Object.entries(entry.lag).flatMap(([topic, per]) =>
-    Object.entries(per || {}).map(([partition, records]) => `${topic}[${partition}]: ${records}`)) : [];
-  const total = lag(entry);
-  return total === "-" ? total : `${total} record(s)` + (parts.length ? ` (${parts.join(", ")})` : "");
+  const parts = [...lagParts("lag", entry, ""), ...lagParts("lag_millis", entry, " ms"),
+                 ...lagParts("lag_wal_bytes", entry, " B")];
+  const records = entry.lag_records;
+  const total = records !== undefined && records !== null ? `${records} record(s)` : lag(entry);
+  return total === "-" ? total : total + (parts.length ? ` (${parts.join(", ")})` : "");
 }
 
 function when(value) {
