@@ -51,7 +51,7 @@ def test_protobuf_schema_carries_timestamp_date_decimal() -> None:
     columns = [("id", "BIGINT"), ("ts", "TIMESTAMP"), ("day", "DATE"), ("price", "DECIMAL(12, 3)"), ("s", "VARCHAR")]
     assert columns_from_proto(schema_text("r", "db.s", columns)) == columns
     with pytest.raises(ValueError, match="no protobuf mapping"):
-        schema_text("r", "db.s", [("a", "ARRAY<INT>")])
+        schema_text("r", "db.s", [("a", "ARRAY<TIME>")])
 
 
 def test_registry_key_format_needs_a_registry(tmp_path) -> None:

@@ -1,6 +1,6 @@
 """Arrow and Spark types of the decoded value struct (`__value`) a reader hands Spark.
 
-    arrow_type        a column type -> the Arrow type Spark expects for it
+    arrow_type        a column type -> the Arrow type Spark expects for it (STRUCT, ARRAY, MAP: nested)
     value_struct      the relation's columns -> the Arrow struct of `__value`
     spark_struct_ddl  the same struct in Spark DDL, for a data source's schema
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsflow.core.formats import base_type
+from dsflow.core.nested import Shape, parse_type
 
 VALUE_COLUMN = "__value"
 """The struct column holding decoded columns (formats other than json; json in the layout "both")."""
@@ -20,7 +21,26 @@ Bad = list[tuple[int, str]]
 
 
 def arrow_type(sql_type: str) -> Any:
-    """The Arrow type Spark expects for a column type."""
+    """The Arrow type Spark expects for a column type (STRUCT, ARRAY and MAP of them too)."""
+    try:
+        return _arrow_of(parse_type(sql_type))
+    except ValueError:
+        return _scalar(sql_type)
+
+
+def _arrow_of(shape: Shape) -> Any:
+    import pyarrow as pa
+
+    if shape.kind == "struct":
+        return pa.struct([(name, _arrow_of(sub)) for name, sub in shape.fields])
+    if shape.kind == "array":
+        return pa.list_(_arrow_of(shape.element))
+    if shape.kind == "map":
+        return pa.map_(_arrow_of(shape.key), _arrow_of(shape.element))
+    return _scalar(shape.type)
+
+
+def _scalar(sql_type: str) -> Any:
     import re
 
     import pyarrow as pa

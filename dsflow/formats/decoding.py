@@ -11,6 +11,8 @@ the accessors `value()` and `key()`):
                 fetched by id once per process (cached) and records are decoded with fastavro into an Arrow
                 struct column `__value` with the relation's columns (avro.py)
     protobuf    Confluent wire format with message indexes (protobuf.py)
+                (avro and protobuf: STRUCT, ARRAY and MAP columns are shaped to their declared types,
+                core/nested.py; a value that does not fit is a dead letter)
     primitives  string (UTF-8), long/int (big-endian), double (IEEE 754), bytes: one column in `__value`
 
 Keys (key.format): long/int/double keys are read as their decimal text (primitives.py); avro and protobuf keys
@@ -26,11 +28,12 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsflow.core.formats import PRIMITIVE_FORMATS, REGISTRY_FORMATS
+from dsflow.core.nested import conform_row, nested_columns
 from dsflow.errors import DsflowError
 from dsflow.formats.arrow import Bad, value_struct
 from dsflow.formats.avro import avro_record
@@ -179,32 +182,52 @@ def _to_struct(rows: list[tuple[int, Any]], columns: tuple[tuple[str, str], ...]
 def _avro_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
     rows, bad = [], []
     names = [n for n, _ in decoding.columns]
+    shape = _shaper(decoding.columns)
     for i, value in enumerate(values):
         if value is None:  # a tombstone: no value
             rows.append((i, None))
             continue
         record, error = avro_record(value, decoding.registry)
-        if error is not None:
+        if error is None:
+            lowered = {k.lower(): v for k, v in record.items()}
+            row, error = shape({n: record[n] if n in record else lowered.get(n.lower()) for n in names})
+        if error is None:
+            rows.append((i, row))
+        else:
             bad.append((i, error))
-            continue
-        lowered = {k.lower(): v for k, v in record.items()}
-        rows.append((i, {n: record[n] if n in record else lowered.get(n.lower()) for n in names}))
     return rows, bad
 
 
 def _protobuf_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
     rows, bad = [], []
     names = [n for n, _ in decoding.columns]
+    shape = _shaper(decoding.columns)
     for i, value in enumerate(values):
         if value is None:
             rows.append((i, None))
             continue
         row, error = decode(value, decoding.registry, names)
         if error is None:
+            row, error = shape(row)
+        if error is None:
             rows.append((i, row))
         else:
             bad.append((i, error))
     return rows, bad
+
+
+def _shaper(columns: tuple[tuple[str, str], ...]) -> Callable[[dict], tuple[dict | None, str | None]]:
+    """(row, None) with its STRUCT, ARRAY and MAP columns shaped to their types (core/nested.py), or (None, why
+    a value does not fit)."""
+    nested = nested_columns(columns)
+
+    def shaped(row: dict) -> tuple[dict | None, str | None]:
+        try:
+            return conform_row(row, nested), None
+        except ValueError as err:
+            return None, f"schema mismatch: {err}"
+
+    return shaped
 
 
 def _primitive_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:

@@ -3,8 +3,10 @@ message classes that decode and encode records of a schema (protobuf.py: the wir
 
 Schemas travel as a base64 FileDescriptorProto (what confluent-kafka's ProtobufSerializer registers and
 what the registry returns with `format=serialized`). A sink's schema is one proto3 message named after the
-relation, one field per column numbered in column order: scalars are `optional` (so null stays null), and
-three column types are the well-known messages Confluent's converters use:
+relation, one field per column numbered in column order: scalars are `optional` (so null stays null), a STRUCT
+is a nested message (named after its field in CamelCase), an ARRAY a repeated field, a MAP (string keys only,
+DSF-E774) a map<string, V> (its entry message named as protoc names it), and three column types are the
+well-known messages Confluent's converters use:
 
     TIMESTAMP   google.protobuf.Timestamp   seconds + nanos since the epoch (UTC)
     DATE        google.type.Date            year, month, day
@@ -12,6 +14,10 @@ three column types are the well-known messages Confluent's converters use:
                                             column's precision and scale are also in the field's
                                             (confluent.field_meta).params, which columns_from_proto reads back
                                             (DECIMAL(38, 18) when a schema does not say)
+
+Protobuf has no null array or map (a NULL ARRAY or MAP is written as an empty one and reads back empty), no null
+element inside a repeated field or map (writing one stops the query, DSF-E775: protobuf.py), and no repeated field
+of repeated fields (an ARRAY of ARRAYs or MAPs, a MAP of them: refused at load, DSF-E777).
 
 These files are known here (no schema references are needed for them, as confluent-kafka's
 `skip.known.types` does not register them either). Keys use the same schemas (a message of the key columns).
@@ -23,6 +29,7 @@ import base64
 from typing import Any
 
 from dsflow.core.formats import base_type
+from dsflow.core.nested import Shape, is_string, parse_type, type_text
 
 _TO_PROTO = {"BIGINT": "INT64", "INT": "INT32", "INTEGER": "INT32", "SMALLINT": "INT32", "TINYINT": "INT32",
              "DOUBLE": "DOUBLE", "FLOAT": "FLOAT", "BOOLEAN": "BOOL", "VARCHAR": "STRING", "STRING": "STRING",
@@ -63,63 +70,181 @@ def _decimal_digits(sql_type: str) -> tuple[int, int]:
 
 
 def schema_text(record: str, package: str, columns: list[tuple[str, str]]) -> str:
-    """The base64 FileDescriptorProto of a proto3 message with a field per column."""
+    """The base64 FileDescriptorProto of a proto3 message with a field per column (STRUCT: a nested message,
+    ARRAY: a repeated field, MAP: map<string, V>). Raises ValueError naming a column protobuf cannot carry."""
+    from google.protobuf import descriptor_pb2
+
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}.{record}.proto", package=package, syntax="proto3")
+    message = fdp.message_type.add(name=record)
+    shapes = []
+    for name, sql_type in columns:
+        try:
+            shapes.append((name, parse_type(sql_type)))
+        except ValueError as err:
+            raise ValueError(f"column '{name}' has type {sql_type}, which has no protobuf mapping") from err
+    for number, (name, shape) in enumerate(shapes, start=1):
+        try:
+            _add_field(fdp, message, f".{package}.{record}", name, number, shape)
+        except ValueError as err:
+            raise ValueError(f"column '{name}' has type {type_text(shape)}, which has no protobuf mapping: "
+                             f"{err}") from err
+    return base64.standard_b64encode(fdp.SerializeToString()).decode("ascii")
+
+
+def _add_field(fdp: Any, message: Any, scope: str, name: str, number: int, shape: Shape) -> None:
+    """A field of `message` (full name `scope`): a map, a repeated field or a single (presence-tracked) one."""
+    from google.protobuf import descriptor_pb2
+
+    kinds = descriptor_pb2.FieldDescriptorProto
+    if shape.kind == "map":
+        if not is_string(shape.key):
+            raise ValueError(f"map keys must be strings, not {type_text(shape.key)}")
+        entry = message.nested_type.add(name=map_entry_name(name))
+        entry.options.map_entry = True
+        entry.field.add(name="key", number=1, type=kinds.TYPE_STRING, label=kinds.LABEL_OPTIONAL)
+        _add_value(fdp, entry, f"{scope}.{entry.name}", "value", 2, shape.element, kinds.LABEL_OPTIONAL, False)
+        message.field.add(name=name, number=number, type=kinds.TYPE_MESSAGE, type_name=f"{scope}.{entry.name}",
+                          label=kinds.LABEL_REPEATED)
+    elif shape.kind == "array":
+        _add_value(fdp, message, scope, name, number, shape.element, kinds.LABEL_REPEATED, False)
+    else:
+        _add_value(fdp, message, scope, name, number, shape, kinds.LABEL_OPTIONAL, True)
+
+
+def _add_value(fdp: Any, message: Any, scope: str, name: str, number: int, shape: Shape, label: int,
+               optional: bool) -> None:
+    """A field of one value's type: a nested message (STRUCT), a well-known message or a scalar (`optional`:
+    a proto3 optional scalar, so that null stays null)."""
+    from google.protobuf import descriptor_pb2
+
+    kinds = descriptor_pb2.FieldDescriptorProto
+    if shape.kind in ("array", "map"):
+        raise ValueError(f"a repeated field or map value cannot be {type_text(shape)} (wrap it in a STRUCT)")
+    if shape.kind == "struct":
+        taken = {f.name for f in message.field} | {t.name for t in message.nested_type} | {name}
+        nested = message.nested_type.add(name=_free_name(map_entry_name(name)[:-len("Entry")], taken))
+        for inner, (field, sub) in enumerate(shape.fields, start=1):
+            _add_field(fdp, nested, f"{scope}.{nested.name}", field, inner, sub)
+        message.field.add(name=name, number=number, type=kinds.TYPE_MESSAGE, type_name=f"{scope}.{nested.name}",
+                          label=label)
+        return
+    well_known = _MESSAGES.get(base_type(shape.type))
+    if well_known is not None:
+        _add_well_known(fdp, message, name, number, shape.type, well_known, label)
+        return
+    kind = proto_type_name(shape.type)
+    if kind is None:
+        raise ValueError(f"{shape.type} has no protobuf type")
+    field = message.field.add(name=name, number=number, type=getattr(kinds, f"TYPE_{kind}"), label=label)
+    if optional:
+        field.proto3_optional, field.oneof_index = True, len(message.oneof_decl)
+        message.oneof_decl.add(name=f"_{name}")
+
+
+def _add_well_known(fdp: Any, message: Any, name: str, number: int, sql_type: str, well_known: str,
+                    label: int) -> None:
     from google.protobuf import descriptor_pb2
 
     from confluent_kafka.schema_registry.confluent import meta_pb2
 
-    kinds = descriptor_pb2.FieldDescriptorProto
-    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}.{record}.proto", package=package, syntax="proto3")
-    message = fdp.message_type.add(name=record)
-    for number, (name, sql_type) in enumerate(columns, start=1):
-        well_known = _MESSAGES.get(base_type(sql_type))
-        if well_known is not None:
-            for needed in (_FILES[well_known], META_FILE if well_known == DECIMAL else None):
-                if needed and needed not in fdp.dependency:
-                    fdp.dependency.append(needed)
-            field = message.field.add(name=name, number=number, type=kinds.TYPE_MESSAGE,
-                                      type_name=f".{well_known}", label=kinds.LABEL_OPTIONAL)
-            if well_known == DECIMAL:
-                precision, scale = _decimal_digits(sql_type)
-                params = field.options.Extensions[meta_pb2.field_meta].params
-                params["precision"], params["scale"] = str(precision), str(scale)
-            continue
-        kind = proto_type_name(sql_type)
-        if kind is None:
-            raise ValueError(f"column '{name}' has type {sql_type}, which has no protobuf mapping")
-        message.field.add(name=name, number=number, type=getattr(kinds, f"TYPE_{kind}"),
-                          label=kinds.LABEL_OPTIONAL, proto3_optional=True, oneof_index=len(message.oneof_decl))
-        message.oneof_decl.add(name=f"_{name}")
-    return base64.standard_b64encode(fdp.SerializeToString()).decode("ascii")
+    for needed in (_FILES[well_known], META_FILE if well_known == DECIMAL else None):
+        if needed and needed not in fdp.dependency:
+            fdp.dependency.append(needed)
+    field = message.field.add(name=name, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                              type_name=f".{well_known}", label=label)
+    if well_known == DECIMAL:
+        precision, scale = _decimal_digits(sql_type)
+        params = field.options.Extensions[meta_pb2.field_meta].params
+        params["precision"], params["scale"] = str(precision), str(scale)
+
+
+def map_entry_name(field: str) -> str:
+    """protoc's name of a map field's entry message: the field's name in CamelCase, then Entry."""
+    parts = [p for p in field.split("_") if p]
+    return "".join(p[:1].upper() + p[1:] for p in parts) + "Entry" if parts else "Entry"
+
+
+def _free_name(name: str, taken: set[str]) -> str:
+    name = name or "Struct"
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}{n}"
+    return candidate
 
 
 def _file(text: str) -> Any:
     from google.protobuf import descriptor_pb2
 
-    from confluent_kafka.schema_registry.confluent import meta_pb2  # noqa: F401 - registers field_meta
+    from confluent_kafka.schema_registry.confluent import meta_pb2
 
+    assert meta_pb2.field_meta  # importing it registers the field_meta extension the parse reads
     fdp = descriptor_pb2.FileDescriptorProto()
     fdp.ParseFromString(base64.standard_b64decode(text.encode("ascii")))
     return fdp
 
 
 def columns_from_proto(text: str) -> list[tuple[str, str]]:
-    """The (name, SQL type) columns of the first message of a base64 FileDescriptorProto."""
-    from google.protobuf import descriptor_pb2
-
+    """The (name, SQL type) columns of the first message of a base64 FileDescriptorProto: nested messages are
+    STRUCTs, repeated fields ARRAYs, map<string, V> MAPs."""
     try:
         fdp = _file(text)
     except Exception as err:  # noqa: BLE001 - .proto source text is not parsed here
         raise ValueError(f"not a serialized protobuf schema: {err}") from err
     if not fdp.message_type:
         raise ValueError("the protobuf schema has no message")
-    return [_column(f, descriptor_pb2.FieldDescriptorProto) for f in fdp.message_type[0].field]
+    messages = _messages(fdp)
+    top = f".{fdp.package}.{fdp.message_type[0].name}" if fdp.package else f".{fdp.message_type[0].name}"
+    return [(f.name, type_text(_field_shape(f, messages, (top,)))) for f in fdp.message_type[0].field]
 
 
-def _column(f: Any, kinds: Any) -> tuple[str, str]:
+def _messages(fdp: Any) -> dict[str, Any]:
+    """{full name with a leading dot: DescriptorProto} of every message of the file, nested ones too."""
+    found: dict[str, Any] = {}
+
+    def walk(scope: str, message: Any) -> None:
+        found[f"{scope}.{message.name}"] = message
+        for nested in message.nested_type:
+            walk(f"{scope}.{message.name}", nested)
+
+    for message in fdp.message_type:
+        walk(f".{fdp.package}" if fdp.package else "", message)
+    return found
+
+
+def _field_shape(f: Any, messages: dict[str, Any], seen: tuple[str, ...]) -> Shape:
+    from google.protobuf import descriptor_pb2
+
+    kinds = descriptor_pb2.FieldDescriptorProto
+    target = _resolve(f.type_name, messages) if f.type == kinds.TYPE_MESSAGE else None
+    if target is not None and messages[target].options.map_entry:
+        key, value = sorted(messages[target].field, key=lambda g: g.number)[:2]
+        if key.type != kinds.TYPE_STRING:
+            raise ValueError(f"field '{f.name}' is a map with {kinds.Type.Name(key.type)[5:].lower()} keys; "
+                             "dsflow reads maps with string keys")
+        return Shape("map", key=Shape("scalar", type="VARCHAR"), element=_field_shape(value, messages, seen))
+    if target is not None:
+        if target in seen:
+            raise ValueError(f"field '{f.name}' is a recursive message, which no column can hold")
+        single = Shape("struct", fields=tuple((g.name, _field_shape(g, messages, (*seen, target)))
+                                              for g in messages[target].field))
+    else:
+        single = Shape("scalar", type=_scalar_type(f, kinds))
+    return Shape("array", element=single) if f.label == kinds.LABEL_REPEATED else single
+
+
+def _resolve(type_name: str, messages: dict[str, Any]) -> str | None:
+    """The full name of a message of this file that a field's type names (None: a well-known or unknown one)."""
+    if type_name in messages:
+        return type_name
+    matches = [m for m in messages if m.endswith(f".{type_name.lstrip('.')}")]
+    return matches[0] if len(matches) == 1 and type_name.lstrip(".") not in _FILES else None
+
+
+def _scalar_type(f: Any, kinds: Any) -> str:
     kind = kinds.Type.Name(f.type)[len("TYPE_"):]
     well_known = f.type_name.lstrip(".") if kind == "MESSAGE" else ""
-    if f.label == kinds.LABEL_REPEATED or (kind not in _FROM_PROTO and well_known not in _FILES):
+    if kind not in _FROM_PROTO and well_known not in _FILES:
         shown = well_known or kind.lower()
         raise ValueError(f"field '{f.name}' ({shown}) cannot be read into a column")
     if well_known == DECIMAL:
@@ -128,10 +253,10 @@ def _column(f: Any, kinds: Any) -> tuple[str, str]:
         params = f.options.Extensions[meta_pb2.field_meta].params
         precision = int(params.get("precision") or DEFAULT_DECIMAL[0])
         scale = int(params.get("scale") or (0 if "precision" in params else DEFAULT_DECIMAL[1]))
-        return f.name, f"DECIMAL({precision}, {scale})"
+        return f"DECIMAL({precision}, {scale})"
     if well_known:
-        return f.name, "TIMESTAMP" if well_known == TIMESTAMP else "DATE"
-    return f.name, _FROM_PROTO[kind]
+        return "TIMESTAMP" if well_known == TIMESTAMP else "DATE"
+    return _FROM_PROTO[kind]
 
 
 _CLASSES: dict[tuple[str, tuple[int, ...]], Any] = {}

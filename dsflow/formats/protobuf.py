@@ -2,7 +2,9 @@
 (zigzag varints), then the message. Schemas and message classes are in proto_schemas.py; a schema is
 fetched by id from the registry (registry.py) and cached per process.
 
-Well-known messages (Timestamp, Date, Decimal) are read as datetime, date and Decimal, and written from them.
+Well-known messages (Timestamp, Date, Decimal) are read as datetime, date and Decimal, and written from them;
+nested messages as dicts, repeated fields as lists, maps as dicts. A NULL element of an ARRAY or value of a MAP
+cannot be written (protobuf has none): the write stops with DSF-E775 naming where it is.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from dsflow.errors import DsflowError
 from dsflow.formats.proto_schemas import DATE, DECIMAL, TIMESTAMP, message_class
 from dsflow.formats.registry import record_serializer, schema_text_by_id
 
@@ -58,9 +61,35 @@ def _row(message: Any, names: list[str] | None) -> dict:
     row = {}
     for name in names if names is not None else [f.name for f in message.DESCRIPTOR.fields]:
         field = fields.get(name.lower())
-        present = field is not None and (not field.has_presence or message.HasField(field.name))
-        row[name] = _from_message(getattr(message, field.name)) if present else None
+        row[name] = None if field is None else _field_value(message, field)
     return row
+
+
+def _is_map(field: Any) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def _field_value(message: Any, field: Any) -> Any:
+    """A field as a Python value: a map as a dict, a repeated field as a list, a nested message as a dict of its
+    fields, an absent field with presence as None."""
+    value = getattr(message, field.name)
+    if _is_map(field):
+        inner = field.message_type.fields_by_name["value"]
+        return {k: _from_single(v, inner) for k, v in value.items()}
+    if field.is_repeated:
+        return [_from_single(v, field) for v in value]
+    if field.has_presence and not message.HasField(field.name):
+        return None
+    return _from_single(value, field)
+
+
+def _from_single(value: Any, field: Any) -> Any:
+    if field.enum_type is not None:
+        known = field.enum_type.values_by_number.get(value)
+        return known.name if known is not None else str(value)
+    if field.message_type is None or field.message_type.full_name in (TIMESTAMP, DATE, DECIMAL):
+        return _from_message(value)
+    return {f.name: _field_value(value, f) for f in field.message_type.fields}
 
 
 def _from_message(value: Any) -> Any:
@@ -75,6 +104,42 @@ def _from_message(value: Any) -> Any:
     if descriptor.full_name == DECIMAL:
         return Decimal(int.from_bytes(value.value, "big", signed=True)).scaleb(-value.scale)
     raise ValueError(f"a {descriptor.full_name} field cannot be read into a column")
+
+
+def _fields(row: dict, descriptor: Any, path: str) -> dict:
+    """A row (or a STRUCT's dict) as the keyword arguments of its message: fields matched by name
+    (case-insensitively), NULL ones left out."""
+    lowered = {str(k).lower(): v for k, v in row.items()}
+    out = {}
+    for field in descriptor.fields:
+        value = row[field.name] if field.name in row else lowered.get(field.name.lower())
+        if value is not None:
+            out[field.name] = _to_field(value, field, f"{path}{field.name}")
+    return out
+
+
+def _to_field(value: Any, field: Any, path: str) -> Any:
+    if _is_map(field):
+        inner = field.message_type.fields_by_name["value"]
+        pairs = value.items() if isinstance(value, dict) else value
+        return {k: _element(v, inner, f"{path}['{k}']") for k, v in pairs}
+    if field.is_repeated:
+        return [_element(v, field, f"{path}[{i}]") for i, v in enumerate(value, start=1)]
+    return _to_single(value, field, path)
+
+
+def _element(value: Any, field: Any, path: str) -> Any:
+    if value is None:
+        raise DsflowError("DSF-E775", f"{path} is NULL: protobuf has no null element in a repeated field or map "
+                          "value", hint="keep NULLs out of ARRAY and MAP values written as protobuf (e.g. COALESCE "
+                                        "before building them), or write the relation as avro")
+    return _to_single(value, field, path)
+
+
+def _to_single(value: Any, field: Any, path: str) -> Any:
+    if field.message_type is not None and field.message_type.full_name not in (TIMESTAMP, DATE, DECIMAL):
+        return _fields(value, field.message_type, f"{path}.")
+    return _to_message(value)
 
 
 def _to_message(value: Any) -> Any:
@@ -107,6 +172,6 @@ def serializer(topic: str, registry: Mapping[str, str], schema: str, subject: st
     def one(row: dict | None) -> bytes | None:
         if row is None:
             return None
-        return serialize(cls(**{k: _to_message(v) for k, v in row.items() if v is not None}))
+        return serialize(cls(**_fields(row, cls.DESCRIPTOR, "")))
 
     return lambda rows: [one(r) for r in rows]

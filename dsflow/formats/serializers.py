@@ -8,7 +8,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 
-from dsflow.core.formats import PRIMITIVE_FORMATS, REGISTRY_FORMATS
+from dsflow.core.formats import PRIMITIVE_FORMATS, REGISTRY_FORMATS, columns_from_avro
+from dsflow.core.nested import conform_row, nested_columns
 from dsflow.errors import DsflowError
 from dsflow.formats import protobuf
 from dsflow.formats.keys import key_serializer
@@ -28,7 +29,18 @@ def value_serializer(value_format: str, topic: str, registry: Mapping[str, str],
     if value_format != "avro":
         raise DsflowError("DSF-E771", f"value.format '{value_format}' cannot be written yet")
     serialize = record_serializer("avro", registry, schema, subject or f"{topic}-value", topic)
-    return lambda rows: [None if r is None else serialize(r) for r in rows]
+    nested = _nested_avro_columns(schema)
+    if not nested:
+        return lambda rows: [None if r is None else serialize(r) for r in rows]
+    return lambda rows: [None if r is None else serialize(conform_row(r, nested)) for r in rows]
+
+
+def _nested_avro_columns(schema: str | None) -> list:
+    """The STRUCT, ARRAY and MAP columns of an Avro schema (their rows hold maps as pairs, Avro wants dicts)."""
+    try:
+        return nested_columns(columns_from_avro(schema)) if schema else []
+    except ValueError:
+        return []
 
 
 def key_encoder(key_format: str | None, topic: str = "", registry: Mapping[str, str] | None = None,

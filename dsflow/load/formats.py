@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dsflow.core.formats import (
-    KEY_FORMATS, PRIMITIVE_FORMATS, REGISTRY_FORMATS, VALUE_FORMATS, format_carries, primitive_fits,
+    KEY_FORMATS, PRIMITIVE_FORMATS, REGISTRY_FORMATS, VALUE_FORMATS, carry_problem, primitive_fits,
 )
 from dsflow.core.model import Column, Store
 from dsflow.errors import Diagnostic, Location
@@ -15,7 +15,7 @@ FORMAT_PROPS = {"value.subject"}
 
 def check_formats(fqn: str, value_format: str, key_format: str | None, columns: tuple[Column, ...], store: Store,
                   where: Callable[[str], Location | None], report: Callable[[Diagnostic], None]) -> bool:
-    """True if the formats fit; otherwise every problem is reported (DSF-E032, E122, E124)."""
+    """True if the formats fit; otherwise every problem is reported (DSF-E032, E122, E124, E774, E777)."""
     if value_format not in VALUE_FORMATS:
         report(Diagnostic("DSF-E032", f"unsupported value.format '{value_format}'", where("value.format"),
                           hint=f"supported: {', '.join(VALUE_FORMATS)}"))
@@ -47,13 +47,21 @@ def _check_registry_format(fqn: str, value_format: str, columns: tuple[Column, .
         report(_no_registry(fqn, "value.format", value_format, store, where))
         ok = False
     for column in columns:
-        if not format_carries(value_format, column.type):
-            report(Diagnostic("DSF-E124", f"column '{column.name}' of '{fqn}' is {column.type}, which value.format "
-                              f"'{value_format}' cannot carry", where("value.format"),
-                              hint="avro and protobuf: BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, VARCHAR, BINARY, "
-                                   "DECIMAL, DATE or TIMESTAMP columns"))
+        problem = carry_problem(value_format, column.type)
+        if problem is not None:
+            code, why = problem
+            report(Diagnostic(code, f"column '{column.name}' of '{fqn}' is {column.type}, which value.format "
+                              f"'{value_format}' cannot carry: {why}", where("value.format"), hint=_HINTS[code]))
             ok = False
     return ok
+
+
+_HINTS = {
+    "DSF-E124": "avro and protobuf: BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, VARCHAR, BINARY, DECIMAL, DATE or TIMESTAMP "
+                "columns, and STRUCT, ARRAY and MAP of them",
+    "DSF-E774": "avro and protobuf maps have string keys: declare MAP<VARCHAR, ...>, or use 'json'",
+    "DSF-E777": "wrap the inner ARRAY or MAP in a STRUCT, e.g. ARRAY<STRUCT<v ARRAY<INT>>>, or use 'avro' or 'json'",
+}
 
 
 def _no_registry(fqn: str, prop: str, fmt: str, store: Store, where: Callable[[str], Location | None]) -> Diagnostic:
