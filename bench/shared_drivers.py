@@ -82,19 +82,43 @@ def wait_all(state, names: list[str], timeout: float) -> None:
         time.sleep(0.5)
 
 
-def total_rss(pids: set[int]) -> int:
-    """RSS of the processes and all their descendants, in bytes (each process once)."""
+def memory(pids: set[int]) -> dict[str, int]:
+    """RSS and PSS (shared pages divided among the processes that map them) of the processes and all their
+    descendants, in bytes (each process once), with the RSS per kind of process."""
     import psutil
 
-    seen: dict[int, int] = {}
+    seen: dict[int, tuple[str, int, int]] = {}
     for pid in pids:
         try:
             root = psutil.Process(pid)
             for proc in [root, *root.children(recursive=True)]:
-                seen[proc.pid] = proc.memory_info().rss
+                info = proc.memory_full_info()
+                seen[proc.pid] = (_kind(proc), info.rss, getattr(info, "pss", info.rss))
         except psutil.Error:
             continue
-    return sum(seen.values())
+    kinds: dict[str, int] = {}
+    for kind, rss, _ in seen.values():
+        kinds[f"rss_{kind}"] = kinds.get(f"rss_{kind}", 0) + rss
+    return {"rss": sum(r for _, r, _ in seen.values()), "pss": sum(p for _, _, p in seen.values()),
+            "processes": len(seen), **kinds, **{f"n_{k}": sum(1 for v in seen.values() if v[0] == k)
+                                                for k in {v[0] for v in seen.values()}}}
+
+
+def _kind(proc) -> str:
+    """java (the JVM), worker (Spark's Python workers and daemons), host (a driver or shared host), other."""
+    import psutil
+
+    try:
+        line = " ".join(proc.cmdline())
+    except psutil.Error:
+        return "other"
+    if "java" in proc.name():
+        return "java"
+    if "pyspark.daemon" in line or "pyspark.worker" in line or "pyspark/daemon" in line:
+        return "worker"
+    if "dsflow" in line:
+        return "host"
+    return "other"
 
 
 def produce_all(broker: str, project, count: int) -> None:
@@ -121,7 +145,7 @@ def measure(work: Path, broker: str, mode: str, count: int, per_app: int, timeou
         wait_all(state, [f"out_{i}" for i in range(count)], timeout)
         all_up = time.monotonic() - started
         pids = {r.outputs["pid"] for k, r in state.resources.items() if k.startswith("query.")}
-        rss = total_rss(pids)
+        used = memory(pids)
         write_project(root, mode, count + 1, broker, per_app, tag)
         loaded = operations.load(options)
         began = time.monotonic()
@@ -130,7 +154,8 @@ def measure(work: Path, broker: str, mode: str, count: int, per_app: int, timeou
         state = loaded.workspace.state_backend().read()
         wait_all(state, [f"out_{count}"], timeout)
         added = time.monotonic() - began
-        return {"mode": mode, "queries": count, "processes": len(pids), "rss_mb": round(rss / 2**20),
+        return {"mode": mode, "queries": count, "drivers_or_hosts": len(pids),
+                **{k: (round(v / 2**20) if not k.startswith(("n_", "processes")) else v) for k, v in used.items()},
                 "all_first_progress_s": round(all_up, 1), "added_first_progress_s": round(added, 1)}
     finally:
         loaded = operations.load(options)
