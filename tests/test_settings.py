@@ -173,6 +173,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("schema", "owner"): ("schema.other.x", [(Y, "schemas: [x]", "schemas: [{name: x, owner: base}]")]),
     ("user", "name"): ("binding.ann", [(Y, "  - name: ann\n", "  - name: bea\n")]),
     ("user", "roles"): ("binding.ann", [(Y, "roles: [reader]", "roles: [reader, base]")]),
+    ("user", "login_password"): ("binding.ann", [(Y, "roles: [reader]\n", "roles: [reader]\n    login_password: "
+                                                                     "\"{{ env_var('REG_PASSWORD') }}\"\n")]),
     ("relation", "owner"): (EVENTS, [(S, EVENTS_WITH, EVENTS_WITH + " 'owner' = 'base',")]),
     ("cdc", "owner"): (CDC, [(S, "'postgresql.table.name' = 'orders')", "'postgresql.table.name' = 'orders', 'owner' = 'base')")]),
     ("table", "owner"): (LAKE_T, [(Q, LAKE_WITH, LAKE_WITH[:-1] + ", 'owner' = 'base')")]),

@@ -101,5 +101,5 @@ def observe(project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
 
 def pushed_down(name: str) -> Any:
     """The executor a store kind offers for grants or roles it enforces itself (`objects` facet attribute `name`:
-    grants, roles); None if no kind does."""
+    grants, roles, logins); None if no kind does."""
     return next((found for objects in every_objects() if (found := getattr(objects, name, None)) is not None), None)

@@ -221,6 +221,8 @@ class Query(Frozen):
         "matching WHERE, on as a delete of its key (changelog and view sinks); 'drop' skips tombstones (streams)")
     temporal_join: TemporalJoin | None = None
     changelog_join: ChangelogJoin | None = None
+    join_chain: tuple[TemporalJoin, ...] = Field((), description="temporal joins after the first join, in order: "
+                                                 "each joins the result so far with one more changelog")
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
     isolation: Literal["shared", "query"] | None = Field(None, description="'runtime.isolation': where it runs, "
@@ -292,6 +294,8 @@ class Binding(Frozen):
 
     user: str
     roles: tuple[str, ...] = Field((), description="the roles bound to the user, sorted")
+    login_password: str | None = Field(None, repr=False, description="the password of the user's login where grants "
+                                       "are pushed down to a store with logins (YAML, from env_var()); None: none")
     location: Location | None = None
 
 

@@ -65,7 +65,8 @@ def project_resources(project: Project, redactor: Redactor = Redactor()) -> list
     ]
     resources += [Resource(Address(Kind.ROLE, r.name), _roles(r.inherits),
                            {"name": r.name, "inherits": list(r.inherits)}) for r in project.roles]
-    resources += [Resource(Address(Kind.BINDING, b.user), _roles(b.roles), {"user": b.user, "roles": list(b.roles)})
+    resources += [Resource(Address(Kind.BINDING, b.user), _roles(b.roles), {"user": b.user, "roles": list(b.roles)},
+                           {"login_password": redactor.mark(b.login_password)} if b.login_password else {})
                   for b in project.bindings]
     resources += [
         Resource(Address(Kind.GRANT, g.key),
@@ -193,7 +194,8 @@ def _registry(registry, redactor: Redactor) -> dict[str, str]:
 
 def has_secrets(project: Project) -> bool:
     """True if any value of the project came from env_var(): its resources need the state's redaction key."""
-    return any(s.sensitive for s in project.stores) or any(r.sensitive for r in project.schema_registries)
+    return any(s.sensitive for s in project.stores) or any(r.sensitive for r in project.schema_registries) \
+        or any(b.login_password for b in project.bindings)
 
 
 def with_current_markers(project: Project, state: State, resources: list[Resource]) -> State:
@@ -234,6 +236,9 @@ def _stateful_data(query) -> dict[str, Any]:
         data["deletes"] = query.deletes
     if query.temporal_join is not None:
         data["temporal_join"] = query.temporal_join.model_dump(mode="json")  # lists, as read back from state
+        data["watermark_delay"] = query.watermark_delay
+    if query.join_chain:
+        data["join_chain"] = [j.model_dump(mode="json") for j in query.join_chain]
         data["watermark_delay"] = query.watermark_delay
     if query.changelog_join is not None:
         data["changelog_join"] = query.changelog_join.model_dump(mode="json")  # lists, as read back from state

@@ -59,7 +59,7 @@ class Setting:
 _I, _SC, _SZ, _R = SettingClass.IDENTITY, SettingClass.SCHEMA, SettingClass.SIZING, SettingClass.RESTARTS
 _Q, _O, _P, _N = SettingClass.QUERY, SettingClass.OVERRIDE, SettingClass.IN_PLACE, SettingClass.NOT_DEPLOYED
 _SQL = ("statement", "sink", "sources", "select", "output_columns", "stateful", "output_mode", "key_columns",
-        "window", "join_within", "deletes", "temporal_join", "changelog_join")
+        "window", "join_within", "deletes", "temporal_join", "changelog_join", "join_chain")
 _TABLE = ("topic", "table_options")
 
 
@@ -113,6 +113,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("grant", "on", ("on",), _I),
     Setting("user", "name", ("user",), _I),
     Setting("user", "roles", ("roles",), _P, "the binding is updated in place"),
+    Setting("user", "login_password", ("login_password",), _P, "the login's password is set again (a store with "
+            "logins)"),
     Setting("datagen", "name", (), _I),
     Setting("datagen", "relation", ("relation",), _I),
     Setting("datagen", "generator", ("generator",), _I),

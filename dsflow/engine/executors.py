@@ -124,6 +124,12 @@ class RoleExecutor(PushedDown):
     facet = "roles"
 
 
+class BindingExecutor(PushedDown):
+    """A user binding: a login of the user in the store, member of its roles', where grants are pushed down."""
+
+    facet = "logins"
+
+
 class ViewExecutor:
     """A materialized view's snapshot table in the environment's SQLite file (a view kept in a store: its kind's
     executor); deleting it drops the table."""
@@ -393,7 +399,7 @@ EXECUTORS: dict[Kind, Executor] = {
     Kind.DATABASE: RecordOnly(),
     Kind.SCHEMA: RecordOnly(),
     Kind.ROLE: RoleExecutor(),
-    Kind.BINDING: RecordOnly(),
+    Kind.BINDING: BindingExecutor(),
     Kind.GRANT: GrantExecutor(),
     Kind.RELATION: RelationExecutor(),
     Kind.QUERY: QueryExecutor(),

@@ -13,7 +13,8 @@ from dsflow.core.state import DeployedResource, State
 
 def refresh(state: State, project=None) -> dict[str, Observation]:
     """One observation per deployed query, datagen and object a store kind observes (a topic, a stream, a view's
-    table, a grant: asked of its `objects` facet, adapters/objects.py); store settings from the project if known."""
+    table, a grant, a user's login: asked of its `objects` facet, adapters/objects.py); store settings from the
+    project if known."""
     from dsflow.adapters.objects import observe
 
     observations: dict[str, Observation] = {}
@@ -24,7 +25,7 @@ def refresh(state: State, project=None) -> dict[str, Observation]:
             observations[key] = _observe_query(deployed)
         elif kind is Kind.DATAGEN:
             observations[key] = _observe_datagen(deployed)
-        elif kind in (Kind.RELATION, Kind.GRANT):
+        elif kind in (Kind.RELATION, Kind.GRANT, Kind.BINDING):
             observation = observe(project, deployed, cache)
             if observation is not None:
                 observations[key] = observation

@@ -30,6 +30,8 @@ class YamlObjects:
     roles: list[tuple[Role, list[tuple[str, str, Location]]]] = field(default_factory=list)
     users: list[tuple[str, tuple[str, ...], Location]] = field(default_factory=list)
     """`users:` entries: (user, roles, where)."""
+    logins: dict[str, str] = field(default_factory=dict)
+    """`users:` entries' login passwords (from env_var()), by user."""
     datagens: list[Datagen] = field(default_factory=list)
     moves: list[tuple[str, str, Location]] = field(default_factory=list)
     """`moved:` entries as written (from, to, where), checked by load/moves.py once the project is known."""
@@ -93,10 +95,27 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
         into.roles.append((Role(name=role.name, inherits=tuple(role.inherits),
                                 location=pos.location(("roles", i))), grants))
     into.users += [(u.name, tuple(u.roles), pos.location(("users", i))) for i, u in enumerate(raw.users)]
+    diagnostics += _read_logins(raw.users, pos, secrets, into)
     into.moves += [(m.from_, m.to, pos.location(("moved", i))) for i, m in enumerate(raw.moved)]
     for i, gen in enumerate(raw.datagen):
         into.datagens.append(Datagen(name=gen.name, relation=gen.relation, generator=gen.generator, rate=gen.rate,
                                      count=gen.count, seed=gen.seed, location=pos.location(("datagen", i))))
+    return diagnostics
+
+
+def _read_logins(users, pos: Positioned, secrets: set[str], into: YamlObjects) -> list[Diagnostic]:
+    """Each user's `login_password`: kept when it came from env_var(), DSF-E374 when it is written in clear text."""
+    diagnostics = []
+    for i, user in enumerate(users):
+        if not user.login_password:
+            continue
+        if _holds_secret(user.login_password, secrets):
+            into.logins[user.name] = user.login_password
+            continue
+        diagnostics.append(Diagnostic(
+            "DSF-E374", f"the login password of user '{user.name}' is written in clear text",
+            pos.location(("users", i, "login_password")),
+            hint=f"use {{{{ env_var('{_env_name(user.name)}_LOGIN_PASSWORD') }}}} instead"))
     return diagnostics
 
 

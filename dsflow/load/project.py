@@ -287,6 +287,7 @@ class _Loader:
                 queries: list[Query], databases: list, schemas: list) -> tuple[list, list, list]:
         """Roles, grants and user bindings (load/access.py), and the owners' roles checked (DSF-E306)."""
         from dsflow.load.access import check_owners, resolve_access
+        from dsflow.load.rules import check_grants
         from dsflow.load.objects import role_cycles
 
         known = {f"relation.{fqn}": r.kind for fqn, r in ns.relations.items()}
@@ -303,7 +304,11 @@ class _Loader:
         owned += [("schema", s.fqn, s.owner, s.location) for s in schemas]
         owned += [(r.kind.replace("_", " "), r.fqn, r.owner, r.location) for r in ns.relations.values()]
         self.diagnostics += check_owners(owned, names)
-        return result.roles, list(result.grants.values()), result.binding_models()
+        types = {s.name: s.type for s in objects.stores}
+        self.diagnostics += check_grants(result.grants.values(), ns.relations, types)
+        bindings = [b.model_copy(update={"login_password": objects.logins.get(b.user)})
+                    for b in result.binding_models()]
+        return result.roles, list(result.grants.values()), bindings
 
     def _state_settings(self) -> StateSettings:
         """The state section with its templated values rendered (a DSN password comes from env_var)."""

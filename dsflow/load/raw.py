@@ -208,6 +208,8 @@ class RawUser(Raw):
 
     name: AccessName
     roles: list[str] = Field(default_factory=list)
+    login_password: str | None = Field(None, description="the password of the user's login where a store makes "
+                                       "logins of users (grants pushed down); always from env_var()")
 
 
 class RawDatagen(Raw):

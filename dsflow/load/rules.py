@@ -7,6 +7,7 @@ nothing, or takes the default the protocol says). The loader asks `rule(store.ty
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dsflow.core import stores
@@ -20,3 +21,16 @@ def rules_of(store_type: str | None) -> Any | None:
 def rule(store_type: str | None, name: str) -> Any | None:
     """One rule (a method or a value) of a store type's rules facet; None where it has none ("no rule")."""
     return getattr(rules_of(store_type), name, None)
+
+
+def check_grants(grants: Iterable[Any], relations: Mapping[str, Any], store_types: Mapping[str, str]) -> list:
+    """What the kind of the store keeping each granted relation says of the grant (its `check_grant` rule: a grant
+    it will not push down, say); [] where it has no such rule."""
+    found: list = []
+    for grant in grants:
+        kind, _, fqn = grant.on.partition(".")
+        relation = relations.get(fqn) if kind == "relation" else None
+        check = rule(store_types.get(relation.store or ""), "check_grant") if relation is not None else None
+        if check is not None:
+            found += check(grant, relation)
+    return found

@@ -103,9 +103,13 @@ class GrantExecutor:
     def create(self, ctx, change) -> dict[str, Any]:
         from dsflow.adapters.postgres import grants
 
+        from dsflow.adapters.postgres.logins import join_logins
+
         if grants.target(ctx.project, change.after) is None:
             return {}
-        return grants.apply_grant(ctx, change.address, change.after)
+        outputs = grants.apply_grant(ctx, change.address, change.after)
+        join_logins(ctx.project, grants.below(ctx.project, change.after["role"]), [outputs[grants.KEY]["store"]])
+        return outputs
 
     def update(self, ctx, change, deployed) -> dict[str, Any]:
         outputs = self.create(ctx, change)
@@ -118,14 +122,43 @@ class GrantExecutor:
             grants.revoke_grant(ctx.project, deployed.outputs)
 
 
+class LoginExecutor:
+    """A user binding: where grants are pushed down to PostgreSQL, the user's login and its memberships
+    (adapters/postgres/logins.py); recorded only elsewhere."""
+
+    def create(self, ctx, change) -> dict[str, Any]:
+        from dsflow.adapters.postgres import logins
+
+        return logins.apply_login(ctx.project, _binding(ctx.project, change.address))
+
+    def update(self, ctx, change, deployed) -> dict[str, Any]:
+        from dsflow.adapters.postgres import logins
+
+        recorded = ((deployed.outputs.get(logins.KEY) or {}).get("stores") or {}).keys()
+        return logins.apply_login(ctx.project, _binding(ctx.project, change.address), recorded)
+
+    def delete(self, ctx, deployed) -> None:
+        from dsflow.adapters.postgres import logins
+
+        logins.drop_login(ctx.project, Address.parse(deployed.address).name, dict(deployed.outputs))
+
+
+def _binding(project, address: str):
+    name = Address.parse(address).name
+    return next(b for b in project.bindings if b.user == name)
+
+
 class RoleExecutor:
     """A role: where grants are pushed down to PostgreSQL, its mapped role's memberships follow its `inherits`."""
 
     def create(self, ctx, change, recorded: tuple[str, ...] = ()) -> dict[str, Any]:
         from dsflow.adapters.postgres import grants
 
+        from dsflow.adapters.postgres.logins import join_logins
+
         stores = sorted(set(grants.pushed_stores(ctx.project)) | set(recorded))
         done = grants.sync_role(ctx.project, Address.parse(change.address).name, stores) if stores else []
+        join_logins(ctx.project, [Address.parse(change.address).name], done)
         return {"postgresql_stores": done} if done else {}
 
     def update(self, ctx, change, deployed) -> dict[str, Any]:

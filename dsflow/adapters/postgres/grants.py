@@ -10,10 +10,12 @@
                   stays while the dsflow role does (`SET ROLE` then gets "permission denied"); a built-in
                   role's (public, sysadmin, ...: no role resource) is dropped once it holds nothing here
     sync_role     a role created or whose inheritance changed: its memberships set again where it is pushed down
+                  (after both, the logins of the users bound to the roles join them: adapters/postgres/logins.py)
     drop_role     a role gone from the project (or destroy): dropped, after its grants, where dsflow created it
     observe_grant refresh: a missing role or privilege (the table was re-created, someone revoked it) is drift
 
-ALL on a view grants SELECT only: a view's table is written by dsflow alone. Grants on stores, databases,
+ALL on a view grants SELECT only, and INSERT is never pushed (DSF-E373, a load warning): a view's table is
+written by dsflow alone. Grants on stores, databases,
 schemas and topics are not pushed down (they stay in dsflow's state, enforced by `dsflow serve`).
 """
 

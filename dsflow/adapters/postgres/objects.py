@@ -1,5 +1,5 @@
 """PostgreSQL's physical-object operations (the `objects` facet, core/stores.py): apply's executors for what a
-postgresql store holds (a CDC stream's slot and publication, a view's snapshot table, pushed-down grants and roles)
+postgresql store holds (a CDC stream's slot and publication, a view's snapshot table, pushed-down grants, roles and users' logins)
 and refresh's look at them. Its objects have no identity to compare and no records to count."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from typing import Any
 
 class PostgresObjects:
     def __init__(self) -> None:
-        from dsflow.adapters.postgres.executor import GrantExecutor, RoleExecutor
+        from dsflow.adapters.postgres.executor import GrantExecutor, LoginExecutor, RoleExecutor
 
         self.grants = GrantExecutor()
         """Grants on its views, pushed down as PostgreSQL GRANTs (every other grant: recorded only)."""
         self.roles = RoleExecutor()
         """Roles, mapped to PostgreSQL roles where grants are pushed down."""
+        self.logins = LoginExecutor()
+        """User bindings: the users' PostgreSQL logins, members of their roles' mapped roles."""
 
     def identities(self, store: Any, names: list[str]) -> dict[str, str]:
         return {}
@@ -45,6 +47,10 @@ class PostgresObjects:
             from dsflow.adapters.postgres.grants import observe_grant
 
             return observe_grant(project, deployed)
+        if kind is Kind.BINDING and deployed.outputs.get("postgresql"):
+            from dsflow.adapters.postgres.logins import observe_login
+
+            return observe_login(project, deployed)
         if kind is Kind.RELATION and deployed.outputs.get("slot"):
             from dsflow.adapters.postgres.executor import observe
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from dsflow.adapters.postgres.settings import PostgresSettings
 from dsflow.core.model import Column, Relation
-from dsflow.errors import Diagnostic, Location
+from dsflow.errors import Diagnostic, Location, Severity
 
 Report = Callable[[Diagnostic], None]
 Where = Callable[[str], Location | None]
@@ -65,6 +65,21 @@ class PostgresRules:
                                   prop_location(key) or location, hint="choose a shorter name"))
                 return None
         return options[TABLE], options
+
+    def check_grant(self, grant: Any, relation: Relation) -> list[Diagnostic]:
+        """DSF-E373 (a warning): INSERT on a relation kept here is not pushed down as a PostgreSQL INSERT grant
+        (adapters/postgres/grants.py pushes SELECT only)."""
+        if grant.privilege != "INSERT":
+            return []
+        if relation.kind == "materialized_view":
+            why = ("dsflow alone writes the view's table (upserts by key from its query): rows inserted by a "
+                   "PostgreSQL role would be overwritten, or kept though no input produced them")
+        else:
+            why = "the stream's tables belong to the application dsflow reads their changes from"
+        return [Diagnostic("DSF-E373", f"INSERT on '{relation.fqn}' is not pushed down to PostgreSQL: {why}; "
+                           "it is recorded and enforced by `dsflow serve` only", grant.location,
+                           hint="grant SELECT to read the table in PostgreSQL; write into the view through its "
+                           "inputs (INSERT INTO a stream it reads)", severity=Severity.WARNING)]
 
     def object_name(self, project: str, environment: str, relation_fqn: str) -> str:
         """The slot and publication name of a CDC relation: `dsflow_<project>_<env>_<database>_<schema>_<name>`,
