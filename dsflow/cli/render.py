@@ -190,8 +190,8 @@ def status_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def lag_cell(entry: dict[str, Any]) -> str:
-    """Records behind (logs counted in records), the oldest unread record's age (Kinesis), write-ahead log bytes
-    behind (change streams): adapters/spark/lag.py."""
+    """Records behind (logs counted in records), the oldest unread record's age (logs with sequence numbers),
+    write-ahead log bytes behind (change streams): adapters/spark/lag.py."""
     parts = [str(entry["lag_records"])] if entry.get("lag_records") is not None else []
     parts += [f"{entry['lag_max_millis']} ms"] if entry.get("lag_max_millis") is not None else []
     parts += [f"{entry['lag_total_wal_bytes']} B WAL"] if entry.get("lag_total_wal_bytes") is not None else []

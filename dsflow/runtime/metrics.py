@@ -13,7 +13,7 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_last_batch_id
     dsflow_query_lag_records                      records the sources hold past what the query read (all partitions)
     dsflow_query_partition_lag_records{topic, partition}   the same per source partition
-    dsflow_query_lag_max_millis                   age of the oldest unread record (sources counted in time: Kinesis)
+    dsflow_query_lag_max_millis                   age of the oldest unread record (logs with sequence numbers)
     dsflow_query_partition_lag_millis{topic, partition}    the same per shard
     dsflow_query_lag_wal_bytes{topic, partition}  write-ahead log written since the last change read (change streams)
     dsflow_datagen_up, dsflow_datagen_restarts_total

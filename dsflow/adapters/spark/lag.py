@@ -2,7 +2,7 @@
 
     records     a log whose offsets count records: the log's end offset minus the offset the last micro-batch read
                 up to, per partition ("lag", and "lag_records" in all)
-    millis      a log whose positions are not counts (Kinesis sequence numbers): the age of the oldest record the
+    millis      a log whose positions are not counts (sequence numbers): the age of the oldest record the
                 query has not read yet, per shard, 0 when none waits ("lag_millis", and "lag_max_millis")
     wal_bytes   a change stream: the bytes of write-ahead log written since the last change the query read
                 ("lag_wal_bytes"); it also counts the log of tables the stream does not read
