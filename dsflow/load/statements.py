@@ -74,6 +74,7 @@ class Analysed:
     join_side: str | None = None
     temporal: TemporalJoin | None = None
     changelog_join: ChangelogJoin | None = None
+    chain: tuple[TemporalJoin, ...] = ()
 
     @property
     def stateful(self) -> bool:

@@ -55,6 +55,10 @@ def build_dataframe(spark, spec: QuerySpec):
         from dsflow.adapters.spark.temporal import joined_view
 
         joined_view(spark, spec.temporal)
+    if spec.chain is not None:
+        from dsflow.adapters.spark.join_chain import joined_view as joined_chain
+
+        joined_chain(spark, spec.chain)
     if spec.changelog_join is not None:
         from dsflow.adapters.spark.changelog_join import joined_view as joined_changelogs
 

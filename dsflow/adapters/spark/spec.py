@@ -123,6 +123,35 @@ class ChangelogJoinSpec(BaseModel):
     right_ddl: str
 
 
+class ChainStepSpec(BaseModel):
+    """One temporal join of a chain (adapters/spark/join_chain.py): the rows so far joined with one changelog."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    changelog_view: str
+    changelog_alias: str
+    side: Literal["inner", "left"]
+    key_alias: str = Field(description="the earlier relation whose columns are equated with the changelog's key")
+    stream_keys: list[str] = Field(description="its columns, in the order of changelog_keys")
+    changelog_keys: list[str]
+    changelog_ddl: str
+    chained: bool = Field(description="its rows come from an earlier join (not late: joined as they arrive or when "
+                                      "the watermark reaches them); else from the stream's view (late rows dropped)")
+
+
+class JoinChainSpec(BaseModel):
+    """A join of more than two relations (adapters/spark/join_chain.py): the first join's rows (`first_sql`: __key,
+    __ts and one struct column per relation, named by its alias), then each step's temporal join, make `view`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    view: str
+    first_sql: str
+    steps: list[ChainStepSpec]
+    horizon_ms: int = Field(0, description="how far behind the watermark a joined row from an interval join may be: "
+                                           "changelog versions are kept that far back")
+
+
 class RetractSpec(BaseModel):
     """An aggregation of a changelog, with retractions (adapters/spark/retract.py): select_sql gives one row per
     source change (__pk, __offset, __keep, __g0.., __a0..); the two stateful stages make the view `view`
@@ -154,6 +183,7 @@ class QuerySpec(BaseModel):
     temporal: TemporalSpec | None = None
     retract: RetractSpec | None = None
     changelog_join: ChangelogJoinSpec | None = None
+    chain: JoinChainSpec | None = None
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
                                                       "(Spark's async progress tracking; stateless sinks that tolerate "
                                                       "replays only)")

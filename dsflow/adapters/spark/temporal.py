@@ -33,14 +33,16 @@ Pending = list  # [event time ms, record key, row JSON]
 
 
 def step(versions: list[Version], pending: list[Pending], rows: Iterable[tuple], watermark: int,
-         inner: bool) -> tuple[list[Version], list[Pending], list[tuple]]:
+         inner: bool, chained: bool = False, horizon: int = 0) -> tuple[list[Version], list[Pending], list[tuple]]:
     """One call for one key: add the new rows (side, event time, offset, key, stream row, changelog row), emit
-    the stream records the watermark has reached, prune; returns (versions, pending, output rows)."""
+    the stream records the watermark has reached, prune; returns (versions, pending, output rows). `chained`: the
+    stream rows come from an earlier join, which let them through already: none is late, and versions are kept
+    `horizon` ms further back than the watermark (adapters/spark/join_chain.py)."""
     versions = sorted(versions, key=_order)
     for side, ets, offset, key, stream_row, changelog_row in rows:
         if side == CHANGELOG:
             bisect.insort(versions, [int(ets), int(offset), changelog_row], key=_order)
-        elif ets is not None and int(ets) > watermark:
+        elif ets is not None and (chained or int(ets) > watermark):
             pending.append([int(ets), key, stream_row])
     pending.sort(key=lambda p: p[0])
     ready = [p for p in pending if p[0] <= watermark]
@@ -51,7 +53,7 @@ def step(versions: list[Version], pending: list[Pending], rows: Iterable[tuple],
         changelog_row = versions[at][2] if at >= 0 else None
         if changelog_row is not None or not inner:
             out.append((key, stream_row, changelog_row))
-    return _pruned(versions, watermark), pending, out
+    return _pruned(versions, watermark - horizon), pending, out
 
 
 def _order(version: Version) -> tuple:

@@ -1,0 +1,193 @@
+"""Joins of more than two relations (a left-deep chain): three temporal joins (INNER, LEFT keyed by the first
+changelog's column, INNER keyed by the stream's), and an interval join followed by a LEFT temporal join, on real
+Spark and a real broker; and the chains that are refused (DSF-E194..E198), with their places.
+
+In each of two phases (`enriched` runs after each, on one checkpoint; `shipped` after the last) the changelog
+changes (updates, tombstones, keys that never exist) are produced before the stream records, in random order; the
+second ends with a far-future order (and shipment) that moves the watermark past everything. A plain Python
+reference joins each order with each changelog's newest version at or before the order's time; the sinks must
+equal it row for row.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from changelogs import produce_changes
+from dsflow.adapters.spark.temporal import step
+from dsflow.adapters.spark.translate import spark_select
+from dsflow.core.model import TemporalJoin
+from dsflow.load.project import check_project, load_project
+from projects import make_project
+from streaming import produce, records, run, streaming_project
+
+T0 = 1_700_000_000_000
+FLUSH = 99_999
+USERS, PRODUCTS, COUNTRIES = [f"u{i}" for i in range(8)], [f"p{i}" for i in range(6)], [f"c{i}" for i in range(4)]
+EXISTING = {"users": USERS[:6], "products": PRODUCTS[:5], "countries": COUNTRIES[:3]}  # the rest never exist
+
+SOURCES = """\
+CREATE STREAM orders (id BIGINT, ts BIGINT, userid VARCHAR, pid VARCHAR)
+  WITH ('value.format' = 'json', 'timestamp' = 'ts', 'topic.partitions' = 2);
+CREATE STREAM ships (sid BIGINT, sts BIGINT, oid BIGINT, carrier VARCHAR)
+  WITH ('value.format' = 'json', 'timestamp' = 'sts');
+CREATE CHANGELOG users (userid VARCHAR, name VARCHAR, cid VARCHAR, cts BIGINT, PRIMARY KEY (userid))
+  WITH ('value.format' = 'json', 'timestamp' = 'cts', 'topic.partitions' = 2);
+CREATE CHANGELOG products (pid VARCHAR, title VARCHAR, cts BIGINT, PRIMARY KEY (pid))
+  WITH ('value.format' = 'json', 'timestamp' = 'cts');
+CREATE CHANGELOG countries (cid VARCHAR, cname VARCHAR, cts BIGINT, PRIMARY KEY (cid))
+  WITH ('value.format' = 'json', 'timestamp' = 'cts');
+"""
+SQL = SOURCES + """
+CREATE STREAM enriched AS
+  SELECT o.id, u.name, c.cname, p.title FROM orders o JOIN users u ON o.userid = u.userid
+  LEFT JOIN countries c ON c.cid = u.cid JOIN products p ON o.pid = p.pid WHERE o.id <> 13;
+CREATE STREAM shipped AS
+  SELECT o.id, s.sid, u.name FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  LEFT JOIN users u ON o.userid = u.userid;
+"""
+
+
+def _change(rng: random.Random, relation: str, ts: int, key: str | None = None) -> tuple:
+    """A change of one row (a tombstone one time in five); with `key`: that row's first version."""
+    if key is None:
+        key = rng.choice(EXISTING[relation])
+        if rng.random() < 0.2:
+            return relation, key, None, ts
+    value = {"users": lambda: {"userid": key, "name": f"{key}-{rng.randrange(10_000)}",
+                               "cid": rng.choice(COUNTRIES)},
+             "products": lambda: {"pid": key, "title": f"{key}-{rng.randrange(10_000)}"},
+             "countries": lambda: {"cid": key, "cname": f"{key}-{rng.randrange(10_000)}"}}[relation]()
+    return relation, key, value | {"cts": ts}, ts
+
+
+def feed(seed: int = 21) -> list[dict]:
+    """Phases of {'changes': [(relation, key, value or None, ts)], 'orders': [...], 'ships': [...]}."""
+    rng = random.Random(seed)
+    ids = iter(range(1, 10_000))
+    sids = iter(range(1, 10_000))
+
+    def phase(lo: int, hi: int, changes: list[tuple], orders: int) -> dict:
+        changes += [_change(rng, rng.choice(list(EXISTING)), T0 + rng.randrange(lo, hi)) for _ in range(30)]
+        made = [{"id": next(ids), "ts": T0 + rng.randrange(lo, hi), "userid": rng.choice(USERS),
+                 "pid": rng.choice(PRODUCTS)} for _ in range(orders)]
+        ships = [{"sid": next(sids), "sts": o["ts"] + rng.randrange(-8_000, 8_000), "oid": o["id"], "carrier": "x"}
+                 for o in made for _ in range(rng.choice((0, 1, 1, 2)))]
+        for items in (changes, made, ships):
+            rng.shuffle(items)
+        return {"changes": changes, "orders": made, "ships": ships}
+
+    initial = [_change(rng, relation, T0, key) for relation, keys in EXISTING.items() for key in keys]
+    first = phase(1_000, 30_000, [], 60)
+    first["changes"] = initial + first["changes"]  # the first versions arrive first, then changes in random order
+    flush = {"changes": [], "orders": [{"id": FLUSH, "ts": T0 + 1_000_000, "userid": "nobody", "pid": "none"}],
+             "ships": [{"sid": FLUSH, "sts": T0 + 1_000_000, "oid": -1, "carrier": "x"}]}
+    second = phase(50_000, 80_000, [], 60)
+    return [first, {k: second[k] + flush[k] for k in second}]  # two runs of each query
+
+
+def reference(phases: list[dict]) -> dict[str, Counter]:
+    """What each query must write: every order joined with each changelog's newest version at or before its time."""
+    versions: dict[tuple[str, str], list] = {}
+    for order, (relation, key, value, ts) in enumerate(c for p in phases for c in p["changes"]):
+        versions.setdefault((relation, key), []).append((ts, order, value))
+
+    def as_of(relation: str, key, ts: int) -> dict | None:
+        known = [v for v in versions.get((relation, key), []) if v[0] <= ts]
+        return max(known, key=lambda v: (v[0], v[1]))[2] if known else None
+
+    orders = [o for p in phases for o in p["orders"] if o["id"] != FLUSH]
+    ships = [s for p in phases for s in p["ships"] if s["sid"] != FLUSH]
+    out = {"enriched": Counter(), "shipped": Counter()}
+    for o in orders:
+        user, product = as_of("users", o["userid"], o["ts"]), as_of("products", o["pid"], o["ts"])
+        country = as_of("countries", user["cid"], o["ts"]) if user else None
+        if user and product and o["id"] != 13:
+            out["enriched"][(o["id"], user["name"], country and country["cname"], product["title"])] += 1
+        for s in ships:
+            if s["oid"] == o["id"] and abs(s["sts"] - o["ts"]) <= 5_000:
+                out["shipped"][(o["id"], s["sid"], user and user["name"])] += 1
+    return out
+
+
+@pytest.mark.integration
+def test_chained_joins_match_each_changelog_as_of_each_order(tmp_path, broker, spark):
+    project = streaming_project(tmp_path, broker, SQL)
+    phases = feed()
+    for phase in phases:
+        for relation in EXISTING:
+            changes = [c for c in phase["changes"] if c[0] == relation]
+            if changes:
+                produce_changes(broker, project, relation, [(k, v) for _, k, v, _ in changes],
+                                timestamps=[ts for *_, ts in changes])
+        produce(broker, project, "orders", phase["orders"], "userid")
+        produce(broker, project, "ships", phase["ships"])
+        for name in ("enriched", "shipped") if phase is phases[-1] else ("enriched",):
+            run(spark, project, name, tmp_path, timeout=600)
+    expected = reference(phases)
+    assert sum(expected["enriched"].values()) > 20 and None in {c for _, _, c, _ in expected["enriched"]}
+    assert sum(expected["shipped"].values()) > 40 and None in {n for _, _, n in expected["shipped"]}
+
+    rows = [(r["key"], json.loads(r["value"])) for r in records(broker, project, "enriched")]
+    assert {key for key, _ in rows} <= set(USERS)  # the order's key is carried through
+    assert Counter((row["id"], row["name"], row.get("cname"), row["title"]) for _, row in rows) == \
+        expected["enriched"]
+    rows = [json.loads(r["value"]) for r in records(broker, project, "shipped")]
+    assert Counter((row["id"], row["sid"], row.get("name")) for row in rows) == expected["shipped"]
+
+
+def test_chains_resolve_to_their_temporal_joins(tmp_path):
+    project = load_project(make_project(tmp_path, {"sql/all.sql": SQL}))
+    queries = {q.fqn.rsplit(".", 1)[-1]: q for q in project.queries}
+    assert queries["enriched"].temporal_join == TemporalJoin(stream="o", changelog="u", side="inner",
+                                                             stream_keys=("userid",), changelog_keys=("userid",))
+    assert queries["enriched"].join_chain == (
+        TemporalJoin(stream="u", changelog="c", side="left", stream_keys=("cid",), changelog_keys=("cid",)),
+        TemporalJoin(stream="o", changelog="p", side="inner", stream_keys=("pid",), changelog_keys=("pid",)))
+    assert queries["shipped"].join_within == "5 seconds" and queries["shipped"].temporal_join is None
+    assert [j.changelog for j in queries["shipped"].join_chain] == ["u"]
+    assert "FROM __chain_analytics_public_enriched AS __tj" in spark_select(queries["enriched"], project)
+
+
+REFUSED = """\
+CREATE STREAM b1 AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  JOIN ships t WITHIN 5 SECONDS ON o.id = t.oid;
+CREATE STREAM b2 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.userid
+  JOIN ships t WITHIN 5 SECONDS ON o.id = t.oid;
+CREATE CHANGELOG b3 AS SELECT u.userid, u.name FROM users u JOIN countries c ON u.cid = c.cid
+  JOIN products p ON u.userid = p.pid;
+CREATE STREAM b4 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.userid
+  JOIN countries c ON c.cid = u.cid AND c.cid = o.pid;
+CREATE STREAM b5 AS SELECT o.id FROM orders o FULL JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  JOIN products p ON p.pid = o.pid;
+CREATE STREAM b6 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.userid
+  JOIN products p ON p.title = o.pid;
+CREATE STREAM b7 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.userid
+  FULL JOIN products p ON p.pid = o.pid;
+CREATE STREAM b8 AS SELECT u.name, COUNT(*) AS n FROM orders o JOIN users u ON o.userid = u.userid
+  JOIN products p ON p.pid = o.pid GROUP BY u.name;
+"""
+
+
+def test_refused_chains_name_their_code_and_place(tmp_path):
+    root = make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": REFUSED})
+    found = [(d.code, d.location.line, d.message) for d in check_project(root).diagnostics]
+    assert [(code, line) for code, line, _ in found] == [
+        ("DSF-E195", 2), ("DSF-E196", 4), ("DSF-E194", 6), ("DSF-E197", 8), ("DSF-E198", 10), ("DSF-E132", 12),
+        ("DSF-E131", 14), ("DSF-E045", 15)]
+    assert all(d.location.file.endswith("q.sql") for d in check_project(root).diagnostics)
+    assert "ships" in found[0][2] and "several relations (o, u)" in found[3][2]
+
+
+def test_a_chained_step_takes_rows_behind_the_watermark_and_keeps_versions_for_the_horizon():
+    versions = [[100, 0, '{"n":"a"}'], [200, 1, '{"n":"b"}'], [300, 2, '{"n":"c"}']]
+    rows = [(0, 150, 0, "k", '{"id":1}', None), (0, 450, 0, "k", '{"id":2}', None)]
+    kept, pending, out = step(versions, [], rows, 400, True, chained=True, horizon=250)
+    assert out == [("k", '{"id":1}', '{"n":"a"}')]  # behind the watermark: joined at once, not dropped
+    assert [p[0] for p in pending] == [450] and [v[0] for v in kept] == [100, 200, 300]  # kept back to 150
+    kept, _, out = step(versions, [], rows[:1], 400, True)  # the first step of a chain drops it as late
+    assert out == [] and [v[0] for v in kept] == [300]
