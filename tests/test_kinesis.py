@@ -6,6 +6,7 @@ Values are compared with what the test put into the streams (read back independe
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -232,3 +233,41 @@ def test_a_failing_source_never_prints_a_secret_setting(spark, tmp_path, capfd):
     host = dead.split("://", 1)[1]
     assert host not in failure
     assert host not in printed.err and host not in printed.out
+
+
+def test_a_tail_reads_until_stopped_through_idle_time_and_a_reshard(settings):
+    """A tail (read_records with `stop`) is positioned before `on_start`; it then gets every record put after it,
+    also after idle seconds (reads used to end at 10 s idle and start again at "now") and from the children of a
+    shard split under it; nothing put before it is read."""
+    import threading
+
+    name = _stream(settings, 1)
+    _put(settings, name, 0, 5)  # before the tail: not read
+    stop, started, got = threading.Event(), threading.Event(), []
+
+    def tail() -> None:
+        for record in read_records(settings, name, from_beginning=False, timeout=0.5, stop=stop,
+                                   on_start=started.set):
+            got.append(json.loads(record["value"])["id"])
+
+    reader = threading.Thread(target=tail, daemon=True)
+    reader.start()
+    assert started.wait(30)
+    time.sleep(1.1)  # kinesalite's arrival times have whole seconds: the records before are a second older
+    first = _put(settings, name, 100, 10)
+    time.sleep(12)  # idle for longer than the reads' `timeout` and the former 10 s window
+    second = _put(settings, name, 200, 10)
+    client = new_client(settings)
+    parent = list_shards(client, name)[0]
+    middle = str((int(parent["HashKeyRange"]["EndingHashKey"]) + 1) // 2)
+    client.split_shard(StreamName=name, ShardToSplit=parent["ShardId"], NewStartingHashKey=middle)
+    admin.wait_active(settings, name)
+    third = _put(settings, name, 300, 20)
+    expected = sorted(r["id"] for r in first + second + third)
+    deadline = time.monotonic() + 60
+    while sorted(got) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert sorted(got) == expected

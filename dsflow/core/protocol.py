@@ -155,8 +155,6 @@ class LogCommands(Protocol):
     """The sizes `dsflow topic create` takes (--partitions, --replicas; --shards)."""
     size_hint: str
     """How its logs are sized: the hint of DSF-E768."""
-    tail_window: float | None
-    """None: a read ends on `stop` and calls `on_start` once positioned; else it ends after this many idle s."""
 
     def errors(self, store: str, settings: Any) -> AbstractContextManager:
         """A context in which a client error names the store."""
@@ -176,7 +174,9 @@ class LogCommands(Protocol):
 
     def read(self, target: Any, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
              stop: Any = None, on_start: Any = None) -> tuple[Iterator[dict[str, Any]], bool]:
-        """The records, and whether they are decoded already (else `decoded` decodes a relation's)."""
+        """The records, and whether they are decoded already (else `decoded` decodes a relation's). Without `stop`
+        the read ends after `timeout` idle seconds; with it (a tail), when it is set, calling `on_start()` once
+        positioned (every record produced after that is read)."""
 
     def dead_letter_topic(self, project: Any, query: Any) -> str | None: ...
 

@@ -160,7 +160,7 @@ def records(target: Target, from_beginning: bool, limit: int | None, timeout: fl
             raw: bool = False, stop: Any = None, on_start: Any = None) -> Iterator[dict[str, Any]]:
     """The topic's records as dicts; unless `raw`, a relation's value is decoded with its formats. A read that
     ends on `stop` (a threading.Event: `dsflow serve`'s tail) calls `on_start()` once it is positioned (every
-    record produced after that is read); a read of a store kind with a `tail_window` ends at `timeout`."""
+    record produced after that is read)."""
     found, done = commands(target.store_type).read(target, from_beginning, limit, timeout, raw, stop, on_start)
     if done:
         yield from found

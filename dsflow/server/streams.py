@@ -25,8 +25,8 @@ from dsflow.server.context import API, ApiError, Caller, Server, caller, server_
 
 router = APIRouter(prefix=API)
 TAIL_IDLE = 24 * 3600.0
-"""A tail reads until the client leaves: a read that ends on `stop` stops on the disconnect (or after this idle
-time); a store kind whose reads end after a `tail_window` (its `commands` facet) reads window after window."""
+"""A tail reads until the client leaves: its read ends on `stop`, set on the disconnect (or after this idle
+time, when it is read again from where it is)."""
 STREAM = {"content": {"text/event-stream": {}}, "description": "Server-Sent Events until the client disconnects"}
 
 
@@ -116,9 +116,6 @@ def tail(relation: str, from_beginning: bool = False, me: Caller = Depends(calle
 
     def produce(emit: Callable[[str, Any], None], stop: threading.Event) -> None:
         ready = {"topic": target.name, "store": target.store}
-        window = topics.commands(target.store_type).tail_window
-        if window is not None:
-            emit("ready", ready)
         first, started = from_beginning, [False]
 
         def on_start() -> None:  # a tail that ends on `stop` is ready once positioned: later records are read
@@ -127,9 +124,8 @@ def tail(relation: str, from_beginning: bool = False, me: Caller = Depends(calle
                 emit("ready", ready)
 
         while not stop.is_set():
-            timeout = TAIL_IDLE if window is None else window
             with topics.store_errors(target.store, target.store_type, target.settings):
-                for record in topics.records(target, first, None, timeout, stop=stop, on_start=on_start):
+                for record in topics.records(target, first, None, TAIL_IDLE, stop=stop, on_start=on_start):
                     emit("record", record)
                     if stop.is_set():
                         break

@@ -20,8 +20,6 @@ class KafkaCommands:
     size_options = ("partitions", "replicas")
     """The sizes `dsflow topic create` takes for a topic of this kind."""
     size_hint = "use --partitions N --replicas N"
-    tail_window = None
-    """A read ends when told to stop (and says when it is positioned): a tail reads until the client leaves."""
 
     def errors(self, store: str, settings: Any) -> AbstractContextManager:
         """A client error of the block names the store (DSF-E255 when a secured store's TLS or SASL failed)."""

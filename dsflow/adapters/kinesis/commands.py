@@ -19,8 +19,6 @@ class KinesisCommands:
     size_options = ("shards",)
     """The sizes `dsflow topic create` takes for a stream."""
     size_hint = "a Kinesis stream is sized with --shards N"
-    tail_window = 10.0
-    """A read ends after this many idle seconds: a tail reads window after window until the client leaves."""
 
     def errors(self, store: str, settings: Any) -> AbstractContextManager:
         return nullcontext()  # the client's errors name the store already
@@ -62,12 +60,13 @@ class KinesisCommands:
 
     def read(self, target: Any, from_beginning: bool, limit: int | None, timeout: float, raw: bool,
              stop: Any = None, on_start: Any = None) -> tuple[Iterator[dict[str, Any]], bool]:
-        """The stream's records until `timeout` idle seconds, and whether they are decoded already (a relation's
-        value format other than json: by its codec)."""
+        """The stream's records until `timeout` idle seconds (with `stop`: until it is set), and whether they are
+        decoded already (a relation's value format other than json: by its codec)."""
         from dsflow.adapters.kinesis.records import read_records, relation_codec
 
         codec = None if raw else relation_codec(target.relation, target.registry)
-        return read_records(target.settings, target.name, from_beginning, limit, timeout, codec), codec is not None
+        return (read_records(target.settings, target.name, from_beginning, limit, timeout, codec, stop, on_start),
+                codec is not None)
 
     def dead_letter_topic(self, project: Any, query: Any) -> str | None:
         return query.dlq_topic or None  # only when 'dlq.topic' names the stream

@@ -16,6 +16,8 @@ from typing import Any
 from dsflow.errors import DsflowError
 
 CLOSED = "closed"
+LATEST = "latest"
+"""Only records put after the iterator is made (a tail; never a checkpointed position)."""
 GET_LIMIT = 10_000
 ARRIVAL_SLACK_MS = 1_000
 """ApproximateArrivalTimestamp is approximate (kinesalite rounds it up to the second): a record put just before an
@@ -71,6 +73,8 @@ def shard_iterator(client: Any, stream: str, shard: str, position: str) -> str:
     args: dict[str, Any] = {"StreamName": stream, "ShardId": shard}
     if position.startswith("after:"):
         args.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=position[6:])
+    elif position == LATEST:
+        args.update(ShardIteratorType="LATEST")
     elif position.startswith("at:"):
         args.update(ShardIteratorType="AT_TIMESTAMP",
                     Timestamp=datetime.fromtimestamp(int(position[3:]) / 1000, tz=timezone.utc))

@@ -15,11 +15,14 @@ from typing import Any
 
 from dsflow.adapters.kinesis.client import list_shards, new_client
 from dsflow.adapters.kinesis.decoding import decode_records
-from dsflow.adapters.kinesis.offsets import GET_LIMIT, Record, _record, shard_iterator
+from dsflow.adapters.kinesis.offsets import GET_LIMIT, LATEST, Record, _record, shard_iterator
 from dsflow.adapters.kinesis.writing import partition_key, put_entries
 from dsflow.formats.decoding import Decoding
 from dsflow.formats.proto_schemas import schema_text
 from dsflow.formats.serializers import value_serializer
+
+RELIST_SECONDS = 10.0
+"""How often a tail looks for shards added by a reshard (at once when one of its shards closes)."""
 
 
 @dataclass(frozen=True)
@@ -97,16 +100,20 @@ def decoded_value(record: Record, stream: str, shard: str, codec: Codec) -> dict
 
 
 def read_records(settings: Mapping[str, str], stream: str, from_beginning: bool = True, limit: int | None = None,
-                 timeout: float = 5.0, codec: Codec | None = None) -> Iterator[dict[str, Any]]:
+                 timeout: float = 5.0, codec: Codec | None = None, stop: Any = None,
+                 on_start: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
     """Records of every shard as dicts (key, value, shard, sequence, timestamp ms), until `limit` records or
-    `timeout` seconds without a new one. Shards are read in turn, parents before their children. Values are
+    `timeout` seconds without a new one; with `stop` (a threading.Event: a tail), until it is set, calling
+    `on_start()` once every shard is positioned and following the children of a shard that closes. Values are
     text, or with a codec the decoded columns (an `error` says why a value does not decode)."""
     client = new_client(settings)
-    shards = list_shards(client, stream)
-    start = "trim" if from_beginning else f"at:{int(time.time() * 1000)}"
-    iterators = {s["ShardId"]: shard_iterator(client, stream, s["ShardId"], start) for s in shards}
-    count, idle_since = 0, time.monotonic()
-    while iterators and time.monotonic() - idle_since < timeout:
+    start = "trim" if from_beginning else LATEST
+    iterators = {s["ShardId"]: shard_iterator(client, stream, s["ShardId"], start) for s in list_shards(client, stream)}
+    known = set(iterators)
+    if on_start is not None:
+        on_start()
+    count, idle_since, listed_at, closed = 0, time.monotonic(), time.monotonic(), False
+    while _reading(stop, iterators, idle_since, timeout):
         got = False
         for shard_id in list(iterators):
             response = client.get_records(ShardIterator=iterators[shard_id], Limit=GET_LIMIT)
@@ -122,12 +129,27 @@ def read_records(settings: Mapping[str, str], stream: str, from_beginning: bool 
                     return
             if response.get("NextShardIterator") is None:
                 del iterators[shard_id]
+                closed = True
             else:
                 iterators[shard_id] = response["NextShardIterator"]
+        if stop is not None and (closed or time.monotonic() - listed_at > RELIST_SECONDS):
+            listed_at, closed = time.monotonic(), False  # a closed shard's children hold what follows it
+            for shard in list_shards(client, stream):
+                if shard["ShardId"] not in known:
+                    known.add(shard["ShardId"])
+                    iterators[shard["ShardId"]] = shard_iterator(client, stream, shard["ShardId"], "trim")
         if got:
             idle_since = time.monotonic()
+        elif stop is not None:
+            stop.wait(0.2)
         else:
             time.sleep(0.2)
+
+
+def _reading(stop: Any, iterators: dict[str, str], idle_since: float, timeout: float) -> bool:
+    if stop is not None:
+        return not stop.is_set()
+    return bool(iterators) and time.monotonic() - idle_since < timeout
 
 
 def read_dead_letters(settings: Mapping[str, str], stream: str, timeout: float = 1.0) -> list[dict[str, Any]]:
