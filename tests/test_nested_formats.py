@@ -241,10 +241,11 @@ def _order(i: int, nulls_inside: bool) -> dict:
 def _expected(order: dict) -> dict:
     """What the query selects, in plain Python: 1-based subscripts, NULL out of range or through a NULL struct."""
     payload, items = order["payload"], order["items"]
-    return {**order, "a": payload["a"] if payload else None, "first_sku": items[0]["sku"] if items else None}
+    return {**order, "a": payload["a"] if payload else None, "first_sku": items[0]["sku"] if items else None,
+            "k1": order["attrs"].get("k1")}
 
 
-SELECT = "SELECT id, payload, attrs, items, payload->a AS a, items[1]->sku AS first_sku FROM"
+SELECT = "SELECT id, payload, attrs, items, payload->a AS a, items[1]->sku AS first_sku, attrs['k1'] AS k1 FROM"
 
 
 def _proto_producer():
@@ -316,7 +317,7 @@ def _proto_dict(m) -> dict:
         if m.HasField("payload") else None
     return {"id": m.id, "payload": payload, "attrs": dict(m.attrs),
             "items": [{"sku": i.sku, "qty": i.qty} for i in m.items], "a": m.a if m.HasField("a") else None,
-            "first_sku": m.first_sku if m.HasField("first_sku") else None}
+            "first_sku": m.first_sku if m.HasField("first_sku") else None, "k1": m.k1 if m.HasField("k1") else None}
 
 
 @integration
@@ -353,11 +354,11 @@ def test_nested_avro_and_protobuf_round_trip_through_queries(tmp_path, broker, s
     latest = client.get_latest_version(f"{sinks['nested_avro'].topic}-value")
     assert latest.schema_id == registered["nested_avro"]["schema_id"]
     natural = {**NATURAL_AVRO, "fields": {**NATURAL_AVRO["fields"], "a": ["null", "int"],
-                                          "first_sku": ["null", "string"]}}
+                                          "first_sku": ["null", "string"], "k1": ["null", "long"]}}
     assert _structure(json.loads(latest.schema.schema_str)) == natural
     fdp, reader = _proto_reader(schema_registry, f"{sinks['nested_pb'].topic}-value")
     assert columns_from_proto(base64.standard_b64encode(fdp.SerializeToString()).decode()) == [
-        *COLUMNS, ("a", "INT"), ("first_sku", "VARCHAR")]
+        *COLUMNS, ("a", "INT"), ("first_sku", "VARCHAR"), ("k1", "BIGINT")]  # a map subscript: the value type
     # (b) + (d): what the queries wrote, decoded by confluent-kafka's deserializers, equals the reference
     got = sorted(avro_decode(schema_registry, sinks["nested_avro"].topic, raw_records(broker,
                                                                                       sinks["nested_avro"].topic)),
@@ -367,3 +368,21 @@ def test_nested_avro_and_protobuf_round_trip_through_queries(tmp_path, broker, s
     got = sorted((_proto_dict(reader(m.value(), context)) for m in raw_records(broker, sinks["nested_pb"].topic)),
                  key=lambda r: r["id"])
     assert got == [_expected(o) for o in proto_orders]
+
+
+def test_a_map_subscript_is_typed_as_the_maps_values(tmp_path) -> None:
+    """`m['k']` has the MAP's value type (a sink's schema gets it), also inside expressions and nested maps."""
+    from registry_projects import ENVIRON, write_project
+
+    from dsflow.load.project import load_project
+
+    root = write_project(tmp_path, """
+        CREATE STREAM orders (attrs MAP<VARCHAR, BIGINT>, m2 MAP<VARCHAR, STRUCT<v DOUBLE>>,
+          mm MAP<VARCHAR, MAP<VARCHAR, INT>>) WITH ('value.format' = 'avro');
+        CREATE STREAM out WITH ('value.format' = 'avro') AS SELECT attrs['x'] AS x, attrs['y'] + 1 AS y,
+          m2['k']->v AS v, mm['a']['b'] AS b, TO_TIMESTAMP_LTZ(attrs['t'], 3) AS ts FROM orders;
+    """, new_prefix())
+    project = load_project(root, variables={"bootstrap": "127.0.0.1:1", "registry": "http://127.0.0.1:9"},
+                           environ=ENVIRON)
+    assert [(c.name, c.type) for c in project.relation("analytics.public.out").columns] == [
+        ("x", "BIGINT"), ("y", "BIGINT"), ("v", "DOUBLE"), ("b", "INT"), ("ts", "TIMESTAMP")]

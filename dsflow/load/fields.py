@@ -81,3 +81,25 @@ def _failed(dot: exp.Dot) -> bool:
 def group_key_sql(node: exp.Expr) -> str:
     """How a GROUP BY item and a projection are matched: their normalized SQL."""
     return node.sql(dialect="spark")
+
+
+def type_map_subscripts(select: exp.Expr, annotate: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
+    """`m['key']` typed as the MAP's value type (sqlglot leaves it UNKNOWN, which would make the column VARCHAR
+    in a sink's schema), and the expressions around it typed again by `annotate`; innermost first."""
+    for _ in range(4):
+        changed = False
+        for bracket in sorted(select.find_all(exp.Bracket), key=lambda b: -b.depth):
+            base = bracket.this.type
+            if (bracket.type is not None and not bracket.is_type(exp.DataType.Type.UNKNOWN)) or base is None \
+                    or not base.is_type(exp.DataType.Type.MAP) or len(base.expressions) != 2:
+                continue
+            bracket.type = base.expressions[1].copy()
+            node = bracket.parent
+            while node is not None:
+                node.type = None
+                node = node.parent
+            changed = True
+        if not changed:
+            return select
+        select = annotate(select)
+    return select

@@ -27,7 +27,7 @@ from dsflow.errors import Diagnostic
 from dsflow.load.cdc import SLOT_KEY
 from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, window_call
 from dsflow.load.filecache import DeferredSelect
-from dsflow.load.fields import base_column, check_fields, group_key_sql
+from dsflow.load.fields import base_column, check_fields, group_key_sql, type_map_subscripts
 from dsflow.load.functions import check_functions, declare_result_types
 from dsflow.load.sql import DIALECT, RawStatement, node_location, type_sql
 from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
@@ -366,8 +366,10 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
         # built once for both passes, of names and types normalized once per process (normalize=False)
         schema = MappingSchema(mapping, dialect=DIALECT, normalize=False)
         # the declared result types are kept (overwrite_types=False): qualify leaves every other node untyped
-        return annotate_types(declare_result_types(qualify(select, schema=schema, dialect=DIALECT)), schema=schema,
-                              dialect=DIALECT, overwrite_types=False)
+        def annotate(node: exp.Expr) -> exp.Expr:
+            return annotate_types(declare_result_types(node), schema=schema, dialect=DIALECT, overwrite_types=False)
+
+        return type_map_subscripts(annotate(qualify(select, schema=schema, dialect=DIALECT)), annotate)
     except OptimizeError as err:
         report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
         return None
