@@ -191,3 +191,18 @@ def test_a_chained_step_takes_rows_behind_the_watermark_and_keeps_versions_for_t
     assert [p[0] for p in pending] == [450] and [v[0] for v in kept] == [100, 200, 300]  # kept back to 150
     kept, _, out = step(versions, [], rows[:1], 400, True)  # the first step of a chain drops it as late
     assert out == [] and [v[0] for v in kept] == [300]
+
+
+def test_for_system_time_as_of_on_every_changelog_of_a_temporal_chain(tmp_path):
+    sql = ("CREATE STREAM timed AS SELECT o.id, u.name, p.title FROM orders o\n"
+           "  JOIN users FOR SYSTEM_TIME AS OF o.ts AS u ON o.userid = u.userid\n"
+           "  JOIN products FOR SYSTEM_TIME AS OF o.ts AS p ON o.pid = p.pid;\n")
+    query = load_project(make_project(tmp_path / "ok", {"sql/sources.sql": SOURCES, "sql/q.sql": sql})).queries[0]
+    assert [(s.alias, s.timestamp) for s in query.sources] == [("o", "ts"), ("u", None), ("p", None)]
+    assert "SYSTEM_TIME" not in query.select_sql and len(query.join_chain) == 1
+    other = sql.replace("AS OF o.ts AS p", "AS OF o.id AS p")  # another event time than the first AS OF
+    interval = ("CREATE STREAM s AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid\n"
+                "  JOIN products FOR SYSTEM_TIME AS OF o.ts AS p ON o.pid = p.pid;\n")
+    for name, refused, line in (("other", other, 3), ("interval", interval, 2)):
+        found = check_project(make_project(tmp_path / name, {"sql/sources.sql": SOURCES, "sql/q.sql": refused}))
+        assert [(d.code, d.location.line) for d in found.diagnostics] == [("DSF-E155", line)]

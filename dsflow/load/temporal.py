@@ -39,7 +39,8 @@ def check_shape(join: exp.Join, side: str, left: Relation, right: Relation, wher
 def system_time(tables: list[exp.Table], found: dict, options: dict[int, dict], temporal: bool, where,
                 report: Report) -> bool:
     """`JOIN changelog c FOR SYSTEM_TIME AS OF s.col`: the stream's records join the changelog as of `col`, so `col`
-    becomes the stream's event time (its source 'timestamp'), and the clause is taken off the tree. Anywhere else,
+    becomes the stream's event time (its source 'timestamp'), and the clause is taken off the tree (also on the
+    changelogs chained after a temporal join: load/join_chain.py, all AS OF the same column). Anywhere else,
     or AS OF anything but a column of the stream, it is DSF-E155 (False): never accepted and ignored."""
     ok = True
     for index, table in enumerate(tables):
@@ -49,7 +50,8 @@ def system_time(tables: list[exp.Table], found: dict, options: dict[int, dict], 
         table.set("version", None)
         column = version.expression
         stream = found[id(tables[0])]
-        problem = _system_time_problem(version, index, temporal, tables[0].alias_or_name, stream)
+        changelog = index > 0 and found[id(table)].kind == "changelog"  # the first join's or a chained one's
+        problem = _system_time_problem(version, changelog, temporal, tables[0].alias_or_name, stream)
         chosen = options[id(tables[0])]
         if problem is None and chosen.get("timestamp", column.name).lower() != column.name.lower():
             problem = (f"FOR SYSTEM_TIME AS OF {column.sql()} names another event time than the stream's "
@@ -64,10 +66,10 @@ def system_time(tables: list[exp.Table], found: dict, options: dict[int, dict], 
     return ok
 
 
-def _system_time_problem(version: exp.Expr, index: int, temporal: bool, stream_alias: str,
+def _system_time_problem(version: exp.Expr, changelog: bool, temporal: bool, stream_alias: str,
                          stream: Relation) -> str | None:
     column = version.expression
-    if not temporal or index != 1:
+    if not temporal or not changelog:
         return "FOR SYSTEM_TIME AS OF applies only to the changelog of a temporal join (stream JOIN changelog)"
     if str(version.this).upper() != "TIMESTAMP" or str(version.args.get("kind")).upper() != "AS OF":
         return f"only FOR SYSTEM_TIME AS OF is supported, got FOR {version.this} {version.args.get('kind')}"
