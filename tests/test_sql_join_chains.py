@@ -4,9 +4,9 @@ Spark and a real broker; and the chains that are refused (DSF-E194..E198), with 
 
 In each of two phases (`enriched` runs after each, on one checkpoint; `shipped` after the last) the changelog
 changes (updates, tombstones, keys that never exist) are produced before the stream records, in random order; the
-second ends with a far-future order (and shipment) that moves the watermark past everything. A plain Python
-reference joins each order with each changelog's newest version at or before the order's time; the sinks must
-equal it row for row.
+second brings late orders (behind the first run's watermark: dropped) and ends with a far-future order (and
+shipment) that moves the watermark past everything. A plain Python reference joins each order with each
+changelog's newest version at or before the order's time; the sinks must equal it row for row.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from streaming import produce, records, run, streaming_project
 
 T0 = 1_700_000_000_000
 FLUSH = 99_999
+DELAY_MS = 5_000
 USERS, PRODUCTS, COUNTRIES = [f"u{i}" for i in range(8)], [f"p{i}" for i in range(6)], [f"c{i}" for i in range(4)]
 EXISTING = {"users": USERS[:6], "products": PRODUCTS[:5], "countries": COUNTRIES[:3]}  # the rest never exist
 
@@ -87,6 +88,8 @@ def feed(seed: int = 21) -> list[dict]:
     flush = {"changes": [], "orders": [{"id": FLUSH, "ts": T0 + 1_000_000, "userid": "nobody", "pid": "none"}],
              "ships": [{"sid": FLUSH, "sts": T0 + 1_000_000, "oid": -1, "carrier": "x"}]}
     second = phase(50_000, 80_000, [], 60)
+    second["orders"] += [{"id": next(ids), "ts": T0 + rng.randrange(1_000, 15_000), "userid": rng.choice(USERS),
+                          "pid": rng.choice(PRODUCTS)} for _ in range(8)]  # late: behind the first run's watermark
     return [first, {k: second[k] + flush[k] for k in second}]  # two runs of each query
 
 
@@ -100,13 +103,16 @@ def reference(phases: list[dict]) -> dict[str, Counter]:
         known = [v for v in versions.get((relation, key), []) if v[0] <= ts]
         return max(known, key=lambda v: (v[0], v[1]))[2] if known else None
 
+    watermark = max(o["ts"] for o in phases[0]["orders"]) - DELAY_MS  # after the first run
+    late = {o["id"] for o in phases[1]["orders"] if o["ts"] <= watermark}
+    assert len(late) == 8
     orders = [o for p in phases for o in p["orders"] if o["id"] != FLUSH]
     ships = [s for p in phases for s in p["ships"] if s["sid"] != FLUSH]
     out = {"enriched": Counter(), "shipped": Counter()}
     for o in orders:
         user, product = as_of("users", o["userid"], o["ts"]), as_of("products", o["pid"], o["ts"])
         country = as_of("countries", user["cid"], o["ts"]) if user else None
-        if user and product and o["id"] != 13:
+        if user and product and o["id"] != 13 and o["id"] not in late:  # late: dropped
             out["enriched"][(o["id"], user["name"], country and country["cname"], product["title"])] += 1
         for s in ships:
             if s["oid"] == o["id"] and abs(s["sts"] - o["ts"]) <= 5_000:
