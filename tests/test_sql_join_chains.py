@@ -1,8 +1,8 @@
 """Joins of more than two relations (a left-deep chain): three temporal joins (INNER, LEFT keyed by the first
-changelog's column, INNER keyed by the stream's), and an interval join followed by a LEFT temporal join, on real
-Spark and a real broker; and the chains that are refused (DSF-E194..E198), with their places.
+changelog's column, INNER keyed by the stream's), and an INNER and a LEFT interval join each followed by a LEFT
+temporal join, on real Spark and a real broker; and the chains that are refused (DSF-E194..E198), with their places.
 
-In each of two phases (`enriched` runs after each, on one checkpoint; `shipped` after the last) the changelog
+In each of two phases (`enriched` runs after each, on one checkpoint; the others after the last) the changelog
 changes (updates, tombstones, keys that never exist) are produced before the stream records, in random order; the
 second brings late orders (behind the first run's watermark: dropped) and ends with a far-future order (and
 shipment) that moves the watermark past everything. A plain Python reference joins each order with each
@@ -49,6 +49,9 @@ CREATE STREAM enriched AS
   LEFT JOIN countries c ON c.cid = u.cid JOIN products p ON o.pid = p.pid WHERE o.id <> 13;
 CREATE STREAM shipped AS
   SELECT o.id, s.sid, u.name FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  LEFT JOIN users u ON o.userid = u.userid;
+CREATE STREAM shipped_left AS
+  SELECT o.id, s.sid, u.name FROM orders o LEFT JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
   LEFT JOIN users u ON o.userid = u.userid;
 """
 
@@ -108,15 +111,17 @@ def reference(phases: list[dict]) -> dict[str, Counter]:
     assert len(late) == 8
     orders = [o for p in phases for o in p["orders"] if o["id"] != FLUSH]
     ships = [s for p in phases for s in p["ships"] if s["sid"] != FLUSH]
-    out = {"enriched": Counter(), "shipped": Counter()}
+    out = {"enriched": Counter(), "shipped": Counter(), "shipped_left": Counter()}
     for o in orders:
         user, product = as_of("users", o["userid"], o["ts"]), as_of("products", o["pid"], o["ts"])
         country = as_of("countries", user["cid"], o["ts"]) if user else None
         if user and product and o["id"] != 13 and o["id"] not in late:  # late: dropped
             out["enriched"][(o["id"], user["name"], country and country["cname"], product["title"])] += 1
-        for s in ships:
-            if s["oid"] == o["id"] and abs(s["sts"] - o["ts"]) <= 5_000:
-                out["shipped"][(o["id"], s["sid"], user and user["name"])] += 1
+        matched = [s for s in ships if s["oid"] == o["id"] and abs(s["sts"] - o["ts"]) <= 5_000]
+        for s in matched:
+            out["shipped"][(o["id"], s["sid"], user and user["name"])] += 1
+        for sid in [s["sid"] for s in matched] or [None]:  # an order without a shipment: once the watermark passes
+            out["shipped_left"][(o["id"], sid, user and user["name"])] += 1
     return out
 
 
@@ -132,18 +137,20 @@ def test_chained_joins_match_each_changelog_as_of_each_order(tmp_path, broker, s
                                 timestamps=[ts for *_, ts in changes])
         produce(broker, project, "orders", phase["orders"], "userid")
         produce(broker, project, "ships", phase["ships"])
-        for name in ("enriched", "shipped") if phase is phases[-1] else ("enriched",):
+        for name in ("enriched", "shipped", "shipped_left") if phase is phases[-1] else ("enriched",):
             run(spark, project, name, tmp_path, timeout=600)
     expected = reference(phases)
     assert sum(expected["enriched"].values()) > 20 and None in {c for _, _, c, _ in expected["enriched"]}
     assert sum(expected["shipped"].values()) > 40 and None in {n for _, _, n in expected["shipped"]}
+    assert sum(1 for _, sid, _ in expected["shipped_left"] if sid is None) > 20
 
     rows = [(r["key"], json.loads(r["value"])) for r in records(broker, project, "enriched")]
     assert {key for key, _ in rows} <= set(USERS)  # the order's key is carried through
     assert Counter((row["id"], row["name"], row.get("cname"), row["title"]) for _, row in rows) == \
         expected["enriched"]
-    rows = [json.loads(r["value"]) for r in records(broker, project, "shipped")]
-    assert Counter((row["id"], row["sid"], row.get("name")) for row in rows) == expected["shipped"]
+    for name in ("shipped", "shipped_left"):
+        rows = [json.loads(r["value"]) for r in records(broker, project, name)]
+        assert Counter((row["id"], row.get("sid"), row.get("name")) for row in rows) == expected[name]
 
 
 def test_chains_resolve_to_their_temporal_joins(tmp_path):
