@@ -136,7 +136,7 @@ def test_e190_to_e192_shapes_of_changelog_joins(tmp_path):
            "CREATE CHANGELOG d AS SELECT o.order_id FROM orders o FULL JOIN users u ON o.user_id = u.user_id;\n"
            "CREATE CHANGELOG e AS SELECT u.name FROM orders o JOIN users u ON o.user_id = u.user_id;\n"
            "CREATE CHANGELOG f AS SELECT c.id FROM clicks c JOIN users u ON c.user_id = u.user_id;\n"
-           "CREATE CHANGELOG g AS SELECT u.name, COUNT(*) AS n FROM orders o JOIN users u ON o.user_id = u.user_id "
+           "CREATE CHANGELOG g AS SELECT u.name, COUNT(*) AS n FROM clicks c JOIN users u ON c.user_id = u.user_id "
            "GROUP BY u.name;\n")
     found = check_project(make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql})).diagnostics
     assert [(d.code, d.location.line) for d in found] == [

@@ -6,7 +6,8 @@
 
 A global aggregate's changelog has no primary key column: its one row is the record of key GLOBAL_KEY, the
 JSON object of its (zero) key columns, as a key of several columns is the JSON object of them; a view of it holds
-one row, replaced by each update.
+one row, replaced by each update. Over a changelog it is retracted as a GROUP BY is (adapters/spark/retract.py):
+when the changelog becomes empty its row is SQL's answer over an empty table (COUNT 0, the other aggregates NULL).
 """
 
 from __future__ import annotations
@@ -87,13 +88,6 @@ def check_session_keys(window: Window | None, grouped: list[exp.Expr], group: ex
     report(Diagnostic("DSF-E161", "a SESSION window needs a key to group by besides window_start, window_end",
                       where(group), hint="sessions are per key, e.g. GROUP BY window_start, window_end, userid"))
     return False
-
-
-def global_aggregate_of_changelog(table: exp.Table, fqn: str, where) -> Diagnostic:
-    """DSF-E162: an aggregate without GROUP BY over a changelog (its retractions need a group key)."""
-    return Diagnostic("DSF-E162", f"an aggregate without GROUP BY over the changelog '{fqn}' is not supported",
-                      where(table), hint="group the changelog by a column (GROUP BY region), or aggregate the stream "
-                                         "the changelog is made from")
 
 
 def global_aggregate_into_table(fqn: str, location) -> Diagnostic:

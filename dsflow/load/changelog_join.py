@@ -9,7 +9,9 @@ side change. Its primary key is decided as Flink derives the unique key of a joi
                                                              has NULLs for the missing side's key)
 
 The key columns must be selected as plain columns (DSF-E192); ON is equalities of a column of each side only
-(DSF-E190); the result is a changelog or a materialized view, never a stream (DSF-E191).
+(DSF-E190); the result is a changelog or a materialized view, never a stream (DSF-E191). A GROUP BY (or an
+aggregate without one) over the join in the same query is keyed by its groups instead: the joined rows are
+aggregated with retractions in the same Spark query (adapters/spark/retract.py over the joined view).
 """
 
 from __future__ import annotations
@@ -49,16 +51,16 @@ def changelog_join(qualified: exp.Select, aliases: tuple[str, str], relations: t
     left, right = relations
     covered = {c.lower() for _, c in pairs} >= {k.lower() for k in right.primary_key}
     keyed_by_left = covered and side in ("INNER", "LEFT")
-    if qualified.args.get("group") or qualified.find(exp.AggFunc):  # refused next (DSF-E045): no key to check
-        return ChangelogJoin(left=aliases[0], right=aliases[1], side=SIDES[side], left_keys=(), right_keys=(),
-                             keyed_by_left=keyed_by_left, left_key=())
+    join_columns = {"left_keys": tuple(a for a, _ in pairs), "right_keys": tuple(b for _, b in pairs)}
+    if qualified.args.get("group") or qualified.find(exp.AggFunc):  # aggregated: keyed by its GROUP BY instead
+        return ChangelogJoin(left=aliases[0], right=aliases[1], side=SIDES[side], keyed_by_left=keyed_by_left,
+                             left_key=(), **join_columns)
     left_key = _selected(qualified, aliases[0], left, where, report)
     right_key = () if keyed_by_left else _selected(qualified, aliases[1], right, where, report)
     if left_key is None or right_key is None:
         return None
-    return ChangelogJoin(left=aliases[0], right=aliases[1], side=SIDES[side],
-                         left_keys=tuple(a for a, _ in pairs), right_keys=tuple(b for _, b in pairs),
-                         keyed_by_left=keyed_by_left, left_key=left_key, right_key=right_key)
+    return ChangelogJoin(left=aliases[0], right=aliases[1], side=SIDES[side], keyed_by_left=keyed_by_left,
+                         left_key=left_key, right_key=right_key, **join_columns)
 
 
 def _pairs(join: exp.Join, aliases: tuple[str, str], where, report: Report) -> list[tuple[str, str]] | None:

@@ -344,17 +344,17 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
         return None
     first = ns.relations[analysed.sources[0].relation]
     table_store = ns.stores.get(_prop(st, "store") or ns.default_store or "")
+    if st.kind == "table" and analysed.aggregated and not analysed.group_keys:
+        from dsflow.load.aggregates import global_aggregate_into_table
+
+        report(global_aggregate_into_table(fqn, st.location))
+        return None
     if st.kind == "table" and analysed.aggregated and first.kind == "changelog" \
             and not registry.can(table_store, registry.Capability.MERGE):
         what, where = _merging_sinks()
         report(Diagnostic("DSF-E157", f"'{fqn}' aggregates the changelog '{first.fqn}', whose groups are updated and "
                           f"deleted: only {what} deletes them", st.location,
                           hint=f"write the table into {where}, or aggregate into a CHANGELOG or a MATERIALIZED VIEW"))
-        return None
-    if st.kind == "table" and analysed.aggregated and not analysed.group_keys:
-        from dsflow.load.aggregates import global_aggregate_into_table
-
-        report(global_aggregate_into_table(fqn, st.location))
         return None
     primary_key = _cdc_changelog_key(st, fqn, first, analysed, report)
     if primary_key is None:
@@ -500,7 +500,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                                                        getattr(ns.stores.get(sink.store), "type", None)),
                  dlq_topic=ns.topic_prefix + _prop(st, "dlq.topic") if _prop(st, "dlq.topic") else None,
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
-                 changelog_join=analysed.changelog_join,
+                 changelog_join=analysed.changelog_join, join_chain=analysed.chain,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER), location=st.location)
 
 

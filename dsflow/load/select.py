@@ -3,8 +3,10 @@
     FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..) | FROM SESSION(rel, GAP ..)
     [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
     stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, load/temporal.py)
+    ... [LEFT] JOIN changelog2 ON x.k = c2.pk ...                  (more temporal joins, load/join_chain.py)
     changelog [INNER | LEFT | FULL] JOIN changelog ON a.x = b.y  (a changelog, load/changelog_join.py)
-    GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog: with retractions)
+    GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog or a changelog join:
+                                                                     with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (load/aggregates.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
@@ -35,6 +37,7 @@ from dsflow.load.suggest import did_you_mean
 from dsflow.load.temporal import check_shape, system_time, temporal_join
 from dsflow.load import aggregates as grouping
 from dsflow.load import changelog_join as cj
+from dsflow.load import join_chain as chain
 from dsflow.load.unsupported import check_select_surface, is_cte_name
 from dsflow.load.ctes import inline_ctes
 from dsflow.load.unions import analyse_union
@@ -55,7 +58,7 @@ UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes",
          "d": "days"}
 SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT), "
                   "TUMBLE/HOP/SESSION windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
-                  "stream [LEFT] JOIN changelog ON its primary key")
+                  "stream [LEFT] JOIN changelog ON its primary key, followed by more [LEFT] JOIN changelog ON its key")
 
 
 def normalized_duration(text: str) -> str | None:
@@ -118,14 +121,13 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     joined = _join_kind(qualified, tables, found, join, where, st, report)
     if joined is None:
         return None
-    temporal, chained = joined
+    temporal, chained, later = joined
     shape = _aggregation(qualified, window, where, st, report)
     if shape is None:
         return None
-    if join and shape[0]:
+    if join and shape[0] and not chained:  # a changelog join is aggregated with retractions (retract.py)
         report(Diagnostic("DSF-E045", "aggregating the result of a join is not supported yet", st.location,
-                          hint="write the join into a changelog, then GROUP BY over that changelog in another query"
-                          if chained else "write the join into a stream, and aggregate that stream in another query"))
+                          hint="write the join into a stream, and aggregate that stream in another query"))
         return None
     columns = _output_columns(qualified, st, report)
     if columns is None:
@@ -135,32 +137,36 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     return Analysed(restore_unnest(qualified, unnested).sql(dialect=DIALECT, copy=False), sources, columns,
                     aggregated=shape[0], group_keys=shape[1], window=window or None, join_within=join[0] if join and not (temporal or chained) else None,
                     join_side=join[1] if join and not (temporal or chained) else None, temporal=temporal,
-                    changelog_join=chained)
+                    changelog_join=chained, chain=later)
 
 
 def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, where, st: RawStatement,
-               report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None] | None:
-    """The temporal join or the changelog join the SELECT makes (both None for an interval join or no join);
-    None if a problem was reported."""
+               report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None, tuple[TemporalJoin, ...]] | None:
+    """The temporal join or the changelog join the SELECT makes first (both None for an interval join or no join),
+    and the temporal joins chained after it (load/join_chain.py); None if a problem was reported."""
     if not join:
-        return None, None
+        return None, None, ()
+    later = chain.chained_joins(qualified, tables, found, where, report) if len(tables) > 2 else ()
+    if later is None:
+        return None
     aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
     if join[0] == cj.CHANGELOG_JOIN:
         chained = cj.changelog_join(qualified, aliases, (found[id(tables[0])], found[id(tables[1])]), join[1], where,
                                     report)
-        return None if chained is None else (None, chained)
+        return None if chained is None else (None, chained, ())
     if join[0] == TEMPORAL:
         temporal = temporal_join(qualified, aliases, found[id(tables[1])], join[1], where, report)
-        return None if temporal is None else (temporal, None)
+        return None if temporal is None else (temporal, None, later)
     if not _join_equality(qualified, tables, where, st, report):
         return None
-    return None, None
+    return None, None, later
 
 
 def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: dict, window: Window | None, where,
                             report: Report) -> bool:
-    """A GROUP BY over one changelog is aggregated with retractions (adapters/spark/retract.py); DSF-E130 for a
-    window over a changelog, DSF-E156 for an aggregation of a raw CDC stream (it would count every update again)."""
+    """A GROUP BY over one changelog, or an aggregate without GROUP BY over it, is aggregated with retractions
+    (adapters/spark/retract.py); DSF-E130 for a window over a changelog, DSF-E156 for an aggregation of a raw CDC
+    stream (it would count every update again)."""
     if not (select.args.get("group") or select.find(exp.AggFunc)):
         return False
     cdc = [t for t in tables if SLOT_KEY in found[id(t)].table_options]
@@ -172,9 +178,6 @@ def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: 
                           "that changelog: updates are retracted and deletes leave their group"))
         return True
     changelogs = [t for t in tables if found[id(t)].kind == "changelog"]
-    if changelogs and not select.args.get("group"):
-        report(grouping.global_aggregate_of_changelog(changelogs[0], found[id(changelogs[0])].fqn, where))
-        return True
     if not changelogs or not window:
         return False
     report(Diagnostic("DSF-E130", f"a window over the changelog '{found[id(changelogs[0])].fqn}' is not supported",
@@ -266,9 +269,10 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
     joins = select.args.get("joins") or []
     if not joins:
         return None
-    if len(joins) > 1 or len(tables) != 2:
-        report(Diagnostic("DSF-E045", "a continuous query may join two relations, not more", where(joins[-1]),
-                          hint=SUPPORTED_HINT))
+    if len(tables) != len(joins) + 1:
+        report(Diagnostic("DSF-E045", "a join reads one relation per JOIN", where(joins[-1]), hint=SUPPORTED_HINT))
+        return False
+    if len(joins) > 1 and not chain.check_chain(joins, tables, found, where, report):  # load/join_chain.py
         return False
     join = joins[0]
     side = (join.side or "").upper() or "INNER"
@@ -281,7 +285,7 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
         report(Diagnostic("DSF-E045", f"{kind or 'a'} JOIN without ON is not supported", where(join),
                           hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
         return False
-    left, right = (found[id(t)] for t in tables)
+    left, right = (found[id(t)] for t in tables[:2])
     within = join.args.get(WITHIN)
     if left.kind == "changelog" and right.kind == "changelog":  # load/changelog_join.py
         return (cj.CHANGELOG_JOIN, side) if cj.check_shape(join, side, where, report) else False

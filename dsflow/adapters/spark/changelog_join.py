@@ -39,6 +39,7 @@ from dsflow.adapters.spark.spec import ChangelogJoinSpec
 
 LEFT, RIGHT = 0, 1
 ALIVE = "__alive"
+OUTPUT_KEY = "__okey"
 ALIAS = "__cj"
 STAGE1_OUTPUT, STAGE1_STATE = "jk string, side int, pk string, row string, moved boolean", "jk string, row string"
 STAGE2_OUTPUT, STAGE2_STATE = "okey string, keep boolean, lv string, rv string", "rows string"
@@ -63,6 +64,17 @@ def joined_select(select: exp.Select, view: str) -> None:
         keep = exp.and_(exp.func("COALESCE", exp.paren(where.this), exp.false()), keep)
     select.set("where", None)
     select.select(keep.as_("__keep"), copy=False)
+
+
+def aggregated_source(select: exp.Select, view: str) -> tuple[exp.Expr, exp.Expr, exp.Expr]:
+    """A GROUP BY over the join in the same query (adapters/spark/retract.py reads the joined view as it reads a
+    changelog): the SELECT made to read the view, and (the row's output key, its offset, whether it is alive).
+    Stage 2 changes an output key at most once a batch, so every row of a batch has offset 0."""
+    select.set("joins", None)
+    select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(view),
+                                                alias=exp.TableAlias(this=exp.to_identifier(ALIAS)))))
+    return (exp.column(OUTPUT_KEY, table=ALIAS), exp.cast(exp.Literal.number(0), "BIGINT"),
+            exp.column(ALIVE, table=ALIAS))
 
 
 # --- stage 1: per (side, primary key), the row's change as a change of its join key's group -------------------
@@ -229,8 +241,8 @@ def _changes(spark, spec: ChangelogJoinSpec, which: int):
 
 
 def joined_view(spark, spec: ChangelogJoinSpec) -> None:
-    """Create the view `spec.view`: one struct column per side (named by its alias, NULL for a missing side) and
-    __alive (false: a delete of the row's key, with the row's last values)."""
+    """Create the view `spec.view`: one struct column per side (named by its alias, NULL for a missing side),
+    __alive (false: a delete of the row's key, with the row's last values) and __okey (the row's output key)."""
     from pyspark.sql import functions as F
 
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
@@ -239,5 +251,6 @@ def joined_view(spark, spec: ChangelogJoinSpec) -> None:
     stage1 = changes.groupBy("g").transformWithStateInPandas(by_row, STAGE1_OUTPUT, "append", "None")
     stage2 = stage1.groupBy("jk").transformWithStateInPandas(by_join_key, STAGE2_OUTPUT, "append", "None")
     (stage2.select(F.from_json("lv", spec.left_ddl).alias(spec.left_alias),
-                   F.from_json("rv", spec.right_ddl).alias(spec.right_alias), F.col("keep").alias(ALIVE))
+                   F.from_json("rv", spec.right_ddl).alias(spec.right_alias), F.col("keep").alias(ALIVE),
+                   F.col("okey").alias(OUTPUT_KEY))
      .createOrReplaceTempView(spec.view))

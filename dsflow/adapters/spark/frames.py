@@ -131,8 +131,8 @@ def view_writer(spec: QuerySpec, views: Any):
         deletes: list[tuple] = []
         if keep:
             rows, deletes = split_deletes(list(rows), sink.columns, sink.key_columns)
-        # an aggregate without GROUP BY (no key): its one row replaces the view's
-        replace = {"replace": True} if sink.output_mode == "update" and not sink.key_columns else {}
+        # an aggregate without GROUP BY (no key; __keep when it retracts a changelog): its one row replaces the view's
+        replace = {"replace": True} if not sink.key_columns and (sink.output_mode == "update" or keep) else {}
         views.write_batch(sink, list(rows), deletes, replace, checkpoint, batch_id)
 
     return write

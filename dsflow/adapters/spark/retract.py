@@ -16,6 +16,12 @@ query's state store is RocksDB) do it instead:
        row, or a delete (__keep false) when no row is left in it; HAVING, applied to that row, turns it into a
        delete when it stops matching.
 
+An aggregate without GROUP BY (a global aggregate) is the same two stages with one group, `{}` (the record key
+GLOBAL_KEY of load/aggregates.py), and its row is never deleted: when its last source row goes it becomes what
+SQL gives over an empty table (COUNT 0, the others NULL). Stage 1 touches the group (sign 0, `TOUCH`) for every
+key a batch read even when nothing changed, so a batch whose rows WHERE drops still emits that row. Before the
+first source record there is no row (a streaming query emits nothing without input).
+
 One operator keyed by the group could not work: an update that moves a key to another group must retract it
 from the old group, which only the key's own state knows; the second stage is keyed by what the first emits.
 Both states live in the checkpoint, so a driver killed with -9 resumes from the last committed batch: the
@@ -34,8 +40,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from dsflow.adapters.spark.frames import DELETED, KEEP, OFFSET
+from dsflow.adapters.spark.frames import DELETED, KEEP, KEY, OFFSET
 from dsflow.adapters.spark.spec import RetractSpec
+from dsflow.load.aggregates import GLOBAL_KEY
 from dsflow.load.fields import group_key_sql
 
 PK = "__pk"
@@ -44,15 +51,27 @@ STAGE2_OUTPUT, STAGE2_STATE = "g string, keep boolean, r string", "acc string"
 KINDS = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 SPARK_FUNCTION = {"count": "count", "sum": "sum", "avg": "avg", "min": "min", "max": "max"}
 MULTISETS = ("min", "max", "count_distinct")
+TOUCH = (GLOBAL_KEY, 0, "{}")
+"""Stage 1's change of a global aggregate's group when a key's batch changed nothing: emit the row anyway."""
 
 
 # --- SQL: the query's SELECT split around the two stages ------------------------------------------------------
 
 
-def rewrite(select: exp.Select, alias: str, primary_key: Iterable[str], view: str) -> tuple[str, RetractSpec]:
+def changelog_source(alias: str, primary_key: Iterable[str]) -> tuple[exp.Expr, exp.Expr, exp.Expr]:
+    """What stage 1 reads of a changelog's view `alias`: (its row's key, its offset, whether the row is alive)."""
+    key = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(exp.column(k, table=alias), "STRING")
+                                                   for k in primary_key]))
+    return key, exp.column(OFFSET, table=alias), exp.not_(exp.column(DELETED, table=alias))
+
+
+def rewrite(select: exp.Select, source: tuple[exp.Expr, exp.Expr, exp.Expr],
+            view: str) -> tuple[str, RetractSpec]:
     """(the per-change SELECT over the source view, the spec of the stages and of the projections over `view`).
-    `select` is the query's SELECT in Spark names, its source already replaced by its view (translate.py)."""
-    groups = list(select.args["group"].expressions)
+    `select` is the query's SELECT in Spark names, its source already replaced by its view (translate.py);
+    `source` is what stage 1 reads of that view (`changelog_source`, or a changelog join's)."""
+    group = select.args.get("group")
+    groups = list(group.expressions) if group is not None else []  # none: a global aggregate, one group
     having = select.args.get("having")
     found: dict[str, tuple[int, str, exp.Expr]] = {}
     for node in [*select.selects, *([having] if having else [])]:
@@ -60,7 +79,7 @@ def rewrite(select: exp.Select, alias: str, primary_key: Iterable[str], view: st
             key = agg.sql(dialect="spark")
             if key not in found:
                 found[key] = (len(found), *_kind(agg))
-    pre = _per_change(select, alias, list(primary_key), groups, [arg for _, _, arg in found.values()])
+    pre = _per_change(select, source, groups, [arg for _, _, arg in found.values()])
     indexes = {group_key_sql(g): i for i, g in enumerate(groups)}
 
     def outer(node: exp.Expr) -> exp.Expr:
@@ -71,6 +90,8 @@ def rewrite(select: exp.Select, alias: str, primary_key: Iterable[str], view: st
         return node
 
     projections = [p.copy().transform(outer) for p in select.selects]
+    if not groups:  # the one row's record key (the sink has no key columns)
+        projections.append(exp.Literal.string(GLOBAL_KEY).as_(KEY))
     keep: exp.Expr = exp.column(KEEP)
     if having is not None:
         keep = exp.and_(keep, exp.func("COALESCE", exp.paren(having.this.copy().transform(outer)), exp.false()))
@@ -91,17 +112,15 @@ def _kind(agg: exp.AggFunc) -> tuple[str, exp.Expr]:
     return KINDS[type(agg)], agg.this.copy()
 
 
-def _per_change(select: exp.Select, alias: str, primary_key: list[str], groups: list[exp.Expr],
+def _per_change(select: exp.Select, source: tuple[exp.Expr, exp.Expr, exp.Expr], groups: list[exp.Expr],
                 arguments: list[exp.Expr]) -> exp.Select:
     """One row per source change: its key, offset, whether the aggregation keeps it (WHERE, not a tombstone),
     its group (__g<j>) and the arguments of the aggregates (__a<i>)."""
-    key = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(exp.column(k, table=alias), "STRING")
-                                                   for k in primary_key]))
-    keep: exp.Expr = exp.not_(exp.column(DELETED, table=alias))
+    key, offset, keep = (node.copy() for node in source)
     where = select.args.get("where")
     if where is not None:
         keep = exp.and_(exp.func("COALESCE", exp.paren(where.this.copy()), exp.false()), keep)
-    items = [key.as_(PK), exp.column(OFFSET, table=alias).as_(OFFSET), keep.as_(KEEP),
+    items = [key.as_(PK), offset.as_(OFFSET), keep.as_(KEEP),
              *[g.copy().as_(f"__g{j}") for j, g in enumerate(groups)],
              *[a.as_(f"__a{i}") for i, a in enumerate(arguments)]]
     return exp.select(*items).from_(select.args["from_"].this.copy())
@@ -110,15 +129,16 @@ def _per_change(select: exp.Select, alias: str, primary_key: list[str], groups: 
 # --- stage 1: per source key, the change of its row as (-old, +new) -------------------------------------------
 
 
-def key_changes(old: list | None, rows: Iterable[tuple]) -> tuple[list | None, list[tuple]]:
+def key_changes(old: list | None, rows: Iterable[tuple], touch: bool = False) -> tuple[list | None, list[tuple]]:
     """One key's micro-batch: rows of (offset, keep, group JSON, inputs JSON) -> (the key's new state
-    [group, inputs] or None, the changes (group, sign, inputs) to apply to the groups)."""
+    [group, inputs] or None, the changes (group, sign, inputs) to apply to the groups). `touch` (a global
+    aggregate): a batch that changes nothing gives TOUCH, so the one row is emitted."""
     last = max(rows, key=lambda r: r[0], default=None)
     if last is None:
         return old, []
     new = [last[2], last[3]] if last[1] else None
     if new == old:
-        return old, []
+        return old, [TOUCH] if touch else []
     out = [(old[0], -1, old[1])] if old is not None else []
     if new is not None:
         out.append((new[0], 1, new[1]))
@@ -152,6 +172,15 @@ def apply_changes(acc: dict, kinds: list[str], changes: Iterable[tuple[int, dict
     return acc
 
 
+def group_row(acc: dict, kinds: list[str], existed: bool, global_: bool) -> tuple[dict | None, tuple | None]:
+    """A group's state after a batch -> (the state to keep or None, the row to emit (keep, results) or None).
+    A group left without rows is deleted (keep false), except a global aggregate's: it becomes SQL's answer over
+    an empty table (COUNT 0, the others NULL), and is kept."""
+    if acc["n"] > 0 or global_:
+        return acc, (True, results(acc, kinds))
+    return None, (False, None) if existed else None
+
+
 def results(acc: dict, kinds: list[str]) -> dict[str, Any]:
     """The group's aggregates {__r<i>: value} from its state (None where no non-null value is left)."""
     out: dict[str, Any] = {}
@@ -179,7 +208,7 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 STATE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
-def _processors(kinds: list[str]) -> tuple[Any, Any]:
+def _processors(kinds: list[str], global_: bool) -> tuple[Any, Any]:
     """The two StatefulProcessors (classes made here: pyspark is imported only by a driver that needs them)."""
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -194,7 +223,7 @@ def _processors(kinds: list[str]) -> tuple[Any, Any]:
             found = [(int(o), bool(k), g, a) for frame in rows  # by position: (__pk,) __offset, __keep, g, a
                      for o, k, g, a in zip(*(frame.iloc[:, i] for i in range(-4, 0)))]
             old = list(self.last.get()) if self.last.exists() else None
-            new, out = key_changes(old, found)
+            new, out = key_changes(old, found, touch=global_)
             if new is None and old is not None:
                 self.last.clear()
             elif new is not None and new != old:
@@ -215,14 +244,12 @@ def _processors(kinds: list[str]) -> tuple[Any, Any]:
             acc = json.loads(self.acc.get()[0]) if existed else empty_accumulator(kinds)
             changes = ((int(s), json.loads(a)) for frame in rows  # by position: (g,) sign, a
                        for s, a in zip(frame.iloc[:, -2], frame.iloc[:, -1]))
-            acc = apply_changes(acc, kinds, changes)
-            out = []
-            if acc["n"] > 0:
-                self.acc.update((json.dumps(acc),))
-                out.append((key[0], True, json.dumps(results(acc, kinds))))
+            kept, row = group_row(apply_changes(acc, kinds, changes), kinds, existed, global_)
+            if kept is not None:
+                self.acc.update((json.dumps(kept),))
             elif existed:
                 self.acc.clear()
-                out.append((key[0], False, None))
+            out = [] if row is None else [(key[0], row[0], None if row[1] is None else json.dumps(row[1]))]
             yield pd.DataFrame(out, columns=["g", "keep", "r"]).astype({"keep": bool})
 
         def close(self) -> None:
@@ -244,14 +271,17 @@ def retracted_view(spark, spec: RetractSpec, changes) -> None:
         return F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])) if columns else F.lit("{}")
 
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
-    by_key, by_group = _processors(spec.aggregates)
+    by_key, by_group = _processors(spec.aggregates, global_=not groups)
     rows = changes.select(PK, OFFSET, KEEP, as_json(groups).alias("g"), as_json(inputs).alias("a"))
     stage1 = rows.groupBy(PK).transformWithStateInPandas(by_key, STAGE1_OUTPUT, "append", "None")
     stage2 = stage1.groupBy("g").transformWithStateInPandas(by_group, STAGE2_OUTPUT, "append", "None")
-    parsed = [F.from_json("g", group_ddl).alias("__gs"), F.col("keep").alias(KEEP)]
+    parsed = [F.col("keep").alias(KEEP)]
+    if group_ddl:
+        parsed.append(F.from_json("g", group_ddl).alias("__gs"))
     if result_ddl:
         parsed.append(F.from_json("r", result_ddl).alias("__rs"))
-    view = stage2.select(*parsed).select("__gs.*", *(["__rs.*"] if result_ddl else []), KEEP)
+    expanded = [*(["__gs.*"] if group_ddl else []), *(["__rs.*"] if result_ddl else []), KEEP]
+    view = stage2.select(*parsed).select(*expanded)
     view.createOrReplaceTempView(spec.view)
 
 

@@ -8,10 +8,11 @@ from sqlglot import exp
 
 from dsflow.core.model import Column, Project, Query, Relation
 from dsflow.adapters.spark import facets
-from dsflow.adapters.spark.changelog_join import joined_select, view_name as changelog_join_view
-from dsflow.adapters.spark.retract import rewrite
+from dsflow.adapters.spark.changelog_join import aggregated_source, joined_select, view_name as changelog_join_view
+from dsflow.adapters.spark.retract import changelog_source, rewrite
 from dsflow.adapters.spark.spec import (
-    RECORD_TIMESTAMP, ChangelogJoinSpec, QuerySpec, RetractSpec, SinkSpec, SourceSpec, TemporalSpec,
+    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, JoinChainSpec, QuerySpec, RetractSpec, SinkSpec, SourceSpec,
+    TemporalSpec,
 )
 from dsflow.adapters.spark.unions import union_select
 from dsflow.load.aggregates import GLOBAL_KEY
@@ -63,11 +64,12 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     select = _over_views(query, project)
     if query.window is not None:
         _window_columns(select, query.window.source)
-    if query.join_within:
+    if query.join_within and not query.join_chain:
         _join_range(select, query)
-    if query.temporal_join is not None:
+    if query.temporal_join is not None or query.join_chain:  # the joined view (temporal.py, join_chain.py)
         select.set("joins", None)
-        select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(temporal_view(query)),
+        view = chain_view(query) if query.join_chain else temporal_view(query)
+        select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(view),
                                                     alias=exp.TableAlias(this=exp.to_identifier(TEMPORAL_ALIAS)))))
     if query.changelog_join is not None:  # adapters/spark/changelog_join.py
         joined_select(select, changelog_join_view(query.fqn))
@@ -92,12 +94,14 @@ def _over_views(query: Query, project: Project | None) -> exp.Select:
 
 
 def retract_spec(project: Project, query: Query) -> tuple[str, RetractSpec] | None:
-    """A GROUP BY over a changelog (adapters/spark/retract.py): (the per-change SELECT, the spec); else None."""
+    """A GROUP BY over a changelog, or over a join of two changelogs (its joined view read as a changelog), with
+    retractions (adapters/spark/retract.py): (the per-change SELECT, the spec); else None."""
     if query.output_mode != "update" or project.relation(query.sources[0].relation).kind != "changelog":
         return None
-    source = query.sources[0]
-    return rewrite(_over_views(query, project), source.alias, project.relation(source.relation).primary_key,
-                   f"__retract_{query.fqn.replace('.', '_')}")
+    select, first = _over_views(query, project), query.sources[0]
+    source = aggregated_source(select, changelog_join_view(query.fqn)) if query.changelog_join is not None else \
+        changelog_source(first.alias, project.relation(first.relation).primary_key)
+    return rewrite(select, source, f"__retract_{query.fqn.replace('.', '_')}")
 
 
 def array_subscripts(select: exp.Query, query: Query, project: Project | None) -> exp.Query:
@@ -179,7 +183,7 @@ def _join_range(select: exp.Select, query: Query) -> None:
 def _carried_key(query: Query) -> exp.Expr:
     if query.output_mode == "update":  # an aggregate without GROUP BY (load/aggregates.py): its one row's key
         return exp.Literal.string(GLOBAL_KEY)
-    if query.temporal_join is not None:
+    if query.temporal_join is not None or query.join_chain:
         return exp.column(KEY_COLUMN, table=TEMPORAL_ALIAS)
     keys = [exp.column(KEY_COLUMN, table=s.alias) for s in query.sources]
     select = parse_one_select(query.select_sql)
@@ -221,6 +225,7 @@ def event_time_sql(relation: Relation, timestamp: str | None = None) -> str:
 def source_specs(project: Project, query: Query, start: StartAt | None = None) -> list[SourceSpec]:
     start = start or StartAt()
     timed = query.window is not None or query.join_within is not None or query.temporal_join is not None
+    unwatermarked = query.temporal_join is not None or bool(query.join_chain)  # a changelog's records are never late
     sources = []
     for index, source in enumerate(query.sources):
         relation = project.relation(source.relation)
@@ -234,7 +239,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   starting_timestamp=start.timestamp,
                                   event_time=event_time_sql(relation, source.timestamp) if timed else None,
                                   watermark_delay=spark_duration(query.watermark_delay) if timed and not
-                                  (query.temporal_join and relation.kind == "changelog") else None,
+                                  (unwatermarked and relation.kind == "changelog") else None,
                                   **window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps))
     return sources
 
@@ -331,7 +336,7 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         sources=source_specs(project, query, start), sink=sink,
         select_sql=retract[0] if retract else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
-        changelog_join=changelog_join_spec(project, query),
+        changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
         and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )
@@ -340,13 +345,57 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
 def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:
     """What the driver needs to build a temporal join's view (adapters/spark/temporal.py)."""
     join = query.temporal_join
-    if join is None:
+    if join is None or query.join_chain:  # a chain's first join: chain_spec
         return None
     stream, changelog = (project.relation(s.relation) for s in query.sources)
     return TemporalSpec(view=temporal_view(query), stream_view=view_name(0, query), changelog_view=view_name(1, query),
                         stream_alias=join.stream, changelog_alias=join.changelog, side=join.side,
                         stream_keys=list(join.stream_keys), changelog_keys=list(join.changelog_keys),
                         stream_ddl=schema_ddl(stream.columns), changelog_ddl=schema_ddl(changelog.columns))
+
+
+def chain_view(query: Query) -> str:
+    return f"__chain_{query.fqn.replace('.', '_')}"
+
+
+def chain_spec(project: Project, query: Query) -> JoinChainSpec | None:
+    """What the driver needs to build the view of a join of more than two relations (adapters/spark/join_chain.py):
+    the first join's rows, then one temporal join per further changelog."""
+    if not query.join_chain:
+        return None
+    first = query.temporal_join
+    joins = ((first,) if first is not None else ()) + query.join_chain
+    steps = []
+    for join in joins:
+        index = next(i for i, s in enumerate(query.sources) if s.alias == join.changelog)
+        changelog = project.relation(query.sources[index].relation)
+        steps.append(ChainStepSpec(changelog_view=view_name(index, query), changelog_alias=join.changelog,
+                                   side=join.side, key_alias=join.stream, stream_keys=list(join.stream_keys),
+                                   changelog_keys=list(join.changelog_keys), changelog_ddl=schema_ddl(changelog.columns),
+                                   chained=bool(steps) or first is None))
+    within = 0 if first is not None else int(spark_duration(query.join_within).split()[0])
+    return JoinChainSpec(view=chain_view(query), first_sql=_first_rows(project, query, first is None), steps=steps,
+                         horizon_ms=2 * within)
+
+
+def _first_rows(project: Project, query: Query, interval: bool) -> str:
+    """Spark SQL for the first join's rows: __key, __ts and one struct per relation joined so far."""
+    count = 2 if interval else 1
+    structs = []
+    for source in query.sources[:count]:
+        columns = ", ".join(f"`{source.alias}`.`{c.name}`" for c in project.relation(source.relation).columns)
+        structs.append(f"STRUCT({columns}) AS `{source.alias}`")
+    first = query.sources[0].alias
+    sql = f"SELECT `{first}`.`{KEY_COLUMN}` AS `{KEY_COLUMN}`, `{first}`.`{EVENT_TIME}` AS `{EVENT_TIME}`, " \
+          f"{', '.join(structs)} FROM `{view_name(0, query)}` AS `{first}`"
+    if not interval:
+        return sql
+    select = _over_views(query, project)
+    _join_range(select, query)
+    join = select.args["joins"][0]
+    side = "LEFT " if (join.side or "").upper() == "LEFT" else ""
+    return f"{sql} {side}JOIN `{view_name(1, query)}` AS `{query.sources[1].alias}` ON " \
+           f"{join.args['on'].sql(dialect='spark')}"
 
 
 def changelog_join_spec(project: Project, query: Query) -> ChangelogJoinSpec | None:
