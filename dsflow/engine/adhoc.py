@@ -133,6 +133,7 @@ def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
                  select_sql=analysed.select_sql, output_columns=analysed.columns, stateful=analysed.stateful,
                  output_mode="update" if analysed.aggregated else "append", window=analysed.window,
                  join_within=analysed.join_within, trigger_interval="1 second", temporal_join=analysed.temporal,
+                 join_chain=analysed.chain,
                  deletes="drop" if len(sources) == 1 and not analysed.aggregated
                  and relations[sources[0].relation].kind == "changelog" else "none")
 
@@ -146,7 +147,7 @@ def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, pos
     from dsflow.adapters.spark.driver import build_dataframe
     from dsflow.adapters.spark.session import build_session
     from dsflow.adapters.spark.spec import QuerySpec, SinkSpec
-    from dsflow.adapters.spark.translate import source_specs, spark_select, temporal_spec
+    from dsflow.adapters.spark.translate import chain_spec, source_specs, spark_select, temporal_spec
 
     query = follow_query(project, sql, position)
     checkpoint = Path(tempfile.mkdtemp(prefix="dsflow-follow-"))
@@ -155,7 +156,7 @@ def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, pos
                      spark_conf=dict(project.runtime.spark_conf), checkpoint=str(checkpoint / "ck"),
                      status_path=str(checkpoint / "status.json"), trigger_interval="1 second",
                      sources=source_specs(project, query), select_sql=spark_select(query, project),
-                     temporal=temporal_spec(project, query), sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
+                     temporal=temporal_spec(project, query), chain=chain_spec(project, query), sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
                                    output_mode=query.output_mode))
     spark = None
     try:
