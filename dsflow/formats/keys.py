@@ -71,11 +71,21 @@ def _decode(raw: bytes, key_format: str, registry: Mapping[str, str]) -> tuple[A
     return avro_record(raw, registry, records_only=False)
 
 
+def null_key_text(column: str) -> str:
+    """The record key of a row whose one key column is NULL: the JSON object of that column, '{"col":null}'.
+    A null record key would be spread over the partitions at random (and refused by compaction), so the updates
+    and the tombstone of a NULL group would lose their order; no other value of the column has this text unless a
+    VARCHAR holds exactly it."""
+    return json.dumps({column: None}, separators=(",", ":"))
+
+
 def record_text(record: Any) -> str | None:
-    """A decoded key as text: one field -> its text, several -> a JSON object; a primitive -> its text."""
+    """A decoded key as text: one field -> its text (null_key_text when NULL), several -> a JSON object; a
+    primitive -> its text."""
     if isinstance(record, dict):
         if len(record) == 1:
-            return scalar_text(next(iter(record.values())))
+            name, value = next(iter(record.items()))
+            return null_key_text(name) if value is None else scalar_text(value)
         return json.dumps({k: _json_value(v) for k, v in record.items()}, separators=(",", ":"))
     return scalar_text(record)
 
@@ -156,7 +166,8 @@ def _key_value(text: str, columns: list[tuple[str, str]] | None, topic: str) -> 
         if columns is None:
             return text
         if len(columns) == 1:
-            return {columns[0][0]: typed(text, columns[0][1])}
+            name, sql_type = columns[0]
+            return {name: None if text == null_key_text(name) else typed(text, sql_type)}
         found = json.loads(text)
         if not isinstance(found, dict):
             raise ValueError("not a JSON object")

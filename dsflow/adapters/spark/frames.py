@@ -3,7 +3,8 @@
     source_view   the parsed records of one source, with __ts (event time, watermarked) and __window
                   when the query needs them
     sink_frame    (key, value) rows for a log (a topic, a stream): the key is the source key carried through,
-                  or built from the sink's key columns (one column as text, several as a JSON object)
+                  or built from the sink's key columns (one column as text, a NULL as '{"col":null}' (formats/keys.py
+                  null_key_text), several as a JSON object)
     start_view    a materialized view: foreachBatch into its table, one transaction per micro-batch
 
 Which store a source or sink is in is asked of its `spark` facet (facets.py); nothing here names a store.
@@ -18,6 +19,7 @@ from typing import Any
 
 from dsflow.adapters.spark.facets import for_kind
 from dsflow.adapters.spark.spec import RECORD_TIMESTAMP, QuerySpec, SinkSpec, SourceSpec
+from dsflow.formats.keys import null_key_text
 
 KEY = "__key"
 DELETED = "__deleted"
@@ -76,12 +78,13 @@ def _value_columns(source: SourceSpec):
 
 def _key_columns(view, key: dict[str, str]):
     """A changelog's primary key columns also come from the record key, so a tombstone (null value) has them:
-    one column is the key as text, several a JSON object of the columns."""
+    one column is the key as text (null_key_text: NULL), several a JSON object of the columns."""
     from pyspark.sql import functions as F
 
     if len(key) == 1:
         name, type_ = next(iter(key.items()))
-        return view.withColumn(name, F.coalesce(F.col(f"`{name}`"), F.col(KEY).cast(type_)))
+        from_key = F.when(F.col(KEY) != F.lit(null_key_text(name)), F.col(KEY).cast(type_))
+        return view.withColumn(name, F.coalesce(F.col(f"`{name}`"), from_key))
     parsed = F.from_json(F.col(KEY), ", ".join(f"`{k}` {t}" for k, t in key.items()))
     for name in key:
         view = view.withColumn(name, F.coalesce(F.col(f"`{name}`"), parsed.getField(name)))
@@ -112,7 +115,8 @@ def sink_frame(result, sink: SinkSpec):
     if not sink.key_columns:
         key = F.col(KEY)
     elif len(sink.key_columns) == 1:
-        key = F.col(f"`{sink.key_columns[0]}`").cast("string")
+        name = sink.key_columns[0]
+        key = F.coalesce(F.col(f"`{name}`").cast("string"), F.lit(null_key_text(name)))
     else:
         key = F.to_json(F.struct(*[F.col(f"`{c}`") for c in sink.key_columns]))
     return result.select(key.alias("key"), value.alias("value"))
