@@ -1,7 +1,8 @@
-"""A continuous query followed through `dsflow serve` (a real server process with its own Spark, as
-tests/test_query_follow.py runs the CLI's) by `dsflow --server URL query --follow`: its rows arrive as
-Server-Sent Events and are printed, and when the client leaves (Ctrl-C) the server stops the query and removes
-its temporary checkpoint."""
+"""Continuous queries followed through `dsflow serve` (a real server process with its own Spark, as
+tests/test_query_follow.py runs the CLI's) by `dsflow --server URL query --follow`: their rows arrive as
+Server-Sent Events and are printed, and when a client leaves (Ctrl-C) the server stops its query and removes its
+temporary checkpoint. Two clients follow at once (each query a session of its own on the server's one Spark
+context): the one left keeps getting rows after the other stopped."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_follow_streams_rows_until_the_client_leaves(tmp_path, broker) -> None:
         with local_server("dsflow-serve", lambda port: [sys.executable, "-m", "dsflow.cli", "-C", str(root),
                                                         "serve", "--port", str(port)]) as port:
             url = f"http://127.0.0.1:{port}"
-            _follow_with_the_cli(url, token, temp)
+            _follow_twice_with_the_cli(url, token, temp, target)
             refused = requests.post(url + "/api/v1/queries/follow", json={"sql": "SELECT id FROM payments"},
                                     headers={"Authorization": f"Bearer {token}"}, timeout=60)
             assert refused.status_code == 403  # checked before anything runs
@@ -49,22 +50,46 @@ def test_follow_streams_rows_until_the_client_leaves(tmp_path, broker) -> None:
         os.environ.pop("TMPDIR") if old is None else os.environ.update(TMPDIR=old)
 
 
-def _follow_with_the_cli(url: str, token: str, temp) -> None:
-    """`dsflow --server URL query --follow` prints the rows the server streams, and Ctrl-C ends it cleanly."""
-    command = [sys.executable, "-m", "dsflow.cli", "--server", url, "query", "--follow", "--from", "earliest",
-               "--json", "SELECT id, userid FROM pageviews"]
-    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "DSFLOW_TOKEN": token})
-    rows = []
+def _follow_twice_with_the_cli(url: str, token: str, temp, target) -> None:
+    """`dsflow --server URL query --follow` twice at once: each prints the rows the server streams; Ctrl-C ends
+    the first cleanly, and the second still gets the rows produced after that."""
+    first = _follow(url, token, "SELECT id, userid FROM pageviews")
+    second = _follow(url, token, "SELECT id FROM pageviews")
     try:
-        for line in cli.stdout:
-            rows.append(json.loads(line))
-            if len(rows) >= 3:
-                break
-        assert list(temp.glob("dsflow-follow-*")), "the followed query keeps its checkpoint while it runs"
+        rows_first, rows_second = _rows(first, 3), _rows(second, 3)
+        assert len(list(temp.glob("dsflow-follow-*"))) == 2, "each followed query keeps its checkpoint while it runs"
+        err = _interrupt(first)
+        assert sorted((r["id"], r["userid"]) for r in rows_first) == [(0, "u0"), (1, "u1"), (2, "u2")], err
+        topics.produce(target, [json.dumps({"id": i, "userid": f"u{i}"}) for i in (3, 4)], None)
+        rows_second += _rows(second, 2)
+        assert sorted(r["id"] for r in rows_second) == [0, 1, 2, 3, 4]
     finally:
-        cli.send_signal(signal.SIGINT)
-        _, err = cli.communicate(timeout=60)
-    assert sorted((r["id"], r["userid"]) for r in rows) == [(0, "u0"), (1, "u1"), (2, "u2")], err
+        for cli in (first, second):
+            if cli.poll() is None:
+                _interrupt(cli)
+    wait_for(lambda: not list(temp.glob("dsflow-follow-*")), 120, "the server to stop the followed queries")
+
+
+def _follow(url: str, token: str, sql: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "dsflow.cli", "--server", url, "query", "--follow", "--from", "earliest",
+               "--json", sql]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "DSFLOW_TOKEN": token})
+
+
+def _rows(cli: subprocess.Popen, count: int) -> list[dict]:
+    rows = []
+    for line in cli.stdout:
+        rows.append(json.loads(line))
+        if len(rows) >= count:
+            break
+    assert len(rows) == count, cli.stderr.read() if cli.poll() is not None else "the output ended"
+    return rows
+
+
+def _interrupt(cli: subprocess.Popen) -> str:
+    """Ctrl-C: the CLI ends cleanly (exit 0); its standard error."""
+    cli.send_signal(signal.SIGINT)
+    _, err = cli.communicate(timeout=60)
     assert cli.returncode == 0, err
-    wait_for(lambda: not list(temp.glob("dsflow-follow-*")), 120, "the server to stop the CLI's followed query")
+    return err

@@ -46,6 +46,34 @@ def error_body(code: str, message: str, hint: str | None = None, **extra: Any) -
     return {"error": {"code": code, "message": scrub(message), "hint": scrub(hint) if hint else hint, **extra}}
 
 
+FOLLOW_LIMIT = 4
+"""At most this many continuous queries are followed at once (they share the server process's Spark context and
+its two cores' worth of local tasks)."""
+
+
+class Slots:
+    """A count of things running at once, bounded by `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self._lock = threading.Lock()
+
+    def full(self) -> bool:
+        with self._lock:
+            return self.used >= self.limit
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+    def give(self) -> None:
+        with self._lock:
+            self.used -= 1
+
+
 class Server:
     """The project environment `dsflow serve` serves; loaded on first use."""
 
@@ -55,8 +83,8 @@ class Server:
         self._identity: IdentityStore | None = None
         self._access: tuple[tuple[str, int], AccessModel] | None = None
         self._lock = threading.Lock()
-        self.follow_lock = threading.Lock()
-        """One continuous query followed at a time: it runs a Spark session inside the server process."""
+        self.follows = Slots(FOLLOW_LIMIT)
+        """Continuous queries followed at once: each a session of its own on the server's one Spark context."""
 
     def loaded(self) -> operations.Loaded:
         with self._lock:

@@ -137,21 +137,22 @@ def tail(relation: str, from_beginning: bool = False, me: Caller = Depends(calle
 @router.post("/queries/follow", tags=["queries"], responses={200: STREAM})
 def follow(body: FollowRequest, me: Caller = Depends(caller), server: Server = Depends(server_of)):
     """Run a continuous query over streams and changelogs (SELECT on each source); its rows arrive as `rows`
-    events ({columns, rows}) per micro-batch until the client disconnects. One followed query at a time."""
+    events ({columns, rows}) per micro-batch until the client disconnects. At most four at once (409 DSF-E334
+    beyond)."""
     from dsflow.engine import adhoc
 
     project = server.loaded().project
     query = adhoc.follow_query(project, body.sql, body.from_)
     for source in query.sources:
         me.require(Privilege.SELECT, f"relation.{source.relation}")
-    busy = ("DSF-E334", "another continuous query is being followed on this server",
-            "stop it (disconnect its client) and try again")
-    if server.follow_lock.locked():
+    busy = ("DSF-E334", f"{server.follows.limit} continuous queries are being followed on this server already",
+            "stop one of them (disconnect its client) and try again")
+    if server.follows.full():
         raise ApiError(409, *busy)
     stop = threading.Event()
 
     def produce(emit: Callable[[str, Any], None], stop: threading.Event) -> None:
-        if not server.follow_lock.acquire(blocking=False):  # held by the thread only: a stream never run holds none
+        if not server.follows.take():  # taken by the thread only: a stream never run takes none
             raise DsflowError(busy[0], busy[1], hint=busy[2])
         try:
             def on_rows(columns: list[str], rows: list[tuple]) -> None:
@@ -160,6 +161,6 @@ def follow(body: FollowRequest, me: Caller = Depends(caller), server: Server = D
             adhoc.follow(project, body.sql, on_rows, stop, position=body.from_,
                          on_started=lambda _: emit("ready", {"sql": body.sql}))
         finally:
-            server.follow_lock.release()
+            server.follows.give()
 
     return _sse(produce, stop)

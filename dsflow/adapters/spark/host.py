@@ -23,6 +23,7 @@ from typing import Any
 from dsflow.adapters.spark.apps import HOST_FILE, desired, read_json, write_json
 from dsflow.adapters.spark.driver import (STATUS_EVERY_SECONDS, error_summary, progress_status, resolve_env_refs,
                                           start_query, stop_between_batches, write_status)
+from dsflow.adapters.spark.session import isolated_session
 from dsflow.adapters.spark.spec import QuerySpec
 from dsflow.core.secrets import scrub
 
@@ -87,7 +88,7 @@ class Host:
         self.hosted[name] = hosted
         write_status(hosted.spec.status_path, self.status(hosted, "starting"))
         try:
-            session = _new_session(self.spark)
+            session = isolated_session(self.spark)
             for key, value in hosted.spec.spark_conf.items():
                 if key.startswith("spark.sql."):
                     session.conf.set(key, value)
@@ -150,17 +151,6 @@ def _summary(err: BaseException) -> str:
         lines = [line.lstrip(": ").strip() for line in scrub(str(err)).splitlines()[1:] if line.strip()]
         summary = f"{summary} {lines[0]}"[:2000] if lines else summary
     return summary
-
-
-def _new_session(spark):
-    """A session of its own (temporary views, SQL conf) with dsflow's data sources, which sessions do not share;
-    made the thread's active session, as registering asks the active session whether a source exists."""
-    from dsflow.adapters.spark.session import register_data_sources
-
-    session = spark.newSession()
-    session._jvm.SparkSession.setActiveSession(session._jsparkSession)  # registering checks the active session
-    register_data_sources(session)
-    return session
 
 
 def _read_spec(path: str) -> QuerySpec:

@@ -110,3 +110,13 @@ def register_data_sources(session) -> None:
     for facet in all_facets():
         for source in facet.data_sources():
             session.dataSource.register(source)
+
+
+def isolated_session(spark):
+    """A session of its own on `spark`'s context (temporary views, SQL conf) with dsflow's data sources, which
+    sessions do not share; made the thread's active session, as registering asks the active session whether a
+    source exists."""
+    session = spark.newSession()
+    session._jvm.SparkSession.setActiveSession(session._jsparkSession)
+    register_data_sources(session)
+    return session
