@@ -40,3 +40,14 @@ def changelog_content(broker: str, project: Project, relation: str) -> tuple[dic
         if record["key"] not in latest or record["offset"] > latest[record["key"]][0]:
             latest[record["key"]] = (record["offset"], record["value"])
     return {k: json.loads(v) for k, (_, v) in latest.items() if v is not None}, tombstones
+
+
+def keyed_rows(rows, keys: tuple[str, ...], value=lambda v: v) -> dict[tuple, dict]:
+    """{key: row} of rows (dicts) with null fields left out and `value` applied to the others; two rows under one
+    key is a failure, not an overwrite."""
+    out: dict[tuple, dict] = {}
+    for found in rows:
+        key = tuple(found.get(k) for k in keys)
+        assert key not in out, f"two rows keyed {key}"
+        out[key] = {k: value(v) for k, v in found.items() if v is not None}
+    return out

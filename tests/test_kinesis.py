@@ -40,6 +40,16 @@ def _put(settings: dict[str, str], stream: str, start: int, count: int) -> list[
     return rows
 
 
+def _split(settings: dict[str, str], stream: str) -> dict:
+    """Split the stream's first shard in the middle of its hash range; the parent shard as it was listed."""
+    client = new_client(settings)
+    parent = list_shards(client, stream)[0]
+    middle = str((int(parent["HashKeyRange"]["EndingHashKey"]) + 1) // 2)
+    client.split_shard(StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=middle)
+    admin.wait_active(settings, stream)
+    return parent
+
+
 def _options(settings: dict[str, str]) -> dict[str, str]:
     return {f"kinesis.{k}": v for k, v in settings.items()}
 
@@ -114,13 +124,9 @@ def test_resharding_parents_before_children(spark, settings, tmp_path):
     """A split shard: its records come in batches before those of its children; none lost or doubled."""
     name = _stream(settings, 1)
     before = _put(settings, name, 0, 100)
-    client = new_client(settings)
-    parent = list_shards(client, name)[0]
-    middle = str((int(parent["HashKeyRange"]["EndingHashKey"]) + 1) // 2)
-    client.split_shard(StreamName=name, ShardToSplit=parent["ShardId"], NewStartingHashKey=middle)
-    admin.wait_active(settings, name)
+    parent = _split(settings, name)
     after = _put(settings, name, 100, 100)
-    assert len(list_shards(client, name)) == 3
+    assert len(list_shards(new_client(settings), name)) == 3
 
     batches: list[tuple[int, str, str]] = []
 
@@ -257,11 +263,7 @@ def test_a_tail_reads_until_stopped_through_idle_time_and_a_reshard(settings):
     first = _put(settings, name, 100, 10)
     time.sleep(12)  # idle for longer than the reads' `timeout` and the former 10 s window
     second = _put(settings, name, 200, 10)
-    client = new_client(settings)
-    parent = list_shards(client, name)[0]
-    middle = str((int(parent["HashKeyRange"]["EndingHashKey"]) + 1) // 2)
-    client.split_shard(StreamName=name, ShardToSplit=parent["ShardId"], NewStartingHashKey=middle)
-    admin.wait_active(settings, name)
+    _split(settings, name)
     third = _put(settings, name, 300, 20)
     expected = sorted(r["id"] for r in first + second + third)
     deadline = time.monotonic() + 60

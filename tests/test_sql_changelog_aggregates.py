@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from changelogs import changelog_content, produce_changes
+from changelogs import changelog_content, keyed_rows, produce_changes
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.retract import STATE_PROVIDER, apply_changes, empty_accumulator, group_row, key_changes
 from dsflow.adapters.spark.translate import query_spec
@@ -160,13 +160,8 @@ def _expected(con, select: str, keys: tuple[str, ...]) -> dict[tuple, dict]:
 
 
 def _rows(rows, keys: tuple[str, ...]) -> dict[tuple, dict]:
-    """{key: row} with null fields left out and numbers rounded (AVG is a float); two rows under one key fail."""
-    out: dict[tuple, dict] = {}
-    for found in rows:
-        key = tuple(found.get(k) for k in keys)
-        assert key not in out, f"two rows keyed {key}"
-        out[key] = {k: _number(v) for k, v in found.items() if v is not None}
-    return out
+    """Numbers rounded: AVG is a float."""
+    return keyed_rows(rows, keys, _number)
 
 
 def _number(value):

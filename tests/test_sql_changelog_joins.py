@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from changelogs import changelog_content, produce_changes
+from changelogs import changelog_content, keyed_rows, produce_changes
 from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark.driver import start_query
@@ -148,13 +148,7 @@ def _expected(snapshots: dict[str, dict], select: str, keys: tuple[str, ...]) ->
 
 
 def _rows(rows, keys: tuple[str, ...]) -> dict[tuple, dict]:
-    """{key: row} with absent (null) fields left out; two rows under one key is a failure, not an overwrite."""
-    out: dict[tuple, dict] = {}
-    for found in rows:
-        key = tuple(found.get(k) for k in keys)
-        assert key not in out, f"two rows keyed {key}"
-        out[key] = {k: v for k, v in found.items() if v is not None}
-    return out
+    return keyed_rows(rows, keys)
 
 
 KILL_SQL = SOURCES + """\
