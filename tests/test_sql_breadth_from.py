@@ -13,9 +13,11 @@ import duckdb
 import pytest
 
 from dsflow.adapters.spark.translate import spark_select
+from dsflow.adapters.sqlite import mv
 from dsflow.load.project import check_project, load_project
+from lake import lake_project, stores_yaml
 from projects import make_project
-from streaming import produce, records, run, streaming_project
+from streaming import produce, records, run
 
 SOURCES = """\
 CREATE STREAM clicks (id BIGINT, userid VARCHAR, amount INT, tags ARRAY<VARCHAR>, ts BIGINT)
@@ -38,7 +40,14 @@ CTE = """\
 WITH big AS (SELECT id, userid AS who, amount * 2 AS doubled FROM orders WHERE amount > 20),
      named AS (SELECT who, doubled FROM big WHERE who <> 'u3')
 SELECT who, doubled + 1 AS total FROM named WHERE doubled < 170"""
-SQL = SOURCES + f"CREATE STREAM all_events AS\n{UNION};\n"
+MONEY = """\
+SELECT id, userid, amount FROM orders WHERE amount > 0
+UNION ALL SELECT id, buyer, amount * -1 AS amount FROM refunds WHERE buyer <> 'u0'"""
+SQL = SOURCES + f"""\
+CREATE STREAM all_events AS\n{UNION};
+CREATE MATERIALIZED VIEW money_view AS\n{MONEY};
+CREATE TABLE money_table WITH ('store' = 'lake') AS\n{MONEY};
+"""
 TAGS = [[], None, ["news"], ["skip"], ["sport", "news", "skip"], ["game", "game"]]
 
 
@@ -80,12 +89,15 @@ def output(broker, project, name: str, columns: list[str]) -> Counter:
 
 @pytest.mark.integration
 def test_union_all_of_ctes_and_unnest_runs_on_spark_like_duckdb(tmp_path, broker, spark):
-    """One query, two runs: four branches (a filter, a CTE, a filter with an expression, a CTE unnested) over
-    three streams, one of them read by two branches."""
-    project = streaming_project(tmp_path, broker, SQL)
+    """Two runs on one checkpoint each: four branches (a filter, a CTE, a filter with an expression, a CTE
+    unnested) over three streams, one of them read by two branches, into a stream; and a two-branch UNION ALL
+    into a materialized view (SQLite) and a Delta table (a local folder)."""
+    project = lake_project(tmp_path, broker, SQL, stores_yaml())
     first, second = feed(1, 0, 60), feed(2, 10_000, 40)
     produced(broker, project, first)
-    run(spark, project, "all_events", tmp_path)
+    for name in ("all_events", "money_view", "money_table"):
+        run(spark, project, name, tmp_path)
+    assert sinks(project) == [duckdb_rows([first], MONEY)] * 2
     rows = output(broker, project, "all_events", ["id", "userid", "amount"])
     assert rows == duckdb_rows([first], UNION)
     # an empty or NULL array gives no row (as Flink's CROSS JOIN UNNEST); a repeated element one row each
@@ -94,11 +106,26 @@ def test_union_all_of_ctes_and_unnest_runs_on_spark_like_duckdb(tmp_path, broker
     assert {tag for _, tag, _ in unnested} == {"NEWS", "SPORT", "GAME"} and max(unnested.values()) == 2
     # each source keeps its own offsets: a second run reads only what is new, in every branch
     produced(broker, project, second)
-    run(spark, project, "all_events", tmp_path)
+    for name in ("all_events", "money_view", "money_table"):
+        run(spark, project, name, tmp_path)
     assert output(broker, project, "all_events", ["id", "userid", "amount"]) == duckdb_rows([first, second], UNION)
+    assert sinks(project) == [duckdb_rows([first, second], MONEY)] * 2  # each batch once in the view and the table
     keyed = Counter((r["key"], tuple(json.loads(r["value"]).values())) for r in records(broker, project, "all_events"))
     assert keyed == union_reference([first, second])
     assert sum(keyed.values()) > 150 and len({key for key, _ in keyed}) == 5
+
+
+def sinks(project) -> list[Counter]:
+    """The rows of the UNION ALL's materialized view (SQLite) and Delta table, as (id, userid, amount)."""
+    from deltalake import DeltaTable
+
+    from dsflow.adapters.tables import table_ref
+
+    database = mv.database_path(project.root, project.state_path, project.environment)
+    view = Counter(mv.run_query(database, "SELECT id, userid, amount FROM money_view")[1])
+    relation = project.relation("analytics.public.money_table")
+    table = DeltaTable(table_ref(project.root, project.store(relation.store), relation).location).to_pyarrow_table()
+    return [Counter(map(tuple, view)), Counter((r["id"], r["userid"], r["amount"]) for r in table.to_pylist())]
 
 
 def union_reference(feeds: list[dict[str, list[dict]]]) -> Counter:
