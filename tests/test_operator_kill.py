@@ -1,0 +1,203 @@
+"""kill -9 mid-stream of the operators built on Spark's stateful processors: a global aggregate of a changelog,
+a GROUP BY over a join of two changelogs (one query), and a chain of temporal joins (a stream joined to one
+changelog, then LEFT to another). All three run in one shared application (`runtime.isolation: shared`: one
+JVM for the three), whose host is killed with SIGKILL while changes and orders keep arriving; apply sees the
+dead queries and starts them again on their checkpoints.
+
+After the inputs stop, the two changelogs' final content must equal DuckDB's answer to the same SELECT over
+the final snapshots of the inputs, and the chain's stream must hold one row per order equal to a plain Python
+reference (each order joined with each changelog's newest version at or before its time); a row written twice
+(the batch the kill interrupted, replayed) is allowed in a stream, a different or missing one is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+
+import duckdb
+import pytest
+
+from changelogs import changelog_content, keyed_rows, produce_changes
+from dsflow.adapters import process
+from dsflow.adapters.spark import apps
+from dsflow.engine import operations
+from projects import make_project
+from streaming import CONFIG, produce, records
+from waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+SHARED = CONFIG.replace("  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  isolation: shared\n")
+T0 = 1_700_000_000_000
+ROUND_MS = 20_000
+SPREAD_MS = 4_000
+"""Orders of one round are this far apart at most: under the 5 s watermark delay, so none is late."""
+FLUSH = 999_999
+KILLED_AFTER = 2
+ROUNDS = 5
+WAIT = 300
+USERS, PRODUCTS = [f"u{i}" for i in range(8)], [f"p{i}" for i in range(5)]
+
+SQL = """\
+CREATE CHANGELOG users (userid VARCHAR, tier VARCHAR, score BIGINT, cts BIGINT, PRIMARY KEY (userid))
+  WITH ('value.format' = 'json', 'timestamp' = 'cts', 'topic.partitions' = 2);
+CREATE CHANGELOG products (pid VARCHAR, title VARCHAR, cts BIGINT, PRIMARY KEY (pid))
+  WITH ('value.format' = 'json', 'timestamp' = 'cts');
+CREATE CHANGELOG orders (order_id BIGINT, userid VARCHAR, amount BIGINT, PRIMARY KEY (order_id))
+  WITH ('value.format' = 'json', 'topic.partitions' = 2);
+CREATE STREAM buys (id BIGINT, ts BIGINT, userid VARCHAR, pid VARCHAR)
+  WITH ('value.format' = 'json', 'timestamp' = 'ts', 'topic.partitions' = 2);
+
+CREATE CHANGELOG total WITH ('trigger.interval' = '500 ms') AS
+  SELECT COUNT(*) AS n, SUM(score) AS s, MIN(score) AS lo, MAX(score) AS hi FROM users;
+CREATE CHANGELOG by_tier WITH ('trigger.interval' = '500 ms') AS
+  SELECT COALESCE(u.tier, 'none') AS tier, COUNT(*) AS n, SUM(o.amount) AS s, MIN(o.amount) AS lo,
+         MAX(o.amount) AS hi
+  FROM orders o LEFT JOIN users u ON o.userid = u.userid GROUP BY COALESCE(u.tier, 'none');
+CREATE STREAM enriched WITH ('trigger.interval' = '500 ms') AS
+  SELECT b.id, u.tier, p.title FROM buys b JOIN users u ON b.userid = u.userid
+  LEFT JOIN products p ON b.pid = p.pid;
+"""
+QUERIES = [f"query.analytics.public.{n}" for n in ("total", "by_tier", "enriched")]
+CHECKS = {  # changelog: (SELECT for DuckDB, key columns)
+    "total": ("SELECT COUNT(*) AS n, SUM(score) AS s, MIN(score) AS lo, MAX(score) AS hi FROM users", ()),
+    "by_tier": ("SELECT COALESCE(u.tier, 'none') AS tier, COUNT(*) AS n, SUM(o.amount) AS s, MIN(o.amount) AS lo, "
+                "MAX(o.amount) AS hi FROM orders o LEFT JOIN users u ON o.userid = u.userid "
+                "GROUP BY COALESCE(u.tier, 'none')", ("tier",)),
+}
+
+
+def _round(rng: random.Random, number: int, ids) -> dict:
+    """Changes of users, products and orders (a tombstone one time in five), then orders of the stream, all
+    timed in this round's slot: the changes just before its orders."""
+    ts = T0 + number * ROUND_MS
+    users = [(key, None) if rng.random() < 0.2 else
+             (key, {"userid": key, "tier": rng.choice(("gold", "basic", None)), "score": rng.randrange(-50, 100),
+                    "cts": ts - 1_000})
+             for key in (USERS if number == 0 else rng.sample(USERS, 4))]
+    products = [(key, None) if number and rng.random() < 0.2 else (key, {"pid": key, "title": f"{key}-{number}",
+                                                                         "cts": ts - 1_000})
+                for key in (PRODUCTS if number == 0 else rng.sample(PRODUCTS, 2))]
+    orders = [(str(key), None) if rng.random() < 0.2 else
+              (str(key), {"order_id": key, "userid": rng.choice(USERS + ["nobody"]), "amount": rng.randrange(1, 500)})
+              for key in rng.sample(range(1, 40), 12)]
+    buys = [{"id": next(ids), "ts": ts + rng.randrange(SPREAD_MS), "userid": rng.choice(USERS),
+             "pid": rng.choice(PRODUCTS + ["none"])} for _ in range(25)]
+    return {"users": (users, ts - 1_000), "products": (products, ts - 1_000), "orders": (orders, ts - 1_000),
+            "buys": buys}
+
+
+def _produce(broker: str, project, feed: dict, snapshots: dict[str, dict]) -> None:
+    for relation in ("users", "products", "orders"):
+        changes, ts = feed[relation]
+        produce_changes(broker, project, relation, changes, timestamps=[ts] * len(changes))
+        for key, value in changes:
+            snapshots[relation].pop(key, None) if value is None else snapshots[relation].__setitem__(key, value)
+    produce(broker, project, "buys", feed["buys"], "userid")
+
+
+def _chain_reference(feeds: list[dict]) -> dict[int, tuple]:
+    """{order id: (tier, title)}: each order joined INNER with its user's and LEFT with its product's newest
+    version at or before its time."""
+    versions: dict[tuple[str, str], list] = {}
+    for feed in feeds:
+        for relation in ("users", "products"):
+            changes, ts = feed[relation]
+            for key, value in changes:
+                versions.setdefault((relation, key), []).append((ts, value))
+
+    def as_of(relation: str, key: str, ts: int) -> dict | None:
+        known = [value for when, value in versions.get((relation, key), []) if when <= ts]
+        return known[-1] if known else None
+
+    out = {}
+    for buy in (b for feed in feeds for b in feed["buys"] if b["id"] != FLUSH):
+        user, product = as_of("users", buy["userid"], buy["ts"]), as_of("products", buy["pid"], buy["ts"])
+        if user:
+            out[buy["id"]] = (user["tier"], product and product["title"])
+    return out
+
+
+def _duckdb(snapshots: dict[str, dict]):
+    con = duckdb.connect()
+    con.execute("CREATE TABLE users (userid VARCHAR, tier VARCHAR, score BIGINT, cts BIGINT)")
+    con.execute("CREATE TABLE orders (order_id BIGINT, userid VARCHAR, amount BIGINT)")
+    for v in snapshots["users"].values():
+        con.execute("INSERT INTO users VALUES (?, ?, ?, ?)", (v["userid"], v["tier"], v["score"], v["cts"]))
+    for v in snapshots["orders"].values():
+        con.execute("INSERT INTO orders VALUES (?, ?, ?)", (v["order_id"], v["userid"], v["amount"]))
+    return con
+
+
+def _expected(con, select: str, keys: tuple[str, ...]) -> dict[tuple, dict]:
+    cursor = con.execute(select)
+    names = [d[0] for d in cursor.description]
+    return keyed_rows([dict(zip(names, r)) for r in cursor.fetchall()], keys)
+
+
+def _enriched(broker: str, project) -> dict[int, tuple] | None:
+    """{id: (tier, title)} of the chain's stream; None when one id was written with two different rows."""
+    out: dict[int, tuple] = {}
+    for record in records(broker, project, "enriched"):
+        row = json.loads(record["value"])
+        found = (row.get("tier"), row.get("title"))
+        if out.setdefault(row["id"], found) != found:
+            return None
+    return out
+
+
+def test_killed_stateful_operators_resume_exactly(tmp_path, broker):
+    root = make_project(tmp_path, {"dsflow.yml": SHARED.format(prefix=f"opk{os.getpid()}_"), "sql/all.sql": SQL})
+    options = operations.Options(root, None, {"bootstrap": broker})
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    try:
+        _run(options, loaded.project, broker)
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def _run(options, project, broker: str) -> None:
+    rng = random.Random(23)
+    ids = iter(range(1, FLUSH))
+    feeds = [_round(rng, number, ids) for number in range(ROUNDS)]
+    feeds[-1]["buys"].append({"id": FLUSH, "ts": T0 + 100 * ROUND_MS, "userid": "nobody", "pid": "none"})
+    snapshots: dict[str, dict] = {"users": {}, "products": {}, "orders": {}}
+    _produce(broker, project, feeds[0], snapshots)
+    wait_for(lambda: changelog_content(broker, project, "total")[0] and changelog_content(broker, project, "by_tier")[0],
+             WAIT, "the first aggregates")
+    for feed in feeds[1:KILLED_AFTER + 1]:  # more changes while the queries run, then the kill mid-stream
+        _produce(broker, project, feed, snapshots)
+    time.sleep(1)  # a batch of them under way
+    _kill_the_host(options)
+
+    for feed in feeds[KILLED_AFTER + 1:]:
+        _produce(broker, project, feed, snapshots)
+    loaded = operations.load(options)
+    plan = operations.plan(loaded)
+    assert sorted(c.address for c in plan.actionable if c.drift) == sorted(QUERIES)
+    assert operations.apply(loaded, plan).ok
+
+    con = _duckdb(snapshots)
+    for name, (select, keys) in CHECKS.items():
+        expected = _expected(con, select, keys)
+        wait_for(lambda: keyed_rows(changelog_content(broker, project, name)[0].values(), keys) == expected, WAIT,
+                 f"{name} to equal DuckDB over the final inputs")
+    expected_chain = _chain_reference(feeds)
+    assert len(expected_chain) > 40 and None in {title for _, title in expected_chain.values()}
+    wait_for(lambda: _enriched(broker, project) == expected_chain, WAIT, "the chain's rows to equal the reference")
+
+
+def _kill_the_host(options) -> None:
+    state = operations.load(options).workspace.state_backend().read()
+    pids = {state.resources[q].outputs["pid"] for q in QUERIES}
+    assert len(pids) == 1, "one shared application runs the three"
+    pid = pids.pop()
+    os.kill(pid, signal.SIGKILL)
+    marker = apps.host_marker(state.resources[QUERIES[0]].outputs["app_dir"])
+    wait_for(lambda: not process.is_running(pid, marker), 30, "the host to die")
