@@ -115,6 +115,18 @@ def _executor_tasks(app_url: str) -> dict[str, int]:
     return {e["hostPort"]: e["completedTasks"] for e in _get(f"{app_url}/allexecutors") if e["id"] != "driver"}
 
 
+def _tasks_of(ui_port: int, app_id: str) -> dict[str, int]:
+    """{executor: tasks completed} of the application `app_id` whose UI is on ui_port or a port after it (Spark
+    takes the next free one), executors without tasks left out; {} while no UI answers (a loaded machine)."""
+    for port in range(ui_port, ui_port + 8):
+        try:
+            found = _executor_tasks(f"http://127.0.0.1:{port}/api/v1/applications/{app_id}")
+        except OSError:
+            continue
+        return {executor: n for executor, n in found.items() if n}
+    return {}
+
+
 def _keep_producing(broker: str, project, events: list[dict], rng: random.Random, stop: threading.Event) -> None:
     """Produce 200 events every 0.2 s (appended to `events`) until `stop` is set."""
     while not stop.is_set():
@@ -190,3 +202,42 @@ def _run(project, broker: str, cluster, ui_port: int) -> None:
         executors = [e for e in _get(f"{apps[name]}/allexecutors") if e["id"] != "driver"]
         assert sorted(e["isActive"] for e in executors) == [False, True], (name, executors)
         assert all(e["completedTasks"] for e in executors), (name, executors)
+
+
+def test_a_shared_application_runs_its_queries_on_the_cluster(tmp_path, broker, cluster):
+    """`runtime.isolation: shared` on the cluster: both queries in one application (one driver: the host), whose
+    tasks run on the workers' executors, and both outputs equal the references. (Runs after the killed-worker
+    test: the workers still alive are enough.)"""
+    ui_port = free_port()
+    config = CONFIG.format(master=cluster.master, ui_port=ui_port, prefix=f"shcl{os.getpid()}_").replace(
+        "  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  isolation: shared\n")
+    options = operations.Options(make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": SQL}), None,
+                                 {"bootstrap": broker})
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    try:
+        project = loaded.project
+        state = loaded.workspace.state_backend().read()
+        hosts = {r.outputs.get("app") for k, r in state.resources.items() if k.startswith("query.")}
+        assert hosts == {"app-1"}, hosts
+        events = _events(0, 600, random.Random(5))
+        produce(broker, project, "pageviews", events, "userid")
+        expected = _reference(events)
+        wanted = {e["id"] for e in events if e["pageid"] == "Page_1"}
+        app_dir = Path(next(r.outputs["app_dir"] for k, r in state.resources.items() if k.startswith("query.")))
+        try:
+            wait_for(lambda: changelog_content(broker, project, "user_totals")[0] == expected, 300, "the totals")
+            wait_for(lambda: {json.loads(r["value"])["id"] for r in records(broker, project, "page_one")} == wanted,
+                     300, "every Page_1 id in the stream sink")
+        except AssertionError as err:  # what the host saw (a query restarted after a failure, ...)
+            log = [line for line in (app_dir / "host.log").read_text().splitlines() if line[:1].isdigit()]
+            raise AssertionError(f"{err}; host log: {log[-30:]}") from err
+        apps = [a for a in cluster.state()["activeapps"] if a["name"] == "dsflow:app-1"]
+        assert len(apps) == 1 and not [a for a in cluster.state()["activeapps"] if a["name"] in APPS]
+        tasks = wait_for(lambda: _tasks_of(ui_port, apps[0]["id"]), 60, "tasks of the shared application on executors")
+        assert sum(tasks.values()) > 0
+        on_workers = {e["appid"] for executors in cluster.alive_worker_executors() for e in executors}
+        assert apps[0]["id"] in on_workers
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))
