@@ -122,6 +122,8 @@ def _run(root, options, project, broker, supervisor) -> None:
 
     lagged = wait_for(lambda: (e := _status(root, broker)[COUNTS]).get("lag_records") == 0 and e, 120,
                       "the lag to come down to 0 once every event is counted")
+    assert lagged["state_rows"] == len(counts), "one state row per id counted (its group)"
+    assert lagged["state_bytes"] > 0 and lagged["last_batch_duration_ms"] > 0
     events = f"{project.topic_prefix}events"
     assert list(lagged["lag"]) == [events] and set(lagged["lag"][events]) == {"0", "1"}
     entries = _status(root, broker)
@@ -149,6 +151,10 @@ def _run(root, options, project, broker, supervisor) -> None:
         assert any('query="analytics.public.' in line for line in samples), (name, text)
     assert 'dsflow_query_up{query="analytics.public.id_counts"} 1.0' in text
     assert 'dsflow_query_lag_records{query="analytics.public.id_counts"} 0.0' in text
+    assert f'dsflow_query_state_rows{{query="analytics.public.id_counts"}} {float(len(counts))}' in text
+    durations = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith('dsflow_query_last_batch_duration_seconds{query="analytics.public.id_counts"}')]
+    assert len(durations) == 1 and 0 < durations[0] < 600
     assert (f'dsflow_query_partition_lag_records{{partition="1",query="analytics.public.id_counts",'
             f'topic="{project.topic_prefix}events"}} 0.0') in text
     assert 'dsflow_query_restarts_total{query="analytics.public.id_counts"} 1.0' in text

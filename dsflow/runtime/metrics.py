@@ -11,6 +11,9 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_input_rows_per_second            from the driver's last progress
     dsflow_query_processed_rows_per_second
     dsflow_query_last_batch_id
+    dsflow_query_last_batch_duration_seconds      the last micro-batch's trigger execution
+    dsflow_query_state_rows                       rows the query's state stores hold (stateful queries)
+    dsflow_query_state_bytes                      memory the state stores report using
     dsflow_query_lag_records                      records the sources hold past what the query read (all partitions)
     dsflow_query_partition_lag_records{topic, partition}   the same per source partition
     dsflow_query_lag_max_millis                   age of the oldest unread record (logs with sequence numbers)
@@ -29,7 +32,12 @@ PROGRESS = {"input_rows_per_second": "dsflow_query_input_rows_per_second",
             "processed_rows_per_second": "dsflow_query_processed_rows_per_second",
             "batch_id": "dsflow_query_last_batch_id",
             "lag_records": "dsflow_query_lag_records",
-            "lag_max_millis": "dsflow_query_lag_max_millis"}
+            "lag_max_millis": "dsflow_query_lag_max_millis",
+            "last_batch_duration_ms": "dsflow_query_last_batch_duration_seconds",
+            "state_rows": "dsflow_query_state_rows",
+            "state_bytes": "dsflow_query_state_bytes"}
+SCALE = {"last_batch_duration_ms": 0.001}
+"""Status fields exported in another unit (milliseconds as seconds)."""
 PARTITION_LAG = {"lag": ("dsflow_query_partition_lag_records", "records a source partition holds past the offset "
                          "the query's last micro-batch read up to"),
                  "lag_millis": ("dsflow_query_partition_lag_millis", "age of the oldest record of a source shard "
@@ -67,8 +75,8 @@ class StatusCollector:
             "gen_restarts": CounterMetricFamily("dsflow_datagen_restarts", "restarts of the generator by the "
                                                 "runtime supervisor", labels=["datagen"]),
         }
-        progress = {key: GaugeMetricFamily(name, f"{key.replace('_', ' ')} of the query's last progress",
-                                           labels=["query"]) for key, name in PROGRESS.items()}
+        progress = {key: GaugeMetricFamily(name, f"{key.removesuffix('_ms').replace('_', ' ')} of the query's last "
+                                           "progress", labels=["query"]) for key, name in PROGRESS.items()}
         for entry in self.entries():
             _add(families, progress, entry)
         yield from families.values()
@@ -98,7 +106,7 @@ def _add(families: dict, progress: dict, entry: dict[str, Any]) -> None:
                 families[field].add_metric([name, topic, str(partition)], float(amount))
     for key, family in progress.items():
         if isinstance(entry.get(key), (int, float)):
-            family.add_metric([name], float(entry[key]))
+            family.add_metric([name], float(entry[key]) * SCALE.get(key, 1.0))
 
 
 def serve(entries: Callable[[], list[dict[str, Any]]], port: int = 0) -> tuple[Any, int]:

@@ -109,10 +109,21 @@ def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
             "processed_rows_per_second": progress.get("processedRowsPerSecond"),
             "num_input_rows": progress.get("numInputRows"),
             "last_progress_at": progress.get("timestamp"),
+            "last_batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
             "sources": [{"description": s.get("description"), "end_offset": s.get("endOffset")}
                         for s in progress.get("sources", [])],
+            **state_size(progress.get("stateOperators") or []),
         })
     return status
+
+
+def state_size(operators: list[dict[str, Any]]) -> dict[str, int]:
+    """Rows and bytes the query's state stores hold after its last batch (summed over its stateful operators;
+    nothing for a stateless query)."""
+    if not operators:
+        return {}
+    return {"state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
+            "state_bytes": sum(int(op.get("memoryUsedBytes") or 0) for op in operators)}
 
 
 def error_summary(err: BaseException) -> str:
