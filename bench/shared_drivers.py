@@ -4,7 +4,8 @@ For each mode and each count N, a project of N stateless queries (a filter and p
 topic of RECORDS small JSON records) is applied on a broker this script starts; once every query made its first
 progress, the total RSS of the processes running them is summed (the drivers or hosts and every child: the JVM,
 Spark's Python workers). Then one more query is added by a second apply, and the time from that apply's start to
-the added query's first progress is measured (in shared mode: a query added to a warm application).
+the end of the added query's first micro-batch is measured (in shared mode: a query added to a warm application),
+with the apply's own time and, in shared mode, the time from the host starting the query to that batch's end.
 
     python bench/shared_drivers.py --counts 1,10 --modes shared,query     # by hand; results in docs/benchmarks.md
     python bench/shared_drivers.py --counts 50 --modes shared
@@ -121,12 +122,33 @@ def _kind(proc) -> str:
     return "other"
 
 
-def produce_all(broker: str, project, count: int) -> None:
+def produce_all(broker: str, project, numbers) -> None:
     from dsflow.adapters.kafka.client import produce_json_lines
 
     lines = [json.dumps({"id": i, "v": i % 5}) for i in range(RECORDS)]
-    for i in range(count):
+    for i in numbers:
         produce_json_lines(broker, project.relation(f"bench.public.in_{i}").topic, lines)
+
+
+def progress_instant(run_dir: Path) -> float | None:
+    """When the query's first micro-batch with data ended (epoch s): its trigger's start plus its duration, from
+    the status file (written every 2 s: its own time would be up to 2 s late)."""
+    from datetime import datetime
+
+    status = json.loads((run_dir / "status.json").read_text())
+    began, took = status.get("last_progress_at"), status.get("last_batch_duration_ms")
+    if not began or took is None:
+        return None
+    return datetime.fromisoformat(began.replace("Z", "+00:00")).timestamp() + took / 1000
+
+
+def hosted_start(outputs: dict) -> float | None:
+    """When the shared host started the query (epoch s); None in query isolation."""
+    if "app_dir" not in outputs:
+        return None
+    from dsflow.adapters.spark import apps
+
+    return apps.reported(Path(outputs["app_dir"])).get(outputs["app_query"], {}).get("started_at")
 
 
 def measure(work: Path, broker: str, mode: str, count: int, per_app: int, timeout: float) -> dict:
@@ -140,7 +162,7 @@ def measure(work: Path, broker: str, mode: str, count: int, per_app: int, timeou
     started = time.monotonic()
     assert operations.apply(loaded, operations.plan(loaded)).ok
     try:
-        produce_all(broker, operations.load(options).project, count)
+        produce_all(broker, operations.load(options).project, range(count))
         state = loaded.workspace.state_backend().read()
         wait_all(state, [f"out_{i}" for i in range(count)], timeout)
         all_up = time.monotonic() - started
@@ -148,15 +170,20 @@ def measure(work: Path, broker: str, mode: str, count: int, per_app: int, timeou
         used = memory(pids)
         write_project(root, mode, count + 1, broker, per_app, tag)
         loaded = operations.load(options)
-        began = time.monotonic()
+        began = time.time()
         assert operations.apply(loaded, operations.plan(loaded)).ok
-        produce_all(broker, loaded.project, count + 1)
+        applied = time.time() - began
+        produce_all(broker, loaded.project, [count])  # the added query's topic only: the others stay idle
         state = loaded.workspace.state_backend().read()
         wait_all(state, [f"out_{count}"], timeout)
-        added = time.monotonic() - began
+        outputs = state.resources[f"query.bench.public.out_{count}"].outputs
+        progressed = progress_instant(Path(outputs["run_dir"]))
+        hosted = hosted_start(outputs)
         return {"mode": mode, "queries": count, "drivers_or_hosts": len(pids),
                 **{k: (round(v / 2**20) if not k.startswith(("n_", "processes")) else v) for k, v in used.items()},
-                "all_first_progress_s": round(all_up, 1), "added_first_progress_s": round(added, 1)}
+                "all_first_progress_s": round(all_up, 1), "added_apply_s": round(applied, 1),
+                "added_first_progress_s": round(progressed - began, 1) if progressed else None,
+                "added_host_start_to_progress_s": round(progressed - hosted, 1) if progressed and hosted else None}
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
