@@ -178,31 +178,44 @@ def test_renaming_a_relation_on_the_same_topic_is_a_move_that_keeps_records_and_
 
 
 def test_adding_a_column_to_a_query_sink_keeps_its_topic_and_checkpoint(tmp_path: Path, broker: str) -> None:
-    sql = ("CREATE STREAM events (id BIGINT, name VARCHAR) WITH ('topic' = '{p}_events', 'value.format' = 'json');\n"
+    """A column added to a query's output, and a field added to a STRUCT column of its source (compatible, as a
+    nullable column is): both relations updated in place, the query keeps its checkpoint."""
+    sql = ("CREATE STREAM events (id BIGINT, name VARCHAR, info STRUCT<a VARCHAR{field}>) "
+           "WITH ('topic' = '{p}_events', 'value.format' = 'json');\n"
            "CREATE STREAM copied WITH ('topic' = '{p}_copied') AS SELECT {columns} FROM events;\n")
-    root, options, prefix = _project(tmp_path, sql.replace("{columns}", "id"), broker)
+    root, options, prefix = _project(tmp_path, sql.replace("{columns}", "id, info").replace("{field}", ""), broker)
+
+    def event(i: int) -> str:
+        return json.dumps({"id": i, "name": f"n{i}", "info": {"a": f"a{i}", "b": i}})
     try:
         _apply(options)
-        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i, "name": f"n{i}"}) for i in range(20)])
+        produce_json_lines(broker, f"{prefix}_events", [event(i) for i in range(20)])
         _wait_ids(broker, f"{prefix}_copied", set(range(20)))
         before = _held(broker, f"{prefix}_copied")
 
-        (root / "rel.sql").write_text(sql.replace("{columns}", "id, name").replace("{p}", prefix))
+        (root / "rel.sql").write_text(sql.replace("{columns}", "id, name, info").replace("{field}", ", b BIGINT")
+                                      .replace("{p}", prefix))
         loaded = operations.load(options)
         plan = operations.plan(loaded)
         changes = {c.address: c for c in plan.actionable}
+        assert changes["relation.default.public.events"].action is Action.UPDATE, changes
+        assert "info retyped STRUCT<a VARCHAR> -> STRUCT<a VARCHAR, b BIGINT>" in \
+            changes["relation.default.public.events"].reason
         assert changes["relation.default.public.copied"].action is Action.UPDATE
         assert changes["query.default.public.copied"].category.value == "keep_checkpoint"
         assert not plan.destroying
         assert operations.apply(loaded, plan).ok, "adding a column needs no allowance: nothing is destroyed"
 
-        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i, "name": f"n{i}"}) for i in range(20, 30)])
+        produce_json_lines(broker, f"{prefix}_events", [event(i) for i in range(20, 30)])
         ids = _wait_ids(broker, f"{prefix}_copied", set(range(30)))
         assert sorted(ids) == list(range(30)), "the plan promised nothing reprocessed or skipped"
         held = _held(broker, f"{prefix}_copied")
         assert set(before) <= set(held), "records written before the change were kept"
+        old = [json.loads(v) for v in before]
+        assert all(r["info"] == {"a": f"a{r['id']}"} and "name" not in r for r in old), old
         new = [json.loads(v) for v in held if json.loads(v)["id"] >= 20]
-        assert all(r["name"] == f"n{r['id']}" for r in new), "records written after the change carry the column"
+        assert all(r["name"] == f"n{r['id']}" and r["info"] == {"a": f"a{r['id']}", "b": r["id"]} for r in new), \
+            "records written after the change carry the column and the struct's new field"
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))

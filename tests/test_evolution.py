@@ -112,3 +112,33 @@ def test_an_unknown_rule_is_a_load_error_at_its_property(tmp_path) -> None:
     project = load_project(root, variables={"bootstrap": "127.0.0.1:1"})
     rules = {r.name: r.schema_compatibility for r in project.relations}
     assert rules == {"events": "FORWARD_TRANSITIVE", "copied": "FULL"}
+
+
+SCALARS = st.sampled_from(["INT", "BIGINT", "VARCHAR", "DOUBLE", "BOOLEAN"])
+
+
+def _types(depth: int = 2):
+    if depth == 0:
+        return SCALARS
+    inner = _types(depth - 1)
+    return st.one_of(SCALARS, st.builds(lambda t: f"ARRAY<{t}>", inner),
+                     st.builds(lambda t: f"MAP<VARCHAR, {t}>", inner),
+                     st.lists(inner, min_size=1, max_size=3).map(
+                         lambda ts: "STRUCT<" + ", ".join(f"f{i} {t}" for i, t in enumerate(ts)) + ">"))
+
+
+@given(_types(), SCALARS)
+def test_a_struct_field_added_or_dropped_reads_both_ways(inner, added):
+    """A STRUCT gains or loses a (nullable) field at any depth: compatible under every rule by name (json, avro),
+    and appended at the end by position (protobuf); a narrowed field is not."""
+    old, new = f"STRUCT<x {inner}>", f"STRUCT<x {inner}, y {added}>"
+    for writer, reader in ((old, new), (new, old), (f"ARRAY<{old}>", f"ARRAY<{new}>")):
+        assert widens(writer, reader) and widens(writer, reader, by_name=False)
+    for rule in RULES:
+        assert incompatibility([[("id", "BIGINT"), ("s", old)]], [("id", "BIGINT"), ("s", new)], rule) is None
+    assert incompatibility([[("s", old)]], [("s", new)], "FULL", "protobuf") is None
+    moved = f"STRUCT<y {added}, x {inner}>"
+    assert widens(old, moved) and not widens(old, moved, by_name=False)
+    assert "retyped" in incompatibility([[("s", old)]], [("s", moved)], "BACKWARD", "protobuf")
+    assert not widens("STRUCT<x BIGINT>", "STRUCT<x INT>") and widens("STRUCT<x INT>", "STRUCT<x BIGINT>")
+    assert not widens(f"STRUCT<x {inner}>", f"ARRAY<{inner}>")
