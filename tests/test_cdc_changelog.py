@@ -1,14 +1,15 @@
 """A PostgreSQL change stream made a changelog, mirrored and aggregated (real PostgreSQL, broker and Spark).
 
 `CREATE CHANGELOG items_now (PRIMARY KEY (id)) AS SELECT `after`->... FROM items_cdc WHERE ...` turns each
-change of the source table into an upsert or a delete of its key, in commit order; a PostgreSQL view and a
-Delta table mirror that changelog (upserts and deletes, exactly once per batch), and a GROUP BY over it goes
-through the retraction path. A Random drawn by hypothesis (`st.randoms`: its first example is already a
+change of the source table into an upsert or a delete of its key, in commit order; a PostgreSQL view, a
+Delta table and a PostgreSQL table (CREATE TABLE ... AS SELECT into the postgresql store) mirror that changelog
+(upserts and deletes, exactly once per batch), and a GROUP BY over it goes through the retraction path (into a
+changelog, a Delta table and a PostgreSQL table, whose emptied groups are deleted). A Random drawn by hypothesis (`st.randoms`: its first example is already a
 varied history) writes the source table's history (inserts, updates, updates of the primary key, deletes, in
 transactions of several changes) in phases, one availableNow run of each query per
 phase on one checkpoint. The oracle is PostgreSQL itself: after the inputs stop, the compacted changelog (the
-last value of each key, tombstones dropped), the view and the Delta table each equal `SELECT ... FROM items
-WHERE ...`, and the aggregate equals DuckDB's GROUP BY over that same result.
+last value of each key, tombstones dropped), the view, the Delta table and the PostgreSQL table each equal
+`SELECT ... FROM items WHERE ...`, and the aggregates equal DuckDB's GROUP BY over that same result.
 """
 
 from __future__ import annotations
@@ -69,8 +70,12 @@ CREATE TABLE items_delta WITH ('store' = 'lake') AS SELECT id, grp, qty, note FR
 CREATE CHANGELOG per_grp AS SELECT grp, COUNT(*) AS n, SUM(qty) AS total FROM items_now GROUP BY grp;
 CREATE TABLE per_grp_delta WITH ('store' = 'lake') AS
   SELECT grp, COUNT(*) AS n, SUM(qty) AS total FROM items_now GROUP BY grp;
+CREATE TABLE items_pgt WITH ('store' = 'pg', 'postgresql.table.name' = 'items_table') AS
+  SELECT id, grp, qty, note FROM items_now;
+CREATE TABLE per_grp_pgt WITH ('store' = 'pg', 'postgresql.schema.name' = 'public') AS
+  SELECT grp, COUNT(*) AS n, SUM(qty) AS total FROM items_now GROUP BY grp;
 """
-QUERIES = ("items_now", "items_pg", "items_delta", "per_grp", "per_grp_delta")
+QUERIES = ("items_now", "items_pg", "items_delta", "per_grp", "per_grp_delta", "items_pgt", "per_grp_pgt")
 ORACLE = "SELECT id, grp, qty, note FROM items WHERE qty >= 0"
 IDS = 12
 
@@ -132,7 +137,8 @@ def run_together(spark, project, names: tuple[str, ...], work: Path, timeout: fl
 
 
 def mirrors(broker: str, project, database: str) -> dict[str, dict[int, tuple]]:
-    """The changelog's content, the PostgreSQL view and the Delta table, each as {id: (grp, qty, note)}."""
+    """The changelog's content, the PostgreSQL view, the Delta table and the PostgreSQL table, each as
+    {id: (grp, qty, note)}."""
     from deltalake import DeltaTable
 
     content, _ = changelog_content(broker, project, "items_now")
@@ -142,7 +148,8 @@ def mirrors(broker: str, project, database: str) -> dict[str, dict[int, tuple]]:
     table = delta.to_pyarrow_table().to_pylist()
     return {"changelog": {v["id"]: (v.get("grp"), v["qty"], v.get("note")) for v in content.values()},
             "postgres view": {r[0]: r[1:] for r in sql(database, "SELECT id, grp, qty, note FROM items_mirror")},
-            "delta table": {r["id"]: (r["grp"], r["qty"], r["note"]) for r in table}}
+            "delta table": {r["id"]: (r["grp"], r["qty"], r["note"]) for r in table},
+            "postgres table": {r[0]: r[1:] for r in sql(database, "SELECT id, grp, qty, note FROM items_table")}}
 
 
 def aggregate(broker: str, project, rows: list[tuple]) -> tuple[dict, dict]:
@@ -196,6 +203,7 @@ def _scenario(work: Path, spark, broker: str, database: str, phases) -> None:
 
     table = DeltaTable(str(Path(project.root) / "lake" / project.relation("analytics.public.per_grp_delta").topic))
     assert {r["grp"]: (r["n"], r["total"]) for r in table.to_pyarrow_table().to_pylist()} == wanted
+    assert {g: (n, t) for g, n, t in sql(database, "SELECT grp, n, total FROM per_grp_pgt")} == wanted
     _, tombstones = changelog_content(broker, project, "items_now")
     assert tombstones > 0
 
@@ -244,6 +252,37 @@ def test_delta_and_snowflake_batches_delete_keys(tmp_path: Path) -> None:
                 return dict(conn.cursor().execute('SELECT "ID", "QTY" FROM DEMO_DB.PUBLIC.KEPT').fetchall())
 
         _check_deleting_batches(table_format("snowflake"), snow, rows)
+
+
+def test_postgresql_table_batches_delete_keys_and_append() -> None:
+    """The postgresql table format (a table named SCHEMA.TABLE in the store's database, as a dsn-only store's
+    tables are): keyed batches upsert and delete, a replay is skipped, a keyless table appends, drop forgets it."""
+    from dsflow.adapters.tables import TableRef, table_format
+
+    database = f"dsflow_pgt_{uuid.uuid4().hex[:8]}"
+    sql("postgres", f"CREATE DATABASE {database}")
+    try:
+        fmt, settings = table_format("postgresql"), {**SERVER, "dbname": database}
+        kept = TableRef("postgresql", "public.kept", settings)
+        assert not fmt.exists(kept)
+        _check_deleting_batches(fmt, kept, lambda: dict(sql(database, "SELECT id, qty FROM kept")))
+        assert fmt.exists(kept) and fmt.count_rows(kept) == 2
+        assert fmt.describe(kept)["primary_key"] == ["id"]
+        log = TableRef("postgresql", f"{database}.public.log", settings,
+                       {"postgresql.db.name": database, "postgresql.schema.name": "public",
+                        "postgresql.table.name": "log"})
+        fmt.create(log, [("id", "BIGINT"), ("qty", "BIGINT")], [])
+        for batch_id, rows in enumerate([[(1, 5, True), (1, 5, True)], [(2, 6, True), (3, 7, False)]]):
+            assert fmt.write_batch(log, _batch(rows), [], "app", batch_id)
+        assert not fmt.write_batch(log, _batch([(9, 9, True)]), [], "app", 1)
+        assert sorted(fmt.rows(log, 10)[1]) == [(1, 5), (1, 5), (2, 6)]  # appended; a row not kept is not written
+        fmt.add_columns(log, [("note", "VARCHAR")])
+        assert [c["name"] for c in fmt.describe(log)["columns"]] == ["id", "qty", "note"]
+        fmt.drop(kept)
+        assert not fmt.exists(kept)
+        assert sql(database, "SELECT view FROM dsflow_mv_batches") == [("log",)]
+    finally:
+        sql("postgres", f"DROP DATABASE {database} WITH (FORCE)")
 
 
 # --- kill -9 of the driver mid-stream ------------------------------------------------------------------------

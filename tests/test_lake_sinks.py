@@ -111,6 +111,32 @@ def test_table_validation_errors(tmp_path):
                   no_db) == ["DSF-E098"]
 
 
+def test_postgresql_tables_resolve_and_refuse_what_postgresql_cannot_hold(tmp_path):
+    pg = stores_yaml(pg_dsn="host=127.0.0.1 dbname=app")
+    project = _load(tmp_path / "ok", USERS + f"""
+        CREATE TABLE pv_pg WITH ('store' = 'pg') AS SELECT id, userid FROM pageviews;
+        CREATE TABLE levels WITH ('store' = 'pg', 'postgresql.db.name' = 'serving', 'postgresql.schema.name' = 'web',
+          'postgresql.table.name' = '{"é" * 31}x') AS SELECT level, COUNT(*) AS n FROM users GROUP BY level;
+    """, pg)
+    pv, levels = project.relation("analytics.public.pv_pg"), project.relation("analytics.public.levels")
+    assert (pv.kind, pv.topic, pv.primary_key) == ("table", "public.pv_pg", ())
+    assert (levels.topic, levels.primary_key) == (f"serving.web.{'é' * 31}x", ("level",))  # 63 bytes: accepted
+    assert levels.table_options == {"postgresql.db.name": "serving", "postgresql.schema.name": "web",
+                                    "postgresql.table.name": f"{'é' * 31}x"}
+    query = next(q for q in project.queries if q.sink == "analytics.public.levels")
+    assert query.output_mode == "update"  # GROUP BY over a changelog: no DSF-E157, its emptied groups are deleted
+    assert _codes(tmp_path / "a", f"CREATE TABLE t WITH ('store' = 'pg', 'postgresql.table.name' = '{'é' * 32}') "
+                                  "AS SELECT id FROM pageviews;", pg) == ["DSF-E208"]  # 64 bytes
+    assert _codes(tmp_path / "b", "CREATE TABLE t WITH ('store' = 'pg', 'postgresql.schema.name' = 'a.b') "
+                                  "AS SELECT id FROM pageviews;", pg) == ["DSF-E208"]
+    assert _codes(tmp_path / "c", "CREATE TABLE t WITH ('store' = 'pg', 'delta.path' = 'x') "
+                                  "AS SELECT id FROM pageviews;", pg) == ["DSF-E097"]
+    assert _codes(tmp_path / "d", "CREATE TABLE t WITH ('store' = 'lake', 'postgresql.table.name' = 'x') "
+                                  "AS SELECT id FROM pageviews;", pg) == ["DSF-E097"]
+    assert _codes(tmp_path / "e", "CREATE TABLE t WITH ('store' = 'pg') AS SELECT id FROM pageviews;\n"
+                                  "CREATE STREAM s AS SELECT id FROM t;", pg) == ["DSF-E099"]
+
+
 def test_plan_shows_the_table_and_its_effect(tmp_path):
     from dsflow.cli.render import plan_text
 
@@ -278,14 +304,30 @@ def test_apply_creates_the_table_kill_9_mid_stream_duplicates_nothing_and_destro
 
 @pytest.mark.integration
 def test_a_batch_replayed_without_its_checkpoint_commit_is_skipped(tmp_path, broker, spark, capfd):
-    project = lake_project(tmp_path, broker, PAGEVIEWS + """
-        CREATE TABLE pv_replay WITH ('store' = 'lake') AS SELECT id, userid FROM pageviews;
-    """, stores_yaml())
-    rng = random.Random(2)
-    events = _events(0, 300, rng)
-    produce(broker, project, "pageviews", events, "userid")
-    run(spark, project, "pv_replay", tmp_path)
-    last = _uncommit_last_batch(tmp_path / "checkpoints" / "pv_replay")
-    run(spark, project, "pv_replay", tmp_path)
-    assert f"batch {last} is already in" in capfd.readouterr().err
-    assert sorted(r["id"] for r in _delta_rows(project, "pv_replay")) == list(range(300))
+    """A Delta table and a PostgreSQL table (a dsn store: the table is public.pv_replay_pg of the dsn's database)
+    appended to from a stream: the last batch, written but not committed in the checkpoint, runs again and is
+    skipped, so each table holds every event once."""
+    from pgserver import sql as pg_sql
+
+    database = f"dsflow_replay_{os.getpid()}_{random.randrange(10**6)}"
+    pg_sql("postgres", f"CREATE DATABASE {database}")
+    try:
+        project = lake_project(tmp_path, broker, PAGEVIEWS + """
+            CREATE TABLE pv_replay WITH ('store' = 'lake') AS SELECT id, userid FROM pageviews;
+            CREATE TABLE pv_replay_pg WITH ('store' = 'pg') AS SELECT id, userid FROM pageviews;
+        """, stores_yaml(pg_dsn=f"host=127.0.0.1 port=5432 user=postgres dbname={database}"))
+        assert project.relation("analytics.public.pv_replay_pg").topic == "public.pv_replay_pg"
+        rng = random.Random(2)
+        events = _events(0, 300, rng)
+        produce(broker, project, "pageviews", events, "userid")
+        for name, where in (("pv_replay", "the Delta table"), ("pv_replay_pg", "public.pv_replay_pg")):
+            run(spark, project, name, tmp_path)
+            last = _uncommit_last_batch(tmp_path / "checkpoints" / name)
+            capfd.readouterr()
+            run(spark, project, name, tmp_path)
+            assert f"batch {last} is already in" in capfd.readouterr().err, where
+        assert sorted(r["id"] for r in _delta_rows(project, "pv_replay")) == list(range(300))
+        pg_rows = pg_sql(database, "SELECT id, userid FROM pv_replay_pg")
+        assert sorted(pg_rows) == sorted((e["id"], e["userid"]) for e in events)
+    finally:
+        pg_sql("postgres", f"DROP DATABASE {database} WITH (FORCE)")

@@ -4,6 +4,8 @@
   odd values survive, a replayed batch id is skipped, a null key is DSF-E792;
 - apply / destroy / refresh of the view's table: created with the query's columns and primary key,
   dropped only if dsflow created it, a missing table is drift;
+- CREATE TABLE ... AS SELECT into a postgresql store: apply creates the table (or uses one that exists), adds
+  a column appended to the SELECT in place, destroy drops only the table dsflow created;
 - end to end (apply, a real query on the test's Spark session, a real broker): the view equals a pandas
   reference, and a plain `psql` client reading while the query writes never sees half a batch;
   `dsflow query` reads it as a table, JSON and CSV; a dropped table is drift; destroy drops it.
@@ -169,6 +171,55 @@ def test_table_is_created_with_columns_and_key_and_dropped_only_if_dsflow_create
     views.drop_view_table(loaded.project, deployed["kept"])
     assert psql(pgdb, "SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class WHERE relname IN "
                       "('user_counts', 'pre_existing')") == "pre_existing"
+
+
+TABLES_SQL = """\
+CREATE STREAM pageviews (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR)
+  WITH ('value.format' = 'json', 'topic.partitions' = 1);
+CREATE TABLE pv_counts WITH ('store' = 'pg', 'postgresql.table.name' = 'pv_counts') AS
+  SELECT userid, COUNT(*) AS views FROM pageviews GROUP BY userid;
+CREATE TABLE pv_kept WITH ('store' = 'pg', 'postgresql.table.name' = 'pv_pre_existing') AS
+  SELECT id, userid FROM pageviews;
+"""
+
+
+def test_ctas_table_apply_adds_columns_in_place_and_destroy_drops_only_what_dsflow_created(tmp_path, pgdb) -> None:
+    """CREATE TABLE ... AS SELECT into a postgresql store, through plan and apply targeted at the tables (no
+    driver process): created with the query's columns and key; a table that existed is used and kept by destroy;
+    a column appended to the SELECT is ALTER TABLE ADD COLUMN (rows kept, NULL in them)."""
+    psql(pgdb, "CREATE TABLE pv_pre_existing (id BIGINT, userid TEXT)")
+    psql(pgdb, "INSERT INTO pv_pre_existing VALUES (1, 'u')")
+    root, options = _project(tmp_path, "127.0.0.1:9", pgdb, TABLES_SQL)
+    tables = frozenset({"relation.analytics.public.pv_counts", "relation.analytics.public.pv_kept"})
+    loaded = operations.load(options)
+    plan = operations.plan(loaded, targets=tables)
+    assert sorted((c.address, c.action) for c in plan.actionable if c.address.startswith("relation.")) == \
+        [(t, Action.CREATE) for t in sorted(tables)]  # and the database, schema and stores they are in
+    assert operations.apply(loaded, plan).ok
+    state = operations.load(options).workspace.state_backend().read().resources
+    assert state["relation.analytics.public.pv_counts"].outputs["table"] == f"{pgdb}.public.pv_counts"
+    assert [state[t].outputs["created_by_dsflow"] for t in sorted(tables)] == [True, False]
+    assert psql(pgdb, "SELECT column_name || ':' || data_type FROM information_schema.columns "
+                      "WHERE table_name = 'pv_counts' ORDER BY ordinal_position").splitlines() == [
+        "userid:text", "views:bigint"]
+    assert psql(pgdb, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+                      "a.attnum = ANY(i.indkey) WHERE i.indrelid = 'pv_counts'::regclass AND i.indisprimary") \
+        == "userid"
+    psql(pgdb, "INSERT INTO pv_counts VALUES ('a', 3)")
+
+    (root / "sql" / "all.sql").write_text(TABLES_SQL.replace("COUNT(*) AS views", "COUNT(*) AS views, MAX(id) AS top"))
+    loaded = operations.load(options)
+    plan = operations.plan(loaded, targets=tables)
+    assert [(c.address, c.action) for c in plan.actionable] == [("relation.analytics.public.pv_counts",
+                                                                 Action.UPDATE)]
+    assert operations.apply(loaded, plan).ok
+    assert rows(pgdb, "SELECT userid, views, top FROM pv_counts") == [("a", 3, None)]
+
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
+    assert psql(pgdb, "SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class WHERE relname IN "
+                      "('pv_counts', 'pv_pre_existing')") == "pv_pre_existing"
+    assert rows(pgdb, "SELECT id, userid FROM pv_pre_existing") == [(1, "u")]
 
 
 def _invariant_reader(pgdb: str, stop: threading.Event, seen: list[tuple[int, int, int]]) -> None:

@@ -134,6 +134,8 @@ CREATE TABLE snow_t WITH ('store' = 'snow', 'snowflake.db.name' = 'D', 'snowflak
   'snowflake.table.name' = 'T') AS SELECT id, name FROM events;
 CREATE TABLE ice_t WITH ('store' = 'ice', 'iceberg.namespace.name' = 'n', 'iceberg.table.name' = 'tbl')
   AS SELECT id, name FROM events;
+CREATE TABLE pg_t WITH ('store' = 'pg', 'postgresql.db.name' = 'wh', 'postgresql.schema.name' = 'web',
+  'postgresql.table.name' = 'pgt') AS SELECT id, name FROM events;
 CREATE MATERIALIZED VIEW user_names WITH ('store' = 'pg', 'postgresql.table.name' = 'user_names') AS
   SELECT uid, name FROM users;
 """,
@@ -241,6 +243,9 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("table", "iceberg.namespace.name"): ("relation.db.s.ice_t", [(Q, "namespace.name' = 'n'",
                                                                    "namespace.name' = 'n2'")]),
     ("table", "iceberg.table.name"): ("relation.db.s.ice_t", [(Q, "table.name' = 'tbl'", "table.name' = 'tbl2'")]),
+    ("table", "postgresql.db.name"): ("relation.db.s.pg_t", [(Q, "db.name' = 'wh'", "db.name' = 'wh2'")]),
+    ("table", "postgresql.schema.name"): ("relation.db.s.pg_t", [(Q, "schema.name' = 'web'", "schema.name' = 'w2'")]),
+    ("table", "postgresql.table.name"): ("relation.db.s.pg_t", [(Q, "table.name' = 'pgt'", "table.name' = 'pgt2'")]),
     ("table", "lifecycle.prevent_destroy"): (LAKE_T, [(Q, LAKE_WITH, LAKE_WITH[:-1] + ", "
                                                        "'lifecycle.prevent_destroy' = 'true')")]),
     ("table", "value.schema.compatibility"): (LAKE_T, [(Q, LAKE_WITH, LAKE_WITH[:-1] + ", "

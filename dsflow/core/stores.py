@@ -52,8 +52,8 @@ class StoreKind:
     log_noun: str = "topic"
     description: str = ""
     table_format: str = ""
-    """The table format its tables are written in (delta, snowflake, iceberg; "" for a kind without tables); the
-    kind whose package implements a format exposes it as its `tables` facet (a TableFormat class)."""
+    """The table format its tables are written in (delta, snowflake, iceberg, postgresql; "" for a kind without
+    tables); the kind whose package implements a format exposes it as its `tables` facet (a TableFormat class)."""
     legacy_logs: bool = False
     """Its `objects` facet is asked last, and takes the deployed logs no other kind recognises: states written before
     relations recorded their store type name only a topic (one kind, the first dsflow had, claims those)."""
@@ -88,8 +88,9 @@ REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream",
               description="Amazon Kinesis Data Streams: streams and changelogs as Kinesis streams (shards)"),
     StoreKind("postgresql", "dsflow.adapters.postgres", "PostgreSQL",
-              frozenset({_C.VIEWS, _C.CHANGE_STREAM}), log_noun="table",
-              description="a PostgreSQL database: materialized views, and change streams of its tables"),
+              frozenset({_C.VIEWS, _C.CHANGE_STREAM, _C.TABLES, _C.MERGE}), log_noun="table",
+              description="a PostgreSQL database: materialized views, tables written by CREATE TABLE ... AS SELECT, "
+                          "and change streams of its tables", table_format="postgresql"),
     StoreKind("s3", "dsflow.adapters.tables", "S3", _TABLES, log_noun="table",
               description="Delta Lake tables in an S3 bucket", table_format="delta"),
     StoreKind("filesystem", "dsflow.adapters.tables", "filesystem", _TABLES, log_noun="table",

@@ -2,9 +2,10 @@
 databases, schemas and tables, describes columns and prints rows; `dsflow query` runs SQL over the views a
 postgresql store keeps.
 
-Paths follow DeltaStream's entity paths: `database`, `database.schema`, `database.schema.table`. The
-connection comes from the postgresql store: a `dsn` (setting or property) or host/port/user/password/
-database properties; another database of the same server is reached by overriding dbname.
+Paths follow DeltaStream's entity paths: `database`, `database.schema`, `database.schema.table` (a table also as
+`schema.table`, in the store's database). The connection comes from the postgresql store: a `dsn` (setting or
+property) or host/port/user/password/database properties; another database of the same server is reached by
+overriding dbname.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ def _connect(store, database: str | None = None):
                           hint="check the store's dsn (or host, port, user, password, database)") from err
 
 
-def _split(path: str, want: int) -> list[str]:
+def _split(path: str) -> tuple[str | None, str, str]:
+    """(database, schema, table) of a table path; database None (the store's) for `schema.table`."""
     parts = [p for p in path.split(".") if p]
-    if len(parts) != want:
-        raise DsflowError("DSF-E757", f"'{path}' is not a PostgreSQL table path database.schema.table",
+    if len(parts) not in (2, 3):
+        raise DsflowError("DSF-E757", f"'{path}' is not a PostgreSQL table path [database.]schema.table",
                           hint="list what is there with 'dsflow entity list [database[.schema]] --store NAME'")
-    return parts
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else (None, parts[0], parts[1])
 
 
 def list_entities(store, path: str) -> list[str]:
@@ -59,7 +61,7 @@ def list_entities(store, path: str) -> list[str]:
 
 
 def describe(store, path: str) -> dict[str, Any]:
-    database, schema, table = _split(path, 3)
+    database, schema, table = _split(path)
     conn = _connect(store, database)
     try:
         with conn.cursor() as cursor:
@@ -82,7 +84,7 @@ def describe(store, path: str) -> dict[str, Any]:
 def rows(store, path: str, limit: int) -> tuple[list[str], list[tuple]]:
     from psycopg2 import sql
 
-    database, schema, table = _split(path, 3)
+    database, schema, table = _split(path)
     conn = _connect(store, database)
     try:
         with conn.cursor() as cursor:

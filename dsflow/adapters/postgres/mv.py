@@ -1,4 +1,5 @@
-"""Materialized view snapshots in PostgreSQL: one table per view, written one transaction per micro-batch.
+"""Materialized view snapshots in PostgreSQL: one table per view, written one transaction per micro-batch (a
+CREATE TABLE ... AS SELECT's table is written by the same functions: tables.py).
 
     ensure_table   apply: CREATE TABLE (columns from the query's output types, PRIMARY KEY on the view's key)
                    and the batch ledger `dsflow_mv_batches` in the same schema; says whether it created it
@@ -185,10 +186,10 @@ def _stage_text(rows: Iterable[Sequence[Any]], key_index: Sequence[int], view: s
     for ordinal, row in enumerate(rows):
         for i in key_index:
             if row[i] is None:
-                raise DsflowError("DSF-E792", f"a row of the materialized view '{view}' has a null key column "
-                                  f"'{key[key_index.index(i)]}': PostgreSQL primary keys cannot be null",
-                                  hint="filter it out (WHERE col IS NOT NULL) or replace it (COALESCE(col, '')) "
-                                       "in the view's SELECT")
+                raise DsflowError("DSF-E792", f"a row of the PostgreSQL table '{view}' (a view's or a table's) has "
+                                  f"a null key column '{key[key_index.index(i)]}': PostgreSQL primary keys cannot "
+                                  "be null", hint="filter it out (WHERE col IS NOT NULL) or replace it "
+                                                  "(COALESCE(col, '')) in the SELECT")
         buffer.write("\t".join([str(ordinal), *(copy_text(v) for v in row)]) + "\n")
         count += 1
     buffer.seek(0)

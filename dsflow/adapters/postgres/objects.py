@@ -1,6 +1,7 @@
 """PostgreSQL's physical-object operations (the `objects` facet, core/stores.py): apply's executors for what a
-postgresql store holds (a CDC stream's slot and publication, a view's snapshot table, pushed-down grants, roles and users' logins)
-and refresh's look at them. Its objects have no identity to compare and no records to count."""
+postgresql store holds (a CDC stream's slot and publication, a view's snapshot table, a CREATE TABLE ... AS SELECT's
+table, pushed-down grants, roles and users' logins) and refresh's look at them. Its objects have no identity to
+compare; a table's rows are counted as every table format's (adapters/tables/objects.py)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,24 @@ class PostgresObjects:
 
     def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
                      since: str | None = None) -> int | None:
-        return None
+        """The rows of a table (its format counts them); None for anything else."""
+        if data.get("kind") != "table":
+            return None
+        from dsflow.adapters.tables.objects import OBJECTS as TABLE_OBJECTS
+
+        return TABLE_OBJECTS.held_records(store, outputs, data, since)
 
     def executor(self, data: Mapping[str, Any], outputs: Mapping[str, Any], store_type: str | None) -> Any:
-        """A CDC stream (its slot and publication), or a view kept in a store (its snapshot table)."""
+        """A CDC stream (its slot and publication), a view kept in a store (its snapshot table), or a table
+        (adapters/tables/executor.py, as every table format's)."""
         from dsflow.adapters.postgres.executor import CdcExecutor, ViewTableExecutor, is_cdc
 
         if is_cdc(dict(data)):
             return CdcExecutor()
+        if data.get("kind") == "table":
+            from dsflow.adapters.tables.executor import TableExecutor
+
+            return TableExecutor()
         return ViewTableExecutor() if data.get("kind") == "materialized_view" and data.get("store") else None
 
     def observe(self, project: Any, deployed: Any, cache: dict[str, Any]) -> Any:

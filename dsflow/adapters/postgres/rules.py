@@ -1,12 +1,14 @@
 """The load rules of a PostgreSQL store (the `rules` facet, core/stores.py): its connection settings, where a
-materialized view's table is, and the change streams (CDC) of its tables.
+materialized view's table or a CREATE TABLE ... AS SELECT's table is, and the change streams (CDC) of its tables.
 
     CREATE MATERIALIZED VIEW v WITH ('store' = 'pg', 'postgresql.db.name' = 'serving',
         'postgresql.schema.name' = 'public', 'postgresql.table.name' = 'user_counts') AS SELECT ...
+    CREATE TABLE t WITH ('store' = 'pg', 'postgresql.table.name' = 'orders_mirror') AS SELECT ...
 
-A view's table is in the store's database (its `database`/`dbname` property, else the connection's default)
-unless 'postgresql.db.name' names another, in schema `public` unless 'postgresql.schema.name' says otherwise,
-named like the view unless 'postgresql.table.name' says otherwise.
+A view's or a table's table is in the store's database (its `database`/`dbname` property, else the connection's
+default) unless 'postgresql.db.name' names another, in schema `public` unless 'postgresql.schema.name' says
+otherwise, named like the relation unless 'postgresql.table.name' says otherwise. A table's name on the store
+(its topic) is DATABASE.SCHEMA.TABLE, or SCHEMA.TABLE when the database is the connection's default.
 
 A stream in a postgresql store is the change stream of one table ('postgresql.schema.name' and
 'postgresql.table.name') or of several tables of one database ('postgresql.cdc.table.list' =
@@ -45,11 +47,13 @@ class PostgresRules:
     change_props = CHANGE_PROPS
     slot_key, publication_key = SLOT_KEY, PUBLICATION_KEY
     several_tables_hint = f"make one change stream per table ('{TABLE}') and one changelog of each"
+    merging_sinks = ("a PostgreSQL table sink", "a postgresql store")
 
     setting_names = (*(("cdc", k) for k in (DB, SCHEMA, TABLE, TABLE_LIST)),
-                     *(("materialized_view", k) for k in (DB, SCHEMA, TABLE)))
-    """(object, WITH property) of each setting that names the table of a change stream or a view (core/settings.py
-    classes them: identity)."""
+                     *(("materialized_view", k) for k in (DB, SCHEMA, TABLE)),
+                     *(("table", k) for k in (DB, SCHEMA, TABLE)))
+    """(object, WITH property) of each setting that names the table of a change stream, a view or a table
+    (core/settings.py classes them: identity)."""
 
     def settings(self, store_type: str) -> type[PostgresSettings]:
         return PostgresSettings
@@ -57,8 +61,7 @@ class PostgresRules:
     def view_options(self, fqn: str, props: dict[str, str], store: Any, location: Location | None,
                      prop_location: Where, report: Report) -> tuple[str, dict[str, str]] | None:
         """(the view's table name, its table options); DSF-E142 for a name longer than PostgreSQL's 63."""
-        options = {DB: props.get(DB) or store.properties.get("database") or store.properties.get("dbname") or "",
-                   SCHEMA: props.get(SCHEMA) or "public", TABLE: props.get(TABLE) or fqn.rsplit(".", 1)[-1]}
+        options = _table_place(fqn, props, store)
         for key in (SCHEMA, TABLE):
             if len(options[key]) > MAX_IDENTIFIER:
                 report(Diagnostic("DSF-E142", f"'{key}' of '{fqn}' is longer than PostgreSQL's 63 characters",
@@ -66,14 +69,36 @@ class PostgresRules:
                 return None
         return options[TABLE], options
 
+    def table_props(self, store_type: str) -> set[str]:
+        return set(TABLE_KEYS)
+
+    def table_options(self, fqn: str, props: dict[str, str], store: Any, location: Location | None,
+                      prop_location: Where, report: Report) -> tuple[str, dict[str, str]]:
+        """(the table's name on the store: [DATABASE.]SCHEMA.TABLE, its table options: the three parts)."""
+        options = _table_place(fqn, props, store)
+        return ".".join(options[k] for k in TABLE_KEYS if options[k]), options
+
+    def check_table(self, store_type: str, relation: Any, report: Report) -> None:
+        """DSF-E208: a database, schema or table name PostgreSQL would cut (longer than 63 bytes) or that the
+        table's name on the store cannot hold (empty, a '.', a control character)."""
+        options = relation.table_options or {}
+        for key in TABLE_KEYS:
+            name = options.get(key, "")
+            problem = _name_problem(name) if name or key != DB else None
+            if problem:
+                report(Diagnostic("DSF-E208", f"the PostgreSQL name {name!r} ('{key}') of table '{relation.fqn}' is "
+                                  f"not valid: {problem}", relation.location,
+                                  hint="use 1-63 bytes without '.' or control characters"))
+
     def check_grant(self, grant: Any, relation: Relation) -> list[Diagnostic]:
         """DSF-E373 (a warning): INSERT on a relation kept here is not pushed down as a PostgreSQL INSERT grant
         (adapters/postgres/grants.py pushes SELECT only)."""
         if grant.privilege != "INSERT":
             return []
-        if relation.kind == "materialized_view":
-            why = ("dsflow alone writes the view's table (upserts by key from its query): rows inserted by a "
-                   "PostgreSQL role would be overwritten, or kept though no input produced them")
+        if relation.kind in ("materialized_view", "table"):
+            what = "view's table" if relation.kind == "materialized_view" else "table"
+            why = (f"dsflow alone writes the {what} (from its query): rows inserted by a PostgreSQL role would be "
+                   "overwritten, or kept though no input produced them")
         else:
             why = "the stream's tables belong to the application dsflow reads their changes from"
         return [Diagnostic("DSF-E373", f"INSERT on '{relation.fqn}' is not pushed down to PostgreSQL: {why}; "
@@ -136,6 +161,23 @@ class PostgresRules:
             topic = f"{database}.{schema}.{table}"
         return Relation(fqn=fqn, kind="stream", columns=columns, store=store, topic=topic,
                         timestamp=props.get("timestamp"), table_options=options, location=location)
+
+
+def _table_place(fqn: str, props: dict[str, str], store: Any) -> dict[str, str]:
+    """The database ("": the connection's), schema and table of a view's or a table's table."""
+    return {DB: props.get(DB) or store.properties.get("database") or store.properties.get("dbname") or "",
+            SCHEMA: props.get(SCHEMA) or "public", TABLE: props.get(TABLE) or fqn.rsplit(".", 1)[-1]}
+
+
+def _name_problem(name: str) -> str | None:
+    """Why a PostgreSQL name cannot name a table's part (None: it can)."""
+    if not name.strip():
+        return "it is empty"
+    if len(name.encode()) > MAX_IDENTIFIER:
+        return f"it is {len(name.encode())} bytes long (PostgreSQL keeps {MAX_IDENTIFIER})"
+    if "." in name or re.search(r"[\x00-\x1f\x7f]", name):
+        return "it holds a '.' or a control character"
+    return None
 
 
 def _check_props(fqn: str, props: dict[str, str], store: str, location: Location | None, prop_location: Where,

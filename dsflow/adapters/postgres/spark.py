@@ -1,6 +1,7 @@
 """PostgreSQL's side of the query driver (the `spark` facet, adapters/spark/facets.py): a table's changes read by
 the `dsflow_postgres_cdc` data source (reading.py), and a materialized view kept in a PostgreSQL table, written
-by foreachBatch one transaction per micro-batch (mv.py)."""
+by foreachBatch one transaction per micro-batch (mv.py); a CREATE TABLE ... AS SELECT's table is written like
+every table format's (adapters/tables/spark.py, the `postgresql` format: tables.py here)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any
 from dsflow.adapters.spark.facets import SparkFacet
 
 DB, SCHEMA = "postgresql.db.name", "postgresql.schema.name"
+TABLE_FORMAT = "postgresql"
+"""The sink kind of a table relation: its table format (core/stores.py)."""
 
 
 class PostgresSpark:
-    kinds = ("postgres_cdc", "postgres")  # a change stream (source); a materialized view's table (sink)
+    kinds = ("postgres_cdc", "postgres", TABLE_FORMAT)  # a change stream (source); a view's table, a table (sinks)
     async_checkpoint = False
 
     def client_option(self, setting: str) -> str:
@@ -31,8 +34,13 @@ class PostgresSpark:
             "fields": json.dumps(image_types(relation)), **key_option(project, query)}}
 
     def sink_spec(self, project: Any, query: Any, store: Any, relation: Any, columns: list[str]) -> Any:
+        """A table's sink (kind: its table format), or a materialized view's (kind `postgres`)."""
         from dsflow.adapters.spark.spec import SinkSpec
 
+        if relation.kind == "table":
+            from dsflow.adapters.tables.spark import table_sink_spec
+
+            return table_sink_spec(project, query, store, relation, columns)
         return SinkSpec(topic=relation.topic, client_config=dict(store.properties), columns=columns, kind="postgres",
                         output_mode=query.output_mode, key_columns=list(relation.primary_key),
                         options=dict(relation.table_options))
@@ -56,6 +64,10 @@ class PostgresSpark:
         return result
 
     def start(self, spec: Any, frame: Any, trigger: dict[str, Any], options: dict[str, str]) -> Any:
+        if spec.sink.kind == TABLE_FORMAT:
+            from dsflow.adapters.tables.spark import start_table
+
+            return start_table(spec, frame, trigger)
         from dsflow.adapters.spark.frames import start_view
 
         return start_view(spec, frame, trigger, self)

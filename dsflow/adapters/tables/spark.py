@@ -46,12 +46,7 @@ class TableSpark:
             "value.columns": json.dumps([[c.name, c.type] for c in relation.columns])}}
 
     def sink_spec(self, project: Any, query: Any, store: Any, relation: Any, columns: list[str]) -> Any:
-        from dsflow.adapters.spark.spec import SinkSpec
-        from dsflow.adapters.tables import table_ref
-
-        ref = table_ref(project.root, store, relation)
-        return SinkSpec(topic=ref.location, client_config=ref.settings, columns=columns, kind=ref.format,
-                        output_mode=query.output_mode, key_columns=list(relation.primary_key), options=ref.options)
+        return table_sink_spec(project, query, store, relation, columns)
 
     def data_sources(self) -> list[type]:
         module, _, name = self.reader.partition(":")
@@ -78,23 +73,37 @@ class TableSpark:
         return result
 
     def start(self, spec: Any, frame: Any, trigger: dict[str, Any], options: dict[str, str]) -> Any:
-        """Start a query writing a table (created from the result's schema if apply has not yet)."""
-        from dsflow.adapters.tables import table_format
-
-        ref = sink_ref(spec)
-        fmt = table_format(ref.format)
-        if not fmt.exists(ref):
-            types = {f.name: f.dataType.simpleString().upper() for f in frame.schema.fields}
-            fmt.create(ref, [(c, types.get(c, "STRING")) for c in spec.sink.columns], list(spec.sink.key_columns))
-        return (frame.writeStream.foreachBatch(table_writer(spec))
-                .outputMode(spec.sink.output_mode)
-                .option("checkpointLocation", spec.checkpoint)
-                .queryName(spec.name.replace(".", "_"))
-                .trigger(**trigger)
-                .start())
+        return start_table(spec, frame, trigger)
 
     def lag_reader(self) -> None:
         return None
+
+
+def table_sink_spec(project: Any, query: Any, store: Any, relation: Any, columns: list[str]) -> Any:
+    """The sink of a query writing a table relation: its table format is the sink's kind."""
+    from dsflow.adapters.spark.spec import SinkSpec
+    from dsflow.adapters.tables import table_ref
+
+    ref = table_ref(project.root, store, relation)
+    return SinkSpec(topic=ref.location, client_config=ref.settings, columns=columns, kind=ref.format,
+                    output_mode=query.output_mode, key_columns=list(relation.primary_key), options=ref.options)
+
+
+def start_table(spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
+    """Start a query writing a table (created from the result's schema if apply has not yet)."""
+    from dsflow.adapters.tables import table_format
+
+    ref = sink_ref(spec)
+    fmt = table_format(ref.format)
+    if not fmt.exists(ref):
+        types = {f.name: f.dataType.simpleString().upper() for f in frame.schema.fields}
+        fmt.create(ref, [(c, types.get(c, "STRING")) for c in spec.sink.columns], list(spec.sink.key_columns))
+    return (frame.writeStream.foreachBatch(table_writer(spec))
+            .outputMode(spec.sink.output_mode)
+            .option("checkpointLocation", spec.checkpoint)
+            .queryName(spec.name.replace(".", "_"))
+            .trigger(**trigger)
+            .start())
 
 
 def sink_ref(spec: Any) -> Any:
