@@ -243,6 +243,20 @@ def test_aliased_or_repeated_expressions_validate(tmp_path):
     assert keys == {"a": ("u",), "b": ("u",), "t": ()}
 
 
+def test_a_sqlite_view_row_whose_key_holds_nulls_is_replaced_and_deleted(tmp_path):
+    """A key column may be NULL (a FULL join's missing side, a NULL group): its row is replaced by the next row of
+    that key and deleted by its tombstone, as a key without NULLs is (SQLite's own key keeps NULLs apart)."""
+    database = str(tmp_path / "views.db")
+    mv.ensure_table(database, "j", [("o", "BIGINT"), ("u", "VARCHAR"), ("v", "BIGINT")], ["o", "u"])
+    names = ["o", "u", "v"]
+    assert mv.write_batch(database, "j", names, ["o", "u"], [(1, None, 1), (None, "a", 2), (2, "b", 3)], "ck", 0)
+    assert mv.write_batch(database, "j", names, ["o", "u"], [(1, None, 10), (None, "a", 20)], "ck", 1,
+                          deletes=[(2, "b")])
+    assert mv.write_batch(database, "j", names, ["o", "u"], [(None, None, 7)], "ck", 2, deletes=[(None, "a")])
+    found = mv.run_query(database, "SELECT o, u, v FROM j")[1]
+    assert sorted(found, key=repr) == sorted([(1, None, 10), (None, None, 7)], key=repr)
+
+
 def test_a_keyless_view_row_is_replaced_by_each_update_in_sqlite_and_postgres(tmp_path):
     """The view writers' `replace` (a global aggregate's view): a batch's row replaces the table's; an empty batch
     keeps it; a replayed batch changes nothing. PostgreSQL on 127.0.0.1:5432, a database of its own."""

@@ -4,7 +4,8 @@ Random upserts and deletes of orders and users (orders moving between users, use
 foreign keys) are produced in several micro-batches, each followed by one availableNow run of every query on its
 own checkpoint (the two stages' state is read back from the checkpoint every time). After the last batch each
 output topic, read as a changelog (latest value per key, tombstones remove keys), must equal DuckDB's answer to
-the same SELECT over the final snapshots of the two inputs. A second test kills a driver with -9 mid-stream and
+the same SELECT over the final snapshots of the two inputs, and so must the FULL join's materialized view (SQLite).
+A second test kills a driver with -9 mid-stream and
 resumes it. The stages' pure functions are checked in tests/test_changelog_join_stages.py.
 
 CI runs the explicit example and one generated one (a fixed seed); for more, random ones:
@@ -33,6 +34,7 @@ from dsflow.adapters import process
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.retract import STATE_PROVIDER
 from dsflow.adapters.spark.translate import query_spec
+from dsflow.adapters.sqlite import mv
 from dsflow.engine.executors import DRIVER_MODULE
 from projects import make_project
 from streaming import CONFIG, streaming_project
@@ -56,7 +58,10 @@ QUERIES = {
 KEYS = {"inner_join": ("order_id",), "left_join": ("order_id",), "full_join": ("order_id", "uid")}
 AGGREGATE = ("tier_totals", "SELECT tier, COUNT(*) AS n, SUM(amount) AS total FROM left_join GROUP BY tier")
 """A GROUP BY over a join's changelog (the join written into a changelog, then aggregated with retractions)."""
-SQL = SOURCES + "".join(f"CREATE CHANGELOG {name} AS {select};\n" for name, select in [*QUERIES.items(), AGGREGATE])
+VIEW = "full_view"
+"""The FULL join into a materialized view (SQLite: upserts and deletes by the join's two keys)."""
+SQL = SOURCES + "".join(f"CREATE CHANGELOG {name} AS {select};\n" for name, select in [*QUERIES.items(), AGGREGATE]) \
+    + f"CREATE MATERIALIZED VIEW {VIEW} AS {QUERIES['full_join']};\n"
 EXAMPLES = int(os.environ.get("DSFLOW_CJOIN_EXAMPLES", "1"))
 
 order = st.fixed_dictionaries({"user_id": st.sampled_from(["u0", "u1", "u2", "u3", None]),
@@ -91,7 +96,7 @@ def test_changelog_joins_equal_duckdb_over_the_final_snapshots(broker, spark, fe
             for relation in ("orders", "users"):
                 produce_changes(broker, project, relation, [_record(relation, k, v) for r, k, v in changes
                                                             if r == relation])
-            _run_all(spark, project, work)
+            _run_all(spark, project, work, names=(*QUERIES, VIEW))
         _run_all(spark, project, work, names=[AGGREGATE[0]])  # once, over every change the join made
     finally:  # the stages set the session's state store to RocksDB: later tests' new checkpoints keep Spark's default
         spark.conf.unset(STATE_PROVIDER)
@@ -99,6 +104,10 @@ def test_changelog_joins_equal_duckdb_over_the_final_snapshots(broker, spark, fe
     for name, select in QUERIES.items():
         content, _ = changelog_content(broker, project, name)
         assert _rows(content.values(), KEYS[name]) == _expected(snapshots, select, KEYS[name]), name
+    database = mv.database_path(project.root, project.state_path, project.environment)
+    columns, rows = mv.run_query(database, f"SELECT * FROM {VIEW}")
+    assert _rows([dict(zip(columns, r)) for r in rows], KEYS["full_join"]) == \
+        _expected(snapshots, QUERIES["full_join"], KEYS["full_join"]), VIEW
     content, _ = changelog_content(broker, project, AGGREGATE[0])
     over_the_join = AGGREGATE[1].replace("FROM left_join", f"FROM ({QUERIES['left_join']})")
     assert _rows(content.values(), ("tier",)) == _expected(snapshots, over_the_join, ("tier",)), AGGREGATE[0]

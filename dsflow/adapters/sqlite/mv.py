@@ -114,7 +114,8 @@ def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Seque
     """Apply one micro-batch in one transaction; False if this batch was applied before (a replay).
 
     `deletes` are key values (in `key` order) whose rows are deleted; a key is in `rows` or in `deletes`,
-    not both (frames.split_deletes keeps the last change of each key). `replace`: rows, if any, replace the
+    not both (frames.split_deletes keeps the last change of each key). A row replaces the one of its key, NULL
+    key values matching (`IS`): the row's key is deleted first, then the row inserted. `replace`: rows, if any, replace the
     table's (a view without key, of an aggregate without GROUP BY)."""
     rows = list(rows)
     names = ", ".join(quote(c) for c in columns)
@@ -134,11 +135,13 @@ def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Seque
             return False
         if replace and rows:
             conn.execute(f"DELETE FROM {quote(table)}")
-        conn.executemany(sql, ([sqlite_value(v) for v in row] for row in rows))
-        if key:
-            match = " AND ".join(f"{quote(k)} = ?" for k in key)
+        if key:  # a key column may be NULL (a FULL join's missing side, a NULL group): SQLite's key keeps NULLs apart
+            match = " AND ".join(f"{quote(k)} IS ?" for k in key)
+            positions = [list(columns).index(k) for k in key]
             conn.executemany(f"DELETE FROM {quote(table)} WHERE {match}",
-                             ([sqlite_value(v) for v in k] for k in deletes))
+                             [[sqlite_value(row[i]) for i in positions] for row in rows] +
+                             [[sqlite_value(v) for v in k] for k in deletes])
+        conn.executemany(sql, ([sqlite_value(v) for v in row] for row in rows))
         conn.execute(f"INSERT INTO {LEDGER} (view, checkpoint, batch_id) VALUES (?, ?, ?) "
                      "ON CONFLICT (view, checkpoint) DO UPDATE SET batch_id = excluded.batch_id",
                      (table, checkpoint, batch_id))
