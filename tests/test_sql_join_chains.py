@@ -1,12 +1,22 @@
 """Joins of more than two relations (a left-deep chain): three temporal joins (INNER, LEFT keyed by the first
-changelog's column, INNER keyed by the stream's), and an INNER and a LEFT interval join each followed by a LEFT
-temporal join, on real Spark and a real broker; and the chains that are refused (DSF-E194..E198), with their places.
+changelog's column, INNER keyed by the stream's); an INNER and a LEFT interval join each followed by a LEFT
+temporal join; two interval joins chained (INNER-INNER ON the second stream's column, LEFT-LEFT then a LEFT
+temporal join); on real Spark and a real broker; and the chains that are refused (DSF-E045, E131, E132, E194,
+E196..E198), with their places.
 
-In each of two phases (`enriched` runs after each, on one checkpoint; the others after the last) the changelog
-changes (updates, tombstones, keys that never exist) are produced before the stream records, in random order; the
-second brings late orders (behind the first run's watermark: dropped) and ends with a far-future order (and
-shipment) that moves the watermark past everything. A plain Python reference joins each order with each
-changelog's newest version at or before the order's time; the sinks must equal it row for row.
+In each of two phases (`enriched` and the chains of two interval joins run after each, on one checkpoint; the others
+after the last) the changelog changes (updates, tombstones, keys that never exist) are produced before the stream
+records, in random order; the second brings late records and ends with a far-future order, shipment and return that
+move the watermark past everything. A plain Python reference joins each order with each changelog's newest version
+at or before the order's time, and with the shipments and returns within each WITHIN of the order's time (the
+event time of every joined row: the first stream's); the sinks must equal it row for row.
+
+Late records (dropped: they join nothing, and a late order is not written even by a LEFT join). `enriched`: an order
+at or behind the watermark the first run leaves (the newest order time minus 5 s). The interval chains: with W1 the
+watermark the first run leaves (the smallest of the three streams' newest event times, minus 5 s), an order or a
+shipment at or behind W1, a return at or behind W1 - 5 s (Spark drops a row behind its join's input watermark, which
+for the second join is the first join's output watermark: W1 minus its WITHIN). The feed keeps every record of the
+second phase more than a second away from these bounds, so the test does not rest on Spark's rounding.
 """
 
 from __future__ import annotations
@@ -19,8 +29,8 @@ import pytest
 
 from changelogs import produce_changes
 from dsflow.adapters.spark.temporal import step
-from dsflow.adapters.spark.translate import spark_select
-from dsflow.core.model import TemporalJoin
+from dsflow.adapters.spark.translate import chain_spec, spark_select
+from dsflow.core.model import IntervalJoin, TemporalJoin
 from dsflow.load.project import check_project, load_project
 from projects import make_project
 from streaming import produce, records, run, streaming_project
@@ -28,6 +38,7 @@ from streaming import produce, records, run, streaming_project
 T0 = 1_700_000_000_000
 FLUSH = 99_999
 DELAY_MS = 5_000
+SHIP_WITHIN, RETURN_WITHIN = 5_000, 3_000
 USERS, PRODUCTS, COUNTRIES = [f"u{i}" for i in range(8)], [f"p{i}" for i in range(6)], [f"c{i}" for i in range(4)]
 EXISTING = {"users": USERS[:6], "products": PRODUCTS[:5], "countries": COUNTRIES[:3]}  # the rest never exist
 
@@ -36,6 +47,8 @@ CREATE STREAM orders (id BIGINT, ts BIGINT, userid VARCHAR, pid VARCHAR)
   WITH ('value.format' = 'json', 'timestamp' = 'ts', 'topic.partitions' = 2);
 CREATE STREAM ships (sid BIGINT, sts BIGINT, oid BIGINT, carrier VARCHAR)
   WITH ('value.format' = 'json', 'timestamp' = 'sts');
+CREATE STREAM returns (rid BIGINT, rts BIGINT, oid BIGINT, sid BIGINT)
+  WITH ('value.format' = 'json', 'timestamp' = 'rts');
 CREATE CHANGELOG users (userid VARCHAR, name VARCHAR, cid VARCHAR, cts BIGINT, PRIMARY KEY (userid))
   WITH ('value.format' = 'json', 'timestamp' = 'cts', 'topic.partitions' = 2);
 CREATE CHANGELOG products (pid VARCHAR, title VARCHAR, cts BIGINT, PRIMARY KEY (pid))
@@ -53,7 +66,15 @@ CREATE STREAM shipped AS
 CREATE STREAM shipped_left AS
   SELECT o.id, s.sid, u.name FROM orders o LEFT JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
   LEFT JOIN users u ON o.userid = u.userid;
+CREATE STREAM returned AS
+  SELECT o.id, s.sid, r.rid FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  JOIN returns r WITHIN 3 SECONDS ON r.sid = s.sid;
+CREATE STREAM returned_left AS
+  SELECT o.id, s.sid, r.rid, u.name FROM orders o LEFT JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  LEFT JOIN returns r WITHIN 3 SECONDS ON r.oid = o.id LEFT JOIN users u ON o.userid = u.userid;
 """
+TWICE = ("enriched", "returned", "returned_left")
+INTERVAL_CHAINS = TWICE[1:]
 
 
 def _change(rng: random.Random, relation: str, ts: int, key: str | None = None) -> tuple:
@@ -93,11 +114,45 @@ def feed(seed: int = 21) -> list[dict]:
     second = phase(50_000, 80_000, [], 60)
     second["orders"] += [{"id": next(ids), "ts": T0 + rng.randrange(1_000, 15_000), "userid": rng.choice(USERS),
                           "pid": rng.choice(PRODUCTS)} for _ in range(8)]  # late: behind the first run's watermark
-    return [first, {k: second[k] + flush[k] for k in second}]  # two runs of each query
+    phases = [first, {k: second[k] + flush[k] for k in second}]  # two runs of each query
+    _add_returns(phases, random.Random(seed + 1))  # another generator: the records above stay as they were
+    return phases
 
 
-def reference(phases: list[dict]) -> dict[str, Counter]:
-    """What each query must write: every order joined with each changelog's newest version at or before its time."""
+def first_watermark(phases: list[dict]) -> int:
+    """W1: the watermark the first run of an interval chain leaves (the smallest newest event time, minus 5 s)."""
+    first = phases[0]
+    return min(max(r[ts] for r in first[name]) for name, ts in (("orders", "ts"), ("ships", "sts"),
+                                                                 ("returns", "rts"))) - DELAY_MS
+
+
+def _add_returns(phases: list[dict], rng: random.Random) -> None:
+    """Returns of each phase's orders (each names one of the order's shipments, or none: sid -1); then in the second
+    phase late shipments and returns, of the late orders and of orders of the first phase, and a far-future return."""
+    rids = iter(range(1, 10_000))
+
+    def returns(order: dict, ships: list[dict]) -> list[dict]:
+        sids = [s["sid"] for s in ships if s["oid"] == order["id"]] + [-1]
+        return [{"rid": next(rids), "rts": order["ts"] + rng.randrange(-5_000, 5_000), "oid": order["id"],
+                 "sid": rng.choice(sids)} for _ in range(rng.choice((0, 1, 1, 2)))]
+
+    first, second = phases
+    first["returns"] = [r for o in first["orders"] for r in returns(o, first["ships"])]
+    second["returns"] = [r for o in second["orders"] if o["id"] != FLUSH and o["ts"] > T0 + 40_000
+                         for r in returns(o, second["ships"])]
+    w1 = first_watermark(phases)
+    olds = [o for o in second["orders"] if o["ts"] <= w1] + rng.sample(first["orders"], 12)
+    ships = [{"sid": 5_000 + i, "sts": o["ts"] + rng.randrange(-4_000, 4_000), "oid": o["id"], "carrier": "late"}
+             for i, o in enumerate(olds)]
+    ships = [s for s in ships if s["sts"] < w1 - 1_000]
+    late = [r for o in olds for r in returns(o, ships) if r["rts"] < w1 - SHIP_WITHIN - 1_000]
+    second["ships"] = ships + second["ships"]
+    second["returns"] += late + [{"rid": FLUSH, "rts": T0 + 1_000_000, "oid": -1, "sid": -1}]
+    rng.shuffle(second["returns"])
+
+
+def _as_of(phases: list[dict]):
+    """as_of(relation, key, ts): the changelog's newest version of `key` at or before `ts` (None: none, or deleted)."""
     versions: dict[tuple[str, str], list] = {}
     for order, (relation, key, value, ts) in enumerate(c for p in phases for c in p["changes"]):
         versions.setdefault((relation, key), []).append((ts, order, value))
@@ -106,6 +161,12 @@ def reference(phases: list[dict]) -> dict[str, Counter]:
         known = [v for v in versions.get((relation, key), []) if v[0] <= ts]
         return max(known, key=lambda v: (v[0], v[1]))[2] if known else None
 
+    return as_of
+
+
+def reference(phases: list[dict]) -> dict[str, Counter]:
+    """What each query must write: every order joined with each changelog's newest version at or before its time."""
+    as_of = _as_of(phases)
     watermark = max(o["ts"] for o in phases[0]["orders"]) - DELAY_MS  # after the first run
     late = {o["id"] for o in phases[1]["orders"] if o["ts"] <= watermark}
     assert len(late) == 8
@@ -122,6 +183,30 @@ def reference(phases: list[dict]) -> dict[str, Counter]:
             out["shipped"][(o["id"], s["sid"], user and user["name"])] += 1
         for sid in [s["sid"] for s in matched] or [None]:  # an order without a shipment: once the watermark passes
             out["shipped_left"][(o["id"], sid, user and user["name"])] += 1
+    return out | interval_reference(phases, as_of)
+
+
+def interval_reference(phases: list[dict], as_of, before: int | None = None) -> dict[str, Counter]:
+    """What the chains of two interval joins write (late records dropped: see the module's docstring); with
+    `before`: only the rows of orders older than it."""
+    w1 = first_watermark(phases)
+    bounds = {"orders": ("ts", w1), "ships": ("sts", w1), "returns": ("rts", w1 - SHIP_WITHIN)}
+    kept = {}
+    for name, (ts, bound) in bounds.items():
+        assert all(abs(r[ts] - bound) > 1_000 for r in phases[1][name]), name  # clear of the bound
+        kept[name] = phases[0][name] + [r for r in phases[1][name] if r[ts] > bound]
+    out = {name: Counter() for name in INTERVAL_CHAINS}
+    for o in kept["orders"]:
+        if o["id"] == FLUSH or (before is not None and o["ts"] >= before):
+            continue
+        user = as_of("users", o["userid"], o["ts"])
+        ships = [s for s in kept["ships"] if s["oid"] == o["id"] and abs(s["sts"] - o["ts"]) <= SHIP_WITHIN]
+        near = [r for r in kept["returns"] if abs(r["rts"] - o["ts"]) <= RETURN_WITHIN]  # the time bound: the order's
+        for s in ships:  # INNER, ON the shipment's column
+            out["returned"].update((o["id"], s["sid"], r["rid"]) for r in near if r["sid"] == s["sid"])
+        returns = [r["rid"] for r in near if r["oid"] == o["id"]] or [None]
+        for sid in [s["sid"] for s in ships] or [None]:  # LEFT: NULLs once the watermark passes
+            out["returned_left"].update((o["id"], sid, rid, user and user["name"]) for rid in returns)
     return out
 
 
@@ -129,6 +214,7 @@ def reference(phases: list[dict]) -> dict[str, Counter]:
 def test_chained_joins_match_each_changelog_as_of_each_order(tmp_path, broker, spark):
     project = streaming_project(tmp_path, broker, SQL)
     phases = feed()
+    expected = reference(phases)
     for phase in phases:
         for relation in EXISTING:
             changes = [c for c in phase["changes"] if c[0] == relation]
@@ -137,12 +223,24 @@ def test_chained_joins_match_each_changelog_as_of_each_order(tmp_path, broker, s
                                 timestamps=[ts for *_, ts in changes])
         produce(broker, project, "orders", phase["orders"], "userid")
         produce(broker, project, "ships", phase["ships"])
-        for name in ("enriched", "shipped", "shipped_left") if phase is phases[-1] else ("enriched",):
+        produce(broker, project, "returns", phase["returns"])
+        for name in TWICE + ("shipped", "shipped_left") if phase is phases[-1] else TWICE:
             run(spark, project, name, tmp_path, timeout=600)
-    expected = reference(phases)
+        if phase is phases[0]:  # what the watermark passed in both joins is written, LEFT rows with their NULLs
+            settled = first_watermark(phases) - SHIP_WITHIN - RETURN_WITHIN - 1_000
+            must = interval_reference(phases, _as_of(phases), before=settled)
+            for name in INTERVAL_CHAINS:
+                written = _interval_rows(broker, project, name)
+                assert not written - expected[name] and not must[name] - written, name
     assert sum(expected["enriched"].values()) > 20 and None in {c for _, _, c, _ in expected["enriched"]}
     assert sum(expected["shipped"].values()) > 40 and None in {n for _, _, n in expected["shipped"]}
     assert sum(1 for _, sid, _ in expected["shipped_left"] if sid is None) > 20
+    assert sum(expected["returned"].values()) > 20
+    late = {o["id"] for o in phases[1]["orders"] if o["ts"] <= first_watermark(phases)}
+    assert late & {s["oid"] for s in phases[1]["ships"]} and late & {r["oid"] for r in phases[1]["returns"]}
+    assert {(sid is None, rid is None) for _, sid, rid, _ in expected["returned_left"]} == {
+        (True, True), (True, False), (False, True), (False, False)}  # LEFT rows with a shipment or not, a return or not
+    assert None in {n for *_, n in expected["returned_left"]}
 
     rows = [(r["key"], json.loads(r["value"])) for r in records(broker, project, "enriched")]
     assert {key for key, _ in rows} <= set(USERS)  # the order's key is carried through
@@ -151,6 +249,14 @@ def test_chained_joins_match_each_changelog_as_of_each_order(tmp_path, broker, s
     for name in ("shipped", "shipped_left"):
         rows = [json.loads(r["value"]) for r in records(broker, project, name)]
         assert Counter((row["id"], row.get("sid"), row.get("name")) for row in rows) == expected[name]
+    for name in INTERVAL_CHAINS:
+        assert _interval_rows(broker, project, name) == expected[name], name
+
+
+def _interval_rows(broker: str, project, name: str) -> Counter:
+    fields = ("id", "sid", "rid", "name") if name == "returned_left" else ("id", "sid", "rid")
+    return Counter(tuple(row.get(f) for f in fields)
+                   for row in (json.loads(r["value"]) for r in records(broker, project, name)))
 
 
 def test_chains_resolve_to_their_temporal_joins(tmp_path):
@@ -164,11 +270,19 @@ def test_chains_resolve_to_their_temporal_joins(tmp_path):
     assert queries["shipped"].join_within == "5 seconds" and queries["shipped"].temporal_join is None
     assert [j.changelog for j in queries["shipped"].join_chain] == ["u"]
     assert "FROM __chain_analytics_public_enriched AS __tj" in spark_select(queries["enriched"], project)
+    assert queries["returned"].join_within == "5 seconds" and queries["returned"].join_chain == (
+        IntervalJoin(stream="r", side="inner", within="3 seconds"),)
+    left = queries["returned_left"]
+    assert left.join_chain == (IntervalJoin(stream="r", side="left", within="3 seconds"), TemporalJoin(
+        stream="o", changelog="u", side="left", stream_keys=("userid",), changelog_keys=("userid",)))
+    spec = chain_spec(project, left)
+    assert spec.horizon_ms == 2 * (SHIP_WITHIN + RETURN_WITHIN) and [s.changelog_alias for s in spec.steps] == ["u"]
+    assert "WITHIN" not in left.select_sql and "BETWEEN `__rows`.`__ts` - INTERVAL 3000 milliseconds" in spec.first_sql
 
 
 REFUSED = """\
 CREATE STREAM b1 AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
-  JOIN ships t WITHIN 5 SECONDS ON o.id = t.oid;
+  FULL JOIN returns r WITHIN 5 SECONDS ON o.id = r.oid;
 CREATE STREAM b2 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.userid
   JOIN ships t WITHIN 5 SECONDS ON o.id = t.oid;
 CREATE CHANGELOG b3 AS SELECT u.userid, u.name FROM users u JOIN countries c ON u.cid = c.cid
@@ -183,6 +297,16 @@ CREATE STREAM b7 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.useri
   FULL JOIN products p ON p.pid = o.pid;
 CREATE STREAM b8 AS SELECT u.name, COUNT(*) AS n FROM orders o JOIN users u ON o.userid = u.userid
   JOIN products p ON p.pid = o.pid GROUP BY u.name;
+CREATE STREAM b9 AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  JOIN returns r ON o.id = r.oid;
+CREATE STREAM b10 AS SELECT o.id FROM orders o LEFT JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  JOIN users u ON o.userid = u.userid JOIN returns r WITHIN 5 SECONDS ON o.id = r.oid;
+CREATE STREAM b11 AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  RIGHT JOIN returns r WITHIN 5 SECONDS ON o.id = r.oid;
+CREATE STREAM b12 AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  JOIN returns r WITHIN 5 SECONDS ON r.oid = r.sid;
+CREATE STREAM b13 AS SELECT s.sid, COUNT(*) AS n FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
+  JOIN returns r WITHIN 5 SECONDS ON o.id = r.oid GROUP BY s.sid;
 """
 
 
@@ -190,10 +314,15 @@ def test_refused_chains_name_their_code_and_place(tmp_path):
     root = make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": REFUSED})
     found = [(d.code, d.location.line, d.message) for d in check_project(root).diagnostics]
     assert [(code, line) for code, line, _ in found] == [
-        ("DSF-E195", 2), ("DSF-E196", 4), ("DSF-E194", 6), ("DSF-E197", 8), ("DSF-E198", 10), ("DSF-E132", 12),
-        ("DSF-E131", 14), ("DSF-E045", 15)]
+        ("DSF-E198", 2), ("DSF-E196", 4), ("DSF-E194", 6), ("DSF-E197", 8), ("DSF-E198", 10), ("DSF-E132", 12),
+        ("DSF-E131", 14), ("DSF-E045", 15), ("DSF-E045", 18), ("DSF-E196", 20), ("DSF-E045", 22),
+        ("DSF-E045", 24), ("DSF-E045", 25)]
     assert all(d.location.file.endswith("q.sql") for d in check_project(root).diagnostics)
-    assert "ships" in found[0][2] and "several relations (o, u)" in found[3][2]
+    assert "ships" in found[1][2] and "several relations (o, u)" in found[3][2]
+    assert [message.split(",")[0].split(":")[0] for _, _, message in found[8:]] == [
+        "a join of two streams needs WITHIN", "a stream joined after a temporal join in one query is not supported",
+        "RIGHT JOIN is not supported", "a join of the stream 'r' needs an equality in ON between it and an earlier "
+        "relation (o", "aggregating the result of a join is not supported yet"]
 
 
 def test_a_chained_step_takes_rows_behind_the_watermark_and_keeps_versions_for_the_horizon():

@@ -178,6 +178,15 @@ class TemporalJoin(Frozen):
     changelog_keys: tuple[str, ...] = Field(description="the changelog's primary key columns, in order")
 
 
+class IntervalJoin(Frozen):
+    """A stream joined WITHIN a time bound after the first interval join of a chain (load/join_chain.py): its
+    records join the rows so far whose event time, the first stream's, is at most `within` apart from theirs."""
+
+    stream: str = Field(description="alias of the joined stream in the SELECT")
+    side: Literal["inner", "left"] = "inner"
+    within: str = Field(description="how far apart its event time and the first stream's may be, e.g. '1 minutes'")
+
+
 class ChangelogJoin(Frozen):
     """Two changelogs joined on equalities of their columns (adapters/spark/changelog_join.py): the result is a
     changelog whose rows are upserted and deleted as rows of either side change."""
@@ -221,8 +230,9 @@ class Query(Frozen):
         "matching WHERE, on as a delete of its key (changelog and view sinks); 'drop' skips tombstones (streams)")
     temporal_join: TemporalJoin | None = None
     changelog_join: ChangelogJoin | None = None
-    join_chain: tuple[TemporalJoin, ...] = Field((), description="temporal joins after the first join, in order: "
-                                                 "each joins the result so far with one more changelog")
+    join_chain: tuple[IntervalJoin | TemporalJoin, ...] = Field(
+        (), description="the joins after the first join, in order, each of the result so far with one more relation: "
+        "interval joins of streams (after an interval join only), then temporal joins of changelogs")
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
     isolation: Literal["shared", "query"] | None = Field(None, description="'runtime.isolation': where it runs, "

@@ -24,6 +24,7 @@ sqlglot's own node types (`restore`):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,22 @@ def window_call(node: exp.Expr | None) -> WindowCall | None:
 def is_window(node: exp.Expr | None) -> bool:
     """Whether `node` is a window table function (or a Table over one)."""
     return window_call(node) is not None
+
+
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*"
+                      r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)$", re.I)
+UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes", "h": "hours",
+         "d": "days"}
+
+
+def normalized_duration(text: str) -> str | None:
+    """'10 SECONDS' -> '10 seconds', '500ms' -> '500 milliseconds'; None if it is no duration."""
+    found = DURATION.match(text.strip())
+    if not found:
+        return None
+    unit = found.group(2).lower()
+    unit = UNITS.get(unit, unit if unit.endswith("s") else unit + "s")
+    return f"{found.group(1)} {unit}"
 
 
 def duration_text(interval: exp.Expr | None) -> str:

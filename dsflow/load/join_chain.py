@@ -1,17 +1,20 @@
 """Joins of more than two relations: a left-deep chain, each join's left input the result of the joins before it.
 
     FROM stream s [LEFT] JOIN changelog a ON s.x = a.pk [LEFT] JOIN changelog b ON s.y = b.pk ...
-    FROM stream s [LEFT] JOIN stream t WITHIN 5 MINUTES ON ... [LEFT] JOIN changelog b ON t.y = b.pk ...
+    FROM stream s [LEFT] JOIN stream t WITHIN 5 MINUTES ON ... [LEFT] JOIN stream u WITHIN 1 MINUTE ON ...
+      [LEFT] JOIN changelog b ON t.y = b.pk ...
 
-The first join is a temporal join or an interval join (load/temporal.py, load/select.py); every later relation is a
-changelog joined, as a temporal join, ON its whole primary key equated with columns of one earlier relation. The
-result is a stream (adapters/spark/join_chain.py). Refused, each at the join's file:line:
+The first join is a temporal join or an interval join (load/temporal.py, load/select.py). After an interval join,
+more streams may be joined, INNER or LEFT, each WITHIN a bound of its event time against the first stream's (the
+event time of every joined row) and ON an equality with an earlier relation (IntervalJoin). Then changelogs may be
+joined, each as a temporal join ON its whole primary key equated with columns of one earlier relation
+(TemporalJoin). The result is a stream (adapters/spark/join_chain.py). Refused, each at the join's file:line:
 
     DSF-E194  a join of two changelogs followed or preceded by more joins
-    DSF-E195  a second stream joined WITHIN (two interval joins in one query)
     DSF-E196  a stream joined after a temporal join
     DSF-E197  a later join's ON equating the changelog's key with columns of several earlier relations
-    DSF-E198  a FULL interval join followed by more joins
+    DSF-E198  a FULL interval join in a chain (first or later)
+    DSF-E045  a later stream joined RIGHT, without WITHIN, or without an equality with an earlier relation in ON
 """
 
 from __future__ import annotations
@@ -20,17 +23,36 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dsflow.core.model import Relation, TemporalJoin
+from dsflow.core.model import IntervalJoin, Relation, TemporalJoin
 from dsflow.errors import Diagnostic
+from dsflow.load.dialect import WITHIN, duration_text, normalized_duration
+from dsflow.load.fields import base_column
 from dsflow.load.temporal import HINT, check_shape
 
 Report = Callable[[Diagnostic], None]
 SPLIT = "write the first joins into a stream (CREATE STREAM ... AS SELECT), then join that stream in another query"
+AFTER = ("after an interval join, more streams joined [LEFT] JOIN ... WITHIN ... ON, then changelogs; after a "
+         "temporal join only changelogs: " + HINT)
+
+
+def within_duration(join: exp.Join, where, report: Report) -> str | None:
+    """The normalized WITHIN of a join of two streams ('5 seconds'); None if missing (DSF-E045) or no duration
+    (DSF-E032), reported."""
+    within = join.args.get(WITHIN)
+    if within is None:
+        report(Diagnostic("DSF-E045", "a join of two streams needs WITHIN, e.g. JOIN b WITHIN 5 MINUTES ON ...",
+                          where(join), hint="WITHIN bounds how far apart in event time two joined records may be"))
+        return None
+    duration = normalized_duration(duration_text(within))
+    if duration is None:
+        report(Diagnostic("DSF-E032", f"WITHIN must be a duration like 5 MINUTES, got '{duration_text(within)}'",
+                          where(join), hint="units: MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"))
+    return duration
 
 
 def check_chain(joins: list[exp.Join], tables: list[exp.Table], found: dict, where, report: Report) -> bool:
-    """The shape of each join after the first: a changelog joined INNER or LEFT without WITHIN, after a temporal or
-    a non-FULL interval join; False if a problem was reported."""
+    """The shape of each join after the first: streams joined INNER or LEFT WITHIN after a non-FULL interval join,
+    then changelogs joined INNER or LEFT without WITHIN; False if a problem was reported."""
     first, second = found[id(tables[0])], found[id(tables[1])]
     if first.kind == "changelog" and second.kind == "changelog":
         report(Diagnostic("DSF-E194", "a join of two changelogs cannot be chained with more joins", where(joins[1]),
@@ -39,47 +61,79 @@ def check_chain(joins: list[exp.Join], tables: list[exp.Table], found: dict, whe
         return False
     if first.kind != "stream" or second.kind not in ("stream", "changelog"):
         return True  # the first join's own checks report it (load/select.py, load/temporal.py)
-    interval = second.kind == "stream"
-    if interval and (joins[0].side or "").upper() == "FULL":
-        report(Diagnostic("DSF-E198", "a FULL interval join cannot be followed by more joins", where(joins[1]),
-                          hint="use INNER or LEFT for the interval join, or " + SPLIT))
+    if second.kind == "stream" and not _not_full(joins[0], where(joins[1]), report):
         return False
-    return all(_later_join(join, table, first, found, interval, where, report)
-               for join, table in zip(joins[1:], tables[2:]))
+    temporal = second.kind == "changelog"
+    for join, table in zip(joins[1:], tables[2:]):
+        relation: Relation = found[id(table)]
+        if not _later_join(join, relation, first, temporal, where, report):
+            return False
+        temporal = temporal or relation.kind == "changelog"
+    return True
 
 
-def _later_join(join: exp.Join, table: exp.Table, first: Relation, found: dict, interval: bool, where,
-                report: Report) -> bool:
-    relation: Relation = found[id(table)]
+def _not_full(join: exp.Join, at, report: Report) -> bool:
+    """False (DSF-E198 at `at`, reported) for a FULL interval join in a chain."""
+    if (join.side or "").upper() != "FULL":
+        return True
+    report(Diagnostic("DSF-E198", "a FULL interval join cannot be chained with more joins", at,
+                      hint="use INNER or LEFT for the interval join, or " + SPLIT))
+    return False
+
+
+def _later_join(join: exp.Join, relation: Relation, first: Relation, temporal: bool, where, report: Report) -> bool:
+    """One join after the first; `temporal`: a changelog was joined before it."""
     side = (join.side or "").upper() or "INNER"
     if (join.kind or "").upper() in ("CROSS", "SEMI", "ANTI") or join.args.get("on") is None:
         report(Diagnostic("DSF-E045", f"{(join.kind or 'a').upper()} JOIN without ON is not supported", where(join),
                           hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
         return False
-    if relation.kind == "stream":
-        code, what = ("DSF-E195", "a second interval join (two streams joined WITHIN)") if interval else \
-            ("DSF-E196", "a stream joined after a temporal join")
-        report(Diagnostic(code, f"{what} in one query is not supported: '{relation.fqn}'", where(join),
-                          hint=SPLIT + "; after the first join only changelogs can be joined: " + HINT))
+    if relation.kind == "stream" and temporal:
+        report(Diagnostic("DSF-E196", f"a stream joined after a temporal join in one query is not supported: "
+                          f"'{relation.fqn}'", where(join), hint=SPLIT + "; or join the streams first: " + AFTER))
         return False
+    if relation.kind == "stream":
+        if side == "RIGHT":
+            report(Diagnostic("DSF-E045", "RIGHT JOIN is not supported", where(join),
+                              hint="join the streams in another order, with LEFT JOIN"))
+            return False
+        return _not_full(join, where(join), report) and within_duration(join, where, report) is not None
     if relation.kind != "changelog":
         report(Diagnostic("DSF-E045", f"joins with a {relation.kind} are not supported", where(join),
-                          hint="after the first join only changelogs can be joined: " + HINT))
+                          hint=AFTER))
         return False
     return check_shape(join, side, first, relation, where, report)
 
 
 def chained_joins(qualified: exp.Select, tables: list[exp.Table], found: dict, where,
-                  report: Report) -> tuple[TemporalJoin, ...] | None:
-    """The temporal joins after the first join, in order; None if a problem was reported."""
-    chain = []
+                  report: Report) -> tuple[IntervalJoin | TemporalJoin, ...] | None:
+    """The joins after the first join, in order; None if a problem was reported."""
+    chain: list[IntervalJoin | TemporalJoin] = []
     for index, join in enumerate(qualified.args["joins"][1:], start=2):
         earlier = [t.alias_or_name for t in tables[:index]]
-        step = _chained(join, earlier, tables[index].alias_or_name, found[id(tables[index])], where, report)
+        alias, relation = tables[index].alias_or_name, found[id(tables[index])]
+        step = _interval(join, earlier, alias, where, report) if relation.kind == "stream" else \
+            _chained(join, earlier, alias, relation, where, report)
         if step is None:
             return None
         chain.append(step)
     return tuple(chain)
+
+
+def _interval(join: exp.Join, earlier: list[str], alias: str, where, report: Report) -> IntervalJoin | None:
+    """A later stream's join: its WITHIN (checked by check_chain, taken off the tree: the IntervalJoin holds it),
+    and an equality in ON of a column of it with one of an earlier relation."""
+    within = normalized_duration(duration_text(join.args.get(WITHIN)))
+    join.set(WITHIN, None)
+    for eq in join.args["on"].find_all(exp.EQ):
+        sides = {c.table for c in map(base_column, (eq.this, eq.expression)) if c is not None}
+        if alias in sides and len(sides) == 2 and sides <= {alias, *earlier}:
+            return IntervalJoin(stream=alias, side="left" if (join.side or "").upper() == "LEFT" else "inner",
+                                within=within)
+    report(Diagnostic("DSF-E045", f"a join of the stream '{alias}' needs an equality in ON between it and an "
+                      f"earlier relation ({', '.join(earlier)})", where(join),
+                      hint=f"e.g. ON {earlier[0]}.id = {alias}.id"))
+    return None
 
 
 def _chained(join: exp.Join, earlier: list[str], alias: str, changelog: Relation, where,

@@ -3,6 +3,7 @@
     FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..) | FROM SESSION(rel, GAP ..)
     [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
     stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, load/temporal.py)
+    ... [LEFT] JOIN stream3 WITHIN <duration> ON ...                (more interval joins, load/join_chain.py)
     ... [LEFT] JOIN changelog2 ON x.k = c2.pk ...                  (more temporal joins, load/join_chain.py)
     changelog [INNER | LEFT | FULL] JOIN changelog ON a.x = b.y  (a changelog, load/changelog_join.py)
     GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog or a changelog join:
@@ -14,7 +15,6 @@ Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import cache
 
@@ -24,10 +24,10 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema, normalize_name
 
-from dsflow.core.model import ChangelogJoin, Column, Relation, Source, TemporalJoin, Window
+from dsflow.core.model import ChangelogJoin, Column, IntervalJoin, Relation, Source, TemporalJoin, Window
 from dsflow.errors import Diagnostic
 from dsflow.load.cdc import SLOT_KEY
-from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, window_call
+from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, normalized_duration, window_call
 from dsflow.load.filecache import DeferredSelect
 from dsflow.load.fields import base_column, check_fields, group_key_sql, type_map_subscripts
 from dsflow.load.functions import check_functions, declare_result_types
@@ -52,23 +52,10 @@ UNSUPPORTED = {
 AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
 WINDOW_COLUMNS = ("window_start", "window_end")
 TEMPORAL = "temporal"
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*"
-                      r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)$", re.I)
-UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes", "h": "hours",
-         "d": "days"}
 SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT), "
                   "TUMBLE/HOP/SESSION windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
-                  "stream [LEFT] JOIN changelog ON its primary key, followed by more [LEFT] JOIN changelog ON its key")
-
-
-def normalized_duration(text: str) -> str | None:
-    """'10 SECONDS' -> '10 seconds', '500ms' -> '500 milliseconds'; None if it is no duration."""
-    found = DURATION.match(text.strip())
-    if not found:
-        return None
-    unit = found.group(2).lower()
-    unit = UNITS.get(unit, unit if unit.endswith("s") else unit + "s")
-    return f"{found.group(1)} {unit}"
+                  "stream [LEFT] JOIN changelog ON its primary key, followed by more [LEFT] JOIN stream WITHIN ... ON "
+                  "(after an interval join), then more [LEFT] JOIN changelog ON its key")
 
 
 def source_tables(select: exp.Expr) -> list[exp.Table]:
@@ -141,9 +128,10 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
 
 
 def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, where, st: RawStatement,
-               report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None, tuple[TemporalJoin, ...]] | None:
+               report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None,
+                                        tuple[IntervalJoin | TemporalJoin, ...]] | None:
     """The temporal join or the changelog join the SELECT makes first (both None for an interval join or no join),
-    and the temporal joins chained after it (load/join_chain.py); None if a problem was reported."""
+    and the joins chained after it (load/join_chain.py); None if a problem was reported."""
     if not join:
         return None, None, ()
     later = chain.chained_joins(qualified, tables, found, where, report) if len(tables) > 2 else ()
@@ -286,7 +274,6 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
                           hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
         return False
     left, right = (found[id(t)] for t in tables[:2])
-    within = join.args.get(WITHIN)
     if left.kind == "changelog" and right.kind == "changelog":  # load/changelog_join.py
         return (cj.CHANGELOG_JOIN, side) if cj.check_shape(join, side, where, report) else False
     if left.kind == "changelog" or right.kind == "changelog":
@@ -295,14 +282,8 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
         report(Diagnostic("DSF-E045", f"joins with a {right.kind if left.kind == 'stream' else left.kind} are not "
                           "supported", where(join), hint=SUPPORTED_HINT))
         return False
-    if within is None:
-        report(Diagnostic("DSF-E045", "a join of two streams needs WITHIN, e.g. JOIN b WITHIN 5 MINUTES ON ...",
-                          where(join), hint="WITHIN bounds how far apart in event time two joined records may be"))
-        return False
-    duration = normalized_duration(duration_text(within))
+    duration = chain.within_duration(join, where, report)
     if duration is None:
-        report(Diagnostic("DSF-E032", f"WITHIN must be a duration like 5 MINUTES, got '{duration_text(within)}'",
-                          where(join), hint="units: MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"))
         return False
     join.set(WITHIN, None)
     return duration, {"INNER": "inner", "LEFT": "left", "FULL": "full"}.get(side, "inner")

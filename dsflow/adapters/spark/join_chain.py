@@ -2,7 +2,9 @@
 the rows so far with one more changelog.
 
 The first join's rows come from `first_sql` (the stream's own rows for a temporal join first, Spark's interval join
-otherwise): __key, __ts (event time) and one struct column per relation, named by its alias. Each step unions them
+otherwise, then one more Spark interval join per stream joined WITHIN after it, translate._interval_rows): __key,
+__ts (event time: the first stream's, the only event-time column kept) and one struct column per relation, named by
+its alias. Each step unions them
 with the changelog's records, grouped by the join key, into the per-key state transition of the temporal join
 (temporal.step): a row waits until the watermark reaches its event time, then joins the changelog's newest version
 at or before it. Spark runs one applyInPandasWithState per query only, so every step is a
@@ -10,8 +12,8 @@ at or before it. Spark runs one applyInPandasWithState per query only, so every 
 oldest waiting row.
 
 A step fed by an earlier join takes its rows as they come (`chained`): the earlier step let them through already,
-so none is late; rows of an interval join may be up to twice its WITHIN behind the watermark, so versions are kept
-that far back (`horizon_ms`).
+so none is late; rows of interval joins may be up to twice the sum of their WITHINs behind the watermark, so
+versions are kept that far back (`horizon_ms`).
 
     joined_view(spark, spec)   creates the view `spec.view`: __key, __ts and one struct column per relation
 """

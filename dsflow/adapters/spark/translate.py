@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from dsflow.core.model import Column, Project, Query, Relation
+from dsflow.core.model import Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin
 from dsflow.adapters.spark import facets
 from dsflow.adapters.spark.changelog_join import aggregated_source, joined_select, view_name as changelog_join_view
 from dsflow.adapters.spark.retract import changelog_source, rewrite
@@ -26,6 +26,7 @@ WINDOW_FIELDS = {"window_start": "start", "window_end": "end"}
 DELETED = "__deleted"
 KEEP = "__keep"
 TEMPORAL_ALIAS = "__tj"
+ROWS = "__rows"
 
 
 @dataclass(frozen=True)
@@ -360,11 +361,13 @@ def chain_view(query: Query) -> str:
 
 def chain_spec(project: Project, query: Query) -> JoinChainSpec | None:
     """What the driver needs to build the view of a join of more than two relations (adapters/spark/join_chain.py):
-    the first join's rows, then one temporal join per further changelog."""
+    the first join's rows (with the interval joins after it), then one temporal join per further changelog."""
     if not query.join_chain:
         return None
     first = query.temporal_join
-    joins = ((first,) if first is not None else ()) + query.join_chain
+    intervals = [j for j in query.join_chain if isinstance(j, IntervalJoin)]
+    temporal = tuple(j for j in query.join_chain if isinstance(j, TemporalJoin))
+    joins = ((first,) if first is not None else ()) + temporal
     steps = []
     for join in joins:
         index = next(i for i, s in enumerate(query.sources) if s.alias == join.changelog)
@@ -373,18 +376,26 @@ def chain_spec(project: Project, query: Query) -> JoinChainSpec | None:
                                    side=join.side, key_alias=join.stream, stream_keys=list(join.stream_keys),
                                    changelog_keys=list(join.changelog_keys), changelog_ddl=schema_ddl(changelog.columns),
                                    chained=bool(steps) or first is None))
-    within = 0 if first is not None else int(spark_duration(query.join_within).split()[0])
-    return JoinChainSpec(view=chain_view(query), first_sql=_first_rows(project, query, first is None), steps=steps,
-                         horizon_ms=2 * within)
+    within = 0 if first is not None else sum(_millis(w) for w in (query.join_within, *(j.within for j in intervals)))
+    sql = _first_rows(project, query, first is None)
+    for index, join in enumerate(intervals, start=2):
+        sql = _interval_rows(project, query, sql, index, join)
+    return JoinChainSpec(view=chain_view(query), first_sql=sql, steps=steps, horizon_ms=2 * within)
+
+
+def _millis(duration: str) -> int:
+    return int(spark_duration(duration).split()[0])
+
+
+def _struct(project: Project, source: Source) -> str:
+    """STRUCT(<the source's columns>) AS <its alias>: one relation's part of a chain's rows."""
+    columns = ", ".join(f"`{source.alias}`.`{c.name}`" for c in project.relation(source.relation).columns)
+    return f"STRUCT({columns}) AS `{source.alias}`"
 
 
 def _first_rows(project: Project, query: Query, interval: bool) -> str:
     """Spark SQL for the first join's rows: __key, __ts and one struct per relation joined so far."""
-    count = 2 if interval else 1
-    structs = []
-    for source in query.sources[:count]:
-        columns = ", ".join(f"`{source.alias}`.`{c.name}`" for c in project.relation(source.relation).columns)
-        structs.append(f"STRUCT({columns}) AS `{source.alias}`")
+    structs = [_struct(project, source) for source in query.sources[:2 if interval else 1]]
     first = query.sources[0].alias
     sql = f"SELECT `{first}`.`{KEY_COLUMN}` AS `{KEY_COLUMN}`, `{first}`.`{EVENT_TIME}` AS `{EVENT_TIME}`, " \
           f"{', '.join(structs)} FROM `{view_name(0, query)}` AS `{first}`"
@@ -396,6 +407,22 @@ def _first_rows(project: Project, query: Query, interval: bool) -> str:
     side = "LEFT " if (join.side or "").upper() == "LEFT" else ""
     return f"{sql} {side}JOIN `{view_name(1, query)}` AS `{query.sources[1].alias}` ON " \
            f"{join.args['on'].sql(dialect='spark')}"
+
+
+def _interval_rows(project: Project, query: Query, rows: str, index: int, join: IntervalJoin) -> str:
+    """Spark SQL for the rows so far (`rows`) interval-joined with the stream of source `index`: its event time
+    WITHIN the bound of the rows' __ts (the first stream's), which alone stays an event-time column (Spark refuses
+    a join whose input has two); ON's `e.col` of an earlier relation reads the field of the rows' struct `e`."""
+    source = query.sources[index]
+    on = _over_views(query, project).args["joins"][index - 1].args["on"].sql(dialect="spark")
+    within = spark_duration(join.within)
+    bound = f"`{source.alias}`.`{EVENT_TIME}` BETWEEN `{ROWS}`.`{EVENT_TIME}` - INTERVAL {within} " \
+            f"AND `{ROWS}`.`{EVENT_TIME}` + INTERVAL {within}"
+    earlier = ", ".join(f"`{ROWS}`.`{s.alias}` AS `{s.alias}`" for s in query.sources[:index])
+    side = "LEFT " if join.side == "left" else ""
+    return f"SELECT `{ROWS}`.`{KEY_COLUMN}` AS `{KEY_COLUMN}`, `{ROWS}`.`{EVENT_TIME}` AS `{EVENT_TIME}`, " \
+           f"{earlier}, {_struct(project, source)} FROM ({rows}) AS `{ROWS}` {side}JOIN `{view_name(index, query)}` " \
+           f"AS `{source.alias}` ON ({on}) AND {bound}"
 
 
 def changelog_join_spec(project: Project, query: Query) -> ChangelogJoinSpec | None:
