@@ -113,13 +113,20 @@ def test_batches_upsert_append_survive_odd_values_and_skip_replays(pgdb: str) ->
     assert pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [("a", 100, "replayed", None, None, None, 0.0)],
                           "ck1", 1) is False
     assert rows(pgdb, "SELECT n, note FROM kv WHERE k = 'a'") == [(9, odd)]
+    # a NULL key names one row (UNIQUE NULLS NOT DISTINCT, PostgreSQL 15 and later): replaced by its next row
+    for batch_id, note in ((2, "null key"), (3, "null key again")):
+        assert pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [(None, batch_id, note, None, None, None,
+                                                                            0.0)], "ck1", batch_id)
+    assert rows(pgdb, "SELECT n, note FROM kv WHERE k IS NULL") == [(3, "null key again")]
+    # a table keyed by a PRIMARY KEY (made before PostgreSQL 15, or by an earlier dsflow) refuses it: DSF-E792
+    psql(pgdb, "CREATE TABLE kv_pk (k TEXT PRIMARY KEY, n BIGINT)")
     with pytest.raises(DsflowError) as err:
-        pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [(None, 1, "", None, None, None, 0.0)], "ck1", 2)
+        pg.write_batch(SERVER, pgdb, "public", "kv_pk", ["k", "n"], ["k"], [(None, 1)], "ck1", 0)
     assert err.value.code == "DSF-E792"
-    assert rows(pgdb, "SELECT batch_id FROM dsflow_mv_batches WHERE view = 'kv'") == [(1,)]
-    # a changelog's tombstones delete their keys, in the same transaction as the batch's upserts
+    assert rows(pgdb, "SELECT view, batch_id FROM dsflow_mv_batches ORDER BY view") == [("kv", 3)]
+    # a changelog's tombstones delete their keys (a NULL one too), in the same transaction as the batch's upserts
     assert pg.write_batch(SERVER, pgdb, "public", "kv", names, ["k"], [("c", 5, None, None, None, None, 1.0)],
-                          "ck1", 2, deletes=[("a",), ("missing",)])
+                          "ck1", 4, deletes=[("a",), ("missing",), (None,)])
     assert sorted(r[0] for r in rows(pgdb, "SELECT k FROM kv")) == ["b", "c"]
 
     nested = [("m", "MAP<STRING, BIGINT>"), ("st", "STRUCT<a: INT, b: ARRAY<STRING>>"), ("ts", "TIMESTAMP")]
@@ -156,7 +163,7 @@ def test_table_is_created_with_columns_and_key_and_dropped_only_if_dsflow_create
                       "WHERE table_name = 'user_counts' ORDER BY ordinal_position").splitlines() == [
         "userid:text", "views:bigint", "id_sum:bigint", "max_id:bigint", "avg_time:double precision"]
     assert psql(pgdb, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
-                      "a.attnum = ANY(i.indkey) WHERE i.indrelid = 'user_counts'::regclass AND i.indisprimary") \
+                      "a.attnum = ANY(i.indkey) WHERE i.indrelid = 'user_counts'::regclass AND i.indisunique") \
         == "userid"
 
     deployed = {name: DeployedResource(address=f"relation.analytics.public.{name}", data_hash="h", metadata_hash="m",
@@ -203,7 +210,7 @@ def test_ctas_table_apply_adds_columns_in_place_and_destroy_drops_only_what_dsfl
                       "WHERE table_name = 'pv_counts' ORDER BY ordinal_position").splitlines() == [
         "userid:text", "views:bigint"]
     assert psql(pgdb, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
-                      "a.attnum = ANY(i.indkey) WHERE i.indrelid = 'pv_counts'::regclass AND i.indisprimary") \
+                      "a.attnum = ANY(i.indkey) WHERE i.indrelid = 'pv_counts'::regclass AND i.indisunique") \
         == "userid"
     psql(pgdb, "INSERT INTO pv_counts VALUES ('a', 3)")
 

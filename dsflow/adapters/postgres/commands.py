@@ -68,10 +68,14 @@ def describe(store, path: str) -> dict[str, Any]:
             cursor.execute("SELECT column_name, data_type, is_nullable FROM information_schema.columns "
                            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", (schema, table))
             columns = cursor.fetchall()
-            cursor.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                           "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary",
+            # the primary key, else the first unique index (dsflow keys its tables UNIQUE NULLS NOT DISTINCT)
+            cursor.execute("SELECT array_agg(a.attname ORDER BY array_position(i.indkey, a.attnum)) FROM pg_index i "
+                           "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                           "WHERE i.indrelid = to_regclass(%s) AND i.indisunique GROUP BY i.indexrelid, "
+                           "i.indisprimary ORDER BY i.indisprimary DESC, i.indexrelid LIMIT 1",
                            (f'"{schema}"."{table}"',))
-            key = [r[0] for r in cursor.fetchall()]
+            found = cursor.fetchone()
+            key = list(found[0]) if found else []
     finally:
         conn.close()
     if not columns:

@@ -74,9 +74,9 @@ def ensure_table(settings: dict[str, str], database: str | None, schema: str, ta
                  columns: Sequence[tuple[str, str]], key: Sequence[str]) -> bool:
     """Create the view's table and the ledger unless they exist; True if this call created the table."""
     cols = [f"{quote(name)} {pg_type(type_)}" for name, type_ in columns]
-    if key:
-        cols.append(f"PRIMARY KEY ({', '.join(quote(k) for k in key)})")
     conn = connect(settings, database)
+    if key:
+        cols.append(key_constraint(key, conn.server_version))
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT to_regclass(%s)", (qualified(schema, table),))
@@ -88,6 +88,19 @@ def ensure_table(settings: dict[str, str], database: str | None, schema: str, ta
         return not existed
     finally:
         conn.close()
+
+
+NULLS_NOT_DISTINCT_SINCE = 150000
+"""PostgreSQL 15 added UNIQUE NULLS NOT DISTINCT: a key that may hold NULLs (a FULL join's missing side, a NULL
+group) and still names one row."""
+
+
+def key_constraint(key: Sequence[str], server_version: int) -> str:
+    """The table's key: UNIQUE NULLS NOT DISTINCT on PostgreSQL 15 and later (ON CONFLICT finds a row whose key
+    holds NULLs), else PRIMARY KEY (NULL keys refused, DSF-E792)."""
+    names = ", ".join(quote(k) for k in key)
+    return f"UNIQUE NULLS NOT DISTINCT ({names})" if server_version >= NULLS_NOT_DISTINCT_SINCE \
+        else f"PRIMARY KEY ({names})"
 
 
 def add_columns(settings: dict[str, str], database: str | None, schema: str, table: str,
@@ -188,8 +201,8 @@ def _stage_text(rows: Iterable[Sequence[Any]], key_index: Sequence[int], view: s
             if row[i] is None:
                 raise DsflowError("DSF-E792", f"a row of the PostgreSQL table '{view}' (a view's or a table's) has "
                                   f"a null key column '{key[key_index.index(i)]}': PostgreSQL primary keys cannot "
-                                  "be null", hint="filter it out (WHERE col IS NOT NULL) or replace it "
-                                                  "(COALESCE(col, '')) in the SELECT")
+                                  "be null (before PostgreSQL 15)", hint="filter it out (WHERE col IS NOT NULL) or "
+                                  "replace it (COALESCE(col, '')) in the SELECT, or use PostgreSQL 15 or later")
         buffer.write("\t".join([str(ordinal), *(copy_text(v) for v in row)]) + "\n")
         count += 1
     buffer.seek(0)
@@ -229,7 +242,7 @@ def write_batch(settings: dict[str, str], database: str | None, schema: str, tab
                 return False
             if replace and rows:
                 cur.execute(f"DELETE FROM {qualified(schema, table)}")
-            _merge_rows(cur, schema, table, columns, key, rows)
+            _merge_rows(cur, schema, table, columns, key, rows, _null_keys(cur, schema, table, key))
             _delete_keys(cur, schema, table, key, deletes)
             cur.execute(f"INSERT INTO {qualified(schema, LEDGER)} (view, checkpoint, batch_id) VALUES (%s, %s, %s) "
                         "ON CONFLICT (view, checkpoint) DO UPDATE SET batch_id = EXCLUDED.batch_id, "
@@ -243,10 +256,20 @@ def write_batch(settings: dict[str, str], database: str | None, schema: str, tab
         conn.close()
 
 
+def _null_keys(cur, schema: str, table: str, key: Sequence[str]) -> bool:
+    """Whether the table's key columns take NULLs (a key made UNIQUE NULLS NOT DISTINCT; not a PRIMARY KEY, as
+    before PostgreSQL 15 or in a table an earlier dsflow made)."""
+    if not key:
+        return False
+    cur.execute("SELECT bool_or(attnotnull) FROM pg_attribute WHERE attrelid = %s::regclass AND attname = ANY(%s)",
+                (qualified(schema, table), list(key)))
+    return not cur.fetchone()[0]
+
+
 def _merge_rows(cur, schema: str, table: str, columns: Sequence[str], key: Sequence[str],
-                rows: Iterable[Sequence[Any]]) -> None:
+                rows: Iterable[Sequence[Any]], null_keys: bool) -> None:
     """COPY the rows into a temporary table, then upsert (or append) them into the view's table."""
-    key_index = [list(columns).index(k) for k in key]
+    key_index = [] if null_keys else [list(columns).index(k) for k in key]
     buffer, count = _stage_text(rows, key_index, f"{schema}.{table}", key)
     if not count:
         return
@@ -266,7 +289,7 @@ def _delete_keys(cur, schema: str, table: str, key: Sequence[str], deletes: Iter
     cur.execute(f"CREATE TEMP TABLE {STAGE}_deletes ON COMMIT DROP AS SELECT {names} "
                 f"FROM {qualified(schema, table)} WITH NO DATA")
     cur.copy_expert(f"COPY {STAGE}_deletes ({names}) FROM STDIN", io.StringIO(text))
-    match = " AND ".join(f"t.{quote(k)} = d.{quote(k)}" for k in key)
+    match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM d.{quote(k)}" for k in key)
     cur.execute(f"DELETE FROM {qualified(schema, table)} t USING {STAGE}_deletes d WHERE {match}")
 
 
