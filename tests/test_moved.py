@@ -152,8 +152,9 @@ def test_the_moves_shown_in_docs_plan_md_are_real(tmp_path, sql, moved):
     assert f"```\n{body}\n```" in (REPO / "docs" / "plan.md").read_text(), "copy the new plan text into docs/plan.md"
 
 
-def test_only_a_view_table_renamed_in_its_schema_is_renamed_in_place():
-    before = {"kind": "materialized_view", "store": "pg", "topic": "a",
+@pytest.mark.parametrize("kind", ["materialized_view", "table"])
+def test_only_a_view_or_table_renamed_in_its_schema_is_renamed_in_place(kind):
+    before = {"kind": kind, "store": "pg", "topic": "a",
               "table_options": {"postgresql.db.name": "d", "postgresql.schema.name": "s", "postgresql.table.name": "a"}}
     renamed = {**before, "topic": "b", "table_options": {**before["table_options"], "postgresql.table.name": "b"}}
     other_schema = {**renamed, "table_options": {**renamed["table_options"], "postgresql.schema.name": "t"}}
@@ -161,3 +162,6 @@ def test_only_a_view_table_renamed_in_its_schema_is_renamed_in_place():
     assert table_rename(before, other_schema, {"pg": "postgresql"}) is None
     assert table_rename(before, {**renamed, "columns": [["x", "BIGINT"]]}, {"pg": "postgresql"}) is None
     assert table_rename({**before, "kind": "stream"}, {**renamed, "kind": "stream"}, {"pg": "kafka"}) is None
+    delta = {"kind": kind, "store": "lake", "topic": "a", "table_options": {"delta.path": "a"}}
+    assert table_rename(delta, {**delta, "topic": "b", "table_options": {"delta.path": "b"}},
+                        {"lake": "filesystem"}) is None  # a Delta table is not renamed: a move of it is a replace

@@ -1,6 +1,6 @@
 """What a move promises, checked against the data: a stream moved across schemas keeps its topic's records and its
-readers' offsets; a query moved to a new name keeps its checkpoint; a materialized view's PostgreSQL table renamed
-by a move keeps its rows; a move that changes a topic's name destroys nothing unless allowed. Real broker, query
+readers' offsets; a query moved to a new name keeps its checkpoint; a materialized view's and a table's PostgreSQL
+tables renamed by a move keep their rows; a move that changes a topic's name destroys nothing unless allowed. Real broker, query
 drivers (Spark) and PostgreSQL; the plans themselves are tested in tests/test_moved.py."""
 
 from __future__ import annotations
@@ -196,29 +196,41 @@ def _counts(database: str, table: str, expected: int) -> list[tuple]:
 
 
 def test_a_view_table_renamed_by_a_move_keeps_its_rows(tmp_path, broker, pgdb) -> None:
+    """A materialized view and a table (CREATE TABLE ... AS SELECT) kept in PostgreSQL, both renamed by a move:
+    their tables renamed in place, rows kept, and their queries continue on their checkpoints."""
     root, options, prefix = _project(tmp_path, broker, STORES + PG_STORE.format(db=pgdb))
     sql = ("CREATE STREAM events (id BIGINT, userid VARCHAR) WITH ('topic' = '{p}_raw', 'value.format' = 'json');\n"
            "CREATE MATERIALIZED VIEW {view} WITH ('store' = 'pg', 'trigger.interval' = '500 ms') AS "
+           "SELECT userid, COUNT(*) AS views FROM events GROUP BY userid;\n"
+           "CREATE TABLE {table} WITH ('store' = 'pg', 'trigger.interval' = '500 ms') AS "
            "SELECT userid, COUNT(*) AS views FROM events GROUP BY userid;\n")
-    _write(root, prefix, sql.replace("{view}", "user_counts"))
+    _write(root, prefix, sql.replace("{view}", "user_counts").replace("{table}", "user_table"))
     try:
         _apply(options)
         _produce(broker, f"{prefix}_raw", range(90))
         before = _counts(pgdb, "user_counts", 90)
         assert before == [("u0", 30), ("u1", 30), ("u2", 30)]
+        assert _counts(pgdb, "user_table", 90) == before
 
-        _write(root, prefix, sql.replace("{view}", "user_totals"), "  - {from: user_counts, to: user_totals}\n")
+        _write(root, prefix, sql.replace("{view}", "user_totals").replace("{table}", "user_table_v2"),
+               "  - {from: user_counts, to: user_totals}\n  - {from: user_table, to: user_table_v2}\n")
         plan, _ = _apply(options)
         changes = {c.address: c for c in plan.actionable}
-        relation = changes["relation.default.public.user_totals"]
-        assert (relation.action, relation.moved_from) == (Action.UPDATE, "relation.default.public.user_counts")
-        assert "renamed to user_totals" in relation.effect and not plan.destroying
-        assert changes["query.default.public.user_totals"].category is Category.IN_PLACE
-
-        assert _rows(pgdb, "SELECT to_regclass('user_counts')") == [(None,)]
-        assert _rows(pgdb, "SELECT userid, views FROM user_totals ORDER BY userid") == before, "rows were lost"
+        for old, new in (("user_counts", "user_totals"), ("user_table", "user_table_v2")):
+            relation = changes[f"relation.default.public.{new}"]
+            assert (relation.action, relation.moved_from) == (Action.UPDATE, f"relation.default.public.{old}")
+            assert f"renamed to {new}" in relation.effect
+            assert changes[f"query.default.public.{new}"].category is Category.IN_PLACE
+            assert _rows(pgdb, f"SELECT to_regclass('{old}')") == [(None,)]
+            assert _rows(pgdb, f"SELECT userid, views FROM {new} ORDER BY userid") == before, "rows were lost"
+        assert not plan.destroying
         _produce(broker, f"{prefix}_raw", range(90, 120))
         after = _counts(pgdb, "user_totals", 120)
         assert after == [("u0", 40), ("u1", 40), ("u2", 40)], "the aggregate continued from its checkpoint"
+        assert _counts(pgdb, "user_table_v2", 120) == after
+        # the table's ledger followed it; its writer, named after the moved query, goes on from the checkpoint's
+        # next batch id (a fresh checkpoint would start again at 0)
+        ledger = _rows(pgdb, "SELECT batch_id FROM dsflow_mv_batches WHERE view = 'user_table_v2' ORDER BY applied_at")
+        assert len(ledger) == 2 and ledger[1][0] > ledger[0][0], ledger
     finally:
         _destroy(options)

@@ -1,8 +1,8 @@
-"""Grants on materialized views kept in PostgreSQL, pushed down as PostgreSQL roles and GRANT/REVOKE (the real
-server on 127.0.0.1:5432, the database of test_pg_views' module fixture).
+"""Grants on materialized views and tables kept in PostgreSQL, pushed down as PostgreSQL roles and GRANT/REVOKE (the
+real server on 127.0.0.1:5432, the database of test_pg_views' module fixture).
 
-apply is targeted at the roles and grants: it creates the views' tables (their ancestors) and no query, so no
-Spark runs; the privilege check needs only the tables. Each check is `SET ROLE <mapped role>` in a fresh psql
+apply is targeted at the roles and grants: it creates the views' and the table's tables (their ancestors) and no
+query, so no Spark runs; the privilege check needs only the tables. Each check is `SET ROLE <mapped role>` in a fresh psql
 session of the superuser, then a SELECT.
 """
 
@@ -38,6 +38,8 @@ CREATE MATERIALIZED VIEW user_counts WITH ('store' = 'pg') AS
   SELECT userid, COUNT(*) AS views FROM pageviews GROUP BY userid;
 CREATE MATERIALIZED VIEW page_counts WITH ('store' = 'pg') AS
   SELECT pageid, COUNT(*) AS views FROM pageviews GROUP BY pageid;
+CREATE TABLE user_totals WITH ('store' = 'pg') AS
+  SELECT userid, COUNT(*) AS views FROM pageviews GROUP BY userid;
 GRANT SELECT ON MATERIALIZED VIEW page_counts TO ROLE public;
 """
 
@@ -48,7 +50,7 @@ roles:
   - name: analyst
     inherits: [reader]
   - name: other
-    grants: [{privilege: ALL, on: page_counts}]
+    grants: [{privilege: ALL, on: page_counts}, {privilege: ALL, on: user_totals}]
 """
 
 
@@ -107,7 +109,10 @@ def test_granted_views_only_and_inheritance_and_revoke_and_destroy(tmp_path, pgd
     assert can_read(pgdb, reader, "user_counts") and not can_read(pgdb, reader, "page_counts")
     assert can_read(pgdb, analyst, "user_counts") and not can_read(pgdb, analyst, "page_counts")  # inherited
     assert can_read(pgdb, other, "page_counts") and not can_read(pgdb, other, "user_counts")  # ALL -> SELECT
-    assert as_role(pgdb, other, "INSERT INTO page_counts VALUES ('p', 1)").returncode != 0  # views are read-only
+    assert can_read(pgdb, other, "user_totals")  # a table (CREATE TABLE ... AS SELECT) as a view's table
+    assert not can_read(pgdb, reader, "user_totals") and not can_read(pgdb, analyst, "user_totals")
+    for table, values in (("page_counts", "('p', 1)"), ("user_totals", "('u', 1)")):  # read-only: ALL is SELECT
+        assert as_role(pgdb, other, f"INSERT INTO {table} VALUES {values}").returncode != 0
     public = deployment.role("public")  # a built-in role (no role resource), granted in SQL
     assert can_read(pgdb, public, "page_counts") and not can_read(pgdb, public, "user_counts")
 
@@ -117,6 +122,9 @@ def test_granted_views_only_and_inheritance_and_revoke_and_destroy(tmp_path, pgd
     address = "grant.reader.select.relation.analytics.public.user_counts"
     recorded = loaded.workspace.state_backend().read().resources[address].outputs
     assert recorded["postgresql"]["roles"] == [reader, analyst] and recorded["postgresql"]["table"] == "user_counts"
+    on_table = loaded.workspace.state_backend().read().resources[
+        "grant.other.all.relation.analytics.public.user_totals"].outputs["postgresql"]
+    assert (on_table["schema"], on_table["table"], on_table["roles"]) == ("public", "user_totals", [other])
     change = Change(address=address, action=Action.CREATE, reason="again", after=dict(
         role="reader", privilege="SELECT", on="relation.analytics.public.user_counts"))
     ctx = Context(project=loaded.project, workspace=loaded.workspace)
@@ -125,10 +133,11 @@ def test_granted_views_only_and_inheritance_and_revoke_and_destroy(tmp_path, pgd
     assert grants.below(loaded.project, "sysadmin") == ["sysadmin", "orgadmin"]  # orgadmin inherits sysadmin
 
     deployment.edit("roles.yml", "    grants: [{privilege: SELECT, on: user_counts}]\n", "")
+    deployment.edit("roles.yml", ", {privilege: ALL, on: user_totals}", "")
     plan = deployment.apply()
-    assert [c.action for c in plan.actionable if c.address.startswith("grant.")] == [Action.DELETE]
+    assert [c.action for c in plan.actionable if c.address.startswith("grant.")] == [Action.DELETE] * 2
     assert not can_read(pgdb, reader, "user_counts") and not can_read(pgdb, analyst, "user_counts")
-    assert can_read(pgdb, other, "page_counts")
+    assert can_read(pgdb, other, "page_counts") and not can_read(pgdb, other, "user_totals")  # revoked
 
     psql(pgdb, f'GRANT SELECT ON page_counts TO "{reader}"')  # granted by hand: PostgreSQL refuses to drop it
     loaded, plan = deployment.plan(destroy=True)
@@ -138,7 +147,8 @@ def test_granted_views_only_and_inheritance_and_revoke_and_destroy(tmp_path, pgd
     psql(pgdb, f'REVOKE SELECT ON page_counts FROM "{reader}"')
     deployment.apply(destroy=True)  # the interrupted destroy, run again, converges
     assert psql(pgdb, f"SELECT COUNT(*) FROM pg_roles WHERE rolname LIKE 'dsflow\\_{deployment.name}\\_%'") == "0"
-    assert psql(pgdb, "SELECT to_regclass('user_counts') IS NULL AND to_regclass('page_counts') IS NULL") == "t"
+    assert psql(pgdb, "SELECT to_regclass('user_counts') IS NULL AND to_regclass('page_counts') IS NULL "
+                      "AND to_regclass('user_totals') IS NULL") == "t"
     grants.revoke_grant(loaded.project, recorded)  # a destroy run again: role and table gone, nothing to revoke
 
 
@@ -159,15 +169,19 @@ def test_replaced_or_recreated_view_gets_its_grants_again(tmp_path, pgdb) -> Non
         assert psql(pgdb, "SELECT COUNT(*) FROM information_schema.columns WHERE table_name = 'user_counts'") == "3"
         assert can_read(pgdb, reader, "user_counts") and can_read(pgdb, analyst, "user_counts")
 
-        # drift: the table dropped behind dsflow's back (and re-created by the next apply), a privilege revoked
-        psql(pgdb, "DROP TABLE user_counts")
+        # drift: the tables (a view's, a table's) dropped behind dsflow's back (and re-created by the next apply),
+        # a privilege revoked
+        psql(pgdb, "DROP TABLE user_counts; DROP TABLE user_totals")
         psql(pgdb, f'REVOKE SELECT ON page_counts FROM "{deployment.role("other")}"')
         _, plan = deployment.plan()
         drift = sorted((c.address, c.action) for c in plan.actionable)
+        table = "relation.analytics.public.user_totals"
         assert drift == [("grant.other.all.relation.analytics.public.page_counts", Action.UPDATE),
-                         (grant, Action.UPDATE), (view, Action.UPDATE)], drift
+                         (f"grant.other.all.{table}", Action.UPDATE), (grant, Action.UPDATE),
+                         (view, Action.UPDATE), (table, Action.UPDATE)], drift
         deployment.apply()
         assert can_read(pgdb, reader, "user_counts") and can_read(pgdb, deployment.role("other"), "page_counts")
+        assert can_read(pgdb, deployment.role("other"), "user_totals")  # the table created again, granted again
 
         # inheritance removed: the analyst's mapped role leaves the reader's
         deployment.edit("roles.yml", "    inherits: [reader]\n", "")

@@ -2,8 +2,8 @@
 127.0.0.1:5432, trust auth: any password is accepted, so the tests connect as the login itself and check what it
 may read, and check the stored SCRAM verifier against the password independently).
 
-The project of test_pg_grants (views user_counts and page_counts in PostgreSQL; reader SELECT user_counts,
-analyst inherits reader, other ALL page_counts) with `users:` added; apply is targeted at roles, bindings and
+The project of test_pg_grants (views user_counts and page_counts and the table user_totals in PostgreSQL; reader
+SELECT user_counts, analyst inherits reader, other ALL page_counts and user_totals) with `users:` added; apply is targeted at roles, bindings and
 grants, so no query runs.
 """
 
@@ -111,6 +111,7 @@ users:
         assert role_row(pgdb, login_name(bob)) == "true -"  # no password: only the server's own auth lets it in
         assert reads(pgdb, ann, "user_counts") and not reads(pgdb, ann, "page_counts")  # analyst inherits reader
         assert reads(pgdb, bob, "page_counts") and not reads(pgdb, bob, "user_counts")
+        assert reads(pgdb, bob, "user_totals") and not reads(pgdb, ann, "user_totals")  # a table, as a view
         assert not can(pgdb, bob, "INSERT INTO page_counts VALUES ('p', 1)")  # ALL grants SELECT only
         written = b"".join(p.read_bytes() for p in deployment.root.rglob("*") if p.is_file())  # state included
         assert password.encode() not in written
@@ -194,20 +195,25 @@ def test_insert_is_not_pushed_down_and_says_so(tmp_path, pgdb) -> None:
     deployment = Deployment(tmp_path, pgdb)
     erin = f"erin_{deployment.name}"
     (deployment.root / "writer.yml").write_text(
-        "roles:\n  - name: writer\n    grants: [{privilege: INSERT, on: user_counts}]\n")
+        "roles:\n  - name: writer\n    grants: [{privilege: INSERT, on: user_counts}, {privilege: INSERT, on: "
+        "user_totals}]\n")
     deployment.users(f"users:\n  - name: {erin}\n    roles: [reader, writer]\n")
     warnings = [d for d in check_project(deployment.root, variables={"bootstrap": "127.0.0.1:9"}).diagnostics
                 if d.code == "DSF-E373"]
-    assert len(warnings) == 1 and warnings[0].severity is Severity.WARNING
-    assert "analytics.public.user_counts" in warnings[0].message and warnings[0].location.file == "writer.yml"
+    assert len(warnings) == 2 and {w.severity for w in warnings} == {Severity.WARNING}
+    view, table = sorted(warnings, key=lambda w: w.message)
+    assert "analytics.public.user_counts" in view.message and view.location.file == "writer.yml"
+    assert "dsflow alone writes the view's table" in view.message
+    assert "analytics.public.user_totals" in table.message and "dsflow alone writes the table" in table.message
     try:
         deployment.apply()
         loaded = operations.load(deployment.options)
         recorded = loaded.workspace.state_backend().read().resources
-        assert recorded["grant.writer.insert.relation.analytics.public.user_counts"].outputs == {}  # recorded only
+        for name in ("user_counts", "user_totals"):  # recorded only
+            assert recorded[f"grant.writer.insert.relation.analytics.public.{name}"].outputs == {}
         assert psql(pgdb, f"SELECT COUNT(*) FROM pg_roles WHERE rolname = '{deployment.role('writer')}'") == "0"
         assert reads(pgdb, erin, "user_counts")  # SELECT through reader
-        for table, values in (("user_counts", "('u', 1)"), ("page_counts", "('p', 1)")):
+        for table, values in (("user_counts", "('u', 1)"), ("page_counts", "('p', 1)"), ("user_totals", "('u', 1)")):
             assert not can(pgdb, erin, f"INSERT INTO {table} VALUES {values}")
         other = deployment.role("other")  # ALL on page_counts: SELECT only
         assert psql(pgdb, f"SELECT has_table_privilege('{other}', 'page_counts', 'SELECT')::text || "

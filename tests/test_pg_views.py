@@ -5,7 +5,8 @@
 - apply / destroy / refresh of the view's table: created with the query's columns and primary key,
   dropped only if dsflow created it, a missing table is drift;
 - CREATE TABLE ... AS SELECT into a postgresql store: apply creates the table (or uses one that exists), adds
-  a column appended to the SELECT in place, destroy drops only the table dsflow created;
+  a column appended to the SELECT in place, destroy drops only the table dsflow created; a table dropped by hand
+  is drift that apply creates again, and a rename with a `moved:` entry renames it in place (rows, ledger kept);
 - end to end (apply, a real query on the test's Spark session, a real broker): the view equals a pandas
   reference, and a plain `psql` client reading while the query writes never sees half a batch;
   `dsflow query` reads it as a table, JSON and CSV; a dropped table is drift; destroy drops it.
@@ -227,6 +228,78 @@ def test_ctas_table_apply_adds_columns_in_place_and_destroy_drops_only_what_dsfl
     assert psql(pgdb, "SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class WHERE relname IN "
                       "('pv_counts', 'pv_pre_existing')") == "pv_pre_existing"
     assert rows(pgdb, "SELECT id, userid FROM pv_pre_existing") == [(1, "u")]
+
+
+MOVED_SQL = """\
+CREATE STREAM pageviews (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR)
+  WITH ('value.format' = 'json', 'topic.partitions' = 1);
+CREATE TABLE pt_counts WITH ('store' = 'pg') AS SELECT userid, COUNT(*) AS views FROM pageviews GROUP BY userid;
+"""
+
+
+def _table_plan(options: operations.Options, address: str, destroy: bool = False):
+    loaded = operations.load(options)
+    return loaded, operations.plan(loaded, destroy=destroy, targets=frozenset() if destroy else frozenset({address}))
+
+
+def _batch(ref, rows_: list[tuple[str, int]], batch_id: int) -> bool:
+    """One micro-batch written as the query's writer would (the format, its ledger), under one writer id."""
+    import pyarrow as pa
+
+    from dsflow.adapters.postgres.tables import PostgresTables
+
+    data = pa.table({"userid": [r[0] for r in rows_], "views": pa.array([r[1] for r in rows_], pa.int64())})
+    return PostgresTables().write_batch(ref, data, ["userid"], "dsflow-writer", batch_id)
+
+
+def test_ctas_table_dropped_by_hand_is_drift_and_a_rename_moves_it_with_its_rows(tmp_path, pgdb) -> None:
+    """A PostgreSQL table (CREATE TABLE ... AS SELECT) as a view's table, through plan and apply targeted at it (no
+    driver process): dropped behind dsflow's back it is drift that apply creates again; renamed in the project with
+    a `moved:` entry it is moved (ALTER TABLE ... RENAME TO), its rows and its batch ledger kept."""
+    from dsflow.adapters.tables import TableRef
+
+    root, options = _project(tmp_path, "127.0.0.1:9", pgdb, MOVED_SQL)
+    old, new = "relation.analytics.public.pt_counts", "relation.analytics.public.pt_totals"
+    loaded, plan = _table_plan(options, old)
+    assert operations.apply(loaded, plan).ok
+    settings = dict(loaded.project.store("pg").properties)
+    assert _batch(TableRef("postgresql", f"{pgdb}.public.pt_counts", settings), [("a", 1), ("b", 2)], 0)
+
+    psql(pgdb, "DROP TABLE pt_counts")
+    loaded, plan = _table_plan(options, old)
+    assert [(c.address, c.action, c.drift) for c in plan.actionable] == [(old, Action.UPDATE, True)]
+    assert plan.actionable[0].reason == f"drift: table {pgdb}.public.pt_counts is missing"
+    assert operations.apply(loaded, plan).ok
+    assert psql(pgdb, "SELECT column_name FROM information_schema.columns WHERE table_name = 'pt_counts' "
+                      "ORDER BY ordinal_position").splitlines() == ["userid", "views"]  # created again, empty
+    assert not _table_plan(options, old)[1].has_changes
+
+    ref = TableRef("postgresql", f"{pgdb}.public.pt_counts", settings)
+    assert _batch(ref, [("a", 3), ("c", 5)], 1)
+    before = rows(pgdb, "SELECT userid, views FROM pt_counts ORDER BY userid")
+    assert before == [("a", 3), ("c", 5)]
+    (root / "sql" / "all.sql").write_text(MOVED_SQL.replace("pt_counts", "pt_totals"))
+    (root / "moves.yml").write_text("moved:\n  - {from: pt_counts, to: pt_totals}\n")
+    loaded, plan = _table_plan(options, new)
+    moved = [c for c in plan.actionable if c.address.startswith("relation.")]
+    assert [(c.address, c.action, c.moved_from) for c in moved] == [(new, Action.UPDATE, old)]
+    assert "renamed to pt_totals (ALTER TABLE ... RENAME TO); its rows kept" in moved[0].effect, moved[0].effect
+    assert not plan.destroying
+    assert operations.apply(loaded, plan).ok
+    assert rows(pgdb, "SELECT to_regclass('pt_counts')") == [(None,)]
+    assert rows(pgdb, "SELECT userid, views FROM pt_totals ORDER BY userid") == before, "rows were lost"
+    assert rows(pgdb, "SELECT view, batch_id FROM dsflow_mv_batches WHERE view LIKE 'pt\\_%'") == [("pt_totals", 1)]
+    renamed = TableRef("postgresql", f"{pgdb}.public.pt_totals", settings)
+    assert not _batch(renamed, [("a", 100)], 1), "a batch replayed after the rename is still skipped"
+    recorded = operations.load(options).workspace.state_backend().read().resources
+    assert old not in recorded and recorded[new].outputs["table"] == f"{pgdb}.public.pt_totals"
+    assert recorded[new].outputs["created_by_dsflow"], "destroy still drops the table dsflow created"
+    assert not _table_plan(options, new)[1].has_changes
+
+    loaded, plan = _table_plan(options, new, destroy=True)
+    assert operations.apply(loaded, plan).ok
+    assert rows(pgdb, "SELECT to_regclass('pt_totals'), to_regclass('pt_counts')") == [(None, None)]
+    assert rows(pgdb, "SELECT COUNT(*) FROM dsflow_mv_batches WHERE view LIKE 'pt\\_%'") == [(0,)]
 
 
 def _invariant_reader(pgdb: str, stop: threading.Event, seen: list[tuple[int, int, int]]) -> None:

@@ -17,7 +17,7 @@ from dsflow.core import stores
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category, effect_text
 from dsflow.core.changes import Action, Change
-from dsflow.core.physical import physical_key, physical_object
+from dsflow.core.physical import TABLES, physical_key, physical_object
 from dsflow.core.resources import Resource, fingerprint
 from dsflow.core.state import State
 
@@ -100,10 +100,11 @@ def renamed_references(data: dict[str, Any], names: Mapping[str, str]) -> dict[s
 
 def table_rename(before: dict[str, Any], after: dict[str, Any],
                  store_types: Mapping[str, str]) -> tuple[str, str] | None:
-    """(old, new) table name when a materialized view kept in a store changed only its table's name (the option
-    its store kind's rules name `view_table_key`; same database and schema): ALTER TABLE ... RENAME TO keeps its
-    rows. None for any other change, and in a store without such a key (SQLite)."""
-    if before.get("kind") != "materialized_view":
+    """(old, new) table name when a materialized view kept in a store, or a table (CREATE TABLE ... AS SELECT),
+    changed only its table's name (the option its store kind's rules name `view_table_key`; same database and
+    schema): ALTER TABLE ... RENAME TO keeps its rows. None for any other change, and in a store without such a key
+    (SQLite, the lake and warehouse tables)."""
+    if before.get("kind") not in TABLES:
         return None
     key = getattr(stores.facet(store_types.get(after.get("store", ""), ""), "rules"), "view_table_key", None)
     if key is None:
@@ -119,7 +120,7 @@ def table_rename(before: dict[str, Any], after: dict[str, Any],
 def with_move(change: Change, moves: Mapping[str, str], renamed: frozenset[str],
               store_types: Mapping[str, str]) -> Change:
     """A moved resource's change says where it moved from (an unchanged one is an update: the state entry moves);
-    one that names a moved relation is updated to the new name. A view's table renamed by a move is
+    one that names a moved relation is updated to the new name. A view's or a table's table renamed by a move is
     renamed in place (ALTER TABLE ... RENAME TO), not replaced."""
     old = moves.get(change.address)
     if old is None:

@@ -48,7 +48,8 @@ class StoreRules(Protocol):
     view_props: set[str]
     """Views (Capability.VIEWS): the WITH properties placing a materialized view's table."""
     view_table_key: str
-    """Views: the WITH property naming the view's table."""
+    """Views (and its kind's tables): the WITH property naming the table of a view or a CREATE TABLE ... AS SELECT,
+    which a move may rename in place (core/moves.py `table_rename`)."""
     change_props: set[str]
     """Change streams (Capability.CHANGE_STREAM): the WITH properties a change stream takes."""
     slot_key: str

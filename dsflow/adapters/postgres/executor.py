@@ -97,7 +97,7 @@ class ViewTableExecutor:
 
 
 class GrantExecutor:
-    """A grant: SELECT (or ALL) on a view kept in a postgresql store is pushed down as a PostgreSQL GRANT
+    """A grant: SELECT (or ALL) on a view or table kept in a postgresql store is pushed down as a PostgreSQL GRANT
     (adapters/postgres/grants.py); every other grant is recorded only."""
 
     def create(self, ctx, change) -> dict[str, Any]:
@@ -170,6 +170,6 @@ class RoleExecutor:
     def delete(self, ctx, deployed) -> None:
         from dsflow.adapters.postgres import grants
 
-        stores = set(grants.view_stores(ctx.project)) | set(deployed.outputs.get("postgresql_stores") or ())
+        stores = set(grants.kept_stores(ctx.project)) | set(deployed.outputs.get("postgresql_stores") or ())
         if stores:
             grants.drop_role(ctx.project, Address.parse(deployed.address).name, sorted(stores))

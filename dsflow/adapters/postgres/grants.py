@@ -1,9 +1,11 @@
-"""Grants on materialized views kept in a postgresql store, pushed down as PostgreSQL roles and GRANT/REVOKE.
+"""Grants on materialized views and tables kept in a postgresql store, pushed down as PostgreSQL roles and
+GRANT/REVOKE (a view's table and a CREATE TABLE ... AS SELECT's table alike: both are PostgreSQL tables).
 
     role_name     the PostgreSQL role of a dsflow role: `dsflow_<project>_<env>_<role>` (NOLOGIN), cut to 63 bytes
                   with a hash when longer; created roles carry a COMMENT naming the project, and only such roles
                   are ever dropped
-    target        the view a grant pushes down to (SELECT or ALL on a PG-kept materialized view), or None
+    target        the table a grant pushes down to (SELECT or ALL on a PG-kept materialized view or table), or
+                  None
     apply_grant   apply: the role, the roles that inherit it (GRANT parent TO child), then GRANT USAGE ON SCHEMA
                   and GRANT SELECT ON TABLE; idempotent
     revoke_grant  delete: REVOKE SELECT (and USAGE once the role holds nothing else in the schema); the role
@@ -14,9 +16,9 @@
     drop_role     a role gone from the project (or destroy): dropped, after its grants, where dsflow created it
     observe_grant refresh: a missing role or privilege (the table was re-created, someone revoked it) is drift
 
-ALL on a view grants SELECT only, and INSERT is never pushed (DSF-E373, a load warning): a view's table is
-written by dsflow alone. Grants on stores, databases,
-schemas and topics are not pushed down (they stay in dsflow's state, enforced by `dsflow serve`).
+ALL on a view or table grants SELECT only, and INSERT is never pushed (DSF-E373, a load warning): their tables are
+written by dsflow alone. Grants on stores, databases, schemas and topics are not pushed down (they stay in dsflow's
+state, enforced by `dsflow serve`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from dsflow.errors import DsflowError
 
 PUSHED = ("SELECT", "ALL")
 KEY = "postgresql"
+KEPT = ("materialized_view", "table")
+"""The relation kinds whose table a postgresql store keeps (a view's snapshot, a CREATE TABLE ... AS SELECT's)."""
 
 
 def role_name(project: str, environment: str, role: str) -> str:
@@ -46,13 +50,13 @@ def marker(project) -> str:
 
 
 def target(project, data: dict[str, Any] | None) -> dict[str, str] | None:
-    """Where a grant pushes down: the store, database, schema and table of a PG-kept view, or None."""
+    """Where a grant pushes down: the store, database, schema and table of a PG-kept view or table, or None."""
     data = data or {}
     on = str(data.get("on", ""))
     if project is None or data.get("privilege") not in PUSHED or not on.startswith("relation."):
         return None
     relation = project.relation(on.split(".", 1)[1])
-    if relation is None or relation.kind != "materialized_view" or not relation.store:
+    if relation is None or relation.kind not in KEPT or not relation.store:
         return None
     store = project.store(relation.store)
     if store is None or store.type != "postgresql":
@@ -84,7 +88,8 @@ def below(project, role: str) -> list[str]:
 
 
 def pushed_roles(project, store: str) -> set[str]:
-    """Every dsflow role that has a PostgreSQL role in `store`: the roles granted a view there, and their heirs."""
+    """Every dsflow role that has a PostgreSQL role in `store`: the roles granted a view or table there, and their
+    heirs."""
     roles: set[str] = set()
     for grant in project.grants:
         where = target(project, {"privilege": grant.privilege, "on": grant.on})
@@ -102,7 +107,7 @@ def _connect(project, where: dict[str, str]):
 
 def _sql_error(err: Exception, what: str) -> DsflowError:
     return DsflowError("DSF-E370", f"PostgreSQL refused {what}: {str(err).strip()}",
-                       hint="the postgresql store's user needs CREATEROLE and the grant option on the view's table "
+                       hint="the postgresql store's user needs CREATEROLE and the grant option on the table "
                        "(its owner has it); run apply again once fixed")
 
 
@@ -121,7 +126,7 @@ def apply_grant(ctx, address: str, data: dict[str, Any]) -> dict[str, Any]:
         with conn.cursor() as cur:
             if not _exists(cur, where["schema"], where["table"]):
                 raise DsflowError("DSF-E371", f"cannot push down {address}: table {where['schema']}."
-                                  f"{where['table']} does not exist", hint="apply the view first (dsflow apply)")
+                                  f"{where['table']} does not exist", hint="apply the view or table first (dsflow apply)")
             scope = pushed_roles(project, where["store"]) | set(names)
             for name in names:
                 _sync(cur, project, name, scope)
@@ -278,7 +283,7 @@ def drop_role(project, role: str, stores: Iterable[str]) -> None:
 
 
 def _database_of(project, store: str) -> dict[str, str]:
-    """The database of a store's granted views (the store's own database when it has none)."""
+    """The database of a store's granted views and tables (the store's own database when it has none)."""
     for grant in project.grants:
         where = target(project, {"privilege": grant.privilege, "on": grant.on})
         if where is not None and where["store"] == store:
@@ -286,21 +291,22 @@ def _database_of(project, store: str) -> dict[str, str]:
     return {"store": store}
 
 
-def view_stores(project) -> list[str]:
-    """The postgresql stores keeping a materialized view of the project: where a role may have been pushed."""
-    stores = {r.store for r in project.relations if r.kind == "materialized_view" and r.store}
+def kept_stores(project) -> list[str]:
+    """The postgresql stores keeping a materialized view or a table of the project: where a role may have been
+    pushed."""
+    stores = {r.store for r in project.relations if r.kind in KEPT and r.store}
     return sorted(s for s in stores if (store := project.store(s)) is not None and store.type == "postgresql")
 
 
 def pushed_stores(project) -> list[str]:
-    """The postgresql stores holding a view some grant of the project pushes down to."""
+    """The postgresql stores holding a view or table some grant of the project pushes down to."""
     stores = {w["store"] for g in project.grants
               if (w := target(project, {"privilege": g.privilege, "on": g.on})) is not None}
     return sorted(stores)
 
 
 def observe_grant(project, deployed):
-    """Refresh: drift when a mapped role is missing or lacks SELECT on the view (directly or inherited)."""
+    """Refresh: drift when a mapped role is missing or lacks SELECT on the table (directly or inherited)."""
     import psycopg2
     from dsflow.core.plan import Observation
 

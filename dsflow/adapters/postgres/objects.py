@@ -1,12 +1,16 @@
 """PostgreSQL's physical-object operations (the `objects` facet, core/stores.py): apply's executors for what a
 postgresql store holds (a CDC stream's slot and publication, a view's snapshot table, a CREATE TABLE ... AS SELECT's
 table, pushed-down grants, roles and users' logins) and refresh's look at them. Its objects have no identity to
-compare; a table's rows are counted as every table format's (adapters/tables/objects.py)."""
+compare; a table's rows are counted, and a missing table observed, as every table format's
+(adapters/tables/objects.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+FORMAT = "postgresql"
+"""The table format of its tables (core/stores.py), recorded in a table's outputs."""
 
 
 class PostgresObjects:
@@ -14,7 +18,7 @@ class PostgresObjects:
         from dsflow.adapters.postgres.executor import GrantExecutor, LoginExecutor, RoleExecutor
 
         self.grants = GrantExecutor()
-        """Grants on its views, pushed down as PostgreSQL GRANTs (every other grant: recorded only)."""
+        """Grants on its views and tables, pushed down as PostgreSQL GRANTs (every other grant: recorded only)."""
         self.roles = RoleExecutor()
         """Roles, mapped to PostgreSQL roles where grants are pushed down."""
         self.logins = LoginExecutor()
@@ -46,7 +50,8 @@ class PostgresObjects:
         return ViewTableExecutor() if data.get("kind") == "materialized_view" and data.get("store") else None
 
     def observe(self, project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
-        """Refresh of a view's table, a pushed-down grant, or a CDC stream's slot; None for anything else."""
+        """Refresh of a view's table, a table (a missing one is drift, as a view's), a pushed-down grant, or a CDC
+        stream's slot; None for anything else."""
         from dsflow.core.address import Address, Kind
 
         kind = Address.parse(deployed.address).kind
@@ -54,6 +59,10 @@ class PostgresObjects:
             from dsflow.adapters.postgres.views import observe_view
 
             return observe_view(project, deployed)
+        if kind is Kind.RELATION and deployed.data.get("kind") == "table" and deployed.outputs.get("format") == FORMAT:
+            from dsflow.adapters.tables.objects import observe_table
+
+            return observe_table(project, deployed)
         if kind is Kind.GRANT and deployed.outputs.get("postgresql"):
             from dsflow.adapters.postgres.grants import observe_grant
 

@@ -43,7 +43,7 @@ class PostgresRules:
     """The `rules` facet of a PostgreSQL store."""
 
     view_props = {DB, SCHEMA, TABLE}
-    view_table_key = TABLE
+    view_table_key = TABLE  # a view's or a table's: a move renaming only it is ALTER TABLE ... RENAME TO
     change_props = CHANGE_PROPS
     slot_key, publication_key = SLOT_KEY, PUBLICATION_KEY
     several_tables_hint = f"make one change stream per table ('{TABLE}') and one changelog of each"
@@ -103,8 +103,8 @@ class PostgresRules:
             why = "the stream's tables belong to the application dsflow reads their changes from"
         return [Diagnostic("DSF-E373", f"INSERT on '{relation.fqn}' is not pushed down to PostgreSQL: {why}; "
                            "it is recorded and enforced by `dsflow serve` only", grant.location,
-                           hint="grant SELECT to read the table in PostgreSQL; write into the view through its "
-                           "inputs (INSERT INTO a stream it reads)", severity=Severity.WARNING)]
+                           hint="grant SELECT to read the table in PostgreSQL; write into a view or table through "
+                           "its query's inputs (INSERT INTO a stream it reads)", severity=Severity.WARNING)]
 
     def object_name(self, project: str, environment: str, relation_fqn: str) -> str:
         """The slot and publication name of a CDC relation: `dsflow_<project>_<env>_<database>_<schema>_<name>`,

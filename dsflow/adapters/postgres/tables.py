@@ -11,6 +11,10 @@ replay after a crash and is skipped: exactly once per batch.
 
 A table's location is `DATABASE.SCHEMA.TABLE`, or `SCHEMA.TABLE` in the database the store connects to; its
 table options (adapters/postgres/rules.py) name the three parts.
+
+As a view's table, it is renamed in place by a move that changes only its name (`rename`), observed by refresh
+(a missing table is drift: adapters/tables/objects.py `observe_table`), and SELECT grants on it are pushed down
+(grants.py).
 """
 
 from __future__ import annotations
@@ -63,6 +67,13 @@ class PostgresTables:
 
     def drop(self, ref: TableRef) -> None:
         mv.drop_table(ref.settings, *place(ref))
+
+    def rename(self, old: TableRef, new: TableRef) -> None:
+        """ALTER TABLE ... RENAME TO (RenamingFormat), rows kept and the ledger's rows following it; only within
+        one database and schema (the plan renames nothing else: core/moves.py `table_rename`)."""
+        (database, schema, table), (new_database, new_schema, renamed) = place(old), place(new)
+        if (database, schema) == (new_database, new_schema) and table != renamed:
+            mv.rename_table(new.settings, database, schema, table, renamed)
 
     def write_batch(self, ref: TableRef, data: Any, key: list[str], app_id: str, batch_id: int) -> bool:
         """One micro-batch in one transaction; False if the ledger holds this batch (a replay)."""

@@ -39,6 +39,13 @@ class TableFormat(Protocol):
     def write_batch(self, ref: TableRef, data: Any, key: list[str], app_id: str, batch_id: int) -> bool: ...
 
 
+class RenamingFormat(TableFormat, Protocol):
+    """A format that can rename a table in place (a store kind's `tables` facet with `rename`): a move that changes only the table's name (the plan
+    decides: core/moves.py `table_rename`) keeps its rows and its batch ledger."""
+
+    def rename(self, old: TableRef, new: TableRef) -> None: ...
+
+
 def delta_root(project_root: str | Path, store_type: str, settings: dict[str, str]) -> str:
     """Where a Delta store keeps its tables: s3://bucket/prefix, abfss://container@account.../prefix (adls) or a
     local folder (relative to the project)."""

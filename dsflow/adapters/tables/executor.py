@@ -1,6 +1,7 @@
 """What apply does for a table relation: create the table (schema from the query's output columns)
 unless it exists, register it in a Databricks catalog when one is configured, add the columns an in-place
-update adds (ALTER TABLE ADD COLUMN), and on destroy drop it only if dsflow created it."""
+update adds (ALTER TABLE ADD COLUMN), rename it after a move that renames it (a format that can), and on destroy
+drop it only if dsflow created it."""
 
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ class TableExecutor:
         return outputs
 
     def update(self, ctx, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        """The table ensured, and the columns the change adds added in place (its rows kept)."""
+        """Renamed in place after a move that renames its table (a format that can: the plan said so), then the
+        table ensured, and the columns the change adds added in place (its rows kept)."""
+        if change.moved_from is not None:
+            rename_moved(ctx, change, deployed)
         outputs = self.create(ctx, change)
         added = added_columns(change.before, change.after)
         if added:
@@ -56,6 +60,19 @@ class TableExecutor:
 
             databricks.unregister(ref)
         table_format(ref.format).drop(ref)
+
+
+def rename_moved(ctx, change: Change, deployed: DeployedResource) -> None:
+    """A moved table whose place changed in a format that renames tables (RenamingFormat): renamed from where it was
+    deployed to where the relation is now, rows kept. A move the plan keeps in place only when the table stays or
+    only its name changes (core/moves.py); nothing to do when it stays, or once renamed (an apply run again)."""
+    relation = ctx.project.relation(Address.parse(change.address).name)
+    new = table_ref(ctx.project.root, ctx.project.store(relation.store), relation)
+    fmt = table_format(new.format)
+    was = deployed.outputs.get("table")
+    if was in (None, new.location) or deployed.outputs.get("format") != new.format or not hasattr(fmt, "rename"):
+        return
+    fmt.rename(TableRef(new.format, was, new.settings, dict(deployed.data.get("table_options") or {})), new)
 
 
 def reach_store(name: str, store_type: str, ref: TableRef) -> None:
