@@ -8,6 +8,7 @@ as its final content (the last record of each key; a tombstone deletes the key).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from dsflow.adapters.kafka.client import DeliveryErrors, client_config, flush_or_raise, new_producer, produce_one
 from dsflow.core.model import Project
@@ -51,3 +52,20 @@ def keyed_rows(rows, keys: tuple[str, ...], value=lambda v: v) -> dict[tuple, di
         assert key not in out, f"two rows keyed {key}"
         out[key] = {k: value(v) for k, v in found.items() if v is not None}
     return out
+
+
+def duckdb_answer(tables: dict[str, str], snapshots: dict[str, Iterable[dict]], select: str, keys: tuple[str, ...],
+                  value=lambda v: v) -> dict[tuple, dict]:
+    """DuckDB's answer to `select` over the final snapshots of the inputs, keyed as `keyed_rows` keys it.
+    `tables`: {name: its columns as DDL ("userid VARCHAR, score BIGINT")}; each snapshot row gives every column."""
+    import duckdb
+
+    con = duckdb.connect()
+    for name, columns in tables.items():
+        con.execute(f"CREATE TABLE {name} ({columns})")
+        names = [c.split()[0] for c in columns.split(",")]
+        for row in snapshots[name]:  # a loop: executemany refuses an empty list (an emptied input)
+            con.execute(f"INSERT INTO {name} VALUES ({', '.join('?' * len(names))})", [row[n] for n in names])
+    cursor = con.execute(select)
+    found = [d[0] for d in cursor.description]
+    return keyed_rows([dict(zip(found, r)) for r in cursor.fetchall()], keys, value)

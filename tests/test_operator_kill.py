@@ -18,10 +18,9 @@ import random
 import signal
 import time
 
-import duckdb
 import pytest
 
-from changelogs import changelog_content, keyed_rows, produce_changes
+from changelogs import changelog_content, duckdb_answer, keyed_rows, produce_changes
 from dsflow.adapters import process
 from dsflow.adapters.spark import apps
 from dsflow.engine import operations
@@ -122,21 +121,8 @@ def _chain_reference(feeds: list[dict]) -> dict[int, tuple]:
     return out
 
 
-def _duckdb(snapshots: dict[str, dict]):
-    con = duckdb.connect()
-    con.execute("CREATE TABLE users (userid VARCHAR, tier VARCHAR, score BIGINT, cts BIGINT)")
-    con.execute("CREATE TABLE orders (order_id BIGINT, userid VARCHAR, amount BIGINT)")
-    for v in snapshots["users"].values():
-        con.execute("INSERT INTO users VALUES (?, ?, ?, ?)", (v["userid"], v["tier"], v["score"], v["cts"]))
-    for v in snapshots["orders"].values():
-        con.execute("INSERT INTO orders VALUES (?, ?, ?)", (v["order_id"], v["userid"], v["amount"]))
-    return con
-
-
-def _expected(con, select: str, keys: tuple[str, ...]) -> dict[tuple, dict]:
-    cursor = con.execute(select)
-    names = [d[0] for d in cursor.description]
-    return keyed_rows([dict(zip(names, r)) for r in cursor.fetchall()], keys)
+TABLES = {"users": "userid VARCHAR, tier VARCHAR, score BIGINT, cts BIGINT",
+          "orders": "order_id BIGINT, userid VARCHAR, amount BIGINT"}
 
 
 def _enriched(broker: str, project) -> dict[int, tuple] | None:
@@ -169,8 +155,8 @@ def _run(options, project, broker: str) -> None:
     feeds[-1]["buys"].append({"id": FLUSH, "ts": T0 + 100 * ROUND_MS, "userid": "nobody", "pid": "none"})
     snapshots: dict[str, dict] = {"users": {}, "products": {}, "orders": {}}
     _produce(broker, project, feeds[0], snapshots)
-    wait_for(lambda: changelog_content(broker, project, "total")[0] and changelog_content(broker, project, "by_tier")[0],
-             WAIT, "the first aggregates")
+    wait_for(lambda: all(changelog_content(broker, project, name)[0] for name in CHECKS), WAIT,
+             "the first aggregates")
     for feed in feeds[1:KILLED_AFTER + 1]:  # more changes while the queries run, then the kill mid-stream
         _produce(broker, project, feed, snapshots)
     time.sleep(1)  # a batch of them under way
@@ -183,9 +169,9 @@ def _run(options, project, broker: str) -> None:
     assert sorted(c.address for c in plan.actionable if c.drift) == sorted(QUERIES)
     assert operations.apply(loaded, plan).ok
 
-    con = _duckdb(snapshots)
+    inputs = {name: snapshots[name].values() for name in TABLES}
     for name, (select, keys) in CHECKS.items():
-        expected = _expected(con, select, keys)
+        expected = duckdb_answer(TABLES, inputs, select, keys)
         wait_for(lambda: keyed_rows(changelog_content(broker, project, name)[0].values(), keys) == expected, WAIT,
                  f"{name} to equal DuckDB over the final inputs")
     expected_chain = _chain_reference(feeds)

@@ -22,12 +22,11 @@ import math
 import tempfile
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from changelogs import changelog_content, keyed_rows, produce_changes
+from changelogs import changelog_content, duckdb_answer, keyed_rows, produce_changes
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.retract import STATE_PROVIDER, apply_changes, empty_accumulator, group_row, key_changes
 from dsflow.adapters.spark.translate import query_spec
@@ -123,9 +122,8 @@ def _run_all(spark, project, work: Path, names) -> None:
 
 
 def _check(broker, project, snapshots: dict[str, dict], number: int) -> None:
-    con = _duckdb(snapshots)
     for name, (kind, select, keys) in {**FIRST, **SECOND}.items():
-        expected = _expected(con, select.replace("FROM order_users", f"FROM ({JOIN})"), keys)
+        expected = _expected(snapshots, select.replace("FROM order_users", f"FROM ({JOIN})"), keys)
         if kind == "MATERIALIZED VIEW":
             database = mv.database_path(project.root, project.state_path, project.environment)
             columns, rows = mv.run_query(database, f"SELECT * FROM {name}")
@@ -137,26 +135,17 @@ def _check(broker, project, snapshots: dict[str, dict], number: int) -> None:
             actual = _rows(content.values(), keys)
         assert actual == expected, (number, name)
     if number == EMPTY:  # the case this batch is for
-        assert _expected(con, FIRST["total"][1], ()) == {(): {"n": 0, "scored": 0}}
+        assert _expected(snapshots, FIRST["total"][1], ()) == {(): {"n": 0, "scored": 0}}
     if number == 1:
-        assert _expected(con, FIRST["eu_view"][1], ()) == {(): {"n": 0}}
+        assert _expected(snapshots, FIRST["eu_view"][1], ()) == {(): {"n": 0}}
 
 
-def _duckdb(snapshots: dict[str, dict]):
-    con = duckdb.connect()
-    con.execute("CREATE TABLE users (userid VARCHAR, region VARCHAR, tier VARCHAR, score BIGINT)")
-    con.execute("CREATE TABLE orders (order_id BIGINT, userid VARCHAR, amount BIGINT)")
-    for v in snapshots["users"].values():  # a loop: executemany refuses an empty list (the emptied inputs)
-        con.execute("INSERT INTO users VALUES (?, ?, ?, ?)", (v["userid"], v["region"], v["tier"], v["score"]))
-    for v in snapshots["orders"].values():
-        con.execute("INSERT INTO orders VALUES (?, ?, ?)", (v["order_id"], v["userid"], v["amount"]))
-    return con
+TABLES = {"users": "userid VARCHAR, region VARCHAR, tier VARCHAR, score BIGINT",
+          "orders": "order_id BIGINT, userid VARCHAR, amount BIGINT"}
 
 
-def _expected(con, select: str, keys: tuple[str, ...]) -> dict[tuple, dict]:
-    cursor = con.execute(select)
-    names = [d[0] for d in cursor.description]
-    return _rows([dict(zip(names, r)) for r in cursor.fetchall()], keys)
+def _expected(snapshots: dict[str, dict], select: str, keys: tuple[str, ...]) -> dict[tuple, dict]:
+    return duckdb_answer(TABLES, {name: snapshots[name].values() for name in TABLES}, select, keys, _number)
 
 
 def _rows(rows, keys: tuple[str, ...]) -> dict[tuple, dict]:

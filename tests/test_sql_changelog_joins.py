@@ -23,12 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from changelogs import changelog_content, keyed_rows, produce_changes
+from changelogs import changelog_content, duckdb_answer, keyed_rows, produce_changes
 from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark.driver import start_query
@@ -143,17 +142,12 @@ def _snapshots(feed) -> dict[str, dict]:
     return state
 
 
+TABLES = {"orders": "order_id BIGINT, user_id VARCHAR, amount BIGINT",
+          "users": "user_id VARCHAR, name VARCHAR, tier VARCHAR"}
+
+
 def _expected(snapshots: dict[str, dict], select: str, keys: tuple[str, ...]) -> dict[tuple, dict]:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE orders (order_id BIGINT, user_id VARCHAR, amount BIGINT)")
-    con.execute("CREATE TABLE users (user_id VARCHAR, name VARCHAR, tier VARCHAR)")
-    for r in snapshots["orders"].values():
-        con.execute("INSERT INTO orders VALUES (?, ?, ?)", (r["order_id"], r["user_id"], r["amount"]))
-    for r in snapshots["users"].values():
-        con.execute("INSERT INTO users VALUES (?, ?, ?)", (r["user_id"], r["name"], r["tier"]))
-    cursor = con.execute(select)
-    names = [d[0] for d in cursor.description]
-    return _rows([dict(zip(names, r)) for r in cursor.fetchall()], keys)
+    return duckdb_answer(TABLES, {name: snapshots[name].values() for name in TABLES}, select, keys)
 
 
 def _rows(rows, keys: tuple[str, ...]) -> dict[tuple, dict]:

@@ -21,12 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from changelogs import changelog_content, produce_changes
+from changelogs import changelog_content, duckdb_answer, produce_changes
 from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark.retract import STATE_PROVIDER
@@ -105,13 +104,8 @@ def _snapshot(feed) -> dict[str, dict]:
 
 
 def _expected(snapshot: dict[str, dict], select: str, keys: tuple[str, ...]) -> dict[tuple, dict]:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE users (userid VARCHAR, region VARCHAR, team VARCHAR, score BIGINT)")
-    for r in snapshot.values():
-        con.execute("INSERT INTO users VALUES (?, ?, ?, ?)", (r["userid"], r["region"], r["team"], r["score"]))
-    cursor = con.execute(select)
-    names = [d[0] for d in cursor.description]
-    return _rows([dict(zip(names, r)) for r in cursor.fetchall()], keys)
+    return duckdb_answer({"users": "userid VARCHAR, region VARCHAR, team VARCHAR, score BIGINT"},
+                         {"users": snapshot.values()}, select, keys, _number)
 
 
 def _rows(rows, keys: tuple[str, ...]) -> dict[tuple, dict]:
