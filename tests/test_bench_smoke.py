@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import pipelines, report, run  # noqa: E402
+from bench import pipelines, recovery, report, run  # noqa: E402
 from dsflow import nexmark  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -70,6 +70,32 @@ def test_smoke_run_produces_the_right_records(broker: str, spark, tmp_path: Path
     text = report.render(results, report.machine(), "")
     assert "| q1 currency conversion |" in text and "| q5 hot items" in text and "dsflow plan" in text
     assert text.rstrip().endswith(report.HAND_WRITTEN)
+    _recovery_reads_real_checkpoints(tmp_path)
+
+
+def _recovery_reads_real_checkpoints(work: Path) -> None:
+    """bench/recovery.py times batches from a checkpoint's offsets log (trigger time) and commit files: on the
+    checkpoints the runs above left, every committed batch has a start no later than its commit."""
+    checkpoints = [p for p in work.glob("ckpt-*-dsflow-*") if (p / "commits").is_dir()]
+    assert checkpoints
+    for checkpoint in checkpoints:
+        commits = recovery.batch_files(checkpoint, "commits")
+        assert commits and set(commits) <= set(recovery.batch_files(checkpoint, "offsets"))
+        batches = recovery.measured_batches(checkpoint, 0.0)
+        assert set(batches) == set(commits) and all(0 < start <= end for start, end in batches.values())
+        assert recovery.first_commit_after(checkpoint, 0.0) == min(commits.values())
+        assert recovery.first_commit_after(checkpoint, max(commits.values())) is None
+
+
+def test_recovery_accounting_against_plain_python() -> None:
+    produced = set(range(100))
+    found = [i for i in range(100) if i not in (7, 40)] + [3, 3, 99, 1000]
+    assert recovery.account(produced, found) == {"lost": 2, "first_lost": 7, "duplicates": 3, "unexpected": 1}
+    assert recovery.kept(0, 30) == {i for i in range(30) if i % 10 != 3} and len(recovery.kept(5, 300_000)) == 270_000
+    rows = [{"mode": "query", "records_out_per_s": 100}, {"mode": "query", "records_out_per_s": 120},
+            {"mode": "shared", "records_out_per_s": 99}]
+    found = recovery.summary(rows)
+    assert found["query"]["median"] == 110 and found["shared_vs_alone_median_pct"] == -10.0
 
 
 def test_a_sink_difference_names_what_is_missing_and_what_is_not_expected() -> None:
