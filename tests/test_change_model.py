@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 SEED = 20261125
 STEPS = 6
 MIN_STEPS = 4
-BUDGET_S = 200
+BUDGET_S = 120
 """Steps stop early once this much time is spent (a loaded CI machine), after MIN_STEPS at least."""
 
 
