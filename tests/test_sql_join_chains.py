@@ -2,7 +2,8 @@
 changelog's column, INNER keyed by the stream's); an INNER and a LEFT interval join each followed by a LEFT
 temporal join; two interval joins chained (INNER-INNER ON the second stream's column, LEFT-LEFT then a LEFT
 temporal join); on real Spark and a real broker; and the chains that are refused (DSF-E045, E131, E132, E194,
-E196..E198), with their places.
+E196..E198, and E190, E192 for chains of changelogs), with their places. Chains of changelogs themselves:
+tests/test_sql_changelog_chains.py.
 
 In each of two phases (`enriched` and the chains of two interval joins run after each, on one checkpoint; the others
 after the last) the changelog changes (updates, tombstones, keys that never exist) are produced before the stream
@@ -286,7 +287,7 @@ CREATE STREAM b1 AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON o
 CREATE STREAM b2 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.userid
   JOIN ships t WITHIN 5 SECONDS ON o.id = t.oid;
 CREATE CHANGELOG b3 AS SELECT u.userid, u.name FROM users u JOIN countries c ON u.cid = c.cid
-  JOIN products p ON u.userid = p.pid;
+  JOIN orders o ON o.userid = u.userid;
 CREATE STREAM b4 AS SELECT o.id FROM orders o JOIN users u ON o.userid = u.userid
   JOIN countries c ON c.cid = u.cid AND c.cid = o.pid;
 CREATE STREAM b5 AS SELECT o.id FROM orders o FULL JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
@@ -307,6 +308,12 @@ CREATE STREAM b12 AS SELECT o.id FROM orders o JOIN ships s WITHIN 5 SECONDS ON 
   JOIN returns r WITHIN 5 SECONDS ON r.oid = r.sid;
 CREATE STREAM b13 AS SELECT s.sid, COUNT(*) AS n FROM orders o JOIN ships s WITHIN 5 SECONDS ON o.id = s.oid
   JOIN returns r WITHIN 5 SECONDS ON o.id = r.oid GROUP BY s.sid;
+CREATE CHANGELOG b14 AS SELECT u.userid FROM users u JOIN countries c ON u.cid = c.cid
+  JOIN products p ON p.pid = u.userid AND p.title = 'x';
+CREATE CHANGELOG b15 AS SELECT u.userid, p.title FROM users u JOIN countries c ON u.cid = c.cid
+  FULL JOIN products p ON p.pid = u.userid;
+CREATE CHANGELOG b16 AS SELECT u.userid FROM users u JOIN countries c ON u.cid = c.cid
+  RIGHT JOIN products p ON p.pid = u.userid;
 """
 
 
@@ -316,13 +323,15 @@ def test_refused_chains_name_their_code_and_place(tmp_path):
     assert [(code, line) for code, line, _ in found] == [
         ("DSF-E198", 2), ("DSF-E196", 4), ("DSF-E194", 6), ("DSF-E197", 8), ("DSF-E198", 10), ("DSF-E132", 12),
         ("DSF-E131", 14), ("DSF-E045", 15), ("DSF-E045", 18), ("DSF-E196", 20), ("DSF-E045", 22),
-        ("DSF-E045", 24), ("DSF-E045", 25)]
+        ("DSF-E045", 24), ("DSF-E045", 25), ("DSF-E190", 28), ("DSF-E192", 29), ("DSF-E190", 32)]
     assert all(d.location.file.endswith("q.sql") for d in check_project(root).diagnostics)
     assert "ships" in found[1][2] and "several relations (o, u)" in found[3][2]
-    assert [message.split(",")[0].split(":")[0] for _, _, message in found[8:]] == [
+    assert "not the stream 'analytics.public.orders'" in found[2][2]  # only changelogs after two changelogs
+    assert [message.split(",")[0].split(":")[0] for _, _, message in found[8:13]] == [
         "a join of two streams needs WITHIN", "a stream joined after a temporal join in one query is not supported",
         "RIGHT JOIN is not supported", "a join of the stream 'r' needs an equality in ON between it and an earlier "
         "relation (o", "aggregating the result of a join is not supported yet"]
+    assert "'x'" in found[13][2] and "p.pid must be selected" in found[14][2] and "RIGHT JOIN" in found[15][2]
 
 
 def test_a_chained_step_takes_rows_behind_the_watermark_and_keeps_versions_for_the_horizon():

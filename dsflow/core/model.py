@@ -203,6 +203,21 @@ class ChangelogJoin(Frozen):
                                        "(only when not keyed_by_left)")
 
 
+class ChainedChangelogJoin(Frozen):
+    """A changelog joined after a join of two changelogs (load/changelog_join.py): the rows so far (the left, keyed
+    by the previous join's output key) joined with one more changelog, as ChangelogJoin joins two."""
+
+    changelog: str = Field(description="alias of the joined changelog (the right side)")
+    side: Literal["inner", "left", "full"] = "inner"
+    left_relations: tuple[str, ...] = Field(description="per ON equality, the alias of the earlier relation")
+    left_keys: tuple[str, ...] = Field(description="per ON equality, the column of that earlier relation")
+    right_keys: tuple[str, ...] = Field(description="the changelog's columns equal to left_keys, in order")
+    keyed_by_left: bool = Field(description="the result keeps the rows' key (ON covers the changelog's whole "
+                                            "primary key, INNER or LEFT); else the key grows by the changelog's")
+    right_key: tuple[str, ...] = Field((), description="output columns that are the changelog's primary key "
+                                       "columns (only when not keyed_by_left and not aggregated)")
+
+
 class Query(Frozen):
     """A continuous query: CREATE STREAM/CHANGELOG/MATERIALIZED VIEW AS SELECT or INSERT INTO ... SELECT."""
 
@@ -230,9 +245,10 @@ class Query(Frozen):
         "matching WHERE, on as a delete of its key (changelog and view sinks); 'drop' skips tombstones (streams)")
     temporal_join: TemporalJoin | None = None
     changelog_join: ChangelogJoin | None = None
-    join_chain: tuple[IntervalJoin | TemporalJoin, ...] = Field(
+    join_chain: tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...] = Field(
         (), description="the joins after the first join, in order, each of the result so far with one more relation: "
-        "interval joins of streams (after an interval join only), then temporal joins of changelogs")
+        "interval joins of streams (after an interval join only), then temporal joins of changelogs; after a join "
+        "of two changelogs (changelog_join), joins of more changelogs")
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
     isolation: Literal["shared", "query"] | None = Field(None, description="'runtime.isolation': where it runs, "

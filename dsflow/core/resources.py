@@ -239,7 +239,8 @@ def _stateful_data(query) -> dict[str, Any]:
         data["watermark_delay"] = query.watermark_delay
     if query.join_chain:
         data["join_chain"] = [j.model_dump(mode="json") for j in query.join_chain]
-        data["watermark_delay"] = query.watermark_delay
+        if query.changelog_join is None:  # joins of streams; a chain of changelogs has no event time
+            data["watermark_delay"] = query.watermark_delay
     if query.changelog_join is not None:
         data["changelog_join"] = query.changelog_join.model_dump(mode="json")  # lists, as read back from state
     if query.delivery_guarantee != "at-least-once":

@@ -12,6 +12,16 @@ The key columns must be selected as plain columns (DSF-E192); ON is equalities o
 (DSF-E190); the result is a changelog or a materialized view, never a stream (DSF-E191). A GROUP BY (or an
 aggregate without one) over the join in the same query is keyed by its groups instead: the joined rows are
 aggregated with retractions in the same Spark query (adapters/spark/retract.py over the joined view).
+
+More changelogs may follow, a left-deep chain (`check_chain`, `chained_joins`):
+
+    FROM a JOIN b ON a.x = b.y [INNER | LEFT | FULL] JOIN c ON a.z = c.pk [AND b.w = c.v] ...
+
+Each later join is the rows so far (the left, keyed by the previous join's output key) joined with one more
+changelog, ON equalities of a column of any earlier relation with a column of it. The key rule above applies to each
+step with the rows so far as the left: a step ON the changelog's whole primary key, INNER or LEFT, keeps the key;
+any other step adds the changelog's primary key columns (`result_key`). Only changelogs may follow a join of two
+changelogs (DSF-E194).
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dsflow.core.model import ChangelogJoin, Relation
+from dsflow.core.model import ChainedChangelogJoin, ChangelogJoin, Relation
 from dsflow.errors import Diagnostic
 
 Report = Callable[[Diagnostic], None]
@@ -61,6 +71,72 @@ def changelog_join(qualified: exp.Select, aliases: tuple[str, str], relations: t
         return None
     return ChangelogJoin(left=aliases[0], right=aliases[1], side=SIDES[side], keyed_by_left=keyed_by_left,
                          left_key=left_key, right_key=right_key, **join_columns)
+
+
+def check_chain(joins: list[exp.Join], tables: list[exp.Table], found: dict, where, report: Report) -> bool:
+    """The joins after a join of two changelogs (`joins`, with their `tables`): each of a changelog, INNER, LEFT or
+    FULL, ON equalities, without WITHIN; False if a problem was reported."""
+    for join, table in zip(joins, tables):
+        relation: Relation = found[id(table)]
+        if relation.kind != "changelog":
+            report(Diagnostic("DSF-E194", f"only changelogs may be joined after a join of two changelogs, not the "
+                              f"{relation.kind.replace('_', ' ')} '{relation.fqn}'", where(join),
+                              hint="write the join of the changelogs into a changelog (CREATE CHANGELOG ... AS "
+                              "SELECT), then join a stream with it (a temporal join) in another query"))
+            return False
+        if (join.kind or "").upper() in ("CROSS", "SEMI", "ANTI") or join.args.get("on") is None:
+            report(Diagnostic("DSF-E045", f"{(join.kind or 'a').upper()} JOIN without ON is not supported",
+                              where(join), hint="join ON an equality of a column of each side, e.g. ON a.id = b.id"))
+            return False
+        if not check_shape(join, (join.side or "").upper() or "INNER", where, report):
+            return False
+    return True
+
+
+def chained_joins(qualified: exp.Select, tables: list[exp.Table], found: dict, where,
+                  report: Report) -> tuple[ChainedChangelogJoin, ...] | None:
+    """The joins after the first join of two changelogs, in order; None if a problem was reported."""
+    aggregated = bool(qualified.args.get("group") or qualified.find(exp.AggFunc))
+    steps = []
+    for index, join in enumerate(qualified.args["joins"][1:], start=2):
+        earlier = [t.alias_or_name for t in tables[:index]]
+        alias, changelog = tables[index].alias_or_name, found[id(tables[index])]
+        pairs = []
+        for term in _conjuncts(join.args["on"]):
+            pair = _chained_pair(term, earlier, alias)
+            if pair is None:
+                report(Diagnostic("DSF-E190", f"a join of changelogs may only equate a column of an earlier relation "
+                                  f"({', '.join(earlier)}) with a column of '{alias}' in ON, got {term.sql()}",
+                                  where(term), hint="move other conditions to WHERE (applied to the joined rows)"))
+                return None
+            pairs.append(pair)
+        side = SIDES[(join.side or "").upper() or "INNER"]
+        covered = {c.lower() for _, _, c in pairs} >= {k.lower() for k in changelog.primary_key}
+        keyed_by_left = covered and side in ("inner", "left")
+        right_key = () if keyed_by_left or aggregated else _selected(qualified, alias, changelog, where, report)
+        if right_key is None:
+            return None
+        steps.append(ChainedChangelogJoin(changelog=alias, side=side, left_relations=tuple(p[0] for p in pairs),
+                                          left_keys=tuple(p[1] for p in pairs), right_keys=tuple(p[2] for p in pairs),
+                                          keyed_by_left=keyed_by_left, right_key=right_key))
+    return tuple(steps)
+
+
+def result_key(join: ChangelogJoin, chain) -> tuple[str, ...]:
+    """The output columns keying the result of a join of changelogs and the changelogs chained after it."""
+    return join.left_key + join.right_key + tuple(c for step in chain for c in step.right_key)
+
+
+def _chained_pair(term: exp.Expr, earlier: list[str], alias: str) -> tuple[str, str, str] | None:
+    """(earlier relation, its column, the changelog's column) of `e.a = c.b` (either order), else None."""
+    if not isinstance(term, exp.EQ) or not all(isinstance(s, exp.Column) for s in (term.this, term.expression)):
+        return None
+    sides = [(s.table, s.name) for s in (term.this, term.expression)]
+    mine = [s for s in sides if s[0] == alias]
+    other = [s for s in sides if s[0] in earlier]
+    if len(mine) != 1 or len(other) != 1:
+        return None
+    return other[0][0], other[0][1], mine[0][1]
 
 
 def _pairs(join: exp.Join, aliases: tuple[str, str], where, report: Report) -> list[tuple[str, str]] | None:

@@ -3,14 +3,17 @@
     FROM stream s [LEFT] JOIN changelog a ON s.x = a.pk [LEFT] JOIN changelog b ON s.y = b.pk ...
     FROM stream s [LEFT] JOIN stream t WITHIN 5 MINUTES ON ... [LEFT] JOIN stream u WITHIN 1 MINUTE ON ...
       [LEFT] JOIN changelog b ON t.y = b.pk ...
+    FROM changelog a [LEFT | FULL] JOIN changelog b ON ... [LEFT | FULL] JOIN changelog c ON ...
 
 The first join is a temporal join or an interval join (load/temporal.py, load/select.py). After an interval join,
 more streams may be joined, INNER or LEFT, each WITHIN a bound of its event time against the first stream's (the
 event time of every joined row) and ON an equality with an earlier relation (IntervalJoin). Then changelogs may be
 joined, each as a temporal join ON its whole primary key equated with columns of one earlier relation
-(TemporalJoin). The result is a stream (adapters/spark/join_chain.py). Refused, each at the join's file:line:
+(TemporalJoin). The result is a stream (adapters/spark/join_chain.py). A join of two changelogs may be followed
+by more changelogs only, joined INNER, LEFT or FULL (load/changelog_join.py: ChainedChangelogJoin; the result is a
+changelog). Refused, each at the join's file:line:
 
-    DSF-E194  a join of two changelogs followed or preceded by more joins
+    DSF-E194  a stream (or anything but a changelog) joined after a join of two changelogs
     DSF-E196  a stream joined after a temporal join
     DSF-E197  a later join's ON equating the changelog's key with columns of several earlier relations
     DSF-E198  a FULL interval join in a chain (first or later)
@@ -25,6 +28,7 @@ from sqlglot import exp
 
 from dsflow.core.model import IntervalJoin, Relation, TemporalJoin
 from dsflow.errors import Diagnostic
+from dsflow.load.changelog_join import check_chain as changelog_chain
 from dsflow.load.dialect import WITHIN, duration_text, normalized_duration
 from dsflow.load.fields import base_column
 from dsflow.load.temporal import HINT, check_shape
@@ -54,11 +58,8 @@ def check_chain(joins: list[exp.Join], tables: list[exp.Table], found: dict, whe
     """The shape of each join after the first: streams joined INNER or LEFT WITHIN after a non-FULL interval join,
     then changelogs joined INNER or LEFT without WITHIN; False if a problem was reported."""
     first, second = found[id(tables[0])], found[id(tables[1])]
-    if first.kind == "changelog" and second.kind == "changelog":
-        report(Diagnostic("DSF-E194", "a join of two changelogs cannot be chained with more joins", where(joins[1]),
-                          hint="write the join of the two changelogs into a changelog, then join a stream with it "
-                          "(a temporal join) in another query"))
-        return False
+    if first.kind == "changelog" and second.kind == "changelog":  # more changelogs (load/changelog_join.py)
+        return changelog_chain(joins[1:], tables[2:], found, where, report)
     if first.kind != "stream" or second.kind not in ("stream", "changelog"):
         return True  # the first join's own checks report it (load/select.py, load/temporal.py)
     if second.kind == "stream" and not _not_full(joins[0], where(joins[1]), report):

@@ -416,7 +416,9 @@ def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: An
     if analysed.aggregated:
         return analysed.group_keys
     if analysed.changelog_join is not None:  # load/changelog_join.py
-        return analysed.changelog_join.left_key + analysed.changelog_join.right_key
+        from dsflow.load.changelog_join import result_key
+
+        return result_key(analysed.changelog_join, analysed.chain)
     if st.kind in ("materialized view", "table") and (source.kind != "changelog" or analysed.join_within):
         return ()
     names = {c.name.lower() for c in analysed.columns}

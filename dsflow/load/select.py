@@ -6,6 +6,7 @@
     ... [LEFT] JOIN stream3 WITHIN <duration> ON ...                (more interval joins, load/join_chain.py)
     ... [LEFT] JOIN changelog2 ON x.k = c2.pk ...                  (more temporal joins, load/join_chain.py)
     changelog [INNER | LEFT | FULL] JOIN changelog ON a.x = b.y  (a changelog, load/changelog_join.py)
+    ... [INNER | LEFT | FULL] JOIN changelog3 ON x.a = c3.b ...   (more changelogs, load/changelog_join.py)
     GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog or a changelog join:
                                                                      with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (load/aggregates.py)
@@ -134,14 +135,15 @@ def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join
     and the joins chained after it (load/join_chain.py); None if a problem was reported."""
     if not join:
         return None, None, ()
+    aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
+    if join[0] == cj.CHANGELOG_JOIN:  # and more changelogs joined after it
+        chained = cj.changelog_join(qualified, aliases, (found[id(tables[0])], found[id(tables[1])]), join[1], where,
+                                    report)
+        steps = cj.chained_joins(qualified, tables, found, where, report) if chained and len(tables) > 2 else ()
+        return None if chained is None or steps is None else (None, chained, steps)
     later = chain.chained_joins(qualified, tables, found, where, report) if len(tables) > 2 else ()
     if later is None:
         return None
-    aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
-    if join[0] == cj.CHANGELOG_JOIN:
-        chained = cj.changelog_join(qualified, aliases, (found[id(tables[0])], found[id(tables[1])]), join[1], where,
-                                    report)
-        return None if chained is None else (None, chained, ())
     if join[0] == TEMPORAL:
         temporal = temporal_join(qualified, aliases, found[id(tables[1])], join[1], where, report)
         return None if temporal is None else (temporal, None, later)

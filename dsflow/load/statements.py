@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsflow.core.model import ChangelogJoin, Column, IntervalJoin, Source, TemporalJoin, Window
+from dsflow.core.model import ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Source, TemporalJoin, Window
 from dsflow.errors import Location
 
 
@@ -74,7 +74,7 @@ class Analysed:
     join_side: str | None = None
     temporal: TemporalJoin | None = None
     changelog_join: ChangelogJoin | None = None
-    chain: tuple[IntervalJoin | TemporalJoin, ...] = ()
+    chain: tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...] = ()
 
     @property
     def stateful(self) -> bool:

@@ -16,11 +16,20 @@ Spark's stream-stream joins only append, so two `transformWithStateInPandas` ope
        each new or changed row, a delete (the old row, __alive false) of each row gone. A moved row's lone output
        key (keyed by the left: its key; else its NULL-padded row's) is left by the old group to the new one, which
        upserts or deletes it: an output key never changes in two groups (two tasks, whose writes would race) in
-       one batch.
+       one batch; except a many-to-many pair whose two rows both move to one new join key in one batch: the old
+       group deletes it, the new one upserts it (tests/test_changelog_chain_stages.py, a known failure).
 
 An output key is the left row's primary key when the join is keyed by the left's (ON covers the right's whole
 primary key, INNER or LEFT: each left row has at most one output row), else [left key, right key] with null for a
-missing side. All states live in the checkpoint: a driver killed with -9 resumes from the last committed batch.
+missing side.
+
+More changelogs joined after the first two (a left-deep chain, ChangelogJoinSpec.steps) each add the same two
+stages, whose left side is the rows of the stages before: a row's primary key is its output key, it is deleted when
+not __alive, its row is the JSON of the struct columns joined so far and its join key reads fields of them. Its
+offset is __alive (1 or 0): an output key changes at most once a batch, so the offset only orders the exception
+above, where the upsert must win.
+
+All states live in the checkpoint: a driver killed with -9 resumes from the last committed batch.
 
 Join columns are compared as text (CAST AS STRING): equal values of different numeric types (1 and 1.0) do not
 match.
@@ -35,7 +44,7 @@ from typing import Any
 from sqlglot import exp
 
 from dsflow.adapters.spark.retract import ROCKSDB, STATE_PROVIDER
-from dsflow.adapters.spark.spec import ChangelogJoinSpec
+from dsflow.adapters.spark.spec import ChangelogJoinSpec, ChangelogStepSpec
 
 LEFT, RIGHT = 0, 1
 ALIVE = "__alive"
@@ -167,7 +176,7 @@ def _none(value: Any) -> Any:
     return None if value is None or value != value else value
 
 
-def _processors(spec: ChangelogJoinSpec) -> tuple[Any, Any]:
+def _processors(side: str, keyed_by_left: bool) -> tuple[Any, Any]:
     """The two StatefulProcessors (made here: pyspark is imported only by a driver that needs them)."""
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -207,7 +216,7 @@ def _processors(spec: ChangelogJoinSpec) -> tuple[Any, Any]:
             state = json.loads(self.rows.get()[0]) if self.rows.exists() else {"l": {}, "r": {}}
             changes = [(int(s), p, _none(r), bool(m)) for f in rows
                        for s, p, r, m in zip(f["side"], f["pk"], f["row"], f["moved"])]
-            state, out = group_changes(state, changes, spec.side, spec.keyed_by_left)
+            state, out = group_changes(state, changes, side, keyed_by_left)
             if state["l"] or state["r"]:
                 self.rows.update((json.dumps(state),))
             elif self.rows.exists():
@@ -220,37 +229,71 @@ def _processors(spec: ChangelogJoinSpec) -> tuple[Any, Any]:
     return ByRow(), ByJoinKey()
 
 
-def _changes(spark, spec: ChangelogJoinSpec, which: int):
-    """One side's records as (g, side, pk, jk, offset, row): g keys stage 1; a NULL join column gives the row a
-    join key of its own."""
+def _changes(frame, which: int, keys: list, pk_json, offset, alive, row):
+    """One side's records as (g, side, pk, jk, offset, row): g keys stage 1; a NULL join column (of `keys`, as
+    text) gives the row a join key of its own; `row` is NULL unless `alive`."""
     from pyspark.sql import functions as F
 
-    view, keys, pk = ((spec.left_view, spec.left_keys, spec.left_pk) if which == LEFT else
-                      (spec.right_view, spec.right_keys, spec.right_pk))
-    frame = spark.table(view)
-    text = [F.col(f"`{c}`").cast("string") for c in keys]
-    pk_json = F.to_json(F.array(*[F.col(f"`{c}`").cast("string") for c in pk]))
     any_null = F.lit(False)
-    for column in text:
+    for column in keys:
         any_null = any_null | column.isNull()
-    jk = F.when(any_null, F.concat(F.lit(f"~{which}"), pk_json)).otherwise(F.to_json(F.array(*text)))
-    row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in frame.columns if not c.startswith("__")]))
+    jk = F.when(any_null, F.concat(F.lit(f"~{which}"), pk_json)).otherwise(F.to_json(F.array(*keys)))
     return frame.select(F.concat(F.lit(f"{which}"), pk_json).alias("g"), F.lit(which).alias("side"),
-                        pk_json.alias("pk"), jk.alias("jk"), F.col("__offset").cast("long").alias("offset"),
-                        F.when(~F.col("__deleted"), row).alias("row"))
+                        pk_json.alias("pk"), jk.alias("jk"), offset.cast("long").alias("offset"),
+                        F.when(alive, row).alias("row"))
+
+
+def _source_changes(spark, view: str, which: int, keys: list[str], pk: list[str]):
+    """A changelog's records (its source view: columns, __offset, __deleted) as one side's changes."""
+    from pyspark.sql import functions as F
+
+    frame = spark.table(view)
+    row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in frame.columns if not c.startswith("__")]))
+    return _changes(frame, which, [F.col(f"`{c}`").cast("string") for c in keys],
+                    F.to_json(F.array(*[F.col(f"`{c}`").cast("string") for c in pk])), F.col("__offset"),
+                    ~F.col("__deleted"), row)
+
+
+def _rows_changes(frame, aliases: list[str], step: ChangelogStepSpec):
+    """The rows so far (a joined view: struct columns `aliases`, __alive, __okey) as the left side's changes of
+    the next join: keyed by __okey, which changes at most once a batch (stage 2's guarantee), so the offset only
+    breaks a tie of a key deleted by one group and upserted by another in one batch: the upsert wins."""
+    from pyspark.sql import functions as F
+
+    keys = [F.col(f"`{a}`.`{c}`").cast("string") for a, c in zip(step.left_relations, step.left_keys)]
+    row = F.to_json(F.struct(*[F.col(f"`{a}`") for a in aliases]))
+    return _changes(frame, LEFT, keys, F.col(OUTPUT_KEY), F.col(ALIVE), F.col(ALIVE), row)
+
+
+def _joined(left, right, side: str, keyed_by_left: bool):
+    """The two stages over both sides' changes: (okey, keep, lv, rv), one row per changed output key."""
+    by_row, by_join_key = _processors(side, keyed_by_left)
+    stage1 = left.unionByName(right).groupBy("g").transformWithStateInPandas(by_row, STAGE1_OUTPUT, "append", "None")
+    return stage1.groupBy("jk").transformWithStateInPandas(by_join_key, STAGE2_OUTPUT, "append", "None")
 
 
 def joined_view(spark, spec: ChangelogJoinSpec) -> None:
-    """Create the view `spec.view`: one struct column per side (named by its alias, NULL for a missing side),
-    __alive (false: a delete of the row's key, with the row's last values) and __okey (the row's output key)."""
+    """Create the view `spec.view`: one struct column per joined changelog (named by its alias, NULL for a missing
+    side), __alive (false: a delete of the row's key, with the row's last values) and __okey (the row's output
+    key). Each of spec.steps joins the rows of the joins before it with one more changelog."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
-    by_row, by_join_key = _processors(spec)
-    changes = _changes(spark, spec, LEFT).unionByName(_changes(spark, spec, RIGHT))
-    stage1 = changes.groupBy("g").transformWithStateInPandas(by_row, STAGE1_OUTPUT, "append", "None")
-    stage2 = stage1.groupBy("jk").transformWithStateInPandas(by_join_key, STAGE2_OUTPUT, "append", "None")
-    (stage2.select(F.from_json("lv", spec.left_ddl).alias(spec.left_alias),
-                   F.from_json("rv", spec.right_ddl).alias(spec.right_alias), F.col("keep").alias(ALIVE),
-                   F.col("okey").alias(OUTPUT_KEY))
-     .createOrReplaceTempView(spec.view))
+    joined = _joined(_source_changes(spark, spec.left_view, LEFT, spec.left_keys, spec.left_pk),
+                     _source_changes(spark, spec.right_view, RIGHT, spec.right_keys, spec.right_pk),
+                     spec.side, spec.keyed_by_left)
+    frame = joined.select(F.from_json("lv", spec.left_ddl).alias(spec.left_alias),
+                          F.from_json("rv", spec.right_ddl).alias(spec.right_alias), F.col("keep").alias(ALIVE),
+                          F.col("okey").alias(OUTPUT_KEY))
+    aliases = [spec.left_alias, spec.right_alias]
+    for step in spec.steps:
+        rows = StructType([frame.schema[a] for a in aliases])
+        joined = _joined(_rows_changes(frame, aliases, step),
+                         _source_changes(spark, step.right_view, RIGHT, step.right_keys, step.right_pk),
+                         step.side, step.keyed_by_left)
+        frame = joined.select(*[F.from_json("lv", rows)[a].alias(a) for a in aliases],
+                              F.from_json("rv", step.right_ddl).alias(step.right_alias), F.col("keep").alias(ALIVE),
+                              F.col("okey").alias(OUTPUT_KEY))
+        aliases.append(step.right_alias)
+    frame.createOrReplaceTempView(spec.view)

@@ -102,9 +102,27 @@ class TemporalSpec(BaseModel):
     changelog_ddl: str
 
 
+class ChangelogStepSpec(BaseModel):
+    """One more changelog joined after a join of changelogs (adapters/spark/changelog_join.py): the rows so far,
+    keyed by their output key, are the left side."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    right_view: str
+    right_alias: str
+    side: Literal["inner", "left", "full"]
+    keyed_by_left: bool = Field(description="output rows keep the rows' output key, else [that key, the right's]")
+    left_relations: list[str] = Field(description="per ON column of the rows so far, the alias of its relation")
+    left_keys: list[str] = Field(description="the rows' ON columns (fields of the struct column left_relations[i])")
+    right_keys: list[str] = Field(description="the changelog's ON columns, equal to left_keys in order")
+    right_pk: list[str]
+    right_ddl: str
+
+
 class ChangelogJoinSpec(BaseModel):
     """Two changelogs joined (adapters/spark/changelog_join.py): the two stateful stages read the two source views
-    and make the view `view` (one struct column per side, named by its alias, and __alive)."""
+    and make the view `view` (one struct column per side, named by its alias, __alive and __okey); each of `steps`
+    joins one more changelog to those rows with two more stages, the last making `view`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -121,6 +139,7 @@ class ChangelogJoinSpec(BaseModel):
     right_pk: list[str]
     left_ddl: str
     right_ddl: str
+    steps: list[ChangelogStepSpec] = Field(default_factory=list)
 
 
 class ChainStepSpec(BaseModel):

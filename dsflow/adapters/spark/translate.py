@@ -6,13 +6,15 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from dsflow.core.model import Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin
+from dsflow.core.model import (
+    ChainedChangelogJoin, Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin,
+)
 from dsflow.adapters.spark import facets
 from dsflow.adapters.spark.changelog_join import aggregated_source, joined_select, view_name as changelog_join_view
 from dsflow.adapters.spark.retract import changelog_source, rewrite
 from dsflow.adapters.spark.spec import (
-    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, JoinChainSpec, QuerySpec, RetractSpec, SinkSpec, SourceSpec,
-    TemporalSpec,
+    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, JoinChainSpec, QuerySpec, RetractSpec,
+    SinkSpec, SourceSpec, TemporalSpec,
 )
 from dsflow.adapters.spark.unions import union_select
 from dsflow.load.aggregates import GLOBAL_KEY
@@ -67,9 +69,9 @@ def spark_select(query: Query, project: Project | None = None) -> str:
         _window_columns(select, query.window.source)
     if query.join_within and not query.join_chain:
         _join_range(select, query)
-    if query.temporal_join is not None or query.join_chain:  # the joined view (temporal.py, join_chain.py)
+    if query.temporal_join is not None or _stream_chain(query):  # the joined view (temporal.py, join_chain.py)
         select.set("joins", None)
-        view = chain_view(query) if query.join_chain else temporal_view(query)
+        view = chain_view(query) if _stream_chain(query) else temporal_view(query)
         select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(view),
                                                     alias=exp.TableAlias(this=exp.to_identifier(TEMPORAL_ALIAS)))))
     if query.changelog_join is not None:  # adapters/spark/changelog_join.py
@@ -82,6 +84,11 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     if not query.key_columns:
         select = select.select(_carried_key(query).as_(KEY_COLUMN), copy=False)
     return select.sql(dialect="spark")
+
+
+def _stream_chain(query: Query) -> bool:
+    """A chain of joins that starts with a stream (join_chain.py); a chain of changelogs is changelog_join.py's."""
+    return bool(query.join_chain) and query.changelog_join is None
 
 
 def _over_views(query: Query, project: Project | None) -> exp.Select:
@@ -184,7 +191,7 @@ def _join_range(select: exp.Select, query: Query) -> None:
 def _carried_key(query: Query) -> exp.Expr:
     if query.output_mode == "update":  # an aggregate without GROUP BY (load/aggregates.py): its one row's key
         return exp.Literal.string(GLOBAL_KEY)
-    if query.temporal_join is not None or query.join_chain:
+    if query.temporal_join is not None or _stream_chain(query):
         return exp.column(KEY_COLUMN, table=TEMPORAL_ALIAS)
     keys = [exp.column(KEY_COLUMN, table=s.alias) for s in query.sources]
     select = parse_one_select(query.select_sql)
@@ -226,7 +233,7 @@ def event_time_sql(relation: Relation, timestamp: str | None = None) -> str:
 def source_specs(project: Project, query: Query, start: StartAt | None = None) -> list[SourceSpec]:
     start = start or StartAt()
     timed = query.window is not None or query.join_within is not None or query.temporal_join is not None
-    unwatermarked = query.temporal_join is not None or bool(query.join_chain)  # a changelog's records are never late
+    unwatermarked = query.temporal_join is not None or _stream_chain(query)  # a changelog's records are never late
     sources = []
     for index, source in enumerate(query.sources):
         relation = project.relation(source.relation)
@@ -362,7 +369,7 @@ def chain_view(query: Query) -> str:
 def chain_spec(project: Project, query: Query) -> JoinChainSpec | None:
     """What the driver needs to build the view of a join of more than two relations (adapters/spark/join_chain.py):
     the first join's rows (with the interval joins after it), then one temporal join per further changelog."""
-    if not query.join_chain:
+    if not _stream_chain(query):
         return None
     first = query.temporal_join
     intervals = [j for j in query.join_chain if isinstance(j, IntervalJoin)]
@@ -430,10 +437,21 @@ def changelog_join_spec(project: Project, query: Query) -> ChangelogJoinSpec | N
     join = query.changelog_join
     if join is None:
         return None
-    left, right = (project.relation(s.relation) for s in query.sources)
+    left, right = (project.relation(s.relation) for s in query.sources[:2])
     return ChangelogJoinSpec(view=changelog_join_view(query.fqn), left_view=view_name(0, query),
                              right_view=view_name(1, query), left_alias=join.left, right_alias=join.right,
                              side=join.side, keyed_by_left=join.keyed_by_left, left_keys=list(join.left_keys),
                              right_keys=list(join.right_keys), left_pk=list(left.primary_key),
                              right_pk=list(right.primary_key), left_ddl=schema_ddl(left.columns),
-                             right_ddl=schema_ddl(right.columns))
+                             right_ddl=schema_ddl(right.columns),
+                             steps=[_changelog_step(project, query, step) for step in query.join_chain])
+
+
+def _changelog_step(project: Project, query: Query, step: ChainedChangelogJoin) -> ChangelogStepSpec:
+    """One changelog joined after a join of changelogs: its view and what the two stages of its join need."""
+    index = next(i for i, s in enumerate(query.sources) if s.alias == step.changelog)
+    changelog = project.relation(query.sources[index].relation)
+    return ChangelogStepSpec(right_view=view_name(index, query), right_alias=step.changelog, side=step.side,
+                             keyed_by_left=step.keyed_by_left, left_relations=list(step.left_relations),
+                             left_keys=list(step.left_keys), right_keys=list(step.right_keys),
+                             right_pk=list(changelog.primary_key), right_ddl=schema_ddl(changelog.columns))
