@@ -10,6 +10,9 @@ in a live host: the host reporting its restart), the query started again (a driv
 the start the host reports), and the end of its first micro-batch in the new process (the first commit file its
 checkpoint gets after the process, or the restart in the host, began); and the backoff applied (records.backoff).
 - `query`: one stateless query in its own driver (`runtime.isolation: query`), the driver killed (SIGKILL).
+- `standby`: the same with `runtime.standby: true`: before each kill the script also waits for the supervisor's
+  standby driver to be ready (its RSS, the standby process with its JVM and Python workers, is in the row), and
+  the row says how the supervisor started the query again (`last_restart`: from the standby, or cold).
 - `shared`: three such queries in one shared application; alternately the host is killed (SIGKILL), then one query
   fails alone (SIGKILL of one Python streaming source runner in the host: the driver side of its Kafka source).
 - `throughput`: the same stateless query (a filter and a projection) alone in its own driver, or added to a warm
@@ -21,6 +24,7 @@ checkpoint gets after the process, or the restart in the host, began); and the b
 
     python bench/recovery.py                                    # by hand: ~35 min on 2 cores
     python bench/recovery.py --scenarios throughput --reps 3 --records 300000
+    python bench/recovery.py --scenarios query,standby --kills 3
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.shared_drivers import first_progress, machine, sql, write_project  # noqa: E402
+from bench.shared_drivers import first_progress, machine, memory, sql, write_project  # noqa: E402
 
 Q = "query.bench.public."
 LOAD_IN = ("CREATE STREAM load_in (id BIGINT, v BIGINT, name VARCHAR) WITH ('value.format' = 'json', "
@@ -282,7 +286,9 @@ def kill_process(backend, names: list[str], pid: int, timeout: float) -> tuple[W
     jvm_gone = None
 
     def restarted(name: str, outputs: dict) -> float | None:
-        return created(outputs["pid"]) if outputs.get("pid") != pid else None
+        """The new process's start; an adopted standby's is the kill (it was started long before)."""
+        born = created(outputs["pid"]) if outputs.get("pid") != pid else None
+        return None if born is None else max(born, watch.killed)
     deadline = time.monotonic() + timeout
     while not watch.done() and time.monotonic() < deadline:
         if jvm_gone is None and not any(j.is_running() and j.status() != psutil.STATUS_ZOMBIE for j in jvms):
@@ -338,6 +344,7 @@ def recovery_row(watch: Watch, scenario: str, kill: int) -> dict:
         record = watch.records.get(name)
         per[name] = {"noticed_s": round(record.died_at - watch.killed, 2) if record and record.died_at else None,
                      "backoff_s": backoff(record.failures) if record and record.failures else None,
+                     "last_restart": record.last_restart if record else None,
                      **{f"{key}_s": watch.seconds(name, key) for key in ("pid_recorded", "started", "batch_end")}}
     return {"scenario": scenario, "kill": kill, "queries": len(watch.names),
             **{f"{key}_s": _latest([p[f"{key}_s"] for p in per.values()])
@@ -353,6 +360,7 @@ def _latest(values: list[float | None]) -> float | None:
 def one_kill(backend, names: list[str], mode: str, action: str, number: int, args) -> dict:
     """Wait for the queries to be up with no failure in a row (and for the load, up to --calm-wait), then kill."""
     wait_for(lambda: stable(backend, names), WAIT, "every query running with no failure in a row")
+    waiting = standby_ready(backend, WAIT) if mode == "standby" else {}
     waited = calm(args.max_load, args.calm_wait)
     time.sleep(3)  # a few batches of the running process
     before = load()
@@ -365,8 +373,22 @@ def one_kill(backend, names: list[str], mode: str, action: str, number: int, arg
         extra = {"jvm_gone_s": jvm_gone}
     scenario = {"driver": "query: driver killed", "host": "shared: host killed",
                 "one query": "shared: one query failed"}[action]
-    return {**recovery_row(watch, scenario, number), **extra, "load_before": before, "load_after": load(),
+    scenario = "query + standby: driver killed" if mode == "standby" else scenario
+    return {**recovery_row(watch, scenario, number), **extra, **waiting, "load_before": before, "load_after": load(),
             "waited_for_load_s": waited}
+
+
+def standby_ready(backend, timeout: float) -> dict:
+    """Wait for the supervisor's standby driver to be ready; its PID and idle RSS (it, its JVM, its Python
+    workers), by kind of process."""
+    from dsflow.adapters.spark import standby
+
+    root = Path(backend.read().resources[Q + "out_0"].outputs["run_dir"]).parent.parent / "standby"
+    found = wait_for(lambda: (w := standby.describe(root)) and w["state"] == "ready" and w, timeout,
+                     "a ready standby driver")
+    time.sleep(2)
+    return {"standby_pid": found["pid"], "standby_rss_mb": {k: round(v / 2**20) for k, v in
+                                                            memory({found["pid"]}).items() if k.startswith("rss")}}
 
 
 def recovery(work: Path, broker: str, mode: str, args) -> list[dict]:
@@ -375,16 +397,19 @@ def recovery(work: Path, broker: str, mode: str, args) -> list[dict]:
     from dsflow.engine import operations
     from dsflow.runtime import control
 
-    count = 1 if mode == "query" else 3
+    count = 3 if mode == "shared" else 1
     names = [f"out_{i}" for i in range(count)]
     root = work / f"recovery-{mode}"
-    write_project(root, mode, count, broker, 10, f"r{mode[0]}")
+    write_project(root, "shared" if mode == "shared" else "query", count, broker, 10, f"r{mode[0]}")
+    if mode == "standby":
+        config = root / "dsflow.yml"
+        config.write_text(config.read_text().replace("runtime:\n", "runtime:\n  standby: true\n"))
     options = operations.Options(root, None, {})
     loaded = deploy(root, options)
     backend = loaded.workspace.state_backend()
     topics = {n: loaded.project.relation(f"bench.public.{n}").topic for n in names}
     feeder = Feeder(broker, [loaded.project.relation(f"bench.public.in_{i}").topic for i in range(count)], args.rate)
-    actions = ["driver"] * args.kills if mode == "query" else ["host", "one query"] * args.kills
+    actions = ["host", "one query"] * args.kills if mode == "shared" else ["driver"] * args.kills
     rows = []
     try:
         control.up(loaded, options)
@@ -575,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"machine": {**machine(), "load": load()}, "tick_s": args.tick, "args": vars(args)}),
               flush=True)
         scenarios = args.scenarios.split(",")
-        for mode in ("query", "shared"):
+        for mode in ("query", "standby", "shared"):
             if mode in scenarios:
                 recovery(work, broker, mode, args)
         if "throughput" in scenarios:

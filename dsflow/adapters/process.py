@@ -18,12 +18,54 @@ from pathlib import Path
 
 def launch(module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
     """Start `python -m module args...` detached; its output goes to log_path."""
+    return spawn(module, args, log_path, env).pid
+
+
+def spawn(module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,
+          stdin: int = subprocess.DEVNULL, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """`launch`, keeping the Popen (a pipe to its stdin, file descriptors passed on): a caller that talks to it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     environ = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"), **(env or {})}
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, env=environ)
-    return proc.pid
+        return subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=stdin, start_new_session=True, env=environ, pass_fds=pass_fds)
+
+
+def take_command_line(argv: list[str]) -> bytes | None:
+    """Rewrite this process's own command line (what /proc/PID/cmdline, `ps` and `is_running` read) to `argv`, in
+    place: the arguments it was started with are the memory the kernel shows, from `arg_start` to `arg_end` of
+    /proc/self/stat, written through /proc/self/mem (the process's own stack, no privilege needed). The new
+    arguments must fit in that room (a caller that will need it starts with a long filler argument); the rest is
+    NUL-filled, so the kernel shows exactly `argv` followed by empty arguments. The bytes it replaced (give them
+    back to `restore_command_line`), or None when it cannot (not Linux, no room, /proc/self/mem refused)."""
+    try:
+        start, end = _argument_area()
+        data = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+        if len(data) > end - start:
+            return None
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            before = mem.read(end - start)
+            mem.seek(start)
+            mem.write(data + b"\0" * (end - start - len(data)))
+        return before
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def restore_command_line(before: bytes) -> None:
+    """Put back the command line `take_command_line` replaced."""
+    start, _ = _argument_area()
+    with open("/proc/self/mem", "r+b", buffering=0) as mem:
+        mem.seek(start)
+        mem.write(before)
+
+
+def _argument_area() -> tuple[int, int]:
+    """arg_start and arg_end (fields 48 and 49 of /proc/self/stat, counted after the command name's ')')."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return int(fields[45]), int(fields[46])
 
 
 Marker = str | tuple[str, ...]

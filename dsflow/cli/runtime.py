@@ -47,18 +47,30 @@ def runtime_down(ctx: click.Context) -> None:
 @click.pass_context
 def runtime_status(ctx: click.Context, as_json: bool) -> None:
     """Whether the supervisor runs, its PID, metrics address and log."""
-    from dsflow.runtime.control import info
+    from dsflow.runtime.control import info, standby_info
     from dsflow.runtime.supervisor import LOG_FILE
 
     loaded = operations.load(ctx.find_root().obj)
     found = info(loaded)
     report = {"running": found is not None, "log": str(loaded.workspace.run_dir / LOG_FILE),
               **({"pid": found["pid"], "metrics": f"http://127.0.0.1:{found['port']}/metrics",
-                  "uptime_seconds": round(time.time() - found["started_at"], 1)} if found else {})}
+                  "uptime_seconds": round(time.time() - found["started_at"], 1)} if found else {}),
+              **standby_info(loaded)}
     if as_json:
         click.echo(json.dumps(report, indent=2))
-    elif found:
+        return
+    if found:
         console.print(f"running (pid {report['pid']}, up {report['uptime_seconds']:.0f} s); metrics "
                       f"{report['metrics']}; log {report['log']}")
     else:
         console.print(f"not running; log {report['log']}")
+    console.print(_standby_line(report), markup=False)
+
+
+def _standby_line(report: dict) -> str:
+    waiting, kept = report["standby"], report.get("standby_keeper") or {}
+    if waiting is None:
+        why = kept.get("last_error") or kept.get("note") or "none waiting"
+        return "standby driver: " + (why if report["enabled"] else "off (runtime.standby)")
+    memory = f", {waiting['rss_bytes'] / 2**20:.0f} MiB RSS" if waiting.get("rss_bytes") else ""
+    return f"standby driver: {waiting['state']} (pid {waiting['pid']}, {waiting['master']}{memory})"

@@ -173,6 +173,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime", "isolation", ("isolation",), _R, "moves queries between their own driver and a shared "
             "application, on their checkpoints; unless the query sets 'runtime.isolation'"),
     Setting("runtime", "queries_per_app", (), _N, "where queries started later are placed"),
+    Setting("runtime", "standby", (), _N, "the runtime supervisor's warm standby driver, read again after an apply"),
 )
 """Every setting of every kind; tests/test_settings.py fails for a setting the loader accepts that is not here."""
 

@@ -274,9 +274,14 @@ def _shared(ctx: Context, name: str, spec, spec_path: Path, secrets: dict[str, s
     return apps.start_shared(ctx.project, ctx.workspace.run_dir / "apps", name, spec, spec_path, secrets)
 
 
-def relaunch_driver(project: Project | None, deployed: DeployedResource) -> int:
+Handoff = Callable[[Path, dict[str, str], Path], tuple[int | None, str]]
+"""(spec path, secrets, log path) -> the PID of a warm standby now running that spec, or None to start cold."""
+
+
+def relaunch_driver(project: Project | None, deployed: DeployedResource, handoff: Handoff | None = None) -> int:
     """Start a deployed query's driver again on its recorded spec and checkpoint (the runtime supervisor's restart:
-    same version, resuming from the checkpoint's last commit); the secrets it names come from the project."""
+    same version, resuming from the checkpoint's last commit); the secrets it names come from the project. With
+    `handoff`, a warm standby driver is offered the spec first (runtime/standby.py)."""
     run_dir = Path(deployed.outputs["run_dir"])
     spec_path = run_dir / "spec.json"
     text = spec_path.read_text()
@@ -290,6 +295,10 @@ def relaunch_driver(project: Project | None, deployed: DeployedResource) -> int:
                            str(run_dir / "status.json"), StartAt())
         _, env = _secrets_to_env(fresh, project)
     (run_dir / "status.json").unlink(missing_ok=True)
+    if handoff is not None:
+        pid, _ = handoff(spec_path, env, run_dir / "driver.log")
+        if pid is not None:
+            return pid
     return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=env)
 
 

@@ -166,6 +166,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
 
     state = loaded.workspace.state_backend().read()
     entries = []
+    waiting = _standby(loaded, state)
     for key, deployed in sorted(state.resources.items()):
         kind, pid = Address.parse(key).kind, deployed.outputs.get("pid")
         if kind is Kind.QUERY:
@@ -177,6 +178,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
             run_dir = Path(deployed.outputs["run_dir"]) if deployed.outputs.get("run_dir") else None
             runtime = status_fields(run_dir, pid, running, str(deployed.outputs.get("version", "")))
             shared = {"app": deployed.outputs["app"]} if deployed.outputs.get("app") else {}  # several share a PID
+            shared = shared or {"standby": waiting}  # in its own driver: what a restart of it would become
             if shared and running and isinstance(info.get("started_at"), (int, float)):
                 runtime["uptime_seconds"] = round(max(0.0, time.time() - info["started_at"]), 1)  # the query's own
             entries.append({**info, **shared, "address": key, "state": runtime.pop("runtime_state", state_name),
@@ -188,6 +190,19 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
             entries.append({"address": key, "state": runtime.pop("runtime_state", "running" if running else "stopped"),
                             "pid": pid, **runtime})
     return entries
+
+
+def _standby(loaded: Loaded, state) -> dict[str, Any] | None:
+    """The environment's waiting standby driver (runtime.standby: PID and state), when a query runs in its own
+    driver and one waits."""
+    from dsflow.adapters.spark import standby
+
+    root = loaded.workspace.run_dir / "standby"
+    if not root.is_dir() or not any(Address.parse(k).kind is Kind.QUERY and not r.outputs.get("app_dir")
+                                    for k, r in state.resources.items()):
+        return None
+    found = standby.describe(root)
+    return {"pid": found["pid"], "state": found["state"]} if found else None
 
 
 def dead_letters(project: Project, query_name: str) -> dict[str, Any]:

@@ -43,6 +43,9 @@ class RuntimeRecord(BaseModel):
     last_error: str | None = None
     """The driver's recorded error, or the last line of its log."""
     died_at: float | None = None
+    last_restart: str | None = None
+    """How the supervisor last started it again: 'standby (pid N, ready for S s)' when a warm standby driver became
+    it, 'cold start (why)' otherwise (a query in its own driver; None for others)."""
     next_retry: float | None = None
     """When the supervisor restarts it (epoch seconds); None while it runs."""
     updated_at: float = 0.0
@@ -74,7 +77,8 @@ def write_record(run_dir: Path, record: RuntimeRecord) -> None:
 
 
 def status_fields(run_dir: Path | None, pid: int | None, running: bool, version: str = "") -> dict[str, Any]:
-    """What `dsflow status --json` adds per query or generator: uptime, restarts, last exit and error, next retry,
+    """What `dsflow status --json` adds per query or generator: uptime, restarts, last exit and error, how the last
+    restart started it (from the standby or cold), next retry,
     and as its state 'restarting' while the supervisor waits to restart it, or 'crash_loop' after
     CRASH_LOOP_FAILURES deaths in a row (until a run stays up STABLE_SECONDS)."""
     record = read_record(run_dir) if run_dir is not None else None
@@ -84,6 +88,7 @@ def status_fields(run_dir: Path | None, pid: int | None, running: bool, version:
                               "restarts": record.restarts if record else 0,
                               "last_exit": record.last_exit if record else None,
                               "last_error": record.last_error if record else None,
+                              "last_restart": record.last_restart if record else None,
                               "next_retry": _iso(record.next_retry) if record and not running else None}
     if record is not None and record.failures >= CRASH_LOOP_FAILURES:
         fields["runtime_state"] = "crash_loop"  # also while the next attempt starts: until it stays up

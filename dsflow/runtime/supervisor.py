@@ -7,6 +7,8 @@ is written to the state under the state lock, so apply and destroy stop the proc
 alone what apply or destroy is changing: nothing is restarted while the state lock is held by anyone else or the
 state records a pending change, and a resource that left the state (destroyed) or whose PID changed under it
 (replaced) is not restarted. Drivers still alive when it starts are adopted (it only starts what is dead).
+With `runtime.standby: true` it also keeps a warm standby driver, handed the next dead query-isolation query
+instead of a cold start (runtime/standby.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dsflow.errors import DsflowError
 from dsflow.engine.executors import datagen_marker, driver_marker, launch_datagen, relaunch_driver
 from dsflow.runtime import shared
 from dsflow.runtime.locking import RESTART_OPERATION
+from dsflow.runtime.standby import Keeper
 from dsflow.runtime.records import (STABLE_SECONDS, RuntimeRecord, backoff, last_error, read_record, recorded_state,
                                     uptime, write_record)
 
@@ -66,6 +69,10 @@ class Supervisor:
         self.auto = auto
         self.exits: dict[int, int | None] = {}
         """Processes this supervisor started, with their exit code once reaped."""
+        self.standby = Keeper(self.workspace.run_dir / "standby", self.loaded.project.runtime.standby, log)
+        self.seen_serial: tuple[str, int] | None = None
+        self.start_note: str | None = None
+        """How the last restart started its process (a query in its own driver: from the standby, or cold)."""
 
     def tick(self) -> bool:
         """One look at every supervised resource; False when there is nothing left to do (auto mode, destroyed)."""
@@ -74,11 +81,25 @@ class Supervisor:
         if self.auto and state.lineage and not targets:
             log("nothing deployed any more; exiting")
             return False
+        self._keep_standby(state)
         if state.pending is not None or self.backend.lock_holder() is not None:
             return True  # apply or destroy is at work: what it stops or replaces is its business
         for deployed in targets:
             self.watch(deployed)
         return True
+
+    def _keep_standby(self, state: State) -> None:
+        """The standby as the setting (read again after each apply: a new state serial) and the state want it."""
+        if self.seen_serial != (state.lineage, state.serial):
+            self.seen_serial = (state.lineage, state.serial)
+            try:
+                self.standby.enabled = operations.load(self.options).project.runtime.standby
+            except Exception:  # noqa: BLE001 - a project being edited: the setting as last read
+                pass
+        try:
+            self.standby.tick(state)
+        except Exception as err:  # noqa: BLE001 - the standby is an optimisation: watching queries goes on
+            log(f"standby: {err}")
 
     def run_dir(self, deployed: DeployedResource) -> Path:
         address = Address.parse(deployed.address)
@@ -143,8 +164,10 @@ class Supervisor:
         if pid is None:
             return  # the state changed under us, or someone holds the lock: looked at again next tick
         record.pid, record.restarts, record.next_retry, record.updated_at = pid, record.restarts + 1, None, time.time()
+        record.last_restart = self.start_note
         write_record(run_dir, record)
-        log(f"{deployed.address} restarted as pid {pid} (restart {record.restarts})")
+        log(f"{deployed.address} restarted as pid {pid} (restart {record.restarts}"
+            f"{'; ' + self.start_note if self.start_note else ''})")
 
     def _restart_locked(self, deployed: DeployedResource, marker: tuple[str, ...]) -> int | None:
         """Start the process again and record its PID in the state, under the state lock; None if the state no
@@ -172,6 +195,7 @@ class Supervisor:
 
     def _launch(self, deployed: DeployedResource) -> int:
         address = Address.parse(deployed.address)
+        self.start_note = None
         try:
             project = operations.load(self.options).project  # the secrets the process needs, as they are now
         except Exception:  # noqa: BLE001 - a project being edited: the recorded spec still runs
@@ -179,8 +203,13 @@ class Supervisor:
         if address.kind is Kind.QUERY and deployed.outputs.get("app_dir"):
             return shared.relaunch(deployed)
         if address.kind is Kind.QUERY:
-            return relaunch_driver(project, deployed)
+            return relaunch_driver(project, deployed, self._handoff)
         return launch_datagen(project, self.workspace, address.name)
+
+    def _handoff(self, spec_path: Path, env: dict[str, str], log_path: Path) -> tuple[int | None, str]:
+        """The standby offered the dead driver's spec: its PID, or None to start cold; noted for the record."""
+        pid, self.start_note = self.standby.take(spec_path, env, log_path)
+        return pid, self.start_note
 
     def _finished(self, deployed: DeployedResource) -> bool:
         """A generator with a count that wrote all of it is done, not dead."""
@@ -252,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             stop.wait(tick)
     finally:
         server.shutdown()
+        supervisor.standby.stop("the supervisor stops")
         try:
             if json.loads(info_path.read_text()).get("pid") == os.getpid():
                 info_path.unlink()

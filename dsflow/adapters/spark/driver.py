@@ -148,16 +148,18 @@ def stop_between_batches(query, grace: float = STOP_GRACE_SECONDS) -> None:
         query.stop()
 
 
-def run(spec: QuerySpec) -> int:
+def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int:
+    """Run the query until SIGTERM (or `stop`); `spark`: a session already built for the spec's master and conf
+    (a warm standby that became this query's driver, adapters/spark/standby.py), else one is built."""
     from dsflow.adapters.spark.session import build_session
 
-    stop = threading.Event()
+    stop = stop or threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     write_status(spec.status_path, {"name": spec.name, "version": spec.version, "pid": os.getpid(),
                                     "state": "starting", "updated_at": time.time()})
     try:
-        spark = build_session(spec.master, f"dsflow:{spec.name}", spec.spark_conf)
+        spark = spark or build_session(spec.master, f"dsflow:{spec.name}", spec.spark_conf)
     except DsflowError as err:  # a master it cannot submit to (DSF-E271, DSF-E272): the status says why
         write_status(spec.status_path, {**progress_status(spec, None, "failed"), "error": error_summary(err)})
         return 1
