@@ -5,7 +5,9 @@ A project with the standby on runs one stateless query in its own driver. Once t
 the query's driver is killed with SIGKILL while records keep arriving: the supervisor must hand the query to the
 standby, so the state's PID becomes the standby's (a process that now reads as that query's driver), a new
 standby must start, and every id produced before, during and after the kill must reach the sink (counted by id
-in the sink topic against the produced ids: at-least-once, so an id may appear twice, none may be missing). Destroy
+in the sink topic against the produced ids: at-least-once, so an id may appear twice, none may be missing). The
+store's bootstrap address comes from env_var(), a secret: the recorded spec names it only as `@env:...`, so the
+adopted query reaches the broker only if the handoff passed the secret (over the pipe, never on disk). Destroy
 with the supervisor up must leave no standby. Without Spark: a process rewrites its command line into a driver's
 (what a handoff does), and the standby's choice of master and conf.
 """
@@ -39,6 +41,12 @@ CREATE STREAM copy WITH ('trigger.interval' = '500 ms') AS SELECT id, ts FROM ev
 """
 COPY = "query.analytics.public.copy"
 STANDBY_CONFIG = CONFIG.replace("  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  standby: true\n")
+SECRET_STORE = """\
+stores:
+  - name: kafka_main
+    type: kafka
+    bootstrap_servers: "{{ env_var('DSF_STANDBY_BOOTSTRAP') }}"
+"""
 
 
 def _events(first: int, count: int) -> list[dict]:
@@ -74,8 +82,9 @@ class Feeder(threading.Thread):
 @pytest.mark.integration
 def test_a_killed_driver_is_handed_to_the_standby_and_loses_nothing(tmp_path, broker, monkeypatch):
     monkeypatch.setenv("DSFLOW_RUNTIME_TICK", "0.5")
+    monkeypatch.setenv("DSF_STANDBY_BOOTSTRAP", broker)  # the supervisor inherits it, as from a shell
     root = make_project(tmp_path, {"dsflow.yml": STANDBY_CONFIG.format(prefix=f"sb{os.getpid()}_"),
-                                   "sql/all.sql": SQL})
+                                   "stores/kafka.yml": SECRET_STORE, "sql/all.sql": SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
     assert loaded.project.runtime.standby
@@ -90,6 +99,8 @@ def test_a_killed_driver_is_handed_to_the_standby_and_loses_nothing(tmp_path, br
         backend = loaded.workspace.state_backend()
         deployed = backend.read().resources[COPY]
         old_pid, run_dir = deployed.outputs["pid"], deployed.outputs["run_dir"]
+        spec_text = open(os.path.join(run_dir, "spec.json")).read()
+        assert "@env:" in spec_text and broker not in spec_text  # the secret is not on disk
         assert ready["pid"] != old_pid and not process.is_running(ready["pid"], driver_marker(run_dir))
 
         feeder = Feeder(broker, project, 500)

@@ -19,6 +19,7 @@ what `dsflow runtime status` shows beside the waiting standby.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from collections import Counter
@@ -109,11 +110,13 @@ class Keeper:
             return None
         key = (state.serial, state.lineage)
         if self._wanted is None or self._wanted[:2] != key:
-            specs = isolated_specs(state)
+            specs = isolated_specs(state) if sys.platform.startswith("linux") else []
             session = wanted_session(specs)
             note = None if session else "no query runs in its own driver" if not specs else (
                 "DSF-E259: no query in its own driver runs on a local Spark master (a standby on a cluster would "
                 "hold the cluster's cores while it waits)")
+            if not sys.platform.startswith("linux"):
+                note = "a standby takes a driver's command line through Linux's /proc: none on this system"
             self._wanted = (*key, session, note)
         return self._wanted[2]
 
