@@ -47,7 +47,7 @@ slowly: the wait is for progress, not for a fixed time) ..."""
 CATCH_UP_S = 900.0
 """... or when this much time has passed in all."""
 
-CONFIG = "name: {name}\ndefault:\n  database: analytics\n  store: k\n" \
+CONFIG = "name: {name}\ndefault:\n  database: analytics\n  store: k\nruntime:\n  isolation: {isolation}\n" \
          "environments:\n  dev:\n    vars: {{bootstrap: 'unset:1'}}\n"
 STORES = "stores:\n  - name: k\n    type: kafka\n    bootstrap_servers: \"{{ var('bootstrap') }}\"\n" \
          "databases:\n  - name: analytics\n    schemas: [public, raw]\n"
@@ -173,12 +173,14 @@ class Run:
     produced: list[dict] = field(default_factory=list)
     expected: Expected = field(default_factory=Expected)
     reports: list[StepReport] = field(default_factory=list)
+    isolation: str = "query"
+    """runtime.isolation: each query in its own driver, or all in one shared application"""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.root = self.workdir / self.prefix
         self.root.mkdir(parents=True)
-        (self.root / "dsflow.yml").write_text(CONFIG.format(name=self.prefix))
+        (self.root / "dsflow.yml").write_text(CONFIG.format(name=self.prefix, isolation=self.isolation))
         (self.root / "stores.yml").write_text(STORES)
 
     # driving
@@ -404,10 +406,11 @@ def _ids(rows: Counter) -> str:
 
 
 def run_steps(broker: str, workdir: Path, seed: int, steps: int, budget_s: float | None = None,
-              on_step: Callable[[StepReport], None] = lambda _: None, min_steps: int = 1) -> Run:
+              on_step: Callable[[StepReport], None] = lambda _: None, min_steps: int = 1,
+              isolation: str = "query") -> Run:
     """A run of `steps` random steps after the first apply (fewer once `budget_s` is spent, never fewer than
-    `min_steps`)."""
-    run = Run(broker, workdir, seed)
+    `min_steps`), the queries run in `isolation` (runtime.isolation)."""
+    run = Run(broker, workdir, seed, isolation=isolation)
     started = time.monotonic()
     try:
         on_step(run.start())
@@ -427,6 +430,8 @@ def main() -> int:
     parser.add_argument("--broker", help="bootstrap servers (default: start an embedded broker)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dsflow-change-model"))
     parser.add_argument("--budget-minutes", type=float, default=None, help="stop after the step that passes it")
+    parser.add_argument("--isolation", choices=("query", "shared"), default="query",
+                        help="runtime.isolation: a driver per query, or one shared application")
     args = parser.parse_args()
     broker, stop = _broker(args.broker, args.workdir)
     try:
@@ -436,7 +441,8 @@ def main() -> int:
                               "mismatches": report.mismatches, "seconds": round(report.seconds, 1)}), flush=True)
 
         budget = args.budget_minutes * 60 if args.budget_minutes else None
-        run = run_steps(broker, args.workdir, args.seed, args.steps, budget_s=budget, on_step=show)
+        run = run_steps(broker, args.workdir, args.seed, args.steps, budget_s=budget, on_step=show,
+                        isolation=args.isolation)
     finally:
         stop()
     bad = [r for r in run.reports if r.mismatches]

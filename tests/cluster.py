@@ -56,18 +56,6 @@ class Cluster:
         with urllib.request.urlopen(f"{address}/json/", timeout=5) as answer:
             return json.load(answer)
 
-    def alive_worker_executors(self) -> list[list[dict]]:
-        """The executors each alive worker runs (a worker killed before is not in the master's list, and one
-        whose web UI does not answer is left out)."""
-        found = []
-        for address in self.worker_addresses():
-            try:
-                with urllib.request.urlopen(f"{address}/json/", timeout=5) as answer:
-                    found.append(json.load(answer)["executors"])
-            except OSError:
-                continue
-        return found
-
     def worker_addresses(self) -> list[str]:
         """Each alive worker's web UI address, in the order the workers were started (by their web UI port)."""
         alive = [w for w in self.state()["workers"] if w["state"] == "ALIVE"]

@@ -1,10 +1,12 @@
 """The same project on a Spark standalone cluster (runtime.spark_master: spark://...): a real master and two workers
-started from pyspark's own spark-class (tests/cluster.py), real query drivers started by `dsflow apply`.
+started from pyspark's own spark-class (tests/cluster.py), real applications started by `dsflow apply`: the
+project runs `runtime.isolation: shared` (its stateless query in a shared application, the host) and its stateful
+query overrides it with `'runtime.isolation' = 'query'` (its own driver), so both ways of running are on the cluster.
 
-Spark's REST API shows the tasks ran on the workers' executors. Then one worker is killed with SIGKILL (with its
-executor JVMs) while a task of the aggregation runs on it and records keep arriving (a producer thread): the
-applications go on with the other worker's executors, the stateful changelog ends equal to a plain Python reference
-(counts and id sums by user: nothing lost, nothing counted twice) and the stateless stream holds every id
+Spark's REST API shows both applications ran tasks on the workers' executors. Then one worker is killed with SIGKILL
+(with its executor JVMs) while a task of the aggregation runs on it and records keep arriving (a producer thread):
+both applications go on with the other worker's executors, the stateful changelog ends equal to a plain Python
+reference (counts and id sums by user: nothing lost, nothing counted twice) and the stateless stream holds every id
 (at-least-once: duplicates allowed).
 """
 
@@ -41,6 +43,7 @@ default:
   store: kafka_main
 runtime:
   trigger_interval: 1 second
+  isolation: shared
   spark_master: "{master}"
   spark_conf:
     spark.sql.shuffle.partitions: "2"
@@ -61,13 +64,16 @@ SQL = """\
 CREATE STREAM pageviews (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR)
   WITH ('value.format' = 'json', 'timestamp' = 'viewtime', 'topic.partitions' = 2);
 
-CREATE CHANGELOG user_totals WITH ('trigger.interval' = '500 ms') AS
+CREATE CHANGELOG user_totals WITH ('trigger.interval' = '500 ms', 'runtime.isolation' = 'query') AS
   SELECT userid, COUNT(*) AS views, SUM(id) AS id_sum FROM pageviews GROUP BY userid;
 CREATE STREAM page_one WITH ('trigger.interval' = '500 ms') AS
   SELECT id, userid FROM pageviews WHERE pageid = 'Page_1';
 """
 STATEFUL = "dsflow:analytics.public.user_totals"
-APPS = {STATEFUL, "dsflow:analytics.public.page_one"}
+"""The aggregation's own driver (its application is named after the query)."""
+HOST = "dsflow:app-1"
+"""The shared application running page_one."""
+APPS = {STATEFUL, HOST}
 
 
 @pytest.fixture(scope="session")
@@ -115,18 +121,6 @@ def _executor_tasks(app_url: str) -> dict[str, int]:
     return {e["hostPort"]: e["completedTasks"] for e in _get(f"{app_url}/allexecutors") if e["id"] != "driver"}
 
 
-def _tasks_of(ui_port: int, app_id: str) -> dict[str, int]:
-    """{executor: tasks completed} of the application `app_id` whose UI is on ui_port or a port after it (Spark
-    takes the next free one), executors without tasks left out; {} while no UI answers (a loaded machine)."""
-    for port in range(ui_port, ui_port + 8):
-        try:
-            found = _executor_tasks(f"http://127.0.0.1:{port}/api/v1/applications/{app_id}")
-        except OSError:
-            continue
-        return {executor: n for executor, n in found.items() if n}
-    return {}
-
-
 def _keep_producing(broker: str, project, events: list[dict], rng: random.Random, stop: threading.Event) -> None:
     """Produce 200 events every 0.2 s (appended to `events`) until `stop` is set."""
     while not stop.is_set():
@@ -156,6 +150,9 @@ def test_project_runs_on_a_standalone_cluster_and_survives_a_killed_worker(tmp_p
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded)).ok
     try:
+        state = loaded.workspace.state_backend().read()
+        hosts = {k: r.outputs.get("app") for k, r in state.resources.items() if k.startswith("query.")}
+        assert hosts == {"query.analytics.public.user_totals": None, "query.analytics.public.page_one": "app-1"}, hosts
         _run(loaded.project, broker, cluster, ui_port)
     finally:  # stop the drivers even when an assertion failed
         loaded = operations.load(options)
@@ -202,42 +199,3 @@ def _run(project, broker: str, cluster, ui_port: int) -> None:
         executors = [e for e in _get(f"{apps[name]}/allexecutors") if e["id"] != "driver"]
         assert sorted(e["isActive"] for e in executors) == [False, True], (name, executors)
         assert all(e["completedTasks"] for e in executors), (name, executors)
-
-
-def test_a_shared_application_runs_its_queries_on_the_cluster(tmp_path, broker, cluster):
-    """`runtime.isolation: shared` on the cluster: both queries in one application (one driver: the host), whose
-    tasks run on the workers' executors, and both outputs equal the references. (Runs after the killed-worker
-    test: the workers still alive are enough.)"""
-    ui_port = free_port()
-    config = CONFIG.format(master=cluster.master, ui_port=ui_port, prefix=f"shcl{os.getpid()}_").replace(
-        "  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  isolation: shared\n")
-    options = operations.Options(make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": SQL}), None,
-                                 {"bootstrap": broker})
-    loaded = operations.load(options)
-    assert operations.apply(loaded, operations.plan(loaded)).ok
-    try:
-        project = loaded.project
-        state = loaded.workspace.state_backend().read()
-        hosts = {r.outputs.get("app") for k, r in state.resources.items() if k.startswith("query.")}
-        assert hosts == {"app-1"}, hosts
-        events = _events(0, 600, random.Random(5))
-        produce(broker, project, "pageviews", events, "userid")
-        expected = _reference(events)
-        wanted = {e["id"] for e in events if e["pageid"] == "Page_1"}
-        app_dir = Path(next(r.outputs["app_dir"] for k, r in state.resources.items() if k.startswith("query.")))
-        try:
-            wait_for(lambda: changelog_content(broker, project, "user_totals")[0] == expected, 300, "the totals")
-            wait_for(lambda: {json.loads(r["value"])["id"] for r in records(broker, project, "page_one")} == wanted,
-                     300, "every Page_1 id in the stream sink")
-        except AssertionError as err:  # what the host saw (a query restarted after a failure, ...)
-            log = [line for line in (app_dir / "host.log").read_text().splitlines() if line[:1].isdigit()]
-            raise AssertionError(f"{err}; host log: {log[-30:]}") from err
-        apps = [a for a in cluster.state()["activeapps"] if a["name"] == "dsflow:app-1"]
-        assert len(apps) == 1 and not [a for a in cluster.state()["activeapps"] if a["name"] in APPS]
-        tasks = wait_for(lambda: _tasks_of(ui_port, apps[0]["id"]), 60, "tasks of the shared application on executors")
-        assert sum(tasks.values()) > 0
-        on_workers = {e["appid"] for executors in cluster.alive_worker_executors() for e in executors}
-        assert apps[0]["id"] in on_workers
-    finally:
-        loaded = operations.load(options)
-        operations.apply(loaded, operations.plan(loaded, destroy=True))

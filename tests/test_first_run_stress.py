@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 SEED = 20261125
 ROUNDS = 12
-BUDGET_S = 240
+BUDGET_S = 90
 """Rounds stop early once this much time is spent (a loaded CI machine): at least two always run."""
 
 
