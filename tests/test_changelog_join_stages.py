@@ -107,6 +107,109 @@ def test_a_moved_foreign_key_is_upserted_by_its_new_group_or_deleted_when_it_joi
     assert _pipeline(batches + [[(LEFT, "1", "c", {"o": 1})]], "left", True) == {"1": (json.dumps({"o": 1}), None)}
 
 
+def _join_key(which: int, pk: str, jk: str | None) -> str:
+    return json.dumps([jk]) if jk is not None else f"~{which}{pk}"
+
+
+def _route(by_row: dict, by_key: dict, changes: list[tuple], side: str, keyed_by_left: bool) -> dict[str, list]:
+    """One micro-batch of (side, pk, offset, join key, row JSON or None) through both stages, each group (a task)
+    on its own: {output key: [(group, keep, lv, rv), ...]} of the writes."""
+    stage1 = defaultdict(list)
+    for which, pk, offset, jk, row in changes:
+        stage1[(which, pk)].append((offset, jk, row))
+    stage2 = defaultdict(list)
+    for (which, pk), rows in stage1.items():
+        by_row[(which, pk)], out = row_changes(by_row.get((which, pk)), rows)
+        for jk, row, moved in out:
+            stage2[jk].append((which, pk, row, moved))
+    writes = defaultdict(list)
+    for jk, group in stage2.items():
+        by_key[jk], out = group_changes(by_key[jk], group, side, keyed_by_left)
+        for okey, keep, lv, rv in out:
+            writes[okey].append((jk, keep, lv, rv))
+    return writes
+
+
+def _nested_loop(snapshot: dict, side: str, keyed_by_left: bool) -> dict[str, tuple]:
+    """{output key: (left row, right row)} of the join of the rows {side: {pk: (join column, row JSON)}}."""
+    def key(lpk, rpk):
+        return lpk if keyed_by_left else json.dumps([lpk, rpk])
+
+    out = {}
+    for lpk, (ljk, lv) in snapshot[LEFT].items():
+        matched = {rpk: rv for rpk, (rjk, rv) in snapshot[RIGHT].items() if ljk is not None and rjk == ljk}
+        out.update({key(lpk, rpk): (lv, rv) for rpk, rv in matched.items()})
+        if not matched and side in ("left", "full"):
+            out[key(lpk, None)] = (lv, None)
+    if side == "full":
+        ljks = {ljk for ljk, _ in snapshot[LEFT].values()}
+        out.update({key(None, rpk): (None, rv) for rpk, (rjk, rv) in snapshot[RIGHT].items()
+                    if rjk is None or rjk not in ljks})
+    return out
+
+
+def _draw_batch(data, snapshot: dict, fk_join: bool, offset: int) -> list[tuple]:
+    """Changes of one micro-batch, applied to `snapshot` as drawn: rows set or deleted, and whole groups moved
+    (every row, of both sides, whose join column is x gets y: many-to-many pairs moving together)."""
+    changes = []
+
+    def put(which, pk, jk, n):
+        nonlocal offset
+        offset += 1
+        if jk is False:
+            snapshot[which].pop(pk, None)
+            changes.append((which, pk, offset, _join_key(which, pk, None), None))
+            return
+        row = json.dumps({"side": which, "pk": pk, "jk": jk, "n": n})
+        snapshot[which][pk] = (jk, row)
+        changes.append((which, pk, offset, _join_key(which, pk, jk), row))
+
+    for _ in range(data.draw(st.integers(1, 8))):
+        kind = data.draw(st.sampled_from(["set", "set", "delete", "move", "move"]))
+        present = sorted({jk for rows in snapshot.values() for jk, _ in rows.values() if jk is not None})
+        if kind == "move" and present:
+            x = data.draw(st.sampled_from(present))
+            y = data.draw(st.sampled_from([jk for jk in ("a", "b", "c", None) if jk != x]))
+            n = data.draw(st.integers(0, 1))
+            for which in (LEFT,) if fk_join else (LEFT, RIGHT):  # a right row's join key is its key: it stays
+                for pk in [pk for pk, (jk, _) in snapshot[which].items() if jk == x]:
+                    put(which, pk, y, n)
+            continue
+        which = data.draw(st.sampled_from([LEFT, RIGHT]))
+        pk = data.draw(st.sampled_from(["0", "1"] if which == LEFT else ["a", "b"]))
+        if kind == "delete":
+            put(which, pk, False, 0)
+        else:
+            jk = pk if fk_join and which == RIGHT else data.draw(st.sampled_from(["a", "b", None]))
+            put(which, pk, jk, data.draw(st.integers(0, 1)))
+    return changes
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(data=st.data(), side=st.sampled_from(["inner", "left", "full"]), fk_join=st.booleans())
+def test_each_output_key_is_decided_by_one_group_a_batch(data, side, fk_join):
+    """A model of Spark's routing: each group of stage 2 is a task of its own. Whole groups move to another join
+    key (both rows of a many-to-many pair at once), rows change and go: every batch, each output key is written
+    by at most one group, once, and the written rows equal a nested-loop join of the rows so far."""
+    keyed_by_left = fk_join and side != "full"
+    by_row: dict = {}
+    by_key: dict = defaultdict(lambda: {"l": {}, "r": {}})
+    snapshot: dict = {LEFT: {}, RIGHT: {}}
+    topic: dict[str, tuple] = {}
+    offset = 0
+    for _ in range(data.draw(st.integers(2, 5))):
+        changes = _draw_batch(data, snapshot, fk_join, offset)
+        offset += len(changes)
+        for okey, writes in _route(by_row, by_key, changes, side, keyed_by_left).items():
+            assert len(writes) == 1, f"{okey} written by groups {[w[0] for w in writes]} in one batch"
+            _, keep, lv, rv = writes[0]
+            if keep:
+                topic[okey] = (lv, rv)
+            else:
+                topic.pop(okey, None)
+        assert topic == _nested_loop(snapshot, side, keyed_by_left)
+
+
 def test_loading_picks_the_key_of_the_result(tmp_path):
     sql = ("CREATE CHANGELOG fk AS SELECT o.order_id, o.amount, u.name FROM orders o LEFT JOIN users u "
            "ON o.user_id = u.user_id WHERE o.amount > 3;\n"

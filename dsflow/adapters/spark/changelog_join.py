@@ -7,17 +7,20 @@ Spark's stream-stream joins only append, so two `transformWithStateInPandas` ope
     1. keyed by (side, primary key): the state is the row's join key and row, or nothing. A micro-batch's changes
        of a row (offset order) end in a new row or a delete; if it differs from the state, the stage emits the
        change to the row's join key, and a delete to its old join key when the join columns changed (a foreign
-       key moved: `moved`), so the old group forgets it.
+       key moved: `moved`, the new join key, sent to both groups), so the old group forgets it.
     2. keyed by the join key (JSON of the ON columns of either side; a row with a NULL join column is alone in a
        group of its own: NULL matches nothing): the state is the current rows of each side by primary key. The
        group's output rows are every left row joined with every right row, plus (LEFT, FULL) each left row with
        NULLs when the group has no right row, and (FULL) each right row with NULLs when it has no left row. The
        stage emits the difference between the outputs before and after the batch, by output key: an upsert of
-       each new or changed row, a delete (the old row, __alive false) of each row gone. A moved row's lone output
-       key (keyed by the left: its key; else its NULL-padded row's) is left by the old group to the new one, which
-       upserts or deletes it: an output key never changes in two groups (two tasks, whose writes would race) in
-       one batch; except a many-to-many pair whose two rows both move to one new join key in one batch: the old
-       group deletes it, the new one upserts it (tests/test_changelog_chain_stages.py, a known failure).
+       each new or changed row, a delete (the old row, __alive false) of each row gone.
+
+One group decides each output key in a batch: an output key lives in the group of the rows that make it (one
+group at a time), so only its group before the batch and its group after may change it, and they differ only
+when all of its rows moved to one new join key. Then the old group leaves it to the new one (it knows where its
+rows went: `moved`), which upserts it, or deletes it when it makes no such row (a moved row's lone output key,
+keyed by the left: its key; else its NULL-padded row's). So no output key changes in two groups (two tasks, whose
+writes would race) in one batch.
 
 An output key is the left row's primary key when the join is keyed by the left's (ON covers the right's whole
 primary key, INNER or LEFT: each left row has at most one output row), else [left key, right key] with null for a
@@ -26,10 +29,12 @@ missing side.
 More changelogs joined after the first two (a left-deep chain, ChangelogJoinSpec.steps) each add the same two
 stages, whose left side is the rows of the stages before: a row's primary key is its output key, it is deleted when
 not __alive, its row is the JSON of the struct columns joined so far and its join key reads fields of them. Its
-offset is __alive (1 or 0): an output key changes at most once a batch, so the offset only orders the exception
-above, where the upsert must win.
+offset is __alive (1 or 0): an output key changes at most once a batch, so there is nothing to order (were it
+written twice, the upsert would win).
 
-All states live in the checkpoint: a driver killed with -9 resumes from the last committed batch.
+All states live in the checkpoint: a driver killed with -9 resumes from the last committed batch. A checkpoint
+made before `moved` carried the new join key (a boolean then; its states are the same) resumes as it is: stage 1's
+output is not kept between batches, and the plan does not replace the query.
 
 Join columns are compared as text (CAST AS STRING): equal values of different numeric types (1 and 1.0) do not
 match.
@@ -50,7 +55,7 @@ LEFT, RIGHT = 0, 1
 ALIVE = "__alive"
 OUTPUT_KEY = "__okey"
 ALIAS = "__cj"
-STAGE1_OUTPUT, STAGE1_STATE = "jk string, side int, pk string, row string, moved boolean", "jk string, row string"
+STAGE1_OUTPUT, STAGE1_STATE = "jk string, side int, pk string, row string, moved string", "jk string, row string"
 STAGE2_OUTPUT, STAGE2_STATE = "okey string, keep boolean, lv string, rv string", "rows string"
 
 
@@ -91,14 +96,15 @@ def aggregated_source(select: exp.Select, view: str) -> tuple[exp.Expr, exp.Expr
 
 def row_changes(old: list | None, rows: Iterable[tuple]) -> tuple[list | None, list[tuple]]:
     """One row's micro-batch: rows of (offset, join key, row JSON or None) -> (new state [join key, row] or None,
-    the changes (join key, row or None, moved) for the groups; moved: the row left one group for another)."""
+    the changes (join key, row or None, moved) for the groups; moved: the new join key of a row that left one group
+    for another (on both its changes), else None)."""
     last = max(rows, key=lambda r: r[0], default=None)
     if last is None:
         return old, []
     new = [last[1], last[2]] if last[2] is not None else None
     if new == old:
         return old, []
-    moved = old is not None and new is not None and new[0] != old[0]
+    moved = new[0] if old is not None and new is not None and new[0] != old[0] else None
     out = []
     if old is not None and (new is None or moved):
         out.append((old[0], None, moved))
@@ -141,17 +147,32 @@ def _alone(which: int, pk: str, keyed_by_left: bool) -> str | None:
     return output_key(pk, None, False) if which == LEFT else output_key(None, pk, False)
 
 
+def _makers(okey: str, keyed_by_left: bool) -> list[tuple[int, str]]:
+    """The rows (side, pk) whose group holds an output key: keyed by the left, the left row (its right row, if
+    any, is in the same group); else the row of each side the key names."""
+    if keyed_by_left:
+        return [(LEFT, okey)]
+    lpk, rpk = json.loads(okey)
+    return [(which, pk) for which, pk in ((LEFT, lpk), (RIGHT, rpk)) if pk is not None]
+
+
+def _left_to(okey: str, went: dict, keyed_by_left: bool) -> bool:
+    """Whether every row making `okey` left this group for one same new join key, which then decides it."""
+    to = {went.get(maker) for maker in _makers(okey, keyed_by_left)}
+    return len(to) == 1 and None not in to
+
+
 def group_changes(rows: dict, changes: Iterable[tuple], side: str,
                   keyed_by_left: bool) -> tuple[dict, list[tuple]]:
     """Apply (side, pk, row or None, moved) to a group's rows -> (new rows, (output key, keep, left row, right row)
     of every output row that appeared, changed (keep) or disappeared (not keep, with its old values)).
 
-    A row that moved to another group takes its lone output key along: the old group leaves it to the new one,
-    which upserts it, or deletes it when it makes no such row. So no output key changes in two groups (two tasks,
-    whose writes would race) in one batch."""
+    An output key whose rows all moved to one new join key is left by its old group to the new one, which upserts
+    it, or deletes it when it makes no such row (a moved row's lone output key). So no output key changes in two
+    groups (two tasks, whose writes would race) in one batch."""
     before = outputs(rows, side, keyed_by_left)
     rows = {"l": dict(rows["l"]), "r": dict(rows["r"])}
-    left_for, came = set(), []
+    went, came = {}, []
     for which, pk, row, moved in changes:
         slot = rows["l" if which == LEFT else "r"]
         if row is None:
@@ -159,10 +180,12 @@ def group_changes(rows: dict, changes: Iterable[tuple], side: str,
         else:
             slot[pk] = row
         alone = _alone(which, pk, keyed_by_left) if moved else None
-        if alone is not None:
-            (left_for.add(alone) if row is None else came.append((alone, which, row)))
+        if moved and row is None:
+            went[(which, pk)] = moved
+        elif alone is not None:
+            came.append((alone, which, row))
     after = outputs(rows, side, keyed_by_left)
-    out = [(k, False, *old) for k, old in before.items() if k not in after and k not in left_for]
+    out = [(k, False, *old) for k, old in before.items() if k not in after and not _left_to(k, went, keyed_by_left)]
     out += [(k, True, *new) for k, new in after.items() if before.get(k) != new]
     out += [(k, False, *((row, None) if which == LEFT else (None, row))) for k, which, row in came if k not in after]
     return rows, out
@@ -201,7 +224,7 @@ def _processors(side: str, keyed_by_left: bool) -> tuple[Any, Any]:
                 self.last.update(tuple(new))
             frame = pd.DataFrame([(j, which, pk, r, m) for j, r, m in out], dtype=object,
                                  columns=["jk", "side", "pk", "row", "moved"])
-            yield frame.astype({"side": "int32", "moved": bool})
+            yield frame.astype({"side": "int32"})
 
         def close(self) -> None:
             pass
@@ -214,7 +237,7 @@ def _processors(side: str, keyed_by_left: bool) -> tuple[Any, Any]:
 
         def handleInputRows(self, key, rows, timerValues):
             state = json.loads(self.rows.get()[0]) if self.rows.exists() else {"l": {}, "r": {}}
-            changes = [(int(s), p, _none(r), bool(m)) for f in rows
+            changes = [(int(s), p, _none(r), _none(m)) for f in rows
                        for s, p, r, m in zip(f["side"], f["pk"], f["row"], f["moved"])]
             state, out = group_changes(state, changes, side, keyed_by_left)
             if state["l"] or state["r"]:
@@ -256,8 +279,8 @@ def _source_changes(spark, view: str, which: int, keys: list[str], pk: list[str]
 
 def _rows_changes(frame, aliases: list[str], step: ChangelogStepSpec):
     """The rows so far (a joined view: struct columns `aliases`, __alive, __okey) as the left side's changes of
-    the next join: keyed by __okey, which changes at most once a batch (stage 2's guarantee), so the offset only
-    breaks a tie of a key deleted by one group and upserted by another in one batch: the upsert wins."""
+    the next join: keyed by __okey, which changes at most once a batch (stage 2's guarantee), so the offset
+    (__alive) orders nothing; were a key deleted and upserted in one batch, the upsert would win."""
     from pyspark.sql import functions as F
 
     keys = [F.col(f"`{a}`.`{c}`").cast("string") for a, c in zip(step.left_relations, step.left_keys)]
