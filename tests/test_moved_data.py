@@ -1,7 +1,9 @@
 """What a move promises, checked against the data: a stream moved across schemas keeps its topic's records and its
 readers' offsets; a query moved to a new name keeps its checkpoint; a materialized view's and a table's PostgreSQL
-tables renamed by a move keep their rows; a move that changes a topic's name destroys nothing unless allowed. Real broker, query
-drivers (Spark) and PostgreSQL; the plans themselves are tested in tests/test_moved.py."""
+tables renamed by a move keep their rows; a move that changes a topic's name destroys nothing unless allowed. Real
+broker, Spark and PostgreSQL; the queries run in a shared application (`runtime.isolation: shared`: a moved query
+restarts inside the warm host), tests/test_data_loss.py moves queries with drivers of their own; the plans
+themselves are tested in tests/test_moved.py."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-CONFIG = "name: {name}\ndefault:\n  store: k\nenvironments:\n  dev:\n    vars: {{bootstrap: 'unset:1'}}\n"
+CONFIG = "name: {name}\ndefault:\n  store: k\nruntime:\n  isolation: shared\nenvironments:\n  dev:\n    vars: {{bootstrap: 'unset:1'}}\n"
 STORES = "stores:\n  - name: k\n    type: kafka\n    bootstrap_servers: \"{{ var('bootstrap') }}\"\n"
 PG_STORE = "  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: 5432, user: postgres, " \
            "database: {db}}}\n"
