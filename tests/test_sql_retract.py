@@ -30,7 +30,7 @@ from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark.retract import STATE_PROVIDER
 from dsflow.adapters.sqlite import mv
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_marker
 from projects import make_project
 from streaming import CONFIG, run, streaming_project
 from waiting import wait_for
@@ -137,27 +137,28 @@ def _random_changes(rng, count: int) -> list[tuple[int, dict | None]]:
             for _ in range(count)]
 
 
-def test_killed_retracting_drivers_resume_exactly(tmp_path, broker):
-    """kill -9 of the drivers of a changelog aggregation (a changelog sink and a view sink) mid-stream; apply
-    restarts them on their checkpoints; the final content equals DuckDB's answer, in the topic and the view."""
-    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"retract{os.getpid()}_"),
-                                   "sql/all.sql": KILL_SQL})
+def test_killed_retracting_queries_resume_exactly(tmp_path, broker):
+    """kill -9 of the shared application running a changelog aggregation (a changelog sink and a view sink)
+    mid-stream; apply restarts it and both queries on their checkpoints; the final content equals DuckDB's answer,
+    in the topic and the view."""
+    config = CONFIG.format(prefix=f"retract{os.getpid()}_").replace(
+        "  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  isolation: shared\n")
+    root = make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": KILL_SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded)).ok
     project, rng, feed = loaded.project, random.Random(23), []
     try:
-        for _ in range(4):  # keep changing while the drivers run, then kill them mid-stream
+        for _ in range(4):  # keep changing while the queries run, then kill their host mid-stream
             feed.append(_random_changes(rng, 300))
             produce_changes(broker, project, "users", [(f"u{k}", _value(k, v)) for k, v in feed[-1]])
             wait_for(lambda: changelog_content(broker, project, "region_stats")[0], 240, "the first groups")
             time.sleep(0.5)
         state = operations.load(options).workspace.state_backend().read()
-        pids = [state.resources[q].outputs["pid"] for q in KILLED]
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        for pid in pids:
-            wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+        [pid] = {state.resources[q].outputs["pid"] for q in KILLED}
+        marker = query_marker(state.resources[KILLED[0]].outputs)
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not process.is_running(pid, marker), 10, "the host to die")
         feed.append(_random_changes(rng, 300))
         produce_changes(broker, project, "users", [(f"u{k}", _value(k, v)) for k, v in feed[-1]])
         loaded = operations.load(options)

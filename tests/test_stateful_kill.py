@@ -1,7 +1,9 @@
-"""kill -9 of running query drivers, then `dsflow apply` restarts them (operations.apply, real driver processes).
+"""kill -9 of running queries' process, then `dsflow apply` restarts them (operations.apply, a real shared Spark
+application: `runtime.isolation: shared`; drivers of their own are killed in tests/test_e2e_example.py,
+tests/test_lake_sinks.py, tests/test_lake_sources.py, tests/test_sql_changelog_joins.py and tests/test_runtime.py).
 
 An aggregation writes a changelog, a materialized view reads that changelog (upserts by its key), and a
-filter writes a stream. All three drivers are killed with SIGKILL while records keep arriving; apply
+filter writes a stream. Their application is killed with SIGKILL while records keep arriving; apply
 sees the dead queries as drift and restarts them on their checkpoints. The changelog's final content and
 the view's snapshot must equal a pandas reference exactly; the stream sink must hold every id (duplicates
 are allowed: it is at-least-once).
@@ -23,7 +25,7 @@ from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.sqlite import mv
 from dsflow.core.plan import Action
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_marker
 from projects import make_project
 from streaming import CONFIG, produce, records
 from waiting import wait_for
@@ -63,7 +65,9 @@ def _view(database) -> dict[str, dict]:
 
 
 def test_killed_stateful_queries_resume_exactly(tmp_path, broker):
-    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"kill{os.getpid()}_"), "sql/all.sql": SQL})
+    config = CONFIG.format(prefix=f"kill{os.getpid()}_").replace(
+        "  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  isolation: shared\n")
+    root = make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded)).ok
@@ -86,11 +90,10 @@ def _run(options, project, broker) -> None:
         events += more
         time.sleep(0.5)
     state = operations.load(options).workspace.state_backend().read()
-    pids = [state.resources[q].outputs["pid"] for q in QUERIES]
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    for pid in pids:
-        wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+    [pid] = {state.resources[q].outputs["pid"] for q in QUERIES}
+    marker = query_marker(state.resources[QUERIES[0]].outputs)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not process.is_running(pid, marker), 10, "the application to die")
     assert changelog_content(broker, project, "user_totals")[0] != _reference(events), "complete before the kill"
 
     late = _events(4_500, 1_000, rng)
