@@ -102,8 +102,8 @@ def chained_joins(qualified: exp.Select, tables: list[exp.Table], found: dict, w
         earlier = [t.alias_or_name for t in tables[:index]]
         alias, changelog = tables[index].alias_or_name, found[id(tables[index])]
         pairs = []
-        for term in _conjuncts(join.args["on"]):
-            pair = _chained_pair(term, earlier, alias)
+        for term in conjuncts(join.args["on"]):
+            pair = chained_pair(term, earlier, alias)
             if pair is None:
                 report(Diagnostic("DSF-E190", f"a join of changelogs may only equate a column of an earlier relation "
                                   f"({', '.join(earlier)}) with a column of '{alias}' in ON, got {term.sql()}",
@@ -127,7 +127,7 @@ def result_key(join: ChangelogJoin, chain) -> tuple[str, ...]:
     return join.left_key + join.right_key + tuple(c for step in chain for c in step.right_key)
 
 
-def _chained_pair(term: exp.Expr, earlier: list[str], alias: str) -> tuple[str, str, str] | None:
+def chained_pair(term: exp.Expr, earlier: list[str], alias: str) -> tuple[str, str, str] | None:
     """(earlier relation, its column, the changelog's column) of `e.a = c.b` (either order), else None."""
     if not isinstance(term, exp.EQ) or not all(isinstance(s, exp.Column) for s in (term.this, term.expression)):
         return None
@@ -141,7 +141,7 @@ def _chained_pair(term: exp.Expr, earlier: list[str], alias: str) -> tuple[str, 
 
 def _pairs(join: exp.Join, aliases: tuple[str, str], where, report: Report) -> list[tuple[str, str]] | None:
     pairs = []
-    for term in _conjuncts(join.args["on"]):
+    for term in conjuncts(join.args["on"]):
         pair = _pair(term, *aliases)
         if pair is None:
             report(Diagnostic("DSF-E190", f"a join of two changelogs may only equate a column of '{aliases[0]}' with "
@@ -152,10 +152,10 @@ def _pairs(join: exp.Join, aliases: tuple[str, str], where, report: Report) -> l
     return pairs
 
 
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
     node = node.unnest() if isinstance(node, exp.Paren) else node
     if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
+        return conjuncts(node.this) + conjuncts(node.expression)
     return [node]
 
 

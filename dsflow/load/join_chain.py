@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from dsflow.core.model import IntervalJoin, Relation, TemporalJoin
 from dsflow.errors import Diagnostic
+from dsflow.load.changelog_join import chained_pair, conjuncts
 from dsflow.load.changelog_join import check_chain as changelog_chain
 from dsflow.load.dialect import WITHIN, duration_text, normalized_duration
 from dsflow.load.fields import base_column
@@ -143,8 +144,8 @@ def _chained(join: exp.Join, earlier: list[str], alias: str, changelog: Relation
     relation."""
     pairs: dict[str, tuple[str, str]] = {}
     owners: set[str] = set()
-    for term in _conjuncts(join.args["on"]):
-        pair = _pair(term, earlier, alias)
+    for term in conjuncts(join.args["on"]):
+        pair = chained_pair(term, earlier, alias)
         if pair is None:
             report(Diagnostic("DSF-E132", f"a temporal join's ON may only equate a column of an earlier relation "
                               f"({', '.join(earlier)}) with a key column of '{alias}', got {term.sql()}",
@@ -166,22 +167,3 @@ def _chained(join: exp.Join, earlier: list[str], alias: str, changelog: Relation
         return None
     return TemporalJoin(stream=owners.pop(), changelog=alias, side="left" if (join.side or "").upper() == "LEFT"
                         else "inner", stream_keys=tuple(pairs[k.lower()][1] for k in key), changelog_keys=tuple(key))
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    node = node.unnest() if isinstance(node, exp.Paren) else node
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
-def _pair(term: exp.Expr, earlier: list[str], alias: str) -> tuple[str, str, str] | None:
-    """(earlier relation, its column, changelog column) of `e.a = c.b` (either order), else None."""
-    if not isinstance(term, exp.EQ) or not all(isinstance(s, exp.Column) for s in (term.this, term.expression)):
-        return None
-    sides = [(s.table, s.name) for s in (term.this, term.expression)]
-    mine = [s for s in sides if s[0] == alias]
-    other = [s for s in sides if s[0] in earlier]
-    if len(mine) != 1 or len(other) != 1:
-        return None
-    return other[0][0], other[0][1], mine[0][1]
