@@ -32,6 +32,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     ensure_logical_replication()
 
 
+@pytest.fixture(autouse=True)
+def _secrets_of_this_test_only() -> Iterator[None]:
+    """Forget the secret values a test registered: the process-wide registry would otherwise scrub them from the
+    output of later tests (one project's env_var() bootstrap is the shared broker's address in another's)."""
+    from dsflow.core import secrets
+
+    before = secrets.registered()
+    yield
+    secrets.forget(secrets.registered() - before)
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[str]:
     """A real tansu broker on a free loopback port; yields its bootstrap address."""

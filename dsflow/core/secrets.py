@@ -106,3 +106,12 @@ def registered() -> frozenset[str]:
     """The values `scrub` hides now (tests)."""
     with _lock:
         return frozenset(_secrets)
+
+
+def forget(values: Iterable[str]) -> None:
+    """Stop scrubbing these values (tests: one process loads many projects, one project's secret is not another's)."""
+    global _pattern
+    with _lock:
+        _secrets.difference_update(values)
+        ordered = sorted(_secrets, key=len, reverse=True)
+        _pattern = re.compile("|".join(re.escape(v) for v in ordered)) if ordered else None
