@@ -636,3 +636,16 @@ def test_a_changed_stateful_query_is_replayed_not_carried():
     after = {**before, "select": "SELECT userid, COUNT(*) AS n ... WHERE id > 0 GROUP BY userid"}
     assert query_category(before, after, None, False) == (Category.REPLAY, None)
     assert query_category(before, after, "carry", False) == (Category.CARRY_OFFSETS, "carry")
+
+
+def test_e164_a_nested_primary_key_is_refused_where_it_is_declared_or_grouped(tmp_path):
+    sql = ("CREATE CHANGELOG c (id STRUCT<a BIGINT, b VARCHAR>, v BIGINT, PRIMARY KEY (id));\n"
+           "CREATE CHANGELOG d (ids ARRAY<BIGINT>, m MAP<VARCHAR, BIGINT>, PRIMARY KEY (m));\n"
+           "CREATE CHANGELOG e AS SELECT userid, COUNT(*) AS n FROM pageviews GROUP BY userid;\n"
+           "CREATE STREAM s (p STRUCT<k VARCHAR>, v BIGINT);\n"
+           "CREATE CHANGELOG f AS SELECT p, SUM(v) AS t FROM s GROUP BY p;\n")
+    found = [d for d in diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}) if d.code == "DSF-E164"]
+    assert [(d.location.line, d.message.split(" of ")[0]) for d in found] == [
+        (1, "primary key column 'id'"), (2, "primary key column 'm'"), (5, "primary key column 'p'")], found
+    assert "STRUCT<a BIGINT, b VARCHAR>" in found[0].message and "`id->field AS id_field`" in found[0].hint
+    assert all(d.location.file == "sql/q.sql" for d in found)

@@ -10,6 +10,7 @@ from typing import Any
 from dsflow.core import stores as registry
 from dsflow.core.evolution import RULES
 from dsflow.core.model import Column, Query, Relation, Source, Store
+from dsflow.core.nested import parse_type
 from dsflow.errors import Diagnostic
 from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
 from dsflow.load.names import check_name_parts
@@ -262,6 +263,7 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
                           st.prop("topic.gaps").location, hint="'topic.gaps' = 'count' for a topic written in "
                           "transactions or compacted; 'fail' (the default for streams) otherwise"))
         gaps = None
+    _check_scalar_key(st, fqn, columns, primary_key if primary_key is not None else st.primary_key, report)
     topic = ns.topic_prefix + (_prop(st, "topic") or fqn.rsplit(".", 1)[-1])
     return Relation(fqn=fqn, kind="changelog" if st.kind == "changelog" else "stream", columns=columns,
                     primary_key=primary_key if primary_key is not None else st.primary_key, store=store_name,
@@ -269,6 +271,22 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
                     value_subject=value_subject(value_format, topic, _prop(st, "value.subject")),
                     partitions=partitions, replicas=replicas, topic_configs=configs, location=st.location,
                     topic_gaps=gaps.lower() if gaps else None, inferred_size=inferred)
+
+
+def _check_scalar_key(st: RawStatement, fqn: str, columns: tuple[Column, ...], key: tuple[str, ...],
+                      report: Report) -> None:
+    """A changelog's key columns are scalars: a STRUCT, ARRAY or MAP key is refused (DSF-E164)."""
+    types = {c.name.lower(): c.type for c in columns}
+    for name in key:
+        try:
+            nested = parse_type(types[name.lower()]).nested
+        except (KeyError, ValueError):  # an unknown column is DSF-E041's
+            continue
+        if nested:
+            report(Diagnostic("DSF-E164", f"primary key column '{name}' of '{fqn}' is {types[name.lower()]}: a key "
+                              "column must be a scalar type", st.location,
+                              hint=f"key by scalars taken from it: select a field (`{name}->field AS {name}_field`) or "
+                              f"an element (`{name}[1]`) as a column, and name that in PRIMARY KEY or GROUP BY"))
 
 
 def _log_titles(ns: Namespace) -> str:
