@@ -116,18 +116,44 @@ def _avro_decode(registry: str, stream: str, values: list[bytes]) -> list[dict]:
     return [deserializer(v, SerializationContext(stream, MessageField.VALUE)) for v in values]
 
 
+NESTED_SCHEMA = json.dumps({"type": "record", "name": "Basket", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "payload", "type": ["null", {"type": "record", "name": "Payload", "fields": [
+        {"name": "a", "type": ["null", "int"]}, {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}}]}]},
+    {"name": "attrs", "type": {"type": "map", "values": "long"}}]})
+"""A producer's nested Avro schema, written independently of dsflow."""
+BASKETS = [{"id": i, "payload": None if i % 4 == 0 else {"a": None if i % 3 == 0 else i, "tags": [f"t{i}", None][:i % 3]},
+            "attrs": {"k": i * 2, "z": 1} if i % 2 else {}} for i in range(20)]
+
+
+def _basket_out(b: dict) -> dict:
+    """What nested_out writes for a basket, computed in plain Python (a subscript counts from 1, NULL beyond)."""
+    tags = (b["payload"] or {}).get("tags") or []
+    return {"id": b["id"], "payload": None if b["payload"] is None else {"a": b["payload"]["a"], "tags": tags},
+            "attrs": b["attrs"], "first_tag": tags[0] if tags else None, "k": b["attrs"].get("k")}
+
+
 def test_avro_and_primitives_through_kinesis_queries(tmp_path, spark, kinesis_endpoint, schema_registry):
-    """avro in, avro and long out; long in, string out: every value as a reference computes it."""
+    """avro in, avro and long out; long in, string out; nested avro (STRUCT, ARRAY, MAP) in and out: every value as
+    a reference computes it."""
     _, project, settings, _ = _project(tmp_path, kinesis_endpoint, schema_registry, """
         CREATE STREAM orders (id BIGINT, amount DOUBLE, item VARCHAR) WITH ('value.format' = 'avro', 'topic.shards' = 2);
         CREATE STREAM big_orders AS SELECT id, amount * 2 AS doubled, item FROM orders WHERE amount > 10;
         CREATE STREAM order_ids WITH ('value.format' = 'long') AS SELECT id FROM orders;
         CREATE STREAM id_texts WITH ('value.format' = 'string') AS SELECT CAST(id * 10 AS VARCHAR) AS s FROM order_ids;
+        CREATE STREAM baskets (id BIGINT, payload STRUCT<a INTEGER, tags ARRAY<VARCHAR>>, attrs MAP<VARCHAR, BIGINT>)
+          WITH ('value.format' = 'avro');
+        CREATE STREAM nested_out AS SELECT id, payload, attrs, payload->tags[1] AS first_tag, attrs['k'] AS k
+          FROM baskets;
     """)
     topic = {r.fqn.rsplit(".", 1)[-1]: r.topic for r in project.relations}
     _put(settings, topic["orders"], avro_values(schema_registry, topic["orders"], ORDER_SCHEMA, ORDERS))
-    for name in ("big_orders", "order_ids", "id_texts"):
+    _put(settings, topic["baskets"], avro_values(schema_registry, topic["baskets"], NESTED_SCHEMA, BASKETS))
+    for name in ("big_orders", "order_ids", "id_texts", "nested_out"):
         _run(spark, project, name, tmp_path)
+
+    nested = _avro_decode(schema_registry, topic["nested_out"], [r["data"] for r in _raw(settings, topic["nested_out"])])
+    assert sorted(nested, key=lambda r: r["id"]) == [_basket_out(b) for b in BASKETS]
 
     big = _avro_decode(schema_registry, topic["big_orders"], [r["data"] for r in _raw(settings, topic["big_orders"])])
     assert sorted(big, key=lambda r: r["id"]) == [{"id": o["id"], "doubled": o["amount"] * 2, "item": o["item"]}
