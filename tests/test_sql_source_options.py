@@ -71,7 +71,9 @@ def test_latest_source_and_source_timestamp_on_spark(tmp_path, broker, spark):
 
 PARTITIONED = SQL.split("\n\n")[0] + """
 CREATE STREAM by_user WITH ('topic.partitions' = 3) AS SELECT id, UPPER(userid) AS who FROM clicks PARTITION BY who;
+INSERT INTO by_user SELECT id + 1000 AS id, UPPER(userid) AS who FROM pageviews WHERE id % 2 = 0 PARTITION BY who;
 """
+"""`INSERT INTO` a second source's rows into the same stream, keyed alike (each key in one partition)."""
 
 
 def test_e134_partition_by_checks(tmp_path):
@@ -86,13 +88,18 @@ def test_e134_partition_by_checks(tmp_path):
 def test_partition_by_keys_the_sink_records(tmp_path, broker, spark):
     project = streaming_project(tmp_path, broker, PARTITIONED)
     query = next(q for q in project.queries if q.fqn.endswith(".by_user"))
-    assert query.key_columns == ("who",)
+    insert = next(q for q in project.queries if q.fqn != query.fqn)
+    assert query.key_columns == insert.key_columns == ("who",) and insert.sink == query.sink
     clicks = [{"id": i, "ts": T0 + i, "alt": 0, "userid": f"user{i % 7}"} for i in range(60)]
+    views = [{"id": i, "userid": f"user{i % 5}"} for i in range(40)]
     produce(broker, project, "clicks", clicks)  # no key at all: records land anywhere
+    produce(broker, project, "pageviews", views)
     run(spark, project, "by_user", tmp_path)
+    run(spark, project, insert.fqn.rsplit(".", 1)[-1], tmp_path)
     out = records(broker, project, "by_user")
     assert sorted((r["key"], json.loads(r["value"])["id"]) for r in out) == sorted(
-        (c["userid"].upper(), c["id"]) for c in clicks)
+        [(c["userid"].upper(), c["id"]) for c in clicks] + [(v["userid"].upper(), v["id"] + 1000) for v in views
+                                                            if v["id"] % 2 == 0])
     partitions: dict[str, set[int]] = {}
     for r in out:
         partitions.setdefault(r["key"], set()).add(r["partition"])
