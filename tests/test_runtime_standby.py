@@ -102,6 +102,9 @@ def test_a_killed_driver_is_handed_to_the_standby_and_loses_nothing(tmp_path, br
         spec_text = open(os.path.join(run_dir, "spec.json")).read()
         assert "@env:" in spec_text and broker not in spec_text  # the secret is not on disk
         assert ready["pid"] != old_pid and not process.is_running(ready["pid"], driver_marker(run_dir))
+        before = _standby_metrics(loaded)
+        assert (before["dsflow_standby_enabled"], before["dsflow_standby_ready"]) == (1.0, 1.0), before
+        assert before["dsflow_standby_handoffs_total"] == 0.0 and before["dsflow_standby_rss_bytes"] > 100e6, before
 
         feeder = Feeder(broker, project, 500)
         feeder.start()
@@ -122,6 +125,7 @@ def test_a_killed_driver_is_handed_to_the_standby_and_loses_nothing(tmp_path, br
         entry = _status(root, broker)[COPY]
         assert entry["state"] == "running" and entry["pid"] == new_pid and entry["restarts"] == 1
         assert entry["last_restart"].startswith(f"standby (pid {new_pid}"), entry
+        assert _standby_metrics(loaded)["dsflow_standby_handoffs_total"] == 1.0
         expected = set(range(feeder.produced))
         found = wait_for(lambda: expected <= set(c := Counter(_ids(broker, project)))
                          and c, 120, "every id in the sink")
@@ -138,6 +142,19 @@ def test_a_killed_driver_is_handed_to_the_standby_and_loses_nothing(tmp_path, br
         operations.apply(loaded, operations.plan(loaded, destroy=True))
         control.down(loaded)
         assert control.info(loaded) is None and _waiting(loaded) is None
+
+
+def _standby_metrics(loaded) -> dict[str, float]:
+    """The supervisor's dsflow_standby_* samples, scraped from its Prometheus endpoint."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = control.info(loaded)["port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name.startswith("dsflow_standby_")}
 
 
 def _ids(broker, project) -> list[int]:

@@ -20,6 +20,14 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_partition_lag_millis{topic, partition}    the same per shard
     dsflow_query_lag_wal_bytes{topic, partition}  write-ahead log written since the last change read (change streams)
     dsflow_datagen_up, dsflow_datagen_restarts_total
+
+The warm standby driver (`runtime.standby`; no label):
+
+    dsflow_standby_enabled                        1 when the project asks for a standby
+    dsflow_standby_ready                          1 while a standby waits, warmed up (0 while one starts or none runs)
+    dsflow_standby_rss_bytes                      the waiting standby's memory with its JVM and Python workers
+    dsflow_standby_handoffs_total                 queries handed to a standby since the supervisor started
+    dsflow_standby_failures                       standbys in a row that failed to start (the keeper backs off)
 """
 
 from __future__ import annotations
@@ -109,12 +117,39 @@ def _add(families: dict, progress: dict, entry: dict[str, Any]) -> None:
             family.add_metric([name], float(entry[key]) * SCALE.get(key, 1.0))
 
 
-def serve(entries: Callable[[], list[dict[str, Any]]], port: int = 0) -> tuple[Any, int]:
+class StandbyCollector:
+    """Collects, on each scrape, what `dsflow runtime status` shows of the standby (control.standby_info)."""
+
+    def __init__(self, info: Callable[[], dict[str, Any]]):
+        self.info = info
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        info = self.info()
+        waiting, keeper = info.get("standby") or {}, info.get("standby_keeper") or {}
+        yield GaugeMetricFamily("dsflow_standby_enabled", "1 when runtime.standby is on",
+                                value=1.0 if info.get("enabled") else 0.0)
+        yield GaugeMetricFamily("dsflow_standby_ready", "1 while a warmed-up standby driver waits",
+                                value=1.0 if waiting.get("state") == "ready" else 0.0)
+        if waiting.get("rss_bytes") is not None:
+            yield GaugeMetricFamily("dsflow_standby_rss_bytes", "resident memory of the waiting standby with its "
+                                    "JVM and Python workers", value=float(waiting["rss_bytes"]))
+        yield CounterMetricFamily("dsflow_standby_handoffs", "queries handed to a standby driver",
+                                  value=float(keeper.get("handoffs") or 0))
+        yield GaugeMetricFamily("dsflow_standby_failures", "standby starts in a row that failed",
+                                value=float(keeper.get("failures") or 0))
+
+
+def serve(entries: Callable[[], list[dict[str, Any]]], port: int = 0,
+          standby: Callable[[], dict[str, Any]] | None = None) -> tuple[Any, int]:
     """Serve /metrics on 127.0.0.1:`port` (0: a free port) in a background thread, from `entries` (what
-    `operations.status` gives); the server and its port."""
+    `operations.status` gives) and `standby` (control.standby_info); the server and its port."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StatusCollector(entries))
+    if standby is not None:
+        registry.register(StandbyCollector(standby))
     server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
     return server, server.server_port
