@@ -20,7 +20,9 @@ checkpoint gets after the process, or the restart in the host, began); and the b
   then --preloads times: half way between two triggers, --records small JSON records (~40 B) into its 2-partition
   topic, read by its next trigger; records/s = output records / (that batch's trigger time, `batchTimestampMs` of
   the checkpoint's offsets log, to its commit file's time). The output is compared with the ids the filter keeps.
-  --reps runs per mode, their order alternated (query, shared, shared, query, ...).
+  --reps runs per mode, their order alternated (query, shared, shared, query, ...). `--throughput-modes` adds
+  `shared0`: the query alone in a shared application (no idle neighbours), to tell the neighbours' cost from the
+  shared host's.
 
     python bench/recovery.py                                    # by hand: ~35 min on 2 cores
     python bench/recovery.py --scenarios throughput --reps 3 --records 300000
@@ -529,9 +531,10 @@ def throughput(work: Path, broker: str, mode: str, rep: int, args) -> list[dict]
     from dsflow.engine import operations
 
     root = work / f"tp-{mode}-{rep}"
-    write_project(root, mode, 0, broker, 10, f"t{mode[0]}{rep}")
+    isolation = "query" if mode == "query" else "shared"
+    write_project(root, isolation, 0, broker, 10, f"t{mode[0]}{mode[-1]}{rep}")
     options = operations.Options(root, None, {})
-    idle = sql(2) if mode == "shared" else ""
+    idle = sql(2) if mode == "shared" else ""  # shared0: alone in a shared application
     rows = []
     try:
         loaded = deploy(root, options, LOAD_IN + idle)
@@ -551,8 +554,9 @@ def throughput(work: Path, broker: str, mode: str, rep: int, args) -> list[dict]
 
 def throughput_runs(work: Path, broker: str, args) -> list[dict]:
     rows = []
+    modes = args.throughput_modes.split(",")
     for rep in range(1, args.reps + 1):
-        for mode in (("query", "shared") if rep % 2 else ("shared", "query")):
+        for mode in (modes if rep % 2 else modes[::-1]):
             rows += throughput(work, broker, mode, rep, args)
     return rows
 
@@ -562,13 +566,14 @@ def summary(rows: list[dict]) -> dict:
     import statistics
 
     found: dict = {"summary": "throughput"}
-    for mode in ("query", "shared"):
+    for mode in ("query", "shared", "shared0"):
         rates = [r["records_out_per_s"] for r in rows if r.get("mode") == mode]
         found[mode] = {"median": round(statistics.median(rates)), "mean": round(statistics.mean(rates)),
                        "runs": len(rates)} if rates else None
-    if found["query"] and found["shared"]:
-        for key in ("median", "mean"):
-            found[f"shared_vs_alone_{key}_pct"] = round(100 * (found["shared"][key] / found["query"][key] - 1), 1)
+    for mode in ("shared", "shared0"):
+        if found["query"] and found[mode]:
+            for key in ("median", "mean"):
+                found[f"{mode}_vs_alone_{key}_pct"] = round(100 * (found[mode][key] / found["query"][key] - 1), 1)
     return found
 
 
@@ -582,6 +587,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--preloads", type=int, default=2, help="preloads measured one after the other per run")
     parser.add_argument("--interval", type=int, default=30, help="trigger interval of the measured query (s)")
+    parser.add_argument("--throughput-modes", default="query,shared",
+                        help="query (own driver), shared (beside 2 idle queries), shared0 (alone in a shared app)")
     parser.add_argument("--output-wait", type=float, default=300, help="seconds to wait for every id in the output")
     parser.add_argument("--max-load", type=float, default=12.0, help="wait before a row while the load is above")
     parser.add_argument("--calm-wait", type=float, default=120.0, help="... for at most this many seconds")
