@@ -8,7 +8,8 @@ keep Spark's work small on a loaded machine):
     by_bucket    VIEW       GROUP BY UPPER(userid), bucket (the alias of CAST(amount / 10 AS INT))
     totals       CHANGELOG  COUNT(*), SUM, MIN without GROUP BY      (one record key: '{}')
     totals_view  VIEW       COUNT(*), MAX without GROUP BY, WHERE    (one row)
-    sessions     CHANGELOG  SESSION(orders, GAP 5 SECONDS) per userid (append: a session once closed)
+    sessions     CHANGELOG  SESSION(orders, GAP 5 SECONDS) per userid, HAVING COUNT(*) > 1 (append: a session
+                            once closed; HAVING a filter)
     by_region    CHANGELOG  GROUP BY LOWER(region) over a changelog   (the retraction path)
 """
 
@@ -48,7 +49,7 @@ QUERIES = {
                    "WHERE amount > 50",
     "sessions": "CREATE CHANGELOG sessions WITH ('watermark.delay' = '2 seconds') AS SELECT window_start, window_end, "
                 "userid, COUNT(*) AS n, SUM(amount) AS total FROM SESSION(orders, GAP 5 SECONDS) "
-                "GROUP BY window_start, window_end, userid",
+                "GROUP BY window_start, window_end, userid HAVING COUNT(*) > 1",
     "by_region": "CREATE CHANGELOG by_region AS SELECT LOWER(region) AS r, COUNT(*) AS n, SUM(score) AS s "
                  "FROM users GROUP BY LOWER(region)",
 }
@@ -167,12 +168,13 @@ def _check_sessions(broker, project, orders: list[dict]) -> None:
     for user in USERS:
         times = sorted(o["ts"] for o in orders if o["userid"] == user)
         assert GAP_MS not in {b - a for a, b in zip(times, times[1:])}, "a gap of exactly GAP_MS is a boundary"
-    expected = {k: v for k, v in sessions_of(orders).items() if k[2] != FLUSH_USER}  # the flush stays open
+    closed = {k: v for k, v in sessions_of(orders).items() if k[2] != FLUSH_USER}  # the flush stays open
+    expected = {k: v for k, v in closed.items() if v[0] > 1}  # HAVING COUNT(*) > 1
     content, _ = changelog_content(broker, project, "sessions")
     actual = {(ms(v["window_start"]), ms(v["window_end"]), v["userid"]): (v["n"], v["total"])
               for v in content.values()}
     assert actual == expected
-    assert any(n > 1 for n, _ in expected.values()) and len(expected) > len(USERS), "sessions should be varied"
+    assert len(USERS) < len(expected) < len(closed), "sessions should be varied, HAVING keep some and drop some"
 
 
 # --- what validates and what is refused (pure: no Spark, no broker) -------------------------------------------
@@ -189,7 +191,8 @@ def test_translation_of_sessions_and_global_aggregates(tmp_path):
     session = specs["sessions"]
     assert (session.sources[0].session_gap, session.sources[0].window, session.sink.output_mode) == \
         ("5000 milliseconds", None, "append")
-    assert "GROUP BY orders.__window, `orders`.`userid`" in session.select_sql
+    assert "GROUP BY orders.__window, `orders`.`userid` HAVING COUNT(*) > 1" in session.select_sql  # a filter
+    assert "__keep" not in session.select_sql
     assert specs["totals"].sink.key_columns == [] and "'{}' AS __key" in specs["totals"].select_sql
     assert project.relation("analytics.public.totals").primary_key == ()
     assert specs["by_region"].retract.post_sql.startswith("SELECT __g0 AS `r`")
@@ -214,6 +217,8 @@ def test_translation_of_sessions_and_global_aggregates(tmp_path):
     ("CREATE CHANGELOG c AS SELECT UPPER(userid) AS u, amount, COUNT(*) AS n\n FROM orders GROUP BY UPPER(userid);",
      [("DSF-E046", 1)]),
     ("CREATE STREAM c AS SELECT COUNT(*) AS n FROM orders;", [("DSF-E046", 1)]),
+    ("CREATE CHANGELOG c AS SELECT userid, SUM(amount) AS s FROM orders GROUP BY userid\n HAVING s > 1;",
+     [("DSF-E041", 2)]),  # a select alias in HAVING: HAVING reads aggregates and grouped columns
 ])
 def test_refusals(tmp_path, sql, expected):
     assert problems(tmp_path, sql) == expected
@@ -259,7 +264,8 @@ def test_a_sqlite_view_row_whose_key_holds_nulls_is_replaced_and_deleted(tmp_pat
 
 def test_a_keyless_view_row_is_replaced_by_each_update_in_sqlite_and_postgres(tmp_path):
     """The view writers' `replace` (a global aggregate's view): a batch's row replaces the table's; an empty batch
-    keeps it; a replayed batch changes nothing. PostgreSQL on 127.0.0.1:5432, a database of its own."""
+    keeps it; a replayed batch changes nothing; a delete of the key () (HAVING stopped matching) empties it.
+    PostgreSQL on 127.0.0.1:5432, a database of its own."""
     import uuid
 
     import psycopg2
@@ -274,6 +280,8 @@ def test_a_keyless_view_row_is_replaced_by_each_update_in_sqlite_and_postgres(tm
         assert mv.write_batch(database, "totals", names, [], batch, "ck", batch_id, replace=True)
     assert not mv.write_batch(database, "totals", names, [], [(1, 1)], "ck", 1, replace=True)
     assert mv.run_query(database, "SELECT n, hi FROM totals")[1] == [(5, 90)]
+    assert mv.write_batch(database, "totals", names, [], [], "ck", 3, deletes=[()], replace=True)
+    assert mv.run_query(database, "SELECT n, hi FROM totals")[1] == []
     server = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
     name = f"dsflow_agg_{uuid.uuid4().hex[:10]}"
     admin = psycopg2.connect(dbname="postgres", **server)
@@ -287,6 +295,11 @@ def test_a_keyless_view_row_is_replaced_by_each_update_in_sqlite_and_postgres(tm
         with psycopg2.connect(dbname=name, **server) as conn, conn.cursor() as cur:
             cur.execute("SELECT n, hi FROM totals")
             assert cur.fetchall() == [(5, 90)]
+        conn.close()
+        assert pg.write_batch(server, name, "public", "totals", names, [], [], "ck", 3, deletes=[()], replace=True)
+        with psycopg2.connect(dbname=name, **server) as conn, conn.cursor() as cur:
+            cur.execute("SELECT n, hi FROM totals")
+            assert cur.fetchall() == []
         conn.close()
     finally:
         admin.cursor().execute(f"DROP DATABASE {name} WITH (FORCE)")

@@ -228,8 +228,8 @@ def write_batch(settings: dict[str, str], database: str | None, schema: str, tab
 
     `deletes` are key values (in `key` order) whose rows are deleted (a changelog's tombstones); a key is in
     `rows` or in `deletes`, not both. `replace`: rows, if any, replace the table's (a view without key, of an
-    aggregate without GROUP BY)."""
-    rows = list(rows)
+    aggregate without GROUP BY); a delete of its key () empties it (HAVING stopped matching)."""
+    rows, deletes = list(rows), list(deletes)
     conn = connect(settings, database)
     try:
         conn.autocommit = False
@@ -240,7 +240,7 @@ def write_batch(settings: dict[str, str], database: str | None, schema: str, tab
             if done is not None and done[0] >= batch_id:
                 conn.rollback()
                 return False
-            if replace and rows:
+            if replace and (rows or deletes):
                 cur.execute(f"DELETE FROM {qualified(schema, table)}")
             _merge_rows(cur, schema, table, columns, key, rows, _null_keys(cur, schema, table, key))
             _delete_keys(cur, schema, table, key, deletes)

@@ -57,7 +57,8 @@ def spark_select(query: Query, project: Project | None = None) -> str:
 
     Each source table becomes its view; a window's window_start/window_end become fields of the view's
     __window column (grouped as one, so Spark keeps the watermark); an interval join gets its event-time
-    range; COUNT(DISTINCT x) becomes SIZE(COLLECT_SET(x)) (Spark has no streaming distinct aggregate);
+    range; an aggregation's HAVING in update mode becomes __keep (`_having`); COUNT(DISTINCT x) becomes
+    SIZE(COLLECT_SET(x)) (Spark has no streaming distinct aggregate);
     array subscripts count from 1 and give NULL out of range (`array_subscripts`);
     and the source record's key is carried as __key unless the sink key is made of output columns.
     """
@@ -78,6 +79,7 @@ def spark_select(query: Query, project: Project | None = None) -> str:
         joined_select(select, changelog_join_view(query.fqn))
     if query.deletes != "none":
         _deletes(select, query)
+    _having(select, query)
     for count in list(select.find_all(exp.Count)):
         if isinstance(count.this, exp.Distinct):
             count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
@@ -177,6 +179,20 @@ def _deletes(select: exp.Select, query: Query) -> None:
         keep = exp.and_(exp.func("COALESCE", exp.paren(where.this), exp.false()), keep)
     select.set("where", None)
     select.select(keep.as_(KEEP), copy=False)
+
+
+def _having(select: exp.Select, query: Query) -> None:
+    """An aggregation in update mode emits a group's new row whenever it changes, so HAVING as a filter would leave
+    a group that stops matching at its last matching row. HAVING becomes __keep instead: a false one deletes the
+    group's key (a tombstone: frames.sink_frame; a deleted row: the view and table writers). HAVING reads
+    aggregates and grouped columns, selected or not (validation refuses a select alias there: DSF-E041), so it
+    moves into the select list as it is. A session window's rows are appended once, when the session closes: its
+    HAVING stays a filter."""
+    having = select.args.get("having")
+    if having is None or query.output_mode != "update" or (query.window and query.window.kind == "session"):
+        return
+    select.set("having", None)
+    select.select(exp.func("COALESCE", exp.paren(having.this, copy=False), exp.false()).as_(KEEP), copy=False)
 
 
 def _join_range(select: exp.Select, query: Query) -> None:

@@ -116,8 +116,9 @@ def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Seque
     `deletes` are key values (in `key` order) whose rows are deleted; a key is in `rows` or in `deletes`,
     not both (frames.split_deletes keeps the last change of each key). A row replaces the one of its key, NULL
     key values matching (`IS`): the row's key is deleted first, then the row inserted. `replace`: rows, if any, replace the
-    table's (a view without key, of an aggregate without GROUP BY)."""
-    rows = list(rows)
+    table's (a view without key, of an aggregate without GROUP BY); a delete of its key () empties it (HAVING
+    stopped matching)."""
+    rows, deletes = list(rows), list(deletes)
     names = ", ".join(quote(c) for c in columns)
     marks = ", ".join("?" for _ in columns)
     sql = f"INSERT INTO {quote(table)} ({names}) VALUES ({marks})"
@@ -133,7 +134,7 @@ def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Seque
         if done is not None and done[0] >= batch_id:
             conn.execute("ROLLBACK")
             return False
-        if replace and rows:
+        if replace and (rows or deletes):
             conn.execute(f"DELETE FROM {quote(table)}")
         if key:  # a key column may be NULL (a FULL join's missing side, a NULL group): SQLite's key keeps NULLs apart
             match = " AND ".join(f"{quote(k)} IS ?" for k in key)
