@@ -89,6 +89,10 @@ class Keeper:
         if root.is_dir():
             process_side.sweep(root)
 
+    def info(self) -> dict[str, Any]:
+        """What `dsflow runtime status` shows of the standby (control.standby_info), from the keeper itself."""
+        return {"enabled": self.enabled, "standby": process_side.describe(self.root), "standby_keeper": self.record}
+
     def tick(self, state: State) -> None:
         """Start, replace or stop the standby as the state and the setting want."""
         wanted = self.wanted(state)

@@ -258,10 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     from dsflow.runtime.metrics import serve
 
-    from dsflow.runtime.control import standby_info
-
     server, port = serve(lambda: operations.status(supervisor.loaded, with_dead_letters=False), args.port,
-                         standby=lambda: standby_info(supervisor.loaded))
+                         standby=supervisor.standby.info)
     info_path = supervisor.workspace.run_dir / INFO_FILE
     info_path.parent.mkdir(parents=True, exist_ok=True)
     info = {"pid": os.getpid(), "port": port, "started_at": time.time(), "ticks": 0,
