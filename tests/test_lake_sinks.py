@@ -206,29 +206,54 @@ def test_aggregation_and_changelog_merge_into_delta_keep_the_latest_per_key(tmp_
     assert len(users_rows) == len(users) and _by(users_rows, "userid") == users
 
 
+USER_MIRROR = "SELECT userid, name, level FROM users WHERE level < 8"
+LEVELS = "SELECT level, COUNT(*) AS n, MAX(name) AS top FROM users GROUP BY level"
+
+
 @pytest.mark.integration
 def test_snowflake_sink_appends_and_merges(tmp_path, broker, spark, fakesnow_port):
+    """A stream appended, a stream's GROUP BY merged; a changelog mirrored (a tombstone or a row leaving WHERE
+    deletes its key: MERGE ... DELETE) and a GROUP BY over the changelog with retractions (an emptied group
+    deleted), both equal to DuckDB over the changelog's final snapshot."""
+    from changelogs import duckdb_answer, keyed_rows, produce_changes
+
     snowflake_setup(fakesnow_port)
-    project = lake_project(tmp_path, broker, PAGEVIEWS + """
+    project = lake_project(tmp_path, broker, PAGEVIEWS + USERS + f"""
         CREATE TABLE pv_sf WITH ('store' = 'snow', 'snowflake.table.name' = 'PAGEVIEWS_RAW') AS
           SELECT id, userid FROM pageviews;
         CREATE TABLE counts_sf WITH ('store' = 'snow', 'snowflake.schema.name' = 'PUBLIC') AS
           SELECT userid, COUNT(*) AS views FROM pageviews GROUP BY userid;
+        CREATE TABLE users_sf WITH ('store' = 'snow') AS {USER_MIRROR};
+        CREATE TABLE levels_sf WITH ('store' = 'snow') AS {LEVELS};
     """, stores_yaml(snowflake_port=fakesnow_port))
     rng = random.Random(3)
-    events = []
+    events, snapshot, deleted, left = [], {}, False, False
     for first in (0, 300):
         batch = _events(first, 300, rng)
         produce(broker, project, "pageviews", batch, "userid")
         events += batch
-        run(spark, project, "pv_sf", tmp_path)
-        run(spark, project, "counts_sf", tmp_path)
+        changes = [(f"u{rng.randrange(6)}", None if rng.random() < 0.25 else
+                    {"name": rng.choice(["ann", "bob", "cy"]), "level": rng.randrange(10)}) for _ in range(25)]
+        changes = [(k, None if v is None else {"userid": k, **v}) for k, v in changes]
+        produce_changes(broker, project, "users", changes)
+        deleted = deleted or any(v is None and k in snapshot for k, v in changes)
+        for key, value in changes:
+            left = left or (key in snapshot and snapshot[key]["level"] < 8 and value is not None and value["level"] >= 8)
+            snapshot.pop(key, None) if value is None else snapshot.__setitem__(key, value)
+        for name in ("pv_sf", "counts_sf", "users_sf", "levels_sf"):
+            run(spark, project, name, tmp_path)
     fmt = table_format("snowflake")
     settings = dict(project.store("snow").properties)
     _, raw = fmt.rows(TableRef("snowflake", "DEMO_DB.PUBLIC.PAGEVIEWS_RAW", settings), 10_000)
     assert sorted(raw) == [(e["id"], e["userid"]) for e in events]
     _, counts = fmt.rows(TableRef("snowflake", "DEMO_DB.PUBLIC.COUNTS_SF", settings), 10_000)
     assert dict(counts) == dict(Counter(e["userid"] for e in events))
+    tables = {"users": "userid VARCHAR, name VARCHAR, level BIGINT"}
+    for table, select, key in (("USERS_SF", USER_MIRROR, ("userid",)), ("LEVELS_SF", LEVELS, ("level",))):
+        columns, rows = fmt.rows(TableRef("snowflake", f"DEMO_DB.PUBLIC.{table}", settings), 10_000)
+        got = keyed_rows([dict(zip([c.lower() for c in columns], r)) for r in rows], key)
+        assert got == duckdb_answer(tables, {"users": snapshot.values()}, select, key), table
+    assert deleted and left, "the inputs must delete a row and move one out of WHERE"
 
 
 def _uncommit_last_batch(checkpoint: Path) -> int:
