@@ -5,7 +5,8 @@ Written for the Kafka protocol in general and for the dev broker (tansu 0.6) in 
 - tansu's high watermark is the *base offset of the last batch* + 1, not the end of the log;
   `end_offsets` reads the last batch to find the true end.
 - tansu can report a low watermark past records it still holds (after concurrent producers wrote a new
-  partition); `start_offsets` reads from offset 0 where the reported one is above 0.
+  partition), even equal to its high watermark; `start_offsets` reads from offset 0 where the reported one is
+  above 0.
 - joining a consumer group takes ~20 s on tansu, so every consumer here uses `assign()`
   and never commits; positions live in the caller (Spark checkpoints, CLI flags).
 - confluent-kafka can crash at interpreter exit when a consumer is left open: every
@@ -259,10 +260,14 @@ def start_offsets(consumer: Any, topic: str, partitions: Iterable[int],
     a read starting there would skip them silently. So such a partition is read from offset 0: the first record
     that arrives is the true start. A broker that did delete the records before the watermark (retention) answers
     offset 0 as out of range, and the consumer's reset to the earliest offset brings the record at the watermark.
+    Also where the high watermark is no higher: after two producers wrote one record each, tansu reported (1, 1)
+    where offsets 0 and 1 read back (its high watermark is the last batch's base + 1 and was wrong too), so a low
+    equal to the high is not an empty partition. A partition whose records all expired (real Kafka) costs the
+    probe's `first_wait`, as it costs `end_offsets` its own.
     """
     bounds = watermarks(consumer, topic, partitions)
     starts = {p: low for p, (low, _) in bounds.items()}
-    suspect = {p: low for p, (low, high) in bounds.items() if 0 < low < high}
+    suspect = {p: low for p, (low, _) in bounds.items() if low > 0}
     if suspect:
         first = _first_offsets(consumer, topic, list(suspect), first_wait)
         starts.update({p: min(low, first.get(p, low)) for p, low in suspect.items()})

@@ -73,6 +73,6 @@ def dead_letter_count(config: Mapping[str, Any], topic: str) -> int | None:
             return None
         if not parts:
             return None
-        starts = client.start_offsets(c, topic, parts)
+        starts = client.start_offsets(c, topic, parts, first_wait=0.5)  # a status call: waits as briefly as the ends
         ends = client.end_offsets(c, topic, parts, first_wait=0.5)
         return sum(max(0, ends[p] - starts[p]) for p in parts)
