@@ -1,16 +1,26 @@
 """Memory and start time of queries in their own drivers (`runtime.isolation: query`) vs a shared application.
 
-For each mode and each count N, a project of N stateless queries (a filter and projection, each over its own
-topic of RECORDS small JSON records) is applied on a broker this script starts; once every query made its first
-progress, the total RSS of the processes running them is summed (the drivers or hosts and every child: the JVM,
-Spark's Python workers). Then one more query is added by a second apply, and the time from that apply's start to
-the end of the added query's first micro-batch is measured (in shared mode: a query added to a warm application),
-with the apply's own time and, in shared mode, the time from the host starting the query to that batch's end.
+For each mode and each count N, a project of N stateless queries (each over its own topic of RECORDS small JSON
+records) is applied on a broker this script starts; once every query made its first progress, the memory of the
+processes running them is summed (the drivers or hosts and every child: the JVM, Spark's Python workers). Then one
+more query is added by a second apply, and the time from that apply's start to the end of the added query's first
+micro-batch is measured (in shared mode: a query added to a warm application, or a new one when the others fill
+`--per-app`), with the apply's own time and, in shared mode, the time from the host starting the query to that
+batch's end.
 
     python bench/shared_drivers.py --counts 1,10 --modes shared,query     # by hand; results in docs/benchmarks.md
-    python bench/shared_drivers.py --counts 50 --modes shared
+    python bench/shared_drivers.py --counts 50 --modes shared --per-app 50
+    python bench/shared_drivers.py --counts 50 --modes shared --conf spark.python.factory.idleWorkerMaxPoolSize=4
 
-Each query-mode driver is a JVM of ~1 GB heap: 10 of them need ~14 GB and several minutes on 2 cores.
+`--shape example` (the default) runs the example project's two queries (example_project/sql/pipelines.sql: the
+filter and the enrich query) in turn, each over its own topic of pageviews; `--shape simple` the filter and
+projection of the first measurements. Once every query made its first progress, `--rate` records a second are fed
+into each topic (5: the example's datagen) and memory is sampled every 10 s for `--settle` s (90: longer than the
+minute after which Spark stops idle Python workers): the largest total RSS and PSS seen, and the last sample
+with RSS, PSS and USS per kind of process (`kinds`: the JVM, the driver or host, each query's Python streaming
+source runner, the task workers, each kind of Spark's driver-side Python workers and their daemons).
+
+Each query-mode driver is a JVM of ~1 GB heap: 10 of them took 15.6 GB and several minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -35,6 +47,7 @@ runtime:
   trigger_interval: 1 second
   isolation: {mode}
   queries_per_app: {per_app}
+  spark_conf: {conf}
 default_environment: dev
 environments:
   dev:
@@ -49,21 +62,38 @@ stores:
 """
 
 
-def sql(count: int) -> str:
+EXAMPLE_QUERIES = (
+    "SELECT id, viewtime, userid, pageid FROM in_{i} WHERE pageid <> 'Page_2'",
+    "SELECT id, CAST(viewtime / 1000 AS BIGINT) AS view_second, UPPER(userid) AS user_upper, "
+    "CONCAT('https://example.com/', pageid) AS url, CASE WHEN pageid LIKE 'Page_1%' THEN 'top' ELSE 'other' END "
+    "AS section FROM in_{i} WHERE userid IS NOT NULL",
+)
+"""example_project/sql/pipelines.sql's filter and enrich queries, over `in_{i}` instead of `pageviews`."""
+
+
+def sql(count: int, shape: str = "example") -> str:
     lines = []
     for i in range(count):
-        lines.append(f"CREATE STREAM in_{i} (id BIGINT, v BIGINT) WITH ('value.format' = 'json', "
-                     "'topic.partitions' = 1);")
-        lines.append(f"CREATE STREAM out_{i} AS SELECT id, v * 2 AS w FROM in_{i} WHERE v >= 0;")
+        if shape == "simple":
+            lines.append(f"CREATE STREAM in_{i} (id BIGINT, v BIGINT) WITH ('value.format' = 'json', "
+                         "'topic.partitions' = 1);")
+            lines.append(f"CREATE STREAM out_{i} AS SELECT id, v * 2 AS w FROM in_{i} WHERE v >= 0;")
+            continue
+        lines.append(f"CREATE STREAM in_{i} (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR) WITH "
+                     "('value.format' = 'json', 'timestamp' = 'viewtime', 'topic.partitions' = 1);")
+        lines.append(f"CREATE STREAM out_{i} WITH ('topic.partitions' = 1) AS "
+                     f"{EXAMPLE_QUERIES[i % 2].format(i=i)};")
     return "\n".join(lines) + "\n"
 
 
-def write_project(root: Path, mode: str, count: int, broker: str, per_app: int, tag: str) -> None:
+def write_project(root: Path, mode: str, count: int, broker: str, per_app: int, tag: str, shape: str = "example",
+                  conf: dict[str, str] | None = None) -> None:
     (root / "sql").mkdir(parents=True, exist_ok=True)
-    (root / "dsflow.yml").write_text(CONFIG.format(mode=mode, per_app=per_app, prefix=f"b{os.getpid()}{tag}_"))
+    (root / "dsflow.yml").write_text(CONFIG.format(mode=mode, per_app=per_app, prefix=f"b{os.getpid()}{tag}_",
+                                                   conf=json.dumps(conf or {})))
     (root / "stores").mkdir(exist_ok=True)
     (root / "stores" / "kafka.yml").write_text(STORE.format(broker=broker))
-    (root / "sql" / "all.sql").write_text(sql(count))
+    (root / "sql" / "all.sql").write_text(sql(count, shape))
 
 
 def first_progress(run_dir: Path) -> bool:
@@ -72,6 +102,23 @@ def first_progress(run_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     return status.get("batch_id") is not None
+
+
+def _status(state, name: str) -> dict:
+    try:
+        return json.loads((Path(state.resources[f"query.bench.public.{name}"].outputs["run_dir"])
+                           / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _state(state, name: str) -> str | None:
+    return _status(state, name).get("state")
+
+
+def batches(state, count: int) -> int:
+    """The micro-batches the queries have run so far (their last batch ids, summed)."""
+    return sum(int(_status(state, f"out_{i}").get("batch_id") or 0) for i in range(count))
 
 
 def wait_all(state, names: list[str], timeout: float) -> None:
@@ -83,51 +130,135 @@ def wait_all(state, names: list[str], timeout: float) -> None:
         time.sleep(0.5)
 
 
-def memory(pids: set[int]) -> dict[str, int]:
-    """RSS and PSS (shared pages divided among the processes that map them) of the processes and all their
-    descendants, in bytes (each process once), with the RSS per kind of process."""
+def memory(pids: set[int]) -> dict:
+    """RSS, PSS (shared pages divided among the processes that map them) and USS (pages of the process alone) of
+    the processes and all their descendants, in bytes (each process once), in all and per kind of process."""
     import psutil
 
-    seen: dict[int, tuple[str, int, int]] = {}
+    seen: dict[int, tuple[str, Any]] = {}
     for pid in pids:
         try:
             root = psutil.Process(pid)
-            for proc in [root, *root.children(recursive=True)]:
-                info = proc.memory_full_info()
-                seen[proc.pid] = (_kind(proc), info.rss, getattr(info, "pss", info.rss))
+            family = [root, *root.children(recursive=True)]
         except psutil.Error:
             continue
-    kinds: dict[str, int] = {}
-    for kind, rss, _ in seen.values():
-        kinds[f"rss_{kind}"] = kinds.get(f"rss_{kind}", 0) + rss
-    return {"rss": sum(r for _, r, _ in seen.values()), "pss": sum(p for _, _, p in seen.values()),
-            "processes": len(seen), **kinds, **{f"n_{k}": sum(1 for v in seen.values() if v[0] == k)
-                                                for k in {v[0] for v in seen.values()}}}
+        for proc in family:
+            try:  # a worker that ended since the listing is left out, not the rest
+                seen[proc.pid] = (_kind(proc), proc.memory_full_info())
+            except psutil.Error:
+                continue
+    kinds: dict[str, dict[str, int]] = {}
+    for kind, info in seen.values():
+        entry = kinds.setdefault(kind, {"n": 0, "rss": 0, "pss": 0, "uss": 0})
+        entry["n"] += 1
+        for key in ("rss", "pss", "uss"):
+            entry[key] += getattr(info, key, info.rss)
+    return {"processes": len(seen), **{key: sum(k[key] for k in kinds.values()) for key in ("rss", "pss", "uss")},
+            "kinds": dict(sorted(kinds.items()))}
 
 
 def _kind(proc) -> str:
-    """java (the JVM), worker (Spark's Python workers and daemons), host (a driver or shared host), other."""
+    """java (the JVM); host (a driver or shared host); source_runner (a query's Python streaming source runner);
+    task_worker (the read and write tasks' Python workers); for Spark's driver-side Python workers the name of
+    their module (create_data_source, write_into_data_source, python_streaming_sink_runner, ...), and
+    `daemon:<module>` for the daemon each is forked from; other."""
     import psutil
 
     try:
-        line = " ".join(proc.cmdline())
+        args = proc.cmdline()
+        parent = proc.parent()
     except psutil.Error:
+        return "other"
+    line = " ".join(args)
+    if not args:
         return "other"
     if "java" in proc.name():
         return "java"
-    if "pyspark.daemon" in line or "pyspark.worker" in line or "pyspark/daemon" in line:
-        return "worker"
+    if "python_streaming_source_runner" in line:
+        return "source_runner"
+    if "pyspark.daemon" in line or "pyspark/daemon" in line:
+        module = args[-1].rsplit(".", 1)[-1] if args[-1].startswith("pyspark.") and args[-1] != "pyspark.daemon" \
+            else "worker"
+        module = "task_worker" if module == "worker" else module
+        return f"daemon:{module}" if parent is not None and "java" in parent.name() else module
+    if "pyspark.worker" in line:
+        return "task_worker"
     if "dsflow" in line:
         return "host"
     return "other"
 
 
-def produce_all(broker: str, project, numbers) -> None:
+def _mb(used: dict) -> dict:
+    return {**{k: round(used[k] / 2**20) for k in ("rss", "pss", "uss")}, "processes": used["processes"],
+            "kinds": {kind: {k: (v if k == "n" else round(v / 2**20)) for k, v in e.items()}
+                      for kind, e in used["kinds"].items()}}
+
+
+def record(i: int, shape: str) -> str:
+    if shape == "simple":
+        return json.dumps({"id": i, "v": i % 5})
+    return json.dumps({"id": i, "viewtime": 1_700_000_000_000 + i * 200, "userid": f"User_{i % 9 + 1}",
+                       "pageid": f"Page_{i % 90 + 1}"})
+
+
+def produce_all(broker: str, project, numbers, shape: str = "example") -> None:
     from dsflow.adapters.kafka.client import produce_json_lines
 
-    lines = [json.dumps({"id": i, "v": i % 5}) for i in range(RECORDS)]
+    lines = [record(i, shape) for i in range(RECORDS)]
     for i in numbers:
         produce_json_lines(broker, project.relation(f"bench.public.in_{i}").topic, lines)
+
+
+class Feeder:
+    """Produces `rate` records a second into each topic in a thread while the memory is sampled (the example's
+    datagen writes 5 pageviews a second): every query runs a micro-batch each trigger, so Spark's driver-side
+    Python workers stay busy as in a running pipeline (idle, Spark stops them after a minute)."""
+
+    def __init__(self, broker: str, topics: list[str], rate: int, shape: str) -> None:
+        import threading
+
+        self.broker, self.topics, self.rate, self.shape = broker, topics, rate, shape
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.sent = 0
+
+    def __enter__(self) -> "Feeder":
+        if self.rate > 0:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=30)
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.broker, "linger.ms": 5})
+        n = RECORDS
+        while not self.stopped.wait(1.0):
+            for topic in self.topics:
+                for _ in range(self.rate):
+                    producer.produce(topic, record(n, self.shape))
+                    n += 1
+            producer.poll(0)
+            self.sent = n - RECORDS
+        producer.flush(30)
+
+
+def sampled(pids: set[int], settle: float, every: float = 10.0) -> tuple[dict, dict]:
+    """Memory samples every `every` s for `settle` s: the largest total RSS and PSS seen, and the last sample
+    (with its breakdown per kind)."""
+    peak = {"rss_max": 0, "pss_max": 0, "samples": 0}
+    deadline = time.monotonic() + settle
+    while True:
+        used = memory(pids)
+        peak = {"rss_max": max(peak["rss_max"], used["rss"]), "pss_max": max(peak["pss_max"], used["pss"]),
+                "samples": peak["samples"] + 1}
+        if time.monotonic() >= deadline:
+            return {k: (round(v / 2**20) if k != "samples" else v) for k, v in peak.items()}, used
+        time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
 def progress_instant(run_dir: Path) -> float | None:
@@ -151,36 +282,57 @@ def hosted_start(outputs: dict) -> float | None:
     return apps.reported(Path(outputs["app_dir"])).get(outputs["app_query"], {}).get("started_at")
 
 
-def measure(work: Path, broker: str, mode: str, count: int, per_app: int, timeout: float) -> dict:
+@dataclass(frozen=True)
+class Run:
+    """What every measurement of one invocation shares."""
+
+    work: Path
+    broker: str
+    per_app: int
+    timeout: float
+    shape: str = "example"
+    conf: dict[str, str] = field(default_factory=dict)
+    settle: float = 90.0
+    rate: int = 5
+
+
+def measure(run: Run, mode: str, count: int) -> dict:
     from dsflow.engine import operations
 
-    root = work / f"{mode}-{count}"
+    root = run.work / f"{mode}-{count}"
     tag = f"{mode[0]}{count}"
-    write_project(root, mode, count, broker, per_app, tag)
+    write_project(root, mode, count, run.broker, run.per_app, tag, run.shape, run.conf)
     options = operations.Options(root, None, {})
     loaded = operations.load(options)
     started = time.monotonic()
     assert operations.apply(loaded, operations.plan(loaded)).ok
     try:
-        produce_all(broker, operations.load(options).project, range(count))
+        produce_all(run.broker, operations.load(options).project, range(count), run.shape)
         state = loaded.workspace.state_backend().read()
-        wait_all(state, [f"out_{i}" for i in range(count)], timeout)
+        wait_all(state, [f"out_{i}" for i in range(count)], run.timeout)
         all_up = time.monotonic() - started
         pids = {r.outputs["pid"] for k, r in state.resources.items() if k.startswith("query.")}
-        used = memory(pids)
-        write_project(root, mode, count + 1, broker, per_app, tag)
+        topics = [loaded.project.relation(f"bench.public.in_{i}").topic for i in range(count)]
+        before = batches(state, count)
+        with Feeder(run.broker, topics, run.rate, run.shape) as feeder:
+            peak, used = sampled(pids, run.settle)
+            load_at_memory = round(os.getloadavg()[0], 1)
+        ran = batches(state, count) - before
+        failed = [n for n in range(count) if _state(state, f"out_{n}") != "running"]
+        write_project(root, mode, count + 1, run.broker, run.per_app, tag, run.shape, run.conf)
         loaded = operations.load(options)
         began = time.time()
         assert operations.apply(loaded, operations.plan(loaded)).ok
         applied = time.time() - began
-        produce_all(broker, loaded.project, [count])  # the added query's topic only: the others stay idle
+        produce_all(run.broker, loaded.project, [count], run.shape)  # the added query's topic only
         state = loaded.workspace.state_backend().read()
-        wait_all(state, [f"out_{count}"], timeout)
+        wait_all(state, [f"out_{count}"], run.timeout)
         outputs = state.resources[f"query.bench.public.out_{count}"].outputs
         progressed = progress_instant(Path(outputs["run_dir"]))
         hosted = hosted_start(outputs)
-        return {"mode": mode, "queries": count, "drivers_or_hosts": len(pids),
-                **{k: (round(v / 2**20) if not k.startswith(("n_", "processes")) else v) for k, v in used.items()},
+        return {"mode": mode, "queries": count, "shape": run.shape, "conf": run.conf, "drivers_or_hosts": len(pids),
+                "rate_per_topic": run.rate, "fed": feeder.sent, "settle_s": run.settle, "batches_while_sampled": ran,
+                "load_1m_at_memory": load_at_memory, "not_running": failed, **peak, **_mb(used),
                 "all_first_progress_s": round(all_up, 1), "added_apply_s": round(applied, 1),
                 "added_first_progress_s": round(progressed - began, 1) if progressed else None,
                 "added_host_start_to_progress_s": round(progressed - hosted, 1) if progressed and hosted else None}
@@ -202,18 +354,25 @@ def main() -> int:
     parser.add_argument("--modes", default="shared,query")
     parser.add_argument("--per-app", type=int, default=50)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--shape", choices=["example", "simple"], default="example")
+    parser.add_argument("--settle", type=float, default=90.0,
+                        help="s of sampling memory (every 10 s) after every query's first progress")
+    parser.add_argument("--rate", type=int, default=5, help="records/s fed into each topic while sampling")
+    parser.add_argument("--conf", action="append", default=[], help="a Spark setting key=value (runtime.spark_conf)")
     args = parser.parse_args()
     os.environ.setdefault("DSFLOW_RUNTIME", "off")
     from dsflow.adapters.kafka import devbroker
 
     work = Path(tempfile.mkdtemp(prefix="dsflow-shared-bench-"))
     broker = devbroker.start(work / "broker", port=devbroker.free_port()).bootstrap
+    run = Run(work, broker, args.per_app, args.timeout, args.shape,
+              dict(item.split("=", 1) for item in args.conf), args.settle, args.rate)
     try:
-        print(json.dumps({"machine": machine(), "records_per_topic": RECORDS}), flush=True)
+        print(json.dumps({"machine": machine(), "records_per_topic": RECORDS, "work": str(work)}), flush=True)
         for count in [int(c) for c in args.counts.split(",")]:
             for mode in args.modes.split(","):
-                print(json.dumps({**measure(work, broker, mode, count, args.per_app, args.timeout),
-                                  "load_1m_after": round(os.getloadavg()[0], 1)}), flush=True)
+                print(json.dumps({**measure(run, mode, count), "load_1m_after": round(os.getloadavg()[0], 1)}),
+                      flush=True)
     finally:
         devbroker.stop(work / "broker")
     return 0

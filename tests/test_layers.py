@@ -75,3 +75,32 @@ def test_the_loader_knows_the_generators_datagen_has() -> None:
     from dsflow.datagen import GENERATORS
 
     assert tuple(GENERATORS) == GENERATOR_NAMES
+
+
+SOURCE_MODULES = ("from dsflow.adapters.spark.facets import all_facets; "
+                  "print(' '.join(sorted({s.__module__ for f in all_facets() for s in f.data_sources()})))")
+LEAN = ("import sys, importlib; [importlib.import_module(m) for m in sys.argv[1:]]; "
+        "print(' '.join(sorted({'pydantic', 'sqlglot'} & {m.split('.')[0] for m in sys.modules})))")
+
+
+def test_spark_python_processes_import_no_model_and_no_sql_parser() -> None:
+    """Spark's Python processes (a query's source runner, the planning workers, the tasks) import the data sources'
+    modules; pydantic (the models) and sqlglot are the loader's and cost each such process ~8 MB and ~30 MB
+    (docs/benchmarks.md, "50 queries"). A module that imports either again at its top fails this."""
+    named = subprocess.run([sys.executable, "-c", SOURCE_MODULES], cwd=REPO, capture_output=True, text=True,
+                           timeout=120, check=True).stdout.split()
+    assert "dsflow.adapters.kafka.datasource" in named and len(named) >= 4, named
+    done = subprocess.run([sys.executable, "-c", LEAN, *named], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "", f"{named} import {done.stdout.strip()}"
+
+
+def test_spark_types_spelled_without_sqlglot_agree_with_it() -> None:
+    from sqlglot import exp
+
+    from dsflow.formats.arrow import SPARK_SCALARS, spark_type
+
+    for name, spelled in SPARK_SCALARS.items():
+        assert spelled == exp.DataType.build(name).sql(dialect="spark"), name
+        assert spark_type(f" {name.lower()} ") == spelled
+    assert spark_type("DECIMAL(10, 2)") == exp.DataType.build("DECIMAL(10, 2)").sql(dialect="spark")

@@ -77,3 +77,32 @@ def test_python_processes_talk_to_the_jvm_over_unix_sockets(spark):
 
     seen = spark.range(4, numPartitions=2).select(F.udf(mode, StringType())("id").alias("m")).distinct().collect()
     assert [row.m.lower() for row in seen] == ["true"]
+
+
+def test_a_streaming_source_runner_starts_without_pyarrow_and_numpy(spark, tmp_path):
+    """Each query's Python streaming source runner (one process for the query's life) is started through
+    dsflow/adapters/spark/source_runner.py, sparing it pyarrow and numpy (~40 MB RSS each); the query still reads
+    and writes its rows. Seen in the runner's memory map (/proc/PID/maps)."""
+    import time
+
+    import psutil
+
+    from dsflow.adapters.spark.warmup import NAME, WarmupSource
+
+    spark.dataSource.register(WarmupSource)
+    query = (spark.readStream.format(NAME).load().writeStream.format("memory").queryName("runner_probe")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="1 second").start())
+    try:
+        deadline = time.monotonic() + 120
+        while not spark.sql("SELECT * FROM runner_probe").collect() and time.monotonic() < deadline:
+            assert query.isActive, query.exception()
+            time.sleep(0.5)
+        assert [tuple(r) for r in spark.sql("SELECT id FROM runner_probe").collect()] == [(0,)]
+        runners = [p for p in psutil.Process().children(recursive=True)
+                   if "python_streaming_source_runner" in " ".join(p.cmdline())]
+        assert runners and all("dsflow.adapters.spark.source_runner" in p.cmdline() for p in runners)
+        for runner in runners:
+            mapped = Path(f"/proc/{runner.pid}/maps").read_text()
+            assert "/pyarrow/" not in mapped and "/numpy/" not in mapped, runner.pid
+    finally:
+        query.stop()

@@ -6,12 +6,16 @@ Every declared object carries the Location it came from. Models are frozen.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 
-from dsflow.core.stores import StoreType
+from dsflow.core.stores import known_store_type
 from dsflow.errors import Location
+
+StoreType = Annotated[str, AfterValidator(known_store_type)]
+"""A store type the registry knows (a model field's type). Here, not in core/stores.py, so that the registry stays
+free of pydantic: Spark's Python processes import it (the lake readers), and pydantic cost each ~8 MB."""
 
 
 class Frozen(BaseModel):

@@ -20,9 +20,7 @@ import importlib
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cache
-from typing import Annotated, Any
-
-from pydantic import AfterValidator
+from typing import Any
 
 
 class Capability(str, Enum):
@@ -150,7 +148,3 @@ def known_store_type(value: str) -> str:
         guess = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown store type {value!r}{guess}: one of {', '.join(REGISTRY)}")
     return value
-
-
-StoreType = Annotated[str, AfterValidator(known_store_type)]
-"""A store type the registry knows (a model field's type)."""

@@ -67,8 +67,18 @@ def spark_struct_ddl(columns: list[tuple[str, str]]) -> str:
     return f"{VALUE_COLUMN} STRUCT<" + ", ".join(f"`{n}`: {spark_type(t)}" for n, t in columns) + ">"
 
 
+SPARK_SCALARS = {"BIGINT": "BIGINT", "INT": "INT", "INTEGER": "INT", "SMALLINT": "SMALLINT", "TINYINT": "TINYINT",
+                 "DOUBLE": "DOUBLE", "FLOAT": "FLOAT", "BOOLEAN": "BOOLEAN", "VARCHAR": "STRING", "STRING": "STRING",
+                 "TEXT": "STRING", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP", "BINARY": "BINARY", "VARBINARY": "BINARY"}
+"""Column types spelled in Spark SQL without sqlglot, as sqlglot spells them (tests/test_layers.py checks): a data
+source's schema() runs in Spark's Python processes, where importing sqlglot cost ~30 MB each."""
+
+
 def spark_type(sql_type: str) -> str:
     """A column type in Spark SQL (as adapters/spark/translate.py spells it for the source view's from_json)."""
+    known = SPARK_SCALARS.get(sql_type.strip().upper())
+    if known:
+        return known
     from sqlglot import exp
 
     return exp.DataType.build(sql_type).sql(dialect="spark")

@@ -14,12 +14,14 @@ for the descriptors of the protobuf files it knows.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsflow.core.formats import columns_from_avro
-from dsflow.core.model import SchemaRegistry
 from dsflow.errors import DsflowError
 from dsflow.formats.proto_schemas import columns_from_proto
+
+if TYPE_CHECKING:  # the model (pydantic) is the loader's: Spark's Python processes import this module without it
+    from dsflow.core.model import SchemaRegistry
 
 URL = "schema.registry.url"
 USER = "schema.registry.basic.auth.user"

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from dsflow.core.stores import StoreType
+from dsflow.core.model import StoreType
 
 ENVIRONMENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 """An environment's name: it names files (`<env>.json` state, the load cache), so no `/`, `..` or control

@@ -34,7 +34,8 @@ meeting a delayed ACK); 13-47 ms over a Unix socket (docs/benchmarks.md, "Fifth 
 WORKER_PYTHON = """#!/bin/sh
 # Written by dsflow (dsflow/adapters/spark/session.py). Spark starts its Python processes with pyspark.zip first
 # on PYTHONPATH; Python cannot cache bytecode for a zip, so each process compiled PySpark again (~0.4 s). This
-# drops the zip, so they import the same PySpark, installed and byte-compiled.
+# drops the zip, so they import the same PySpark, installed and byte-compiled. A query's streaming source runner
+# is started through dsflow/adapters/spark/source_runner.py, which spares it pyarrow and numpy.
 set -f
 kept=
 IFS=:
@@ -47,6 +48,9 @@ done
 unset IFS
 PYTHONPATH=$kept
 export PYTHONPATH
+if [ "$#" = 2 ] && [ "$1" = -m ] && [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ]; then
+  exec '{python}' -m dsflow.adapters.spark.source_runner "$2"
+fi
 exec '{python}' "$@"
 """
 
