@@ -100,7 +100,8 @@ def test_a_streaming_source_runner_starts_without_pyarrow_and_numpy(spark, tmp_p
         assert [tuple(r) for r in spark.sql("SELECT id FROM runner_probe").collect()] == [(0,)]
         runners = [p for p in psutil.Process().children(recursive=True)
                    if "python_streaming_source_runner" in " ".join(p.cmdline())]
-        assert runners and all("dsflow.adapters.spark.source_runner" in p.cmdline() for p in runners)
+        assert runners and all("dsflow.adapters.spark.source_runner" in p.cmdline() for p in runners), \
+            [p.cmdline() for p in runners]
         for runner in runners:
             mapped = Path(f"/proc/{runner.pid}/maps").read_text()
             assert "/pyarrow/" not in mapped and "/numpy/" not in mapped, runner.pid
