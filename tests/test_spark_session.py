@@ -90,6 +90,7 @@ def test_a_streaming_source_runner_starts_without_pyarrow_and_numpy(spark, tmp_p
     from dsflow.adapters.spark.warmup import NAME, WarmupSource
 
     spark.dataSource.register(WarmupSource)
+    started = time.time()
     query = (spark.readStream.format(NAME).load().writeStream.format("memory").queryName("runner_probe")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="1 second").start())
     try:
@@ -98,8 +99,8 @@ def test_a_streaming_source_runner_starts_without_pyarrow_and_numpy(spark, tmp_p
             assert query.isActive, query.exception()
             time.sleep(0.5)
         assert [tuple(r) for r in spark.sql("SELECT id FROM runner_probe").collect()] == [(0,)]
-        runners = [p for p in psutil.Process().children(recursive=True)
-                   if "python_streaming_source_runner" in " ".join(p.cmdline())]
+        runners = [p for p in psutil.Process().children(recursive=True)  # this query's: not an earlier test's
+                   if "python_streaming_source_runner" in " ".join(p.cmdline()) and p.create_time() >= started - 1]
         assert runners and all("dsflow.adapters.spark.source_runner" in p.cmdline() for p in runners), \
             [p.cmdline() for p in runners]
         for runner in runners:
