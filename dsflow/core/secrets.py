@@ -80,8 +80,7 @@ def register(values: Iterable[str]) -> None:
     with _lock:
         if found - _secrets:
             _secrets.update(found)
-            ordered = sorted(_secrets, key=len, reverse=True)  # the longest first: a list before its items
-            _pattern = re.compile("|".join(re.escape(v) for v in ordered))
+            _pattern = _compiled()
 
 
 def scrub(text: str) -> str:
@@ -113,5 +112,10 @@ def forget(values: Iterable[str]) -> None:
     global _pattern
     with _lock:
         _secrets.difference_update(values)
-        ordered = sorted(_secrets, key=len, reverse=True)
-        _pattern = re.compile("|".join(re.escape(v) for v in ordered)) if ordered else None
+        _pattern = _compiled()
+
+
+def _compiled() -> re.Pattern[str] | None:
+    """The pattern of every registered value, the longest first (a list before its items); None for none."""
+    ordered = sorted(_secrets, key=len, reverse=True)
+    return re.compile("|".join(re.escape(v) for v in ordered)) if ordered else None

@@ -263,10 +263,11 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
                           st.prop("topic.gaps").location, hint="'topic.gaps' = 'count' for a topic written in "
                           "transactions or compacted; 'fail' (the default for streams) otherwise"))
         gaps = None
-    _check_scalar_key(st, fqn, columns, primary_key if primary_key is not None else st.primary_key, report)
+    key = primary_key if primary_key is not None else st.primary_key
+    _check_scalar_key(st, fqn, columns, key, report)
     topic = ns.topic_prefix + (_prop(st, "topic") or fqn.rsplit(".", 1)[-1])
     return Relation(fqn=fqn, kind="changelog" if st.kind == "changelog" else "stream", columns=columns,
-                    primary_key=primary_key if primary_key is not None else st.primary_key, store=store_name,
+                    primary_key=key, store=store_name,
                     topic=topic, value_format=value_format, key_format=key_format, timestamp=timestamp,
                     value_subject=value_subject(value_format, topic, _prop(st, "value.subject")),
                     partitions=partitions, replicas=replicas, topic_configs=configs, location=st.location,
