@@ -79,6 +79,17 @@ def test_python_processes_talk_to_the_jvm_over_unix_sockets(spark):
     assert [row.m.lower() for row in seen] == ["true"]
 
 
+def _live_cmdline(process, started_after: float) -> list[str]:
+    """The command line of a process started after `started_after`, or [] for an older one or one that already
+    exited (a zombie not yet reaped by Spark)."""
+    import psutil
+
+    try:
+        return process.cmdline() if process.create_time() >= started_after else []
+    except (psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
 def test_a_streaming_source_runner_starts_without_pyarrow_and_numpy(spark, tmp_path):
     """Each query's Python streaming source runner (one process for the query's life) is started through
     dsflow/adapters/spark/source_runner.py, sparing it pyarrow and numpy (~40 MB RSS each); the query still reads
@@ -99,11 +110,11 @@ def test_a_streaming_source_runner_starts_without_pyarrow_and_numpy(spark, tmp_p
             assert query.isActive, query.exception()
             time.sleep(0.5)
         assert [tuple(r) for r in spark.sql("SELECT id FROM runner_probe").collect()] == [(0,)]
-        runners = [p for p in psutil.Process().children(recursive=True)  # this query's: not an earlier test's
-                   if "python_streaming_source_runner" in " ".join(p.cmdline()) and p.create_time() >= started - 1]
-        assert runners and all("dsflow.adapters.spark.source_runner" in p.cmdline() for p in runners), \
-            [p.cmdline() for p in runners]
-        for runner in runners:
+        runners = [(p, cmdline) for p in psutil.Process().children(recursive=True)  # this query's only
+                   if "python_streaming_source_runner" in " ".join(cmdline := _live_cmdline(p, started - 1))]
+        assert runners and all("dsflow.adapters.spark.source_runner" in cmdline for _, cmdline in runners), \
+            [cmdline for _, cmdline in runners]
+        for runner, _ in runners:
             mapped = Path(f"/proc/{runner.pid}/maps").read_text()
             assert "/pyarrow/" not in mapped and "/numpy/" not in mapped, runner.pid
     finally:
