@@ -192,6 +192,16 @@ def test_a_query_is_placed_in_the_first_application_with_room_and_the_same_conf(
     assert apps.place(root, "other", "local[2]", {"spark.sql.shuffle.partitions": "4"}, limit=2).name == "app-4"
 
 
+def test_a_shared_application_caps_its_idle_python_workers_unless_the_project_says_otherwise():
+    from dsflow.adapters.spark.host import app_conf
+
+    cap = "spark.python.factory.idleWorkerMaxPoolSize"
+    assert app_conf({"spark_conf": {"spark.sql.shuffle.partitions": "4"}}) == {
+        cap: "4", "spark.sql.shuffle.partitions": "4", "spark.scheduler.mode": "FAIR"}
+    assert app_conf({"spark_conf": {cap: "16", "spark.scheduler.mode": "FIFO"}}) == {
+        cap: "16", "spark.scheduler.mode": "FAIR"}  # FAIR: each query's pool needs it
+
+
 def test_a_failure_counts_only_for_the_generation_the_host_ran(tmp_path):
     folder = apps.place(tmp_path / "apps", "q", "local[2]", {}, limit=10)
     apps.write_json(folder / apps.QUERIES_FILE, {"queries": {"q": {"spec": "s", "generation": 1}}})

@@ -29,6 +29,13 @@ from dsflow.core.secrets import scrub
 
 POLL_SECONDS = 0.5
 
+SHARED_APP_CONF: dict[str, str] = {"spark.python.factory.idleWorkerMaxPoolSize": "4"}
+"""Spark settings under every shared application, below the project's `runtime.spark_conf`. Spark keeps one pool of
+idle Python workers per kind of planning call, as large as the number of calls made at one moment; a shared
+application's queries plan a micro-batch's write (`write_into_data_source`, ~73 MB each, for pyarrow) at once, so
+50 queries on 2 cores held 30-36 of them, 2.2-2.6 GB. Capped at 4, a worker released beyond the cap exits and the
+next call forks another from the daemon (docs/benchmarks.md, "50 queries")."""
+
 
 @dataclass
 class Hosted:
@@ -170,6 +177,12 @@ def log(message: str) -> None:
     print(f"{stamp}Z {message}", flush=True)
 
 
+def app_conf(app: dict[str, Any]) -> dict[str, str]:
+    """The Spark conf of the application described by app.json: SHARED_APP_CONF, the project's conf over it, and the
+    FAIR scheduler its queries' pools need."""
+    return {**SHARED_APP_CONF, **app.get("spark_conf", {}), "spark.scheduler.mode": "FAIR"}
+
+
 def run(queries_path: Path) -> int:
     from dsflow.adapters.spark.session import build_session
 
@@ -178,8 +191,7 @@ def run(queries_path: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     app = read_json(app_dir / "app.json")
-    conf = {**app.get("spark_conf", {}), "spark.scheduler.mode": "FAIR"}
-    spark = build_session(app.get("master", "local[2]"), f"dsflow:{app_dir.name}", conf)
+    spark = build_session(app.get("master", "local[2]"), f"dsflow:{app_dir.name}", app_conf(app))
     host = Host(app_dir, spark)
     log(f"host of {app_dir.name} started (pid {os.getpid()})")
     try:
