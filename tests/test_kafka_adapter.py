@@ -123,6 +123,29 @@ def test_a_failing_source_never_prints_a_secret_broker_address(spark, tmp_path, 
 
 
 @integration
+def test_the_end_tracker_reads_a_busy_partition_to_the_end_of_its_last_batch(broker: str) -> None:
+    """Between micro-batches a partition being written to has a new high watermark at every call; on tansu that is
+    its last batch's base offset + 1. The tracker probes it anyway, so each micro-batch reads every record already
+    written (a record left for the next one could be dropped as late there)."""
+    topic = _new_topic(broker, "busy", partitions=2)
+    errors = client.DeliveryErrors()
+    producer = client.new_producer(client.client_config(broker), errors)
+    tracker, written, answers = client.EndTracker(), {0: 0, 1: 0}, []
+    with client.consumer(client.client_config(broker)) as c:
+        for round_ in range(6):
+            for partition in (0, 1):  # one producer batch per partition and round: 2 + round records
+                for i in range(2 + round_):
+                    client.produce_one(producer, topic, f"v{round_}-{i}", None, partition)
+                written[partition] += 2 + round_
+            client.flush_or_raise(producer, topic, 4 + 2 * round_, errors)
+            highs = {p: high for p, (_, high) in client.watermarks(c, topic, [0, 1]).items()}
+            answers.append((highs, tracker.ends(c, topic, [0, 1], 0.02, 0.02), dict(written)))
+    assert all(ends == wrote for _, ends, wrote in answers), answers
+    assert any(highs != wrote for highs, _, wrote in answers), "tansu's watermark no longer stops short: " \
+        "this test no longer tells a probing tracker from one that takes the watermark"
+
+
+@integration
 def test_end_offsets_see_past_the_tansu_high_watermark(broker: str) -> None:
     topic = _new_topic(broker, "ends")
     errors = client.DeliveryErrors()

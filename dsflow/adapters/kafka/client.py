@@ -316,15 +316,21 @@ def end_offsets(consumer: Any, topic: str, partitions: Iterable[int], first_wait
     return {p: max(high, seen.get(p, -1) + 1) for p, high in highs.items()}
 
 
+BUSY_FIRST_WAIT_S = 0.1
+"""How long `EndTracker` waits for the record before a busy partition's high watermark: it is normally there at
+once; where it is a transaction marker (real Kafka, transactional producers) nothing comes, and the watermark
+stands as the end."""
+
+
 class EndTracker:
     """End offsets for a reader that asks again and again (before every micro-batch), cheaply.
 
-    Per partition it remembers the last high watermark and the true end found behind it. The
-    probe that reads the last batch (see `end_offsets`) runs only for a partition whose high
-    watermark has stood still since the previous call and was not probed yet: a moving
-    watermark means the partition is busy, and `high` itself is a valid end (the rest of that
-    batch is read with the next one). So a busy topic costs one watermark request per
-    partition, a quiet one a single probe, and every answer is at most the true end.
+    Per partition it remembers the last high watermark and the true end found behind it, and probes (reads the
+    last batch, see `end_offsets`) only a partition whose high watermark moved since the previous call or that was
+    not probed yet. A busy partition is probed too: tansu's high watermark is its last batch's base offset + 1, and
+    leaving the rest of that batch to the next micro-batch made its records late where another partition's event
+    times moved the watermark meanwhile. A quiet topic costs one watermark request per partition, and every
+    answer is at most the true end.
     """
 
     def __init__(self) -> None:
@@ -333,21 +339,21 @@ class EndTracker:
     def ends(self, consumer: Any, topic: str, partitions: Iterable[int], settle: float = END_SETTLE_S,
              quiet: float = END_QUIET_S) -> dict[int, int]:
         highs = high_watermarks(consumer, topic, partitions)
-        probe, result = {}, {}
+        probe, result, first_probe = {}, {}, False
         for p, high in highs.items():
             before = self._known.get(p)
-            if before is not None and before[0] != high:
-                result[p], self._known[p] = high, (high, high, False)
-            elif before is not None and before[2]:
+            if before is not None and before[0] == high and before[2]:
                 result[p] = before[1]
             elif high > 0:
                 probe[p] = high - 1
+                first_probe = first_probe or before is None or before[0] == high
             else:
                 result[p], self._known[p] = high, (high, high, True)
-        seen = _last_offsets(consumer, topic, probe, 2.0, settle, quiet) if probe else {}
+        first_wait = 2.0 if first_probe else BUSY_FIRST_WAIT_S
+        seen = _last_offsets(consumer, topic, probe, first_wait, settle, quiet) if probe else {}
         for p, start in probe.items():
             end = max(start + 1, seen.get(p, -1) + 1)
-            result[p], self._known[p] = end, (start + 1, end, True)
+            result[p], self._known[p] = end, (start + 1, end, p in seen or first_wait > BUSY_FIRST_WAIT_S)
         return result
 
 
