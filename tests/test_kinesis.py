@@ -222,6 +222,38 @@ def test_a_replay_that_misses_its_end_record_fails_instead_of_ending_elsewhere(s
     assert failed.value.code == "DSF-E709" and str(int(third) + 1) in str(failed.value)
 
 
+def test_a_reader_whose_stream_was_deleted_or_created_again_fails_with_a_clear_error(settings) -> None:
+    """Between two micro-batches the stream is deleted (its shard does not exist), then created again under the
+    same name (its shard does not hold the checkpoint's sequence number): each is DSF-E763 naming the shard, not
+    the SDK's exception, for whichever of listing the shards or reading one meets it first."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from dsflow.adapters.kinesis.offsets import read_shard
+    from dsflow.errors import DsflowError
+
+    name = _stream(settings, 1)
+    _put(settings, name, 0, 5)
+    reader = KinesisStreamReader(KinesisOptions.parse({"stream": name, **_options(settings)}))
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    [(shard, position)] = end.items()
+    assert position.startswith("after:")
+    client = new_client(settings)
+    admin.delete_stream(settings, name)
+    reads = (lambda: reader.latestOffset(end, ReadAllAvailable()), lambda: read_shard(client, name, shard, position, 9))
+    for read in reads:
+        with pytest.raises(DsflowError) as gone:
+            read()
+        assert gone.value.code == "DSF-E763" and name in str(gone.value)
+    time.sleep(1.1)  # a creation time in another second, as any real recreation has
+    assert admin.ensure_stream(settings, name, 1) is True
+    admin.wait_active(settings, name)
+    for read in reads:
+        with pytest.raises(DsflowError) as recreated:
+            read()
+        assert recreated.value.code == "DSF-E763" and "created again" in str(recreated.value) \
+            and position[6:] in str(recreated.value)
+
+
 def test_a_failing_source_never_prints_a_secret_setting(spark, tmp_path, capfd):
     """Settings passed as secrets (`secret.options`, as the query driver names the store's env_var() values) are
     scrubbed in the data source's own processes: the error Spark reports and the traceback it prints into the log

@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -80,7 +81,29 @@ def shard_iterator(client: Any, stream: str, shard: str, position: str) -> str:
                     Timestamp=datetime.fromtimestamp(int(position[3:]) / 1000, tz=timezone.utc))
     else:
         args.update(ShardIteratorType="TRIM_HORIZON")
-    return client.get_shard_iterator(**args)["ShardIterator"]
+    with shard_errors(stream, shard, position):
+        return client.get_shard_iterator(**args)["ShardIterator"]
+
+
+@contextmanager
+def shard_errors(stream: str, shard: str, position: str) -> Iterator[None]:
+    """Kinesis's answers for a stream that is gone (deleted) or another one (deleted and created again: its shard
+    does not hold the position) as DSF-E763 naming the shard; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - only the two answers below are named; others pass unchanged
+        code = getattr(err, "response", {}).get("Error", {}).get("Code")
+        if code == "ResourceNotFoundException":
+            raise DsflowError("DSF-E763", f"cannot read Kinesis shard {stream}/{shard}: the stream or shard does "
+                              f"not exist: {err}", hint=GONE_HINT) from err
+        if code == "InvalidArgumentException" and position.startswith("after:"):
+            raise DsflowError("DSF-E763", f"cannot read Kinesis shard {stream}/{shard} after sequence "
+                              f"{position[6:]}: the shard does not hold that position; the stream was deleted and "
+                              f"created again under the query's checkpoint", hint=GONE_HINT) from err
+        raise
+
+
+GONE_HINT = "run dsflow plan: a stream created again is another log, which the plan replays from its start"
 
 
 def _record(raw: Mapping[str, Any]) -> Record:
@@ -97,7 +120,8 @@ def read_shard(client: Any, stream: str, shard: str, position: str, budget: int,
     records: list[Record] = []
     empties = 0
     while True:
-        response = client.get_records(ShardIterator=iterator, Limit=max(1, min(GET_LIMIT, budget - len(records))))
+        with shard_errors(stream, shard, position):
+            response = client.get_records(ShardIterator=iterator, Limit=max(1, min(GET_LIMIT, budget - len(records))))
         batch = [_record(r) for r in response["Records"]]
         _check_ascending(records[-1:] + batch, stream, shard)
         late = [r for r in batch if cutoff_ms is not None and r.arrival_ms > cutoff_ms + ARRIVAL_SLACK_MS]
