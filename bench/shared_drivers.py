@@ -248,16 +248,19 @@ class Feeder:
 
 
 def sampled(pids: set[int], settle: float, every: float = 10.0) -> tuple[dict, dict]:
-    """Memory samples every `every` s for `settle` s: the largest total RSS and PSS seen, and the last sample
-    (with its breakdown per kind)."""
-    peak = {"rss_max": 0, "pss_max": 0, "samples": 0}
+    """Memory samples every `every` s for `settle` s: the largest total RSS and PSS seen, the RSS of each sample
+    (MB, in order), what the sample with the largest RSS held per kind of process (count, MB RSS), and the last
+    sample (with its breakdown per kind)."""
+    peak: dict[str, Any] = {"rss_max": 0, "pss_max": 0, "samples": 0, "rss_samples": [], "at_rss_max": {}}
     deadline = time.monotonic() + settle
     while True:
         used = memory(pids)
-        peak = {"rss_max": max(peak["rss_max"], used["rss"]), "pss_max": max(peak["pss_max"], used["pss"]),
-                "samples": peak["samples"] + 1}
+        if used["rss"] > peak["rss_max"]:
+            peak["at_rss_max"] = {kind: [v["n"], round(v["rss"] / 2**20)] for kind, v in used["kinds"].items()}
+        peak.update(rss_max=max(peak["rss_max"], used["rss"]), pss_max=max(peak["pss_max"], used["pss"]),
+                    samples=peak["samples"] + 1, rss_samples=[*peak["rss_samples"], round(used["rss"] / 2**20)])
         if time.monotonic() >= deadline:
-            return {k: (round(v / 2**20) if k != "samples" else v) for k, v in peak.items()}, used
+            return {**peak, "rss_max": round(peak["rss_max"] / 2**20), "pss_max": round(peak["pss_max"] / 2**20)}, used
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
