@@ -119,6 +119,30 @@ def test_ctrl_c_during_apply_leaves_state_consistent(tmp_path: Path, broker: str
     assert result.ok, result.failed
     assert not operations.plan(loaded).has_changes
     assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
+    assert not _drivers_for(root), "a driver outlived destroy (its reads would create the topics again on tansu)"
     wait_for(lambda: not {t for t in list_topics(broker) if t.startswith("sigint_")}, 30,
              "the destroyed topics to leave the broker's metadata")  # tansu lists a deleted topic for a moment
-    assert not _drivers_for(root)
+
+
+def test_a_driver_no_state_or_status_file_names_is_stopped_before_its_query_starts_again(tmp_path: Path) -> None:
+    """An apply interrupted between starting a query's driver and recording its PID leaves a driver that nothing
+    names; if it had not written its status file either (a loaded machine: the interpreter still importing), the
+    next apply that starts the query finds it by its command line (the module and this run directory's spec) and
+    stops it, so one driver runs, not two. A process running another query's spec is left alone."""
+    from dsflow.engine.executors import _stop_orphan
+
+    run_dir, other = tmp_path / "q", tmp_path / "other"
+    sleeper = "import time; time.sleep(120)"
+    orphan = subprocess.Popen([sys.executable, "-c", sleeper, DRIVER_MODULE, str(run_dir / "spec.json")])
+    bystander = subprocess.Popen([sys.executable, "-c", sleeper, DRIVER_MODULE, str(other / "spec.json")])
+    try:
+        wait_for(lambda: process.is_running(orphan.pid, (DRIVER_MODULE, str(run_dir / "spec.json"))), 30,
+                 "the stand-in driver")
+        assert not (run_dir / "status.json").exists()
+        _stop_orphan(run_dir)
+        assert orphan.wait(30) is not None, "the unrecorded driver was left running"
+        assert bystander.poll() is None, "a driver of another query was stopped"
+    finally:
+        for proc in (orphan, bystander):
+            proc.kill()
+            proc.wait()

@@ -347,12 +347,16 @@ def _start_at(change: Change, carried: dict[str, dict[str, int]]) -> StartAt:
 
 
 def _stop_orphan(run_dir: Path) -> None:
-    """A driver left running by an interrupted apply (started, never recorded) is stopped first."""
+    """Drivers left running by an interrupted apply (started, never recorded) are stopped first: the one its
+    status file names, and any process whose command line runs this run directory's spec, which finds one that
+    had not written its status file yet when the apply was interrupted."""
+    marker = driver_marker(run_dir)
     try:
-        pid = json.loads((run_dir / "status.json").read_text()).get("pid")
+        recorded = {json.loads((run_dir / "status.json").read_text()).get("pid")}
     except (OSError, ValueError):
-        return
-    process.stop(pid, driver_marker(run_dir))
+        recorded = set()
+    for pid in recorded | set(process.running_with(marker)):
+        process.stop(pid, marker)
 
 
 class DatagenExecutor:
