@@ -82,8 +82,7 @@ def is_running(pid: int | None, marker: Marker) -> bool:
         if proc.status() == psutil.STATUS_ZOMBIE:
             _reap(pid)
             return False
-        parts = _command_line(proc)
-        return all(any(m in part for part in parts) for m in ((marker,) if isinstance(marker, str) else marker))
+        return _holds(_command_line(proc), marker)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
@@ -93,14 +92,14 @@ def running_with(marker: Marker) -> list[int]:
     excepted."""
     import psutil
 
-    markers = (marker,) if isinstance(marker, str) else marker
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        parts = proc.info["cmdline"] or []
-        if proc.info["pid"] != os.getpid() and proc.info["status"] != psutil.STATUS_ZOMBIE \
-                and all(any(m in part for part in parts) for m in markers):
-            found.append(proc.info["pid"])
-    return found
+    return [proc.info["pid"] for proc in psutil.process_iter(["pid", "cmdline", "status"])
+            if proc.info["pid"] != os.getpid() and proc.info["status"] != psutil.STATUS_ZOMBIE
+            and _holds(proc.info["cmdline"] or [], marker)]
+
+
+def _holds(parts: list[str], marker: Marker) -> bool:
+    """Every marker is in one of the command line's arguments."""
+    return all(any(m in part for part in parts) for m in ((marker,) if isinstance(marker, str) else marker))
 
 
 def _command_line(proc, settle: float = 1.0) -> list[str]:

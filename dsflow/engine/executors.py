@@ -347,15 +347,10 @@ def _start_at(change: Change, carried: dict[str, dict[str, int]]) -> StartAt:
 
 
 def _stop_orphan(run_dir: Path) -> None:
-    """Drivers left running by an interrupted apply (started, never recorded) are stopped first: the one its
-    status file names, and any process whose command line runs this run directory's spec, which finds one that
-    had not written its status file yet when the apply was interrupted."""
+    """Drivers left running by an interrupted apply (started, never recorded) are stopped first: found by their
+    command line (this run directory's spec), so also one that had not written its status file yet."""
     marker = driver_marker(run_dir)
-    try:
-        recorded = {json.loads((run_dir / "status.json").read_text()).get("pid")}
-    except (OSError, ValueError):
-        recorded = set()
-    for pid in recorded | set(process.running_with(marker)):
+    for pid in process.running_with(marker):
         process.stop(pid, marker)
 
 

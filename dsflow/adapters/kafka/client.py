@@ -353,7 +353,7 @@ class EndTracker:
         seen = _last_offsets(consumer, topic, probe, first_wait, settle, quiet) if probe else {}
         for p, start in probe.items():
             end = max(start + 1, seen.get(p, -1) + 1)
-            result[p], self._known[p] = end, (start + 1, end, p in seen or first_wait > BUSY_FIRST_WAIT_S)
+            result[p], self._known[p] = end, (start + 1, end, p in seen or first_probe)
         return result
 
 
