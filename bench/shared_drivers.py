@@ -11,6 +11,7 @@ batch's end.
     python bench/shared_drivers.py --counts 1,10 --modes shared,query     # by hand; results in docs/benchmarks.md
     python bench/shared_drivers.py --counts 50 --modes shared --per-app 50
     python bench/shared_drivers.py --counts 50 --modes shared --conf spark.python.factory.idleWorkerMaxPoolSize=4
+    python bench/shared_drivers.py --counts 50 --modes shared --batches-at-once 0    # runtime.batches_at_once: 0
 
 `--shape example` (the default) runs the example project's two queries (example_project/sql/pipelines.sql: the
 filter and the enrich query) in turn, each over its own topic of pageviews; `--shape simple` the filter and
@@ -18,7 +19,11 @@ projection of the first measurements. Once every query made its first progress, 
 into each topic (5: the example's datagen) and memory is sampled every 10 s for `--settle` s (90: longer than the
 minute after which Spark stops idle Python workers): the largest total RSS and PSS seen, and the last sample
 with RSS, PSS and USS per kind of process (`kinds`: the JVM, the driver or host, each query's Python streaming
-source runner, the task workers, each kind of Spark's driver-side Python workers and their daemons).
+source runner, the task workers, each kind of Spark's driver-side Python workers and their daemons). Meanwhile
+a thread sums the RSS every 0.2 s from /proc (`fast_*`: the largest and the median total, the samples over 6 GiB,
+what the largest held, the write-planning workers alive per tenth of the second); `fast_rss_max_without_spawning_jvm`
+leaves out a child of the JVM caught between its vfork and exec (same command line as the JVM, counted with the
+JVM's ~1 GB although it shares the JVM's memory).
 
 Each query-mode driver is a JVM of ~1 GB heap: 10 of them took 15.6 GB and several minutes on 2 cores.
 """
@@ -48,7 +53,7 @@ runtime:
   isolation: {mode}
   queries_per_app: {per_app}
   spark_conf: {conf}
-default_environment: dev
+{batches}default_environment: dev
 environments:
   dev:
     topic_prefix: "{prefix}"
@@ -87,10 +92,11 @@ def sql(count: int, shape: str = "example") -> str:
 
 
 def write_project(root: Path, mode: str, count: int, broker: str, per_app: int, tag: str, shape: str = "example",
-                  conf: dict[str, str] | None = None) -> None:
+                  conf: dict[str, str] | None = None, batches: int | None = None) -> None:
     (root / "sql").mkdir(parents=True, exist_ok=True)
+    bound = "" if batches is None else f"  batches_at_once: {batches}\n"
     (root / "dsflow.yml").write_text(CONFIG.format(mode=mode, per_app=per_app, prefix=f"b{os.getpid()}{tag}_",
-                                                   conf=json.dumps(conf or {})))
+                                                   conf=json.dumps(conf or {}), batches=bound))
     (root / "stores").mkdir(exist_ok=True)
     (root / "stores" / "kafka.yml").write_text(STORE.format(broker=broker))
     (root / "sql" / "all.sql").write_text(sql(count, shape))
@@ -264,6 +270,111 @@ def sampled(pids: set[int], settle: float, every: float = 10.0) -> tuple[dict, d
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
+class FastSampler:
+    """Sums the RSS of the processes and their descendants every `every` s in a thread (from /proc, cheaper than
+    `memory`): the largest total, how many samples were over 6 GiB, and the write-planning workers alive per
+    sample with the millisecond of the second it was taken at (Spark starts a query's batches at multiples of its
+    trigger interval), so a burst shows when it happens and how often."""
+
+    def __init__(self, pids: set[int], every: float = 0.2) -> None:
+        import threading
+
+        self.pids, self.every = pids, every
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.samples: list[tuple[float, int, int]] = []
+        self.at_max: dict[str, list[int]] = {}
+        """What the sample with the largest RSS held: {kind: [processes, MB]} (kinds from command lines)."""
+
+    def __enter__(self) -> "FastSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=30)
+
+    def run(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self.stopped.wait(self.every):
+            at, rss, planners, spawning, kinds = time.time(), 0, 0, 0, {}
+            family, parents = _family(self.pids)
+            lines: dict[int, bytes] = {}
+            for pid in family:
+                try:
+                    used = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+                    line = lines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except (OSError, ValueError, IndexError):
+                    continue
+                rss += used
+                planners += b"write_into_data_source" in line
+                if line == lines.get(parents.get(pid, 0)) and _line_kind(line) == "java":
+                    spawning += used  # the JVM's child between its vfork and exec: the JVM's own pages
+                kind = kinds.setdefault(_line_kind(line), [0, 0])
+                kind[0], kind[1] = kind[0] + 1, kind[1] + used
+            if rss > max((s[1] for s in self.samples), default=0):
+                self.at_max = {k: [n, round(b / 2**20)] for k, (n, b) in sorted(kinds.items())}
+            self.samples.append((at, rss, planners, spawning))
+
+    def summary(self) -> dict:
+        limit = 6 * 2**30
+        over = [s for s in self.samples if s[1] > limit]
+        by_phase: dict[int, list[int]] = {}
+        for at, _, planners, _ in self.samples:
+            by_phase.setdefault(int(at % 1 * 10), []).append(planners)
+        without_spawns = [s[1] - s[3] for s in self.samples]
+        return {"fast_samples": len(self.samples), "fast_every_s": self.every,
+                "fast_rss_max_without_spawning_jvm": round(max(without_spawns, default=0) / 2**20),
+                "fast_spawning_jvm_samples": sum(1 for s in self.samples if s[3]),
+                "fast_rss_max": round(max((s[1] for s in self.samples), default=0) / 2**20),
+                "fast_rss_median": round(sorted(s[1] for s in self.samples)[len(self.samples) // 2] / 2**20)
+                if self.samples else 0,
+                "fast_over_6gib": len(over), "fast_at_max": self.at_max,
+                "planners_max": max((s[2] for s in self.samples), default=0),
+                "planners_mean_by_tenth_of_second": {k: round(sum(v) / len(v), 1) for k, v in sorted(by_phase.items())}}
+
+
+def _line_kind(line: bytes) -> str:
+    """A process's kind from its command line: java, the module of a Python worker or daemon, or the first word."""
+    args = line.decode("utf-8", "replace").split("\0")
+    if "java" in args[0]:
+        return "java"
+    modules = [a for a in args if a.startswith(("pyspark.", "dsflow."))]
+    return modules[-1] if modules else (args[-2] if len(args) > 1 else args[0]).rsplit("/", 1)[-1]
+
+
+def _family(pids: set[int]) -> tuple[set[int], dict[int, int]]:
+    """The processes and all their descendants, from /proc's parent links; and each process's parent."""
+    children: dict[int, list[int]] = {}
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+        parents[int(entry.name)] = parent
+    found, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found, parents
+
+
+def _gate(state, count: int) -> dict:
+    """What the host of the first query's application reports of its batch gate (host.py), if it has one."""
+    from dsflow.adapters.spark import apps
+
+    outputs = state.resources["query.bench.public.out_0"].outputs
+    if "app_dir" not in outputs:
+        return {}
+    return apps.read_json(Path(outputs["app_dir"]) / apps.HOST_FILE).get("gate", {})
+
+
 def progress_instant(run_dir: Path) -> float | None:
     """When the query's first micro-batch with data ended (epoch s): its trigger's start plus its duration, from
     the status file (written every 2 s: its own time would be up to 2 s late)."""
@@ -297,6 +408,7 @@ class Run:
     conf: dict[str, str] = field(default_factory=dict)
     settle: float = 90.0
     rate: int = 5
+    batches: int | None = None
 
 
 def measure(run: Run, mode: str, count: int) -> dict:
@@ -304,7 +416,7 @@ def measure(run: Run, mode: str, count: int) -> dict:
 
     root = run.work / f"{mode}-{count}"
     tag = f"{mode[0]}{count}"
-    write_project(root, mode, count, run.broker, run.per_app, tag, run.shape, run.conf)
+    write_project(root, mode, count, run.broker, run.per_app, tag, run.shape, run.conf, run.batches)
     options = operations.Options(root, None, {})
     loaded = operations.load(options)
     started = time.monotonic()
@@ -317,12 +429,13 @@ def measure(run: Run, mode: str, count: int) -> dict:
         pids = {r.outputs["pid"] for k, r in state.resources.items() if k.startswith("query.")}
         topics = [loaded.project.relation(f"bench.public.in_{i}").topic for i in range(count)]
         before = batches(state, count)
-        with Feeder(run.broker, topics, run.rate, run.shape) as feeder:
+        with Feeder(run.broker, topics, run.rate, run.shape) as feeder, FastSampler(pids) as fast:
             peak, used = sampled(pids, run.settle)
             load_at_memory = round(os.getloadavg()[0], 1)
         ran = batches(state, count) - before
+        lag = sum(int(_status(state, f"out_{i}").get("lag_records") or 0) for i in range(count))
         failed = [n for n in range(count) if _state(state, f"out_{n}") != "running"]
-        write_project(root, mode, count + 1, run.broker, run.per_app, tag, run.shape, run.conf)
+        write_project(root, mode, count + 1, run.broker, run.per_app, tag, run.shape, run.conf, run.batches)
         loaded = operations.load(options)
         began = time.time()
         assert operations.apply(loaded, operations.plan(loaded)).ok
@@ -333,9 +446,11 @@ def measure(run: Run, mode: str, count: int) -> dict:
         outputs = state.resources[f"query.bench.public.out_{count}"].outputs
         progressed = progress_instant(Path(outputs["run_dir"]))
         hosted = hosted_start(outputs)
-        return {"mode": mode, "queries": count, "shape": run.shape, "conf": run.conf, "drivers_or_hosts": len(pids),
+        return {"mode": mode, "queries": count, "shape": run.shape, "conf": run.conf, "batches_at_once": run.batches,
+                "gate": _gate(state, count), "drivers_or_hosts": len(pids),
                 "rate_per_topic": run.rate, "fed": feeder.sent, "settle_s": run.settle, "batches_while_sampled": ran,
-                "load_1m_at_memory": load_at_memory, "not_running": failed, **peak, **_mb(used),
+                "lag_records_at_end": lag,
+                "load_1m_at_memory": load_at_memory, "not_running": failed, **peak, **fast.summary(), **_mb(used),
                 "all_first_progress_s": round(all_up, 1), "added_apply_s": round(applied, 1),
                 "added_first_progress_s": round(progressed - began, 1) if progressed else None,
                 "added_host_start_to_progress_s": round(progressed - hosted, 1) if progressed and hosted else None}
@@ -362,6 +477,7 @@ def main() -> int:
                         help="s of sampling memory (every 10 s) after every query's first progress")
     parser.add_argument("--rate", type=int, default=5, help="records/s fed into each topic while sampling")
     parser.add_argument("--conf", action="append", default=[], help="a Spark setting key=value (runtime.spark_conf)")
+    parser.add_argument("--batches-at-once", type=int, default=None, help="runtime.batches_at_once (default: unset)")
     args = parser.parse_args()
     os.environ.setdefault("DSFLOW_RUNTIME", "off")
     from dsflow.adapters.kafka import devbroker
@@ -369,7 +485,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dsflow-shared-bench-"))
     broker = devbroker.start(work / "broker", port=devbroker.free_port()).bootstrap
     run = Run(work, broker, args.per_app, args.timeout, args.shape,
-              dict(item.split("=", 1) for item in args.conf), args.settle, args.rate)
+              dict(item.split("=", 1) for item in args.conf), args.settle, args.rate, args.batches_at_once)
     try:
         print(json.dumps({"machine": machine(), "records_per_topic": RECORDS, "work": str(work)}), flush=True)
         for count in [int(c) for c in args.counts.split(",")]:

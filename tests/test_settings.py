@@ -292,6 +292,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
                                              "  trigger_interval: 1 second\n  queries_per_app: 3\n")]),
     ("runtime", "standby"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
                                      "  trigger_interval: 1 second\n  standby: true\n")]),
+    ("runtime", "batches_at_once"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
+                                             "  trigger_interval: 1 second\n  batches_at_once: 3\n")]),
 }
 """An edit of each setting of SETTINGS in the project of FILES."""
 ALSO_UPDATED = {("table", "owner"): ("query.db.s.lake_t",), ("materialized_view", "owner"): ("query.db.s.user_names",),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,21 @@ def test_a_shared_application_caps_its_idle_python_workers_unless_the_project_sa
         cap: "16", "spark.scheduler.mode": "FAIR"}  # FAIR: each query's pool needs it
 
 
+def test_an_application_takes_the_projects_bound_on_batches_at_once(tmp_path, monkeypatch):
+    from dsflow.adapters.spark.host import BATCHES_PER_CORE, batches_at_once
+    from dsflow.load.project import load_project
+
+    config = SHARED.format(prefix="x_").replace("  isolation: shared\n", "  isolation: shared\n  batches_at_once: 3\n")
+    project = load_project(make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": FIRST}))
+    folder = apps.place(tmp_path / "apps", "q", "local[2]", {}, 10, project.runtime.batches_at_once)
+    assert batches_at_once(apps.read_json(folder / "app.json")) == 3
+    assert apps.place(tmp_path / "apps", "q", "local[2]", {}, 10, 0) == folder  # the same application, told again
+    assert batches_at_once(apps.read_json(folder / "app.json")) == 0
+    apps.place(tmp_path / "apps", "q", "local[2]", {}, 10, None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert batches_at_once(apps.read_json(folder / "app.json")) == BATCHES_PER_CORE * 6
+
+
 def test_a_failure_counts_only_for_the_generation_the_host_ran(tmp_path):
     folder = apps.place(tmp_path / "apps", "q", "local[2]", {}, limit=10)
     apps.write_json(folder / apps.QUERIES_FILE, {"queries": {"q": {"spec": "s", "generation": 1}}})
@@ -229,3 +245,60 @@ def test_isolation_is_read_from_the_project_and_each_query(tmp_path):
     with pytest.raises(DsflowError) as raised:
         load_project(root)
     assert "DSF-E280" in str(raised.value)
+
+
+GATED = INPUTS + """\
+CREATE STREAM a_out WITH ('trigger.interval' = '200 ms') AS SELECT id, v FROM a_in WHERE v >= 0;
+CREATE STREAM b_out WITH ('trigger.interval' = '200 ms') AS SELECT id, v * 2 AS w FROM b_in;
+CREATE STREAM c_out WITH ('trigger.interval' = '200 ms') AS SELECT id, v * 3 AS w FROM c_in;
+"""
+
+
+@pytest.mark.integration
+def test_an_application_runs_at_most_its_batches_at_once(tmp_path, broker):
+    """`runtime.batches_at_once: 1`: the three queries' micro-batches, as their checkpoints date them (the offsets
+    file written once the batch may start, the commit file at its end), never overlap, and every id arrives."""
+    _BROKER[:] = [broker]
+    config = SHARED.replace("  isolation: shared\n", "  isolation: shared\n  batches_at_once: 1\n")
+    root = make_project(tmp_path, {"dsflow.yml": config.format(prefix=f"gt{os.getpid()}_"), "sql/all.sql": GATED})
+    options = operations.Options(root, None, {"bootstrap": broker})
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    names = ["a_out", "b_out", "c_out"]
+    try:
+        project = loaded.project
+        _one_host(options, names)
+        for wave in range(10):
+            for name in ("a_in", "b_in", "c_in"):
+                produce(broker, project, name, _rows(wave * 30, 30))
+            time.sleep(0.3)
+        for name in names:
+            wait_for(lambda: _exactly(project, name, range(300)), WAIT, f"{name}: every id once")
+        state = operations.load(options).workspace.state_backend().read()
+        batches = [(name, *span) for name in names for span in _batch_spans(state, name)]
+        gate = apps.read_json(Path(state.resources[Q + "a_out"].outputs["app_dir"]) / apps.HOST_FILE)["gate"]
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))
+    assert len(batches) >= 3 and gate["slots"] == 1 and gate["granted"] >= len(batches), (batches, gate)
+    overlapping = [(x, y) for x in batches for y in batches
+                   if x[0] < y[0] and x[1] < y[2] and y[1] < x[2]]
+    assert not overlapping, overlapping
+
+
+def _batch_spans(state, name: str) -> list[tuple[float, float]]:
+    """(offsets file written, commit file written) of each micro-batch with records in the query's checkpoint, in
+    seconds. Spark runs a query's first batch even when its source is empty (to record where it starts): the gate
+    lets such a batch through, as a reader lets through any batch with nothing to read."""
+    from dsflow.adapters.spark.spec import QuerySpec
+
+    run_dir = Path(state.resources[Q + name].outputs["run_dir"])
+    checkpoint = Path(QuerySpec.model_validate_json((run_dir / "spec.json").read_text()).checkpoint)
+    spans, before = [], {"0": 0}
+    for number in sorted(int(c.name) for c in (checkpoint / "commits").iterdir() if c.name.isdigit()):
+        offsets = checkpoint / "offsets" / str(number)
+        end = json.loads(offsets.read_text().splitlines()[-1])
+        if end != before:
+            spans.append((offsets.stat().st_mtime, (checkpoint / "commits" / str(number)).stat().st_mtime))
+        before = end
+    return spans

@@ -349,6 +349,8 @@ class RuntimeSettings(Frozen):
     isolation: Literal["shared", "query"] = Field("query", description="query: one Spark driver process per query; "
                                                   "shared: queries share long-running Spark applications")
     queries_per_app: int = Field(10, description="shared: at most this many queries per Spark application")
+    batches_at_once: int | None = Field(None, description="shared: at most this many of an application's queries "
+                                        "run a micro-batch at once (0: no bound; None: 2 per core of the host)")
     standby: bool = Field(False, description="the runtime supervisor keeps a warm standby driver (JVM and Spark session "
                                              "started) that becomes the next dead query-isolation query's driver")
 

@@ -173,6 +173,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime", "isolation", ("isolation",), _R, "moves queries between their own driver and a shared "
             "application, on their checkpoints; unless the query sets 'runtime.isolation'"),
     Setting("runtime", "queries_per_app", (), _N, "where queries started later are placed"),
+    Setting("runtime", "batches_at_once", (), _N, "a shared application's host reads it again when a query is "
+            "started there; 0 takes effect when the host starts"),
     Setting("runtime", "standby", (), _N, "the runtime supervisor's warm standby driver, read again after an apply"),
 )
 """Every setting of every kind; tests/test_settings.py fails for a setting the loader accepts that is not here."""

@@ -276,6 +276,7 @@ class _Loader:
             runtime=RuntimeSettings(spark_master=cfg.runtime.spark_master, spark_conf=cfg.runtime.spark_conf,
                                     trigger_interval=cfg.runtime.trigger_interval, isolation=cfg.runtime.isolation,
                                     queries_per_app=cfg.runtime.queries_per_app, standby=cfg.runtime.standby,
+                                    batches_at_once=cfg.runtime.batches_at_once,
                                     checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
             stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
             topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases), schemas=tuple(schemas),

@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
+from dsflow.adapters.spark.gate import admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.errors import DsflowError
 from dsflow.formats.arrow import VALUE_COLUMN, arrow_type, spark_struct_ddl
@@ -77,7 +78,7 @@ class IcebergDataSource(DataSource):
         return "key STRING, timestamp TIMESTAMP, " + spark_struct_ddl(list(IcebergOptions.parse(self.options).columns))
 
     def streamReader(self, schema: Any) -> IcebergStreamReader:
-        return IcebergStreamReader(IcebergOptions.parse(self.options))
+        return IcebergStreamReader(IcebergOptions.parse(self.options), gated_query(self.options))
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,9 @@ class AddedFile(InputPartition):
 class IcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Snapshots are walked on the driver; tasks read the added data files."""
 
-    def __init__(self, options: IcebergOptions) -> None:
+    def __init__(self, options: IcebergOptions, gate: str | None = None) -> None:
         self.options = options
+        self.gate = gate
         self._cutoff: int | None = None
         self._planned: tuple[dict, dict] | None = None
 
@@ -119,7 +121,7 @@ class IcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     break
                 raise not_an_append(self.options.table, snapshot)
             end = snapshot.snapshot_id
-        return {"snapshot": end}
+        return admitted(self.gate, start, {"snapshot": end})
 
     def partitions(self, start: dict, end: dict) -> list[AddedFile]:
         self._planned = check_continues(self._planned, start, end, f"iceberg table {self.options.table}")

@@ -60,6 +60,7 @@ from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.deadletters import DeadLetters
 from dsflow.adapters.kafka.options import KafkaOptions
+from dsflow.adapters.spark.gate import admitted, gated_query
 from dsflow.core.secrets import register
 from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
 from dsflow.errors import DsflowError, unchained
@@ -105,7 +106,8 @@ class KafkaDataSource(DataSource):
         return KafkaBatchReader(KafkaOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
-        return KafkaStreamReader(replace(KafkaOptions.parse(self.options), run=uuid.uuid4().hex))
+        return KafkaStreamReader(replace(KafkaOptions.parse(self.options), run=uuid.uuid4().hex),
+                                 gated_query(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         if overwrite:
@@ -329,8 +331,9 @@ class _ConsumerHolder:
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over offset ranges; the driver-side reader keeps one Consumer for offsets."""
 
-    def __init__(self, options: KafkaOptions) -> None:
+    def __init__(self, options: KafkaOptions, gate: str | None = None) -> None:
         self.options = options
+        self.gate = gate
         self._offsets = _ConsumerHolder(options)
         self._target: dict[int, int] | None = None
         self._planned: tuple[dict, dict] | None = None
@@ -361,7 +364,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(begin, end, limit.max_rows)
         kept = {int(p): int(v) for p, v in start.items() if int(p) not in end}
-        return as_offset({**kept, **end})
+        return admitted(self.gate, start, as_offset({**kept, **end}))
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
         self._planned = check_ranges(self._planned, start, end, self.options.topic)

@@ -45,6 +45,7 @@ class KafkaSpark:
 
     def stream(self, spark: Any, spec: Any, source: Any) -> Any:
         from dsflow.adapters.spark.frames import gap_options, source_format_options
+        from dsflow.adapters.spark.gate import gate_options
 
         raw = (spark.readStream.format("dsflow_kafka")
                .option(BOOTSTRAP, source.client_config[BOOTSTRAP])
@@ -55,7 +56,8 @@ class KafkaSpark:
         if source.starting_timestamp is not None:
             raw = raw.option("starting.timestamp", str(source.starting_timestamp))
         raw = _with_client(raw, source.client_config)
-        return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source)).load()
+        return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source),
+                           **gate_options(spec.name)).load()
 
     def value_layout(self, source: Any) -> str:
         from dsflow.formats.decoding import value_layout

@@ -50,6 +50,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from dsflow.adapters.spark.gate import admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kinesis import client as kc
 from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
@@ -132,7 +133,7 @@ class KinesisDataSource(DataSource):
                 + spark_struct_ddl(list(decoding.columns)))
 
     def streamReader(self, schema: StructType) -> KinesisStreamReader:
-        return KinesisStreamReader(KinesisOptions.parse(self.options))
+        return KinesisStreamReader(KinesisOptions.parse(self.options), gated_query(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KinesisStreamWriter:
         return KinesisStreamWriter(KinesisOptions.parse(self.options), _checked(schema))
@@ -166,8 +167,9 @@ class ShardRange(InputPartition):
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets and records are found on the driver; tasks turn them into Arrow batches."""
 
-    def __init__(self, options: KinesisOptions) -> None:
+    def __init__(self, options: KinesisOptions, gate: str | None = None) -> None:
         self.options = options
+        self.gate = gate
         self._client: Any = None
         self._fetched: dict[tuple[str, str, str], tuple[Record, ...]] = {}
         self._cutoff_ms: int | None = None
@@ -201,7 +203,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         with no_secret_in_errors(self.options.stream):
-            return self._latest(start, limit)
+            end = self._latest(start, limit)
+        return admitted(self.gate, start, end)
 
     def _latest(self, start: dict, limit: ReadLimit) -> dict:
         shards = self._shards()

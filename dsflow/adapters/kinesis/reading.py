@@ -13,10 +13,11 @@ def kinesis_stream(spark, source, query: str = ""):
     """Rows (key, value, stream, shard, sequence, timestamp) of the source's Kinesis stream; for a value
     format other than json, `__value` (the decoded columns) instead of `value`."""
     from dsflow.adapters.spark.frames import source_format_options
+    from dsflow.adapters.spark.gate import gate_options
 
     reader = (spark.readStream.format("dsflow_kinesis").option("stream", source.topic)
               .option("starting.position", source.starting_position)
-              .options(**source_format_options(source, query)))
+              .options(**source_format_options(source, query), **gate_options(query)))
     for key, value in prefixed(source.client_config).items():
         reader = reader.option(key, value)
     if source.starting_offsets:

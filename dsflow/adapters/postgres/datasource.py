@@ -37,6 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
+from dsflow.adapters.spark.gate import admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.postgres.changes import CdcSource, ChangeReader, Event, SnapshotFilter, flush_lsn, take_snapshot
 from dsflow.errors import DsflowError
@@ -99,7 +100,7 @@ class PostgresCdcDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> PostgresCdcStreamReader:
-        return PostgresCdcStreamReader(CdcOptions.parse(self.options))
+        return PostgresCdcStreamReader(CdcOptions.parse(self.options), gated_query(self.options))
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,9 @@ def _write_atomically(path: Path, lines: Iterator[str] | list[str]) -> None:
 class PostgresCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The driver-side reader: snapshot and replication connection, spool files, acknowledgements."""
 
-    def __init__(self, options: CdcOptions) -> None:
+    def __init__(self, options: CdcOptions, gate: str | None = None) -> None:
         self.options = options
+        self.gate = gate
         self._reader: ChangeReader | None = None
         self._target: int | None = None
         self._planned: tuple[dict, dict] | None = None
@@ -159,6 +161,9 @@ class PostgresCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target = flush_lsn(self.options.source)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return admitted(self.gate, start, self._latest(start))
+
+    def _latest(self, start: dict) -> dict:
         if not int(start.get("snapshot", 0)):
             return self._snapshot(start)
         snapshot = SnapshotFilter.from_offset(start)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dsflow.adapters.spark.gate import gate_options
+
 
 def cdc_stream(spark, spec, source):
     """Rows (key, value, timestamp) of the table's change events; the spool lives in the query's checkpoint."""
@@ -15,6 +17,7 @@ def cdc_stream(spark, spec, source):
         reader = reader.option(key, value)
     for key, value in source.client_config.items():
         reader = reader.option(f"pg.{key}", value)
+    reader = reader.options(**gate_options(spec.name))
     if source.starting_offsets:
         reader = reader.option("starting.offsets", json.dumps(source.starting_offsets))
     return reader.load()

@@ -83,24 +83,25 @@ def reported(app_dir: Path) -> dict[str, dict[str, Any]]:
     return dict(read_json(app_dir / HOST_FILE).get("queries") or {})
 
 
-def place(apps_root: Path, name: str, master: str, spark_conf: dict[str, str], limit: int) -> Path:
+def place(apps_root: Path, name: str, master: str, spark_conf: dict[str, str], limit: int,
+          batches_at_once: int | None = None) -> Path:
     """The application a query starts in: the one already listing it, else the first with the same master and conf
-    and fewer than `limit` queries, else a new one."""
+    and fewer than `limit` queries, else a new one. Its app.json takes `batches_at_once` (host.py reads it)."""
     key = app_key(master, spark_conf)
     with locked(apps_root):
         folders = sorted((p for p in apps_root.glob("app-*") if p.is_dir()), key=lambda p: int(p.name[4:]))
-        for folder in folders:
-            if read_json(folder / "app.json").get("key") == key and name in desired(folder):
-                return folder
-        for folder in folders:
-            if read_json(folder / "app.json").get("key") == key and len(desired(folder)) < limit:
-                return folder
-        number = max((int(p.name[4:]) for p in folders), default=0) + 1
-        folder = apps_root / f"app-{number}"
-        folder.mkdir(parents=True)
-        write_json(folder / "app.json", {"key": key, "master": master, "spark_conf": spark_conf})
-        write_json(folder / QUERIES_FILE, {"queries": {}})
-        return folder
+        chosen = next((f for f in folders if read_json(f / "app.json").get("key") == key and name in desired(f)),
+                      None) or next((f for f in folders if read_json(f / "app.json").get("key") == key
+                                     and len(desired(f)) < limit), None)
+        if chosen is None:
+            number = max((int(p.name[4:]) for p in folders), default=0) + 1
+            chosen = apps_root / f"app-{number}"
+            chosen.mkdir(parents=True)
+            write_json(chosen / QUERIES_FILE, {"queries": {}})
+        app = {"key": key, "master": master, "spark_conf": spark_conf, "batches_at_once": batches_at_once}
+        if read_json(chosen / "app.json") != app:
+            write_json(chosen / "app.json", app)
+        return chosen
 
 
 def add(app_dir: Path, name: str, spec_path: Path) -> int:
@@ -187,7 +188,8 @@ def start_shared(project, apps_root: Path, name: str, spec, spec_path: Path, sec
         raise DsflowError("DSF-E281", f"query '{name}' cannot run in a shared Spark application: its stores or "
                           "schema registries have secret settings, which dsflow gives a driver only at its start",
                           hint="add 'runtime.isolation' = 'query' to its WITH clause")
-    app_dir = place(apps_root, name, spec.master, dict(spec.spark_conf), project.runtime.queries_per_app)
+    app_dir = place(apps_root, name, spec.master, dict(spec.spark_conf), project.runtime.queries_per_app,
+                    project.runtime.batches_at_once)
     pid = add(app_dir, name, spec_path)
     return {"pid": pid, "app": app_dir.name, "app_dir": str(app_dir), "app_query": name}
 

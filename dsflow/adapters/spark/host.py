@@ -3,7 +3,8 @@
     python -m dsflow.adapters.spark.host APP_DIR/queries.json
 
 Each query runs in its own `SparkSession.newSession()` (its own temporary views and SQL conf), in its own FAIR
-scheduler pool, on its own checkpoint. Every POLL_SECONDS the host reads queries.json (adapters/spark/apps.py) and
+scheduler pool, on its own checkpoint. At most `batches_at_once` (app.json) of them run a micro-batch at a time
+(gate.py). Every POLL_SECONDS the host reads queries.json (adapters/spark/apps.py) and
 starts, stops or restarts only the queries that changed there. A query that fails is recorded failed (its status
 file and host.json) and left stopped; the others go on. The supervisor restarts it by raising its generation.
 SIGTERM stops every query between two micro-batches, then the application.
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,12 @@ from dsflow.adapters.spark.apps import HOST_FILE, desired, read_json, write_json
 from dsflow.adapters.spark.driver import (STATUS_EVERY_SECONDS, error_summary, progress_status, resolve_env_refs,
                                           start_query, stop_between_batches, write_status)
 from dsflow.adapters.spark.session import isolated_session
+from dsflow.adapters.spark.gate import GATE_ENV, BatchGate, spark_query_name
 from dsflow.adapters.spark.spec import QuerySpec
 from dsflow.core.secrets import scrub
 
 POLL_SECONDS = 0.5
+BATCHES_PER_CORE = 2
 
 SHARED_APP_CONF: dict[str, str] = {"spark.python.factory.idleWorkerMaxPoolSize": "4"}
 """Spark settings under every shared application, below the project's `runtime.spark_conf`. Spark keeps one pool of
@@ -44,6 +48,7 @@ class Hosted:
     spec: QuerySpec
     generation: int
     query: Any = None
+    session: Any = None
     lag: Any = None
     state: str = "starting"
     error: str | None = None
@@ -60,9 +65,11 @@ class Hosted:
 class Host:
     """The queries of one application, kept as queries.json says."""
 
-    def __init__(self, app_dir: Path, spark):
+    def __init__(self, app_dir: Path, spark, gate: BatchGate | None = None):
         self.app_dir = app_dir
         self.spark = spark
+        self.gate = gate
+        self.listener = _batch_ends(gate) if gate is not None else None
         self.hosted: dict[str, Hosted] = {}
         self.broken: dict[str, dict[str, Any]] = {}
         """Queries whose spec could not be read, as host.json reports them (failed)."""
@@ -71,6 +78,8 @@ class Host:
 
     def reconcile(self) -> None:
         wanted = desired(self.app_dir)
+        if self.gate is not None:
+            self.gate.resize(batches_at_once(read_json(self.app_dir / "app.json")) or self.gate.slots)
         self.broken = {n: b for n, b in self.broken.items() if n in wanted}
         for name in [n for n, h in self.hosted.items()
                      if n not in wanted or int(wanted[n].get("generation", 0)) != h.generation]:
@@ -95,11 +104,13 @@ class Host:
         self.hosted[name] = hosted
         write_status(hosted.spec.status_path, self.status(hosted, "starting"))
         try:
-            session = isolated_session(self.spark)
+            session = hosted.session = isolated_session(self.spark)
             for key, value in hosted.spec.spark_conf.items():
                 if key.startswith("spark.sql."):
                     session.conf.set(key, value)
             session.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+            if self.listener is not None:  # each session has its own listeners, for its own queries
+                session.streams.addListener(self.listener)
             hosted.lag = LagProbe(hosted.spec)
             hosted.query = start_query(session, hosted.spec)
             hosted.state, hosted.started_at = "running", time.time()
@@ -110,10 +121,16 @@ class Host:
 
     def stop(self, name: str) -> None:
         hosted = self.hosted.pop(name)
+        if self.gate is not None:  # its batch, if waiting for a slot, runs now: the stop comes between two batches
+            self.gate.release(spark_query_name(hosted.spec.name))
         if hosted.query is not None:
             stop_between_batches(hosted.query)
         if hosted.lag is not None:
             hosted.lag.close()
+        if self.gate is not None:
+            self.gate.release(spark_query_name(hosted.spec.name))
+            if hosted.session is not None:
+                hosted.session.streams.removeListener(self.listener)
         if hosted.state != "failed":
             write_status(hosted.spec.status_path, self.status(hosted, "stopped"))
         log(f"stopped {name} (generation {hosted.generation})")
@@ -133,6 +150,8 @@ class Host:
 
     def failed(self, hosted: Hosted, err: BaseException) -> None:
         hosted.state, hosted.error = "failed", _summary(err)
+        if self.gate is not None:
+            self.gate.release(spark_query_name(hosted.spec.name))
         write_status(hosted.spec.status_path, {**self.status(hosted, "failed"), "error": hosted.error})
         log(scrub(f"query {hosted.spec.name} failed: {err}"))
 
@@ -143,12 +162,37 @@ class Host:
     def report(self) -> None:
         write_json(self.app_dir / HOST_FILE, {"pid": os.getpid(), "app": self.app_dir.name, "updated_at": time.time(),
                                               "queries": {**self.broken,
-                                                          **{n: h.report() for n, h in self.hosted.items()}}})
+                                                          **{n: h.report() for n, h in self.hosted.items()}},
+                                              **({"gate": self.gate.report()} if self.gate is not None else {})})
 
     def stop_all(self) -> None:
         for name in list(self.hosted):
             self.stop(name)
         self.report()
+
+
+def _batch_ends(gate: BatchGate):
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class BatchEnds(StreamingQueryListener):
+        """Gives a query's slot back when Spark reports the end of its micro-batch."""
+
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            progress = event.progress
+            took = (progress.durationMs or {}).get("triggerExecution", 0)
+            began = datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
+            gate.release_after(progress.name, began + took / 1000)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    return BatchEnds()
 
 
 def _summary(err: BaseException) -> str:
@@ -183,6 +227,13 @@ def app_conf(app: dict[str, Any]) -> dict[str, str]:
     return {**SHARED_APP_CONF, **app.get("spark_conf", {}), "spark.scheduler.mode": "FAIR"}
 
 
+def batches_at_once(app: dict[str, Any]) -> int:
+    """The application's bound on micro-batches at once (0: none), from app.json's `batches_at_once`; by default
+    BATCHES_PER_CORE per core of this machine."""
+    value = app.get("batches_at_once")
+    return int(value) if value is not None else BATCHES_PER_CORE * (os.cpu_count() or 1)
+
+
 def run(queries_path: Path) -> int:
     from dsflow.adapters.spark.session import build_session
 
@@ -191,8 +242,12 @@ def run(queries_path: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     app = read_json(app_dir / "app.json")
+    slots = batches_at_once(app)
+    gate = BatchGate(slots) if slots > 0 else None
+    if gate is not None:  # before the JVM starts: every Python process Spark starts inherits it
+        os.environ[GATE_ENV] = gate.path
     spark = build_session(app.get("master", "local[2]"), f"dsflow:{app_dir.name}", app_conf(app))
-    host = Host(app_dir, spark)
+    host = Host(app_dir, spark, gate)
     log(f"host of {app_dir.name} started (pid {os.getpid()})")
     try:
         while not stop.is_set():
@@ -204,6 +259,8 @@ def run(queries_path: Path) -> int:
         host.stop_all()
     finally:
         spark.stop()
+        if gate is not None:
+            gate.close()
         log("host stopped")
     return 0
 

@@ -34,6 +34,7 @@ from urllib.parse import unquote
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
+from dsflow.adapters.spark.gate import admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.errors import DsflowError
 from dsflow.formats.arrow import VALUE_COLUMN, arrow_type, spark_struct_ddl
@@ -91,7 +92,7 @@ class DeltaDataSource(DataSource):
         return "key STRING, timestamp TIMESTAMP, version BIGINT, " + spark_struct_ddl(list(columns))
 
     def streamReader(self, schema: Any) -> DeltaStreamReader:
-        return DeltaStreamReader(DeltaOptions.parse(self.options))
+        return DeltaStreamReader(DeltaOptions.parse(self.options), gated_query(self.options))
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,9 @@ class DataFile(InputPartition):
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Versions are found and commit files read on the driver; tasks read the data files."""
 
-    def __init__(self, options: DeltaOptions) -> None:
+    def __init__(self, options: DeltaOptions, gate: str | None = None) -> None:
         self.options = options
+        self.gate = gate
         self._table: Any = None
         self._cutoff: int | None = None
         self._planned: tuple[dict, dict] | None = None
@@ -166,7 +168,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     break
                 raise not_an_append(self.options.path, commit)
             end = version
-        return {"version": end}
+        return admitted(self.gate, start, {"version": end})
 
     def _commit(self, version: int) -> Commit:
         if version not in self._commits:

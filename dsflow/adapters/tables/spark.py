@@ -54,6 +54,8 @@ class TableSpark:
 
     def stream(self, spark: Any, spec: Any, source: Any) -> Any:
         """The table's appended rows: its options, store settings and start offsets."""
+        from dsflow.adapters.spark.gate import gate_options
+
         reader = spark.readStream.format(f"dsflow_{source.kind}").option("starting.position",
                                                                           source.starting_position)
         for key, value in source.options.items():
@@ -62,7 +64,7 @@ class TableSpark:
             reader = reader.option(self.client_option(key), value)
         if source.starting_offsets:
             reader = reader.option("starting.offsets", json.dumps(source.starting_offsets))
-        return reader.load()
+        return reader.options(**gate_options(spec.name)).load()
 
     def value_layout(self, source: Any) -> str:
         from dsflow.formats.decoding import STRUCT

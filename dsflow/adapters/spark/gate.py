@@ -1,0 +1,245 @@
+"""At most N micro-batches at once in a shared Spark application (`runtime.batches_at_once`).
+
+Each micro-batch of a query borrows Spark's driver-side Python workers: one to plan the write
+(`write_into_data_source`, ~50-75 MB with pyarrow, forked afresh when the idle pool is empty), one to plan the read,
+one to commit. On a machine with fewer cores than queries, batches wait for CPU while they hold them, so the number
+held at once, and the memory, grows with the number of queries (docs/benchmarks.md, "Batches at once").
+
+- **The gate** lives in the host (`BatchGate`): a Unix socket in a private folder, whose path the host puts in its
+  environment (`GATE_ENV`) before it starts the JVM, so every Python worker Spark starts inherits it.
+- **A reader asks** (`admit`): a source's `latestOffset` that found data to read asks for a slot before it returns,
+  naming its query (the `QUERY_OPTION` reader option, set by `gate_options` in the host only). Slots are given
+  first come, first served. Another source of a query holding a slot is let through (the same batch); a reader
+  that already went through asking again starts the query's next batch, so the query gives its slot back and
+  queues behind the others (Spark runs a query's batches one after the other).
+- **A slot is given back** when the query's batch ends (Spark's progress event, `release_after`), when the query
+  stops or fails (`release`), or when the reader's connection closes (its source runner exited).
+
+Without the environment variable (a query in its own driver), or when the gate cannot be reached, `admit` lets the
+batch run at once: the gate bounds memory, it never stops a query.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+GATE_ENV = "DSFLOW_BATCH_GATE"
+QUERY_OPTION = "dsflow.gate.query"
+WAIT_LIMIT_S = 600.0
+"""A reader waiting longer than this for a slot goes on without one (a gate that stopped answering)."""
+
+
+def gate_options(query: str) -> dict[str, str]:
+    """The reader option naming the query as Spark does (`spark_query_name`), in a process that runs a gate (the
+    host), else none."""
+    return {QUERY_OPTION: spark_query_name(query)} if os.environ.get(GATE_ENV) else {}
+
+
+def spark_query_name(query: str) -> str:
+    """The name a dsflow query runs under in Spark (`queryName`), which its progress events carry."""
+    return query.replace(".", "_")
+
+
+def gated_query(options: Mapping[str, str]) -> str | None:
+    """The query a reader asks slots for, from its data source options (keys possibly lower-cased)."""
+    return next((str(v) for k, v in options.items() if str(k).lower() == QUERY_OPTION), None)
+
+
+@dataclass
+class _Holder:
+    readers: set[socket.socket]
+    """The connections of the query's readers that went through in this batch."""
+    since: float
+
+
+class BatchGate:
+    """Slots for micro-batches, given over a Unix socket to the readers of the host's queries."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.folder = Path(tempfile.mkdtemp(prefix="dsflow-gate-"))  # 0700: only this user can connect
+        self.path = str(self.folder / "gate.sock")
+        self.holders: dict[str, _Holder] = {}
+        self.waiting: deque[tuple[str, socket.socket]] = deque()
+        self.lock = threading.Lock()
+        self.granted = 0
+        self.most_held = 0
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(256)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.server, selectors.EVENT_READ)
+        self.buffers: dict[socket.socket, bytes] = {}
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="dsflow-batch-gate", daemon=True)
+        self.thread.start()
+
+    def resize(self, slots: int) -> None:
+        with self.lock:
+            self.slots = slots
+            self._grant()
+
+    def release(self, query: str) -> None:
+        """The query stops or failed: its slot goes to the next waiting query, and a reader of it still waiting is
+        let through without one (a query being stopped finishes its batch, it does not queue for it)."""
+        with self.lock:
+            for waiting in [w for w in self.waiting if w[0] == query]:
+                self.waiting.remove(waiting)
+                _answer(waiting[1])
+            self.holders.pop(query, None)
+            self._grant()
+
+    def release_after(self, query: str, ended_at: float) -> None:
+        """A batch of the query ended at `ended_at` (epoch s): its slot is given back unless it was given for a
+        later batch (the progress event arrives after the query asked again)."""
+        with self.lock:
+            holder = self.holders.get(query)
+            if holder is not None and holder.since <= ended_at:
+                del self.holders[query]
+                self._grant()
+
+    def report(self) -> dict[str, int]:
+        with self.lock:
+            return {"slots": self.slots, "held": len(self.holders), "waiting": len(self.waiting),
+                    "granted": self.granted, "most_held": self.most_held}
+
+    def close(self) -> None:
+        self.closed.set()
+        self.thread.join(timeout=5)
+        self.server.close()
+        Path(self.path).unlink(missing_ok=True)
+        self.folder.rmdir()
+
+    def _serve(self) -> None:
+        while not self.closed.is_set():
+            for key, _ in self.selector.select(timeout=0.2):
+                if key.fileobj is self.server:
+                    connection, _ = self.server.accept()
+                    self.selector.register(connection, selectors.EVENT_READ)
+                    self.buffers[connection] = b""
+                else:
+                    self._read(key.fileobj)
+
+    def _read(self, connection: socket.socket) -> None:
+        try:
+            data = connection.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._forget(connection)
+            return
+        buffered = self.buffers[connection] + data
+        *lines, self.buffers[connection] = buffered.split(b"\n")
+        for line in lines:
+            verb, _, query = line.decode("utf-8", "replace").partition(" ")
+            if verb == "acquire" and query:
+                self._acquire(query, connection)
+
+    def _acquire(self, query: str, connection: socket.socket) -> None:
+        with self.lock:
+            holder = self.holders.get(query)
+            if holder is not None and connection not in holder.readers:  # another source, the same batch
+                holder.readers.add(connection)
+                _answer(connection)
+                return
+            if holder is not None:  # its next batch, asked before the last one's progress event came
+                del self.holders[query]
+            self.waiting.append((query, connection))
+            self._grant()
+
+    def _forget(self, connection: socket.socket) -> None:
+        self.selector.unregister(connection)
+        self.buffers.pop(connection, None)
+        connection.close()
+        with self.lock:
+            self.waiting = deque(w for w in self.waiting if w[1] is not connection)
+            for query in [q for q, h in self.holders.items() if connection in h.readers]:
+                del self.holders[query]
+            self._grant()
+
+    def _grant(self) -> None:
+        """Under the lock: the waiting queries, first come first served, while slots are free."""
+        while self.waiting and len(self.holders) < self.slots:
+            query, connection = self.waiting.popleft()
+            if query in self.holders:  # two sources of the query were waiting
+                self.holders[query].readers.add(connection)
+            else:
+                self.holders[query] = _Holder({connection}, time.time())
+                self.granted += 1
+                self.most_held = max(self.most_held, len(self.holders))
+            _answer(connection)
+
+
+def _answer(connection: socket.socket) -> None:
+    try:
+        connection.sendall(b"ok\n")
+    except OSError:
+        pass  # the reader is gone: _forget gives the slot back when the selector sees the closed connection
+
+
+class GateClient:
+    """A reader's connection to its application's gate (one per source runner process)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.connection: socket.socket | None = None
+
+    def admit(self, query: str) -> float:
+        """Wait for a slot for `query`; the seconds waited. A gate that cannot be reached lets it through."""
+        began = time.monotonic()
+        try:
+            if self.connection is None:
+                self.connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.connection.settimeout(WAIT_LIMIT_S)
+                self.connection.connect(self.path)
+            self.connection.sendall(f"acquire {query}\n".encode())
+            _read_line(self.connection)
+        except OSError:
+            self.close()
+        return time.monotonic() - began
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self.connection = None
+
+
+_client: GateClient | None = None
+
+
+def admit(query: str | None) -> float:
+    """Wait until the application's gate lets `query` run a micro-batch; the seconds waited. No gate in this
+    process's environment, or no query name: 0, at once."""
+    global _client
+    path = os.environ.get(GATE_ENV)
+    if not path or not query:
+        return 0.0
+    if _client is None or _client.path != path:
+        _client = GateClient(path)
+    return _client.admit(query)
+
+
+def admitted(query: str | None, start: Mapping, end: dict) -> dict:
+    """`end`, once the gate let the query run a batch to it (none to run when it is `start`)."""
+    if end != start:
+        admit(query)
+    return end
+
+
+def _read_line(connection: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = connection.recv(64)
+        if not chunk:
+            raise OSError("the gate closed the connection")
+        line += chunk
+    return line
