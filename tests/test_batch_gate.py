@@ -57,6 +57,7 @@ def test_slots_are_given_first_come_first_served_and_given_back_at_a_batch_end(g
     gate.release_after("b", time.time())
     assert c.admitted.wait(5)
     assert not d.admitted.wait(0.3), "a third query ran with two slots"
+    assert (gate.slot_of("a"), gate.slot_of("d"), gate.slot_of("b")) == ("held", "waiting", "free")
     gate.release("a")  # a query stopped or failed
     assert d.admitted.wait(5)
     assert gate.report() | {"granted": 4, "most_held": 2} == gate.report()
@@ -158,3 +159,30 @@ def test_readers_are_told_their_query_only_where_a_gate_runs(monkeypatch) -> Non
     monkeypatch.setenv("DSFLOW_BATCH_GATE", "/x/gate.sock")
     options = gate_options("db.public.q")
     assert gated_query({k.upper(): v for k, v in options.items()}) == spark_query_name("db.public.q") == "db_public_q"
+
+
+def test_the_folder_of_a_gate_whose_host_died_is_swept(tmp_path) -> None:
+    import os
+    import socket
+
+    from dsflow.adapters.spark.gate import FOLDER_PREFIX, STALE_AFTER_S, sweep_stale
+
+    def gate_folder(name: str, listening: bool, age: float):
+        folder = tmp_path / f"{FOLDER_PREFIX}{name}"
+        folder.mkdir()
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(folder / "gate.sock"))
+        if listening:
+            server.listen(1)
+        else:
+            server.close()
+        past = time.time() - age
+        os.utime(folder / "gate.sock", (past, past))
+        return folder, server
+
+    dead, _ = gate_folder("dead", listening=False, age=STALE_AFTER_S + 5)
+    young, _ = gate_folder("young", listening=False, age=1)
+    live, server = gate_folder("live", listening=True, age=STALE_AFTER_S + 5)
+    sweep_stale(tmp_path)
+    assert not dead.exists() and young.exists() and live.exists()
+    server.close()

@@ -277,10 +277,13 @@ def test_an_application_runs_at_most_its_batches_at_once(tmp_path, broker):
         state = operations.load(options).workspace.state_backend().read()
         batches = [(name, *span) for name in names for span in _batch_spans(state, name)]
         gate = apps.read_json(Path(state.resources[Q + "a_out"].outputs["app_dir"]) / apps.HOST_FILE)["gate"]
+        shown = {e["address"]: e for e in operations.status(operations.load(options), with_dead_letters=False)}
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
     assert len(batches) >= 3 and gate["slots"] == 1 and gate["granted"] >= len(batches), (batches, gate)
+    assert {shown[Q + n]["batch_slot"] for n in names} <= {"held", "waiting", "free"}
+    assert {shown[Q + n]["app_batches"]["slots"] for n in names} == {1}
     overlapping = [(x, y) for x in batches for y in batches
                    if x[0] < y[0] and x[1] < y[2] and y[1] < x[2]]
     assert not overlapping, overlapping

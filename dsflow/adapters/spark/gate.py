@@ -34,6 +34,8 @@ from pathlib import Path
 
 GATE_ENV = "DSFLOW_BATCH_GATE"
 QUERY_OPTION = "dsflow.gate.query"
+FOLDER_PREFIX = "dsflow-gate-"
+STALE_AFTER_S = 60.0
 WAIT_LIMIT_S = 600.0
 """A reader waiting longer than this for a slot goes on without one (a gate that stopped answering)."""
 
@@ -66,7 +68,8 @@ class BatchGate:
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.folder = Path(tempfile.mkdtemp(prefix="dsflow-gate-"))  # 0700: only this user can connect
+        sweep_stale(Path(tempfile.gettempdir()))
+        self.folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))  # 0700: only this user can connect
         self.path = str(self.folder / "gate.sock")
         self.holders: dict[str, _Holder] = {}
         self.waiting: deque[tuple[str, socket.socket]] = deque()
@@ -106,6 +109,13 @@ class BatchGate:
             if holder is not None and holder.since <= ended_at:
                 del self.holders[query]
                 self._grant()
+
+    def slot_of(self, query: str) -> str:
+        """held (a batch of the query may run), waiting (its next batch waits for a slot), or free."""
+        with self.lock:
+            if query in self.holders:
+                return "held"
+            return "waiting" if any(w[0] == query for w in self.waiting) else "free"
 
     def report(self) -> dict[str, int]:
         with self.lock:
@@ -177,6 +187,30 @@ class BatchGate:
                 self.granted += 1
                 self.most_held = max(self.most_held, len(self.holders))
             _answer(connection)
+
+
+def sweep_stale(root: Path) -> None:
+    """Remove the folders of gates whose host died (kill -9): a socket older than STALE_AFTER_S that nobody
+    answers on. A younger one may be a host's between its bind and its listen."""
+    for folder in root.glob(f"{FOLDER_PREFIX}*"):
+        path = folder / "gate.sock"
+        try:
+            if time.time() - path.lstat().st_mtime < STALE_AFTER_S:
+                continue
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(str(path))
+        except ConnectionRefusedError:
+            path.unlink(missing_ok=True)
+            _remove_folder(folder)
+        except OSError:
+            continue
+
+
+def _remove_folder(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def _answer(connection: socket.socket) -> None:

@@ -78,8 +78,8 @@ class Host:
 
     def reconcile(self) -> None:
         wanted = desired(self.app_dir)
-        if self.gate is not None:
-            self.gate.resize(batches_at_once(read_json(self.app_dir / "app.json")) or self.gate.slots)
+        if self.gate is not None and (app := read_json(self.app_dir / "app.json")):  # 0 or unreadable: it stays
+            self.gate.resize(batches_at_once(app) or self.gate.slots)
         self.broken = {n: b for n, b in self.broken.items() if n in wanted}
         for name in [n for n, h in self.hosted.items()
                      if n not in wanted or int(wanted[n].get("generation", 0)) != h.generation]:
@@ -156,7 +156,9 @@ class Host:
         log(scrub(f"query {hosted.spec.name} failed: {err}"))
 
     def status(self, hosted: Hosted, state: str) -> dict[str, Any]:
-        return {**progress_status(hosted.spec, hosted.query, state), "app": self.app_dir.name,
+        slots = {"batch_slot": self.gate.slot_of(spark_query_name(hosted.spec.name)),
+                 "app_batches": self.gate.report()} if self.gate is not None else {}
+        return {**progress_status(hosted.spec, hosted.query, state), "app": self.app_dir.name, **slots,
                 **{k: v for k, v in hosted.report().items() if k in ("query_id", "run_id", "started_at")}}
 
     def report(self) -> None:
