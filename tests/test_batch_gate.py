@@ -46,11 +46,17 @@ def _settle(gate: BatchGate, held: int, waiting: int) -> None:
         time.sleep(0.01)
 
 
-def test_slots_are_given_first_come_first_served_and_given_back_at_a_batch_end(gate: BatchGate) -> None:
+def _two_held_one_waiting(gate: BatchGate) -> tuple[Waiting, Waiting, Waiting]:
+    """a and b hold the gate's two slots; c waits."""
     a, b = Waiting(gate, "a"), Waiting(gate, "b")
     assert a.admitted.wait(5) and b.admitted.wait(5)
     c = Waiting(gate, "c")
     _settle(gate, held=2, waiting=1)
+    return a, b, c
+
+
+def test_slots_are_given_first_come_first_served_and_given_back_at_a_batch_end(gate: BatchGate) -> None:
+    a, b, c = _two_held_one_waiting(gate)
     d = Waiting(gate, "d")
     _settle(gate, held=2, waiting=2)
     assert not c.admitted.is_set() and not d.admitted.is_set()
@@ -72,10 +78,7 @@ def test_another_source_of_a_query_holding_a_slot_is_let_through(gate: BatchGate
 
 
 def test_the_next_batch_of_a_query_queues_behind_the_waiting_ones(gate: BatchGate) -> None:
-    a, b = Waiting(gate, "a"), Waiting(gate, "b")
-    assert a.admitted.wait(5) and b.admitted.wait(5)
-    c = Waiting(gate, "c")
-    _settle(gate, held=2, waiting=1)
+    a, b, c = _two_held_one_waiting(gate)
     a.again()  # a's next batch, before the progress event of its last one
     assert c.admitted.wait(5), "c waited behind a query that went on batch after batch"
     assert not a.admitted.wait(0.3)
@@ -103,20 +106,14 @@ def test_a_progress_event_of_an_earlier_batch_does_not_take_the_slot_of_the_next
 
 
 def test_a_reader_that_exits_gives_its_slot_back(gate: BatchGate) -> None:
-    a, b = Waiting(gate, "a"), Waiting(gate, "b")
-    assert a.admitted.wait(5) and b.admitted.wait(5)
-    c = Waiting(gate, "c")
-    _settle(gate, held=2, waiting=1)
+    a, b, c = _two_held_one_waiting(gate)
     a.client.close()
     assert c.admitted.wait(5)
     _settle(gate, held=2, waiting=0)
 
 
 def test_a_waiting_reader_that_exits_is_forgotten(gate: BatchGate) -> None:
-    a, b = Waiting(gate, "a"), Waiting(gate, "b")
-    assert a.admitted.wait(5) and b.admitted.wait(5)
-    c = Waiting(gate, "c")
-    _settle(gate, held=2, waiting=1)
+    a, b, c = _two_held_one_waiting(gate)
     c.client.connection.shutdown(2)
     _settle(gate, held=2, waiting=0)
     gate.release("a")
@@ -124,10 +121,7 @@ def test_a_waiting_reader_that_exits_is_forgotten(gate: BatchGate) -> None:
 
 
 def test_a_query_being_stopped_is_not_kept_waiting(gate: BatchGate) -> None:
-    a, b = Waiting(gate, "a"), Waiting(gate, "b")
-    assert a.admitted.wait(5) and b.admitted.wait(5)
-    c = Waiting(gate, "c")
-    _settle(gate, held=2, waiting=1)
+    a, b, c = _two_held_one_waiting(gate)
     gate.release("c")
     assert c.admitted.wait(5)
     _settle(gate, held=2, waiting=0)

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from dsflow.adapters.spark.facets import SparkFacet
+from dsflow.adapters.spark.gate import spark_query_name
 
 BOOTSTRAP = "bootstrap.servers"
 
@@ -78,7 +79,7 @@ class KafkaSpark:
                   .option(BOOTSTRAP, spec.sink.client_config[BOOTSTRAP])
                   .option("topic", spec.sink.topic)
                   .option("checkpointLocation", spec.checkpoint)
-                  .queryName(spec.name.replace(".", "_"))
+                  .queryName(spark_query_name(spec.name))
                   .trigger(**trigger))
         writer = _with_client(writer, spec.sink.client_config)
         if options:
@@ -119,7 +120,7 @@ def _start_updates(spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
     return (frame.writeStream.foreachBatch(batch_writer(spec))
             .outputMode("update")
             .option("checkpointLocation", spec.checkpoint)
-            .queryName(spec.name.replace(".", "_"))
+            .queryName(spark_query_name(spec.name))
             .trigger(**trigger)
             .start())
 

@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 from dsflow.adapters.kinesis.client import prefixed
+from dsflow.adapters.spark.gate import gate_options, spark_query_name
 
 
 def kinesis_stream(spark, source, query: str = ""):
     """Rows (key, value, stream, shard, sequence, timestamp) of the source's Kinesis stream; for a value
     format other than json, `__value` (the decoded columns) instead of `value`."""
     from dsflow.adapters.spark.frames import source_format_options
-    from dsflow.adapters.spark.gate import gate_options
 
     reader = (spark.readStream.format("dsflow_kinesis").option("stream", source.topic)
               .option("starting.position", source.starting_position)
@@ -41,5 +41,5 @@ def start_kinesis(spec, frame, trigger: dict[str, Any]):
         writer = frame.writeStream.foreachBatch(write).outputMode("update")
     else:
         writer = frame.writeStream.format("dsflow_kinesis").options(**options)
-    return (writer.option("checkpointLocation", spec.checkpoint).queryName(spec.name.replace(".", "_"))
+    return (writer.option("checkpointLocation", spec.checkpoint).queryName(spark_query_name(spec.name))
             .trigger(**trigger).start())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dsflow.adapters.spark.facets import for_kind
+from dsflow.adapters.spark.gate import spark_query_name
 from dsflow.adapters.spark.spec import RECORD_TIMESTAMP, QuerySpec, SinkSpec, SourceSpec
 from dsflow.formats.keys import null_key_text
 
@@ -150,7 +151,7 @@ def start_view(spec: QuerySpec, result, trigger: dict[str, Any], views: Any):
     writer = (result.writeStream.foreachBatch(view_writer(spec, views))
               .outputMode(spec.sink.output_mode)
               .option("checkpointLocation", spec.checkpoint)
-              .queryName(spec.name.replace(".", "_"))
+              .queryName(spark_query_name(spec.name))
               .trigger(**trigger))
     return writer.start()
 

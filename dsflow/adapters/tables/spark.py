@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from dsflow.adapters.spark.gate import spark_query_name
+
 STORE_PREFIX = "store."
 """A store setting passed to a table's data source as the option `store.<setting>`."""
 
@@ -103,7 +105,7 @@ def start_table(spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
     return (frame.writeStream.foreachBatch(table_writer(spec))
             .outputMode(spec.sink.output_mode)
             .option("checkpointLocation", spec.checkpoint)
-            .queryName(spec.name.replace(".", "_"))
+            .queryName(spark_query_name(spec.name))
             .trigger(**trigger)
             .start())
 
