@@ -27,6 +27,11 @@ checkpoint gets after the process, or the restart in the host, began); and the b
     python bench/recovery.py                                    # by hand: ~35 min on 2 cores
     python bench/recovery.py --scenarios throughput --reps 3 --records 300000
     python bench/recovery.py --scenarios query,standby --kills 3
+    python bench/recovery.py --scenarios standby,shared --kills 3 --stateful    # queries that keep state
+
+`--stateful` makes each recovery query `SELECT id, COUNT(*) AS n ... GROUP BY id` (a changelog): its first batch
+after a restart also loads the state store, and the output's latest count of every id must be 1 (an input record
+counted twice by a restart would show as 2: `counted_twice`).
 """
 
 from __future__ import annotations
@@ -108,10 +113,27 @@ class Feeder(threading.Thread):
         return self.produced
 
 
+def stateful_sql(count: int) -> str:
+    """`--stateful`: each query counts its input per id (a changelog whose state store holds every id seen)."""
+    return "".join(f"CREATE STREAM in_{i} (id BIGINT, v BIGINT) WITH ('value.format' = 'json', "
+                   f"'topic.partitions' = 1);\nCREATE CHANGELOG out_{i} AS SELECT id, COUNT(*) AS n FROM in_{i} "
+                   "GROUP BY id;\n" for i in range(count))
+
+
 def output_ids(broker: str, topic: str) -> list[int]:
     from dsflow.adapters.kafka.client import read_to_end
 
     return read_to_end(broker, topic, convert=lambda m: json.loads(m.value())["id"])
+
+
+def counted_twice(broker: str, topic: str) -> int:
+    """Ids whose latest count in a `--stateful` output is above 1: an input record counted twice by a restart."""
+    from dsflow.adapters.kafka.client import read_to_end
+
+    latest: dict[int, int] = {}
+    for value in read_to_end(broker, topic, convert=lambda m: json.loads(m.value())):
+        latest[value["id"]] = value.get("n", 1)
+    return sum(1 for n in latest.values() if n > 1)
 
 
 def output_count(broker: str, topic: str) -> int:
@@ -376,6 +398,7 @@ def one_kill(backend, names: list[str], mode: str, action: str, number: int, arg
     scenario = {"driver": "query: driver killed", "host": "shared: host killed",
                 "one query": "shared: one query failed"}[action]
     scenario = "query + standby: driver killed" if mode == "standby" else scenario
+    scenario = f"{scenario} (stateful)" if args.stateful else scenario
     return {**recovery_row(watch, scenario, number), **extra, **waiting, "load_before": before, "load_after": load(),
             "waited_for_load_s": waited}
 
@@ -402,7 +425,10 @@ def recovery(work: Path, broker: str, mode: str, args) -> list[dict]:
     count = 3 if mode == "shared" else 1
     names = [f"out_{i}" for i in range(count)]
     root = work / f"recovery-{mode}"
-    write_project(root, "shared" if mode == "shared" else "query", count, broker, 10, f"r{mode[0]}")
+    write_project(root, "shared" if mode == "shared" else "query", count, broker, 10,
+                  f"r{mode[0]}{'s' if args.stateful else ''}", shape="simple")
+    if args.stateful:
+        (root / "sql" / "all.sql").write_text(stateful_sql(count))
     if mode == "standby":
         config = root / "dsflow.yml"
         config.write_text(config.read_text().replace("runtime:\n", "runtime:\n  standby: true\n"))
@@ -422,9 +448,13 @@ def recovery(work: Path, broker: str, mode: str, args) -> list[dict]:
         time.sleep(5)
         produced = feeder.finish()
         found = wait_outputs(broker, topics, produced, args.output_wait)
+        if args.stateful:
+            for name, topic in topics.items():
+                found[name]["counted_twice"] = counted_twice(broker, topic)
         for row in rows:
             row.update({"ids_produced": produced, "ids": found})
-        print(json.dumps({"scenario": mode, "ids_produced": produced, "ids": found}), flush=True)
+        print(json.dumps({"scenario": mode, "stateful": args.stateful, "ids_produced": produced, "ids": found}),
+              flush=True)
         return rows
     finally:
         feeder.stop.set()
@@ -590,6 +620,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--throughput-modes", default="query,shared",
                         help="query (own driver), shared (beside 2 idle queries), shared0 (alone in a shared app)")
     parser.add_argument("--output-wait", type=float, default=300, help="seconds to wait for every id in the output")
+    parser.add_argument("--stateful", action="store_true",
+                        help="recovery queries count per id (CREATE CHANGELOG ... GROUP BY id) instead of a filter")
     parser.add_argument("--max-load", type=float, default=12.0, help="wait before a row while the load is above")
     parser.add_argument("--calm-wait", type=float, default=120.0, help="... for at most this many seconds")
     return parser.parse_args(argv)

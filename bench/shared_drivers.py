@@ -15,7 +15,8 @@ batch's end.
 
 `--shape example` (the default) runs the example project's two queries (example_project/sql/pipelines.sql: the
 filter and the enrich query) in turn, each over its own topic of pageviews; `--shape simple` the filter and
-projection of the first measurements. Once every query made its first progress, `--rate` records a second are fed
+projection of the first measurements; `--shape stateful` aggregations over the same pageviews (a count per user,
+a count and latest view per page: changelogs whose state Spark keeps in each query's state store). Once every query made its first progress, `--rate` records a second are fed
 into each topic (5: the example's datagen) and memory is sampled every 10 s for `--settle` s (90: longer than the
 minute after which Spark stops idle Python workers): the largest total RSS and PSS seen, and the last sample
 with RSS, PSS and USS per kind of process (`kinds`: the JVM, the driver or host, each query's Python streaming
@@ -74,6 +75,11 @@ EXAMPLE_QUERIES = (
     "AS section FROM in_{i} WHERE userid IS NOT NULL",
 )
 """example_project/sql/pipelines.sql's filter and enrich queries, over `in_{i}` instead of `pageviews`."""
+STATEFUL_QUERIES = (
+    "SELECT userid, COUNT(*) AS views FROM in_{i} GROUP BY userid",
+    "SELECT pageid, COUNT(*) AS views, MAX(viewtime) AS last_view FROM in_{i} GROUP BY pageid",
+)
+"""`--shape stateful`: aggregations over the same pageviews (9 users, 90 pages), each a changelog keeping state."""
 
 
 def sql(count: int, shape: str = "example") -> str:
@@ -86,6 +92,10 @@ def sql(count: int, shape: str = "example") -> str:
             continue
         lines.append(f"CREATE STREAM in_{i} (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR) WITH "
                      "('value.format' = 'json', 'timestamp' = 'viewtime', 'topic.partitions' = 1);")
+        if shape == "stateful":
+            lines.append(f"CREATE CHANGELOG out_{i} WITH ('topic.partitions' = 1) AS "
+                         f"{STATEFUL_QUERIES[i % 2].format(i=i)};")
+            continue
         lines.append(f"CREATE STREAM out_{i} WITH ('topic.partitions' = 1) AS "
                      f"{EXAMPLE_QUERIES[i % 2].format(i=i)};")
     return "\n".join(lines) + "\n"
@@ -472,7 +482,7 @@ def main() -> int:
     parser.add_argument("--modes", default="shared,query")
     parser.add_argument("--per-app", type=int, default=50)
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--shape", choices=["example", "simple"], default="example")
+    parser.add_argument("--shape", choices=["example", "simple", "stateful"], default="example")
     parser.add_argument("--settle", type=float, default=90.0,
                         help="s of sampling memory (every 10 s) after every query's first progress")
     parser.add_argument("--rate", type=int, default=5, help="records/s fed into each topic while sampling")

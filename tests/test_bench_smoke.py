@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import pipelines, recovery, report, run  # noqa: E402
+from bench import pipelines, recovery, report, run, shared_drivers  # noqa: E402
 from dsflow import nexmark  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -96,6 +96,22 @@ def test_recovery_accounting_against_plain_python() -> None:
             {"mode": "shared", "records_out_per_s": 99}]
     found = recovery.summary(rows)
     assert found["query"]["median"] == 110 and found["shared_vs_alone_median_pct"] == -10.0
+
+
+@pytest.mark.parametrize("shape", ["example", "simple", "stateful", "recovery-stateful"])
+def test_the_bench_projects_are_valid(tmp_path: Path, shape: str) -> None:
+    """bench/shared_drivers.py's and bench/recovery.py's projects, checked as `dsflow validate` does."""
+    from dsflow.load.project import check_project
+
+    shared_drivers.write_project(tmp_path, "shared", 3, "127.0.0.1:9", 10, "t",
+                                 "simple" if shape == "recovery-stateful" else shape)
+    if shape == "recovery-stateful":
+        (tmp_path / "sql" / "all.sql").write_text(recovery.stateful_sql(3))
+    result = check_project(tmp_path, None, {})
+    assert not result.errors, [d.to_dict() for d in result.diagnostics]
+    outputs = {r.name: r.kind for r in result.project.relations if r.name.startswith("out_")}
+    kind = "changelog" if "stateful" in shape else "stream"
+    assert outputs == {f"out_{i}": kind for i in range(3)} and len(result.project.queries) == 3
 
 
 def test_a_sink_difference_names_what_is_missing_and_what_is_not_expected() -> None:
