@@ -207,7 +207,8 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
 
 
 def _start_runtime(ctx: click.Context, loaded: operations.Loaded) -> None:
-    """The runtime supervisor keeps the applied queries up (dsflow/runtime); started unless one runs."""
+    """The runtime supervisor keeps the applied queries up (dsflow/runtime): started unless one runs, else asked
+    to look at the new state at once."""
     from dsflow.runtime.control import ensure_started
 
     try:
@@ -217,6 +218,25 @@ def _start_runtime(ctx: click.Context, loaded: operations.Loaded) -> None:
         return
     if started is not None and started[1]:
         console.print(f"Runtime supervisor started (pid {started[0]['pid']}); 'dsflow runtime status' shows it.")
+    else:
+        _ask_runtime_to_look(loaded, "apply")
+
+
+def _ask_runtime_to_look(loaded: operations.Loaded, by: str) -> None:
+    """A running supervisor looks at the state apply or destroy just changed, instead of at its next tick; without
+    one, nothing to do (apply works as it does without a supervisor)."""
+    from dsflow.runtime import control
+
+    running = control.info(loaded)
+    if running is None:
+        return
+    try:
+        answer = control.look_now(loaded, by)
+    except DsflowError as err:  # the change is done: the supervisor reads the state at its next tick anyway
+        err_console.print(f"Warning: {err}", markup=False)
+        return
+    if answer.get("looked"):
+        console.print(f"Runtime supervisor (pid {running['pid']}) looked at the new state.")
 
 
 @cli.command()
@@ -227,6 +247,7 @@ def destroy(ctx: click.Context, auto_approve: bool, targets: tuple[str, ...]) ->
     """Stop every query and delete what dsflow created, in reverse dependency order."""
     loaded = _load(ctx)
     _apply(loaded, operations.plan(loaded, destroy=True, targets=_targets(targets)), auto_approve)
+    _ask_runtime_to_look(loaded, "destroy")
 
 
 @cli.command()

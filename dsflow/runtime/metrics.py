@@ -141,15 +141,14 @@ class StandbyCollector:
                                 value=float(keeper.get("failures") or 0))
 
 
-def serve(entries: Callable[[], list[dict[str, Any]]], port: int = 0,
-          standby: Callable[[], dict[str, Any]] | None = None) -> tuple[Any, int]:
-    """Serve /metrics on 127.0.0.1:`port` (0: a free port) in a background thread, from `entries` (what
-    `operations.status` gives) and `standby` (control.standby_info); the server and its port."""
-    from prometheus_client import CollectorRegistry, start_http_server
+def registry(entries: Callable[[], list[dict[str, Any]]],
+             standby: Callable[[], dict[str, Any]] | None = None) -> Any:
+    """The collectors of `entries` (what `operations.status` gives) and `standby` (control.standby_info), for the
+    supervisor's endpoint (runtime/endpoint.py) to serve at /metrics."""
+    from prometheus_client import CollectorRegistry
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatusCollector(entries))
+    found = CollectorRegistry(auto_describe=False)
+    found.register(StatusCollector(entries))
     if standby is not None:
-        registry.register(StandbyCollector(standby))
-    server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
-    return server, server.server_port
+        found.register(StandbyCollector(standby))
+    return found

@@ -1,8 +1,8 @@
 """The supervisor loop: `python -m dsflow.runtime.supervisor --project-dir DIR [--env ENV]`, started detached by
-`dsflow runtime up` (or by apply).
+`dsflow runtime up` (or by apply), or become by `dsflow runtime up --foreground` (a systemd unit, a container).
 
-Every tick it reads the state and, for each deployed query and generator, checks that the process the state
-records is alive. A dead one is restarted from its checkpoint after a backoff (records.backoff), and the new PID
+Every tick, and at once when apply or destroy asks over its endpoint (runtime/endpoint.py), it reads the state
+and, for each deployed query and generator, checks that the process the state records is alive. A dead one is restarted from its checkpoint after a backoff (records.backoff), and the new PID
 is written to the state under the state lock, so apply and destroy stop the process that really runs. It leaves
 alone what apply or destroy is changing: nothing is restarted while the state lock is held by anyone else or the
 state records a pending change, and a resource that left the state (destroyed) or whose PID changed under it
@@ -28,7 +28,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
 from dsflow.engine.executors import datagen_marker, driver_marker, launch_datagen, relaunch_driver
-from dsflow.runtime import shared
+from dsflow.runtime import endpoint, shared
 from dsflow.runtime.locking import RESTART_OPERATION
 from dsflow.runtime.standby import Keeper
 from dsflow.runtime.records import (STABLE_SECONDS, RuntimeRecord, backoff, last_error, read_record, recorded_state,
@@ -253,43 +253,68 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     options = operations.Options(Path(args.project_dir), args.env, json.loads(os.environ.get(VARS_ENV) or "{}"))
     supervisor = Supervisor(options, auto=args.auto)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    from dsflow.runtime.metrics import serve
+    stop, looks = threading.Event(), endpoint.Looks()
 
-    server, port = serve(lambda: operations.status(supervisor.loaded, with_dead_letters=False), args.port,
-                         standby=supervisor.standby.info)
-    info_path = supervisor.workspace.run_dir / INFO_FILE
-    info_path.parent.mkdir(parents=True, exist_ok=True)
-    info = {"pid": os.getpid(), "port": port, "started_at": time.time(), "ticks": 0,
-            "project_dir": str(Path(args.project_dir).resolve()), "environment": supervisor.loaded.project.environment}
+    def stopping(*_) -> None:
+        stop.set()
+        looks.wake()
+    signal.signal(signal.SIGTERM, stopping)
+    signal.signal(signal.SIGINT, stopping)
+    from dsflow.runtime.metrics import registry
+
+    run_dir = supervisor.workspace.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info_path = run_dir / INFO_FILE
+    info = {"pid": os.getpid(), "port": 0, "started_at": time.time(), "ticks": 0,
+            "project_dir": str(Path(args.project_dir).resolve()), "environment": supervisor.loaded.project.environment,
+            "token_file": str(run_dir / endpoint.TOKEN_FILE)}
+    token = endpoint.write_token(run_dir)
+    metrics = registry(lambda: operations.status(supervisor.loaded, with_dead_letters=False),
+                       standby=supervisor.standby.info)
+    server, info["port"] = endpoint.serve(metrics, token, looks, lambda: _own_record(info, looks), args.port)
     write_info(info_path, info)
-    log(f"supervisor started (pid {os.getpid()}), metrics on http://127.0.0.1:{port}/metrics")
+    log(f"supervisor started (pid {os.getpid()}), metrics on http://127.0.0.1:{info['port']}/metrics")
     tick = float(os.environ.get(TICK_ENV) or 1.0)
     try:
         while not stop.is_set() and Path(args.project_dir).is_dir():
+            looks.begin()
             try:
-                if not supervisor.tick():
-                    break
+                going_on = supervisor.tick()
             except Exception as err:  # noqa: BLE001 - a state briefly unreadable is no reason to stop watching
                 log(f"tick failed: {err}")
+                going_on = True
             info["ticks"] += 1  # finished looks: what `runtime status` shows and tests wait on
             try:
                 write_info(info_path, info)
             except OSError:  # the project's run folder was removed: the loop ends with the folder
                 pass
-            stop.wait(tick)
+            looks.end()
+            if not going_on:
+                break
+            looks.pause(tick)
     finally:
-        server.shutdown()
+        endpoint.stop(server)
         supervisor.standby.stop("the supervisor stops")
-        try:
-            if json.loads(info_path.read_text()).get("pid") == os.getpid():
-                info_path.unlink()
-        except (OSError, ValueError):
-            pass
+        _remove_own(info_path, run_dir / endpoint.TOKEN_FILE, token)
         log("supervisor stopped")
     return 0
+
+
+def _own_record(info: dict, looks: endpoint.Looks) -> dict:
+    """What GET /v1/status answers."""
+    return {**{k: v for k, v in info.items() if k != "token_file"}, "looks": looks.done,
+            "last_asked": looks.last_asked}
+
+
+def _remove_own(info_path: Path, token_path: Path, token: str) -> None:
+    """Remove this supervisor's record and token file, not a successor's."""
+    try:
+        if json.loads(info_path.read_text()).get("pid") == os.getpid():
+            info_path.unlink()
+    except (OSError, ValueError):
+        pass
+    if endpoint.read_token(token_path.parent) == token:
+        token_path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -111,10 +111,12 @@ def _start_runtime(loaded: operations.Loaded, server: Server) -> None:
     if os.environ.get("DSFLOW_RUNTIME", "").lower() == "off":
         return
     from dsflow.errors import DsflowError
-    from dsflow.runtime.control import ensure_started
+    from dsflow.runtime.control import ensure_started, info, look_now
 
     try:
-        ensure_started(loaded, server.options)
+        started = ensure_started(loaded, server.options)
+        if (started is None or not started[1]) and info(loaded) is not None:
+            look_now(loaded, "server apply")  # a running supervisor looks at the new state at once
     except DsflowError:
         pass  # the apply succeeded; `dsflow runtime status` says why nothing watches the queries
 
