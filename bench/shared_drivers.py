@@ -12,6 +12,7 @@ batch's end.
     python bench/shared_drivers.py --counts 50 --modes shared --per-app 50
     python bench/shared_drivers.py --counts 50 --modes shared --conf spark.python.factory.idleWorkerMaxPoolSize=4
     python bench/shared_drivers.py --counts 50 --modes shared --batches-at-once 0    # runtime.batches_at_once: 0
+    python bench/shared_drivers.py --counts 50 --modes shared --shape stateful --with-runtime
 
 `--shape example` (the default) runs the example project's two queries (example_project/sql/pipelines.sql: the
 filter and the enrich query) in turn, each over its own topic of pageviews; `--shape simple` the filter and
@@ -419,10 +420,15 @@ class Run:
     settle: float = 90.0
     rate: int = 5
     batches: int | None = None
+    runtime: bool = False
+    """--with-runtime: the runtime supervisor runs too, and its memory and the broker's are counted."""
 
 
 def measure(run: Run, mode: str, count: int) -> dict:
     from dsflow.engine import operations
+
+    from dsflow.adapters.kafka import devbroker
+    from dsflow.runtime import control
 
     root = run.work / f"{mode}-{count}"
     tag = f"{mode[0]}{count}"
@@ -437,6 +443,8 @@ def measure(run: Run, mode: str, count: int) -> dict:
         wait_all(state, [f"out_{i}" for i in range(count)], run.timeout)
         all_up = time.monotonic() - started
         pids = {r.outputs["pid"] for k, r in state.resources.items() if k.startswith("query.")}
+        if run.runtime:
+            pids |= {control.up(loaded, options)[0]["pid"], devbroker.read(run.work / "broker").pid}
         topics = [loaded.project.relation(f"bench.public.in_{i}").topic for i in range(count)]
         before = batches(state, count)
         with Feeder(run.broker, topics, run.rate, run.shape) as feeder, FastSampler(pids) as fast:
@@ -456,7 +464,7 @@ def measure(run: Run, mode: str, count: int) -> dict:
         outputs = state.resources[f"query.bench.public.out_{count}"].outputs
         progressed = progress_instant(Path(outputs["run_dir"]))
         hosted = hosted_start(outputs)
-        return {"mode": mode, "queries": count, "shape": run.shape, "conf": run.conf, "batches_at_once": run.batches,
+        return {"mode": mode, "queries": count, "shape": run.shape, "with_runtime": run.runtime, "conf": run.conf, "batches_at_once": run.batches,
                 "gate": _gate(state, count), "drivers_or_hosts": len(pids),
                 "rate_per_topic": run.rate, "fed": feeder.sent, "settle_s": run.settle, "batches_while_sampled": ran,
                 "lag_records_at_end": lag,
@@ -467,6 +475,7 @@ def measure(run: Run, mode: str, count: int) -> dict:
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+        control.down(loaded)
 
 
 def machine() -> dict:
@@ -488,6 +497,8 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=5, help="records/s fed into each topic while sampling")
     parser.add_argument("--conf", action="append", default=[], help="a Spark setting key=value (runtime.spark_conf)")
     parser.add_argument("--batches-at-once", type=int, default=None, help="runtime.batches_at_once (default: unset)")
+    parser.add_argument("--with-runtime", action="store_true",
+                        help="start the runtime supervisor too; count its memory and the broker's with the queries'")
     args = parser.parse_args()
     os.environ.setdefault("DSFLOW_RUNTIME", "off")
     from dsflow.adapters.kafka import devbroker
@@ -495,7 +506,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dsflow-shared-bench-"))
     broker = devbroker.start(work / "broker", port=devbroker.free_port()).bootstrap
     run = Run(work, broker, args.per_app, args.timeout, args.shape,
-              dict(item.split("=", 1) for item in args.conf), args.settle, args.rate, args.batches_at_once)
+              dict(item.split("=", 1) for item in args.conf), args.settle, args.rate, args.batches_at_once,
+              args.with_runtime)
     try:
         print(json.dumps({"machine": machine(), "records_per_topic": RECORDS, "work": str(work)}), flush=True)
         for count in [int(c) for c in args.counts.split(",")]:
