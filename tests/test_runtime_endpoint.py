@@ -185,3 +185,36 @@ def test_the_container_entrypoint_applies_then_becomes_the_supervisor(project) -
             assert "Apply complete" in output
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def test_a_look_asked_mid_look_waits_for_the_next_one() -> None:
+    """`Looks` alone: a look already under way when the request came may have read the state before the change, so
+    the answer waits for the next look, which begins at once instead of after the tick."""
+    import threading
+
+    from dsflow.runtime.endpoint import Looks
+
+    looks, under_way, finish = Looks(), threading.Event(), threading.Event()
+    began: list[int] = []
+
+    def loop() -> None:
+        for number in range(1, 4):
+            looks.begin()
+            began.append(number)
+            if number == 1:
+                under_way.set()
+                finish.wait(30)
+            looks.end()
+            looks.pause(600)
+
+    threading.Thread(target=loop, daemon=True).start()
+    under_way.wait(30)
+    answers: list[dict] = []
+    asking = threading.Thread(target=lambda: answers.append(looks.ask("test", wait=30)))
+    asking.start()
+    wait_for(lambda: looks.last_asked is not None, 30, "the request")
+    finish.set()  # look 1 ends: not the one asked for
+    asking.join(30)
+    assert answers == [{"looked": True, "looks": 2, "asked_by": "test"}] and began[:2] == [1, 2]
+    assert looks.ask("again", wait=0.5)["looks"] == 3  # look 3 begins at once: no 600 s tick waited
+    assert looks.ask("late", wait=0.2) == {"looked": False, "looks": 3, "asked_by": "late"}  # the loop ended
