@@ -16,16 +16,16 @@ batch's end.
 
 `--shape example` (the default) runs the example project's two queries (example_project/sql/pipelines.sql: the
 filter and the enrich query) in turn, each over its own topic of pageviews; `--shape simple` the filter and
-projection of the first measurements; `--shape stateful` aggregations over the same pageviews (a count per user,
-a count and latest view per page: changelogs whose state Spark keeps in each query's state store). Once every query made its first progress, `--rate` records a second are fed
-into each topic (5: the example's datagen) and memory is sampled every 10 s for `--settle` s (90: longer than the
-minute after which Spark stops idle Python workers): the largest total RSS and PSS seen, and the last sample
-with RSS, PSS and USS per kind of process (`kinds`: the JVM, the driver or host, each query's Python streaming
-source runner, the task workers, each kind of Spark's driver-side Python workers and their daemons). Meanwhile
-a thread sums the RSS every 0.2 s from /proc (`fast_*`: the largest and the median total, the samples over 6 GiB,
-what the largest held, the write-planning workers alive per tenth of the second); `fast_rss_max_without_spawning_jvm`
-leaves out a child of the JVM caught between its vfork and exec (same command line as the JVM, counted with the
-JVM's ~1 GB although it shares the JVM's memory).
+projection of the first measurements; `--shape stateful` aggregations over the same pageviews (a count per user, a
+count and latest view per page: changelogs whose state Spark keeps in each query's state store). Once every query
+made its first progress, `--rate` records a second are fed into each topic (5: the example's datagen) and memory is
+sampled every 10 s for `--settle` s (90: longer than the minute after which Spark stops idle Python workers): the
+largest total RSS and PSS seen, and the last sample with RSS, PSS and USS per kind of process (`kinds`: the JVM, the
+driver or host, each query's Python streaming source runner, the task workers, each kind of Spark's driver-side
+Python workers and their daemons). Meanwhile a thread sums the RSS every 0.2 s from /proc (`fast_*`: the largest and
+the median total, the samples over 6 GiB, what the largest held, the write-planning workers alive per tenth of the
+second); `fast_rss_max_without_spawning_jvm` leaves out a child of the JVM caught between its vfork and exec (same
+command line as the JVM, counted with the JVM's ~1 GB although it shares the JVM's memory).
 
 Each query-mode driver is a JVM of ~1 GB heap: 10 of them took 15.6 GB and several minutes on 2 cores.
 """
@@ -464,7 +464,8 @@ def measure(run: Run, mode: str, count: int) -> dict:
         outputs = state.resources[f"query.bench.public.out_{count}"].outputs
         progressed = progress_instant(Path(outputs["run_dir"]))
         hosted = hosted_start(outputs)
-        return {"mode": mode, "queries": count, "shape": run.shape, "with_runtime": run.runtime, "conf": run.conf, "batches_at_once": run.batches,
+        return {"mode": mode, "queries": count, "shape": run.shape, "with_runtime": run.runtime, "conf": run.conf,
+                "batches_at_once": run.batches,
                 "gate": _gate(state, count), "drivers_or_hosts": len(pids),
                 "rate_per_topic": run.rate, "fed": feeder.sent, "settle_s": run.settle, "batches_while_sampled": ran,
                 "lag_records_at_end": lag,

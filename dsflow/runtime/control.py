@@ -167,7 +167,9 @@ def ask(loaded: Loaded, path: str, method: str = "GET", timeout: float = ASK_TIM
 def look_now(loaded: Loaded, by: str) -> dict[str, Any]:
     """Ask the running supervisor to look at the state at once (after apply or destroy changed it), not at its
     next tick; its answer once that look ended (`looked`, `looks`). DSF-E273 when it cannot be asked."""
-    return ask(loaded, f"/v1/look?by={by}", method="POST", timeout=LOOK_WAIT_SECONDS + 5)
+    from urllib.parse import urlencode
+
+    return ask(loaded, f"/v1/look?{urlencode({'by': by})}", method="POST", timeout=LOOK_WAIT_SECONDS + 5)
 
 
 def _log_tail(path: Path, lines: int = 5) -> str:

@@ -2,8 +2,9 @@
 `dsflow runtime up` (or by apply), or become by `dsflow runtime up --foreground` (a systemd unit, a container).
 
 Every tick, and at once when apply or destroy asks over its endpoint (runtime/endpoint.py), it reads the state
-and, for each deployed query and generator, checks that the process the state records is alive. A dead one is restarted from its checkpoint after a backoff (records.backoff), and the new PID
-is written to the state under the state lock, so apply and destroy stop the process that really runs. It leaves
+and, for each deployed query and generator, checks that the process the state records is alive. A dead one is
+restarted from its checkpoint after a backoff (records.backoff), and the new PID is written to the state under the
+state lock, so apply and destroy stop the process that really runs. It leaves
 alone what apply or destroy is changing: nothing is restarted while the state lock is held by anyone else or the
 state records a pending change, and a resource that left the state (destroyed) or whose PID changed under it
 (replaced) is not restarted. Drivers still alive when it starts are adopted (it only starts what is dead).
@@ -266,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     info_path = run_dir / INFO_FILE
     info = {"pid": os.getpid(), "port": 0, "started_at": time.time(), "ticks": 0,
-            "project_dir": str(Path(args.project_dir).resolve()), "environment": supervisor.loaded.project.environment,
-            "token_file": str(run_dir / endpoint.TOKEN_FILE)}
+            "project_dir": str(Path(args.project_dir).resolve()), "environment": supervisor.loaded.project.environment}
     token = endpoint.write_token(run_dir)
     metrics = registry(lambda: operations.status(supervisor.loaded, with_dead_letters=False),
                        standby=supervisor.standby.info)
@@ -302,8 +302,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _own_record(info: dict, looks: endpoint.Looks) -> dict:
     """What GET /v1/status answers."""
-    return {**{k: v for k, v in info.items() if k != "token_file"}, "looks": looks.done,
-            "last_asked": looks.last_asked}
+    return {**info, "looks": looks.done, "last_asked": looks.last_asked}
 
 
 def _remove_own(info_path: Path, token_path: Path, token: str) -> None:
