@@ -9,10 +9,11 @@ kill: the supervisor noticing it (its record's `died_at`), the new PID recorded 
 in a live host: the host reporting its restart), the query started again (a driver's first 'running' status, or
 the start the host reports), and the end of its first micro-batch in the new process (the first commit file its
 checkpoint gets after the process, or the restart in the host, began); and the backoff applied (records.backoff).
-- `query`: one stateless query in its own driver (`runtime.isolation: query`), the driver killed (SIGKILL).
-- `standby`: the same with `runtime.standby: true`: before each kill the script also waits for the supervisor's
-  standby driver to be ready (its RSS, the standby process with its JVM and Python workers, is in the row), and
-  the row says how the supervisor started the query again (`last_restart`: from the standby, or cold).
+- `query`: one stateless query in its own driver (`runtime.isolation: query`) with `runtime.standby: false`, the
+  driver killed (SIGKILL): a cold restart.
+- `standby`: the same with the default `runtime.standby` (on): before each kill the script also waits for the
+  supervisor's standby driver to be ready (its RSS, the standby process with its JVM and Python workers, is in the
+  row), and the row says how the supervisor started the query again (`last_restart`: from the standby, or cold).
 - `shared`: three such queries in one shared application; alternately the host is killed (SIGKILL), then one query
   fails alone (SIGKILL of one Python streaming source runner in the host: the driver side of its Kafka source).
 - `throughput`: the same stateless query (a filter and a projection) alone in its own driver, or added to a warm
@@ -429,9 +430,9 @@ def recovery(work: Path, broker: str, mode: str, args) -> list[dict]:
                   f"r{mode[0]}{'s' if args.stateful else ''}", shape="simple")
     if args.stateful:
         (root / "sql" / "all.sql").write_text(stateful_sql(count))
-    if mode == "standby":
+    if mode != "standby":  # the standby is on by default: `query` measures the cold restart without it
         config = root / "dsflow.yml"
-        config.write_text(config.read_text().replace("runtime:\n", "runtime:\n  standby: true\n"))
+        config.write_text(config.read_text().replace("runtime:\n", "runtime:\n  standby: false\n"))
     options = operations.Options(root, None, {})
     loaded = deploy(root, options)
     backend = loaded.workspace.state_backend()

@@ -1,11 +1,11 @@
 """The runtime supervisor (dsflow/runtime) against real drivers on the test broker.
 
-One project, two queries. `id_counts` counts each id (a changelog: exactly once through its checkpoint); its
-driver is killed with SIGKILL while records keep arriving, and the supervisor must restart it from its checkpoint
-(a new PID, recorded in the state) so that every id produced before and after the kill is counted exactly once.
-`copy`'s recorded spec is made unreadable and its driver killed: every restart fails (fast: before Spark starts),
-and `dsflow status --json` must show a crash loop (growing restarts, the last error, a next retry). The metrics
-endpoint is scraped once. Destroy, with the supervisor still up, must not be undone by it.
+One project, two queries, `runtime.standby: false`. `id_counts` counts each id (a changelog: exactly once through
+its checkpoint); its driver is killed with SIGKILL while records keep arriving, and the supervisor must restart it
+cold from its checkpoint (a new PID, recorded in the state) so that every id produced before and after the kill is
+counted exactly once. `copy`'s recorded spec is made unreadable and its driver killed: every restart fails (fast:
+before Spark starts), and `dsflow status --json` must show a crash loop (growing restarts, the last error, a next
+retry). The metrics endpoint is scraped once. Destroy, with the supervisor still up, must not be undone by it.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def _counts(broker, project) -> dict[int, int]:
 
 @pytest.mark.integration
 def test_supervisor_restarts_a_killed_driver_and_shows_a_crash_loop(tmp_path, broker):
-    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"rt{os.getpid()}_"), "sql/all.sql": SQL})
+    config = CONFIG.format(prefix=f"rt{os.getpid()}_").replace("runtime:\n", "runtime:\n  standby: false\n")
+    root = make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded)).ok
@@ -131,6 +132,7 @@ def _run(root, options, project, broker, supervisor) -> None:
     assert restarted["state"] == "running" and restarted["pid"] == new_pid
     assert restarted["restarts"] == 1 and restarted["last_exit"].startswith("gone without recording a failure")
     assert restarted["last_error"] is None  # a SIGKILL leaves none
+    assert restarted["last_restart"] == "cold start" and restarted["standby"] is None  # `standby: false`
     assert restarted["uptime_seconds"] is not None
 
     first = wait_for(lambda: (e := _status(root, broker)[BROKEN])["restarts"] >= 2 and e["last_error"] and e,

@@ -1,7 +1,7 @@
-"""The runtime supervisor's warm standby driver (`runtime.standby: true`; dsflow/runtime/standby.py and
+"""The runtime supervisor's warm standby driver (`runtime.standby`, on by default; dsflow/runtime/standby.py and
 dsflow/adapters/spark/standby.py) against a real supervisor process, real drivers and the test broker.
 
-A project with the standby on runs one stateless query in its own driver. Once the supervisor's standby is ready,
+A project that says nothing of the standby (so it is on) runs one stateless query in its own driver. Once the supervisor's standby is ready,
 the query's driver is killed with SIGKILL while records keep arriving: the supervisor must hand the query to the
 standby, so the state's PID becomes the standby's (a process that now reads as that query's driver), a new
 standby must start, and every id produced before, during and after the kill must reach the sink (counted by id
@@ -40,7 +40,6 @@ CREATE STREAM events (id BIGINT, ts BIGINT) WITH ('value.format' = 'json', 'topi
 CREATE STREAM copy WITH ('trigger.interval' = '500 ms') AS SELECT id, ts FROM events;
 """
 COPY = "query.analytics.public.copy"
-STANDBY_CONFIG = CONFIG.replace("  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  standby: true\n")
 SECRET_STORE = """\
 stores:
   - name: kafka_main
@@ -83,11 +82,11 @@ class Feeder(threading.Thread):
 def test_a_killed_driver_is_handed_to_the_standby_and_loses_nothing(tmp_path, broker, monkeypatch):
     monkeypatch.setenv("DSFLOW_RUNTIME_TICK", "0.5")
     monkeypatch.setenv("DSF_STANDBY_BOOTSTRAP", broker)  # the supervisor inherits it, as from a shell
-    root = make_project(tmp_path, {"dsflow.yml": STANDBY_CONFIG.format(prefix=f"sb{os.getpid()}_"),
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"sb{os.getpid()}_"),
                                    "stores/kafka.yml": SECRET_STORE, "sql/all.sql": SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
-    assert loaded.project.runtime.standby
+    assert "standby" not in CONFIG and loaded.project.runtime.standby  # the default
     assert operations.apply(loaded, operations.plan(loaded)).ok
     feeder = None
     try:

@@ -351,8 +351,9 @@ class RuntimeSettings(Frozen):
     queries_per_app: int = Field(10, description="shared: at most this many queries per Spark application")
     batches_at_once: int | None = Field(None, description="shared: at most this many of an application's queries "
                                         "run a micro-batch at once (0: no bound; None: 2 per core of the host)")
-    standby: bool = Field(False, description="the runtime supervisor keeps a warm standby driver (JVM and Spark session "
-                                             "started) that becomes the next dead query-isolation query's driver")
+    standby: bool = Field(True, description="the runtime supervisor keeps a warm standby driver (JVM and Spark session "
+                                            "started) that becomes the next dead query-isolation query's driver; kept "
+                                            "only while a query runs in its own driver on a local master")
 
 
 class StateSettings(Frozen):

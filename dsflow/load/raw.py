@@ -98,8 +98,8 @@ class RawRuntime(Raw):
     queries_per_app: int = Field(10, ge=1, description="shared: at most this many queries per Spark application")
     batches_at_once: int | None = Field(None, ge=0, description="shared: at most this many of an application's "
                                         "queries run a micro-batch at once (0: no bound; default 2 per core)")
-    standby: bool = Field(False, description="the runtime supervisor keeps a warm standby driver for restarts of "
-                                             "query-isolation queries (docs/runtime.md)")
+    standby: bool = Field(True, description="the runtime supervisor keeps a warm standby driver for restarts of "
+                                            "query-isolation queries on a local master (docs/runtime.md)")
 
     _checkpoint_root = field_validator("checkpoint_root")(checked_folder)
 
