@@ -534,6 +534,13 @@ def measured_batches(checkpoint: Path, since: float) -> dict[int, tuple[float, f
     return found
 
 
+def committed_batches(checkpoint: Path, since: float) -> dict[int, tuple[float, float]]:
+    """measured_batches once every batch triggered after `since` has its commit file (empty until then)."""
+    started = [batch for batch in batch_files(checkpoint, "offsets") if batch_start(checkpoint, batch) > since]
+    found = measured_batches(checkpoint, since)
+    return found if started and len(found) == len(started) else {}
+
+
 def measure_preload(broker: str, topic: str, out_topic: str, checkpoint: Path, first: int, args) -> dict:
     """Half way between two triggers of the measured query, produce --records records (ids from `first`); once its
     output holds them, its records/s over the batch(es) that read them (first trigger time to last commit)."""
@@ -545,7 +552,8 @@ def measure_preload(broker: str, topic: str, out_topic: str, checkpoint: Path, f
     preload_s = produce_all(broker, topic, values)
     expected = kept(0, first + args.records)
     wait_for(lambda: output_count(broker, out_topic) >= len(expected), WAIT, "the measured query's output")
-    batches = measured_batches(checkpoint, produced_from)
+    # the sink has written the batch before Spark writes its commit file: wait for that too
+    batches = wait_for(lambda: committed_batches(checkpoint, produced_from), 60, "the measured batch's commit")
     start, end = min(b[0] for b in batches.values()), max(b[1] for b in batches.values())
     written = len(kept(first, args.records))
     return {"records_in": args.records, "records_out": written, "batches": len(batches),
