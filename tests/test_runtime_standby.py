@@ -1,15 +1,15 @@
 """The runtime supervisor's warm standby driver (`runtime.standby`, on by default; dsflow/runtime/standby.py and
 dsflow/adapters/spark/standby.py) against a real supervisor process, real drivers and the test broker.
 
-A project that says nothing of the standby (so it is on) runs one stateless query in its own driver. Once the supervisor's standby is ready,
-the query's driver is killed with SIGKILL while records keep arriving: the supervisor must hand the query to the
-standby, so the state's PID becomes the standby's (a process that now reads as that query's driver), a new
-standby must start, and every id produced before, during and after the kill must reach the sink (counted by id
-in the sink topic against the produced ids: at-least-once, so an id may appear twice, none may be missing). The
-store's bootstrap address comes from env_var(), a secret: the recorded spec names it only as `@env:...`, so the
-adopted query reaches the broker only if the handoff passed the secret (over the pipe, never on disk). Destroy
-with the supervisor up must leave no standby. Without Spark: a process rewrites its command line into a driver's
-(what a handoff does), and the standby's choice of master and conf.
+A project that says nothing of the standby (so it is on) runs one stateless query in its own driver. Once the
+supervisor's standby is ready, the query's driver is killed with SIGKILL while records keep arriving: the supervisor
+must hand the query to the standby, so the state's PID becomes the standby's (a process that now reads as that
+query's driver), a new standby must start, and every id produced before, during and after the kill must reach the
+sink (counted by id in the sink topic against the produced ids: at-least-once, so an id may appear twice, none may
+be missing). The store's bootstrap address comes from env_var(), a secret: the recorded spec names it only as
+`@env:...`, so the adopted query reaches the broker only if the handoff passed the secret (over the pipe, never on
+disk). Destroy with the supervisor up must leave no standby. Without Spark: a process rewrites its command line into
+a driver's (what a handoff does), and the standby's choice of master and conf.
 """
 
 from __future__ import annotations
