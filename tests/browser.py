@@ -1,14 +1,12 @@
 """Debian's chromium for the browser tests (Playwright drives it; Playwright's own browser download is not used).
 
-    with chromium() as browser: page = browser.new_page()   # Debian's chromium, installed first if missing (root)
+    with chromium() as browser: page = browser.new_page()   # Debian's chromium
 
-.ci/run installs chromium too; this installs it when a test session runs on a fresh machine as root.
+tests/setup.sh installs it (Debian's `chromium` package); a test never installs anything.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,14 +15,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 
 def ensure_chromium() -> str:
-    """The path of Debian's chromium, after `apt-get install -y chromium` when it is missing and we are root."""
-    if not CHROMIUM.exists() and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if subprocess.run(["apt-get", "install", "-y", "chromium"], env=env, capture_output=True).returncode:
-            subprocess.run(["apt-get", "update"], env=env, check=True, capture_output=True)
-            subprocess.run(["apt-get", "install", "-y", "chromium"], env=env, check=True, capture_output=True)
+    """The path of Debian's chromium; a clear error when it is missing."""
     if not CHROMIUM.exists():
-        raise RuntimeError(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)")
+        raise RuntimeError(f"{CHROMIUM} is missing: run tests/setup.sh (or install Debian's chromium package)")
     return str(CHROMIUM)
 
 

@@ -1,4 +1,4 @@
-"""Shared test infrastructure: one tansu broker and one Spark session per test run."""
+"""Shared test infrastructure: one broker (Apache Kafka), one PostgreSQL and one Spark session per test run."""
 
 from __future__ import annotations
 
@@ -25,11 +25,10 @@ for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "t
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Machine set-up the suite needs (tests/environment.py), before any test holds a connection."""
-    from environment import ensure_fakesnow, ensure_logical_replication
+    """The session's PostgreSQL (tests/pgserver.py), before collection: test modules read its port at import."""
+    import pgserver
 
-    ensure_fakesnow()
-    ensure_logical_replication()
+    pgserver.start()
 
 
 @pytest.fixture(autouse=True)
@@ -43,16 +42,39 @@ def _secrets_of_this_test_only() -> Iterator[None]:
     secrets.forget(secrets.registered() - before)
 
 
-@pytest.fixture(scope="session")
-def broker() -> Iterator[str]:
-    """A real tansu broker on a free loopback port; yields its bootstrap address."""
+BROKER_KIND = os.environ.get("DSFLOW_TEST_BROKER", "kafka")
+"""The broker of the test run: Apache Kafka (KRaft) by default, `tansu` (dsflow dev up's JVM-free default) when
+DSFLOW_TEST_BROKER=tansu. Tests marked with tests/brokers.py's `both_brokers` run on tansu as well."""
+
+
+def _start_broker(kind: str) -> Iterator:
     from dsflow.adapters.kafka import devbroker
 
-    run_dir = Path(tempfile.mkdtemp(prefix="dsflow-broker-"))
-    info = devbroker.start(run_dir, port=devbroker.free_port())
-    yield info.bootstrap
+    run_dir = Path(tempfile.mkdtemp(prefix=f"dsflow-{kind}-"))
+    info = devbroker.start(run_dir, port=devbroker.free_port(), kind=kind)
+    yield info
     devbroker.stop(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator:
+    """The run's broker on free loopback ports (devbroker.BrokerInfo: its listeners and TLS material)."""
+    yield from _start_broker(BROKER_KIND)
+
+
+@pytest.fixture(scope="session")
+def tansu_broker() -> Iterator:
+    """A tansu broker, for the Kafka-contract subset and the tests that pin tansu's own behaviour."""
+    yield from _start_broker("tansu")
+
+
+@pytest.fixture(scope="session")
+def broker(request: pytest.FixtureRequest) -> str:
+    """A broker's plaintext bootstrap address: the run's broker, or tansu's where a test is parametrized with
+    "tansu" (tests/brokers.py)."""
+    kind = getattr(request, "param", "main")
+    return request.getfixturevalue("tansu_broker" if kind == "tansu" else "kafka_broker").bootstrap
 
 
 @pytest.fixture(scope="session")
@@ -108,20 +130,12 @@ def azurite_endpoint() -> Iterator[str]:
     """A real Azurite Blob service (Azure storage emulator) on a free loopback port, in its own temp folder,
     stopped by its PID; yields the account's Blob endpoint URL (http://127.0.0.1:PORT/devstoreaccount1).
 
-    .ci/run installs azurite from npm into tests/.node; this installs it there too if it is missing or older than
-    AZURITE_VERSION (older ones ignore the `startFrom` of a blob listing, which delta-rs uses to find a table's
-    newest commit: its third commit then fails with "Invalid table version").
+    tests/setup.sh installs azurite (AZURITE_VERSION or later: older ones ignore the `startFrom` of a blob listing,
+    which delta-rs uses to find a table's newest commit) from npm into tests/.node.
     """
-    import json
-    import subprocess
-
     from servers import local_server
 
-    installed = AZURITE / "package.json"
-    version = json.loads(installed.read_text())["version"] if installed.is_file() else "0"
-    if tuple(int(p) for p in version.split(".")) < tuple(int(p) for p in AZURITE_VERSION.split(".")):
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(AZURITE.parents[1]),
-                        f"azurite@{AZURITE_VERSION}"], check=True, capture_output=True)
+    _require_node_module(AZURITE, "azurite")
     folder = tempfile.mkdtemp(prefix="dsflow-azurite-")
 
     def command(port: int) -> list[str]:
@@ -138,16 +152,17 @@ def azurite_endpoint() -> Iterator[str]:
 def kinesis_endpoint() -> Iterator[str]:
     """A real kinesalite (Kinesis API) on a free loopback port, stopped by its PID; yields its URL.
 
-    .ci/run installs kinesalite from npm into tests/.node; this installs it there too if it is missing.
-    boto3 finds the test credentials and region set at the top of this file.
+    tests/setup.sh installs kinesalite from npm into tests/.node. boto3 finds the test credentials and region set
+    at the top of this file.
     """
-    import subprocess
-
     from servers import local_server
 
-    if not KINESALITE.is_dir():
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(KINESALITE.parents[1]),
-                        "kinesalite"], check=True, capture_output=True)
+    _require_node_module(KINESALITE, "kinesalite")
     with local_server("kinesalite", lambda port: ["node", str(Path(__file__).parent / "kinesalite.js"),
                                                   str(port)]) as port:
         yield f"http://127.0.0.1:{port}"
+
+
+def _require_node_module(folder: Path, name: str) -> None:
+    if not folder.is_dir():
+        pytest.fail(f"{name} is not installed in {folder.parent}: run tests/setup.sh (the README's test command does)")

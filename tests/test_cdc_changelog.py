@@ -39,6 +39,7 @@ from pgserver import SERVER, sql
 from projects import make_project
 from streaming import CONFIG, records, run
 from waiting import wait_for
+from pgserver import PORT as PG_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ stores:
     bootstrap_servers: "{{ var('bootstrap') }}"
   - name: pg
     type: postgresql
-    properties: {host: 127.0.0.1, port: 5432, user: postgres, database: %s}
+    properties: {host: 127.0.0.1, port: """ + PG_PORT + """, user: postgres, database: %s}
   - name: lake
     type: filesystem
     properties:

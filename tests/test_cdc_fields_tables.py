@@ -1,6 +1,6 @@
 """CDC streams: `->` field access end to end, several tables in one stream, and schema changes mid-stream.
 
-Against the real PostgreSQL on 127.0.0.1:5432 (wal_level=logical), the broker and Spark; queries run
+Against the session's PostgreSQL (tests/pgserver.py) (wal_level=logical), the broker and Spark; queries run
 availableNow through dsflow's translation and driver, a restart is a new run on the same checkpoint.
 """
 

@@ -15,9 +15,9 @@ from dsflow.adapters.tables import TableRef, table_format
 from lake import S3_KEYS, create_bucket, snowflake_setup, start_fakesnow, stores_yaml
 from projects import make_project
 from streaming import CONFIG
+from pgserver import DSN as PG_DSN
 
 pytestmark = pytest.mark.integration
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
 
 

@@ -29,6 +29,7 @@ from projects import make_project
 from streaming import CONFIG, produce, run
 from test_lake_sinks import PAGEVIEWS, USERS, _events, _uncommit_last_batch
 from waiting import wait_for
+import pgserver
 
 
 def iceberg_yaml(warehouse: Path | str, catalog_uri: str | None = None, extra: str = "") -> str:
@@ -147,11 +148,11 @@ def pg_catalog_db():
     import psycopg2
 
     name = f"iceberg_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+    admin = psycopg2.connect(pgserver.dsn("postgres"))
     admin.autocommit = True
     admin.cursor().execute(f"CREATE DATABASE {name}")
     try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{pgserver.PORT}/{name}"
     finally:
         admin.cursor().execute(f"DROP DATABASE {name} WITH (FORCE)")
         admin.close()

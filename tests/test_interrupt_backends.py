@@ -23,10 +23,10 @@ from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import list_topics
 from dsflow.engine.apply import PAUSE_AFTER_NOTE
 from waiting import wait_for
+from pgserver import DSN as PG_DSN
 
 pytestmark = pytest.mark.integration
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 STREAMS = 6
 POINTS_PER_BACKEND = 2
 SEED = 25

@@ -18,7 +18,9 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from brokers import tansu_only
+
+pytestmark = [pytest.mark.integration, tansu_only]
 
 CREATE = """
 import sys

@@ -17,6 +17,7 @@ from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptio
 from dsflow.adapters.kafka.writing import check_write_schema
 from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.errors import DsflowError
+from brokers import both_brokers, tansu_only
 
 integration = pytest.mark.integration
 
@@ -64,6 +65,7 @@ def test_cap_rows_shares_the_budget_fairly() -> None:
 
 
 @integration
+@both_brokers
 def test_topic_lifecycle(broker: str) -> None:
     name = _new_topic(broker, "admin", partitions=3)
     assert describe_topic(broker, name) == TopicSpec(name, partitions=3, replicas=1)
@@ -123,6 +125,7 @@ def test_a_failing_source_never_prints_a_secret_broker_address(spark, tmp_path, 
 
 
 @integration
+@tansu_only
 def test_the_end_tracker_reads_a_busy_partition_to_the_end_of_its_last_batch(broker: str) -> None:
     """Between micro-batches a partition being written to has a new high watermark at every call; on tansu that is
     its last batch's base offset + 1. The tracker probes it anyway, so each micro-batch reads every record already
@@ -146,6 +149,7 @@ def test_the_end_tracker_reads_a_busy_partition_to_the_end_of_its_last_batch(bro
 
 
 @integration
+@both_brokers
 def test_end_offsets_see_past_the_tansu_high_watermark(broker: str) -> None:
     topic = _new_topic(broker, "ends")
     errors = client.DeliveryErrors()
@@ -166,6 +170,7 @@ def test_end_offsets_see_past_the_tansu_high_watermark(broker: str) -> None:
 
 
 @integration
+@both_brokers
 def test_high_watermarks_in_one_request_match_the_per_partition_ones(broker: str) -> None:
     topic = _new_topic(broker, "highs", partitions=3)
     errors = client.DeliveryErrors()
@@ -185,6 +190,7 @@ def test_high_watermarks_in_one_request_match_the_per_partition_ones(broker: str
 
 
 @integration
+@both_brokers
 def test_read_range_fails_instead_of_hanging(broker: str) -> None:
     topic = _new_topic(broker, "stall", partitions=1)
     client.produce_json_lines(broker, topic, ['{"a": 1}'])
@@ -197,6 +203,7 @@ def test_read_range_fails_instead_of_hanging(broker: str) -> None:
 
 
 @integration
+@both_brokers
 def test_produce_json_lines_and_print_records(broker: str) -> None:
     topic = _new_topic(broker, "lines")
     with pytest.raises(DsflowError) as caught:

@@ -1,5 +1,6 @@
-"""Topics written by dsflow, read by a second, independent Kafka client (kafka-python, pure Python: its own
-protocol code, not librdkafka): keys, values, headers and timestamps are what dsflow wrote.
+"""Topics written by dsflow, read by independent Kafka clients (kafka-python, pure Python: its own protocol code,
+not librdkafka; and Debian's kcat, on Apache Kafka): keys, values, headers and timestamps are what dsflow wrote;
+and records kcat writes are what dsflow's `topic print` reads.
 
 `dsflow topic produce` writes a source topic (keys from a field), a real query (dsflow's Spark data source) writes
 its sink and its dead-letter topic (headers naming the error and the source offset). Each topic is then read by
@@ -9,6 +10,8 @@ kafka-python and by dsflow's own reader (confluent-kafka), and the two must agre
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -63,12 +66,38 @@ def as_seen(message) -> dict:
             "timestamp": message.timestamp}
 
 
+def kcat_records(broker: str, name: str) -> dict[tuple[int, int], dict]:
+    """Every record of topic `name` as Debian's kcat reads it (`-J`: key, payload, headers, timestamp), by
+    (partition, offset), in the terms of a confluent-kafka record."""
+    done = subprocess.run(["kcat", "-C", "-b", broker, "-t", name, "-o", "beginning", "-e", "-J", "-q"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    found = {}
+    for line in done.stdout.splitlines():
+        m = json.loads(line)
+        pairs = m.get("headers") or []
+        found[(m["partition"], m["offset"])] = {
+            "key": None if m["key"] is None else m["key"].encode(),
+            "value": None if m["payload"] is None else m["payload"].encode(),
+            "headers": [(pairs[i], pairs[i + 1].encode()) for i in range(0, len(pairs), 2)], "timestamp": m["ts"]}
+    return found
+
+
+def on_apache_kafka(broker: str) -> bool:
+    """kcat (librdkafka 2.0.2) cannot read tansu's ApiVersions answer (docs/dependencies.md), so it reads only
+    from Apache Kafka; tests/setup.sh installs it."""
+    from conftest import BROKER_KIND
+
+    return BROKER_KIND == "kafka" and shutil.which("kcat") is not None
+
+
 def both_clients(broker: str, name: str, since_ms: int, until_ms: int) -> list[dict]:
-    """The topic's records as dsflow's reader sees them, after checking kafka-python sees the very same."""
+    """The topic's records as dsflow's reader sees them, after checking kafka-python (and, on Apache Kafka, kcat)
+    sees the very same."""
     from confluent_kafka import TIMESTAMP_CREATE_TIME
 
     ours = read_to_end(broker, name, convert=lambda m: m)
     theirs = kafka_python_records(broker, name, len(ours))
+    kcat = kcat_records(broker, name) if on_apache_kafka(broker) else None
     assert sorted(theirs) == [(m.partition(), m.offset()) for m in ours]
     out = []
     for m in ours:
@@ -76,6 +105,8 @@ def both_clients(broker: str, name: str, since_ms: int, until_ms: int) -> list[d
         record = {"key": m.key(), "value": m.value(), "headers": list(m.headers() or []), "timestamp": stamp}
         other = theirs[(m.partition(), m.offset())]
         assert as_seen(other) == record, (name, m.partition(), m.offset())
+        if kcat is not None:
+            assert kcat[(m.partition(), m.offset())] == record, (name, m.partition(), m.offset())
         assert (kind, other.timestamp_type) == (TIMESTAMP_CREATE_TIME, CREATE_TIME)
         assert since_ms <= stamp <= until_ms, (stamp, since_ms, until_ms)
         out.append(record)
@@ -112,3 +143,25 @@ def test_kafka_python_reads_what_dsflow_wrote(tmp_path, broker, spark) -> None:
         assert (headers[HEADER_TOPIC], headers[HEADER_QUERY]) == (topic(project, "events"), "analytics.public.kept")
         assert "column 'id' is BIGINT" in headers[HEADER_ERROR]
         assert offsets[(int(headers[HEADER_PARTITION]), int(headers[HEADER_OFFSET]))] == record["value"].decode()
+
+
+def test_dsflow_reads_what_kcat_wrote(tmp_path, broker) -> None:
+    """kcat produces keyed records with headers; `dsflow topic print` gives back each key, value and header."""
+    from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+
+    if not on_apache_kafka(broker):
+        pytest.fail("kcat needs the Apache Kafka broker and Debian's kcat (tests/setup.sh installs it)")
+    name = f"kcat_{time.time_ns()}"
+    ensure_topic(broker, TopicSpec(name, 2))
+    records = [(f"k{i}", json.dumps({"id": i, "name": f"n{i}"})) for i in range(12)]
+    for key, value in records:
+        subprocess.run(["kcat", "-P", "-b", broker, "-t", name, "-k", key, "-H", f"source=kcat-{key}"],
+                       input=value, text=True, check=True, timeout=30)
+    printed = CliRunner().invoke(cli, ["topic", "print", name, "--bootstrap", broker, "--limit", "12",
+                                       "--timeout", "30", "--raw"])
+    assert printed.exit_code == 0, printed.output
+    got = sorted((r["key"], r["value"]) for r in map(json.loads, printed.output.splitlines()))
+    assert got == sorted(records)
+    seen = read_to_end(broker, name, convert=lambda m: m)
+    assert sorted((m.key().decode(), list(m.headers())) for m in seen) == \
+        sorted((key, [("source", f"kcat-{key}".encode())]) for key, _ in records)

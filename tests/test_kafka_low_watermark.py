@@ -24,8 +24,9 @@ import pytest
 
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+from brokers import tansu_only
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, tansu_only]
 
 PARTITIONS, PRODUCERS, ROUNDS = 8, 8, 3
 ATTEMPTS = 400

@@ -13,8 +13,9 @@ from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.kafka.datasource import KafkaOptions, KafkaRange, read_range_arrow
 from dsflow.adapters.kafka.writing import produce_batches
+from brokers import both_brokers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, both_brokers]
 
 
 def _topic(broker: str, partitions: int = 2) -> str:

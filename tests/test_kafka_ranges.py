@@ -18,6 +18,7 @@ from dsflow.adapters.kafka.datasource import check_ranges
 from dsflow.adapters.kafka.ranges import read_range, take_contiguous
 from dsflow.errors import DsflowError
 from test_data_loss import _project
+from brokers import both_brokers
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +54,7 @@ def _read(broker: str, topic: str, start: int, end: int, **kwargs) -> list[tuple
                 for m in batch]
 
 
+@both_brokers
 def test_every_offset_of_a_range_is_delivered_once_in_order(broker: str) -> None:
     topic = _topic(broker)
     _produce(broker, topic, [str(i) for i in range(300)])
@@ -65,6 +67,7 @@ def test_every_offset_of_a_range_is_delivered_once_in_order(broker: str) -> None
         assert got == [(i, str(i)) for i in range(start, end)]
 
 
+@both_brokers
 def test_transaction_markers_fail_a_read_unless_gaps_are_counted(broker: str) -> None:
     topic = _topic(broker)
     _produce(broker, topic, [f"v{i}" for i in range(8)], transactional=True)
@@ -81,6 +84,7 @@ def test_transaction_markers_fail_a_read_unless_gaps_are_counted(broker: str) ->
     assert gaps == [(topic, 0, 5, 6), (topic, 0, 9, 10)]
 
 
+@both_brokers
 def test_a_hole_in_what_the_broker_answered_is_reported_not_skipped(broker: str) -> None:
     topic = _topic(broker)
     _produce(broker, topic, [str(i) for i in range(20)])

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from dsflow.adapters.spark import lag
 from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
+import pgserver
 
 
 def _topic(broker: str, name: str, counts: dict[int, int]) -> None:
@@ -109,12 +110,12 @@ def test_kinesis_lag_is_the_age_of_the_oldest_unread_record(kinesis_endpoint, mo
 def test_change_stream_lag_is_the_write_ahead_log_past_its_offset(monkeypatch):
     import psycopg2
 
-    settings = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
+    settings = dict(pgserver.SERVER)
     source = _source("x:1", "orders_cdc", kind="postgres_cdc").model_copy(
         update={"client_config": settings, "options": {"database": "postgres"}})
     probe = lag.LagProbe(_spec([source]))
     monkeypatch.setattr(lag, "LAG_EVERY_SECONDS", 0.0)
-    connection = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres")
+    connection = psycopg2.connect(pgserver.dsn("postgres"))
     connection.autocommit = True
     try:
         with connection.cursor() as cursor:

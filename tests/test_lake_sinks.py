@@ -27,6 +27,7 @@ from lake import S3_KEYS, create_bucket, lake_project, snowflake_setup, start_fa
 from projects import make_project
 from streaming import CONFIG, produce, run
 from waiting import wait_for
+import pgserver
 
 PAGEVIEWS = """\
 CREATE STREAM pageviews (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR)
@@ -340,7 +341,7 @@ def test_a_batch_replayed_without_its_checkpoint_commit_is_skipped(tmp_path, bro
         project = lake_project(tmp_path, broker, PAGEVIEWS + """
             CREATE TABLE pv_replay WITH ('store' = 'lake') AS SELECT id, userid FROM pageviews;
             CREATE TABLE pv_replay_pg WITH ('store' = 'pg') AS SELECT id, userid FROM pageviews;
-        """, stores_yaml(pg_dsn=f"host=127.0.0.1 port=5432 user=postgres dbname={database}"))
+        """, stores_yaml(pg_dsn=f"host=127.0.0.1 port={pgserver.PORT} user=postgres dbname={database}"))
         assert project.relation("analytics.public.pv_replay_pg").topic == "public.pv_replay_pg"
         rng = random.Random(2)
         events = _events(0, 300, rng)

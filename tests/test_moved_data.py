@@ -22,18 +22,19 @@ from dsflow.core.plan import Action
 from dsflow.core.safety import Allowance
 from dsflow.errors import DsflowError
 from waiting import wait_for
+import pgserver
 
 pytestmark = pytest.mark.integration
 
 CONFIG = "name: {name}\ndefault:\n  store: k\nruntime:\n  isolation: shared\nenvironments:\n  dev:\n    vars: {{bootstrap: 'unset:1'}}\n"
 STORES = "stores:\n  - name: k\n    type: kafka\n    bootstrap_servers: \"{{ var('bootstrap') }}\"\n"
-PG_STORE = "  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: 5432, user: postgres, " \
+PG_STORE = "  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: " + pgserver.PORT + ", user: postgres, " \
            "database: {db}}}\n"
 DATABASES = "databases:\n  - name: default\n    schemas: [public, archive]\n"
 SQL = ("CREATE STREAM {events} (id BIGINT, userid VARCHAR) WITH ('topic' = '{p}_raw', 'value.format' = 'json', "
        "'topic.partitions' = 2);\n"
        "CREATE STREAM {copied} WITH ('topic' = '{p}_copied') AS SELECT id FROM {events};\n")
-SERVER = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
+SERVER = pgserver.SERVER
 
 
 def _project(tmp_path: Path, broker: str, stores: str = STORES) -> tuple[Path, operations.Options, str]:

@@ -1,5 +1,5 @@
 """Grants on materialized views and tables kept in PostgreSQL, pushed down as PostgreSQL roles and GRANT/REVOKE (the
-real server on 127.0.0.1:5432, the database of test_pg_views' module fixture).
+session's server (tests/pgserver.py), the database of test_pg_views' module fixture).
 
 apply is targeted at the roles and grants: it creates the views' and the table's tables (their ancestors) and no
 query, so no Spark runs; the privilege check needs only the tables. Each check is `SET ROLE <mapped role>` in a fresh psql

@@ -1,5 +1,5 @@
 """dsflow users as PostgreSQL logins, and INSERT grants that are not pushed down (the real server on
-127.0.0.1:5432, trust auth: any password is accepted, so the tests connect as the login itself and check what it
+the session's server (tests/pgserver.py), trust auth: any password is accepted, so the tests connect as the login itself and check what it
 may read, and check the stored SCRAM verifier against the password independently).
 
 The project of test_pg_grants (views user_counts and page_counts and the table user_totals in PostgreSQL; reader

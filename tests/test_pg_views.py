@@ -1,4 +1,4 @@
-"""Materialized views kept in PostgreSQL (the real server on 127.0.0.1:5432, a database per module run).
+"""Materialized views kept in PostgreSQL (the session's server, tests/pgserver.py, a database per module run).
 
 - the batch writer: COPY + INSERT ... ON CONFLICT upserts (last row of a key in a batch wins), appends,
   odd values survive, a replayed batch id is skipped, a null key is DSF-E792;
@@ -46,10 +46,11 @@ from dsflow.engine.executors import Context
 from projects import make_project
 from streaming import CONFIG, produce
 from waiting import wait_for
+import pgserver
+from pgserver import SERVER
 
 pytestmark = pytest.mark.integration
 
-SERVER = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
 N = 3_000
 
 STORES = """\
@@ -59,7 +60,7 @@ stores:
     bootstrap_servers: "{{ var('bootstrap') }}"
   - name: pg
     type: postgresql
-    properties: {host: 127.0.0.1, port: 5432, user: postgres, database: %s}
+    properties: {host: 127.0.0.1, port: """ + pgserver.PORT + """, user: postgres, database: %s}
 """
 
 SQL = """\

@@ -1,4 +1,4 @@
-"""PostgreSQL CDC streams against the real server on 127.0.0.1:5432 (wal_level=logical; tests/environment.py sets it).
+"""PostgreSQL CDC streams against the session's server (tests/pgserver.py, wal_level=logical).
 
 Each test module run creates its own database and drops it (and every slot in it) at the end. Queries run
 through dsflow's own translation and driver functions, availableNow, on the shared Spark session; a
@@ -25,6 +25,7 @@ from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
 from pgserver import SERVER, sql
 from projects import make_project
+from pgserver import PORT as PG_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -54,9 +55,9 @@ stores:
     type: postgresql
     properties:
       host: 127.0.0.1
-      port: 5432
+      port: %s
       user: postgres
-"""
+""" % PG_PORT
 
 ROW = "id BIGINT, amount DECIMAL(10, 2), created TIMESTAMP, doc VARCHAR, tags ARRAY<VARCHAR>, qty INT, " \
       "active BOOLEAN, note VARCHAR"

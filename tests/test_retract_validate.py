@@ -9,6 +9,7 @@ from dsflow.adapters.spark.retract import apply_changes, empty_accumulator, key_
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.load.project import check_project, load_project
 from projects import make_project
+from pgserver import PORT as PG_PORT
 
 SOURCES = """\
 CREATE CHANGELOG users (userid VARCHAR, name VARCHAR, region VARCHAR, score BIGINT, PRIMARY KEY (userid))
@@ -30,9 +31,9 @@ stores:
     type: postgresql
     properties:
       host: 127.0.0.1
-      port: 5432
+      port: %s
       user: postgres
-"""
+""" % PG_PORT
 CDC_SQL = """\
 CREATE STREAM orders_cdc (op VARCHAR, `before` STRUCT<id BIGINT, status VARCHAR>,
                           `after` STRUCT<id BIGINT, status VARCHAR>)

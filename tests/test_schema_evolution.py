@@ -25,6 +25,7 @@ from registry_projects import (ENVIRON, avro_decode, avro_values, new_prefix, pr
                                registry_conf, write_project)
 from streaming import CONFIG, produce
 from waiting import wait_for
+import pgserver
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +159,7 @@ def pgdb() -> Iterator[str]:
 
 
 def _pg_rows(database: str) -> dict[str, tuple]:
-    with psycopg2.connect(dbname=database, host="127.0.0.1", port=5432, user="postgres") as conn, \
+    with psycopg2.connect(pgserver.dsn(database)) as conn, \
             conn.cursor() as cur:
         cur.execute("SELECT * FROM public.user_names")
         names = [d[0] for d in cur.description]
@@ -176,7 +177,7 @@ def _users(first: int, count: int) -> list[dict]:
 
 
 def test_a_postgresql_view_and_a_delta_table_gain_a_column_in_place(tmp_path: Path, broker: str, pgdb: str) -> None:
-    stores = stores_yaml() + (f"  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: 5432, "
+    stores = stores_yaml() + (f"  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: {pgserver.PORT}, "
                               f"user: postgres, database: {pgdb}}}\n")
     root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=new_prefix()), "stores/lake.yml": stores,
                                    "sql/all.sql": USERS + TABLES.format(columns="userid, name")})

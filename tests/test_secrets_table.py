@@ -24,10 +24,11 @@ from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.adapters.state.postgres import keys_table, locks_table
 from dsflow.core.state import State
 from waiting import wait_for
+import pgserver
+from pgserver import DSN as PG_DSN
 
 pytestmark = pytest.mark.integration
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 RUN = uuid.uuid4().hex[:10]
 SECRETS = {  # env var -> (value, where the project uses it); the broker address is added per test (its port)
     "H3_CLIENT_ID": (f"client-id-{RUN}", "store property client.id"),
@@ -55,7 +56,7 @@ def _project(root: Path, table: str) -> Path:
         "name: secretsproj\ndefault:\n  database: analytics\n  schema: public\n  store: k\n"
         "runtime:\n  trigger_interval: 1 second\n"
         "state:\n  backend: postgres\n"
-        "  dsn: \"postgresql://postgres:{{ env_var('H3_PG_PASSWORD') }}@127.0.0.1:5432/test\"\n"
+        "  dsn: \"postgresql://postgres:{{ env_var('H3_PG_PASSWORD') }}@127.0.0.1:" + pgserver.PORT + "/test\"\n"
         f"  table: {table}\n")
     (root / "stores.yml").write_text(
         "stores:\n  - name: k\n    type: kafka\n    bootstrap_servers: \"{{ env_var('H3_BOOTSTRAP') }}\"\n"

@@ -29,6 +29,7 @@ from dsflow.load.project import check_project, load_project
 from dsflow.load.sql import DIALECT
 from projects import make_project
 from streaming import produce, run, streaming_project
+import pgserver
 
 T0 = 1_700_000_000_000
 GAP_MS, DELAY_MS = 5_000, 2_000
@@ -265,7 +266,7 @@ def test_a_sqlite_view_row_whose_key_holds_nulls_is_replaced_and_deleted(tmp_pat
 def test_a_keyless_view_row_is_replaced_by_each_update_in_sqlite_and_postgres(tmp_path):
     """The view writers' `replace` (a global aggregate's view): a batch's row replaces the table's; an empty batch
     keeps it; a replayed batch changes nothing; a delete of the key () (HAVING stopped matching) empties it.
-    PostgreSQL on 127.0.0.1:5432, a database of its own."""
+    the session's PostgreSQL, a database of its own."""
     import uuid
 
     import psycopg2
@@ -282,7 +283,7 @@ def test_a_keyless_view_row_is_replaced_by_each_update_in_sqlite_and_postgres(tm
     assert mv.run_query(database, "SELECT n, hi FROM totals")[1] == [(5, 90)]
     assert mv.write_batch(database, "totals", names, [], [], "ck", 3, deletes=[()], replace=True)
     assert mv.run_query(database, "SELECT n, hi FROM totals")[1] == []
-    server = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
+    server = dict(pgserver.SERVER)
     name = f"dsflow_agg_{uuid.uuid4().hex[:10]}"
     admin = psycopg2.connect(dbname="postgres", **server)
     admin.autocommit = True

@@ -3,7 +3,7 @@ holder), the serial check catches an apply that lost a race, and the state lands
 with no secret in it.
 
 Topics-only projects keep these fast; the backends are real: a local folder, a moto S3 server on
-127.0.0.1 (fixture `s3_endpoint`), and PostgreSQL on 127.0.0.1:5432.
+127.0.0.1 (fixture `s3_endpoint`), and the session's PostgreSQL (tests/pgserver.py).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from dsflow.engine.apply import PAUSE_AFTER_NOTE, RESUME_FILE
 from dsflow.cli import cli
 from dsflow.core.state import State
 from waiting import wait_for
+from pgserver import DSN as PG_DSN
 
 pytestmark = pytest.mark.integration
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 SECRET_ENV = "DSFLOW_TEST_STATE_SECRET"
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 

@@ -23,10 +23,11 @@ from dsflow.cli import cli
 from dsflow.core.model import StateSettings
 from dsflow.core.state import DeployedResource, LedgerEntry, State
 from dsflow.errors import DsflowError
+import pgserver
+from pgserver import DSN as PG_DSN
 
 pytestmark = pytest.mark.integration
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 FORK = multiprocessing.get_context("fork")
 
 
@@ -239,7 +240,7 @@ def test_dsn_password_from_env_var_stays_out_of_state(tmp_path: Path, pg_table: 
     root = tmp_path / "pgproj"
     root.mkdir()
     dsn = "postgresql://postgres:{{ env_var('DSFLOW_TEST_PG_PASSWORD') }}@127.0.0.1:%s/test"
-    (root / "dsflow.yml").write_text(f"name: pgproj\nstate:\n  backend: postgres\n  dsn: \"{dsn % 5432}\"\n"
+    (root / "dsflow.yml").write_text(f"name: pgproj\nstate:\n  backend: postgres\n  dsn: \"{dsn % pgserver.PORT}\"\n"
                                      f"  table: {pg_table}\n")
     loaded = operations.load(operations.Options(root))
     assert password not in repr(loaded.project) and password not in loaded.project.model_dump_json()

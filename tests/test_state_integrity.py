@@ -39,10 +39,10 @@ from dsflow.errors import DsflowError
 from dsflow.load.project import load_project
 from projects import applied, make_project
 from waiting import wait_for
+from pgserver import DSN as PG_DSN
 
 pytestmark = pytest.mark.integration
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 FORK = multiprocessing.get_context("fork")
 
 

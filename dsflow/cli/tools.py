@@ -27,17 +27,33 @@ def _dev_broker():
 
 @click.group()
 def dev() -> None:
-    """The embedded development broker (tansu on 127.0.0.1, in memory)."""
+    """The development broker on 127.0.0.1: tansu (in memory, no JVM) or Apache Kafka (KRaft, --broker kafka)."""
 
 
 @dev.command("up")
 @click.option("--port", default=9092, show_default=True)
+@click.option("--broker", "kind", type=click.Choice(["tansu", "kafka"]), default="tansu", show_default=True,
+              help="tansu: starts in a second, no JVM; kafka: Apache Kafka with SASL, TLS and ACLs (its jars are "
+                   "resolved by Maven on first use; docs/cli.md)")
 @click.pass_context
-def dev_up(ctx: click.Context, port: int) -> None:
+def dev_up(ctx: click.Context, port: int, kind: str) -> None:
     """Start the dev broker and wait until it answers."""
     devbroker = _dev_broker()
-    info = devbroker.start(_dev_dir(ctx.obj), port=port)
+    info = devbroker.start(_dev_dir(ctx.obj), port=port, kind=kind)
     console.print(f"Broker running at {info.bootstrap} (pid {info.pid}); log: {info.log}")
+    for line in _listener_lines(info):
+        console.print(line, markup=False, highlight=False)
+
+
+def _listener_lines(info) -> list[str]:
+    """Apache Kafka's further listeners, one line each (tansu has none)."""
+    if not getattr(info, "listeners", None):
+        return []
+    lines = [f"  SASL_PLAINTEXT 127.0.0.1:{info.listeners['sasl']} (PLAIN, SCRAM-SHA-256/512; users admin, alice, bob)",
+             f"  SSL 127.0.0.1:{info.listeners['ssl']} (CA {info.tls_dir}/ca.pem)",
+             f"  SSL with client certificates 127.0.0.1:{info.listeners['mtls']} "
+             f"({info.tls_dir}/client.pem, client.key)"]
+    return lines
 
 
 @dev.command("down")
@@ -55,7 +71,12 @@ def dev_status(ctx: click.Context) -> None:
     """Say whether the dev broker runs."""
     devbroker = _dev_broker()
     info = devbroker.read(_dev_dir(ctx.obj))
-    console.print(f"Broker running at {info.bootstrap} (pid {info.pid})" if info else "No dev broker is running.")
+    if info is None:
+        console.print("No dev broker is running.")
+        return
+    console.print(f"Broker ({getattr(info, 'kind', 'tansu')}) running at {info.bootstrap} (pid {info.pid})")
+    for line in _listener_lines(info):
+        console.print(line, markup=False, highlight=False)
 
 
 @click.command()

