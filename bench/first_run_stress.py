@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SQL = """\
-CREATE STREAM src (id BIGINT, pad VARCHAR, userid VARCHAR) WITH ('value.format' = 'json', 'topic.partitions' = {partitions});
+CREATE STREAM src (id BIGINT, pad VARCHAR, userid VARCHAR)
+WITH ('value.format' = 'json', 'topic.partitions' = {partitions});
 CREATE STREAM mid WITH ('topic.partitions' = {partitions}) AS
 SELECT id, UPPER(userid) AS user_upper, pad FROM src WHERE userid IS NOT NULL;
 CREATE STREAM out WITH ('topic.partitions' = {out_partitions}) AS

@@ -124,7 +124,8 @@ def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "e
 def _q3_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
     from pyspark.sql import functions as F
 
-    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
+    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position,
+                       timed=True).alias("a")
     persons = _events(spark, bootstrap, prefix + "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
     joined = auctions.join(persons, F.expr("a.seller = p.id AND p.ts BETWEEN a.ts - INTERVAL 10 SECONDS "
                                            "AND a.ts + INTERVAL 10 SECONDS"))
@@ -159,7 +160,8 @@ def _q8_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -
     from pyspark.sql import functions as F
 
     persons = _events(spark, bootstrap, prefix + "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
-    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position, timed=True).alias("a")
+    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position,
+                       timed=True).alias("a")
     joined = persons.join(auctions, F.expr(
         "p.id = a.seller AND FLOOR(p.date_time / 10000) = FLOOR(a.date_time / 10000) "
         "AND a.ts BETWEEN p.ts - INTERVAL 10 SECONDS AND p.ts + INTERVAL 10 SECONDS"))
@@ -362,7 +364,8 @@ def canonical(records: list[tuple[str | None, dict]]) -> list[tuple]:
 def main(argv: list[str]) -> int:
     """`python bench/pipelines.py loop QUERY BOOTSTRAP SECONDS [SOURCE]`: the loop following the topic's tail."""
     _, query, bootstrap, seconds, *source = argv
-    run_loop(query, bootstrap, sink_topic(query), follow_seconds=float(seconds), source=source[0] if source else SOURCE_TOPIC)
+    run_loop(query, bootstrap, sink_topic(query), follow_seconds=float(seconds),
+             source=source[0] if source else SOURCE_TOPIC)
     return 0
 
 

@@ -93,7 +93,8 @@ def write_dsflow_project(root: Path, n: int) -> Path:
     (root / "stores.yml").write_text(STORE)
     for start in range(0, half, PER_FILE):
         stop = min(half, start + PER_FILE)
-        (root / "sql" / f"sources_{start:05d}.sql").write_text("\n".join(SOURCE.format(i=i) for i in range(start, stop)))
+        (root / "sql" / f"sources_{start:05d}.sql").write_text(
+            "\n".join(SOURCE.format(i=i) for i in range(start, stop)))
         (root / "sql" / f"queries_{start:05d}.sql").write_text(
             "\n".join(QUERY.format(i=i, src=query_source(i)) for i in range(start, stop)))
     return root
@@ -187,7 +188,7 @@ def run_scale(sizes: list[int], work: Path, with_dbt: bool = True) -> list[Timin
         no_cache = {**os.environ, "DSFLOW_CACHE": "0"}
         results.append(timed("dsflow plan, no cache", n, plan, project, no_cache))
         results.append(timed("dsflow validate", n, [*dsflow, "-C", str(project), "validate"], project,
-                             before=lambda: shutil.rmtree(project / ".dsflow", ignore_errors=True)))
+                             before=lambda project=project: shutil.rmtree(project / ".dsflow", ignore_errors=True)))
         results.append(timed("dsflow plan --no-refresh", n, plan, project))
         exe = ensure_dbt() if with_dbt else None
         if exe is not None:

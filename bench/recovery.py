@@ -88,7 +88,8 @@ class Feeder(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        from dsflow.adapters.kafka.client import DeliveryErrors, client_config, flush_or_raise, new_producer, produce_one
+        from dsflow.adapters.kafka.client import (DeliveryErrors, client_config, flush_or_raise, new_producer,
+                                                  produce_one)
 
         errors = DeliveryErrors()
         producer = new_producer(client_config(self.broker), errors)
@@ -558,7 +559,8 @@ def measure_preload(broker: str, topic: str, out_topic: str, checkpoint: Path, f
     written = len(kept(first, args.records))
     return {"records_in": args.records, "records_out": written, "batches": len(batches),
             "seconds": round(end - start, 2), "batch_seconds": round(sum(b[1] - b[0] for b in batches.values()), 2),
-            "records_out_per_s": round(written / (end - start)), "records_in_per_s": round(args.records / (end - start)),
+            "records_out_per_s": round(written / (end - start)),
+            "records_in_per_s": round(args.records / (end - start)),
             "preload_s": round(preload_s, 1), "preload_before_trigger": produced_from + preload_s < trigger,
             **account(expected, output_ids(broker, out_topic)), "load_before": before, "load_after": load(),
             "waited_for_load_s": waited}

@@ -117,7 +117,8 @@ def _throughput(rows: list[dict], cfg: dict) -> list[str]:
         "The plain loop (q0-q2 only) is one Python process (one core). q3 and q8 read persons and auctions (8% of",
         "the events), the others read bids (92%). Overhead = how much longer dsflow took than hand-written PySpark.",
         "",
-        "| query | dsflow | hand-written PySpark | plain Python loop | dsflow overhead vs PySpark | records in | records out |",
+        "| query | dsflow | hand-written PySpark | plain Python loop | dsflow overhead vs PySpark "
+        "| records in | records out |",
         "|---|---|---|---|---|---|---|",
     ]
     by = {(r["query"], r["system"]): r for r in rows}
@@ -142,7 +143,8 @@ def _latency(rows: list[dict], cfg: dict) -> list[str]:
         "",
         f"## Latency at {cfg['rate']:,.0f} events/s",
         "",
-        f"A probe process (`bench/latency.py`) produces bids at a fixed rate for {cfg['latency_warmup'] + cfg['latency_seconds']:.0f} s,",
+        "A probe process (`bench/latency.py`) produces bids at a fixed rate for "
+        f"{cfg['latency_warmup'] + cfg['latency_seconds']:.0f} s,",
         "each with a unique key, and follows the sink; latency = arrival at the probe's consumer minus",
         f"the produce() call, over the records produced after the first {cfg['latency_warmup']:.0f} s. Spark",
         "queries run with the processing-time trigger of the bench project (`0 seconds`: back to back).",
@@ -154,7 +156,8 @@ def _latency(rows: list[dict], cfg: dict) -> list[str]:
         "",
         "The stateful queries get every Nexmark event kind at that rate (event time = produce time) and are",
         "timed by their results: q5 and q7 by each window result that closed while the probe ran, from its last",
-        "bid (of that auction for q5) to the arrival of its last update; q3 and q8 by each joined auction, from the auction's",
+        "bid (of that auction for q5) to the arrival of its last update; q3 and q8 by each joined auction, "
+        "from the auction's",
         "produce time to the arrival of its join row (see `bench/latency.py`).",
         "",
         "Batch ms: the median micro-batch with input (its addBatch in brackets), from Spark's progress reports.",

@@ -331,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=None, help="plan-scale sizes, comma-separated (default 100,1000,10000)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session of both Spark systems (repeatable)")
-    parser.add_argument("--no-dbt", action="store_true", help="skip dbt parse (otherwise installed into bench/.venv-dbt)")
+    parser.add_argument("--no-dbt", action="store_true",
+                        help="skip dbt parse (otherwise installed into bench/.venv-dbt)")
     args = parser.parse_args(argv)
     if bad := [item for item in args.spark_conf if "=" not in item]:
         parser.error(f"--spark-conf takes KEY=VALUE, got {bad[0]!r}")
@@ -363,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = time.monotonic()
         conf = dict(item.split("=", 1) for item in args.spark_conf)
-        spark = build_session("local[2]", "dsflow-bench", conf) if {"throughput", "latency"} & set(cfg.sections) else None
+        spark = (build_session("local[2]", "dsflow-bench", conf)
+                 if {"throughput", "latency"} & set(cfg.sections) else None)
         results = run_all(cfg, broker.bootstrap, spark, work)
         results["wall_seconds"] = time.monotonic() - started
         results["spark_conf"] = conf

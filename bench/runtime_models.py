@@ -56,7 +56,8 @@ def make_specs(bootstrap: str, n: int, work: Path) -> list[Path]:
             checkpoint=str(work / f"ckpt{i}"), status_path=str(work / f"status{i}.json"), trigger_interval="1 second",
             sources=[SourceSpec(view=f"src{i}", topic="bench_in", client_config={"bootstrap.servers": bootstrap},
                                 schema_ddl="id BIGINT, name STRING")],
-            sink=SinkSpec(topic=f"bench_out_{i}", client_config={"bootstrap.servers": bootstrap}, columns=["id", "name"]),
+            sink=SinkSpec(topic=f"bench_out_{i}", client_config={"bootstrap.servers": bootstrap},
+                          columns=["id", "name"]),
             select_sql=f"SELECT id, name, __key FROM src{i} WHERE id % 2 = 0",
         )
         path = work / f"spec{i}.json"

@@ -238,7 +238,9 @@ def _sink(bootstrap: str, topic: str, config: Mapping[str, str] | None) -> Any:
     from dsflow.core import stores
 
     broker = stores.kinds_that(stores.Capability.BROKER)[0]
-    return stores.facet(broker, "commands").producer(bootstrap, topic, config, FLUSH_INTERVAL_S)
+    commands = stores.facet(broker, "commands")
+    assert commands is not None  # a broker's kind has its commands
+    return commands.producer(bootstrap, topic, config, FLUSH_INTERVAL_S)
 
 
 class _Progress:
@@ -302,7 +304,7 @@ def run(
 def _broker_title() -> str:
     from dsflow.core import stores
 
-    return stores.kind(stores.kinds_that(stores.Capability.BROKER)[0]).title
+    return stores.REGISTRY[stores.kinds_that(stores.Capability.BROKER)[0]].title
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -38,7 +38,8 @@ def main() -> int:
     server = RegistryServer().start()
     try:
         server.registry.register("payments-value", {"schema": json.dumps(PAYMENTS)})
-        shown = subprocess.run([str(work / "venv" / "bin" / "dsflow"), "-C", str(REPO / "examples" / "registry_project"),
+        shown = subprocess.run([str(work / "venv" / "bin" / "dsflow"),
+                                "-C", str(REPO / "examples" / "registry_project"),
                                 "--var", f"registry={server.url}", "validate"], capture_output=True, text=True)
     finally:
         server.stop()

@@ -68,4 +68,4 @@ def duckdb_answer(tables: dict[str, str], snapshots: dict[str, Iterable[dict]], 
             con.execute(f"INSERT INTO {name} VALUES ({', '.join('?' * len(names))})", [row[n] for n in names])
     cursor = con.execute(select)
     found = [d[0] for d in cursor.description]
-    return keyed_rows([dict(zip(found, r)) for r in cursor.fetchall()], keys, value)
+    return keyed_rows([dict(zip(found, r, strict=False)) for r in cursor.fetchall()], keys, value)

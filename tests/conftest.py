@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -20,15 +21,30 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell")
 # Local AWS-compatible endpoints (kinesalite, moto) take any credentials; set before the Spark session starts so
 # its Python workers (dsflow_kinesis reads and writes) inherit them too
-for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"), ("AWS_DEFAULT_REGION", "us-east-1")):
+for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
+                     ("AWS_DEFAULT_REGION", "us-east-1")):
     os.environ.setdefault(_key, _value)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """The session's PostgreSQL (tests/pgserver.py), before collection: test modules read its port at import."""
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controlling process: the run's folder of shared servers (tests/shared.py) and its PostgreSQL
+    (tests/pgserver.py), before collection (test modules read its port at import) and before any pytest-xdist
+    worker starts (workers inherit both through the environment)."""
+    if hasattr(config, "workerinput"):
+        return
     import pgserver
+    import shared
 
+    shared.begin()
     pgserver.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """In the controlling process, after every worker ended: stop the run's shared brokers."""
+    if not hasattr(config, "workerinput"):
+        import shared
+
+        shared.end()
 
 
 @pytest.fixture(autouse=True)
@@ -47,26 +63,28 @@ BROKER_KIND = os.environ.get("DSFLOW_TEST_BROKER", "kafka")
 DSFLOW_TEST_BROKER=tansu. Tests marked with tests/brokers.py's `both_brokers` run on tansu as well."""
 
 
-def _start_broker(kind: str) -> Iterator:
+def _shared_broker(kind: str):
+    """The run's broker of `kind`, started by the first process of the run that asks (tests/shared.py)."""
+    import shared
+
     from dsflow.adapters.kafka import devbroker
 
-    run_dir = Path(tempfile.mkdtemp(prefix=f"dsflow-{kind}-"))
-    info = devbroker.start(run_dir, port=devbroker.free_port(), kind=kind)
-    yield info
-    devbroker.stop(run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    def start(folder: Path) -> dict:
+        return asdict(devbroker.start(folder, port=devbroker.free_port(), kind=kind))
+
+    return devbroker.BrokerInfo(**shared.server(f"broker-{kind}", start))
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator:
+def kafka_broker():
     """The run's broker on free loopback ports (devbroker.BrokerInfo: its listeners and TLS material)."""
-    yield from _start_broker(BROKER_KIND)
+    return _shared_broker(BROKER_KIND)
 
 
 @pytest.fixture(scope="session")
-def tansu_broker() -> Iterator:
+def tansu_broker():
     """A tansu broker, for the Kafka-contract subset and the tests that pin tansu's own behaviour."""
-    yield from _start_broker("tansu")
+    return _shared_broker("tansu")
 
 
 @pytest.fixture(scope="session")

@@ -57,7 +57,8 @@ def test_existing_topic_with_other_partitions_fails_apply_and_keeps_what_succeed
     ensure_topic(broker, TopicSpec("mismatch_topic", 2, 1))
     root = _project(tmp_path, "mismatch", """
         CREATE STREAM a_ok (id BIGINT) WITH ('topic' = 'mismatch_ok', 'value.format' = 'json');
-        CREATE STREAM b_bad (id BIGINT) WITH ('topic' = 'mismatch_topic', 'value.format' = 'json', 'topic.partitions' = 4);
+        CREATE STREAM b_bad (id BIGINT)
+          WITH ('topic' = 'mismatch_topic', 'value.format' = 'json', 'topic.partitions' = 4);
     """)
     loaded = operations.load(_options(root, broker))
     result = operations.apply(loaded, operations.plan(loaded))
@@ -73,7 +74,8 @@ def test_existing_topic_with_other_partitions_fails_apply_and_keeps_what_succeed
 
 
 def test_saved_plan_applies_once_and_a_stale_plan_is_refused(tmp_path: Path, broker: str) -> None:
-    root = _project(tmp_path, "saved", "CREATE STREAM s (id BIGINT) WITH ('topic' = 'saved_s', 'value.format' = 'json');")
+    root = _project(tmp_path, "saved",
+                    "CREATE STREAM s (id BIGINT) WITH ('topic' = 'saved_s', 'value.format' = 'json');")
     runner = CliRunner()
     args = ["-C", str(root), "--var", f"bootstrap={broker}"]
     planfile = tmp_path / "plan.json"
@@ -95,7 +97,8 @@ def test_saved_plan_applies_once_and_a_stale_plan_is_refused(tmp_path: Path, bro
 
 
 def test_second_apply_fails_fast_while_state_is_locked(tmp_path: Path, broker: str) -> None:
-    root = _project(tmp_path, "locked", "CREATE STREAM s (id BIGINT) WITH ('topic' = 'locked_s', 'value.format' = 'json');")
+    root = _project(tmp_path, "locked",
+                    "CREATE STREAM s (id BIGINT) WITH ('topic' = 'locked_s', 'value.format' = 'json');")
     loaded = operations.load(_options(root, broker))
     backend = loaded.workspace.state_backend()
     with backend.lock("apply") as held:
@@ -117,7 +120,8 @@ def test_dead_broker_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_topic_produce_and_print_through_the_cli(tmp_path: Path, broker: str) -> None:
-    root = _project(tmp_path, "cliio", "CREATE STREAM clicks (id BIGINT, page VARCHAR) WITH ('topic' = 'cliio_clicks', 'value.format' = 'json');")
+    root = _project(tmp_path, "cliio", "CREATE STREAM clicks (id BIGINT, page VARCHAR) "
+                                       "WITH ('topic' = 'cliio_clicks', 'value.format' = 'json');")
     runner = CliRunner()
     args = ["-C", str(root), "--var", f"bootstrap={broker}"]
     assert runner.invoke(cli, [*args, "apply", "--auto-approve"]).exit_code == 0
@@ -158,7 +162,8 @@ def test_drift_missing_topic_is_shown_and_repaired(tmp_path: Path, broker: str) 
 
 
 def test_saved_plan_is_refused_when_the_project_changed_since(tmp_path: Path, broker: str) -> None:
-    root = _project(tmp_path, "edited", "CREATE STREAM s (id BIGINT) WITH ('topic' = 'edited_s', 'value.format' = 'json');")
+    root = _project(tmp_path, "edited",
+                    "CREATE STREAM s (id BIGINT) WITH ('topic' = 'edited_s', 'value.format' = 'json');")
     loaded = operations.load(_options(root, broker))
     saved = operations.plan(loaded)
     (root / "more.sql").write_text("CREATE STREAM t (id BIGINT) WITH ('topic' = 'edited_t', 'value.format' = 'json');")

@@ -73,7 +73,7 @@ def test_stopping_leaves_every_batch_in_both_logs_so_a_restart_continues_exactly
         assert running._jsq.streamingQuery().getClass().getSimpleName() == "AsyncProgressTrackingMicroBatchExecution"
         for wave in range(3):
             produce(broker, project, "views", [{"id": wave * 10 + i, "ts": i, "userid": f"u{i}"} for i in range(10)])
-            _until(lambda: len(records(broker, project, "upper_views")) >= 10 * (wave + 1))
+            _until(lambda wave=wave: len(records(broker, project, "upper_views")) >= 10 * (wave + 1))
     finally:
         running.stop()
     assert running.exception() is None, running.exception()

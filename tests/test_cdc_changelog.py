@@ -4,10 +4,10 @@
 change of the source table into an upsert or a delete of its key, in commit order; a PostgreSQL view, a
 Delta table and a PostgreSQL table (CREATE TABLE ... AS SELECT into the postgresql store) mirror that changelog
 (upserts and deletes, exactly once per batch), and a GROUP BY over it goes through the retraction path (into a
-changelog, a Delta table and a PostgreSQL table, whose emptied groups are deleted). A Random drawn by hypothesis (`st.randoms`: its first example is already a
-varied history) writes the source table's history (inserts, updates, updates of the primary key, deletes, in
-transactions of several changes) in phases, one availableNow run of each query per
-phase on one checkpoint. The oracle is PostgreSQL itself: after the inputs stop, the compacted changelog (the
+changelog, a Delta table and a PostgreSQL table, whose emptied groups are deleted). A Random drawn by hypothesis
+(`st.randoms`: its first example is already a varied history) writes the source table's history (inserts, updates,
+updates of the primary key, deletes, in transactions of several changes) in phases, one availableNow run of each
+query per phase on one checkpoint. The oracle is PostgreSQL itself: after the inputs stop, the compacted changelog (the
 last value of each key, tombstones dropped), the view, the Delta table and the PostgreSQL table each equal
 `SELECT ... FROM items WHERE ...`, and the aggregates equal DuckDB's GROUP BY over that same result.
 """
@@ -132,7 +132,7 @@ def run_together(spark, project, names: tuple[str, ...], work: Path, timeout: fl
         query = next(q for q in project.queries if q.fqn == f"analytics.public.{name}")
         spec = query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
         running.append(start_query(spark, spec, available_now=True))
-    for name, query in zip(names, running):
+    for name, query in zip(names, running, strict=True):
         assert query.awaitTermination(timeout), f"{name} did not finish in {timeout} s"
         assert query.exception() is None, query.exception()
 
@@ -248,7 +248,7 @@ def test_delta_and_snowflake_batches_delete_keys(tmp_path: Path) -> None:
                     "port": str(port), "protocol": "http"}
         snow = TableRef("snowflake", "DEMO_DB.PUBLIC.KEPT", settings)
 
-        def rows() -> dict:
+        def rows(settings: dict = settings) -> dict:
             with connect(settings) as conn:
                 return dict(conn.cursor().execute('SELECT "ID", "QTY" FROM DEMO_DB.PUBLIC.KEPT').fetchall())
 
@@ -323,8 +323,9 @@ def test_a_killed_changelog_driver_resumes_to_the_same_content(tmp_path: Path, s
             os.killpg(pid, signal.SIGKILL)  # its own session (process.launch): the driver and what it started
         for (slot,) in sql("postgres", "SELECT slot_name FROM pg_replication_slots WHERE database = %s",
                            (database,)):
-            wait_for(lambda: not sql("postgres", "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
-                                     (slot,))[0][0], 30, "the slot to be released")
+            wait_for(lambda slot=slot: not sql(
+                "postgres", "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))[0][0],
+                30, "the slot to be released")
             sql("postgres", "SELECT pg_drop_replication_slot(%s)", (slot,))
         sql("postgres", f"DROP DATABASE {database} WITH (FORCE)")
 

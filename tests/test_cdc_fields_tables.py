@@ -137,7 +137,8 @@ def test_arrow_fields_to_kafka_through_add_and_drop_column(tmp_path: Path, spark
 
 
 def test_an_unknown_field_of_a_cdc_struct_is_e048_at_its_line(tmp_path: Path) -> None:
-    bad = ITEMS.replace("{db}", "shop") + "CREATE STREAM bad AS SELECT after->id AS id,\n  after->amout AS a FROM items_cdc;\n"
+    bad = (ITEMS.replace("{db}", "shop")
+           + "CREATE STREAM bad AS SELECT after->id AS id,\n  after->amout AS a FROM items_cdc;\n")
     with pytest.raises(ProjectError) as caught:
         load_project(project_root(tmp_path, {"sql/items.sql": bad}))
     [problem] = caught.value.diagnostics

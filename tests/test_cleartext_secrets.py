@@ -123,7 +123,8 @@ def test_a_secret_in_runtime_spark_conf(tmp_path, key, value):
 
 
 def test_a_secret_in_a_sql_with_property(tmp_path):
-    sql = PAGEVIEWS.replace("'timestamp' = 'viewtime'", "'timestamp' = 'viewtime',\n  'kafka.topic.sasl.password' = 'x'")
+    sql = PAGEVIEWS.replace("'timestamp' = 'viewtime'",
+                            "'timestamp' = 'viewtime',\n  'kafka.topic.sasl.password' = 'x'")
     found = _e060(tmp_path, {"sql/sources.sql": sql})
     assert len(found) == 1 and "kafka.topic.sasl.password" in found[0].message, found
 

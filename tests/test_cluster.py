@@ -167,7 +167,7 @@ def _run(project, broker: str, cluster, ui_port: int) -> None:
 
     apps = wait_for(lambda: _applications(ui_port), 30, "both drivers' REST APIs")
     for name in APPS:  # every application ran tasks on executors of both workers, none on the driver
-        tasks = wait_for(lambda: {hp: n for hp, n in _executor_tasks(apps[name]).items() if n}, 30,
+        tasks = wait_for(lambda name=name: {hp: n for hp, n in _executor_tasks(apps[name]).items() if n}, 30,
                          f"tasks of {name} on executors")
         assert len(tasks) == 2, (name, tasks)
     app_ids = {a["id"] for a in cluster.state()["activeapps"] if a["name"] in APPS}

@@ -58,13 +58,14 @@ def _fill(broker: str, topic: str, count: int) -> list[str]:
 
 
 def test_replacing_a_topic_with_records_is_refused_until_allowed(tmp_path: Path, broker: str) -> None:
-    sql = ("CREATE STREAM events (id BIGINT) WITH ('topic' = '{p}_events', 'value.format' = 'json', "
-           "'topic.partitions' = 2);\n")
+    sql = ("CREATE CHANGELOG events (id BIGINT, PRIMARY KEY (id)) WITH ('topic' = '{p}_events', "
+           "'value.format' = 'json', 'topic.partitions' = 2);\n")
     root, options, prefix = _project(tmp_path, sql, broker)
     _apply(options)
     before = _fill(broker, f"{prefix}_events", 37)
-    # more partitions: the embedded broker cannot add partitions in place, so the topic is replaced
-    (root / "rel.sql").write_text(sql.replace("'topic.partitions' = 2", "'topic.partitions' = 3").replace("{p}", prefix))
+    # more partitions of a changelog: its keys would move to other partitions, so the topic is replaced
+    (root / "rel.sql").write_text(sql.replace("'topic.partitions' = 2", "'topic.partitions' = 3")
+                                 .replace("{p}", prefix))
 
     loaded = operations.load(options)
     plan = operations.plan(loaded)
@@ -222,37 +223,64 @@ def test_adding_a_column_to_a_query_sink_keeps_its_topic_and_checkpoint(tmp_path
 
 
 def test_raising_a_sources_partitions_keeps_the_topic_sized_from_it(tmp_path: Path, broker: str) -> None:
-    """Issue 20, defect 3: a query's topic sized from its source is not replaced when the source is resized (the
-    embedded broker cannot add partitions, so the source itself is replaced, with an allowance)."""
-    from dsflow.adapters.kafka.admin import describe_topic
+    """Issue 20, defect 3, and partitions added in place (issue 39): raising a source's partitions adds them to its
+    topic where the broker has CreatePartitions (Apache Kafka). The plan says so and destroys nothing; the source's
+    records and the topic sized from it stay (same topic id, same records, same size); the running query is not
+    restarted and reads the new partitions: every id reaches the sink once. Where the broker cannot (tansu), the
+    source is replaced, with an allowance."""
+    from dsflow.adapters.kafka import client
+    from dsflow.adapters.kafka.admin import describe_topic, topic_ids
 
     sql = ("CREATE STREAM events (id BIGINT) WITH ('topic' = '{p}_events', 'value.format' = 'json', "
            "'topic.partitions' = 2);\n"
            "CREATE STREAM copied WITH ('topic' = '{p}_copied') AS SELECT id FROM events;\n")
     root, options, prefix = _project(tmp_path, sql, broker)
+    events, copied = f"{prefix}_events", f"{prefix}_copied"
     try:
         _apply(options)
-        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i}) for i in range(40)])
-        _wait_ids(broker, f"{prefix}_copied", set(range(40)))
-        before = _held(broker, f"{prefix}_copied")
+        produce_json_lines(broker, events, [json.dumps({"id": i}) for i in range(40)])
+        _wait_ids(broker, copied, set(range(40)))
+        before, source_before = _held(broker, copied), _held(broker, events)
+        ids_before = topic_ids(broker, [events, copied])
+        drivers = _driver_pids(options)
 
-        (root / "rel.sql").write_text(sql.replace("'topic.partitions' = 2", "'topic.partitions' = 3")
+        (root / "rel.sql").write_text(sql.replace("'topic.partitions' = 2", "'topic.partitions' = 4")
                                       .replace("{p}", prefix))
         loaded = operations.load(options)
         plan = operations.plan(loaded)
         changes = {c.address: c for c in plan.actionable}
-        assert changes["relation.default.public.events"].action is Action.REPLACE
         assert "relation.default.public.copied" not in changes, "the topic sized from the source is kept"
-        assert [c.address for c in plan.destroying] == ["relation.default.public.events"]
-        allowed = Allowance(addresses=frozenset({"relation.default.public.events"}))
-        assert operations.apply(loaded, plan, allowance=allowed).ok
+        grown = changes["relation.default.public.events"]
+        if grown.action is Action.REPLACE:  # a broker without CreatePartitions
+            assert [c.address for c in plan.destroying] == ["relation.default.public.events"]
+            allowed = Allowance(addresses=frozenset({"relation.default.public.events"}))
+            assert operations.apply(loaded, plan, allowance=allowed).ok
+            start = 40
+        else:
+            assert (grown.action, grown.reason) == (Action.UPDATE, "partitions raised 2 -> 4 (in place: partitions "
+                                                                   "added)"), grown
+            assert plan.destroying == [] and set(changes) == {"relation.default.public.events"}
+            assert operations.apply(loaded, plan).ok
+            assert _held(broker, events) == source_before, "adding partitions changed the source's records"
+            assert topic_ids(broker, [events, copied]) == ids_before, "a topic was created again"
+            assert _driver_pids(options) == drivers, "the running query was restarted"
+            start = 40
 
-        assert _held(broker, f"{prefix}_copied") == before, "the kept topic lost or gained records"
-        assert describe_topic(broker, f"{prefix}_copied").partitions == 2
-        assert describe_topic(broker, f"{prefix}_events").partitions == 3
-        produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i}) for i in range(40, 50)])
-        ids = _wait_ids(broker, f"{prefix}_copied", set(range(50)))
-        assert sorted(ids) == list(range(50)), "the replay of the new source re-read exactly its records"
+        assert _held(broker, copied) == before, "the kept topic lost or gained records"
+        assert describe_topic(broker, copied).partitions == 2
+        assert describe_topic(broker, events).partitions == 4
+        errors = client.DeliveryErrors()
+        producer = client.new_producer(client.client_config(broker), errors)
+        for i in range(start, start + 40):  # ten to each partition, the new ones too
+            client.produce_one(producer, events, json.dumps({"id": i}), None, i % 4)
+        client.flush_or_raise(producer, events, 40, errors)
+        ids = _wait_ids(broker, copied, set(range(start + 40)))
+        assert sorted(ids) == list(range(start + 40)), "every id reached the sink exactly once"
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def _driver_pids(options: operations.Options) -> dict[str, int]:
+    state = operations.load(options).workspace.state_backend().read()
+    return {k: v.outputs["pid"] for k, v in state.resources.items() if "pid" in v.outputs}

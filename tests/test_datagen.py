@@ -161,7 +161,7 @@ def test_same_seed_same_records_except_timestamps():
 def test_pacer_deadlines_do_not_drift():
     now = [100.0]
     pacer = datagen._Pacer(10.0, clock=lambda: now[0])
-    for i in range(20):
+    for _ in range(20):
         assert pacer.delay() == pytest.approx(0.0)
         pacer.advance()
         now[0] += 0.1 + 0.003  # late by 3 ms each time: stays "due now", no accumulated delay

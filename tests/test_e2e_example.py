@@ -253,7 +253,8 @@ def _kill_and_resume(options: operations.Options, broker: str, by_id: dict) -> N
     by_id.update({r["id"]: r for r in more})
     records = _wait_for_ids(broker, "pageviews_enriched", expected)
     assert expected == {r["id"] for r in records}
-    assert _state(options).resources[QUERY_ENRICHED].outputs["checkpoint"] == checkpoint, "not resumed from its checkpoint"
+    assert _state(options).resources[QUERY_ENRICHED].outputs["checkpoint"] == checkpoint, \
+        "not resumed from its checkpoint"
 
 
 def _wait_until_committed(options: operations.Options, timeout: float = 60.0) -> None:

@@ -63,8 +63,8 @@ def test_two_environments_share_a_broker_without_touching_each_other(tmp_path: P
 
     runner = CliRunner()
     outputs = [runner.invoke(cli, ["-C", str(root), "--env", "prod", *args]).output
-               for args in (["plan", "--json"], ["plan", "--format", "markdown"], ["state", "show"], ["status", "--json"],
-                            ["plan", "--show-unchanged"])]
+               for args in (["plan", "--json"], ["plan", "--format", "markdown"], ["state", "show"],
+                            ["status", "--json"], ["plan", "--show-unchanged"])]
     files = [p.read_text(errors="replace") for p in (root / ".dsflow").rglob("*") if p.is_file()]
     assert json.loads(outputs[0])["changes"]
     for text in outputs + files:

@@ -51,7 +51,8 @@ STATS: Counter = Counter()
 QUIET = 0.3
 NEXT_OFFSET: dict[str, int] = {}
 """The end of each fuzzed topic: only the produce test writes to it."""
-VIEW_ROWS = [(f"Page_{i % 7}", i % 5, i * 3 - 40, None if i % 11 == 0 else f"u{i % 4}") for i in range(35)]  # (page, hits) unique: the key
+# (page, hits) unique: the key
+VIEW_ROWS = [(f"Page_{i % 7}", i % 5, i * 3 - 40, None if i % 11 == 0 else f"u{i % 4}") for i in range(35)]
 VIEW_COLUMNS = [("page", "VARCHAR"), ("hits", "BIGINT"), ("score", "BIGINT"), ("who", "VARCHAR")]
 
 
@@ -173,7 +174,7 @@ def test_produce_puts_every_line_or_nothing(fuzz_project, broker, lines, key_fie
     NEXT_OFFSET[topic] = before + len(records)
     assert [value for _, value in records] == sent, f"from offset {before} the topic holds {records}, not {sent}"
     assert f"Produced {len(sent)} record(s)." in result.output
-    for (key, _), value in zip(records, sent):
+    for (key, _), value in zip(records, sent, strict=False):
         field = json.loads(value).get(key_field) if key_field else None
         expected = None if field is None else (field if isinstance(field, str) else json.dumps(field))
         if expected == "":  # the broker gives an empty key back as no key
@@ -269,8 +270,9 @@ def test_generated_view_queries_equal_duckdb(fuzz_project, sql):
     rows = [tuple(item.values()) for item in json.loads(result.output)]
     expected = _duckdb_rows(sql)
     assert len(rows) == len(expected), sql
-    for got, want in zip(rows, expected):
-        assert all(g == w or (isinstance(g, float) and math.isclose(g, w)) for g, w in zip(got, want)), (sql, got, want)
+    for got, want in zip(rows, expected, strict=True):
+        assert all(g == w or (isinstance(g, float) and math.isclose(g, w))
+                   for g, w in zip(got, want, strict=False)), (sql, got, want)
 
 
 @FUZZ

@@ -1,8 +1,8 @@
 """CREATE TABLE ... AS SELECT into Apache Iceberg (pyiceberg, a SQLite catalog file and a local warehouse in
-tmp_path; a PostgreSQL catalog database for teams): appends for streams, upserts for aggregations and changelogs, each equal to a Python
-reference read back through pyiceberg; a batch replayed without its checkpoint commit is not written twice (the
-batch id in the snapshot summary); apply creates the table before any data, kill -9 mid-stream duplicates nothing,
-`dsflow entity` lists and describes it, destroy counts its rows and drops it.
+tmp_path; a PostgreSQL catalog database for teams): appends for streams, upserts for aggregations and changelogs,
+each equal to a Python reference read back through pyiceberg; a batch replayed without its checkpoint commit is
+not written twice (the batch id in the snapshot summary); apply creates the table before any data, kill -9
+mid-stream duplicates nothing, `dsflow entity` lists and describes it, destroy counts its rows and drops it.
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ def test_ctrl_c_at_random_steps_then_plan_converges(tmp_path: Path, broker: str,
                                   stderr=subprocess.STDOUT, text=True, env={**env, PAUSE_AFTER_NOTE: address})
         loaded = operations.load(options)
         backend_state = loaded.workspace.state_backend()
-        wait_for(lambda: (p := backend_state.read().pending) is not None and p.address == address, 120,
+        wait_for(lambda backend_state=backend_state, address=address:
+                 (p := backend_state.read().pending) is not None and p.address == address, 120,
                  f"the apply to pause at {address}", interval=0.05)
         paused.send_signal(signal.SIGINT)
         try:

@@ -98,7 +98,7 @@ def test_dead_letters_are_those_of_the_record_by_record_check() -> None:
         assert keep == [i for i in range(len(chunk)) if i not in dict(exact)]
         if array is not None:
             assert len(array) == len(keep)
-            for i, row in zip(keep, array.to_pylist()):
+            for i, row in zip(keep, array.to_pylist(), strict=True):
                 assert (row is None) == (chunk[i] is None)
         if not any(v in SLOW for v in chunk) and chunk:
             assert array is not None or not keep, chunk  # nothing that needs from_json: one struct
@@ -188,7 +188,7 @@ def test_pyarrow_reads_random_values_as_from_json_does(spark) -> None:
     frame = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i INT, value STRING")
     spark_rows = [r.v.asDict() for r in frame.select("i", F.from_json("value", DDL).alias("v")).orderBy("i").collect()]
     assert len(spark_rows) == len(ours)
-    differ = [(t, a, b) for t, a, b in zip(texts, ours, spark_rows) if _canonical(a) != _canonical(b)]
+    differ = [(t, a, b) for t, a, b in zip(texts, ours, spark_rows, strict=True) if _canonical(a) != _canonical(b)]
     assert not differ, differ[:5]
 
 

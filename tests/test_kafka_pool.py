@@ -40,7 +40,7 @@ def _read(task: KafkaRange) -> list[tuple[str, str]]:
     rows = []
     for batch in read_range_arrow(task):
         table = pa.Table.from_batches([batch])
-        rows += list(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+        rows += list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
     return rows
 
 

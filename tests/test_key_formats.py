@@ -118,15 +118,15 @@ def test_avro_keys_in_and_out(tmp_path, broker, spark, schema_registry) -> None:
 
     copied = raw_records(broker, sinks["copied"].topic)  # a carried key: the source key's text as an Avro string
     assert sorted(zip(_avro_keys(schema_registry, sinks["copied"].topic, copied), (json.loads(m.value()) for m in
-                  copied)), key=lambda kv: kv[1]["id"]) == [(str(o["id"] * 10), {"id": o["id"], "item": o["item"]})
-                                                            for o in ORDERS if o["amount"] > 0]
+                  copied), strict=False), key=lambda kv: kv[1]["id"]) == \
+        [(str(o["id"] * 10), {"id": o["id"], "item": o["item"]}) for o in ORDERS if o["amount"] > 0]
     pairs = raw_records(broker, sinks["by_pair"].topic)
     assert sorted(_avro_keys(schema_registry, sinks["by_pair"].topic, pairs), key=lambda k: k["id"]) == [
         {"item": o["item"], "id": o["id"]} for o in ORDERS]
     assert {int.from_bytes(m.key()[1:5], "big") for m in pairs} == {registered["by_pair"]["key_schema_id"]}
     counts = raw_records(broker, sinks["item_counts"].topic)
     latest = {}
-    for k, m in zip(_avro_keys(schema_registry, sinks["item_counts"].topic, counts), counts):
+    for k, m in zip(_avro_keys(schema_registry, sinks["item_counts"].topic, counts), counts, strict=False):
         latest[k["item"]] = json.loads(m.value())["n"]
     assert latest == {f"item-{i}": 5 for i in range(3)}
     # the key that is not Avro is a dead letter of each query, with its key and value as they were
@@ -234,7 +234,7 @@ def test_protobuf_keys_and_timestamp_date_decimal(tmp_path, broker, spark, schem
                  key=lambda kv: kv[0].id)
     expected = [_payment(payment, i) for i in range(8) if i * 1234 - 5000 > 0]
     assert [k.id for k, _ in got] == [e.id for e in expected]
-    for (_, v), e in zip(got, expected):
+    for (_, v), e in zip(got, expected, strict=False):
         assert (v.ts.seconds, v.ts.nanos) == (e.ts.seconds, e.ts.nanos)
         assert (v.day.year, v.day.month, v.day.day) == (e.day.year, e.day.month, e.day.day)
         unscaled = int.from_bytes(v.price.value, "big", signed=True)

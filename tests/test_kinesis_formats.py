@@ -119,10 +119,12 @@ def _avro_decode(registry: str, stream: str, values: list[bytes]) -> list[dict]:
 NESTED_SCHEMA = json.dumps({"type": "record", "name": "Basket", "fields": [
     {"name": "id", "type": "long"},
     {"name": "payload", "type": ["null", {"type": "record", "name": "Payload", "fields": [
-        {"name": "a", "type": ["null", "int"]}, {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}}]}]},
+        {"name": "a", "type": ["null", "int"]},
+        {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}}]}]},
     {"name": "attrs", "type": {"type": "map", "values": "long"}}]})
 """A producer's nested Avro schema, written independently of dsflow."""
-BASKETS = [{"id": i, "payload": None if i % 4 == 0 else {"a": None if i % 3 == 0 else i, "tags": [f"t{i}", None][:i % 3]},
+BASKETS = [{"id": i,
+            "payload": None if i % 4 == 0 else {"a": None if i % 3 == 0 else i, "tags": [f"t{i}", None][:i % 3]},
             "attrs": {"k": i * 2, "z": 1} if i % 2 else {}} for i in range(20)]
 
 
@@ -137,7 +139,8 @@ def test_avro_and_primitives_through_kinesis_queries(tmp_path, spark, kinesis_en
     """avro in, avro and long out; long in, string out; nested avro (STRUCT, ARRAY, MAP) in and out: every value as
     a reference computes it."""
     _, project, settings, _ = _project(tmp_path, kinesis_endpoint, schema_registry, """
-        CREATE STREAM orders (id BIGINT, amount DOUBLE, item VARCHAR) WITH ('value.format' = 'avro', 'topic.shards' = 2);
+        CREATE STREAM orders (id BIGINT, amount DOUBLE, item VARCHAR)
+          WITH ('value.format' = 'avro', 'topic.shards' = 2);
         CREATE STREAM big_orders AS SELECT id, amount * 2 AS doubled, item FROM orders WHERE amount > 10;
         CREATE STREAM order_ids WITH ('value.format' = 'long') AS SELECT id FROM orders;
         CREATE STREAM id_texts WITH ('value.format' = 'string') AS SELECT CAST(id * 10 AS VARCHAR) AS s FROM order_ids;
@@ -152,7 +155,8 @@ def test_avro_and_primitives_through_kinesis_queries(tmp_path, spark, kinesis_en
     for name in ("big_orders", "order_ids", "id_texts", "nested_out"):
         _run(spark, project, name, tmp_path)
 
-    nested = _avro_decode(schema_registry, topic["nested_out"], [r["data"] for r in _raw(settings, topic["nested_out"])])
+    nested = _avro_decode(schema_registry, topic["nested_out"],
+                          [r["data"] for r in _raw(settings, topic["nested_out"])])
     assert sorted(nested, key=lambda r: r["id"]) == [_basket_out(b) for b in BASKETS]
 
     big = _avro_decode(schema_registry, topic["big_orders"], [r["data"] for r in _raw(settings, topic["big_orders"])])

@@ -239,7 +239,8 @@ def test_snowflake_sink_appends_and_merges(tmp_path, broker, spark, fakesnow_por
         produce_changes(broker, project, "users", changes)
         deleted = deleted or any(v is None and k in snapshot for k, v in changes)
         for key, value in changes:
-            left = left or (key in snapshot and snapshot[key]["level"] < 8 and value is not None and value["level"] >= 8)
+            left = left or (key in snapshot and snapshot[key]["level"] < 8
+                            and value is not None and value["level"] >= 8)
             snapshot.pop(key, None) if value is None else snapshot.__setitem__(key, value)
         for name in ("pv_sf", "counts_sf", "users_sf", "levels_sf"):
             run(spark, project, name, tmp_path)
@@ -252,7 +253,7 @@ def test_snowflake_sink_appends_and_merges(tmp_path, broker, spark, fakesnow_por
     tables = {"users": "userid VARCHAR, name VARCHAR, level BIGINT"}
     for table, select, key in (("USERS_SF", USER_MIRROR, ("userid",)), ("LEVELS_SF", LEVELS, ("level",))):
         columns, rows = fmt.rows(TableRef("snowflake", f"DEMO_DB.PUBLIC.{table}", settings), 10_000)
-        got = keyed_rows([dict(zip([c.lower() for c in columns], r)) for r in rows], key)
+        got = keyed_rows([dict(zip([c.lower() for c in columns], r, strict=False)) for r in rows], key)
         assert got == duckdb_answer(tables, {"users": snapshot.values()}, select, key), table
     assert deleted and left, "the inputs must delete a row and move one out of WHERE"
 

@@ -78,7 +78,8 @@ def test_a_warm_load_parses_no_unchanged_file(tmp_path, monkeypatch):
     reference = load_project(root)
     parsed: list[str] = []
     real = project_module._parse_sql_file
-    monkeypatch.setattr(project_module, "_parse_sql_file", lambda text, path: (parsed.append(path), real(text, path))[1])
+    monkeypatch.setattr(project_module, "_parse_sql_file",
+                        lambda text, path: (parsed.append(path), real(text, path))[1])
     assert load_project(root) == reference
     assert parsed == []
     changed = root / "sql" / "queries_00100.sql"

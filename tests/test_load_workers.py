@@ -87,7 +87,8 @@ def _broken_project(tmp_path: Path) -> Path:
     files["sql/q_03.sql"] = files["sql/q_03.sql"].replace("UPPER(user_id)", "UPPER(usr_id)")  # DSF-E041
     files["sql/q_05.sql"] = files["sql/q_05.sql"].replace("FROM s105 ", "FROM s_missing ")  # DSF-E040
     files["sql/q_06.sql"] = files["sql/q_06.sql"].replace("UPPER(user_id)", "UPPER(user_id", 1)  # DSF-E002
-    files["sql/q_07.sql"] += "\nCREATE STREAM cyc_a AS SELECT * FROM cyc_b;\nCREATE STREAM cyc_b AS SELECT * FROM cyc_a;\n"
+    files["sql/q_07.sql"] += ("\nCREATE STREAM cyc_a AS SELECT * FROM cyc_b;"
+                              "\nCREATE STREAM cyc_b AS SELECT * FROM cyc_a;\n")
     files["sql/q_08.sql"] += "\nCREATE STREAM q170 AS SELECT * FROM s1;\n"  # DSF-E020, defined twice
     files["sql/q_09.sql"] += "\nINSERT INTO q0 SELECT id, ts FROM s2;\n"  # DSF-E043
     files["sql/q_09.sql"] += "\nCREATE STREAM agg AS SELECT kind, COUNT(*) AS n FROM s3 GROUP BY kind;\n"  # E046

@@ -26,10 +26,11 @@ import pgserver
 
 pytestmark = pytest.mark.integration
 
-CONFIG = "name: {name}\ndefault:\n  store: k\nruntime:\n  isolation: shared\nenvironments:\n  dev:\n    vars: {{bootstrap: 'unset:1'}}\n"
+CONFIG = ("name: {name}\ndefault:\n  store: k\nruntime:\n  isolation: shared\n"
+          "environments:\n  dev:\n    vars: {{bootstrap: 'unset:1'}}\n")
 STORES = "stores:\n  - name: k\n    type: kafka\n    bootstrap_servers: \"{{ var('bootstrap') }}\"\n"
-PG_STORE = "  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: " + pgserver.PORT + ", user: postgres, " \
-           "database: {db}}}\n"
+PG_STORE = ("  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: " + pgserver.PORT
+            + ", user: postgres, database: {db}}}\n")
 DATABASES = "databases:\n  - name: default\n    schemas: [public, archive]\n"
 SQL = ("CREATE STREAM {events} (id BIGINT, userid VARCHAR) WITH ('topic' = '{p}_raw', 'value.format' = 'json', "
        "'topic.partitions' = 2);\n"

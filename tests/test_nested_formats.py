@@ -156,7 +156,8 @@ def _values(shape: Shape, protobuf: bool, top: bool = True):
 def _tables(draw, protobuf: bool):
     shapes = draw(st.lists(_shapes(protobuf), min_size=1, max_size=3))
     columns = [(f"c{i}", type_text(s)) for i, s in enumerate(shapes)]
-    rows = draw(st.lists(st.fixed_dictionaries({c: _values(s, protobuf) for (c, _), s in zip(columns, shapes)}),
+    rows = draw(st.lists(st.fixed_dictionaries({c: _values(s, protobuf)
+                                                for (c, _), s in zip(columns, shapes, strict=True)}),
                          min_size=1, max_size=4))
     return columns, rows
 
@@ -213,7 +214,8 @@ def test_nested_protobuf_values_round_trip_through_the_codec(table) -> None:
         message = cls.FromString(cls(**_fields(row, cls.DESCRIPTOR, "")).SerializeToString())
         back.append(conform_row(_row(message, [n for n, _ in columns]), nested))
     expected = [{n: [] if v is None and parse_type(t).kind == "array" else {} if v is None and
-                 parse_type(t).kind == "map" else v for (n, t), v in zip(columns, r.values())} for r in written]
+                 parse_type(t).kind == "map" else v for (n, t), v in zip(columns, r.values(), strict=False)}
+                for r in written]
     assert _unordered_maps(_arrow_rows(back, columns)) == _unordered_maps(_arrow_rows(expected, columns))
 
 

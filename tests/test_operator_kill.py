@@ -217,14 +217,15 @@ def _run(options, project, broker: str) -> None:
     inputs = {name: snapshots[name].values() for name in TABLES}
     for name, (select, keys) in CHECKS.items():
         expected = duckdb_answer(TABLES, inputs, select, keys)
-        wait_for(lambda: keyed_rows(changelog_content(broker, project, name)[0].values(), keys) == expected, WAIT,
+        wait_for(lambda name=name, keys=keys, expected=expected:
+                 keyed_rows(changelog_content(broker, project, name)[0].values(), keys) == expected, WAIT,
                  f"{name} to equal DuckDB over the final inputs")
     expected = _references(feeds)
     assert len(expected["enriched"]) > 40 and None in {title for _, title in expected["enriched"].values()}
     assert {(None,)} < set(expected["tagged"].values())
     for name, columns in (("enriched", ("tier", "title")), ("tagged", ("title",))):
-        wait_for(lambda: _stream_rows(broker, project, name, columns) == expected[name], WAIT,
-                 f"{name}'s rows to equal the reference")
+        wait_for(lambda name=name, columns=columns: _stream_rows(broker, project, name, columns) == expected[name],
+                 WAIT, f"{name}'s rows to equal the reference")
 
 
 def _kill_the_host(options) -> None:

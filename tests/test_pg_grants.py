@@ -2,8 +2,8 @@
 session's server (tests/pgserver.py), the database of test_pg_views' module fixture).
 
 apply is targeted at the roles and grants: it creates the views' and the table's tables (their ancestors) and no
-query, so no Spark runs; the privilege check needs only the tables. Each check is `SET ROLE <mapped role>` in a fresh psql
-session of the superuser, then a SELECT.
+query, so no Spark runs; the privilege check needs only the tables. Each check is `SET ROLE <mapped role>` in a
+fresh psql session of the superuser, then a SELECT.
 """
 
 from __future__ import annotations

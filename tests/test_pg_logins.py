@@ -1,10 +1,10 @@
 """dsflow users as PostgreSQL logins, and INSERT grants that are not pushed down (the real server on
-the session's server (tests/pgserver.py), trust auth: any password is accepted, so the tests connect as the login itself and check what it
-may read, and check the stored SCRAM verifier against the password independently).
+the session's server (tests/pgserver.py), trust auth: any password is accepted, so the tests connect as the login
+itself and check what it may read, and check the stored SCRAM verifier against the password independently).
 
 The project of test_pg_grants (views user_counts and page_counts and the table user_totals in PostgreSQL; reader
-SELECT user_counts, analyst inherits reader, other ALL page_counts and user_totals) with `users:` added; apply is targeted at roles, bindings and
-grants, so no query runs.
+SELECT user_counts, analyst inherits reader, other ALL page_counts and user_totals) with `users:` added; apply is
+targeted at roles, bindings and grants, so no query runs.
 """
 
 from __future__ import annotations

@@ -348,7 +348,7 @@ def test_view_in_postgres_end_to_end(tmp_path, spark, broker, pgdb) -> None:
     try:
         for first in range(0, N, N // 4):  # one partition: the topic holds ids in order
             produce(broker, project, "pageviews", events[first:first + N // 4], "userid")
-            wait_for(lambda: seen and seen[-1][0] > first, 180, f"the view to pass id {first}")
+            wait_for(lambda first=first: seen and seen[-1][0] > first, 180, f"the view to pass id {first}")
         expected = _reference(events)
         wait_for(lambda: _snapshot(pgdb) == expected, 120, "the view to equal the reference")
     finally:

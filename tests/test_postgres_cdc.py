@@ -88,7 +88,8 @@ ALTER TABLE orders REPLICA IDENTITY FULL;
 @pytest.fixture(scope="module")
 def pgdb() -> Iterator[str]:
     """A fresh database with the orders table; dropped at the end with its slots and publications."""
-    assert sql("postgres", "SHOW wal_level") == [("logical",)], "CDC needs wal_level=logical (tests/environment.py sets it at session start)"
+    assert sql("postgres", "SHOW wal_level") == [("logical",)], \
+        "CDC needs wal_level=logical (tests/environment.py sets it at session start)"
     name = f"dsflow_cdc_{uuid.uuid4().hex[:8]}"
     sql("postgres", f"CREATE DATABASE {name}")
     sql(name, TABLE)
@@ -260,7 +261,7 @@ def test_a_failed_batch_is_read_again_after_a_restart(tmp_path: Path, spark, pgd
     _insert(pgdb, [(i, str(i), None, None, None, i, True, None) for i in range(4, 7)])
     sql(pgdb, "UPDATE orders SET qty = 0 WHERE id = 5")
     failing = start(fail_on=5)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - any failure: Spark wraps the source's error in its own
         failing.awaitTermination(180)
     assert _confirmed(pgdb, name) <= before_failure  # the failed batch was not acknowledged
     sql(pgdb, "DELETE FROM orders WHERE id = 1")  # more changes while the query is down

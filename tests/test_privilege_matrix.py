@@ -86,7 +86,7 @@ def served(broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         return identity.create_token(user)[0]
 
     with ThreadPoolExecutor(4) as pool:  # argon2 hashing takes ~0.5 s a hash here and lets go of the GIL
-        tokens = dict(zip(ALL_USERS, pool.map(token, ALL_USERS)))
+        tokens = dict(zip(ALL_USERS, pool.map(token, ALL_USERS), strict=True))
     server = uvicorn.Server(uvicorn.Config(create_app(options), host="127.0.0.1", port=free_port(),
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -96,10 +96,12 @@ def test_deleting_the_current_extreme_finds_the_next_one():
 
 
 def test_e157_aggregating_a_changelog_into_a_table(tmp_path):
-    """Into an Iceberg table: refused (it cannot delete a group); Delta tables merge deletes (tests/test_cdc_changelog.py)."""
+    """Into an Iceberg table: refused (it cannot delete a group); Delta tables merge deletes
+    (tests/test_cdc_changelog.py)."""
     stores = (f"stores:\n  - name: ice\n    type: iceberg\n    properties:\n      warehouse: {tmp_path / 'wh'}\n"
               "  - name: lake\n    type: filesystem\n    properties:\n      path: lake\n")
-    sql = "CREATE TABLE per_region WITH ('store' = 'ice') AS\n  SELECT region, COUNT(*) AS n FROM users GROUP BY region;\n"
+    sql = ("CREATE TABLE per_region WITH ('store' = 'ice') AS\n"
+           "  SELECT region, COUNT(*) AS n FROM users GROUP BY region;\n")
     root = make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql, "stores/lake.yml": stores})
     assert problems(root) == [("DSF-E157", "q.sql", 1, 14)]
     (root / "sql/q.sql").write_text(sql.replace("'ice'", "'lake'"))

@@ -163,7 +163,7 @@ def _pg_rows(database: str) -> dict[str, tuple]:
             conn.cursor() as cur:
         cur.execute("SELECT * FROM public.user_names")
         names = [d[0] for d in cur.description]
-        return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+        return {r[0]: dict(zip(names, r, strict=False)) for r in cur.fetchall()}
 
 
 def _delta_rows(root: Path) -> dict[str, dict]:
@@ -177,8 +177,8 @@ def _users(first: int, count: int) -> list[dict]:
 
 
 def test_a_postgresql_view_and_a_delta_table_gain_a_column_in_place(tmp_path: Path, broker: str, pgdb: str) -> None:
-    stores = stores_yaml() + (f"  - name: pg\n    type: postgresql\n    properties: {{host: 127.0.0.1, port: {pgserver.PORT}, "
-                              f"user: postgres, database: {pgdb}}}\n")
+    stores = stores_yaml() + (f"  - name: pg\n    type: postgresql\n    properties: "
+                              f"{{host: 127.0.0.1, port: {pgserver.PORT}, user: postgres, database: {pgdb}}}\n")
     root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=new_prefix()), "stores/lake.yml": stores,
                                    "sql/all.sql": USERS + TABLES.format(columns="userid, name")})
     options = operations.Options(root, None, {"bootstrap": broker})

@@ -271,7 +271,8 @@ def test_a_caller_with_the_grants_applies_what_they_cover_and_nothing_more(broke
     assert [(a["action"], a["address"], a["allowed"]) for a in erin["authorization"]] == [
         ("create", "relation.analytics.public.clicks", True)]  # CREATE on the schema, USAGE on the store
     refused = call(broker_live, "POST", "/api/v1/apply", "alice", json={"plan": erin["plan"], "start_runtime": False})
-    assert refused.status_code == 403 and "lacks CREATE on schema.analytics.public" in refused.json()["error"]["message"]
+    assert refused.status_code == 403
+    assert "lacks CREATE on schema.analytics.public" in refused.json()["error"]["message"]
     applied = call(broker_live, "POST", "/api/v1/apply", "erin", json={"plan": erin["plan"], "start_runtime": False})
     assert applied.status_code == 200, applied.text
     assert [c["address"] for c in applied.json()["done"]] == ["relation.analytics.public.clicks"]

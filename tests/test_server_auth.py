@@ -138,7 +138,8 @@ def _call(live, method: str, path: str, token: str | None, **kw) -> requests.Res
 
 def test_user_management_needs_manage_users_and_works_through_the_api(live) -> None:
     root, alice = live.tokens["root"], live.tokens["alice"]
-    for method, path, body in [("GET", "/api/v1/users", None), ("POST", "/api/v1/users", {"name": "x1", "password": "p"}),
+    for method, path, body in [("GET", "/api/v1/users", None),
+                               ("POST", "/api/v1/users", {"name": "x1", "password": "p"}),
                                ("DELETE", "/api/v1/users/erin", None), ("GET", "/api/v1/tokens?user=erin", None),
                                ("POST", "/api/v1/users/erin/tokens", {"name": "t"})]:
         denied = _call(live, method, path, alice, json=body)

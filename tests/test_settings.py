@@ -168,7 +168,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("database", "name"): ("database.other", [(Y, "  - name: other\n", "  - name: other2\n")]),
     ("database", "schemas"): ("schema.other.x", [(Y, "schemas: [x]", "schemas: [y]")]),
     ("database", "description"): ("database.db", [(Y, "description: the database", "description: ours")]),
-    ("store", "owner"): ("store.k", [(Y, "    description: the broker\n", "    description: the broker\n    owner: base\n")]),
+    ("store", "owner"): ("store.k", [(Y, "    description: the broker\n",
+                                       "    description: the broker\n    owner: base\n")]),
     ("database", "owner"): ("database.db", [(Y, "    description: the database\n",
                                              "    description: the database\n    owner: base\n")]),
     ("schema", "name"): ("schema.other.x", [(Y, "schemas: [x]", "schemas: [{name: y}]")]),
@@ -178,7 +179,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("user", "login_password"): ("binding.ann", [(Y, "roles: [reader]\n", "roles: [reader]\n    login_password: "
                                                                      "\"{{ env_var('REG_PASSWORD') }}\"\n")]),
     ("relation", "owner"): (EVENTS, [(S, EVENTS_WITH, EVENTS_WITH + " 'owner' = 'base',")]),
-    ("cdc", "owner"): (CDC, [(S, "'postgresql.table.name' = 'orders')", "'postgresql.table.name' = 'orders', 'owner' = 'base')")]),
+    ("cdc", "owner"): (CDC, [(S, "'postgresql.table.name' = 'orders')",
+                              "'postgresql.table.name' = 'orders', 'owner' = 'base')")]),
     ("table", "owner"): (LAKE_T, [(Q, LAKE_WITH, LAKE_WITH[:-1] + ", 'owner' = 'base')")]),
     ("materialized_view", "owner"): (VIEW, [(Q, VIEW_WITH, VIEW_WITH[:-1] + ", 'owner' = 'base')")]),
     ("query", "owner"): (COPIED, [(Q, COPIED_WITH, COPIED_WITH[:-1] + ", 'owner' = 'base')")]),
@@ -324,7 +326,8 @@ def _accepted() -> set[tuple[str, str]]:
     from dsflow.load.views import VIEW_PROPS
 
     assert set(raw.RawObjectsFile.model_fields) == OBJECT_LISTS | INSTRUCTIONS, "a new kind of object: classify it"
-    every = {PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, TOPIC_CONFIG_PREFIX + "*"}  # any relation statement takes them
+    # any relation statement takes them
+    every = {PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, TOPIC_CONFIG_PREFIX + "*"}
     found = {("relation", p) for p in RELATION_PROPS | every | {"CREATE STREAM or CHANGELOG", "columns", "PRIMARY KEY"}}
     found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ..."}}
     found |= {("cdc", p) for p in CDC_PROPS} | {("source", p) for p in SOURCE_PROPS}

@@ -273,7 +273,7 @@ def test_an_application_runs_at_most_its_batches_at_once(tmp_path, broker):
                 produce(broker, project, name, _rows(wave * 30, 30))
             time.sleep(0.3)
         for name in names:
-            wait_for(lambda: _exactly(project, name, range(300)), WAIT, f"{name}: every id once")
+            wait_for(lambda name=name: _exactly(project, name, range(300)), WAIT, f"{name}: every id once")
         state = operations.load(options).workspace.state_backend().read()
         batches = [(name, *span) for name in names for span in _batch_spans(state, name)]
         gate = apps.read_json(Path(state.resources[Q + "a_out"].outputs["app_dir"]) / apps.HOST_FILE)["gate"]

@@ -151,9 +151,10 @@ def _check_having(broker, project, events: list[dict]) -> dict[str, dict]:
     assert keyed_rows(content.values(), ("userid",)) == expected["user_having"]
     database = mv.database_path(project.root, project.state_path, project.environment)
     names, rows = mv.run_query(database, "SELECT n, net FROM total_having")
-    assert keyed_rows([dict(zip(names, r)) for r in rows], ()) == expected["total_having"]
+    assert keyed_rows([dict(zip(names, r, strict=False)) for r in rows], ()) == expected["total_having"]
     names, rows = mv.run_query(database, "SELECT window_start, window_end, userid, net FROM window_having")
-    found = [dict(zip(names, r)) | {"window_start": view_ms(r[0]), "window_end": view_ms(r[1])} for r in rows]
+    found = [dict(zip(names, r, strict=False)) | {"window_start": view_ms(r[0]), "window_end": view_ms(r[1])}
+             for r in rows]
     assert keyed_rows(found, ("window_start", "window_end", "userid")) == expected["window_having"]
     return expected
 
@@ -208,4 +209,4 @@ def _check_views(project, events: pd.DataFrame) -> None:
     assert rows == expected
     page7 = events[events.pageid == "Page_7"]
     _, rows = mv.run_query(database, "SELECT id, userid, viewtime FROM page7_views ORDER BY id")
-    assert rows == sorted(zip(page7.id.astype(int), page7.userid, page7.viewtime.astype(int)))
+    assert rows == sorted(zip(page7.id.astype(int), page7.userid, page7.viewtime.astype(int), strict=False))

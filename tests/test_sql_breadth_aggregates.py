@@ -97,7 +97,7 @@ def test_group_by_expressions_global_aggregates_and_sessions_match_references(tm
     project = streaming_project(tmp_path, broker, SQL)
     orders, users = order_phases(), user_changes()
     try:
-        for phase, (batch, changes) in enumerate(zip(orders, users)):
+        for phase, (batch, changes) in enumerate(zip(orders, users, strict=False)):
             produce(broker, project, "orders", batch, "userid")
             produce_changes(broker, project, "users", changes)
             for name in QUERIES if phase == len(orders) - 1 else EVERY_PHASE:
@@ -168,7 +168,8 @@ def _check_sessions(broker, project, orders: list[dict]) -> None:
 
     for user in USERS:
         times = sorted(o["ts"] for o in orders if o["userid"] == user)
-        assert GAP_MS not in {b - a for a, b in zip(times, times[1:])}, "a gap of exactly GAP_MS is a boundary"
+        assert GAP_MS not in {b - a for a, b in zip(times, times[1:], strict=False)}, \
+            "a gap of exactly GAP_MS is a boundary"
     closed = {k: v for k, v in sessions_of(orders).items() if k[2] != FLUSH_USER}  # the flush stays open
     expected = {k: v for k, v in closed.items() if v[0] > 1}  # HAVING COUNT(*) > 1
     content, _ = changelog_content(broker, project, "sessions")

@@ -127,7 +127,7 @@ def _check(broker, project, snapshots: dict[str, dict], number: int) -> None:
         if kind == "MATERIALIZED VIEW":
             database = mv.database_path(project.root, project.state_path, project.environment)
             columns, rows = mv.run_query(database, f"SELECT * FROM {name}")
-            actual = _rows([dict(zip(columns, r)) for r in rows], keys)
+            actual = _rows([dict(zip(columns, r, strict=False)) for r in rows], keys)
         else:
             content, _ = changelog_content(broker, project, name)
             if not keys:
@@ -204,7 +204,7 @@ def test_global_aggregate_stages_equal_sql_over_every_snapshot(batches):
     """After each batch that read anything the row equals SQL's global aggregate over the rows WHERE keeps (COUNT 0
     and NULLs when none); the current MIN/MAX deleted finds the next one."""
     rows, snapshot, seen = _global_pipeline(batches), {}, False
-    for batch, row in zip(batches, rows):
+    for batch, row in zip(batches, rows, strict=False):
         for key, value, kept in batch:
             snapshot.pop(key, None) if value is None or not kept else snapshot.__setitem__(key, value)
         seen = seen or bool(batch)

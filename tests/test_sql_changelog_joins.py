@@ -105,7 +105,7 @@ def test_changelog_joins_equal_duckdb_over_the_final_snapshots(broker, spark, fe
         assert _rows(content.values(), KEYS[name]) == _expected(snapshots, select, KEYS[name]), name
     database = mv.database_path(project.root, project.state_path, project.environment)
     columns, rows = mv.run_query(database, f"SELECT * FROM {VIEW}")
-    assert _rows([dict(zip(columns, r)) for r in rows], KEYS["full_join"]) == \
+    assert _rows([dict(zip(columns, r, strict=False)) for r in rows], KEYS["full_join"]) == \
         _expected(snapshots, QUERIES["full_join"], KEYS["full_join"]), VIEW
     content, _ = changelog_content(broker, project, AGGREGATE[0])
     over_the_join = AGGREGATE[1].replace("FROM left_join", f"FROM ({QUERIES['left_join']})")

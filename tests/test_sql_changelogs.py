@@ -38,7 +38,7 @@ def phases(seed: int = 5) -> list[list[tuple[str, dict | None]]]:
     """Two phases of changes to 25 users: upserts, deletes, re-inserts; event times deliberately unordered."""
     rng = random.Random(seed)
     out = []
-    for p in range(2):
+    for _ in range(2):
         changes: list[tuple[str, dict | None]] = []
         for _ in range(100):
             user = f"u{rng.randrange(25)}"

@@ -351,6 +351,7 @@ def test_dot_on_a_struct_column_hints_at_the_arrow(tmp_path):
     import pytest
 
     with pytest.raises(ProjectError) as caught:
-        load_project(make_project(tmp_path, {"sql/s.sql": ORDERS, "sql/q.sql": "CREATE STREAM q AS SELECT after.id FROM orders;"}))
+        load_project(make_project(tmp_path, {"sql/s.sql": ORDERS,
+                                             "sql/q.sql": "CREATE STREAM q AS SELECT after.id FROM orders;"}))
     [problem] = caught.value.diagnostics
     assert problem.code == "DSF-E040" and problem.hint == "a field of the column 'after' is after->id"

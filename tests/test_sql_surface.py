@@ -113,7 +113,8 @@ def test_for_system_time_as_of_anything_else_is_refused(tmp_path):
 
 def test_array_subscripts_count_from_one_in_spark_and_map_subscripts_stay(tmp_path):
     sql = ("CREATE STREAM firsts AS SELECT p.tags[1] AS first_tag, p.tags[p.id] AS nth,\n"
-           "  ELEMENT_AT(p.tags, 2) AS second_tag, p.attrs['k'] AS k, ELEMENT_AT(p.attrs, 'j') AS j FROM pageviews p;\n")
+           "  ELEMENT_AT(p.tags, 2) AS second_tag, p.attrs['k'] AS k, ELEMENT_AT(p.attrs, 'j') AS j "
+           "FROM pageviews p;\n")
     project = load_project(make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql}))
     query = project.queries[0]
     assert [(c.name, c.type) for c in query.output_columns][:3] == [

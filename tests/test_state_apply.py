@@ -74,8 +74,8 @@ def _s3(endpoint: str) -> Backend:
     import boto3
 
     bucket = f"dsflow-apply-{uuid.uuid4().hex[:8]}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **{
-        "aws_access_key_id": "testing", "aws_secret_access_key": "testing"})
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
     client.create_bucket(Bucket=bucket)
 
     def stored(project: str, environment: str) -> str | None:
@@ -156,7 +156,8 @@ def test_a_second_apply_fails_fast_naming_the_holder(tmp_path: Path, broker: str
     monkeypatch.setenv(SECRET_ENV, secret)
     root, name = _project(tmp_path, backend, broker, "held")
     first = subprocess.Popen(_dsflow(root, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env=_env(secret, **{PAUSE_AFTER_NOTE: "relation.default.public.a"}))
+                             stderr=subprocess.DEVNULL,
+                             env=_env(secret, **{PAUSE_AFTER_NOTE: "relation.default.public.a"}))
     try:
         state_backend = _loaded(root).workspace.state_backend()
         holder = wait_for(state_backend.lock_holder, 60, "the first apply holds the lock")
@@ -222,7 +223,8 @@ def test_an_apply_that_lost_a_race_writes_nothing(tmp_path: Path, broker: str, b
 
 @pytest.mark.parametrize("shared", ["s3", "postgres"])
 def test_cli_apply_keeps_state_in_the_shared_backend_without_secrets(
-        tmp_path: Path, broker: str, shared: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+        tmp_path: Path, broker: str, shared: str, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
     secret = f"secret-{uuid.uuid4().hex}"
     monkeypatch.setenv(SECRET_ENV, secret)
     backend = _s3(request.getfixturevalue("s3_endpoint")) if shared == "s3" else _postgres(

@@ -115,7 +115,8 @@ def _raw(target) -> str | None:
         return backend.path.read_text() if backend.path.exists() else None
     if settings.backend == "s3":
         try:
-            return _s3(settings.endpoint_url).get_object(Bucket=settings.bucket, Key=backend.key)["Body"].read().decode()
+            found = _s3(settings.endpoint_url).get_object(Bucket=settings.bucket, Key=backend.key)
+            return found["Body"].read().decode()
         except Exception:  # noqa: BLE001 - NoSuchKey
             return None
     import psycopg2
@@ -323,7 +324,8 @@ def test_a_state_with_unkeyed_markers_migrates_without_a_planned_change(tmp_path
     assert "sensitive:hmac:" in migrated.model_dump_json()
     rotated = load_project(root, environ={**environ, "H3_PW": "rotated-pw"})
     still_old = with_current_markers(rotated, old_state, project_resources(rotated, Redactor(b"k" * 32)))
-    changes = make_plan("p", "dev", project_resources(rotated, Redactor(b"k" * 32)), still_old, PlanOptions()).actionable
+    changes = make_plan("p", "dev", project_resources(rotated, Redactor(b"k" * 32)), still_old,
+                        PlanOptions()).actionable
     assert {c.address for c in changes} >= {"store.kafka_main"}, "a secret changed since must still show"
 
 

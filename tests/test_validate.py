@@ -456,7 +456,8 @@ def test_e060_clear_text_secret_in_store_yaml(tmp_path):
     assert at(d, "stores/kafka.yml", 6, 22)
     assert d.message == ("secret 'sasl.password' of store 'kafka_main' is written in clear text: its name says it "
                          "is a secret")
-    assert d.hint == "use {{ env_var('KAFKA_MAIN_SASL_PASSWORD') }} for the secret (or the part of the value that is one)"
+    assert d.hint == \
+        "use {{ env_var('KAFKA_MAIN_SASL_PASSWORD') }} for the secret (or the part of the value that is one)"
     assert "hunter2" not in str(d)
 
 

@@ -64,7 +64,7 @@ def test_sqlite_view_is_read_whole_batches_while_written(tmp_path, spark, broker
     try:
         for first in range(0, N, N // 4):  # one partition: the topic holds the ids in order
             produce(broker, project, "pageviews", events[first:first + N // 4], "userid")
-            wait_for(lambda: seen and seen[-1][0] > first, 120, f"the view to pass id {first}")
+            wait_for(lambda first=first: seen and seen[-1][0] > first, 120, f"the view to pass id {first}")
             out = subprocess.run(["sqlite3", database, TOTALS], capture_output=True, text=True, timeout=30)
             assert out.returncode == 0, out.stderr
             cli_reads.append(tuple(int(v) for v in out.stdout.strip().split("|")))

@@ -148,8 +148,8 @@ def test_default_view_store_from_dsflow_yml(tmp_path) -> None:
                                                          "dsflow.yml": CONFIG_WITH_VIEW_STORE.format(view_store="pg")}))
     assert [(r.name, r.store) for r in project.relations if r.kind == "materialized_view"] == [
         ("by_default", "pg"), ("kept_local", "")]
-    result = check_project(make_project(tmp_path / "b", {**files,
-                                                         "dsflow.yml": CONFIG_WITH_VIEW_STORE.format(view_store="lake")}))
+    result = check_project(make_project(tmp_path / "b",
+                                        {**files, "dsflow.yml": CONFIG_WITH_VIEW_STORE.format(view_store="lake")}))
     assert [(d.code, d.location.line, d.message) for d in result.diagnostics] == [
         ("DSF-E140", 1, "the materialized view 'analytics.public.by_default' cannot be kept in the filesystem store "
                         "'lake' (default.view_store in dsflow.yml)")]

@@ -1,9 +1,9 @@
 """Micro-batches hand over exactly: each one starts where the one planned before it ended.
 
 Spark's offset log hands a batch's end over as the next batch's start. The streaming readers of every store
-(of logs' partitions and shards, of change streams) check it anyway, on the driver, each time a batch is planned: a broken hand-over
-(an offset log edited or mixed up with another source's) fails the query with DSF-E709 instead of skipping or
-reading records twice in silence.
+(of logs' partitions and shards, of change streams) check it anyway, on the driver, each time a batch is planned:
+a broken hand-over (an offset log edited or mixed up with another source's) fails the query with DSF-E709 instead
+of skipping or reading records twice in silence.
 """
 
 from __future__ import annotations

@@ -64,7 +64,9 @@ def can_grow(project: Any, data: Mapping[str, Any], total: int) -> bool:
 
 def grow(project: Any, data: Mapping[str, Any], total: int) -> None:
     store = project.store(data["store"])
-    objects_for(store.type).grow(store, data["topic"], total)
+    objects = objects_for(store.type)
+    assert objects is not None  # grown only where can_grow said it can
+    objects.grow(store, data["topic"], total)
 
 
 def every_objects(first: str | None = None) -> list[Any]:

@@ -117,6 +117,7 @@ def stop(pid: int | None, marker: Marker, timeout: float = 60.0) -> bool:
     """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group. True if it was running."""
     if not is_running(pid, marker):
         return False
+    assert pid is not None  # is_running: a PID
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while is_running(pid, marker) and time.monotonic() < deadline:

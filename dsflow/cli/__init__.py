@@ -385,8 +385,8 @@ def query_command(ctx: click.Context, sql: str, follow: bool, position: str, as_
     if ctx.meta.get("dsflow.server"):
         from dsflow.cli.server import remote_query
 
-        return remote_query(ctx, sql, follow, position, lambda *args, **kw: _print_rows(*args[:2], as_json, as_csv,
-                                                                                        **kw))
+        return remote_query(ctx, sql, follow, position,
+                            lambda columns, rows, **kw: _print_rows(columns, rows, as_json, as_csv, **kw))
     project = _load(ctx).project
     if not follow:
         columns, rows = adhoc.view_query(project, sql)
@@ -418,8 +418,9 @@ def _print_rows(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bo
 
     values = [[v.isoformat() if hasattr(v, "isoformat") else v for v in row] for row in rows]
     if as_json:
-        items = [dict(zip(columns, row)) for row in values]
-        text = "\n".join(json.dumps(i, default=str) for i in items) if stream else json.dumps(items, default=str, indent=2)
+        items = [dict(zip(columns, row, strict=False)) for row in values]
+        text = ("\n".join(json.dumps(i, default=str) for i in items) if stream
+                else json.dumps(items, default=str, indent=2))
         click.echo(text, nl=bool(text))
     elif as_csv:
         out = io.StringIO()

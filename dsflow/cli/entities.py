@@ -29,7 +29,9 @@ def _paths_help() -> str:
 
     paths: dict[str, str] = {}
     for store_type in entity_types():
-        paths.update(stores.facet(store_type, "commands").entity_paths)
+        commands = stores.facet(store_type, "commands")
+        assert commands is not None  # entity_types: the kinds whose commands list entities
+        paths.update(commands.entity_paths)
     return f"List the entities under PATH ({'; '.join(f'{title}: {path}' for title, path in paths.items())})."
 
 
@@ -97,4 +99,4 @@ def entity_print(ctx: click.Context, path: str, store: str | None, limit: int) -
     project, target = _target(ctx, path, store)
     columns, rows = entity_rows(project, target, limit)
     for row in rows:
-        click.echo(json.dumps(dict(zip(columns, row)), default=str))
+        click.echo(json.dumps(dict(zip(columns, row, strict=False)), default=str))

@@ -82,10 +82,10 @@ def summary_line(plan: dict[str, Any]) -> str:
             f"{counts['replace']} to replace, {counts['delete']} to delete.")
     destroying = [c for c in actionable if c.get("destroys")]
     if destroying:
-        counts = [c["destroys"].get("records") for c in destroying]
-        counted = sum(n for n in counts if n is not None)
-        held = "not counted" if all(n is None for n in counts) else f"~{counted:,} records" + \
-            ("" if None not in counts else " counted, the rest not")
+        records = [c["destroys"].get("records") for c in destroying]
+        counted = sum(n for n in records if n is not None)
+        held = "not counted" if all(n is None for n in records) else f"~{counted:,} records" + \
+            ("" if None not in records else " counted, the rest not")
         line += f" {len(destroying)} change(s) DESTROY records ({held})."
     return line
 

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 import click
 
@@ -151,7 +152,7 @@ def server_url(ctx: click.Context) -> str | None:
 def _client(ctx: click.Context):
     from dsflow.server.client import Client
 
-    return Client.from_env(server_url(ctx))
+    return Client.from_env(cast(str, server_url(ctx)))  # the remote commands run only with --server
 
 
 def _unsupported(what: str, given: bool) -> None:

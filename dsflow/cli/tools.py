@@ -22,38 +22,29 @@ def _dev_dir(options: operations.Options) -> Path:
 
 def _dev_broker():
     """The embedded broker of the store kind a bare broker address is of (the `commands` facet's dev_broker)."""
-    return topics.commands(topics.broker_type()).dev_broker()
+    return topics.log_commands(topics.broker_type()).dev_broker()
 
 
 @click.group()
 def dev() -> None:
-    """The development broker on 127.0.0.1: tansu (in memory, no JVM) or Apache Kafka (KRaft, --broker kafka)."""
+    """The development broker on 127.0.0.1 (tansu by default: in memory, no JVM; docs/cli.md lists the kinds)."""
 
 
 @dev.command("up")
 @click.option("--port", default=9092, show_default=True)
-@click.option("--broker", "kind", type=click.Choice(["tansu", "kafka"]), default="tansu", show_default=True,
-              help="tansu: starts in a second, no JVM; kafka: Apache Kafka with SASL, TLS and ACLs (its jars are "
-                   "resolved by Maven on first use; docs/cli.md)")
+@click.option("--broker", "kind", default="tansu", show_default=True, metavar="KIND",
+              help="the kind of broker: tansu (starts in a second, no JVM) or the JVM broker users run, with SASL, "
+                   "TLS and ACLs (docs/cli.md, dev)")
 @click.pass_context
 def dev_up(ctx: click.Context, port: int, kind: str) -> None:
     """Start the dev broker and wait until it answers."""
     devbroker = _dev_broker()
+    if kind not in devbroker.KINDS:
+        raise click.BadParameter(f"'{kind}' is not one of {', '.join(devbroker.KINDS)}", param_hint="'--broker'")
     info = devbroker.start(_dev_dir(ctx.obj), port=port, kind=kind)
     console.print(f"Broker running at {info.bootstrap} (pid {info.pid}); log: {info.log}")
-    for line in _listener_lines(info):
+    for line in devbroker.listener_lines(info):
         console.print(line, markup=False, highlight=False)
-
-
-def _listener_lines(info) -> list[str]:
-    """Apache Kafka's further listeners, one line each (tansu has none)."""
-    if not getattr(info, "listeners", None):
-        return []
-    lines = [f"  SASL_PLAINTEXT 127.0.0.1:{info.listeners['sasl']} (PLAIN, SCRAM-SHA-256/512; users admin, alice, bob)",
-             f"  SSL 127.0.0.1:{info.listeners['ssl']} (CA {info.tls_dir}/ca.pem)",
-             f"  SSL with client certificates 127.0.0.1:{info.listeners['mtls']} "
-             f"({info.tls_dir}/client.pem, client.key)"]
-    return lines
 
 
 @dev.command("down")
@@ -74,8 +65,8 @@ def dev_status(ctx: click.Context) -> None:
     if info is None:
         console.print("No dev broker is running.")
         return
-    console.print(f"Broker ({getattr(info, 'kind', 'tansu')}) running at {info.bootstrap} (pid {info.pid})")
-    for line in _listener_lines(info):
+    console.print(f"Broker ({info.kind}) running at {info.bootstrap} (pid {info.pid})")
+    for line in devbroker.listener_lines(info):
         console.print(line, markup=False, highlight=False)
 
 
@@ -96,6 +87,7 @@ def datagen(ctx: click.Context, relation: str, generator: str | None, rate: floa
     if found is None:
         raise DsflowError("DSF-E040", f"unknown relation '{relation}'", hint="see 'dsflow graph'")
     store = project.store(found.store)
+    assert store is not None  # a loaded project's relations name its stores
     spec = DatagenSpec(topic=found.topic, generator=generator or "columns", rate=rate, count=count, seed=seed,
                        key_columns=found.primary_key, columns=tuple((c.name, c.type) for c in found.columns))
     try:

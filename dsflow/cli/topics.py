@@ -14,10 +14,10 @@ from dsflow.cli.terminal import LazyConsole
 
 console = LazyConsole()
 STORE_HELP = "store to use (default: the relation's store, else the project's default store)"
-LOGS_HELP = " and ".join(f"{k.title} {k.log_noun}s" for k in map(stores.kind, topics.STREAMING))
-CREATE_HELP = "".join(f" (a {k.title} {k.log_noun} in a {k.type} store)" for k in map(stores.kind, topics.STREAMING)
-                      if k.log_noun != "topic")
-BOOTSTRAP_HELP = f"{stores.kind(topics.broker_type()).title} broker address, instead of a project store"
+LOGS_HELP = " and ".join(f"{stores.REGISTRY[t].title} {stores.REGISTRY[t].log_noun}s" for t in topics.STREAMING)
+CREATE_HELP = "".join(f" (a {k.title} {k.log_noun} in a {k.type} store)"
+                      for k in (stores.REGISTRY[t] for t in topics.STREAMING) if k.log_noun != "topic")
+BOOTSTRAP_HELP = f"{stores.REGISTRY[topics.broker_type()].title} broker address, instead of a project store"
 
 
 def _size_help(option: str, default: str) -> str:
@@ -131,7 +131,8 @@ def topic_produce(ctx: click.Context, name: str, file, key_field: str | None, st
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="stop after this many records")
 @click.option("--timeout", type=click.FloatRange(min=0), default=5.0, show_default=True, callback=_not_nan,
               help="stop after this many idle seconds")
-@click.option("--raw", is_flag=True, help="print keys and values as stored, without decoding them with the relation's formats")
+@click.option("--raw", is_flag=True,
+              help="print keys and values as stored, without decoding them with the relation's formats")
 @click.option("--store", help=STORE_HELP)
 @click.option("--bootstrap", help=BOOTSTRAP_HELP)
 @click.pass_context

@@ -37,7 +37,7 @@ class Address:
         object.__setattr__(self, "_hash", hash((self.kind._value_, self.name)))
 
     def __hash__(self) -> int:
-        return self._hash
+        return self._hash  # type: ignore[attr-defined]  # set by __post_init__, on purpose not a field
 
     def __reduce__(self) -> tuple:
         # pickled by its fields: another process hashes strings differently, so its _hash is computed again

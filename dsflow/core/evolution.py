@@ -125,17 +125,17 @@ def _shape_widens(writer: Shape, reader: Shape, by_name: bool) -> bool:
     if writer.kind == "scalar":
         return widens(writer.type, reader.type)
     if writer.kind == "array":
-        return _shape_widens(writer.element, reader.element, by_name)
+        return _shape_widens(writer.element_shape, reader.element_shape, by_name)
     if writer.kind == "map":
-        return _canonical(writer.key.type) == _canonical(reader.key.type) and \
-            _shape_widens(writer.element, reader.element, by_name)
+        return _canonical(writer.key_shape.type) == _canonical(reader.key_shape.type) and \
+            _shape_widens(writer.element_shape, reader.element_shape, by_name)
     if by_name:
         written = {name.lower(): shape for name, shape in writer.fields}
         return all(_shape_widens(written[name.lower()], shape, by_name)
                    for name, shape in reader.fields if name.lower() in written)
     kept = min(len(writer.fields), len(reader.fields))
     return all(w[0].lower() == r[0].lower() and _shape_widens(w[1], r[1], by_name)
-               for w, r in zip(writer.fields[:kept], reader.fields[:kept]))
+               for w, r in zip(writer.fields[:kept], reader.fields[:kept], strict=True))
 
 
 def _same_type(a: str, b: str) -> bool:

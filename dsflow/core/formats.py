@@ -65,8 +65,8 @@ def _avro_of(shape: Shape, namespace: str, name: str) -> Any:
                   "fields": [{"name": f, "type": ["null", t], "default": None} for f, t in fields]}
         return record | ({"namespace": namespace} if namespace else {})
     if shape.kind in ("array", "map"):
-        inner = _avro_of(shape.element, namespace, name)
-        if inner is None or (shape.kind == "map" and not is_string(shape.key)):
+        inner = _avro_of(shape.element_shape, namespace, name)
+        if inner is None or (shape.kind == "map" and not is_string(shape.key_shape)):
             return None
         return {"type": "array", "items": ["null", inner]} if shape.kind == "array" else \
             {"type": "map", "values": ["null", inner]}
@@ -191,13 +191,13 @@ def carry_problem(value_format: str, sql_type: str) -> tuple[str, str] | None:
 def _shape_problem(value_format: str, shape: Shape) -> tuple[str, str] | None:
     if shape.kind == "struct":
         return next(filter(None, (_shape_problem(value_format, s) for _, s in shape.fields)), None)
-    if shape.kind == "map" and not is_string(shape.key):
-        return "DSF-E774", f"a MAP key is {type_text(shape.key)}, not a string"
+    if shape.kind == "map" and not is_string(shape.key_shape):
+        return "DSF-E774", f"a MAP key is {type_text(shape.key_shape)}, not a string"
     if shape.kind in ("array", "map"):
-        if value_format == "protobuf" and shape.element.kind in ("array", "map"):
+        if value_format == "protobuf" and shape.element_shape.kind in ("array", "map"):
             what = "an ARRAY's element" if shape.kind == "array" else "a MAP's value"
-            return "DSF-E777", f"{what} is {type_text(shape.element)}: protobuf has no repeated repeated field"
-        return _shape_problem(value_format, shape.element)
+            return "DSF-E777", f"{what} is {type_text(shape.element_shape)}: protobuf has no repeated repeated field"
+        return _shape_problem(value_format, shape.element_shape)
     if value_format == "protobuf":
         return None if base_type(shape.type) in PROTOBUF_TYPES else ("DSF-E124", f"{shape.type} has no mapping")
     return None if _avro_of(shape, "", "value") is not None else ("DSF-E124", f"{shape.type} has no mapping")

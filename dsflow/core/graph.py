@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
 
 from dsflow.core.address import Address, Kind
 
@@ -39,7 +40,7 @@ class Graph:
         self._pred[v][u] = None
 
     @classmethod
-    def from_dependencies(cls, deps: dict[Address, Iterable[Address]]) -> Graph:
+    def from_dependencies(cls, deps: Mapping[Address, Iterable[Address]]) -> Graph:
         graph = cls(deps.keys())
         for node, needs in deps.items():
             for need in needs:
@@ -101,12 +102,15 @@ class Graph:
         return sorted(n for n, p in self._pred.items() if not p)
 
 
-def has_cycle(deps: Mapping[Hashable, Iterable[Hashable]]) -> bool:
+_Node = TypeVar("_Node", bound=Hashable)
+
+
+def has_cycle(deps: Mapping[_Node, Iterable[_Node]]) -> bool:
     """Whether the dependencies (node -> the nodes it needs; needs that are no key are ignored, as in
     `Graph.from_dependencies`) have a cycle. Kahn's algorithm on the plain keys, without building a Graph of
     Addresses: the cheap check before `Graph.cycles()` names the cycles."""
     indegree = dict.fromkeys(deps, 0)
-    dependents: dict[Hashable, list[Hashable]] = {}
+    dependents: dict[_Node, list[_Node]] = {}
     for node, needs in deps.items():
         for need in needs:
             if need in indegree:

@@ -255,8 +255,9 @@ class Query(Frozen):
         "of two changelogs (changelog_join), joins of more changelogs")
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
-    isolation: Literal["shared", "query"] | None = Field(None, description="'runtime.isolation': where it runs, "
-                                                         "overriding the project's runtime.isolation; None: as that says")
+    isolation: Literal["shared", "query"] | None = Field(
+        None, description="'runtime.isolation': where it runs, overriding the project's runtime.isolation; None: as "
+                          "that says")
     owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 

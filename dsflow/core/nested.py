@@ -40,6 +40,18 @@ class Shape:
     def nested(self) -> bool:
         return self.kind != "scalar"
 
+    @property
+    def element_shape(self) -> Shape:
+        """`element` of an array or a map, which has one."""
+        assert self.element is not None, self
+        return self.element
+
+    @property
+    def key_shape(self) -> Shape:
+        """`key` of a map, which has one."""
+        assert self.key is not None, self
+        return self.key
+
 
 _TOKEN = re.compile(r'\s*(?:"((?:[^"]|"")*)"|`((?:[^`]|``)*)`|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|([<>(),:]))')
 
@@ -114,7 +126,7 @@ class _Parser:
         if self.peek()[1] != "(":
             return ""
         self.take("(")
-        numbers = []
+        numbers: list[str] = []
         while self.peek()[1] != ")":
             if numbers:
                 self.take(",")
@@ -149,9 +161,9 @@ def type_text(shape: Shape) -> str:
     if shape.kind == "struct":
         return "STRUCT<" + ", ".join(f"{field_name(n)} {type_text(s)}" for n, s in shape.fields) + ">"
     if shape.kind == "array":
-        return f"ARRAY<{type_text(shape.element)}>"
+        return f"ARRAY<{type_text(shape.element_shape)}>"
     if shape.kind == "map":
-        return f"MAP<{type_text(shape.key)}, {type_text(shape.element)}>"
+        return f"MAP<{type_text(shape.key_shape)}, {type_text(shape.element_shape)}>"
     return shape.type
 
 
@@ -173,10 +185,12 @@ def conform(value: Any, shape: Shape) -> Any:
     if shape.kind == "array":
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"expected an array, got {type(value).__name__}")
-        return [conform(v, shape.element) for v in value]
+        element = shape.element_shape
+        return [conform(v, element) for v in value]
+    element = shape.element_shape
     pairs = value.items() if isinstance(value, dict) else value
     try:
-        return {k: conform(v, shape.element) for k, v in pairs}
+        return {k: conform(v, element) for k, v in pairs}
     except (TypeError, ValueError) as err:
         raise ValueError(f"expected a map: {err}") from err
 

@@ -380,7 +380,7 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
     override = resource.metadata.get("start_position")
     observed = options.observations.get(key)
     rollback = _rollback_version(state, key, deployed.data_hash, resource.data_hash)
-    stores = {s: restarting[s] for s in _stores_of(deployed.depends_on, state) if s in (restarting or {})}
+    stores = {s: (restarting or {})[s] for s in _stores_of(deployed.depends_on, state) if s in (restarting or {})}
     decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream,
                            stores)
     if upstream is None and deployed.data == resource.data and access_only(deployed.metadata, resource.metadata):
@@ -434,4 +434,4 @@ def _rollback_version(state: State, key: str, current: str, wanted: str) -> str 
 def _stores_of(depends_on: list[str], state: State) -> list[str]:
     """The stores of the deployed relations a deployed query reads or writes."""
     relations = [state.resources.get(d) for d in depends_on if d.startswith("relation.")]
-    return sorted({r.data.get("store") for r in relations if r is not None and r.data.get("store")})
+    return sorted({r.data["store"] for r in relations if r is not None and r.data.get("store")})

@@ -129,7 +129,7 @@ def _relation(relation: Relation) -> Resource:
         data["table_options"] = relation.table_options
     if relation.value_subject:
         data["value_subject"] = relation.value_subject
-    metadata = {"timestamp": relation.timestamp, "key_format": relation.key_format}
+    metadata: dict[str, Any] = {"timestamp": relation.timestamp, "key_format": relation.key_format}
     if relation.topic_gaps is not None:
         metadata["topic_gaps"] = relation.topic_gaps
     if relation.prevent_destroy:
@@ -169,8 +169,9 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], r
     settings = _relation_settings(project, [s.relation for s in query.sources] + [query.sink])
     if settings:
         metadata["relation_settings"] = settings
-    registries = [_registry(project.schema_registry(project.store(name).schema_registry), redactor)
-                  for name in _stores_used(project, query) if project.store(name).schema_registry]
+    used = [_known_store(project, name) for name in _stores_used(project, query)]
+    registries = [_registry(project.schema_registry(store.schema_registry), redactor)
+                  for store in used if store.schema_registry]
     if registries:
         metadata["schema_registry"] = fingerprint(registries)
     return Resource(Address(Kind.QUERY, query.fqn), tuple(dict.fromkeys(deps)), data, metadata)
@@ -180,7 +181,8 @@ def _store_config(project: Project, names: tuple[str, ...], known: dict[tuple[st
                   redactor: Redactor) -> str:
     """The fingerprint of the settings of the stores a query uses, computed once per set of stores."""
     if names not in known:
-        known[names] = fingerprint([_store(project.store(name), redactor).metadata["properties"] for name in names])
+        known[names] = fingerprint([_store(_known_store(project, name), redactor).metadata["properties"]
+                                    for name in names])
     return known[names]
 
 
@@ -265,5 +267,16 @@ def _relation_settings(project: Project, names: list[str]) -> dict[str, dict[str
 
 
 def _stores_used(project: Project, query) -> list[str]:
-    names = [project.relation(s.relation).store for s in query.sources] + [project.relation(query.sink).store]
+    names = []
+    for fqn in [s.relation for s in query.sources] + [query.sink]:
+        relation = project.relation(fqn)
+        assert relation is not None  # a loaded project's queries name its relations
+        names.append(relation.store)
     return sorted(n for n in set(names) if n)
+
+
+def _known_store(project: Project, name: str) -> Store:
+    """A store the project's relations name: it has it."""
+    store = project.store(name)
+    assert store is not None, name
+    return store

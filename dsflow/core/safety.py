@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dsflow.core.changes import Change, DataLoss
 from dsflow.core.plan import Plan
 from dsflow.core.settings import changed_settings
 from dsflow.core.state import State
@@ -29,12 +30,18 @@ class Allowance:
         return self.everything or address in self.addresses or address.split(".", 1)[-1] in self.addresses
 
 
+def _loss(change: Change) -> DataLoss:
+    """What a change of `Plan.destroying` destroys: each has it."""
+    assert change.destroys is not None
+    return change.destroys
+
+
 def check_prevented(plan: Plan) -> None:
     """DSF-E823 when the plan deletes or replaces a relation that declares 'lifecycle.prevent_destroy'."""
-    prevented = [c for c in plan.destroying if c.destroys.prevented]
+    prevented = [c for c in plan.destroying if _loss(c).prevented]
     if prevented:
         raise DsflowError("DSF-E823", "the plan would destroy " + ", ".join(
-            f"{c.address} ({c.action.value}: {c.destroys.object})" for c in prevented)
+            f"{c.address} ({c.action.value}: {_loss(c).object})" for c in prevented)
             + ", which declares 'lifecycle.prevent_destroy' = 'true'",
             hint="undo the edit that deletes or replaces it, or set 'lifecycle.prevent_destroy' = 'false' and "
                  "apply that first")
@@ -49,8 +56,8 @@ def check_data_loss(plan: Plan, allowance: Allowance) -> None:
     refused = [c for c in plan.destroying if not allowance.allows(c.address)]
     if refused:
         raise DsflowError("DSF-E822", "the plan destroys records and nothing was applied: " + "; ".join(
-            f"{c.address} ({c.action.value}) deletes {c.destroys.object}"
-            + (f" holding ~{c.destroys.records:,} records" if c.destroys.records is not None else "")
+            f"{c.address} ({c.action.value}) deletes {_loss(c).object}"
+            + (f" holding ~{_loss(c).records:,} records" if _loss(c).records is not None else "")
             for c in refused),
             hint="if that is intended, apply again with " + " ".join(f"--allow-destroy {c.address}" for c in refused)
                  + " (or --allow-data-loss)")
@@ -79,7 +86,9 @@ def check_partitions(plan: Plan) -> None:
                and c.after.get("partitions", 0) < c.before.get("partitions", 0)]
     if lowered:
         raise DsflowError("DSF-E825", "a topic's partitions cannot be lowered: " + ", ".join(
-            f"{c.address} ({c.before['partitions']} -> {c.after['partitions']})" for c in lowered),
+            # lowered holds changes with a before and an after only
+            f"{c.address} ({c.before['partitions']} -> {c.after['partitions']})"  # type: ignore[index]
+            for c in lowered),
             hint="keep the partition count; to start over with fewer, remove the relation (apply with --allow-destroy) "
                  "and add it back")
 

@@ -34,8 +34,8 @@ class LedgerEntry(BaseModel):
     category: str | None = Field(None, description="how this version started: new, in_place, keep_checkpoint, ...")
     checkpoint: str
     started_at: str
-    start_offsets: dict[str, dict[str, int | str]] | None = Field(None, description="topic -> partition -> offset carried in "
-                                                                "(or shard -> position)")
+    start_offsets: dict[str, dict[str, int | str]] | None = Field(
+        None, description="topic -> partition -> offset carried in (or shard -> position)")
     start_timestamp: int | None = None
     source_logs: dict[str, str] | None = Field(None, description="topic -> the broker's topic id when this version "
                                                                  "started: its offsets mean something on that log only")

@@ -33,7 +33,8 @@ def _parse(sql: str) -> exp.Select:
     try:
         select = parse_one_select(sql)
     except (ParseError, TokenError) as err:  # TokenError: an unclosed quote or a stray character
-        detail = err.errors[0].get("description") if getattr(err, "errors", None) else err
+        errors = getattr(err, "errors", None)  # a ParseError's; a TokenError has none
+        detail = errors[0].get("description") if errors else err
         raise DsflowError("DSF-E720", f"cannot parse the query: {detail}",
                           hint="write one SELECT statement") from err
     if not isinstance(select, exp.Select):

@@ -174,6 +174,7 @@ class _IntentRecorder:
 
     def note(self, intent: dict) -> None:
         pending = self.state.pending
+        assert pending is not None  # an executor notes while its change is pending
         merged = pending.model_copy(update={"intent": {**pending.intent, **intent}})
         self.state = self.state.with_pending(merged)
         self.writer.write(self.state)
@@ -190,6 +191,7 @@ def _apply_one(ctx: Context, change: Change, state: State) -> State:
     if outputs.pop(GONE, False):
         return state.without(change.address)
     if change.action is Action.REFRESH:
+        assert deployed is not None  # a refresh is of a resource the state holds
         return state.with_resource(deployed.model_copy(update={"outputs": outputs}))
     return state.with_resource(DeployedResource(
         address=change.address, depends_on=change.depends_on, data_hash=change.data_hash or "",

@@ -52,6 +52,7 @@ def resolve(project: Project, path: str, store_name: str | None) -> Target:
         raise DsflowError("DSF-E758", f"'{path}' is not a table of the project; name a store",
                           hint=f"pass --store NAME (a {stores.listing(entity_types())} store)")
     store = project.store(relation.store)
+    assert store is not None  # a loaded project's relations name its stores
     return Target(store, _commands(store).entity_location(relation, store))
 
 

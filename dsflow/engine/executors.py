@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from dsflow.adapters import process
 from dsflow.adapters.spark import apps
@@ -108,7 +108,7 @@ class PushedDown:
         executor.delete(ctx, deployed)
         return executor.create(ctx, change)
 
-    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
+    def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any] | None:
         return self._executor().delete(ctx, deployed)
 
 
@@ -138,6 +138,7 @@ class ViewExecutor:
         from dsflow.adapters.sqlite import mv
 
         relation = ctx.project.relation(Address.parse(change.address).name)
+        assert relation is not None  # the change is of one of the project's relations
         database = mv.database_path(ctx.project.root, ctx.project.state_path, ctx.project.environment)
         mv.ensure_table(database, relation.topic, [(c.name, c.type) for c in relation.columns], relation.primary_key)
         return {"database": str(database), "table": relation.topic}
@@ -265,7 +266,7 @@ class QueryExecutor:
         checkpoint = Path(deployed.outputs.get("checkpoint", ""))
         offsets = committed_offsets(checkpoint) if checkpoint.is_dir() else None
         topics = deployed.outputs.get("topics", [])
-        by_topic = dict(zip(topics, offsets)) if offsets else None
+        by_topic = dict(zip(topics, offsets, strict=False)) if offsets else None
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
 
 
@@ -307,7 +308,12 @@ def source_logs(project: Project, query) -> dict[str, str]:
     sources whose store gives none are left out."""
     from dsflow.adapters.objects import identities
 
-    return identities(project, [project.relation(s.relation).topic for s in query.sources])
+    topics = []
+    for source in query.sources:
+        relation = project.relation(source.relation)
+        assert relation is not None  # a loaded project's sources name its relations
+        topics.append(relation.topic)
+    return identities(project, topics)
 
 
 def _secrets_to_env(spec, project: Project):
@@ -364,7 +370,9 @@ class DatagenExecutor:
         pid = launch_datagen(ctx.project, ctx.workspace, name)
         ctx.note({"pid": pid})
         gen = next(g for g in ctx.project.datagens if g.name == name)
-        return {"pid": pid, "topic": ctx.project.relation(gen.relation).topic, "run_dir": str(run_dir)}
+        relation = ctx.project.relation(gen.relation)
+        assert relation is not None  # a loaded project's datagens feed its relations
+        return {"pid": pid, "topic": relation.topic, "run_dir": str(run_dir)}
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         self.delete(ctx, deployed)
@@ -381,7 +389,9 @@ def launch_datagen(project: Project, workspace: Workspace, name: str) -> int:
 
     gen = next(g for g in project.datagens if g.name == name)
     relation = project.relation(gen.relation)
+    assert relation is not None  # a loaded project's datagens feed its relations
     store = project.store(relation.store)
+    assert store is not None  # and its relations name its stores
     run_dir = workspace.datagen_dir(name)
     run_dir.mkdir(parents=True, exist_ok=True)
     progress = run_dir / "progress.json"
@@ -423,15 +433,16 @@ def run_change(ctx: Context, change: Change, deployed: DeployedResource | None) 
     if change.action is Action.UPDATE and deployed is not None and change.after == deployed.data \
             and access_only(deployed.metadata, change.after_metadata or {}):
         return dict(deployed.outputs)  # only the owner changed: recorded, nothing restarted (core/resources.py)
+    current = cast(DeployedResource, deployed)  # the other actions act on a resource the state holds
     if change.action is Action.UPDATE:
-        return executor.update(ctx, change, deployed)
+        return executor.update(ctx, change, current)
     if change.action is Action.REPLACE:
         if hasattr(executor, "replace"):
-            return executor.replace(ctx, change, deployed)
-        executor.delete(ctx, deployed)
+            return executor.replace(ctx, change, current)
+        executor.delete(ctx, current)
         return executor.create(ctx, change)
     if change.action is Action.DELETE:
-        return {GONE: True, **(executor.delete(ctx, deployed) or {})}
+        return {GONE: True, **(executor.delete(ctx, current) or {})}
     if change.action is Action.REFRESH:
-        return {**deployed.outputs, "observed": change.observed}
+        return {**current.outputs, "observed": change.observed}
     raise DsflowError("DSF-E810", f"cannot apply action {change.action} to {change.address}")

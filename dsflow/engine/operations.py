@@ -114,7 +114,9 @@ def _growable(loaded: Loaded, the_plan: Plan) -> frozenset[str]:
         return frozenset()
     from dsflow.adapters.objects import can_grow
 
-    return frozenset(c.address for c in candidates if can_grow(loaded.project, c.before, c.after["partitions"]))
+    # growing: changes with a before and an after
+    return frozenset(c.address for c in candidates
+                     if can_grow(loaded.project, c.before, c.after["partitions"]))  # type: ignore[arg-type, index]
 
 
 def _deployed(state: State, change):
@@ -212,12 +214,17 @@ def dead_letters(project: Project, query_name: str) -> dict[str, Any]:
     from dsflow.core import stores as registry
 
     query = next((q for q in project.queries if q.fqn == query_name), None)
-    stores = [project.store(project.relation(s.relation).store) for s in query.sources] if query else []
+    stores = []
+    for source in query.sources if query else ():
+        relation = project.relation(source.relation)
+        assert relation is not None  # a loaded project's sources name its relations
+        stores.append(project.store(relation.store))
     store = next((s for s in stores if registry.can(s, registry.Capability.DEAD_LETTERS)), None)
     commands = registry.facet(store.type, "commands") if store is not None else None
     topic = commands.dead_letter_topic(project, query) if commands is not None else None
     if not topic:
         return {}
+    assert commands is not None  # it named the topic
     try:
         count = commands.dead_letter_count(store, topic)
     except Exception:  # noqa: BLE001 - status shows what it can; the broker may be down

@@ -44,7 +44,8 @@ def query_status(deployed: DeployedResource) -> dict:
 
 
 def _observe_query(deployed: DeployedResource) -> Observation:
-    from dsflow.engine.executors import query_marker  # executors import the Spark translation (sqlglot): plan may not need it
+    # executors import the Spark translation (sqlglot): plan may not need it
+    from dsflow.engine.executors import query_marker
 
     running = process.is_running(deployed.outputs.get("pid"), query_marker(deployed.outputs))
     status = query_status(deployed)

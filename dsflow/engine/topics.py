@@ -44,6 +44,13 @@ def commands(store_type: str) -> LogCommands | None:
     return stores.facet(store_type, "commands")
 
 
+def log_commands(store_type: str) -> LogCommands:
+    """`commands` of a store type that holds topics (STREAMING): every one of them has it."""
+    facet = commands(store_type)
+    assert facet is not None, f"store type '{store_type}' has no commands facet"
+    return facet
+
+
 def log_stores_text() -> str:
     """The store types that hold topics ('a, b and c'), for a message."""
     return " and ".join([", ".join(STREAMING[:-1]), STREAMING[-1]]) if len(STREAMING) > 1 else STREAMING[0]
@@ -96,28 +103,28 @@ def broker_target(bootstrap: str, name: str) -> Target:
 
 
 def list_names(target_store: Store) -> list[str]:
-    return commands(target_store.type).list_names(target_store)
+    return log_commands(target_store.type).list_names(target_store)
 
 
 def describe(target: Target) -> dict[str, Any] | None:
     """What the store says about the topic (None if it does not exist)."""
-    return commands(target.store_type).describe(target)
+    return log_commands(target.store_type).describe(target)
 
 
 def size_kind(option: str) -> stores.StoreKind | None:
     """The log store kind whose `dsflow topic create` takes --OPTION (partitions, replicas, shards)."""
-    return next((stores.kind(t) for t in STREAMING if option in commands(t).size_options), None)
+    return next((stores.kind(t) for t in STREAMING if option in log_commands(t).size_options), None)
 
 
 def create(target: Target, partitions: int | None, replicas: int | None, shards: int | None) -> bool:
     """Create the topic (sizes default to the relation's); True if created, False if it existed. DSF-E768 for a
     size option of another store kind."""
-    facet = commands(target.store_type)
+    facet = log_commands(target.store_type)
     sizes = {"partitions": partitions, "replicas": replicas, "shards": shards}
     foreign = [name for name, value in sizes.items() if value and name not in facet.size_options]
     other = size_kind(foreign[0]) if foreign else None
     if other is not None:
-        theirs = commands(other.type).size_options
+        theirs = log_commands(other.type).size_options
         options = " and ".join(f"--{name}" for name in theirs)
         raise DsflowError("DSF-E768", f"{options} {'are' if len(theirs) > 1 else 'is'} for {other.title} "
                           f"{other.log_noun}s", hint=facet.size_hint)
@@ -125,13 +132,13 @@ def create(target: Target, partitions: int | None, replicas: int | None, shards:
 
 
 def delete(target: Target) -> bool:
-    return commands(target.store_type).delete(target)
+    return log_commands(target.store_type).delete(target)
 
 
 def produce(target: Target, lines: Iterable[str | bytes], key_field: str | None) -> int:
     """Produce JSON lines (text, or bytes as read from a file: they must be UTF-8). Every line is checked before
     anything is sent: not UTF-8 is DSF-E706, longer than one record may be DSF-E715, each naming the line."""
-    facet = commands(target.store_type)
+    facet = log_commands(target.store_type)
     limit, hint = facet.record_limit(target)
     return facet.produce(target, input_lines(lines, limit, hint), key_field)
 
@@ -161,7 +168,7 @@ def records(target: Target, from_beginning: bool, limit: int | None, timeout: fl
     """The topic's records as dicts; unless `raw`, a relation's value is decoded with its formats. A read that
     ends on `stop` (a threading.Event: `dsflow serve`'s tail) calls `on_start()` once it is positioned (every
     record produced after that is read)."""
-    found, done = commands(target.store_type).read(target, from_beginning, limit, timeout, raw, stop, on_start)
+    found, done = log_commands(target.store_type).read(target, from_beginning, limit, timeout, raw, stop, on_start)
     if done:
         yield from found
         return

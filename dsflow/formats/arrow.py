@@ -34,9 +34,9 @@ def _arrow_of(shape: Shape) -> Any:
     if shape.kind == "struct":
         return pa.struct([(name, _arrow_of(sub)) for name, sub in shape.fields])
     if shape.kind == "array":
-        return pa.list_(_arrow_of(shape.element))
+        return pa.list_(_arrow_of(shape.element_shape))
     if shape.kind == "map":
-        return pa.map_(_arrow_of(shape.key), _arrow_of(shape.element))
+        return pa.map_(_arrow_of(shape.key_shape), _arrow_of(shape.element_shape))
     return _scalar(shape.type)
 
 

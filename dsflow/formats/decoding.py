@@ -30,7 +30,7 @@ import json
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from dsflow.core.formats import PRIMITIVE_FORMATS, REGISTRY_FORMATS
 from dsflow.core.nested import conform_row, nested_columns
@@ -123,10 +123,11 @@ def decode_chunk(messages: list, decoding: Decoding) -> tuple[list[int], Any, Ba
 def decode_records(messages: list, decoding: Decoding) -> tuple[list[int], Any, list | None, Bad]:
     """decode_chunk, and the text keys of the records kept when keys are avro/protobuf (else None)."""
     texts, bad_keys = None, []
+    key_format = cast(str, decoding.key_format)  # used only when it is a numeric or a registry format
     if decoding.numeric_key:
-        bad_keys = key_problems(messages, decoding.key_format)
+        bad_keys = key_problems(messages, key_format)
     elif decoding.registry_key:
-        texts, bad_keys = registry_key_texts([m.key() for m in messages], decoding.key_format, decoding.registry)
+        texts, bad_keys = registry_key_texts([m.key() for m in messages], key_format, decoding.registry)
     if bad_keys or texts is not None:
         failed = {i for i, _ in bad_keys}
         good = [i for i in range(len(messages)) if i not in failed]
@@ -180,7 +181,8 @@ def _to_struct(rows: list[tuple[int, Any]], columns: tuple[tuple[str, str], ...]
 
 
 def _avro_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
-    rows, bad = [], []
+    rows: list[tuple[int, Any]] = []
+    bad: Bad = []
     names = [n for n, _ in decoding.columns]
     shape = _shaper(decoding.columns)
     for i, value in enumerate(values):
@@ -199,7 +201,8 @@ def _avro_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]],
 
 
 def _protobuf_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
-    rows, bad = [], []
+    rows: list[tuple[int, Any]] = []
+    bad: Bad = []
     names = [n for n, _ in decoding.columns]
     shape = _shaper(decoding.columns)
     for i, value in enumerate(values):
@@ -208,7 +211,7 @@ def _protobuf_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, An
             continue
         row, error = decode(value, decoding.registry, names)
         if error is None:
-            row, error = shape(row)
+            row, error = shape(cast(dict, row))  # decode gives a row or an error
         if error is None:
             rows.append((i, row))
         else:
@@ -233,7 +236,8 @@ def _shaper(columns: tuple[tuple[str, str], ...]) -> Callable[[dict], tuple[dict
 def _primitive_rows(values: list, decoding: Decoding) -> tuple[list[tuple[int, Any]], Bad]:
     name = decoding.columns[0][0]
     fmt = decoding.value_format
-    rows, bad = [], []
+    rows: list[tuple[int, Any]] = []
+    bad: Bad = []
     for i, value in enumerate(values):
         if value is None:  # a tombstone
             rows.append((i, None))

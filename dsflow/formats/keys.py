@@ -116,7 +116,9 @@ def _json_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
+        exponent = value.as_tuple().exponent  # 'F', 'n' or 'N' for an infinity or a NaN
+        return int(value) if value == value.to_integral_value() and isinstance(exponent, int) and exponent >= 0 \
+            else float(value)
     return scalar_text(value)
 
 

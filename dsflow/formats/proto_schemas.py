@@ -97,16 +97,17 @@ def _add_field(fdp: Any, message: Any, scope: str, name: str, number: int, shape
 
     kinds = descriptor_pb2.FieldDescriptorProto
     if shape.kind == "map":
-        if not is_string(shape.key):
-            raise ValueError(f"map keys must be strings, not {type_text(shape.key)}")
+        if not is_string(shape.key_shape):
+            raise ValueError(f"map keys must be strings, not {type_text(shape.key_shape)}")
         entry = message.nested_type.add(name=map_entry_name(name))
         entry.options.map_entry = True
         entry.field.add(name="key", number=1, type=kinds.TYPE_STRING, label=kinds.LABEL_OPTIONAL)
-        _add_value(fdp, entry, f"{scope}.{entry.name}", "value", 2, shape.element, kinds.LABEL_OPTIONAL, False)
+        _add_value(fdp, entry, f"{scope}.{entry.name}", "value", 2, shape.element_shape, kinds.LABEL_OPTIONAL,
+                   False)
         message.field.add(name=name, number=number, type=kinds.TYPE_MESSAGE, type_name=f"{scope}.{entry.name}",
                           label=kinds.LABEL_REPEATED)
     elif shape.kind == "array":
-        _add_value(fdp, message, scope, name, number, shape.element, kinds.LABEL_REPEATED, False)
+        _add_value(fdp, message, scope, name, number, shape.element_shape, kinds.LABEL_REPEATED, False)
     else:
         _add_value(fdp, message, scope, name, number, shape, kinds.LABEL_OPTIONAL, True)
 
@@ -154,7 +155,8 @@ def _add_well_known(fdp: Any, message: Any, name: str, number: int, sql_type: st
                               type_name=f".{well_known}", label=label)
     if well_known == DECIMAL:
         precision, scale = _decimal_digits(sql_type)
-        params = field.options.Extensions[meta_pb2.field_meta].params
+        # meta_pb2 is generated: protobuf's builder adds field_meta when it is imported
+        params = field.options.Extensions[meta_pb2.field_meta].params  # type: ignore[attr-defined]
         params["precision"], params["scale"] = str(precision), str(scale)
 
 
@@ -178,7 +180,8 @@ def _file(text: str) -> Any:
 
     from confluent_kafka.schema_registry.confluent import meta_pb2
 
-    assert meta_pb2.field_meta  # importing it registers the field_meta extension the parse reads
+    # importing it registers the field_meta extension the parse reads (a name protobuf's builder adds at import)
+    assert meta_pb2.field_meta  # type: ignore[attr-defined]
     fdp = descriptor_pb2.FileDescriptorProto()
     fdp.ParseFromString(base64.standard_b64decode(text.encode("ascii")))
     return fdp
@@ -250,7 +253,8 @@ def _scalar_type(f: Any, kinds: Any) -> str:
     if well_known == DECIMAL:
         from confluent_kafka.schema_registry.confluent import meta_pb2
 
-        params = f.options.Extensions[meta_pb2.field_meta].params
+        # meta_pb2 is generated: protobuf's builder adds field_meta when it is imported
+        params = f.options.Extensions[meta_pb2.field_meta].params  # type: ignore[attr-defined]
         precision = int(params.get("precision") or DEFAULT_DECIMAL[0])
         scale = int(params.get("scale") or (0 if "precision" in params else DEFAULT_DECIMAL[1]))
         return f"DECIMAL({precision}, {scale})"

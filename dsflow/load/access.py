@@ -178,6 +178,7 @@ def apply_statement(out: AccessResult, st: AccessStatement, names: set[str], res
         return
     target, problem = sql_target(st, resolve)
     if target is None:
+        assert problem is not None  # no target: the reason why
         out.diagnostics.append(problem)
         return
     for privilege, where in st.privileges:
@@ -213,8 +214,8 @@ def resolve_access(yaml_roles: list[Role], yaml_grants: list[YamlGrant], yaml_us
     out = AccessResult()
     names = declared_roles(yaml_roles, statements, out)
     resolver = Resolver(known, qualify)
-    events: list[tuple[tuple, object]] = [((order.get(s.location.file, 0), s.location.line, s.location.col), s)
-                                          for s in statements]
+    events: list[tuple[tuple, AccessStatement | YamlGrant | YamlUser]] = [
+        ((order.get(s.location.file, 0), s.location.line, s.location.col), s) for s in statements]
     events += [((order.get(g[3].file, 0), g[3].line, g[3].col), g) for g in yaml_grants]
     events += [((order.get(u[2].file, 0), u[2].line, u[2].col), u) for u in yaml_users]
     seen_users: dict[str, Location] = {}

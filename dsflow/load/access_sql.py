@@ -91,7 +91,7 @@ class _Reader:
                 or first.token_type not in NAME_TYPES and not first.text.isidentifier():
             raise _Malformed(f"expected a name, found {self._found()}", first or self.tokens[-1])
         parts = [self.take().text]
-        while self.peek() is not None and self.peek().token_type is TokenType.DOT:
+        while (dot := self.peek()) is not None and dot.token_type is TokenType.DOT:
             self.take()
             parts.append(self.take().text)
         return tuple(parts), where(self.path, first)
@@ -136,7 +136,7 @@ class _Reader:
             found.append((token.text.upper(), where(self.path, token)))
             if self.word() == "PRIVILEGES" and found[-1][0] == "ALL":
                 self.take()
-            if self.peek() is None or self.peek().token_type is not TokenType.COMMA:
+            if (comma := self.peek()) is None or comma.token_type is not TokenType.COMMA:
                 return tuple(found)
             self.take()
 

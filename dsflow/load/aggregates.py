@@ -53,15 +53,16 @@ def loose_columns(projection: exp.Expr, grouped_sql: set[str], names: set[tuple[
     """The column references of `projection` that are neither inside an aggregate nor covered by the GROUP BY: a
     grouped column, or inside a sub-expression equal to a GROUP BY expression (UPPER(userid) under
     GROUP BY UPPER(userid))."""
-    def covered(node: exp.Expr) -> bool:
+    def covered(node: exp.Expr | None) -> bool:
         while node is not None and node is not projection.parent:
             if not isinstance(node, exp.Alias) and group_key_sql(node) in grouped_sql:
                 return True
             node = node.parent
         return False
 
+    # a reference is a column or a chain that starts from one: base_column gives a column
     return [c for c in references(projection) if not c.find_ancestor(exp.AggFunc) and not covered(c)
-            and (base_column(c).table, base_column(c).name) not in names]
+            and (base_column(c).table, base_column(c).name) not in names]  # type: ignore[union-attr]
 
 
 def global_aggregate(qualified: exp.Select, where, report: Report) -> tuple[bool, tuple[str, ...]] | None:

@@ -83,6 +83,7 @@ class SelectCache:
         return cls(root / state_path / "cache" / f"load-{environment}.json")
 
     def _read(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        assert self.path is not None  # read only when there is a file
         try:
             data = json.loads(self.path.read_bytes())
         except (OSError, ValueError):
@@ -155,7 +156,7 @@ class SelectCache:
         self.used[key] = raw
         self.dirty = True
 
-    def save(self, secrets: set[str] = frozenset()) -> None:
+    def save(self, secrets: set[str] | frozenset[str] = frozenset()) -> None:
         """Write what this load used (dropping the rest and any file new in this load whose text holds one of
         `secrets`), atomically; a read-only folder is not an error."""
         if self.path is None or (not self.dirty and len(self.used) == len(self.entries)

@@ -33,7 +33,7 @@ SOURCE_FIELDS = {"db", "schema", "table", "lsn", "commit_lsn", "txid", "ts_ms", 
 
 def _change_kind() -> stores.StoreKind:
     """The store kind whose tables' changes are read as streams (the first with Capability.CHANGE_STREAM)."""
-    return stores.kind(stores.kinds_that(stores.Capability.CHANGE_STREAM)[0])
+    return stores.REGISTRY[stores.kinds_that(stores.Capability.CHANGE_STREAM)[0]]
 
 
 def _rules() -> Any:
@@ -77,8 +77,10 @@ def check_event_columns(fqn: str, columns: tuple[Column, ...], location: Locatio
                               + (" (or VARCHAR: the row's JSON text)" if name in ("before", "after") else "")))
             ok = False
         elif name in ("before", "after"):
+            assert fields is not None  # a STRUCT (EVENT_FIELDS), checked above
             images[name] = [f.lower() for f in fields]
         elif name in ("source", "system"):
+            assert fields is not None  # a STRUCT (EVENT_FIELDS), checked above
             unknown = sorted({f.lower() for f in fields} - SOURCE_FIELDS)
             if unknown:
                 report(Diagnostic("DSF-E086", f"'{column.name}' of '{fqn}' has unknown field(s) {', '.join(unknown)}",

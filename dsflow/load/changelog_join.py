@@ -76,7 +76,7 @@ def changelog_join(qualified: exp.Select, aliases: tuple[str, str], relations: t
 def check_chain(joins: list[exp.Join], tables: list[exp.Table], found: dict, where, report: Report) -> bool:
     """The joins after a join of two changelogs (`joins`, with their `tables`): each of a changelog, INNER, LEFT or
     FULL, ON equalities, without WITHIN; False if a problem was reported."""
-    for join, table in zip(joins, tables):
+    for join, table in zip(joins, tables, strict=False):
         relation: Relation = found[id(table)]
         if relation.kind != "changelog":
             report(Diagnostic("DSF-E194", f"only changelogs may be joined after a join of two changelogs, not the "
@@ -174,8 +174,8 @@ def _selected(qualified: exp.Select, alias: str, relation: Relation, where,
     """The output names of the relation's primary key columns, each selected as a plain column; None if reported."""
     names = []
     for key in relation.primary_key:
-        output = next((p.alias_or_name for p in qualified.selects if isinstance(p.unalias(), exp.Column)
-                       and p.unalias().table == alias and p.unalias().name.lower() == key.lower()), None)
+        output = next((p.alias_or_name for p in qualified.selects if isinstance(column := p.unalias(), exp.Column)
+                       and column.table == alias and column.name.lower() == key.lower()), None)
         if output is None:
             report(Diagnostic("DSF-E192", f"the join's result is keyed by the primary key of '{relation.fqn}', so "
                               f"{alias}.{key} must be selected", where(qualified),

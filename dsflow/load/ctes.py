@@ -14,6 +14,7 @@ of an outer join whose rows the join keeps (its filter would not mean the same a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from sqlglot import exp
 
@@ -83,6 +84,7 @@ def _inline_into(root: exp.Expr, bodies: dict[str, exp.Select], relations: dict[
 def _inline_one(table: exp.Table, body: exp.Select, relations: dict[str, Relation], qualify_name, where,
                 report: Report) -> bool:
     alias, scope = table.alias_or_name, table.find_ancestor(exp.Select)
+    assert scope is not None  # a table is read in a SELECT's FROM or JOIN
     inner: exp.Table = body.args["from_"].this
     mapping = _mapping(body, inner.alias_or_name, alias, relations, qualify_name)
     condition = _requalified(body.args["where"].this, inner.alias_or_name, alias) if body.args.get("where") else None
@@ -110,10 +112,11 @@ def _mapping(body: exp.Select, inner: str, alias: str, relations: dict[str, Rela
         if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star):
             relation = relations.get(qualify_name([p.name for p in body.args["from_"].this.parts]))
             for column in relation.columns if relation is not None else ():
-                mapping[column.name.lower()] = exp.alias_(exp.column(column.name, table=alias), column.name)
+                mapping[column.name.lower()] = cast(exp.Alias, exp.alias_(exp.column(column.name, table=alias),
+                                                                          column.name))
             continue
-        mapping[projection.alias_or_name.lower()] = exp.alias_(_requalified(projection.unalias(), inner, alias),
-                                                               projection.alias_or_name)
+        mapping[projection.alias_or_name.lower()] = cast(exp.Alias, exp.alias_(  # an alias given: an Alias
+            _requalified(projection.unalias(), inner, alias), projection.alias_or_name))
     return mapping
 
 

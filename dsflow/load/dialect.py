@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
@@ -130,7 +130,10 @@ def _error(message: str, at: Token | None) -> ParseError:
     return ParseError.new(message, description=message, line=at.line, col=at.col)
 
 
-def _meta(node: exp.Expr, token: Token) -> exp.Expr:
+_E = TypeVar("_E", bound=exp.Expr)
+
+
+def _meta(node: _E, token: Token) -> _E:
     node.meta.update(line=token.line, col=token.col, start=token.start, end=token.end)
     return node
 
@@ -184,9 +187,10 @@ class _Rewriter:
         ahead = 1
         while self.text(ahead) in _CREATE_MODIFIERS:
             ahead += 1
-        if self.text(ahead) in _KINDS and (self.peek(ahead).token_type in _NAME_TOKENS):
+        token = self.peek(ahead)
+        if token is not None and self.text(ahead) in _KINDS and token.token_type in _NAME_TOKENS:
             self.found.kind = self.text(ahead)
-            self.tokens = [*self.tokens[:ahead], _token(self.peek(ahead), TokenType.TABLE, "TABLE"),
+            self.tokens = [*self.tokens[:ahead], _token(token, TokenType.TABLE, "TABLE"),
                            *self.tokens[ahead + 1:]]
 
     def _field_access(self, arrow: Token) -> None:
@@ -288,6 +292,7 @@ class _Rewriter:
     def _interval(self, keyword: Token) -> None:
         number, unit = self.peek(), self.peek(1)
         self._duration()
+        assert number is not None and unit is not None  # _duration checked them
         self.out += [_token(keyword, TokenType.INTERVAL, "INTERVAL"), number, unit]
 
     def _duration(self) -> exp.Interval:
@@ -343,12 +348,14 @@ def restore(tree: exp.Expr | None, found: Rewritten) -> exp.Expr | None:
             _window(function)
     if found.properties:
         for table in tree.find_all(exp.Table):
-            properties = found.properties.get(_start(table))
+            start = _start(table)
+            properties = found.properties.get(start) if start is not None else None
             if properties:
                 table.set(SOURCE_PROPERTIES, properties)
     if found.within:
         for join in tree.find_all(exp.Join):
-            within = found.within.get(_start(join.this)) if isinstance(join.this, exp.Table) else None
+            start = _start(join.this) if isinstance(join.this, exp.Table) else None
+            within = found.within.get(start) if start is not None else None
             if within is not None:
                 join.set(WITHIN, within)
     return tree
@@ -359,7 +366,7 @@ def _field_access(column: exp.Column, fields: set[int]) -> None:
     marked = next((i for i, part in enumerate(parts) if i and part.meta.get("start") in fields), None)
     if marked is None:
         return
-    names = dict(zip(("this", "table", "db", "catalog"), reversed(parts[:marked])))
+    names = dict(zip(("this", "table", "db", "catalog"), reversed(parts[:marked]), strict=False))
     access: exp.Expr = exp.Column(**names)
     for part in parts[marked:]:
         access = exp.Dot(this=access, expression=part)
@@ -371,7 +378,7 @@ def _window(function: exp.Anonymous) -> None:
         return
     args = list(function.expressions)
     if args and isinstance(args[0], exp.Column):
-        names = dict(zip(("this", "db", "catalog"), reversed(args[0].parts)))
+        names = dict(zip(("this", "db", "catalog"), reversed(args[0].parts), strict=False))
         args[0] = exp.Table(**names)
         function.set("expressions", args)
 

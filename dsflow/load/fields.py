@@ -18,7 +18,7 @@ from dsflow.errors import Diagnostic
 Report = Callable[[Diagnostic], None]
 
 
-def is_access(node: exp.Expr) -> bool:
+def is_access(node: exp.Expr | None) -> bool:
     """True for `x->field`: a Dot whose field is a name and whose base is a column or another access."""
     return isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier) and \
         isinstance(node.this, (exp.Column, exp.Dot))

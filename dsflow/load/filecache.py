@@ -67,7 +67,8 @@ def encode_statements(statements: list[RawStatement], path: str) -> list[list] |
                      *(loc for _, loc in st.extra.get("partition_by", ()))]
         if set(st.extra) - {"partition_by"} or any(loc.file != path for loc in locations):
             return None
-        out.append([st.kind, list(st.name), _loc(st.location), [[c.name, c.type, *_loc(c.location)] for c in st.columns],
+        out.append([st.kind, list(st.name), _loc(st.location),
+                    [[c.name, c.type, *_loc(c.location)] for c in st.columns],
                     list(st.primary_key), [[p.key, p.value, *_loc(p.location)] for p in st.properties],
                     st.select is not None, st.text, [list(parts) for parts in st.source_parts],
                     [[name, *_loc(loc)] for name, loc in st.extra.get("partition_by", ())]])

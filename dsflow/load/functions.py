@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import cache
+from typing import cast
 
 from sqlglot import exp, parse_one
 
-from dsflow.errors import Diagnostic
+from dsflow.errors import Diagnostic, Location
 from dsflow.load.suggest import did_you_mean
 
 Report = Callable[[Diagnostic], None]
@@ -135,7 +136,7 @@ def _result_types() -> tuple[dict[str, exp.DataType], dict[type, exp.DataType]]:
     names: dict[str, exp.DataType] = {}
     classes: dict[type, exp.DataType] = {}
     for name, type_text in RESULT_TYPES.items():
-        node = parse_one(f"SELECT {FUNCTIONS[name][1]}", dialect=DIALECT).selects[0]
+        node = cast(exp.Select, parse_one(f"SELECT {FUNCTIONS[name][1]}", dialect=DIALECT)).selects[0]
         data_type = exp.DataType.build(type_text)
         if isinstance(node, exp.Anonymous):
             names[node.name.upper()] = data_type
@@ -159,7 +160,7 @@ def _written_name(node: exp.Func) -> str:
     return node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
 
 
-def check_functions(select: exp.Expr, where: Callable[[exp.Expr], object], report: Report) -> bool:
+def check_functions(select: exp.Expr, where: Callable[[exp.Expr], Location | None], report: Report) -> bool:
     """Report every function call outside the allow-list (DSF-E143); True if there is none."""
     from dsflow.load.dialect import is_window
 
@@ -190,7 +191,7 @@ def _ancestors(node: exp.Expr) -> Iterator[exp.Expr]:
         yield node
 
 
-def _check_arguments(node: exp.Anonymous, where: Callable[[exp.Expr], object], report: Report) -> bool:
+def _check_arguments(node: exp.Anonymous, where: Callable[[exp.Expr], Location | None], report: Report) -> bool:
     name = node.name.upper()
     low, high = ARITY.get(name, (0, 99))
     count = len(node.expressions)
@@ -211,7 +212,7 @@ def to_spark(select: exp.Expr) -> exp.Expr:
         rewrite = SPARK_REWRITES.get(node.name.upper())
         if rewrite is not None:
             node.replace(rewrite(list(node.expressions)))
-    for node in list(select.find_all(exp.FromBase64)):  # DeltaStream gives text, Spark's UNBASE64 bytes
-        if not isinstance(node.parent, exp.Cast):
-            node.replace(exp.cast(node.copy(), "STRING"))
+    for decoded in list(select.find_all(exp.FromBase64)):  # DeltaStream gives text, Spark's UNBASE64 bytes
+        if not isinstance(decoded.parent, exp.Cast):
+            decoded.replace(exp.cast(decoded.copy(), "STRING"))
     return select

@@ -66,7 +66,7 @@ def check_chain(joins: list[exp.Join], tables: list[exp.Table], found: dict, whe
     if second.kind == "stream" and not _not_full(joins[0], where(joins[1]), report):
         return False
     temporal = second.kind == "changelog"
-    for join, table in zip(joins[1:], tables[2:]):
+    for join, table in zip(joins[1:], tables[2:], strict=False):
         relation: Relation = found[id(table)]
         if not _later_join(join, relation, first, temporal, where, report):
             return False

@@ -77,8 +77,8 @@ def check_project(root: Path, environment: str | None = None, variables: Mapping
     if env_name not in config.environments:
         return LoadResult(None, [Diagnostic("DSF-E014", f"unknown environment '{env_name}'", Location(PROJECT_FILE),
                                             hint=did_you_mean(env_name, config.environments))])
-    context = RenderContext({**config.environments[env_name].vars, **(variables or {})},
-                            **({"environ": dict(environ)} if environ is not None else {}))
+    values = {**config.environments[env_name].vars, **(variables or {})}
+    context = RenderContext(values) if environ is None else RenderContext(values, environ=dict(environ))
     loader = _Loader(root, config, env_name, context)
     loader.config_pos = config_pos
     with gcpause.paused():  # see dsflow/gcpause.py
@@ -94,6 +94,7 @@ def _sort_key(diagnostic: Diagnostic) -> tuple:
 def _read_config(path: Path) -> tuple[RawProjectConfig | None, Positioned | None, list[Diagnostic]]:
     text, problem = read_project_file(path, PROJECT_FILE)
     if text is None:
+        assert problem is not None  # no text: the reason why
         return None, None, [problem]
     data, pos, diagnostics = parse_yaml(text, PROJECT_FILE)
     if diagnostics:
@@ -171,7 +172,8 @@ class _Loader:
         rendered = [(path.suffix, rel, self._render(path, rel))
                     for path, rel in ((p, p.relative_to(self.root).as_posix()) for p in discover(self.root))]
         self.order = {rel: index for index, (_, rel, _) in enumerate(rendered)}  # REVOKE follows what precedes it
-        parsed = self._parse_sql([(rel, text) for suffix, rel, text in rendered if suffix == ".sql" and text is not None])
+        parsed = self._parse_sql([(rel, text) for suffix, rel, text in rendered
+                                  if suffix == ".sql" and text is not None])
         statements: list[tuple[str, RawStatement]] = []
         for suffix, rel, text in rendered:
             if text is None:
@@ -196,8 +198,10 @@ class _Loader:
         parsed: dict[str, tuple[list[RawStatement], list[Diagnostic]]] = {}
         todo = []
         for rel, text in files:
-            cached = self.cache.get_file(rel, text, lambda t=text, r=rel: _parse_sql_file(t, r)[0]) \
-                if self.cache is not None else None
+            # the lambda binds this file's text and name; mypy infers no type for a lambda with defaults
+            cached = (self.cache.get_file(rel, text,
+                                          lambda t=text, r=rel: _parse_sql_file(t, r)[0])  # type: ignore[misc]
+                      if self.cache is not None else None)
             if cached is not None:
                 parsed[rel] = (cached, [])
             else:
@@ -221,6 +225,7 @@ class _Loader:
             return None
         raw, problem = read_project_file(path, rel)
         if raw is None:
+            assert problem is not None  # no text: the reason why
             self.report(problem)
             return None
         text, problems = render(raw, rel, self.context)
@@ -279,7 +284,8 @@ class _Loader:
                                     batches_at_once=cfg.runtime.batches_at_once,
                                     checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
             stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
-            topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases), schemas=tuple(schemas),
+            topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases),
+            schemas=tuple(schemas),
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
             roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
         )
@@ -291,7 +297,7 @@ class _Loader:
         from dsflow.load.rules import check_grants
         from dsflow.load.objects import role_cycles
 
-        known = {f"relation.{fqn}": r.kind for fqn, r in ns.relations.items()}
+        known: dict[str, str] = {f"relation.{fqn}": r.kind for fqn, r in ns.relations.items()}
         known |= {f"query.{q.fqn}": "query" for q in queries} | {f"store.{s.name}": "store" for s in objects.stores}
         known |= {f"database.{d.name}": "database" for d in databases} | {f"schema.{s.fqn}": "schema" for s in schemas}
         grants = [(role.name, privilege, on, loc) for role, entries in objects.roles for privilege, on, loc in entries]
@@ -378,7 +384,8 @@ class _Loader:
             fqn = ns.qualify_name(gen.relation.split("."))
             if fqn not in ns.relations:
                 self.report(Diagnostic("DSF-E040", f"datagen '{gen.name}' feeds unknown relation '{gen.relation}'",
-                                       gen.location, hint=did_you_mean(gen.relation, [r.rsplit('.', 1)[-1] for r in ns.relations])))
+                                       gen.location,
+                                       hint=did_you_mean(gen.relation, [r.rsplit('.', 1)[-1] for r in ns.relations])))
                 continue
             store = ns.stores.get(ns.relations[fqn].store)
             if store_kinds.can(store, Capability.LOGS) and not store_kinds.can(store, Capability.BROKER):
@@ -394,8 +401,8 @@ class _Loader:
 
 def _not_generated(gen: Datagen, fqn: str, store) -> Diagnostic:
     """DSF-E113: a generator feeds a log of a store it cannot write to (generators write to brokers only)."""
-    kind = store_kinds.kind(store.type)
-    brokers = [store_kinds.kind(t) for t in store_kinds.kinds_that(Capability.BROKER)]
+    kind = store_kinds.REGISTRY[store.type]
+    brokers = [store_kinds.REGISTRY[t] for t in store_kinds.kinds_that(Capability.BROKER)]
     into = store_kinds.listing([f"{k.title} {k.log_noun}s" for k in brokers])
     return Diagnostic("DSF-E113", f"datagen '{gen.name}' feeds '{fqn}', a {kind.title} {kind.log_noun}; generators "
                       f"write to {into} only", gen.location,

@@ -112,7 +112,7 @@ def _with_lifecycle(relation: Relation, st: RawStatement, report: Report) -> Rel
         return relation
     if value.lower() not in ("true", "false"):
         report(Diagnostic("DSF-E032", f"'{PREVENT_DESTROY}' must be 'true' or 'false', got '{value}'",
-                          st.prop(PREVENT_DESTROY).location, hint=f"'{PREVENT_DESTROY}' = 'true'"))
+                          st.prop_location(PREVENT_DESTROY), hint=f"'{PREVENT_DESTROY}' = 'true'"))
         return relation
     return relation.model_copy(update={"prevent_destroy": value.lower() == "true"})
 
@@ -123,7 +123,7 @@ def _with_compatibility(relation: Relation, st: RawStatement, report: Report) ->
         return relation
     if value.upper() not in RULES:
         report(Diagnostic("DSF-E840", f"'{SCHEMA_COMPATIBILITY}' must be one of {', '.join(RULES)}, got '{value}'",
-                          st.prop(SCHEMA_COMPATIBILITY).location, hint=f"'{SCHEMA_COMPATIBILITY}' = 'BACKWARD'"))
+                          st.prop_location(SCHEMA_COMPATIBILITY), hint=f"'{SCHEMA_COMPATIBILITY}' = 'BACKWARD'"))
         return relation
     return relation.model_copy(update={"schema_compatibility": value.upper()})
 
@@ -138,7 +138,7 @@ def _declared_table(st: RawStatement, ns: Namespace, report: Report) -> Relation
     _check_duplicate_columns([c.name for c in st.columns], st, report)
     return table_relation(fqn, tuple(Column(name=c.name, type=c.type) for c in st.columns), st.primary_key,
                           {p.key: p.value for p in st.properties}, ns.stores, ns.default_store, st.location,
-                          lambda key: st.prop(key).location if st.prop(key) else None, report)
+                          st.prop_location, report)
 
 
 def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Report) -> Relation | None:
@@ -146,7 +146,7 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
     if fqn is None:
         return None
     store = ns.stores.get(_prop(st, "store") or ns.default_store or "")
-    if registry.can(store, registry.Capability.CHANGE_STREAM):
+    if store is not None and registry.can(store, registry.Capability.CHANGE_STREAM):
         return _cdc_relation(st, fqn, ns, report, store)
     _check_props(st, RELATION_PROPS, report)
     columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
@@ -168,11 +168,12 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
 def _cdc_relation(st: RawStatement, fqn: str, ns: Namespace, report: Report, store: Store) -> Relation | None:
     """A stream of a store that gives its tables' changes: the change events of its tables (load/cdc.py)."""
     rules = registry.facet(store.type, "rules")
+    assert rules is not None  # a store kind with Capability.CHANGE_STREAM has its rules
     columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
     _check_duplicate_columns([c.name for c in st.columns], st, report)
     return rules.change_stream_relation(fqn, st.kind, columns, {p.key: p.value for p in st.properties}, store.name,
                                         rules.object_name(ns.project, ns.environment, fqn), st.location,
-                                        lambda key: st.prop(key).location if st.prop(key) else None, report)
+                                        st.prop_location, report)
 
 
 def _checked_name(st: RawStatement, ns: Namespace, report: Report) -> str | None:
@@ -227,14 +228,14 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
         or ns.default_store  # a stream read from a lake table goes to the default store, not the lake
     if inherit is not None and registry.can(ns.stores.get(store_name or ""), registry.Capability.CHANGE_STREAM):
         if st.prop("store") is not None:
-            kind = ns.stores[store_name].type
+            kind = ns.stores[store_name or ""].type  # the store `can` was asked about
             report(Diagnostic("DSF-E087", f"'{fqn}' cannot be written to the {kind} store '{store_name}'",
-                              st.prop("store").location, hint=f"a {kind} store is a CDC source: write the "
+                              st.prop_location("store"), hint=f"a {kind} store is a CDC source: write the "
                               f"stream to a {_log_titles(ns)} store ('store' = '...')"))
             return None
         store_name = ns.default_store  # a stream made from a CDC stream goes to the default (log) store
     if store_name is None or store_name not in ns.stores:
-        loc = st.prop("store").location if st.prop("store") else st.location
+        loc = st.prop_location("store") or st.location
         report(Diagnostic("DSF-E021", f"unknown store '{store_name}' for '{fqn}'", loc,
                           hint=did_you_mean(store_name or "", ns.stores)))
         return None
@@ -245,7 +246,7 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
     if not check_log_format(st, fqn, ns.stores[store_name], value_format, report):
         return None
     if not check_formats(fqn, value_format, key_format, columns, ns.stores[store_name],
-                         lambda key: st.prop(key).location if st.prop(key) else st.location, report):
+                         lambda key: st.prop_location(key) or st.location, report):
         return None
     from dsflow.load.sizing import topic_size
 
@@ -255,12 +256,13 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
     timestamp = _prop(st, "timestamp")
     if timestamp and timestamp.lower() not in {c.name.lower() for c in columns}:
         report(Diagnostic("DSF-E042", f"timestamp column '{timestamp}' is not a column of '{fqn}'",
-                          st.prop("timestamp").location, hint=did_you_mean(timestamp, [c.name for c in columns])))
-    configs = {p.key[len(TOPIC_CONFIG_PREFIX):]: p.value for p in st.properties if p.key.startswith(TOPIC_CONFIG_PREFIX)}
+                          st.prop_location("timestamp"), hint=did_you_mean(timestamp, [c.name for c in columns])))
+    configs = {p.key[len(TOPIC_CONFIG_PREFIX):]: p.value for p in st.properties
+               if p.key.startswith(TOPIC_CONFIG_PREFIX)}
     gaps = _prop(st, "topic.gaps")
     if gaps is not None and gaps.lower() not in ("fail", "count"):
         report(Diagnostic("DSF-E032", f"'topic.gaps' must be 'fail' or 'count', got '{gaps}'",
-                          st.prop("topic.gaps").location, hint="'topic.gaps' = 'count' for a topic written in "
+                          st.prop_location("topic.gaps"), hint="'topic.gaps' = 'count' for a topic written in "
                           "transactions or compacted; 'fail' (the default for streams) otherwise"))
         gaps = None
     key = primary_key if primary_key is not None else st.primary_key
@@ -295,7 +297,7 @@ def _log_titles(ns: Namespace) -> str:
     default = registry.kind(getattr(ns.stores.get(ns.default_store or ""), "type", ""))
     if default is not None and default.can(registry.Capability.LOGS):
         return default.title
-    return registry.listing([registry.kind(t).title for t in registry.kinds_that(registry.Capability.LOGS)])
+    return registry.listing([registry.REGISTRY[t].title for t in registry.kinds_that(registry.Capability.LOGS)])
 
 
 def _inferred_size(st: RawStatement, store) -> tuple[str, ...]:
@@ -380,12 +382,12 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
         return None
     if mv:
         relation = view_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
-                                 ns.stores, st.location, lambda key: st.prop(key).location if st.prop(key) else None,
+                                 ns.stores, st.location, st.prop_location,
                                  report, default_store=ns.default_view_store)
     elif st.kind == "table":
         relation = table_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
                                   ns.stores, ns.default_store, st.location,
-                                  lambda key: st.prop(key).location if st.prop(key) else None, report)
+                                  st.prop_location, report)
     else:
         relation = _relation(st, fqn, analysed.columns, ns, report, inherit=first, primary_key=primary_key,
                              sources=[ns.relations[s.relation] for s in analysed.sources])
@@ -488,8 +490,8 @@ def _insertable(target: str, sink: Relation, st: RawStatement, ns: Namespace, re
     """INSERT INTO writes to a stream or changelog of a topic: not a view, a table or a CDC stream."""
     store = ns.stores.get(sink.store)
     what = {"materialized_view": "a materialized view", "table": "a table"}.get(sink.kind)
-    if what is None and registry.can(store, registry.Capability.CHANGE_STREAM):
-        what = f"a CDC stream (its events come from {registry.kind(store.type).title})"
+    if what is None and store is not None and registry.can(store, registry.Capability.CHANGE_STREAM):
+        what = f"a CDC stream (its events come from {registry.REGISTRY[store.type].title})"
     if what is None:
         return True
     report(Diagnostic("DSF-E145", f"INSERT INTO '{target}': it is {what}, which only its own query writes",
@@ -503,7 +505,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
     position = _prop(st, "starting.position") or "earliest"
     if position not in ("earliest", "latest"):
         report(Diagnostic("DSF-E032", f"'starting.position' must be 'earliest' or 'latest', got '{position}'",
-                          st.prop("starting.position").location, hint="'starting.position' = 'earliest'"))
+                          st.prop_location("starting.position"), hint="'starting.position' = 'earliest'"))
         position = "earliest"
     sources = tuple(s.model_copy(update={"starting_position": s.position or position}) for s in analysed.sources)
     check_not_read(sources, ns.relations, ns.stores, st.location, report)
@@ -519,7 +521,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  join_within=analysed.join_within, watermark_delay=_watermark_delay(st, report),
                  delivery_guarantee=delivery_guarantee(st, sink, report,
                                                        getattr(ns.stores.get(sink.store), "type", None)),
-                 dlq_topic=ns.topic_prefix + _prop(st, "dlq.topic") if _prop(st, "dlq.topic") else None,
+                 dlq_topic=ns.topic_prefix + dlq if (dlq := _prop(st, "dlq.topic")) else None,
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER), location=st.location)

@@ -185,7 +185,8 @@ class RawDatabase(Raw):
     """A database and its schemas (names, or {name, owner} mappings)."""
 
     name: ObjectName
-    schemas: list[SchemaEntry] = Field(default_factory=lambda: ["public"])
+    # mypy infers list[str] for the lambda, not list[SchemaEntry] (which a name is)
+    schemas: list[SchemaEntry] = Field(default_factory=lambda: ["public"])  # type: ignore[arg-type]
     description: str = ""
     owner: AccessName | None = Field(None, description="the role owning the database (default: sysadmin)")
 

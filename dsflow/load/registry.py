@@ -37,7 +37,7 @@ def fill_columns_from_registry(statements: list[tuple[str, RawStatement]], store
                 or fmt.value not in REGISTRY_FORMATS:
             out.append((path, st))
             continue
-        store = stores.get(st.prop("store").value if st.prop("store") else default_store or "")
+        store = stores.get(named.value if (named := st.prop("store")) else default_store or "")
         registry = registries.get(store.schema_registry or "") if store is not None else None
         if registry is None:  # resolution reports the missing registry (DSF-E122)
             out.append((path, st))

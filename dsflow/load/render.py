@@ -149,7 +149,7 @@ def _environment() -> Any:
 def _template_function(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     """`var` or `env_var` as templates call it: a name (text) and an optional default, else a clear error."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        given = dict(zip(("name", "default"), args)) | kwargs
+        given = dict(zip(("name", "default"), args, strict=False)) | kwargs
         if len(args) > 2 or set(given) - {"name", "default"} or len(given) != len(args) + len(kwargs) \
                 or not isinstance(given.get("name"), str):
             import jinja2

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Literal, cast
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
@@ -25,7 +26,9 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema, normalize_name
 
-from dsflow.core.model import ChangelogJoin, Column, IntervalJoin, Relation, Source, TemporalJoin, Window
+from dsflow.core.model import (
+    ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Relation, Source, TemporalJoin, Window,
+)
 from dsflow.errors import Diagnostic
 from dsflow.load.cdc import SLOT_KEY
 from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, normalized_duration, window_call
@@ -99,7 +102,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if _aggregates_a_changelog(select, tables, found, window, where, report):
         return None
     join = _check_join(select, tables, found, where, st, report)
-    if join is False or not system_time(tables, found, options, bool(join) and join[0] == TEMPORAL, where, report):
+    if join is False or not system_time(tables, found, options, join is not None and join[0] == TEMPORAL, where,
+                                        report):
         return None
     if not _columns_known(select, tables, found, window, where, report):
         return None
@@ -123,14 +127,15 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
     # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
     return Analysed(restore_unnest(qualified, unnested).sql(dialect=DIALECT, copy=False), sources, columns,
-                    aggregated=shape[0], group_keys=shape[1], window=window or None, join_within=join[0] if join and not (temporal or chained) else None,
+                    aggregated=shape[0], group_keys=shape[1], window=window or None,
+                    join_within=join[0] if join and not (temporal or chained) else None,
                     join_side=join[1] if join and not (temporal or chained) else None, temporal=temporal,
                     changelog_join=chained, chain=later)
 
 
 def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, where, st: RawStatement,
                report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None,
-                                        tuple[IntervalJoin | TemporalJoin, ...]] | None:
+                                        tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...]] | None:
     """The temporal join or the changelog join the SELECT makes first (both None for an interval join or no join),
     and the joins chained after it (load/join_chain.py); None if a problem was reported."""
     if not join:
@@ -221,7 +226,7 @@ def _first_unsupported(select: exp.Expr) -> tuple[exp.Expr, str] | None:
     return next(((first[kind], what) for kind, what in UNSUPPORTED.items() if kind in first), None)
 
 
-def _extract_window(select: exp.Select, where, report: Report) -> Window | None | bool:
+def _extract_window(select: exp.Select, where, report: Report) -> Window | None | Literal[False]:
     """Replace TUMBLE(rel, ...)/HOP(rel, ...) by rel itself; the window it described, None, or False on error."""
     wrapped = [t for t in select.find_all(exp.Table) if is_window(t)]
     if not wrapped:
@@ -232,6 +237,7 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
         return False
     outer = wrapped[0]
     function = window_call(outer)
+    assert function is not None  # `outer` is a window (is_window)
     inner: exp.Table = function.relation.copy()
     durations = {"size": function.size, "advance": function.advance}
     texts: dict[str, str | None] = {}
@@ -239,8 +245,8 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
         if node is None:
             texts[key] = None
             continue
-        texts[key] = normalized_duration(duration_text(node))
-        if texts[key] is None or float(texts[key].split()[0]) <= 0:
+        text = texts[key] = normalized_duration(duration_text(node))
+        if text is None or float(text.split()[0]) <= 0:
             label = "GAP" if function.kind == "session" else key.upper()
             report(Diagnostic("DSF-E032", f"window {label} must be a positive duration like 10 SECONDS, got "
                               f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "
@@ -254,7 +260,7 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
 
 
 def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where, st: RawStatement,
-                report: Report) -> tuple[str, str] | None | bool:
+                report: Report) -> tuple[str, str] | None | Literal[False]:
     """(within, side) of an interval join, None without a join, False on error."""
     joins = select.args.get("joins") or []
     if not joins:
@@ -342,7 +348,7 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
     for table in tables:
         relation = found[id(table)]
         db, schema, name = relation.fqn.split(".")
-        for part, value in zip(("catalog", "db", "this"), (db, schema, name)):
+        for part, value in zip(("catalog", "db", "this"), (db, schema, name), strict=True):
             table.set(part, exp.to_identifier(value))
         columns = {_schema_name(c.name, False): _schema_type(c.type) for c in relation.columns}
         if window and table.alias_or_name == window.source:
@@ -356,7 +362,8 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
         def annotate(node: exp.Expr) -> exp.Expr:
             return annotate_types(declare_result_types(node), schema=schema, dialect=DIALECT, overwrite_types=False)
 
-        return type_map_subscripts(annotate(qualify(select, schema=schema, dialect=DIALECT)), annotate)
+        qualified = type_map_subscripts(annotate(qualify(select, schema=schema, dialect=DIALECT)), annotate)
+        return cast(exp.Select, qualified)  # qualify and annotate_types return the tree they were given
     except OptimizeError as err:
         report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
         return None
@@ -445,7 +452,8 @@ def _group_keys(qualified: exp.Select, group: exp.Group, window: Window | None, 
 def _output_columns(qualified: exp.Select, st: RawStatement, report: Report) -> tuple[Column, ...] | None:
     columns = []
     for projection in qualified.selects:
-        type_ = type_sql(projection.type) if projection.type and not projection.is_type(exp.DType.UNKNOWN) else "VARCHAR"
+        type_ = (type_sql(projection.type) if projection.type and not projection.is_type(exp.DType.UNKNOWN)
+                 else "VARCHAR")
         columns.append(Column(name=projection.alias_or_name, type=TYPE_ALIASES.get(type_, type_)))
     if any(c.name.startswith("_col_") for c in columns):
         report(Diagnostic("DSF-E044", "every computed column needs a name", st.location,

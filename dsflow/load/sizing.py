@@ -57,7 +57,7 @@ def report_foreign(st: RawStatement, store: Store, why: str, report: Report) -> 
     """DSF-E110 for each sizing property of another store kind."""
     for key in foreign_keys(st, store):
         report(Diagnostic("DSF-E110", f"'{key}' does not apply to the {store.type} store '{store.name}'",
-                          st.prop(key).location, hint=f"remove it: {why}"))
+                          st.prop_location(key), hint=f"remove it: {why}"))
 
 
 def size_property(st: RawStatement, key: str, default: int, report: Report) -> int:

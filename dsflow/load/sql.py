@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import cast
 
 import sqlglot
 from sqlglot import exp
@@ -131,7 +132,8 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
         info = err.errors[0] if err.errors else {}
         loc = Location(path, info.get("line") or start.line, info.get("col") or start.col)
         desc = info.get("description") or str(err)
-        return None, [Diagnostic("DSF-E002", f"SQL syntax error: {desc}", loc, hint="see the DeltaStream SQL reference in docs/project.md")]
+        return None, [Diagnostic("DSF-E002", f"SQL syntax error: {desc}", loc,
+                                 hint="see the DeltaStream SQL reference in docs/project.md")]
     expression = parsed[0] if parsed else None
     try:
         raw = _to_raw(expression, path, start, snippet)
@@ -142,7 +144,8 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
         return None, [too_deep(start)]
     except _Unsupported as err:
         return None, [Diagnostic("DSF-E005", str(err), start,
-                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
+                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, "
+                                      "CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
                                       "INSERT INTO ... SELECT, GRANT, REVOKE, CREATE ROLE")]
 
 
@@ -230,7 +233,8 @@ def _create(create: exp.Create, path: str, start: Location, snippet: str) -> Raw
     elif kind in ("STREAM", "CHANGELOG"):
         kind_name = kind.lower()
     elif kind == "TABLE" and (isinstance(create.expression, exp.Query) or isinstance(create.this, exp.Schema)):
-        kind_name = "table"  # CREATE TABLE ... AS SELECT, or a declared table (columns), of a lake store (load/tables.py)
+        # CREATE TABLE ... AS SELECT, or a declared table (columns), of a lake store (load/tables.py)
+        kind_name = "table"
     else:
         raise _Unsupported(f"unsupported statement: CREATE {kind or '?'}")
     target = create.this
@@ -321,4 +325,4 @@ def _token_error_location(err: TokenError, text: str, path: str) -> Location:
 
 def parse_one_select(sql: str) -> exp.Query:
     """Parse a standalone SELECT in the DeltaStream dialect (used for normalized query text)."""
-    return sqlglot.parse_one(sql, read=DIALECT)
+    return cast(exp.Query, sqlglot.parse_one(sql, read=DIALECT))  # a SELECT (or a UNION of them)

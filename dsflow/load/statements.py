@@ -59,6 +59,11 @@ class RawStatement:
                 return prop
         return None
 
+    def prop_location(self, key: str) -> Location | None:
+        """Where property `key` is written; None if the statement has none."""
+        prop = self.prop(key)
+        return prop.location if prop else None
+
 
 @dataclass(frozen=True)
 class Analysed:

@@ -47,11 +47,12 @@ def analyse_union(path: str, st: RawStatement, union: exp.Union, relations: dict
                                    "resulting stream in the UNION ALL"))
             analysed = None
         results.append(analysed)
-    if any(r is None for r in results) or not _columns_match(branches, results, where, report):
+    done = [r for r in results if r is not None]
+    if len(done) < len(results) or not _columns_match(branches, done, where, report):
         return None
-    first = results[0]
-    sql = " UNION ALL ".join(r.select_sql for r in results)
-    return Analysed(sql, tuple(s for r in results for s in r.sources), first.columns)
+    first = done[0]
+    sql = " UNION ALL ".join(r.select_sql for r in done)
+    return Analysed(sql, tuple(s for r in done for s in r.sources), first.columns)
 
 
 def _shape_ok(union: exp.Union, where, report: Report) -> bool:
@@ -81,12 +82,12 @@ def _columns_match(branches: list[exp.Expr], results: list[Analysed], where, rep
     """DSF-E172 at each branch whose columns differ in count or type from the first branch's."""
     first = results[0].columns
     ok = True
-    for number, (branch, analysed) in enumerate(zip(branches, results), start=1):
+    for number, (branch, analysed) in enumerate(zip(branches, results, strict=False), start=1):
         columns = analysed.columns
         if len(columns) != len(first):
             problem = f"selects {len(columns)} columns, the first branch {len(first)}"
         else:
-            differ = [(a, b) for a, b in zip(first, columns) if a.type.upper() != b.type.upper()]
+            differ = [(a, b) for a, b in zip(first, columns, strict=True) if a.type.upper() != b.type.upper()]
             if not differ:
                 continue
             a, b = differ[0]

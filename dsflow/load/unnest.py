@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlglot import exp
 
@@ -34,7 +35,7 @@ class Unnested:
 
 
 def extract_unnest(select: exp.Expr, relations: dict[str, Relation], qualify_name, where,
-                   report: Report) -> Unnested | None | bool:
+                   report: Report) -> Unnested | None | Literal[False]:
     """Take the UNNEST join out of `select`, its column references replaced by `array[1]`; None if there is
     none, False on error (reported)."""
     joins = select.args.get("joins") or [] if isinstance(select, exp.Select) else []
@@ -70,7 +71,7 @@ def extract_unnest(select: exp.Expr, relations: dict[str, Relation], qualify_nam
     return Unnested(join, alias, column)
 
 
-def _problem(unnests: list[exp.Join], joins: list[exp.Join], select: exp.Select, relations, qualify_name) -> str | None:
+def _problem(unnests: list[exp.Join], joins: list[exp.Join], select: exp.Expr, relations, qualify_name) -> str | None:
     join = unnests[0]
     unnest: exp.Unnest = join.this
     names = unnest.args["alias"].columns if unnest.args.get("alias") else []

@@ -4,11 +4,11 @@ sqlglot's parser and the resolution of SELECTs (qualify, annotate_types) are ~80
 (docs/benchmarks.md, "Plan time"), and both are pure Python, so one process uses one core. SQLMesh loads models
 in forked processes for the same reason. Here the loading process cuts the SQL files into statements
 (load/sql.py's statement_spans), then forks workers; each worker, and the loading process itself, tokenizes
-and parses its own share of the statements. Workers send their statements back as the load cache's plain data (load/filecache.py), keep the
-trees, and later resolve the SELECTs they parsed, one dependency wave at a time, from the relations the loading
-process sends them. The loading process replays their diagnostics, so the project and every diagnostic are
-those of a load in one process: a file with a syntax error (or cut wrongly) is parsed again as a whole by the
-loading process, and a worker that fails has its work done there.
+and parses its own share of the statements. Workers send their statements back as the load cache's plain data
+(load/filecache.py), keep the trees, and later resolve the SELECTs they parsed, one dependency wave at a time,
+from the relations the loading process sends them. The loading process replays their diagnostics, so the project
+and every diagnostic are those of a load in one process: a file with a syntax error (or cut wrongly) is parsed
+again as a whole by the loading process, and a worker that fails has its work done there.
 
 Used on Linux only (fork), with more than one core, and for enough SQL to pay for the fork;
 `DSFLOW_LOAD_WORKERS` sets the number of processes (1: never fork).
@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,14 +162,17 @@ class Workers:
             if not items or any(item is None or item[1] for item in items):
                 parsed[rel] = parse_sql_file(text, rel)
                 continue
-            file = FileParse(lambda t=text, r=rel: parse_sql_file(t, r)[0])
+            # the lambda binds this file's text and name; mypy infers no type for a lambda with defaults
+            file = FileParse(lambda t=text, r=rel: parse_sql_file(t, r)[0])  # type: ignore[misc]
             statements: list[RawStatement] = []
-            for item, _, job, worker in items:
+            for entry in items:
+                assert entry is not None  # a file with a statement cut wrongly was parsed whole, above
+                item, _, job, owner = entry
                 if item is None:
                     continue
-                st = item if worker is None else decode_statement(item, rel, file, len(statements))
-                if worker is not None and st.is_query:
-                    self._owner[statement_key(st)] = worker
+                st = item if owner is None else decode_statement(item, rel, file, len(statements))
+                if owner is not None and st.is_query:
+                    self._owner[statement_key(st)] = owner
                     self._job_of[statement_key(st)] = job
                 statements.append(st)
             parsed[rel] = (statements, [])
@@ -179,7 +181,9 @@ class Workers:
     def request(self, items: list[tuple[RawStatement, list[Any]]]) -> None:
         """Resolve the SELECTs of these statements: each item is a statement and the relations its SELECT reads.
         The workers that parsed them are asked to, and this process resolves the others meanwhile."""
-        mine, theirs = [], {id(w): (w, []) for w in self._workers}
+        mine: list[tuple[StatementKey, RawStatement, list[Any]]] = []
+        theirs: dict[int, tuple[_Worker, list[tuple[StatementKey, RawStatement, list[Any]]]]] = {
+            id(w): (w, []) for w in self._workers}
         for st, relations in items:
             key = statement_key(st)
             if key in self._pending or key in self._local:
@@ -204,7 +208,7 @@ class Workers:
         """Take statements from the workers with the most to resolve in this wave until this process has about
         as much (a taken statement is parsed here again: STOLEN_COST of a resolution); returns
         the taken ones, parsed here."""
-        taken = []
+        taken: list = []
         while batches:
             biggest = max(batches, key=len)
             if len(biggest) <= (len(mine) + len(taken)) * STOLEN_COST + 1:
@@ -295,10 +299,10 @@ def _serve(conn: Any, jobs: list[_Job]) -> None:
         answer: dict[tuple[str, int], tuple[list | None, list[Diagnostic]] | None] = {}
         for job in jobs:
             got = job.parse()
-            if got is None or got[0] is None:
-                answer[(job.rel, job.index)] = got
+            st, problems = got if got is not None else (None, [])
+            if st is None:  # cut wrongly (None), or not parsed: its diagnostics
+                answer[(job.rel, job.index)] = None if got is None else (None, problems)
                 continue
-            st, problems = got
             encoded = encode_statements([st], job.rel)
             if st.is_query:
                 own[statement_key(st)] = st

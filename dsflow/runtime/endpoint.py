@@ -97,7 +97,7 @@ def serve(registry: Any, token: str, looks: Looks, report: Callable[[], dict[str
     from prometheus_client import make_wsgi_app
 
     app = _App(make_wsgi_app(registry), token, looks, report)
-    server = make_server("127.0.0.1", port, app, _server_class(), handler_class=_handler_class())
+    server: Any = make_server("127.0.0.1", port, app, _server_class(), handler_class=_handler_class())
     threading.Thread(target=server.serve_forever, name="supervisor-endpoint", daemon=True).start()
     return server, server.server_port
 

@@ -29,6 +29,7 @@ def watch(supervisor: Any, deployed: DeployedResource, run_dir: Path, record: Ru
     alive = process.is_running(pid, marker)
     error = apps.failure(app_dir, name) if alive else None
     if alive and error is None:
+        assert pid is not None  # is_running: a PID
         _running(run_dir, record, pid, apps.reported(app_dir).get(name) or {})
     elif record.next_retry is None or record.pid != pid:
         _failed(run_dir, record, pid, app_dir, error, code)

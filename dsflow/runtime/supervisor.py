@@ -121,6 +121,7 @@ class Supervisor:
             return shared.watch(self, deployed, run_dir, record)  # several queries share its host's PID
         code = self._reap(pid)
         if process.is_running(pid, marker):
+            assert pid is not None  # is_running: a PID
             self._running(run_dir, record, pid)
         elif not is_query and self._finished(deployed):
             return
@@ -152,7 +153,8 @@ class Supervisor:
         log(f"{record.address} (pid {pid}) is not running: {record.last_exit}; "
             f"restart in {backoff(record.failures):.0f} s (failure {record.failures} in a row)")
 
-    def _restart(self, run_dir: Path, record: RuntimeRecord, deployed: DeployedResource, marker: tuple[str, ...]) -> None:
+    def _restart(self, run_dir: Path, record: RuntimeRecord, deployed: DeployedResource,
+                 marker: tuple[str, ...]) -> None:
         try:
             pid = self._restart_locked(deployed, marker)
         except Exception as err:  # noqa: BLE001 - recorded and retried with the next backoff
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = supervisor.workspace.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     info_path = run_dir / INFO_FILE
-    info = {"pid": os.getpid(), "port": 0, "started_at": time.time(), "ticks": 0,
+    info: dict = {"pid": os.getpid(), "port": 0, "started_at": time.time(), "ticks": 0,
             "project_dir": str(Path(args.project_dir).resolve()), "environment": supervisor.loaded.project.environment}
     token = endpoint.write_token(run_dir)
     metrics = registry(lambda: operations.status(supervisor.loaded, with_dead_letters=False),

@@ -54,7 +54,7 @@ def login(body: Login, server: Server = Depends(server_of)) -> Session:
         token, expires = server.identity.login(body.username, body.password)
     except LoginThrottled as err:
         raise ApiError(429, "DSF-E327", f"too many failed logins for '{body.username}'",
-                       hint=f"try again in {err.retry_after} s", headers={"Retry-After": str(err.retry_after)})
+                       hint=f"try again in {err.retry_after} s", headers={"Retry-After": str(err.retry_after)}) from err
     except DsflowError as err:
         raise ApiError(401, err.code, err.message, err.hint, headers={"WWW-Authenticate": "Bearer"}) from None
     return Session(token=token, expires_at=expires)
@@ -95,6 +95,7 @@ def relation(address: str, me: Caller = Depends(caller), server: Server = Depend
     address = relation_address(address)
     found = cat.full_catalog(inputs(server, me)).relation(address)
     visible_or_raise(me, address, found)
+    assert found is not None  # visible_or_raise: 404 when none
     return found.model_dump(mode="json", by_alias=True)
 
 
@@ -115,6 +116,7 @@ def query(name: str, me: Caller = Depends(caller), server: Server = Depends(serv
     found = cat.full_catalog(inputs(server, me)).query(name)
     address = found.address if found else (name if name.startswith("query.") else f"query.{name}")
     visible_or_raise(me, address, found)
+    assert found is not None  # visible_or_raise: 404 when none
     history = [e.model_dump(mode="json") for e in me.state.history(address)]
     return {**_query_json(found), "history": history}
 

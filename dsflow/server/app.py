@@ -51,7 +51,7 @@ def create_app(options: operations.Options | None = None) -> FastAPI:
                   description="The REST API of `dsflow serve` (docs/server.md). Every endpoint but /api/v1/health "
                               "needs `Authorization: Bearer <token>`.")
     app.state.server = Server(options) if options is not None else None
-    app.openapi = lambda: _openapi(app)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's way to replace the document
     _handlers(app)
     from dsflow.server import api_actions, api_read, api_users, graphql, streams, web
 

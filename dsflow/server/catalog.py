@@ -270,7 +270,7 @@ def _relation(inputs: Inputs, resource: DeployedResource) -> CatalogRelation:
     key_format = resource.metadata.get("key_format", declared.key_format if declared else None)
     return CatalogRelation(
         address=resource.address, name=name, fqn=fqn, kind=str(data.get("kind", "")), database=database,
-        schema=schema, store=str(data.get("store") or ""), topic=str(data.get("topic") or ""), columns=columns,
+        schema_=schema, store=str(data.get("store") or ""), topic=str(data.get("topic") or ""), columns=columns,
         key_format=key_format, value_format=data.get("value_format"),
         primary_key=list(data.get("primary_key", [])), owner=_owner(inputs, resource))
 

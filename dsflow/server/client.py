@@ -73,7 +73,7 @@ class Client:
     def status(self) -> list[dict[str, Any]]:
         return self.request("GET", "/status")
 
-    def view_query(self, sql: str) -> tuple[list[str], list[list[Any]]]:
+    def view_query(self, sql: str) -> tuple[list[str], list[tuple]]:
         answer = self.request("POST", "/views/query", {"sql": sql})
         return answer["columns"], [tuple(row) for row in answer["rows"]]
 

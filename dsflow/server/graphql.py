@@ -338,7 +338,7 @@ def router(get_context: Callable[..., Any], path: str = "/graphql") -> Any:
     try:
         from cross_web import HTTPException
     except ImportError:  # strawberry releases before cross_web
-        from strawberry.http.exceptions import HTTPException
+        from strawberry.http.exceptions import HTTPException  # type: ignore[attr-defined, no-redef]  # older ones
     from fastapi import Depends
     from fastapi.responses import JSONResponse
     from fastapi.routing import APIWebSocketRoute

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import overload
 
 from dsflow.errors import DsflowError
 
@@ -75,6 +76,14 @@ def _hasher():
     from pwdlib import PasswordHash
 
     return PasswordHash.recommended()
+
+
+@overload
+def _iso(epoch: float) -> str: ...
+
+
+@overload
+def _iso(epoch: None) -> None: ...
 
 
 def _iso(epoch: float | None) -> str | None:

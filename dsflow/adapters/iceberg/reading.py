@@ -135,7 +135,8 @@ class IcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           for path in _added_files(table, snapshot)]
         return tasks
 
-    def read(self, partition: AddedFile) -> Iterator[Any]:
+    # Spark hands read() the partitions that partitions() made: an AddedFile, never another InputPartition
+    def read(self, partition: AddedFile) -> Iterator[Any]:  # type: ignore[override]
         yield from file_batches(partition)
 
     def commit(self, end: dict) -> None:
@@ -179,7 +180,8 @@ def _added_files(table: Any, snapshot: Any) -> list[str]:
 
 def not_an_append(table: str, snapshot: Any) -> DsflowError:
     return DsflowError("DSF-E385", f"snapshot {snapshot.snapshot_id} of the iceberg table {table} is an "
-                       f"{_operation(snapshot)}, not an append: a query reads a table as the stream of its appended rows",
+                       f"{_operation(snapshot)}, not an append: a query reads a table as the stream of its "
+                       "appended rows",
                        hint="only append to a table that queries read; to go on past it, restart the query with "
                             "'start.position' = 'latest'")
 
@@ -200,7 +202,7 @@ def file_batches(part: AddedFile) -> Iterator[Any]:
     arrays = [data.column(present[n.lower()]).cast(arrow_type(t)).combine_chunks() if n.lower() in present
               else pa.nulls(data.num_rows, arrow_type(t)) for n, t in part.options.columns]
     value = pa.StructArray.from_arrays(arrays, fields=[pa.field(n, a.type) for (n, _), a in
-                                                       zip(part.options.columns, arrays)])
+                                                       zip(part.options.columns, arrays, strict=True)])
     count = data.num_rows
     batch = pa.RecordBatch.from_arrays(
         [pa.nulls(count, pa.string()),

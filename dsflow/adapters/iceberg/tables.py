@@ -136,7 +136,7 @@ class IcebergFormat:
     def rows(self, ref: TableRef, limit: int) -> tuple[list[str], list[tuple]]:
         data = _table(ref).scan(limit=limit).to_arrow()
         columns = data.column_names
-        return columns, list(zip(*(data.column(i).to_pylist() for i in range(data.num_columns))))
+        return columns, list(zip(*(data.column(i).to_pylist() for i in range(data.num_columns)), strict=True))
 
     def list_entities(self, settings: dict[str, str], path: str) -> list[str]:
         """Namespaces (no path) or the tables of a namespace, as NAMESPACE.TABLE."""

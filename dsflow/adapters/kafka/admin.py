@@ -138,7 +138,8 @@ def _admin(bootstrap: str, extra: Mapping[str, str] | None) -> Any:
     from confluent_kafka.admin import AdminClient
 
     assert_reachable(bootstrap)
-    return AdminClient({**librdkafka_config(client_config(bootstrap, extra)), "logger": LOG})
+    config: dict[str, Any] = {**librdkafka_config(client_config(bootstrap, extra)), "logger": LOG}
+    return AdminClient(config)
 
 
 def _metadata(admin: Any, bootstrap: str) -> Any:

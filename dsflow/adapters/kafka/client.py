@@ -86,7 +86,7 @@ def unreachable(bootstrap: str, detail: str) -> DsflowError:
 
 def request_failed(bootstrap: str, what: str, exc: BaseException) -> DsflowError:
     """Wrap a KafkaException: unreachable brokers get DSF-E702, anything else DSF-E703."""
-    err = exc.args[0] if exc.args else None
+    err: Any = exc.args[0] if exc.args else None  # a KafkaError
     name = err.name() if hasattr(err, "name") else ""
     if name in _UNREACHABLE:
         return unreachable(bootstrap, f"{what}: {err.str()}")

@@ -370,7 +370,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned = check_ranges(self._planned, start, end, self.options.topic)
         return plan_ranges(self.options, start, end)
 
-    def read(self, partition: KafkaRange) -> Iterator[Any]:
+    # Spark hands read() the partitions that partitions() made: a KafkaRange, never another InputPartition
+    def read(self, partition: KafkaRange) -> Iterator[Any]:  # type: ignore[override]
         return read_range_arrow(partition)
 
     def commit(self, end: dict) -> None:
@@ -415,5 +416,6 @@ class KafkaBatchReader(DataSourceReader):
             holder.close()
         return plan_ranges(self.options, as_offset(start), as_offset(end))
 
-    def read(self, partition: KafkaRange) -> Iterator[Any]:
+    # Spark hands read() the partitions that partitions() made: a KafkaRange, never another InputPartition
+    def read(self, partition: KafkaRange) -> Iterator[Any]:  # type: ignore[override]
         return read_range_arrow(partition)

@@ -7,7 +7,7 @@ letters again).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
@@ -28,6 +28,10 @@ class DeadLetters:
         self.count = 0
         self._producer: Any = None
         self._errors: Any = None
+
+    @property
+    def _topic(self) -> str:
+        return cast(str, self.decoding.dlq_topic)  # records are set aside only when the query has one
 
     def send(self, messages: list, bad: Bad) -> None:
         if not bad:
@@ -50,7 +54,7 @@ class DeadLetters:
     def _open(self) -> None:
         bootstrap = self.config.get("bootstrap.servers", "")
         extra = {k: str(v) for k, v in self.config.items() if k != "bootstrap.servers"}
-        ensure_topic(bootstrap, TopicSpec(self.decoding.dlq_topic, 1), extra)
+        ensure_topic(bootstrap, TopicSpec(self._topic, 1), extra)
         self._errors = client.DeliveryErrors()
         self._producer = client.new_producer(self.config, self._errors)
 
@@ -58,7 +62,7 @@ class DeadLetters:
         if self._producer is None:
             return
         try:
-            client.flush_or_raise(self._producer, self.decoding.dlq_topic, self.count, self._errors)
+            client.flush_or_raise(self._producer, self._topic, self.count, self._errors)
         except DsflowError as err:
             raise DsflowError("DSF-E772", f"dead letters of query {self.decoding.query} not delivered: "
                               f"{err.message}", hint="check the dead-letter topic and the broker") from err

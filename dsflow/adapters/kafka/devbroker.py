@@ -69,6 +69,8 @@ def start(run_dir: Path, port: int = DEFAULT_PORT, timeout: float = 30.0, kind: 
         raise DsflowError(
             "DSF-E902", f"port {port} on 127.0.0.1 is already in use", hint="pass --port or stop what listens there"
         )
+    if kind not in KINDS:
+        raise ValueError(f"unknown broker kind '{kind}' (one of {', '.join(KINDS)})")
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "broker.log"
     if kind == "kafka":
@@ -106,6 +108,16 @@ def _kafka(run_dir: Path, port: int, log: Path) -> tuple[list[str], BrokerInfo]:
                       listeners={"sasl": ports.sasl, "ssl": ports.ssl, "mtls": ports.mtls},
                       tls_dir=str(home / "tls"))
     return kraft.command(libs, home), info
+
+
+def listener_lines(info: BrokerInfo) -> list[str]:
+    """Apache Kafka's further listeners, one line each, for `dev up` and `dev status` (tansu has none)."""
+    if not info.listeners:
+        return []
+    return [f"  SASL_PLAINTEXT 127.0.0.1:{info.listeners['sasl']} (PLAIN, SCRAM-SHA-256/512; users admin, alice, bob)",
+            f"  SSL 127.0.0.1:{info.listeners['ssl']} (CA {info.tls_dir}/ca.pem)",
+            f"  SSL with client certificates 127.0.0.1:{info.listeners['mtls']} ({info.tls_dir}/client.pem, "
+            "client.key)"]
 
 
 def wait_until_ready(bootstrap: str, timeout: float, proc: subprocess.Popen | None = None) -> None:

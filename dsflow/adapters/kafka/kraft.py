@@ -11,8 +11,8 @@
 - **Listeners**: PLAINTEXT on the given port; SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), SSL (the
   server's certificate signed by a CA made for this run) and MTLS (SSL that requires a client certificate signed by
   that CA) on free ports. ACLs are enforced by KRaft's StandardAuthorizer: the plaintext and SSL listeners'
-  `User:ANONYMOUS`, the mTLS client `User:dsflow-client` (its certificate's CN) and SASL's `admin` are super users; the other SASL
-  users (USERS) may do only what an ACL allows them.
+  `User:ANONYMOUS`, the mTLS client `User:dsflow-client` (its certificate's CN) and SASL's `admin` are super
+  users; the other SASL users (USERS) may do only what an ACL allows them.
 """
 
 from __future__ import annotations

@@ -162,7 +162,8 @@ class _RangeReader:
             "DSF-E704",
             f"no progress reading {self.where} at offset {self.pos} (reading up to {self.end}) for "
             f"{self.stall_timeout:.0f}s{cause}",
-            hint="check that the broker is up and the topic was not deleted or recreated since the offsets were recorded",
+            hint="check that the broker is up and the topic was not deleted or recreated since the offsets were "
+                 "recorded",
         )
 
 
@@ -177,7 +178,8 @@ def take_contiguous(messages: list, pos: int, end: int, where: str) -> tuple[lis
         first, last = messages[0].offset(), messages[-1].offset()
         if first == pos and last < end and last - first == len(messages) - 1:
             return messages, None, None
-    batch, error, expect = [], None, pos
+    batch: list = []
+    error, expect = None, pos
     for m in messages:
         err = m.error()
         if err is not None:

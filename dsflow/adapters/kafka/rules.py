@@ -81,6 +81,7 @@ class KafkaRules:
         first_store = stores_.get(first.store) if first is not None else None
         other = stores.kind(first_store.type) if first_store is not None and first_store.type != store.type else None
         if other is not None and other.can(stores.Capability.LOGS):
+            assert first is not None  # `other` is its store's kind
             missing = [k for k in SIZING if st.prop(k) is None]
             if missing:
                 report(Diagnostic("DSF-E111", f"'{fqn}' goes to the Kafka store '{store.name}' from the {other.title} "

@@ -19,7 +19,7 @@ def client_option(setting: str) -> str:
 
 
 class KafkaSpark:
-    kinds = ("kafka",)
+    kinds: tuple[str, ...] = ("kafka",)
     async_checkpoint = True  # dsflow's sink is at-least-once like Spark's own Kafka sink (spark/driver.py)
 
     def client_option(self, setting: str) -> str:
@@ -153,4 +153,5 @@ class TopicEnds:
         self._consumers.clear()
 
 
-SPARK: SparkFacet = KafkaSpark()
+# a log store's facet has no view-sink members (ensure_table, write_batch: Capability.VIEWS stores only)
+SPARK: SparkFacet = KafkaSpark()  # type: ignore[assignment]

@@ -90,9 +90,9 @@ def _produce_all(producer: Any, options: KafkaOptions, batches: Iterator[Any]) -
         if encode_keys is not None:
             keys = encode_keys(list(keys))
         if partitions is None:
-            _produce_rows(producer, options.topic, zip(values, keys))
+            _produce_rows(producer, options.topic, zip(values, keys, strict=False))
         else:
-            for value, key, part in zip(values, keys, partitions):
+            for value, key, part in zip(values, keys, partitions, strict=False):
                 client.produce_one(producer, options.topic, value, key, part)
         count += batch.num_rows
         producer.poll(0)

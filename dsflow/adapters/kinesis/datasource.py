@@ -30,8 +30,8 @@ memory) is read from Kinesis between the same sequence numbers, so it holds the 
 
 Writing takes `value` (and optional `key`, the partition key; without one, a hash of the value; for a
 value.format other than json, `value` is a struct serialized like any log sink's: value.schema,
-value.subject, schema.registry.*) and sends PutRecords batches of up to 500 records, retrying throttled or failed records with backoff
-(at-least-once, like the other log sinks).
+value.subject, schema.registry.*) and sends PutRecords batches of up to 500 records, retrying throttled or failed
+records with backoff (at-least-once, like the other log sinks).
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ class KinesisOptions:
             raise DsflowError("DSF-E762", "dsflow_kinesis: option 'stream' is required", hint='.option("stream", ...)')
         start = opts.get("starting.position", "earliest").strip().lower()
         if start not in ("earliest", "latest"):
-            raise DsflowError("DSF-E762", f"dsflow_kinesis: starting.position is '{start}'; expected earliest or latest")
+            raise DsflowError("DSF-E762",
+                              f"dsflow_kinesis: starting.position is '{start}'; expected earliest or latest")
         offsets = json.loads(opts["starting.offsets"]) if opts.get("starting.offsets") else None
         return cls(stream=stream, settings=kc.settings_of(opts), starting_position=start,
                    starting_timestamp=int(opts["starting.timestamp"]) if opts.get("starting.timestamp") else None,
@@ -188,8 +189,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             return kc.list_shards(self.client(), self.options.stream)
         except Exception as err:  # noqa: BLE001 - a missing stream or endpoint becomes one clear error
-            raise DsflowError("DSF-E763", f"cannot list the shards of Kinesis stream '{self.options.stream}': {err}",
-                              hint="check that the stream exists (dsflow apply creates it) and the store settings")
+            raise DsflowError(
+                "DSF-E763", f"cannot list the shards of Kinesis stream '{self.options.stream}': {err}",
+                hint="check that the stream exists (dsflow apply creates it) and the store settings") from err
 
     def initialOffset(self) -> dict:
         o = self.options
@@ -238,10 +240,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                      self.options.decoding, self.options.secrets))
         return ranges
 
-    def read(self, partition: ShardRange) -> Iterator[Any]:
+    # Spark hands read() the partitions that partitions() made: a ShardRange, never another InputPartition
+    def read(self, partition: ShardRange) -> Iterator[Any]:  # type: ignore[override]
         register(partition.secrets)
         with no_secret_in_errors(partition.stream):
-            records = partition.records
+            records: tuple[Record, ...] | list[Record] | None = partition.records
             if records is None:
                 records = replay_range(kc.new_client(partition.settings), partition.stream, partition.shard,
                                        partition.start, partition.end)

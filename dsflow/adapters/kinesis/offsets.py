@@ -149,7 +149,7 @@ def _end_missing(stream: str, shard: str, start: str, last: int, found: str) -> 
 def _check_ascending(records: list[Record], stream: str, shard: str) -> None:
     """DSF-E709 if the shard answered records out of order or twice (sequence numbers of a shard only grow)."""
     numbers = [int(r.sequence) for r in records]
-    if any(b <= a for a, b in zip(numbers, numbers[1:])):
+    if any(b <= a for a, b in zip(numbers, numbers[1:], strict=False)):
         raise DsflowError("DSF-E709", f"Kinesis shard {stream}/{shard} returned sequence numbers out of order: "
                           f"{numbers[:5]}...", hint="check the Kinesis endpoint")
 

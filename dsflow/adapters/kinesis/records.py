@@ -78,11 +78,12 @@ def _encoder(stream: str, codec: Codec | None) -> Callable[[dict], bytes] | None
         return None
     serialize = value_serializer(codec.decoding.value_format, stream, codec.decoding.registry, codec.schema,
                                  codec.subject)
+    assert serialize is not None  # a codec is of a value format other than json
     names = [n for n, _ in codec.decoding.columns]
 
     def encode(obj: dict) -> bytes:
         lowered = {str(k).lower(): v for k, v in obj.items()}
-        row = {n: obj[n] if n in obj else lowered.get(n.lower()) for n in names}
+        row: dict[str, Any] = {n: obj[n] if n in obj else lowered.get(n.lower()) for n in names}
         if codec.decoding.value_format == "bytes" and isinstance(row[names[0]], str):
             row[names[0]] = row[names[0]].encode()
         return serialize([row])[0] or b""

@@ -43,7 +43,7 @@ class KinesisRules:
     def log_size(self, st: Any, fqn: str, store: Any, sources: list[Any], stores_: dict[str, Any],
                  report: Report) -> tuple[int, int]:
         """(shards, 1): declared, else the left-most Kinesis source's (DSF-E112 when there is none)."""
-        others = [stores.kind(t) for t in stores.kinds_that(stores.Capability.LOGS) if t != store.type]
+        others = [stores.REGISTRY[t] for t in stores.kinds_that(stores.Capability.LOGS) if t != store.type]
         titles = " and ".join(f"{k.title}'s" for k in others)
         report_foreign(st, store, f"'topic.shards' sizes a Kinesis stream; partitions, replicas and topic configs "
                                   f"are {titles}", report)

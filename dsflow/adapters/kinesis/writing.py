@@ -32,7 +32,7 @@ def entries_of(batches: Iterable[Any], serialize: Callable[[list], list] | None 
         if serialize is not None:
             values = serialize(values)
         keys = batch.column(names["key"]).to_pylist() if "key" in names else [None] * batch.num_rows
-        for value, key in zip(values, keys):
+        for value, key in zip(values, keys, strict=False):
             data = value if isinstance(value, bytes) else (value or "").encode()
             yield {"Data": data, "PartitionKey": partition_key(key if not isinstance(key, bytes) else key.decode(),
                                                                data)}
@@ -74,7 +74,7 @@ def _put_all(client: Any, stream: str, entries: list[dict[str, Any]]) -> int:
             continue
         if not response.get("FailedRecordCount"):
             return len(entries)
-        failed = [(e, r) for e, r in zip(pending, response["Records"]) if r.get("ErrorCode")]
+        failed = [(e, r) for e, r in zip(pending, response["Records"], strict=False) if r.get("ErrorCode")]
         pending = [e for e, _ in failed]
         last_error = failed[0][1]
         time.sleep(min(2.0, 0.05 * 2 ** attempt))

@@ -31,6 +31,7 @@ import json
 import select
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsflow.adapters.postgres import admin, pgoutput
 from dsflow.adapters.postgres.values import fits, row_json, type_name
@@ -124,7 +125,7 @@ def _precedes(a: int, b: int) -> bool:
 def _key(names: list[str], values: tuple | None, types: list[int], key_columns: list[str]) -> str | None:
     if not key_columns or values is None:
         return None
-    by_name = dict(zip(names, zip(values, types)))
+    by_name = dict(zip(names, zip(values, types, strict=False), strict=False))
     if any(k not in by_name for k in key_columns):
         return None
     if len(key_columns) == 1:
@@ -193,8 +194,8 @@ class ChangeReader:
 
     def __init__(self, src: CdcSource) -> None:
         self.src = src
-        self.conn = None
-        self.cursor = None
+        self.conn: Any = None  # psycopg2's replication connection and cursor, once open
+        self.cursor: Any = None
         self.relations: dict[int, pgoutput.Relation] = {}
         self.key_columns: dict[tuple[str, str], list[str]] = {}
         self.checked: set[pgoutput.Relation] = set()  # relations whose column types were checked
@@ -287,7 +288,8 @@ class ChangeReader:
         names = [c.name for c in rel.columns]
         types = [c.type_oid for c in rel.columns]
         if rel not in self.checked:
-            self.src.check_types(rel.schema, rel.table, dict(zip(names, types)), f"at LSN {pgoutput.lsn_text(lsn)}")
+            self.src.check_types(rel.schema, rel.table, dict(zip(names, types, strict=True)),
+                                 f"at LSN {pgoutput.lsn_text(lsn)}")
             self.checked.add(rel)
         before = row_json(names, change.old, types) if change.old is not None else None
         after = row_json(names, change.new, types) if change.new is not None else None

@@ -41,6 +41,7 @@ def _split(path: str) -> tuple[str | None, str, str]:
 
 def list_entities(store, path: str) -> list[str]:
     parts = [p for p in path.split(".") if p]
+    args: tuple[str, ...]
     if not parts:
         sql, args, database = "SELECT datname FROM pg_database WHERE NOT datistemplate ORDER BY 1", (), None
     elif len(parts) == 1:

@@ -7,8 +7,8 @@
 
 Options: database, slot, publication and spool.dir are required, and the tables: schema and table, or
 tables (a comma-separated list of schema.table); key.fields (JSON [[column, field]]: a changelog made of
-the stream is keyed by these `after` fields, checked to be the primary key); fields (JSON: declared before/after field -> Spark type,
-checked against the columns' types, changes.py); pg.<setting> are the
+the stream is keyed by these `after` fields, checked to be the primary key); fields (JSON: declared before/after
+field -> Spark type, checked against the columns' types, changes.py); pg.<setting> are the
 store's connection settings (host, port, user, password, dbname, sslmode, dsn); starting.position
 earliest (default: a snapshot first) or latest (only changes); starting.offsets a carried offset (JSON);
 max.events.per.batch (default 100000). Rows: key, value (the event JSON, see changes.py), timestamp
@@ -83,7 +83,7 @@ def _tables(opts: dict[str, str]) -> tuple[tuple[str, str], ...]:
     if opts.get("tables"):
         pairs = [tuple(e.strip().split(".", 1)) for e in opts["tables"].split(",")]
         if all(len(p) == 2 and all(p) for p in pairs):
-            return tuple(pairs)
+            return tuple((schema, table) for schema, table in pairs)
     elif opts.get("schema") and opts.get("table"):
         return ((opts["schema"], opts["table"]),)
     raise DsflowError("DSF-E746", "dsflow_postgres_cdc: give schema and table, or tables = 'schema.table,...'")
@@ -221,7 +221,8 @@ class PostgresCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._planned = check_continues(self._planned, start, end, f"replication slot '{self.options.source.slot}'")
         return [CdcRange(str(self.spool), dict(start), dict(end))]
 
-    def read(self, partition: CdcRange) -> Iterator[Any]:
+    # Spark hands read() the partitions that partitions() made: a CdcRange, never another InputPartition
+    def read(self, partition: CdcRange) -> Iterator[Any]:  # type: ignore[override]
         return read_events(partition)
 
     def commit(self, end: dict) -> None:
@@ -253,7 +254,7 @@ def read_events(task: CdcRange) -> Iterator[Any]:
                 if len(lines) >= CHUNK_ROWS:
                     yield _batch(lines)
                     lines = []
-    for file_low, file_high, path in _covering_files(spool, low, high):
+    for _file_low, _file_high, path in _covering_files(spool, low, high):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 event = Event.parse(line)

@@ -119,6 +119,7 @@ def apply_grant(ctx, address: str, data: dict[str, Any]) -> dict[str, Any]:
 
     project = ctx.project
     where = target(project, data)
+    assert where is not None  # a grant is applied here only when it pushes down (target)
     names = below(project, data["role"])
     mapped = {n: role_name(project.name, project.environment, n) for n in names}
     conn = _connect(project, where)
@@ -126,7 +127,8 @@ def apply_grant(ctx, address: str, data: dict[str, Any]) -> dict[str, Any]:
         with conn.cursor() as cur:
             if not _exists(cur, where["schema"], where["table"]):
                 raise DsflowError("DSF-E371", f"cannot push down {address}: table {where['schema']}."
-                                  f"{where['table']} does not exist", hint="apply the view or table first (dsflow apply)")
+                                  f"{where['table']} does not exist",
+                                  hint="apply the view or table first (dsflow apply)")
             scope = pushed_roles(project, where["store"]) | set(names)
             for name in names:
                 _sync(cur, project, name, scope)

@@ -90,7 +90,7 @@ class _Buffer:
 
     def tuple_data(self) -> tuple:
         count = self.take("!h")
-        values = []
+        values: list = []
         for _ in range(count):
             kind = self.data[self.pos:self.pos + 1]
             self.pos += 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, cast
 
 from dsflow.adapters.postgres.settings import PostgresSettings
 from dsflow.core.model import Column, Relation
@@ -118,7 +118,7 @@ class PostgresRules:
     def change_tables(self, options: dict[str, str]) -> list[tuple[str, str]]:
         """The (schema, table) pairs a CDC relation's table_options capture: its list, or its one table."""
         if options.get(TABLE_LIST):
-            return [tuple(e.split(".", 1)) for e in options[TABLE_LIST].split(",")]
+            return cast(list[tuple[str, str]], [tuple(e.split(".", 1)) for e in options[TABLE_LIST].split(",")])
         return [(options[SCHEMA], options[TABLE])]
 
     def captures_several(self, options: dict[str, str]) -> bool:
@@ -192,7 +192,7 @@ def _check_props(fqn: str, props: dict[str, str], store: str, location: Location
 
 
 def _table_list(fqn: str, props: dict[str, str], location: Location | None, prop_location: Where,
-                report: Report) -> list[tuple[str, str]] | None | bool:
+                report: Report) -> list[tuple[str, str]] | None | Literal[False]:
     """The tables of 'postgresql.cdc.table.list' (schema.table, comma-separated); None without it, False if wrong."""
     if TABLE_LIST not in props:
         return None
@@ -210,7 +210,7 @@ def _table_list(fqn: str, props: dict[str, str], location: Location | None, prop
         report(Diagnostic("DSF-E085", problem, where, hint=f"e.g. '{TABLE_LIST}' = 'public.customers,test.users' "
                           f"with '{DB}'; one table: '{SCHEMA}' and '{TABLE}'"))
         return False
-    return [tuple(e.split(".")) for e in entries]
+    return cast(list[tuple[str, str]], [tuple(e.split(".")) for e in entries])  # each checked: schema.table
 
 
 RULES = PostgresRules()

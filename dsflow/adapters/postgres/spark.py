@@ -16,7 +16,8 @@ TABLE_FORMAT = "postgresql"
 
 
 class PostgresSpark:
-    kinds = ("postgres_cdc", "postgres", TABLE_FORMAT)  # a change stream (source); a view's table, a table (sinks)
+    # a change stream (source); a view's table, a table (sinks)
+    kinds: tuple[str, ...] = ("postgres_cdc", "postgres", TABLE_FORMAT)
     async_checkpoint = False
 
     def client_option(self, setting: str) -> str:
@@ -82,9 +83,9 @@ class PostgresSpark:
                     checkpoint: str, batch_id: int) -> None:
         from dsflow.adapters.postgres import mv
 
+        extra: dict[str, Any] = {**({"deletes": deletes} if deletes else {}), **replace}
         mv.write_batch(sink.client_config, sink.options.get(DB), sink.options[SCHEMA], sink.topic, sink.columns,
-                       sink.key_columns, rows, checkpoint, batch_id, **({"deletes": deletes} if deletes else {}),
-                       **replace)
+                       sink.key_columns, rows, checkpoint, batch_id, **extra)
 
     def lag_reader(self) -> Any:
         from dsflow.adapters.postgres.lag import WalBehind

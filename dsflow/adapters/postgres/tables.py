@@ -20,7 +20,7 @@ As a view's table, it is renamed in place by a move that changes only its name (
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from dsflow.adapters.postgres import mv
 from dsflow.adapters.postgres.rules import DB, SCHEMA, TABLE
@@ -34,7 +34,8 @@ def place(ref: TableRef) -> tuple[str | None, str, str]:
     if ref.options.get(TABLE):
         return ref.options.get(DB) or None, ref.options.get(SCHEMA) or "public", ref.options[TABLE]
     parts = ref.location.split(".")
-    return (parts[0] or None, parts[1], parts[2]) if len(parts) == 3 else (None, *parts[-2:])
+    return (parts[0] or None, parts[1], parts[2]) if len(parts) == 3 else \
+        cast(tuple[None, str, str], (None, *parts[-2:]))  # a location is [database.]schema.table
 
 
 def split_batch(data: Any, key: list[str]) -> tuple[list[str], list[tuple], list[tuple]]:
@@ -44,12 +45,13 @@ def split_batch(data: Any, key: list[str]) -> tuple[list[str], list[tuple], list
     keep = data.column(KEEP).to_pylist() if KEEP in data.column_names else None
     if keep is not None:
         data = data.drop_columns([KEEP])
-    rows = list(zip(*(column.to_pylist() for column in data.columns))) if data.num_rows else []
+    rows = list(zip(*(column.to_pylist() for column in data.columns), strict=True)) if data.num_rows else []
     if keep is None:
         return data.column_names, rows, []
     positions = [data.column_names.index(k) for k in key]
-    deletes = [tuple(row[i] for i in positions) for row, kept in zip(rows, keep) if not kept] if key else []
-    return data.column_names, [row for row, kept in zip(rows, keep) if kept], deletes
+    deletes = ([tuple(row[i] for i in positions) for row, kept in zip(rows, keep, strict=False) if not kept]
+               if key else [])
+    return data.column_names, [row for row, kept in zip(rows, keep, strict=False) if kept], deletes
 
 
 class PostgresTables:

@@ -109,7 +109,8 @@ def _parse_array(text: str, pos: int) -> tuple[list, int]:
 
 def row_json(names: list[str], values: tuple, type_oids: list[int]) -> str:
     """A row as a JSON object of its columns."""
-    return "{" + ",".join(f"{json.dumps(n)}:{fragment(v, t)}" for n, v, t in zip(names, values, type_oids)) + "}"
+    return "{" + ",".join(f"{json.dumps(n)}:{fragment(v, t)}"
+                          for n, v, t in zip(names, values, type_oids, strict=False)) + "}"
 
 
 TEXTS = {25, 1043, 1042, 2950, 17, 1082, 1083, 1186, 18, 19}

@@ -27,7 +27,9 @@ def key_option(project: Project, query: Query) -> dict[str, str]:
     sink = project.relation(query.sink) if query.sink else None  # none: `dsflow query --follow`
     if sink is None or sink.kind != "changelog" or query.deletes != "emit" or len(query.sources) != 1:
         return {}
-    if not is_cdc(project.relation(query.sources[0].relation)):
+    source = project.relation(query.sources[0].relation)
+    assert source is not None  # a loaded project's sources name its relations
+    if not is_cdc(source):
         return {}
     fields = image_key_fields(query.select_sql, sink.primary_key)
     return {KEY_FIELDS: json.dumps(fields)} if not isinstance(fields, str) else {}

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from sqlglot import exp
 
@@ -136,7 +136,8 @@ def outputs(rows: dict, side: str, keyed_by_left: bool) -> dict[str, tuple]:
 
 
 def output_key(lpk: str | None, rpk: str | None, keyed_by_left: bool) -> str:
-    return lpk if keyed_by_left else json.dumps([lpk, rpk])
+    # keyed by the left only for INNER and LEFT joins (load/changelog_join.py): every output has a left row
+    return cast(str, lpk) if keyed_by_left else json.dumps([lpk, rpk])
 
 
 def _alone(which: int, pk: str, keyed_by_left: bool) -> str | None:
@@ -214,7 +215,8 @@ def _processors(side: str, keyed_by_left: bool) -> tuple[Any, Any]:
             frames = [f for f in rows if len(f)]
             if not frames:
                 return
-            found = [(int(o), j, _none(r)) for f in frames for o, j, r in zip(f["offset"], f["jk"], f["row"])]
+            found = [(int(o), j, _none(r)) for f in frames
+                     for o, j, r in zip(f["offset"], f["jk"], f["row"], strict=True)]
             which, pk = int(frames[0]["side"].iloc[0]), frames[0]["pk"].iloc[0]
             old = list(self.last.get()) if self.last.exists() else None
             new, out = row_changes(old, found)
@@ -238,7 +240,7 @@ def _processors(side: str, keyed_by_left: bool) -> tuple[Any, Any]:
         def handleInputRows(self, key, rows, timerValues):
             state = json.loads(self.rows.get()[0]) if self.rows.exists() else {"l": {}, "r": {}}
             changes = [(int(s), p, _none(r), _none(m)) for f in rows
-                       for s, p, r, m in zip(f["side"], f["pk"], f["row"], f["moved"])]
+                       for s, p, r, m in zip(f["side"], f["pk"], f["row"], f["moved"], strict=True)]
             state, out = group_changes(state, changes, side, keyed_by_left)
             if state["l"] or state["r"]:
                 self.rows.update((json.dumps(state),))
@@ -283,7 +285,7 @@ def _rows_changes(frame, aliases: list[str], step: ChangelogStepSpec):
     (__alive) orders nothing; were a key deleted and upserted in one batch, the upsert would win."""
     from pyspark.sql import functions as F
 
-    keys = [F.col(f"`{a}`.`{c}`").cast("string") for a, c in zip(step.left_relations, step.left_keys)]
+    keys = [F.col(f"`{a}`.`{c}`").cast("string") for a, c in zip(step.left_relations, step.left_keys, strict=False)]
     row = F.to_json(F.struct(*[F.col(f"`{a}`") for a in aliases]))
     return _changes(frame, LEFT, keys, F.col(OUTPUT_KEY), F.col(ALIVE), F.col(ALIVE), row)
 

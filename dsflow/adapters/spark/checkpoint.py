@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 
 def last_committed_batch(checkpoint: Path) -> int | None:
@@ -24,6 +25,6 @@ def committed_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
     return [{str(k): _offset(v) for k, v in json.loads(line).items()} for line in lines[2:] if line.strip()]
 
 
-def _offset(value: object) -> int | str:
+def _offset(value: Any) -> int | str:
     """An offset (a number), or a source's position kept as text (a shard's 'after:<sequence>')."""
     return int(value) if isinstance(value, int) or str(value).isdigit() else str(value)

@@ -63,7 +63,8 @@ def cluster_conf(master: str, conf: Mapping[str, str], python: str) -> dict[str,
         return {}
     if not master.split("://", 1)[1].strip("/"):
         raise DsflowError("DSF-E272", f"runtime.spark_master {master!r} names no host",
-                          hint="write spark://HOST:7077 for a standalone master or k8s://https://HOST:443 for Kubernetes")
+                          hint="write spark://HOST:7077 for a standalone master or k8s://https://HOST:443 for "
+                               "Kubernetes")
     if kind == "standalone":
         return {**STANDALONE_DEFAULTS, "spark.pyspark.python": python}
     missing = [key for key in KUBERNETES_REQUIRED if not conf.get(key)]

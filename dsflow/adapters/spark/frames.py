@@ -67,7 +67,9 @@ def _value_columns(source: SourceSpec):
     from dsflow.formats.arrow import VALUE_COLUMN
     from dsflow.formats.decoding import BOTH, STRUCT
 
-    layout = for_kind(source.kind).value_layout(source)
+    facet = for_kind(source.kind)
+    assert facet is not None  # a source's kind
+    layout = facet.value_layout(source)
     if layout == STRUCT:  # decoded by the reader
         return F.col(VALUE_COLUMN), F.col(VALUE_COLUMN).isNull()
     text = F.from_json("value", source.schema_ddl)
@@ -132,7 +134,8 @@ def view_writer(spec: QuerySpec, views: Any):
     def write(batch, batch_id: int) -> None:
         keep = [KEEP] if KEEP in batch.columns else []
         table = batch.select(*[f"`{c}`" for c in sink.columns + keep]).toArrow()
-        rows = zip(*(table.column(i).to_pylist() for i in range(table.num_columns))) if table.num_rows else []
+        rows = (zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True)
+                if table.num_rows else [])
         deletes: list[tuple] = []
         if keep:
             rows, deletes = split_deletes(list(rows), sink.columns, sink.key_columns)
@@ -158,9 +161,10 @@ def start_view(spec: QuerySpec, result, trigger: dict[str, Any], views: Any):
 
 def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
     """A log reader's options for the source's value format, registry and dead-letter target."""
+    facet = for_kind(source.kind)
+    assert facet is not None  # a source's kind
     options = {"value.format": source.value_format, "value.columns": json.dumps(source.value_columns),
-               **source.registry, **secret_options(source.client_config, source.registry,
-                                                   for_kind(source.kind).client_option)}
+               **source.registry, **secret_options(source.client_config, source.registry, facet.client_option)}
     if source.dlq_topic:
         options |= {"dlq.topic": source.dlq_topic, "dlq.query": query}
     if source.key_format:
@@ -170,8 +174,10 @@ def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
 
 def sink_format_options(sink: SinkSpec) -> dict[str, str]:
     """A log writer's options for the sink's value format (avro: schema, subject, registry)."""
+    facet = for_kind(sink.kind)
+    assert facet is not None  # a sink's kind
     options = {"value.format": sink.value_format, **sink.registry,
-               **secret_options(sink.client_config, sink.registry, for_kind(sink.kind).client_option)}
+               **secret_options(sink.client_config, sink.registry, facet.client_option)}
     if sink.value_schema:
         options["value.schema"] = sink.value_schema
     if sink.value_subject:

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 GATE_ENV = "DSFLOW_BATCH_GATE"
 QUERY_OPTION = "dsflow.gate.query"
@@ -137,7 +138,7 @@ class BatchGate:
                     self.selector.register(connection, selectors.EVENT_READ)
                     self.buffers[connection] = b""
                 else:
-                    self._read(key.fileobj)
+                    self._read(cast(socket.socket, key.fileobj))  # a connection it registered
 
     def _read(self, connection: socket.socket) -> None:
         try:

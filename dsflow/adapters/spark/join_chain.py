@@ -53,7 +53,8 @@ def _processor(spec: ChainStepSpec, horizon: int):
 
         def handleInputRows(self, key, rows, timerValues):
             found = [(int(s), _none(e), _none(o), _none(k), _none(sv), _none(cv)) for f in rows
-                     for s, e, o, k, sv, cv in zip(f["side"], f["ets"], f["seq"], f["key"], f["sv"], f["cv"])]
+                     for s, e, o, k, sv, cv in zip(f["side"], f["ets"], f["seq"], f["key"], f["sv"], f["cv"],
+                                                   strict=True)]
             yield self._step(found, timerValues.getCurrentWatermarkInMs())
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dsflow.adapters.spark.facets import for_kind
 from dsflow.adapters.spark.spec import QuerySpec, SourceSpec
 
 LAG_EVERY_SECONDS = 5.0
-SUMMARY = {"records": ("lag", "lag_records", sum), "millis": ("lag_millis", "lag_max_millis", max),
-           "wal_bytes": ("lag_wal_bytes", "lag_total_wal_bytes", sum)}
+SUMMARY: dict[str, tuple[str, str, Callable[[Iterable[int]], int]]] = {
+    "records": ("lag", "lag_records", sum), "millis": ("lag_millis", "lag_max_millis", max),
+    "wal_bytes": ("lag_wal_bytes", "lag_total_wal_bytes", sum)}
 """unit -> (the per-source field {topic: {partition: n}}, the query's total field, how partitions add up)."""
 
 
@@ -61,7 +63,9 @@ class LagProbe:
 
     def _reader(self, kind: str) -> Any:
         if kind not in self._readers:
-            self._readers[kind] = for_kind(kind).lag_reader()
+            facet = for_kind(kind)
+            assert facet is not None  # a source's kind
+            self._readers[kind] = facet.lag_reader()
         return self._readers[kind]
 
     def close(self) -> None:
@@ -77,7 +81,7 @@ def _read_offsets(spec: QuerySpec, progress_sources: list[dict[str, Any]]) -> li
     if len(progress_sources) != len(spec.sources):
         return []
     found = []
-    for source, progress in zip(spec.sources, progress_sources):
+    for source, progress in zip(spec.sources, progress_sources, strict=False):
         end = progress.get("endOffset")
         if not end or not _measured(source.kind):
             continue

@@ -221,7 +221,7 @@ def _processors(kinds: list[str], global_: bool) -> tuple[Any, Any]:
 
         def handleInputRows(self, key, rows, timerValues):
             found = [(int(o), bool(k), g, a) for frame in rows  # by position: (__pk,) __offset, __keep, g, a
-                     for o, k, g, a in zip(*(frame.iloc[:, i] for i in range(-4, 0)))]
+                     for o, k, g, a in zip(*(frame.iloc[:, i] for i in range(-4, 0)), strict=True)]
             old = list(self.last.get()) if self.last.exists() else None
             new, out = key_changes(old, found, touch=global_)
             if new is None and old is not None:
@@ -243,7 +243,7 @@ def _processors(kinds: list[str], global_: bool) -> tuple[Any, Any]:
             existed = self.acc.exists()
             acc = json.loads(self.acc.get()[0]) if existed else empty_accumulator(kinds)
             changes = ((int(s), json.loads(a)) for frame in rows  # by position: (g,) sign, a
-                       for s, a in zip(frame.iloc[:, -2], frame.iloc[:, -1]))
+                       for s, a in zip(frame.iloc[:, -2], frame.iloc[:, -1], strict=True))
             kept, row = group_row(apply_changes(acc, kinds, changes), kinds, existed, global_)
             if kept is not None:
                 self.acc.update((json.dumps(kept),))

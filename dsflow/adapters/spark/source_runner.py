@@ -47,7 +47,7 @@ def records_to_arrow_batches(*args: Any, **kwargs: Any) -> Any:
 
 def main(module: str = RUNNER) -> None:
     stand_in = _Deferred(PLANNING)
-    stand_in.records_to_arrow_batches = records_to_arrow_batches
+    stand_in.records_to_arrow_batches = records_to_arrow_batches  # type: ignore[attr-defined]  # a module's name
     sys.modules.setdefault(PLANNING, stand_in)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

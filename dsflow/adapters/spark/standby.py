@@ -6,7 +6,8 @@ and waits to become the driver of a query the runtime supervisor restarts.
 - **Started** by the supervisor (its child, in a session of its own like a driver) with the master and Spark conf of
   `config.json`, the ones the environment's query-isolation drivers use. It builds its session as a driver would
   (session.build_session), runs one micro-batch of a store-less Python data source (warmup.py: Spark's Python
-  daemons for data source planning, tasks and commits started), writes `ready` in `standby.json`, and waits. It holds nothing a query needs: no checkpoint, no topic, no lock.
+  daemons for data source planning, tasks and commits started), writes `ready` in `standby.json`, and waits. It
+  holds nothing a query needs: no checkpoint, no topic, no lock.
 - **Handed a query.** Its stdin is a pipe from the supervisor; one JSON line there, `{"spec": path, "env": {...},
   "log": path}`, hands it a dead query's recorded spec. The secrets the spec names (`@env:NAME`) come in `env`,
   through the pipe, never on disk (a cold driver gets them in its environment). A spec it cannot run as it is
@@ -40,7 +41,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from dsflow.adapters import process
 
@@ -105,6 +106,10 @@ class Standby:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    @property
+    def _stdin(self) -> IO[bytes]:
+        return cast(IO[bytes], self.popen.stdin)  # spawned with stdin=PIPE
+
     def ready(self) -> bool:
         return self.alive() and read_status(self.folder).get("state") == "ready"
 
@@ -113,8 +118,8 @@ class Standby:
         false when it gave none in time (it may then be running the query or not: the caller kills it)."""
         line = json.dumps({"spec": str(spec_path), "env": env, "log": str(log_path)}) + "\n"
         try:
-            self.popen.stdin.write(line.encode())
-            self.popen.stdin.flush()
+            self._stdin.write(line.encode())
+            self._stdin.flush()
         except (OSError, ValueError):
             return {"ok": False, "reason": "the standby is gone", "answered": False}
         deadline, buffer = time.monotonic() + timeout, b""
@@ -134,7 +139,7 @@ class Standby:
 
     def release(self) -> None:
         """Close the pipes (after a handoff: the process is a query's driver now)."""
-        for close in (self.popen.stdin.close, lambda: os.close(self.replies)):
+        for close in (self._stdin.close, lambda: os.close(self.replies)):
             try:
                 close()
             except OSError:
@@ -164,7 +169,8 @@ def start(folder: Path, master: str, spark_conf: dict[str, str]) -> Standby:
     _write_json(folder / CONFIG_FILE, {"master": master, "spark_conf": dict(spark_conf)})
     reply_read, reply_write = os.pipe()
     try:
-        popen = process.spawn(STANDBY_MODULE, [str(folder / CONFIG_FILE), "--reply-fd", str(reply_write), "--room", "_" * ROOM],
+        popen = process.spawn(STANDBY_MODULE,
+                              [str(folder / CONFIG_FILE), "--reply-fd", str(reply_write), "--room", "_" * ROOM],
                               folder / LOG_FILE, stdin=subprocess.PIPE, pass_fds=(reply_write,))
     except BaseException:
         os.close(reply_read)
@@ -182,6 +188,7 @@ def describe(root: Path) -> dict[str, Any] | None:
         pid = status.get("pid")
         if status.get("state") not in ("starting", "ready") or not process.is_running(pid, standby_marker(folder)):
             continue
+        assert pid is not None  # is_running: a PID
         return {"pid": pid, "state": status["state"], "master": status.get("master"),
                 "started_at": status.get("started_at"), "ready_at": status.get("ready_at"),
                 "rss_bytes": rss(pid), "folder": str(folder)}
@@ -208,10 +215,11 @@ def rss(pid: int) -> int | None:
 def stop_all(root: Path, timeout: float = 15.0) -> list[int]:
     """Stop every waiting standby under `root` (left by a supervisor that was killed); their PIDs. An adopted
     one is a query's driver and does not match a standby's marker any more."""
-    stopped = []
+    stopped: list[int] = []
     for folder in sorted(root.glob("sb-*")):
         pid = read_status(folder).get("pid")
         if process.stop(pid, standby_marker(folder), timeout=timeout):
+            assert pid is not None  # stop: it was running
             stopped.append(pid)
     return stopped
 

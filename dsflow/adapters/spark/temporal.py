@@ -71,7 +71,7 @@ def _pruned(versions: list[Version], watermark: int) -> list[Version]:
 
 def _rows(frames: Iterator[Any]) -> Iterator[tuple]:
     for frame in frames:
-        yield from zip(frame["side"], frame["ets"], frame["seq"], frame["key"], frame["sv"], frame["cv"])
+        yield from zip(frame["side"], frame["ets"], frame["seq"], frame["key"], frame["sv"], frame["cv"], strict=True)
 
 
 def _none(value: Any) -> Any:

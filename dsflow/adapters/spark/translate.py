@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from sqlglot import exp
 
@@ -100,17 +101,21 @@ def _over_views(query: Query, project: Project | None) -> exp.Select:
         alias = table.alias_or_name
         table.replace(exp.Table(this=exp.to_identifier(view_name(index, query)),
                                 alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    return select
+    return cast(exp.Select, select)  # a union's branches come here one by one (union_select)
 
 
 def retract_spec(project: Project, query: Query) -> tuple[str, RetractSpec] | None:
     """A GROUP BY over a changelog, or over a join of two changelogs (its joined view read as a changelog), with
     retractions (adapters/spark/retract.py): (the per-change SELECT, the spec); else None."""
-    if query.output_mode != "update" or project.relation(query.sources[0].relation).kind != "changelog":
+    if query.output_mode != "update":
+        return None
+    first_relation = project.relation(query.sources[0].relation)
+    assert first_relation is not None  # a loaded project's sources name its relations
+    if first_relation.kind != "changelog":
         return None
     select, first = _over_views(query, project), query.sources[0]
     source = aggregated_source(select, changelog_join_view(query.fqn)) if query.changelog_join is not None else \
-        changelog_source(first.alias, project.relation(first.relation).primary_key)
+        changelog_source(first.alias, first_relation.primary_key)
     return rewrite(select, source, f"__retract_{query.fqn.replace('.', '_')}")
 
 
@@ -146,6 +151,7 @@ def _annotated(select: exp.Query, query: Query, project: Project) -> exp.Query:
     mapping: dict = {}
     for source in query.sources:
         relation = project.relation(source.relation)
+        assert relation is not None  # a loaded project's sources name its relations
         database, schema, name = relation.fqn.split(".")
         mapping.setdefault(database, {}).setdefault(schema, {})[name] = {c.name: c.type for c in relation.columns}
     return annotate_types(select, schema=MappingSchema(mapping, dialect=DIALECT), dialect=DIALECT)
@@ -174,7 +180,7 @@ def _deletes(select: exp.Select, query: Query) -> None:
     if query.deletes == "drop":
         select.where(exp.not_(deleted), copy=False)
         return
-    keep = exp.not_(deleted)
+    keep: exp.Expr = exp.not_(deleted)
     if where is not None:
         keep = exp.and_(exp.func("COALESCE", exp.paren(where.this), exp.false()), keep)
     select.set("where", None)
@@ -198,6 +204,7 @@ def _having(select: exp.Select, query: Query) -> None:
 def _join_range(select: exp.Select, query: Query) -> None:
     join = select.args["joins"][0]
     left, right = query.sources[0].alias, query.sources[1].alias
+    assert query.join_within is not None  # an interval join (its callers check)
     within = spark_duration(query.join_within)
     bound = exp.condition(f"{right}.{EVENT_TIME} BETWEEN {left}.{EVENT_TIME} - INTERVAL {within} "
                           f"AND {left}.{EVENT_TIME} + INTERVAL {within}", dialect="spark")
@@ -253,7 +260,9 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
     sources = []
     for index, source in enumerate(query.sources):
         relation = project.relation(source.relation)
+        assert relation is not None  # a loaded project's sources name its relations
         store = project.store(relation.store)
+        assert store is not None  # and its relations their stores
         window = _window_spec(query, source.alias)
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
@@ -291,7 +300,9 @@ def sink_format(project: Project, relation: Relation) -> dict:
     """A log sink's value format; avro: the schema made from the relation's columns, its subject, the registry."""
     from dsflow.core.formats import REGISTRY_FORMATS, avro_schema
 
-    registry = project.schema_registry(project.store(relation.store).schema_registry)
+    store = project.store(relation.store)
+    assert store is not None  # a loaded project's relations name its stores
+    registry = project.schema_registry(store.schema_registry)
     if relation.value_format == "json":
         keyed = {"key_format": relation.key_format} if relation.key_format else {}
         return keyed | ({"registry": registry.client_config()} if registry and relation.key_format in
@@ -314,17 +325,24 @@ def sink_format(project: Project, relation: Relation) -> dict:
 def _changelog_key(relation: Relation) -> dict[str, str]:
     if relation.kind != "changelog":
         return {}
-    return {k: spark_type(relation.column(k).type) for k in relation.primary_key}
+    keys = {}
+    for k in relation.primary_key:
+        column = relation.column(k)
+        assert column is not None  # a changelog's primary key names its columns (validated)
+        keys[k] = spark_type(column.type)
+    return keys
 
 
 def sink_spec(project: Project, query: Query) -> SinkSpec:
     """Where the query writes, as its sink's store builds it (its `spark` facet); a materialized view without a
     store is a table of dsflow's own (facets.LOCAL_VIEWS)."""
     relation = project.relation(query.sink)
+    assert relation is not None  # a loaded project's queries name its relations
     columns = [c.name for c in query.output_columns]
     if relation.kind == "materialized_view" and not relation.store:
         return facets.local_views().sink_spec(project, query, None, relation, columns)
     store = project.store(relation.store)
+    assert store is not None  # and its relations their stores
     return facets.for_store(store.type).sink_spec(project, query, store, relation, columns)
 
 
@@ -372,6 +390,7 @@ def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:
     if join is None or query.join_chain:  # a chain's first join: chain_spec
         return None
     stream, changelog = (project.relation(s.relation) for s in query.sources)
+    assert stream is not None and changelog is not None  # a loaded project's sources name its relations
     return TemporalSpec(view=temporal_view(query), stream_view=view_name(0, query), changelog_view=view_name(1, query),
                         stream_alias=join.stream, changelog_alias=join.changelog, side=join.side,
                         stream_keys=list(join.stream_keys), changelog_keys=list(join.changelog_keys),
@@ -391,18 +410,22 @@ def chain_spec(project: Project, query: Query) -> JoinChainSpec | None:
     intervals = [j for j in query.join_chain if isinstance(j, IntervalJoin)]
     temporal = tuple(j for j in query.join_chain if isinstance(j, TemporalJoin))
     joins = ((first,) if first is not None else ()) + temporal
-    steps = []
+    steps: list[ChainStepSpec] = []
     for join in joins:
         index = next(i for i, s in enumerate(query.sources) if s.alias == join.changelog)
         changelog = project.relation(query.sources[index].relation)
+        assert changelog is not None  # a loaded project's sources name its relations
         steps.append(ChainStepSpec(changelog_view=view_name(index, query), changelog_alias=join.changelog,
                                    side=join.side, key_alias=join.stream, stream_keys=list(join.stream_keys),
-                                   changelog_keys=list(join.changelog_keys), changelog_ddl=schema_ddl(changelog.columns),
-                                   chained=bool(steps) or first is None))
-    within = 0 if first is not None else sum(_millis(w) for w in (query.join_within, *(j.within for j in intervals)))
+                                   changelog_keys=list(join.changelog_keys),
+                                   changelog_ddl=schema_ddl(changelog.columns), chained=bool(steps) or first is None))
+    within = 0
+    if first is None:  # a chain that starts with an interval join, which has its WITHIN
+        assert query.join_within is not None
+        within = sum(_millis(w) for w in (query.join_within, *(j.within for j in intervals)))
     sql = _first_rows(project, query, first is None)
-    for index, join in enumerate(intervals, start=2):
-        sql = _interval_rows(project, query, sql, index, join)
+    for index, interval in enumerate(intervals, start=2):
+        sql = _interval_rows(project, query, sql, index, interval)
     return JoinChainSpec(view=chain_view(query), first_sql=sql, steps=steps, horizon_ms=2 * within)
 
 
@@ -412,7 +435,9 @@ def _millis(duration: str) -> int:
 
 def _struct(project: Project, source: Source) -> str:
     """STRUCT(<the source's columns>) AS <its alias>: one relation's part of a chain's rows."""
-    columns = ", ".join(f"`{source.alias}`.`{c.name}`" for c in project.relation(source.relation).columns)
+    relation = project.relation(source.relation)
+    assert relation is not None  # a loaded project's sources name its relations
+    columns = ", ".join(f"`{source.alias}`.`{c.name}`" for c in relation.columns)
     return f"STRUCT({columns}) AS `{source.alias}`"
 
 
@@ -454,19 +479,23 @@ def changelog_join_spec(project: Project, query: Query) -> ChangelogJoinSpec | N
     if join is None:
         return None
     left, right = (project.relation(s.relation) for s in query.sources[:2])
+    assert left is not None and right is not None  # a loaded project's sources name its relations
     return ChangelogJoinSpec(view=changelog_join_view(query.fqn), left_view=view_name(0, query),
                              right_view=view_name(1, query), left_alias=join.left, right_alias=join.right,
                              side=join.side, keyed_by_left=join.keyed_by_left, left_keys=list(join.left_keys),
                              right_keys=list(join.right_keys), left_pk=list(left.primary_key),
                              right_pk=list(right.primary_key), left_ddl=schema_ddl(left.columns),
                              right_ddl=schema_ddl(right.columns),
-                             steps=[_changelog_step(project, query, step) for step in query.join_chain])
+                             # after a join of two changelogs, the chain holds changelog joins only
+                             steps=[_changelog_step(project, query, cast(ChainedChangelogJoin, step))
+                                    for step in query.join_chain])
 
 
 def _changelog_step(project: Project, query: Query, step: ChainedChangelogJoin) -> ChangelogStepSpec:
     """One changelog joined after a join of changelogs: its view and what the two stages of its join need."""
     index = next(i for i, s in enumerate(query.sources) if s.alias == step.changelog)
     changelog = project.relation(query.sources[index].relation)
+    assert changelog is not None  # a loaded project's sources name its relations
     return ChangelogStepSpec(right_view=view_name(index, query), right_alias=step.changelog, side=step.side,
                              keyed_by_left=step.keyed_by_left, left_relations=list(step.left_relations),
                              left_keys=list(step.left_keys), right_keys=list(step.right_keys),

@@ -115,9 +115,9 @@ def write_batch(path: str | Path, table: str, columns: Sequence[str], key: Seque
 
     `deletes` are key values (in `key` order) whose rows are deleted; a key is in `rows` or in `deletes`,
     not both (frames.split_deletes keeps the last change of each key). A row replaces the one of its key, NULL
-    key values matching (`IS`): the row's key is deleted first, then the row inserted. `replace`: rows, if any, replace the
-    table's (a view without key, of an aggregate without GROUP BY); a delete of its key () empties it (HAVING
-    stopped matching)."""
+    key values matching (`IS`): the row's key is deleted first, then the row inserted. `replace`: rows, if any,
+    replace the table's (a view without key, of an aggregate without GROUP BY); a delete of its key () empties it
+    (HAVING stopped matching)."""
     rows, deletes = list(rows), list(deletes)
     names = ", ".join(quote(c) for c in columns)
     marks = ", ".join("?" for _ in columns)

@@ -311,6 +311,7 @@ class PostgresStateBackend:
     def force_unlock(self, lock_id: str) -> None:
         holder = self._holder()
         check_unlock(holder[0] if holder else None, lock_id)
+        assert holder is not None  # check_unlock: there is a lock
         backend_pid = holder[1]
         try:
             with self._transaction() as cur:

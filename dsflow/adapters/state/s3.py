@@ -161,12 +161,14 @@ class S3StateBackend:
     def force_unlock(self, lock_id: str) -> None:
         found = self._get(self.lock_key)
         check_unlock(LockInfo.from_json(found[0]) if found else None, lock_id)
+        assert found is not None  # check_unlock: there is a lock
         try:
             self._client().delete_object(Bucket=self.bucket, Key=self.lock_key, IfMatch=found[1])
         except Exception as err:  # noqa: BLE001
             if _code(err) in ("PreconditionFailed", "412"):
-                raise DsflowError("DSF-E803", "the lock changed hands while it was being removed",
-                                  hint="run 'dsflow force-unlock' again with the new holder's id if it is stale")
+                raise DsflowError(
+                    "DSF-E803", "the lock changed hands while it was being removed",
+                    hint="run 'dsflow force-unlock' again with the new holder's id if it is stale") from err
             raise self._unreachable(err) from err
 
 

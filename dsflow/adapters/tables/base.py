@@ -40,8 +40,8 @@ class TableFormat(Protocol):
 
 
 class RenamingFormat(TableFormat, Protocol):
-    """A format that can rename a table in place (a store kind's `tables` facet with `rename`): a move that changes only the table's name (the plan
-    decides: core/moves.py `table_rename`) keeps its rows and its batch ledger."""
+    """A format that can rename a table in place (a store kind's `tables` facet with `rename`): a move that changes
+    only the table's name (the plan decides: core/moves.py `table_rename`) keeps its rows and its batch ledger."""
 
     def rename(self, old: TableRef, new: TableRef) -> None: ...
 

@@ -178,7 +178,7 @@ class DeltaFormat:
     def rows(self, ref: TableRef, limit: int) -> tuple[list[str], list[tuple]]:
         data = _table(ref).to_pyarrow_dataset().head(limit)
         columns = data.column_names
-        return columns, list(zip(*(data.column(i).to_pylist() for i in range(data.num_columns))))
+        return columns, list(zip(*(data.column(i).to_pylist() for i in range(data.num_columns)), strict=True))
 
 
 def _merge_with_deletes(table, latest, schema, key: list[str], app_id: str, batch_id: int) -> bool:

@@ -187,7 +187,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           for path, values in commit.files]
         return tasks
 
-    def read(self, partition: DataFile) -> Iterator[Any]:
+    # Spark hands read() the partitions that partitions() made: a DataFile, never another InputPartition
+    def read(self, partition: DataFile) -> Iterator[Any]:  # type: ignore[override]
         yield from file_batches(partition)
 
     def commit(self, end: dict) -> None:
@@ -218,7 +219,7 @@ def read_commit(options: DeltaOptions, version: int) -> Commit:
                           f"({name}): {err}", hint="the log was cleaned up past the query's position, or the "
                           "store is unreachable: restart the query from 'start.position' = 'latest'") from err
     actions = [json.loads(line) for line in text.splitlines() if line.strip()]
-    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    info: dict = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     removes = [a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)]
     adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
     change = None
@@ -259,8 +260,8 @@ def file_batches(part: DataFile) -> Iterator[Any]:
             arrays.append(pa.array([partitions[name.lower()]] * data.num_rows, pa.string()).cast(target))
         else:
             arrays.append(pa.nulls(data.num_rows, target))
-    value = pa.StructArray.from_arrays(arrays, fields=[pa.field(n, a.type) for (n, _), a in zip(part.options.columns,
-                                                                                                   arrays)])
+    value = pa.StructArray.from_arrays(arrays, fields=[pa.field(n, a.type) for (n, _), a in
+                                                       zip(part.options.columns, arrays, strict=True)])
     count = data.num_rows
     batch = pa.RecordBatch.from_arrays(
         [pa.nulls(count, pa.string()),

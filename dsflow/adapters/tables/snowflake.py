@@ -112,8 +112,8 @@ class SnowflakeFormat:
         if keep is not None:  # a changelog's rows: __keep false deletes the key (deleted below, not inserted)
             data = data.drop_columns(["__keep"])
         names = data.column_names
-        every = [tuple(_value(v) for v in row) for row in zip(*(c.to_pylist() for c in data.columns))]
-        rows = every if keep is None else [row for row, kept in zip(every, keep) if kept]
+        every = [tuple(_value(v) for v in row) for row in zip(*(c.to_pylist() for c in data.columns), strict=True)]
+        rows = every if keep is None else [row for row, kept in zip(every, keep, strict=False) if kept]
         with connect(ref.settings) as conn:
             cursor = conn.cursor()
             cursor.execute("BEGIN")
