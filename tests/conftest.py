@@ -58,9 +58,10 @@ def _secrets_of_this_test_only() -> Iterator[None]:
     secrets.forget(secrets.registered() - before)
 
 
-BROKER_KIND = os.environ.get("DSFLOW_TEST_BROKER", "kafka")
-"""The broker of the test run: Apache Kafka (KRaft) by default, `tansu` (dsflow dev up's JVM-free default) when
-DSFLOW_TEST_BROKER=tansu. Tests marked with tests/brokers.py's `both_brokers` run on tansu as well."""
+BROKER_KIND = os.environ.get("DSFLOW_TEST_BROKER", "tansu")
+"""The broker most tests run on (`broker`): tansu by default, Apache Kafka with DSFLOW_TEST_BROKER=kafka (two
+changelog-join tests still fail there: docs/testing.md). The Kafka-specific tests (`kafka_broker`: security, ACLs,
+interop, partitions in place) always run on Apache Kafka, and tests/brokers.py's `both_brokers` on both."""
 
 
 def _shared_broker(kind: str):
@@ -77,8 +78,8 @@ def _shared_broker(kind: str):
 
 @pytest.fixture(scope="session")
 def kafka_broker():
-    """The run's broker on free loopback ports (devbroker.BrokerInfo: its listeners and TLS material)."""
-    return _shared_broker(BROKER_KIND)
+    """The run's Apache Kafka on free loopback ports (devbroker.BrokerInfo: its listeners and TLS material)."""
+    return _shared_broker("kafka")
 
 
 @pytest.fixture(scope="session")
@@ -89,10 +90,10 @@ def tansu_broker():
 
 @pytest.fixture(scope="session")
 def broker(request: pytest.FixtureRequest) -> str:
-    """A broker's plaintext bootstrap address: the run's broker, or tansu's where a test is parametrized with
-    "tansu" (tests/brokers.py)."""
-    kind = getattr(request, "param", "main")
-    return request.getfixturevalue("tansu_broker" if kind == "tansu" else "kafka_broker").bootstrap
+    """A broker's plaintext bootstrap address: the run's BROKER_KIND, or the kind a test is parametrized with
+    (tests/brokers.py)."""
+    kind = getattr(request, "param", BROKER_KIND)
+    return request.getfixturevalue("kafka_broker" if kind == "kafka" else "tansu_broker").bootstrap
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.plan import Action
 from dsflow.core.safety import Allowance
 from dsflow.errors import DsflowError
+from brokers import both_brokers
 
 pytestmark = pytest.mark.integration
 
@@ -222,6 +223,7 @@ def test_adding_a_column_to_a_query_sink_keeps_its_topic_and_checkpoint(tmp_path
         operations.apply(loaded, operations.plan(loaded, destroy=True))
 
 
+@both_brokers
 def test_raising_a_sources_partitions_keeps_the_topic_sized_from_it(tmp_path: Path, broker: str) -> None:
     """Issue 20, defect 3, and partitions added in place (issue 39): raising a source's partitions adds them to its
     topic where the broker has CreatePartitions (Apache Kafka). The plan says so and destroys nothing; the source's

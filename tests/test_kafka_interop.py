@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.kafka.deadletters import HEADER_ERROR, HEADER_OFFSET, HEADER_PARTITION, HEADER_QUERY, HEADER_TOPIC
 from dsflow.cli import cli
+from brokers import both_brokers, kafka_only
 from streaming import run, streaming_project, topic
 
 pytestmark = [pytest.mark.integration,  # kafka-python 3.0 loads its protocol schemas with importlib's legacy API
@@ -85,9 +86,7 @@ def kcat_records(broker: str, name: str) -> dict[tuple[int, int], dict]:
 def on_apache_kafka(broker: str) -> bool:
     """kcat (librdkafka 2.0.2) cannot read tansu's ApiVersions answer (docs/dependencies.md), so it reads only
     from Apache Kafka; tests/setup.sh installs it."""
-    from conftest import BROKER_KIND
-
-    return BROKER_KIND == "kafka" and shutil.which("kcat") is not None
+    return broker == _kafka_bootstrap and shutil.which("kcat") is not None
 
 
 def both_clients(broker: str, name: str, since_ms: int, until_ms: int) -> list[dict]:
@@ -113,7 +112,13 @@ def both_clients(broker: str, name: str, since_ms: int, until_ms: int) -> list[d
     return out
 
 
-def test_kafka_python_reads_what_dsflow_wrote(tmp_path, broker, spark) -> None:
+_kafka_bootstrap = ""
+
+
+@both_brokers
+def test_kafka_python_reads_what_dsflow_wrote(tmp_path, broker, kafka_broker, spark) -> None:
+    global _kafka_bootstrap
+    _kafka_bootstrap = kafka_broker.bootstrap
     project = streaming_project(tmp_path, broker, SQL)
     rows = [MALFORMED.get(i, {"id": i, "name": f"n{i}"}) for i in range(30)]
     lines = tmp_path / "events.jsonl"
@@ -145,10 +150,13 @@ def test_kafka_python_reads_what_dsflow_wrote(tmp_path, broker, spark) -> None:
         assert offsets[(int(headers[HEADER_PARTITION]), int(headers[HEADER_OFFSET]))] == record["value"].decode()
 
 
-def test_dsflow_reads_what_kcat_wrote(tmp_path, broker) -> None:
+@kafka_only
+def test_dsflow_reads_what_kcat_wrote(tmp_path, broker, kafka_broker) -> None:
     """kcat produces keyed records with headers; `dsflow topic print` gives back each key, value and header."""
     from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 
+    global _kafka_bootstrap
+    _kafka_bootstrap = kafka_broker.bootstrap
     if not on_apache_kafka(broker):
         pytest.fail("kcat needs the Apache Kafka broker and Debian's kcat (tests/setup.sh installs it)")
     name = f"kcat_{time.time_ns()}"
