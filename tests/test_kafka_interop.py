@@ -83,20 +83,20 @@ def kcat_records(broker: str, name: str) -> dict[tuple[int, int], dict]:
     return found
 
 
-def on_apache_kafka(broker: str) -> bool:
+def on_apache_kafka(broker: str, kafka_bootstrap: str) -> bool:
     """kcat (librdkafka 2.0.2) cannot read tansu's ApiVersions answer (docs/dependencies.md), so it reads only
     from Apache Kafka; tests/setup.sh installs it."""
-    return broker == _kafka_bootstrap and shutil.which("kcat") is not None
+    return broker == kafka_bootstrap and shutil.which("kcat") is not None
 
 
-def both_clients(broker: str, name: str, since_ms: int, until_ms: int) -> list[dict]:
+def both_clients(broker: str, name: str, since_ms: int, until_ms: int, with_kcat: bool) -> list[dict]:
     """The topic's records as dsflow's reader sees them, after checking kafka-python (and, on Apache Kafka, kcat)
     sees the very same."""
     from confluent_kafka import TIMESTAMP_CREATE_TIME
 
     ours = read_to_end(broker, name, convert=lambda m: m)
     theirs = kafka_python_records(broker, name, len(ours))
-    kcat = kcat_records(broker, name) if on_apache_kafka(broker) else None
+    kcat = kcat_records(broker, name) if with_kcat else None
     assert sorted(theirs) == [(m.partition(), m.offset()) for m in ours]
     out = []
     for m in ours:
@@ -112,13 +112,9 @@ def both_clients(broker: str, name: str, since_ms: int, until_ms: int) -> list[d
     return out
 
 
-_kafka_bootstrap = ""
-
-
 @both_brokers
 def test_kafka_python_reads_what_dsflow_wrote(tmp_path, broker, kafka_broker, spark) -> None:
-    global _kafka_bootstrap
-    _kafka_bootstrap = kafka_broker.bootstrap
+    with_kcat = on_apache_kafka(broker, kafka_broker.bootstrap)
     project = streaming_project(tmp_path, broker, SQL)
     rows = [MALFORMED.get(i, {"id": i, "name": f"n{i}"}) for i in range(30)]
     lines = tmp_path / "events.jsonl"
@@ -130,16 +126,16 @@ def test_kafka_python_reads_what_dsflow_wrote(tmp_path, broker, kafka_broker, sp
     run(spark, project, "kept", tmp_path)
     until = int(time.time() * 1000) + 1
 
-    source = both_clients(broker, topic(project, "events"), since, until)
+    source = both_clients(broker, topic(project, "events"), since, until, with_kcat)
     assert sorted(json.loads(r["value"])["name"] for r in source) == sorted(r["name"] for r in rows)
     assert all(r["key"] == json.loads(r["value"])["name"].encode() and r["headers"] == [] for r in source)
 
-    sink = both_clients(broker, topic(project, "kept"), since, until)
+    sink = both_clients(broker, topic(project, "kept"), since, until, with_kcat)
     good = {f"n{i}": {"id": i, "name": f"n{i}"} for i in range(30) if i not in MALFORMED}
     assert {r["key"].decode(): json.loads(r["value"]) for r in sink} == good and len(sink) == len(good)
 
     query = next(q for q in project.queries if q.fqn == "analytics.public.kept")
-    dead = both_clients(broker, project.dlq_topic(query), since, until)
+    dead = both_clients(broker, project.dlq_topic(query), since, until, with_kcat)
     assert sorted(r["key"].decode() for r in dead) == sorted(r["name"] for r in MALFORMED.values())
     offsets = {(m["partition"], m["offset"]): m["value"] for m in read_to_end(broker, topic(project, "events"))}
     for record in dead:
@@ -155,9 +151,7 @@ def test_dsflow_reads_what_kcat_wrote(tmp_path, broker, kafka_broker) -> None:
     """kcat produces keyed records with headers; `dsflow topic print` gives back each key, value and header."""
     from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 
-    global _kafka_bootstrap
-    _kafka_bootstrap = kafka_broker.bootstrap
-    if not on_apache_kafka(broker):
+    if not on_apache_kafka(broker, kafka_broker.bootstrap):
         pytest.fail("kcat needs the Apache Kafka broker and Debian's kcat (tests/setup.sh installs it)")
     name = f"kcat_{time.time_ns()}"
     ensure_topic(broker, TopicSpec(name, 2))
