@@ -3,13 +3,16 @@ destroy is changing, and status shows what it recorded (dsflow/runtime)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 from dsflow.engine import operations
 from dsflow.core.state import DeployedResource, PendingChange, State
 from dsflow.engine.executors import DRIVER_MODULE
-from dsflow.runtime import control
+from dsflow.runtime import control, endpoint
 from dsflow.runtime.records import read_record
 from dsflow.runtime.supervisor import Supervisor
 from projects import make_project
@@ -113,3 +116,20 @@ def test_apply_waits_out_a_restart_but_not_another_holder(tmp_path):
     with lock_patiently(backend, "apply") as info:
         assert info.operation == "apply"
     worker.join()
+
+
+def test_a_stop_signal_taken_by_another_thread_ends_the_pause_long_before_the_tick():
+    """The kernel may hand SIGTERM to any thread; its Python handler runs only when the main thread runs bytecode
+    again, so the supervisor's pause between looks must not be one long wait (CI saw a 60 s hang)."""
+    stop, looks = threading.Event(), endpoint.Looks()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: (stop.set(), looks.wake()))
+    try:
+        other = threading.Thread(target=lambda: (time.sleep(0.3), signal.pthread_kill(threading.get_ident(),
+                                                                                      signal.SIGUSR1)))
+        other.start()
+        started = time.monotonic()
+        looks.pause(60, stop)
+        other.join()
+        assert stop.is_set() and time.monotonic() - started < 30
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

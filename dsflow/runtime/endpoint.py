@@ -26,6 +26,7 @@ from urllib.parse import parse_qs
 TOKEN_FILE = "supervisor.token"
 LOOK_WAIT_SECONDS = 10.0
 """How long POST /v1/look waits for the look it asked for to end."""
+PAUSE_SLICE_SECONDS = 0.5
 
 
 def write_token(run_dir: Path) -> str:
@@ -67,11 +68,18 @@ class Looks:
             self.done += 1
             self._cond.notify_all()
 
-    def pause(self, seconds: float) -> None:
-        """Wait until the next tick, or less when asked to look or woken to stop."""
+    def pause(self, seconds: float, stop: threading.Event) -> None:
+        """Wait until the next tick, or less when asked to look or told to stop.
+
+        The wait is cut in slices: a SIGTERM the kernel hands to another thread runs its Python handler only once
+        the main thread runs again, so a single long wait could outlast the signal by a whole tick."""
+        deadline = time.monotonic() + seconds
         with self._cond:
-            if not self._asked:
-                self._cond.wait(seconds)
+            while not self._asked and not stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(min(left, PAUSE_SLICE_SECONDS))
 
     def wake(self) -> None:
         with self._cond:

@@ -291,9 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             except OSError:  # the project's run folder was removed: the loop ends with the folder
                 pass
             looks.end()
-            if not going_on:
+            if not going_on or stop.is_set():
                 break
-            looks.pause(tick)
+            looks.pause(tick, stop)
     finally:
         endpoint.stop(server)
         supervisor.standby.stop("the supervisor stops")
