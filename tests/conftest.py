@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
+import spark_cds
+
 os.environ.setdefault("DSFLOW_RUNTIME", "off")  # `dsflow apply` in a test starts no supervisor unless asked
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Every Spark driver of the run (the session below and the drivers and hosts `dsflow apply` starts, which inherit
-# the environment) compiles with C1 only: a test's driver lives for seconds, and C2's compile threads on 2 cores
-# about double a session's start (docs/testing.md); behaviour is the same, only peak throughput is lower, which
-# benchmarks (bench/, run outside pytest) keep measuring with Spark's defaults.
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell")
+# the environment) compiles with C1 only and maps the class-data archive tests/setup.sh wrote (tests/spark_cds.py).
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                      f"--driver-java-options {shlex.quote(spark_cds.driver_java_options())} pyspark-shell")
 # Local AWS-compatible endpoints (kinesalite, moto) take any credentials; set before the Spark session starts so
 # its Python workers (dsflow_kinesis reads and writes) inherit them too
 for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
