@@ -1,7 +1,8 @@
 """A class-data-sharing archive of the Spark driver's classes, so the suite's many driver JVMs start on less CPU.
 
 A cold local[2] SparkSession cost ~32 s of JVM CPU here, ~18 s with the JIT's first tier only (JVM_OPTS), and
-~9-10 s with this archive besides (docs/testing.md, "Spark drivers in the tests"). On a 2-core machine that CPU is the suite's time.
+~9-10 s with this archive besides (docs/testing.md, "Spark drivers in the tests"). On a 2-core machine that CPU
+is the suite's time.
 
     python3 tests/spark_cds.py      # tests/setup.sh: writes the archive once per Java and pyspark, if missing
     driver_java_options()           # conftest: the JVM options of every Spark driver the tests start
