@@ -103,5 +103,38 @@ def observe(project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
 
 def pushed_down(name: str) -> Any:
     """The executor a store kind offers for grants or roles it enforces itself (`objects` facet attribute `name`:
-    grants, roles, logins); None if no kind does."""
-    return next((found for objects in every_objects() if (found := getattr(objects, name, None)) is not None), None)
+    grants, roles, logins); None if no kind does. Where several kinds offer one, each change goes to the first
+    that `claims` it, else to the first without `claims` (Claimed)."""
+    found = [executor for objects in every_objects() if (executor := getattr(objects, name, None)) is not None]
+    return Claimed(tuple(found)) if len(found) > 1 else (found[0] if found else None)
+
+
+class Claimed:
+    """The executors several store kinds offer for one resource kind: an executor with `claims(project, data,
+    outputs)` carries out the changes it claims (a grant on its store's objects, or one it pushed down); the
+    others go to the first executor without `claims`, or are recorded only."""
+
+    def __init__(self, executors: tuple[Any, ...]) -> None:
+        self.executors = executors
+
+    def pick(self, project: Any, data: Any, outputs: Any) -> Any:
+        for executor in self.executors:
+            if hasattr(executor, "claims") and executor.claims(project, data, outputs):
+                return executor
+        return next((e for e in self.executors if not hasattr(e, "claims")), None)
+
+    def create(self, ctx: Any, change: Any) -> dict[str, Any]:
+        executor = self.pick(ctx.project, change.after, {})
+        return executor.create(ctx, change) if executor is not None else {}
+
+    def update(self, ctx: Any, change: Any, deployed: Any) -> dict[str, Any]:
+        executor = self.pick(ctx.project, change.after, deployed.outputs)
+        return executor.update(ctx, change, deployed) if executor is not None else dict(deployed.outputs)
+
+    def replace(self, ctx: Any, change: Any, deployed: Any) -> dict[str, Any]:
+        self.delete(ctx, deployed)
+        return self.create(ctx, change)
+
+    def delete(self, ctx: Any, deployed: Any) -> Any:
+        executor = self.pick(ctx.project, deployed.data, deployed.outputs)
+        return executor.delete(ctx, deployed) if executor is not None else None

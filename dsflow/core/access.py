@@ -61,6 +61,24 @@ BUILTIN_GRANTS: dict[str, frozenset[Privilege]] = {
 """Organization privileges the built-in roles hold; orgadmin holds every privilege on everything."""
 
 DEFAULT_OWNER = "sysadmin"
+
+
+def heirs(inherits: Mapping[str, tuple[str, ...]], role: str) -> list[str]:
+    """`role` and every role inheriting it, transitively (`inherits`: each role's parents); parents before
+    children. A cycle (refused at load) never loops."""
+    found = [role]
+    for name in found:
+        found += [c for c, ps in inherits.items() if name in ps and c not in found]
+    order: list[str] = []
+    while len(order) < len(found):
+        ready = [n for n in found if n not in order and all(p not in found or p in order for p in inherits.get(n, ()))]
+        order += ready or [n for n in found if n not in order]
+    return order
+
+
+def project_inherits(project: Any) -> dict[str, tuple[str, ...]]:
+    """What each role inherits: the built-in roles' (orgadmin inherits sysadmin, ...) and the project's."""
+    return {**BUILTIN_ROLES, **{r.name: tuple(r.inherits) for r in project.roles}}
 SUPERUSER = "orgadmin"
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dsflow.adapters.kafka.acls import is_own
+
 MECHANISM = "AWS_MSK_IAM"
 REGION, PROFILE, ROLE = "aws.region", "aws.profile", "aws.role.arn"
 SETTINGS = (REGION, PROFILE, ROLE)
@@ -49,7 +51,9 @@ class TokenSource:
 
 
 def librdkafka_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """`config` as librdkafka takes it: an AWS_MSK_IAM store's settings become OAUTHBEARER with a TokenSource."""
+    """`config` as librdkafka takes it: without dsflow's own `acl.*` settings (adapters/kafka/acls.py); an
+    AWS_MSK_IAM store's settings become OAUTHBEARER with a TokenSource."""
+    config = {k: v for k, v in config.items() if not is_own(k)}
     if not is_msk_iam(config):
         return dict(config)
     out = {k: v for k, v in config.items() if k not in (*SETTINGS, "sasl.mechanism", "sasl.mechanisms")}

@@ -8,6 +8,13 @@ from typing import Any
 
 
 class KafkaObjects:
+    def __init__(self) -> None:
+        from dsflow.adapters.kafka.grants import GrantExecutor
+
+        self.grants = GrantExecutor()
+        """Grants on its streams and changelogs, pushed down as Kafka ACLs where the store maps roles to principals
+        (adapters/kafka/acls.py); it claims only those."""
+
     def identities(self, store: Any, names: list[str]) -> dict[str, str]:
         from dsflow.adapters.kafka.admin import topic_ids
 
@@ -123,11 +130,17 @@ def executor(data: Mapping[str, Any], outputs: Mapping[str, Any], store_type: st
 
 
 def observe(project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
-    """Refresh: drift when a relation's topic is missing or has other partitions than declared; None for what is
-    no topic of a known broker (`cache`: the topics of each broker asked, or why it could not be)."""
+    """Refresh: drift when a relation's topic is missing or has other partitions than declared, or a pushed-down
+    grant's ACL is; None for what is no topic of a known broker (`cache`: the topics of each broker asked, or why it
+    could not be)."""
     from dsflow.core.address import Address, Kind
 
-    if Address.parse(deployed.address).kind is not Kind.RELATION:
+    kind = Address.parse(deployed.address).kind
+    if kind is Kind.GRANT and deployed.outputs.get("kafka"):
+        from dsflow.adapters.kafka.grants import observe_grant
+
+        return observe_grant(project, deployed)
+    if kind is not Kind.RELATION:
         return None
     store = project.store(deployed.outputs.get("store", "")) if project is not None else None
     return _observe_topic(deployed, cache, dict(store.properties) if store is not None else None,

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dsflow.adapters.kafka.acls import acl_diagnostics
 from dsflow.adapters.kafka.settings import COMMON, refused
 from dsflow.adapters.kafka.settings_rules import security_diagnostics
 from dsflow.core import stores
@@ -48,7 +49,7 @@ class KafkaRules:
     def store_diagnostics(self, name: str, store_type: str, bootstrap: str, properties: dict[str, str],
                           location: Location | None, where: Callable[[str], Location | None]) -> list[Diagnostic]:
         """bootstrap_servers is required (DSF-E011); librdkafka takes every setting (DSF-E256); TLS and SASL
-        settings (DSF-E251..E254)."""
+        settings (DSF-E251..E254); the ACL settings of grants pushed down (DSF-E730)."""
         out = []
         if not bootstrap:
             out.append(Diagnostic("DSF-E011", f"missing required key 'bootstrap_servers' of kafka store '{name}'",
@@ -57,7 +58,7 @@ class KafkaRules:
                            hint=_guess(key, why) or "properties of a kafka store are librdkafka settings: see "
                                                     "librdkafka's CONFIGURATION.md for the names and values it takes")
                 for key, why in refused(properties)]
-        return out + security_diagnostics(name, properties, where)
+        return out + security_diagnostics(name, properties, where) + acl_diagnostics(name, properties, where)
 
     def check_log_name(self, name: str, fqn: str, where: Location | None, report: Report) -> bool:
         return self.check_dead_letter_topic(name, f"the topic of '{fqn}'", where, report)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from dsflow.adapters.kafka import msk
+from dsflow.adapters.kafka import acls, msk
 
 COMMON = ("bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
           "sasl.oauthbearer.method", "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
@@ -34,7 +34,7 @@ def refused(properties: Mapping[str, str]) -> list[tuple[str, str]]:
     from confluent_kafka import Consumer, KafkaException
 
     out = []
-    own = {k: v for k, v in properties.items() if k not in msk.SETTINGS}  # dsflow's, never handed to librdkafka
+    own = {k: v for k, v in properties.items() if k not in msk.SETTINGS and not acls.is_own(k)}  # dsflow's own
     for key, value in sorted(own.items()):
         if key in ("sasl.mechanism", "sasl.mechanisms") and msk.is_msk_iam({key: value}):
             value = "OAUTHBEARER"  # what clients get (msk.librdkafka_config)

@@ -69,22 +69,16 @@ def target(project, data: dict[str, Any] | None) -> dict[str, str] | None:
 
 def _inherits(project) -> dict[str, tuple[str, ...]]:
     """What each role inherits: the built-in roles' (orgadmin inherits sysadmin, ...) and the project's."""
-    from dsflow.core.access import BUILTIN_ROLES
+    from dsflow.core.access import project_inherits
 
-    return {**BUILTIN_ROLES, **{r.name: tuple(r.inherits) for r in project.roles}}
+    return project_inherits(project)
 
 
 def below(project, role: str) -> list[str]:
     """`role` and every role inheriting it, transitively; parents before children."""
-    parents = _inherits(project)
-    found = [role]
-    for name in found:
-        found += [c for c, ps in parents.items() if name in ps and c not in found]
-    order: list[str] = []
-    while len(order) < len(found):
-        ready = [n for n in found if n not in order and all(p not in found or p in order for p in parents.get(n, ()))]
-        order += ready or [n for n in found if n not in order]  # a cycle is refused at load; never loop
-    return order
+    from dsflow.core.access import heirs
+
+    return heirs(_inherits(project), role)
 
 
 def pushed_roles(project, store: str) -> set[str]:
