@@ -4,8 +4,10 @@ AdminClient: what docs/access.md ("Where grants are enforced") says, pinned.
 tansu advertises DescribeAcls and CreateAcls (API keys 29, 30; versions 0-3) but not DeleteAcls (31);
 DescribeAcls answers an empty list whatever was asked; CreateAcls answers a response librdkafka cannot parse
 ("Received -1 acls in response, but 1 were requested"), and librdkafka then aborts the client process on an
-assertion. No ACL is ever stored, so dsflow does not push grants down to this broker. When a broker upgrade
-makes an ACL stick, this test fails: implement the pushdown (SELECT -> READ, INSERT -> WRITE on the topic).
+assertion. No ACL is ever stored, so dsflow does not push grants down to this broker: a store mapping roles to
+principals (`acl.principals.*`) on it is DSF-E731 at apply, found from the API versions before any ACL call (the
+process is never aborted). When a broker upgrade makes an ACL stick, the probe test fails: look again at what
+adapters/kafka/grants.py refuses (the pushdown itself: tests/test_kafka_grant_acls.py, on Apache Kafka).
 """
 
 from __future__ import annotations
@@ -79,3 +81,24 @@ def test_embedded_broker_keeps_no_acls(broker: str) -> None:
     assert attempt.returncode != 0, attempt.stdout + attempt.stderr
     assert describe_all(broker) == [], "an ACL was stored: implement Kafka ACL pushdown (docs/access.md)"
     assert api_versions(broker) == versions  # the broker survived the malformed exchange
+
+
+def test_a_store_mapping_principals_on_the_embedded_broker_is_refused_before_any_acl_call(tmp_path, broker) -> None:
+    """apply of a grant pushed down to tansu fails with DSF-E731 naming the store (the process lives on); the
+    topics were created and the rest of the plan stays to apply once the mapping is removed."""
+    from dsflow.adapters.kafka.grants import api_versions as asked
+    from dsflow.engine import operations
+    from test_kafka_grant_acls import Deployment
+
+    assert 31 not in asked(broker) and 18 in asked(broker)  # dsflow's own probe reads the same answer
+    deployment = Deployment(tmp_path, broker)
+    loaded, plan = deployment.plan()
+    result = operations.apply(loaded, plan)
+    assert not result.ok and result.failed[0].address.startswith("grant.")
+    assert result.failed[1].code == "DSF-E731" and "kafka store 'kafka_main'" in result.failed[1].message
+    assert describe_all(broker) == []
+    for key in ("acl.principals.analyst", "acl.principals.writer", "acl.group_prefix"):
+        deployment.edit("stores/kafka.yml", f"      {key}:", f"      # {key}:")
+    deployment.edit("stores/kafka.yml", "    properties:\n", "    properties:\n      client.id: dsflow-test\n")
+    deployment.apply()  # recorded only, as on every store without a mapping
+    deployment.apply(destroy=True)
