@@ -43,3 +43,27 @@ def test_acl_settings_are_dsflows_never_librdkafkas(tmp_path) -> None:
     assert librdkafka_config(store) == {"client.id": "c"}
     assert target(None, {"privilege": "SELECT", "on": "relation.analytics.public.reads", "role": "analyst"},
                   lambda r: [r]) is None
+
+
+def test_a_grant_maps_to_the_principals_of_its_role_and_of_the_roles_inheriting_it(tmp_path) -> None:
+    from dsflow.adapters.kafka.grants import target
+
+    roles = ROLES + "  - name: lead\n    inherits: [analyst]\n"
+    store = STORE.format(bootstrap="127.0.0.1:9", name="inh").replace(
+        '      acl.principals.writer: "User:bob"', '      acl.principals.lead: "User:carol;User:dave"')
+    sql = SQL.replace("GRANT INSERT ON STREAM writes TO ROLE writer;", "GRANT ALL ON STREAM writes TO ROLE lead;")
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(name="inh"), "roles.yml": roles,
+                                   "stores/kafka.yml": store, "sql/all.sql": sql})
+    project = check_project(root).project
+    assert project is not None
+    select = target(project, {"role": "analyst", "privilege": "SELECT", "on": "relation.analytics.public.reads"})
+    assert select is not None and (select["store"], select["topic"]) == ("kafka_main", "inh_reads")
+    assert sorted((b["principal"], b["resource"], b["operation"]) for b in select["bindings"]) == [
+        (p, r, o) for p in ("User:alice", "User:carol", "User:dave")
+        for r, o in (("GROUP", "READ"), ("TOPIC", "DESCRIBE"), ("TOPIC", "READ"))]
+    every = target(project, {"role": "lead", "privilege": "ALL", "on": "relation.analytics.public.writes"})
+    assert every is not None and sorted({b["principal"] for b in every["bindings"]}) == ["User:carol", "User:dave"]
+    assert {b["operation"] for b in every["bindings"] if b["resource"] == "TOPIC"} == {"READ", "WRITE", "DESCRIBE"}
+    unmapped = {"role": "writer", "privilege": "INSERT", "on": "relation.analytics.public.writes"}
+    assert target(project, unmapped) is None  # no principal acts as writer: recorded only
+    assert target(project, {"role": "analyst", "privilege": "USAGE", "on": "store.kafka_main"}) is None

@@ -227,7 +227,8 @@ def test_roles_read_and_write_exactly_their_grants_revoke_drift_and_destroy(tmp_
 
 def test_an_interrupted_apply_creates_the_same_acls_again_and_revoke_keeps_shared_ones(tmp_path, broker,
                                                                                       kafka_broker) -> None:
-    """Two SELECTs of one role share its group binding: revoking one keeps it; create is idempotent."""
+    """Two SELECTs of one role share its group binding: revoking one keeps it; create is idempotent; the role
+    mapped to another principal is drift, and apply moves the ACLs to it."""
     from dsflow.adapters.kafka.grants import GrantExecutor
     from dsflow.core.plan import Change
     from dsflow.engine.executors import Context
@@ -249,6 +250,15 @@ def test_an_interrupted_apply_creates_the_same_acls_again_and_revoke_keeps_share
         writes = deployment.topic("writes")
         assert left == [("GROUP", f"{deployment.name}-", "READ"), ("TOPIC", writes, "DESCRIBE"),
                         ("TOPIC", writes, "READ")]
+
+        # the role now acts through another principal: drift on the grant; apply moves its ACLs
+        deployment.edit("stores/kafka.yml", '"User:alice"', '"User:erin"')
+        _, moved = deployment.plan()
+        assert [(c.action, c.reason) for c in moved.actionable if c.address.startswith("grant.")] == [
+            (Action.UPDATE, "drift: the principals the grant maps to changed")]
+        deployment.apply()
+        assert acls_of(kafka_broker, "User:alice") == []
+        assert len(acls_of(kafka_broker, "User:erin")) == 3
     finally:
         deployment.apply(destroy=True)
-    assert acls_of(kafka_broker, "User:alice") == []
+    assert acls_of(kafka_broker, "User:alice") == [] and acls_of(kafka_broker, "User:erin") == []
