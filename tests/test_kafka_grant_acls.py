@@ -259,6 +259,17 @@ def test_an_interrupted_apply_creates_the_same_acls_again_and_revoke_keeps_share
         deployment.apply()
         assert acls_of(kafka_broker, "User:alice") == []
         assert len(acls_of(kafka_broker, "User:erin")) == 3
+
+        # the mapping taken away: the grant is recorded only, its ACLs deleted; given back: pushed down again
+        deployment.edit("stores/kafka.yml", 'acl.principals.analyst: "User:erin"', 'client.id: "acl-test"')
+        deployment.apply()
+        assert acls_of(kafka_broker, "User:erin") == []
+        deployment.edit("stores/kafka.yml", 'client.id: "acl-test"', 'acl.principals.analyst: "User:erin"')
+        _, back = deployment.plan()
+        assert [c.reason for c in back.actionable if c.address.startswith("grant.")] == [
+            "drift: not pushed down as Kafka ACLs yet"]
+        deployment.apply()
+        assert len(acls_of(kafka_broker, "User:erin")) == 3
     finally:
         deployment.apply(destroy=True)
     assert acls_of(kafka_broker, "User:alice") == [] and acls_of(kafka_broker, "User:erin") == []

@@ -136,7 +136,7 @@ def observe(project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
     from dsflow.core.address import Address, Kind
 
     kind = Address.parse(deployed.address).kind
-    if kind is Kind.GRANT and deployed.outputs.get("kafka"):
+    if kind is Kind.GRANT:
         from dsflow.adapters.kafka.grants import observe_grant
 
         return observe_grant(project, deployed)
