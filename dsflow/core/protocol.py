@@ -125,7 +125,7 @@ class PhysicalObjects(Protocol):
     logins: Any
     """The executors of grants, roles and user bindings (its logins) the store enforces itself
     (adapters/objects.py `pushed_down`). Where several kinds offer one, an executor with `claims(project, data,
-    outputs)` takes the changes it claims (Kafka's grants: those on its ACL-mapped stores' topics)."""
+    outputs)` takes the changes it claims (grants on its stores' logs pushed down as ACLs, say)."""
 
     def identities(self, store: Any, names: list[str]) -> dict[str, str]:
         """name -> identity now, for the named objects that exist: a log deleted and created again under the same
