@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -39,6 +40,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
     shared.begin()
     pgserver.start()
+
+
+FILE_SECONDS = Path(__file__).parent / "file_seconds.json"
+"""Seconds each test file took in a whole run (tests/file_seconds.py writes it from a JUnit report)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files first, each file's tests kept together and in order: pytest-xdist hands whole files
+    (--dist loadfile) to whichever worker is free, so a long file started last would leave the other worker idle
+    at the end of the run. The same order in every process (xdist checks that its workers collected alike)."""
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    items.sort(key=lambda item: -float(seconds.get(item.nodeid.split("::", 1)[0], 0.0)))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
