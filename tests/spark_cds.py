@@ -1,7 +1,7 @@
 """A class-data-sharing archive of the Spark driver's classes, so the suite's many driver JVMs start on less CPU.
 
 A cold local[2] SparkSession cost ~32 s of JVM CPU here, ~18 s with the JIT's first tier only (JVM_OPTS), and
-~9-10 s with this archive besides (docs/testing.md, "Spark drivers in the tests"). On a 2-core machine that CPU
+~9-10 s with this archive besides (docs/testing.md, "The suite's time"). On a 2-core machine that CPU
 is the suite's time.
 
     python3 tests/spark_cds.py      # tests/setup.sh: writes the archive once per Java and pyspark, if missing

@@ -67,3 +67,14 @@ def test_a_grant_maps_to_the_principals_of_its_role_and_of_the_roles_inheriting_
     unmapped = {"role": "writer", "privilege": "INSERT", "on": "relation.analytics.public.writes"}
     assert target(project, unmapped) is None  # no principal acts as writer: recorded only
     assert target(project, {"role": "analyst", "privilege": "USAGE", "on": "store.kafka_main"}) is None
+
+
+def test_a_mapping_of_a_role_nothing_declares_is_an_error_with_a_close_name(tmp_path) -> None:
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(name="typo"), "roles.yml": ROLES, "sql/all.sql": SQL,
+                                   "stores/kafka.yml": STORE.format(bootstrap="127.0.0.1:9", name="typo")
+                                   .replace("acl.principals.writer:", "acl.principals.writter:")})
+    found = [d for d in check_project(root).diagnostics if d.code == "DSF-E302"]
+    assert [d.message for d in found] == [
+        "setting acl.principals.writter of store 'kafka_main' names unknown role 'writter'"]
+    assert found[0].location is not None and found[0].location.file == "stores/kafka.yml"
+    assert "writer" in (found[0].hint or "")

@@ -94,6 +94,9 @@ class StoreRules(Protocol):
     def check_grant(self, grant: Any, relation: Any) -> list[Diagnostic]:
         """What it says of a grant on a relation it keeps (a privilege it will not push down: a warning)."""
 
+    def roles_named(self, properties: Mapping[str, str]) -> dict[str, str]:
+        """The dsflow roles a store's settings name (a grant's pushdown mapping): {role: the setting naming it}."""
+
     def view_options(self, fqn: str, props: dict[str, str], store: Any, location: Location | None,
                      prop_location: Where, report: Report) -> tuple[str, dict[str, str]] | None:
         """(a materialized view's table name, its options) in it (Capability.VIEWS)."""

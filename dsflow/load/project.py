@@ -294,7 +294,7 @@ class _Loader:
                 queries: list[Query], databases: list, schemas: list) -> tuple[list, list, list]:
         """Roles, grants and user bindings (load/access.py), and the owners' roles checked (DSF-E306)."""
         from dsflow.load.access import check_owners, resolve_access
-        from dsflow.load.rules import check_grants
+        from dsflow.load.rules import check_grants, check_store_roles
         from dsflow.load.objects import role_cycles
 
         known: dict[str, str] = {f"relation.{fqn}": r.kind for fqn, r in ns.relations.items()}
@@ -310,7 +310,7 @@ class _Loader:
         owned += [("database", d.name, d.owner, d.location) for d in databases]
         owned += [("schema", s.fqn, s.owner, s.location) for s in schemas]
         owned += [(r.kind.replace("_", " "), r.fqn, r.owner, r.location) for r in ns.relations.values()]
-        self.diagnostics += check_owners(owned, names)
+        self.diagnostics += check_owners(owned, names) + check_store_roles(objects.stores, names)
         types = {s.name: s.type for s in objects.stores}
         self.diagnostics += check_grants(result.grants.values(), ns.relations, types)
         bindings = [b.model_copy(update={"login_password": objects.logins.get(b.user)})

@@ -23,6 +23,19 @@ def rule(store_type: str | None, name: str) -> Any | None:
     return getattr(rules_of(store_type), name, None)
 
 
+def check_store_roles(stores_: Iterable[Any], roles: set[str]) -> list:
+    """DSF-E302 for each role a store's settings name (its kind's `roles_named` rule) that nothing declares."""
+    from dsflow.load.access import unknown_role
+
+    found: list = []
+    for store in stores_:
+        named = rule(store.type, "roles_named")
+        for role, key in sorted((named(store.properties) if named is not None else {}).items()):
+            if role not in roles:
+                found.append(unknown_role(role, roles, store.location, f"setting {key} of store '{store.name}'"))
+    return found
+
+
 def check_grants(grants: Iterable[Any], relations: Mapping[str, Any], store_types: Mapping[str, str]) -> list:
     """What the kind of the store keeping each granted relation says of the grant (its `check_grant` rule: a grant
     it will not push down, say); [] where it has no such rule."""

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dsflow.adapters.kafka.acls import acl_diagnostics
+from dsflow.adapters.kafka.acls import PRINCIPALS, acl_diagnostics, principals
 from dsflow.adapters.kafka.settings import COMMON, refused
 from dsflow.adapters.kafka.settings_rules import security_diagnostics
 from dsflow.core import stores
@@ -59,6 +59,10 @@ class KafkaRules:
                                                     "librdkafka's CONFIGURATION.md for the names and values it takes")
                 for key, why in refused(properties)]
         return out + security_diagnostics(name, properties, where) + acl_diagnostics(name, properties, where)
+
+    def roles_named(self, properties: dict[str, str]) -> dict[str, str]:
+        """The roles `acl.principals.<role>` maps to Kafka principals (an unknown one: DSF-E302)."""
+        return {role: f"{PRINCIPALS}{role}" for role in principals(properties)}
 
     def check_log_name(self, name: str, fqn: str, where: Location | None, report: Report) -> bool:
         return self.check_dead_letter_topic(name, f"the topic of '{fqn}'", where, report)
