@@ -13,6 +13,9 @@
   that CA) on free ports. ACLs are enforced by KRaft's StandardAuthorizer: the plaintext and SSL listeners'
   `User:ANONYMOUS`, the mTLS client `User:dsflow-client` (its certificate's CN) and SASL's `admin` are super
   users; the other SASL users (USERS) may do only what an ACL allows them.
+- **Retention**: none by time (`log.retention.ms=-1`; a topic's own `retention.ms` still applies). Kafka's default,
+  7 days measured from the records' own timestamps, deletes at its next check (every 5 minutes) records whose event
+  times are fixed in the past, as test and sample data's often are: a reader at offset 0 then finds its range gone.
 """
 
 from __future__ import annotations
@@ -139,6 +142,7 @@ def server_properties(run_dir: Path, ports: Listeners) -> str:
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
+        "log.retention.ms": "-1",
         "log.flush.interval.messages": "9223372036854775807",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": ";".join(SUPER_USERS),
