@@ -73,10 +73,10 @@ def _secrets_of_this_test_only() -> Iterator[None]:
     secrets.forget(secrets.registered() - before)
 
 
-BROKER_KIND = os.environ.get("DSFLOW_TEST_BROKER", "tansu")
-"""The broker most tests run on (`broker`): tansu by default, Apache Kafka with DSFLOW_TEST_BROKER=kafka (two
-changelog-join tests still fail there: docs/testing.md). The Kafka-specific tests (`kafka_broker`: security, ACLs,
-interop, partitions in place) always run on Apache Kafka, and tests/brokers.py's `both_brokers` on both."""
+BROKER_KIND = os.environ.get("DSFLOW_TEST_BROKER", "kafka")
+"""The broker the tests run on (`broker`): Apache Kafka, what users run; DSFLOW_TEST_BROKER=tansu runs them on
+`dsflow dev up`'s JVM-free default instead. tests/brokers.py's `both_brokers` (the Kafka-contract subset) run on
+both, `tansu_only` on tansu."""
 
 
 def _shared_broker(kind: str):
