@@ -46,10 +46,20 @@ FILE_SECONDS = Path(__file__).parent / "file_seconds.json"
 """Seconds each test file took in a whole run (tests/file_seconds.py writes it from a JUnit report)."""
 
 
+SERVER_FIXTURES = {"broker", "kafka_broker", "tansu_broker", "spark", "s3_endpoint", "schema_registry",
+                   "azurite_endpoint", "kinesis_endpoint"}
+"""A test that uses one of these is `integration` whatever its module says: the unit tier needs no server."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slowest files first, each file's tests kept together and in order: pytest-xdist hands whole files
-    (--dist loadfile) to whichever worker is free, so a long file started last would leave the other worker idle
-    at the end of the run. The same order in every process (xdist checks that its workers collected alike)."""
+    """Tests that use a server fixture are marked `integration`. Then the slowest files first, each file's tests
+    kept together and in order: pytest-xdist hands whole files (--dist loadfile) to whichever worker is free, so a
+    long file started last would leave the other worker idle at the end of the run. The same order in every
+    process (xdist checks that its workers collected alike)."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
     seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
     items.sort(key=lambda item: -float(seconds.get(item.nodeid.split("::", 1)[0], 0.0)))
 
