@@ -55,8 +55,9 @@ SERVER_FIXTURES = {"broker", "kafka_broker", "tansu_broker", "spark", "s3_endpoi
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that use a server fixture are marked `integration`. Then the slowest files first, each file's tests
     kept together and in order: pytest-xdist hands whole files (--dist loadfile) to whichever worker is free, so a
-    long file started last would leave the other worker idle at the end of the run. The same order in every
-    process (xdist checks that its workers collected alike)."""
+    long file started last would leave the other worker idle at the end of the run (pyproject.toml's
+    `--no-loadscope-reorder` keeps xdist from ordering the files by their number of tests instead). The same order
+    in every process (xdist checks that its workers collected alike)."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
