@@ -269,12 +269,26 @@ def test_e033_primary_key_problems(tmp_path, sql, line, col, message, hint):
      "INSERT INTO unknown relation 'pagevews'"),
     ({"gen.yml": "datagen:\n  - name: g\n    relation: pagevews\n"}, ("gen.yml", 2, 5),
      "datagen 'g' feeds unknown relation 'pagevews'"),
-], ids=["from", "insert-into", "datagen"])
+    ({"sql/q.sql": "CREATE STREAM f AS SELECT id FROM pageviews;\n"
+                   "INSERT INTO f\nSELECT id FROM pagevews;\n"}, ("sql/q.sql", 3, 16),
+     "unknown relation 'pagevews'"),
+], ids=["from", "insert-into", "datagen", "insert-from"])
 def test_e040_unknown_relation(tmp_path, files, where, message):
     d = only(diagnostics(tmp_path, {**SOURCES, **files}), "DSF-E040")
     assert at(d, *where)
     assert d.message == message
     assert d.hint == "did you mean 'pageviews'?"
+
+
+def test_e040_a_name_of_another_schema_is_suggested_qualified(tmp_path):
+    sql = ("CREATE STREAM curated.f AS SELECT id FROM pageviews;\n"
+           "INSERT INTO f SELECT id FROM pageviews;\nINSERT INTO curated.f SELECT id FROM other;\n")
+    databases = "databases:\n  - name: analytics\n    schemas: [public, curated]\n"
+    found = [d for d in diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql, "databases.yml": databases})
+             if d.code == "DSF-E040"]
+    assert [(d.message, d.hint, d.location.line if d.location else None) for d in found] == [
+        ("INSERT INTO unknown relation 'f'", "did you mean 'curated.f'? (the name exists in another schema)", 2),
+        ("unknown relation 'other'", "known: f, pageviews", 3)]
 
 
 def test_e040_unknown_alias(tmp_path):

@@ -17,7 +17,7 @@ from dsflow.load.names import check_name_parts
 from dsflow.load.cleartext import clear_text_secret
 from dsflow.load.cache import read_relations
 from dsflow.load.statements import Analysed, RawStatement
-from dsflow.load.suggest import did_you_mean
+from dsflow.load.suggest import did_you_mean, relation_hint
 from dsflow.load.rules import rule
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 from dsflow.load.delivery import delivery_guarantee
@@ -350,7 +350,7 @@ def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: se
                               "which depends on it", loc, hint="a query cannot read its own output, even indirectly"))
         else:
             report(Diagnostic("DSF-E040", f"unknown relation '{table.sql(dialect=DIALECT)}'", loc,
-                              hint=did_you_mean(name.rsplit('.', 1)[-1], [r.rsplit('.', 1)[-1] for r in ns.relations])))
+                              hint=relation_hint(name.rsplit('.', 1)[-1], ns.relations)))
 
 
 def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query | None:
@@ -457,7 +457,7 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
     target = ns.qualify_name(st.name)
     if target not in ns.relations:
         report(Diagnostic("DSF-E040", f"INSERT INTO unknown relation '{'.'.join(st.name)}'", st.location,
-                          hint=did_you_mean(st.name[-1], [r.rsplit('.', 1)[-1] for r in ns.relations])))
+                          hint=relation_hint(st.name[-1], ns.relations)))
         return None
     sink = ns.relations[target]
     if not _insertable(target, sink, st, ns, report):

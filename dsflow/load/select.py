@@ -37,7 +37,7 @@ from dsflow.load.fields import base_column, check_fields, group_key_sql, type_ma
 from dsflow.load.functions import check_functions, declare_result_types
 from dsflow.load.sql import DIALECT, RawStatement, node_location, type_sql
 from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
-from dsflow.load.suggest import did_you_mean
+from dsflow.load.suggest import did_you_mean, relation_hint
 from dsflow.load.temporal import check_shape, system_time, temporal_join
 from dsflow.load import aggregates as grouping
 from dsflow.load import changelog_join as cj
@@ -94,6 +94,12 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if not tables:
         report(Diagnostic("DSF-E209", "the query reads no relation: its SELECT has no FROM", where(select),
                           hint="a continuous query reads a stream or changelog: SELECT ... FROM relation"))
+        return None
+    unknown = [t for t in tables if qualify_name([p.name for p in t.parts]) not in relations]
+    for table in unknown:  # an INSERT INTO's sources are not resolved before its SELECT is analysed
+        report(Diagnostic("DSF-E040", f"unknown relation '{table.sql(dialect=DIALECT)}'", where(table),
+                          hint=relation_hint(table.name, relations)))
+    if unknown:
         return None
     found = {id(t): relations[qualify_name([p.name for p in t.parts])] for t in tables}
     options = _source_options(tables, found, where, report)
