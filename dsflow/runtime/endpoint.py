@@ -68,14 +68,14 @@ class Looks:
             self.done += 1
             self._cond.notify_all()
 
-    def pause(self, seconds: float, stop: threading.Event) -> None:
+    def pause(self, seconds: float, stop: threading.Event | None = None) -> None:
         """Wait until the next tick, or less when asked to look or told to stop.
 
         The wait is cut in slices: a SIGTERM the kernel hands to another thread runs its Python handler only once
         the main thread runs again, so a single long wait could outlast the signal by a whole tick."""
         deadline = time.monotonic() + seconds
         with self._cond:
-            while not self._asked and not stop.is_set():
+            while not self._asked and not (stop is not None and stop.is_set()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
