@@ -12,7 +12,7 @@ from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic, list_topics
 from dsflow.cli import cli
 from dsflow.core.plan import Action
-from dsflow.errors import DsflowError
+from dsflow.errors import DsflowError, ProjectError
 
 pytestmark = pytest.mark.integration
 
@@ -53,15 +53,19 @@ def test_destroy_never_deletes_a_topic_dsflow_did_not_create(tmp_path: Path, bro
     assert "own_pre_existing" in topics and "own_new" not in topics
 
 
-def test_existing_topic_with_other_partitions_fails_apply_and_keeps_what_succeeded(tmp_path: Path, broker: str) -> None:
-    ensure_topic(broker, TopicSpec("mismatch_topic", 2, 1))
+def test_topic_made_between_plan_and_apply_with_other_partitions_fails_apply_and_keeps_what_succeeded(
+        tmp_path: Path, broker: str) -> None:
+    """A topic that exists when `plan` runs is refused there (DSF-E420, tests/test_existing_logs.py); one created
+    by someone else after the plan is found by apply, which keeps what it applied before."""
     root = _project(tmp_path, "mismatch", """
         CREATE STREAM a_ok (id BIGINT) WITH ('topic' = 'mismatch_ok', 'value.format' = 'json');
         CREATE STREAM b_bad (id BIGINT)
           WITH ('topic' = 'mismatch_topic', 'value.format' = 'json', 'topic.partitions' = 4);
     """)
     loaded = operations.load(_options(root, broker))
-    result = operations.apply(loaded, operations.plan(loaded))
+    plan = operations.plan(loaded)
+    ensure_topic(broker, TopicSpec("mismatch_topic", 2, 1))
+    result = operations.apply(loaded, plan)
     assert not result.ok
     change, error = result.failed
     assert change.address == "relation.default.public.b_bad"
@@ -69,8 +73,9 @@ def test_existing_topic_with_other_partitions_fails_apply_and_keeps_what_succeed
     state = loaded.workspace.state_backend().read()
     assert "relation.default.public.a_ok" in state.resources
     assert "relation.default.public.b_bad" not in state.resources
-    again = operations.plan(loaded)
-    assert [(c.address, c.action) for c in again.actionable] == [("relation.default.public.b_bad", Action.CREATE)]
+    with pytest.raises(ProjectError) as again:  # planned again: refused before anything is applied
+        operations.plan(loaded)
+    assert [(d.code, d.location.line) for d in again.value.diagnostics] == [("DSF-E420", 3)]
 
 
 def test_saved_plan_applies_once_and_a_stale_plan_is_refused(tmp_path: Path, broker: str) -> None:

@@ -35,6 +35,27 @@ def identities(project: Any, names: Iterable[str]) -> dict[str, str]:
     return found
 
 
+def log_sizes(project: Any, relations: Iterable[Any]) -> dict[str, int | None]:
+    """For each relation (by fqn) whose store kind can tell, its log's size now: partitions (open shards), None when
+    the log does not exist. One request per store (Kafka) or per log (Kinesis); a relation of a store that cannot
+    be reached is left out (the plan then cannot say whether its log exists)."""
+    by_store: dict[str, list[Any]] = {}
+    for relation in relations:
+        by_store.setdefault(relation.store, []).append(relation)
+    found: dict[str, int | None] = {}
+    for name, named in by_store.items():
+        store = project.store(name)
+        objects = objects_for(store.type) if store is not None else None
+        if objects is None or not hasattr(objects, "sizes"):
+            continue
+        try:
+            sizes = objects.sizes(store, sorted({r.topic for r in named}))
+        except DsflowError:
+            continue
+        found.update({r.fqn: sizes.get(r.topic) for r in named})
+    return found
+
+
 def held_records(project: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
                  since: str | None = None) -> int | None:
     """Records a deployed relation's object holds now, asked of its store; None when the store is gone from the

@@ -70,7 +70,8 @@ class Change(BaseModel):
     estimate: Estimate | None = Field(None, description="for replays: what will be re-read")
     affected: list[str] = Field(default_factory=list, description="for relation replacements: downstream queries")
     rollback_of: str | None = Field(None, description="the earlier version this change returns to")
-    observed: str | None = Field(None, description="for refresh-only: what the refresh saw")
+    observed: str | None = Field(None, description="what the refresh saw: drift (refresh-only), or the log a new "
+                                                   "relation names (exists with N partitions, or does not exist)")
     destroys: DataLoss | None = Field(None, description="the records this change deletes: apply refuses it unless "
                                                         "the user allowed it (--allow-destroy, --allow-data-loss)")
     physical: str | None = Field(None, description="for relations: the physical object, e.g. '<store type> "
@@ -81,10 +82,13 @@ class Change(BaseModel):
 
 
 class Observation(BaseModel):
-    """What a refresh saw of a deployed resource in the real system."""
+    """What a refresh saw of a resource in the real system: a deployed one (drift), or the log a relation not yet
+    deployed names (whether it exists already, and its size)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     address: str
     healthy: bool
     detail: str = ""
+    size: int | None = Field(None, description="a relation not yet deployed whose log exists already: the log's "
+                                               "partitions (open shards) now; null otherwise")

@@ -119,9 +119,11 @@ class Relation(Frozen):
                                                         "compacted topics, fail otherwise (read_gaps)")
     partitions: int = Field(1, description="the log's partitions ('topic.partitions'; shards: 'topic.shards')")
     replicas: int = 1
-    inferred_size: tuple[str, ...] = Field((), description="the sizes (partitions, replicas) taken from its "
-                                           "source, not declared: fixed when its topic is created, so a later "
-                                           "change of the source's size does not replace it")
+    inferred_size: tuple[str, ...] = Field((), description="the sizes (partitions, replicas) its WITH clause "
+                                           "does not declare: taken from its source (a query's relation) or the "
+                                           "default 1, and, when its topic exists already, the topic's own (the "
+                                           "plan adopts it as it is); fixed once deployed, so a later change of "
+                                           "the source's size does not replace it")
     topic_configs: dict[str, str] = Field(default_factory=dict)
     table_options: dict[str, str] = Field(default_factory=dict, description="kind 'table': where the table is "
                                           "(its store kind's WITH properties; see docs/project.md)")

@@ -44,6 +44,13 @@ def physical_object(data: dict[str, Any], store_types: Mapping[str, str]) -> str
     return f"{store_types.get(store, '')} {noun} {store}/{data.get('topic')}".strip()
 
 
+def log_size(data: dict[str, Any], store_types: Mapping[str, str]) -> str:
+    """'2 partitions', '1 shard': a relation's log size (its data's `partitions`) in its store kind's words."""
+    found = stores.kind(store_types.get(data.get("store", ""), ""))
+    size = data.get("partitions")
+    return f"{size} {found.size_noun if found is not None else 'partition'}{'' if size == 1 else 's'}"
+
+
 @dataclass(frozen=True)
 class ColumnChange:
     """A relation change of its columns only: what changed, and why it cannot be made in place (None: in place:

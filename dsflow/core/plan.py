@@ -18,7 +18,7 @@ from dsflow.core.graph import Graph
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import Action, Change, DataLoss, Estimate, Observation
-from dsflow.core.physical import SINK_AFTER_REPLAY, ColumnChange, column_change, physical_object
+from dsflow.core.physical import SINK_AFTER_REPLAY, ColumnChange, column_change, log_size, physical_object
 from dsflow.core.resources import Resource, access_only, fingerprint
 from dsflow.core.settings import named_query_settings, restarting_stores
 from dsflow.core.state import DeployedResource, State
@@ -160,9 +160,14 @@ def _pinned(resource: Resource, state: State) -> Resource:
 def pinned(resource: Resource, deployed: DeployedResource | None) -> Resource:
     """`resource` with its keep_deployed fields at their deployed values: a topic sized from its source keeps the
     size it was created with when the source is resized (a broker cannot shrink it, and recreating it loses records)."""
-    if deployed is None or not resource.keep_deployed:
+    return resource if deployed is None else pinned_to(resource, deployed.data)
+
+
+def pinned_to(resource: Resource, data: Mapping[str, Any]) -> Resource:
+    """`resource` with its keep_deployed fields at their values in `data` (deployed, or a log adopted as it is)."""
+    if not resource.keep_deployed:
         return resource
-    kept = {k: deployed.data[k] for k in resource.keep_deployed if k in deployed.data}
+    kept = {k: data[k] for k in resource.keep_deployed if k in data}
     if all(resource.data.get(k) == v for k, v in kept.items()):
         return resource
     return dataclasses.replace(resource, data={**resource.data, **kept})
@@ -176,6 +181,8 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
                   after_metadata=resource.metadata, data_hash=resource.data_hash,
                   metadata_hash=resource.metadata_hash)
     kind = resource.address.kind
+    if deployed is None and kind is Kind.RELATION and key in options.observations:
+        return _new_log(resource, options.observations[key], options, common)
     if deployed is None:
         category = Category.NEW if kind is Kind.QUERY else None
         return Change(action=Action.CREATE, reason="not yet deployed",
@@ -220,6 +227,34 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
         return Change(action=Action.UPDATE, reason=f"{', '.join(fields)} changed (in place)",
                       effect=_effect(kind, Action.UPDATE, resource.data), **common)
     return Change(action=Action.NOOP, reason="up to date", **common)
+
+
+def _new_log(resource: Resource, observed: Observation, options: PlanOptions, common: dict[str, Any]) -> Change:
+    """A relation not yet deployed whose log the refresh looked at. A log that exists already is adopted as it is:
+    a size the relation does not declare is the log's own (a declared size that differs is DSF-E420:
+    `size_conflicts`); its records are kept, and dsflow, which did not create it, never deletes it."""
+    data = resource.data
+    if observed.size is None:
+        where = physical_object(data, options.store_types)
+        return Change(action=Action.CREATE, reason="not yet deployed", observed=observed.detail,
+                      effect=f"{where} created with {log_size(data, options.store_types)}", **common)
+    adopted = pinned_to(resource, {"partitions": observed.size})  # an undeclared size: the log's own
+    data = adopted.data
+    common = {**common, "after": data, "data_hash": adopted.data_hash}
+    where = physical_object(data, options.store_types)
+    return Change(action=Action.CREATE, reason="not yet deployed; its log exists already (adopted)",
+                  observed=observed.detail,
+                  effect=f"{where} adopted as it is ({log_size(data, options.store_types)}); its records are kept and "
+                         "read; dsflow did not create it, so no plan deletes it", **common)
+
+
+def size_conflicts(plan: Plan, observations: Mapping[str, Observation]) -> list[Change]:
+    """The relations the plan creates over a log that exists already with another size than they declare: apply
+    would stop half-way on them (a log is neither shrunk nor silently resized), so planning refuses them (DSF-E420,
+    engine/operations.py names where each is declared)."""
+    return [c for c in plan.changes if c.action is Action.CREATE and c.after is not None
+            and (found := observations.get(c.address)) is not None and found.size is not None
+            and c.after.get("partitions") != found.size]
 
 
 def _evolved(columns: ColumnChange, deployed: dict[str, Any], options: PlanOptions, common: dict[str, Any]) -> Change:

@@ -134,6 +134,10 @@ class PhysicalObjects(Protocol):
         """name -> identity now, for the named objects that exist: a log deleted and created again under the same
         name is another log (a topic's id; a stream's ARN and creation time); {} where the store gives none."""
 
+    def sizes(self, store: Any, names: list[str]) -> dict[str, int]:
+        """name -> partitions (open shards) now, for the named logs that exist: refresh's look at the logs of
+        relations not yet deployed (a log that exists is adopted as it is: core/plan.py)."""
+
     def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
                      since: str | None = None) -> int | None:
         """Records the deployed object holds now (from epoch ms `since` when given): what a plan that deletes or

@@ -48,6 +48,8 @@ class StoreKind:
     title: str
     capabilities: frozenset[Capability] = field(default_factory=frozenset)
     log_noun: str = "topic"
+    size_noun: str = "partition"
+    """What a log of the kind is sized in, in words (a Kafka topic's partitions, a Kinesis stream's shards)."""
     description: str = ""
     table_format: str = ""
     """The table format its tables are written in (delta, snowflake, iceberg, postgresql; "" for a kind without
@@ -83,7 +85,7 @@ REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY, _C.BROKER}), log_noun="topic",
               description="a Kafka-protocol broker: streams and changelogs as topics", legacy_logs=True),
     StoreKind("kinesis", "dsflow.adapters.kinesis", "Kinesis",
-              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream",
+              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream", size_noun="shard",
               description="Amazon Kinesis Data Streams: streams and changelogs as Kinesis streams (shards)"),
     StoreKind("postgresql", "dsflow.adapters.postgres", "PostgreSQL",
               frozenset({_C.VIEWS, _C.CHANGE_STREAM, _C.TABLES, _C.MERGE}), log_noun="table",

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from dsflow.adapters.state import redactor
 from dsflow.core.address import Address
 from dsflow.core.model import Project
-from dsflow.core.plan import Action, Change, Plan, pinned
+from dsflow.core.plan import Action, Change, Plan, pinned, pinned_to
 from dsflow.core.plan import desired_fingerprint
 from dsflow.core.resources import has_secrets, project_resources, with_current_markers
 from dsflow.core.secrets import Redactor
@@ -56,6 +56,8 @@ def check_plan_is_current(plan: Plan, state: State, project: Project, redactor: 
         resource = current.get(change.address)
         if resource is not None and change.action is not Action.REPLACE:  # as make_plan saw it: core/plan.pinned
             resource = pinned(resource, state.resources.get(change.moved_from or change.address))
+        if resource is not None and change.action is Action.CREATE and change.after is not None:
+            resource = pinned_to(resource, change.after)  # an undeclared size taken from a log adopted as it is
         if resource is None or resource.data_hash != change.data_hash or resource.metadata_hash != change.metadata_hash:
             raise DsflowError("DSF-E821", f"the project changed since the plan was made ({change.address})",
                               hint="run 'dsflow plan' again")

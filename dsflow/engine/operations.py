@@ -77,6 +77,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     if measured:
         options = replace(options, **measured)
         the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+    _check_existing_sizes(loaded.project, the_plan, observations)
     check_prevented(the_plan)
     check_partitions(the_plan)
     check_table_places(the_plan, state)
@@ -125,10 +126,35 @@ def _deployed(state: State, change):
 
 
 def _refresh(state: State, project: Project) -> dict[str, Observation]:
-    """refresh.py's refresh: what the real systems show of the deployed resources."""
-    from dsflow.engine.refresh import refresh
+    """refresh.py's refresh: what the real systems show of the deployed resources, and of the logs the relations
+    not yet deployed name (one that exists already is adopted as it is)."""
+    from dsflow.engine.refresh import observe_new_logs, refresh
 
-    return refresh(state, project)
+    return {**refresh(state, project), **observe_new_logs(state, project)}
+
+
+def _check_existing_sizes(project: Project, the_plan: Plan, observations: Mapping[str, Observation]) -> None:
+    """DSF-E420, every one at once and before anything is applied: a new relation declares another size than the
+    log it names, which exists already (apply would neither shrink nor reshuffle it, and would stop half-way)."""
+    from dsflow.core.physical import log_size, physical_object
+    from dsflow.core.plan import size_conflicts
+    from dsflow.errors import Diagnostic, ProjectError
+    from dsflow.load.sizing import partitions_key
+
+    types = {s.name: s.type for s in project.stores}
+    found = []
+    for change in size_conflicts(the_plan, observations):
+        relation = project.relation(Address.parse(change.address).name)
+        assert relation is not None and change.after is not None  # the plan creates it: it is the project's
+        key = partitions_key(project.store(relation.store))
+        where, size = physical_object(change.after, types), observations[change.address].size
+        found.append(Diagnostic(
+            "DSF-E420", f"'{relation.fqn}' declares '{key}' = {relation.partitions}, but the {where} exists "
+            f"already with {log_size({**change.after, 'partitions': size}, types)}; nothing was applied",
+            relation.location, hint=f"remove '{key}' to take the {where} as it is, declare '{key}' = {size}, or "
+                                    "set 'topic' to a name that does not exist yet"))
+    if found:
+        raise ProjectError(diagnostics=found)
 
 
 def _check_targets(targets: frozenset[str], project: Project, state) -> None:

@@ -32,6 +32,31 @@ def refresh(state: State, project=None) -> dict[str, Observation]:
     return observations
 
 
+def observe_new_logs(state: State, project) -> dict[str, Observation]:
+    """One observation per stream or changelog not yet deployed whose store kind can look at its log: whether the
+    log exists already (the plan adopts it as it is, with its own size) and its partitions or shards."""
+    from dsflow.adapters.objects import log_sizes
+    from dsflow.core.physical import log_size, physical_object
+
+    new = [r for r in project.relations if r.kind in ("stream", "changelog")
+           and f"relation.{r.fqn}" not in state.resources and project.store(r.store) is not None]
+    if not new:
+        return {}
+    sizes = log_sizes(project, new)
+    types = {s.name: s.type for s in project.stores}
+    observations = {}
+    for relation in new:
+        if relation.fqn not in sizes:
+            continue
+        size = sizes[relation.fqn]
+        data = {"kind": relation.kind, "store": relation.store, "topic": relation.topic, "partitions": size}
+        where = physical_object(data, types)
+        detail = f"{where} does not exist" if size is None else f"{where} exists with {log_size(data, types)}"
+        observations[f"relation.{relation.fqn}"] = Observation(address=f"relation.{relation.fqn}", healthy=True,
+                                                               detail=detail, size=size)
+    return observations
+
+
 def query_status(deployed: DeployedResource) -> dict:
     """The driver's last written status, or {} if none."""
     run_dir = deployed.outputs.get("run_dir")

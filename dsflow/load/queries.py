@@ -252,7 +252,7 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
 
     partitions, replicas = topic_size(st, fqn, ns.stores[store_name], sources or ([inherit] if inherit else []),
                                       ns.stores, report)
-    inferred = _inferred_size(st, ns.stores[store_name]) if sources or inherit else ()
+    inferred = _inferred_size(st, ns.stores[store_name])
     timestamp = _prop(st, "timestamp")
     if timestamp and timestamp.lower() not in {c.name.lower() for c in columns}:
         report(Diagnostic("DSF-E042", f"timestamp column '{timestamp}' is not a column of '{fqn}'",
@@ -301,7 +301,8 @@ def _log_titles(ns: Namespace) -> str:
 
 
 def _inferred_size(st: RawStatement, store) -> tuple[str, ...]:
-    """Which of its sizes a query's relation takes from its source rather than its WITH clause."""
+    """Which of its sizes a relation does not declare in its WITH clause: a query's relation takes them from its
+    source, a declared one the default 1; either takes its topic's own when the topic exists (core/plan.py)."""
     from dsflow.load.sizing import partitions_key
 
     declared = {"partitions": partitions_key(store), "replicas": "topic.replicas"}

@@ -20,6 +20,15 @@ class KafkaObjects:
 
         return topic_ids(store.bootstrap_servers, names, store.properties)
 
+    def sizes(self, store: Any, names: list[str]) -> dict[str, int]:
+        """The partitions of the named topics that exist, from one metadata request."""
+        from dsflow.adapters.kafka.admin import partition_counts
+        from dsflow.adapters.kafka.security import for_store
+
+        with for_store(store.name, store.properties):
+            counts = partition_counts(store.bootstrap_servers, store.properties)
+        return {name: counts[name] for name in names if name in counts}
+
     def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
                      since: str | None = None) -> int | None:
         from dsflow.adapters.kafka import client
@@ -84,7 +93,8 @@ class TopicExecutor:
 
         relation = ctx.project.relation(Address.parse(change.address).name)
         store = ctx.project.store(relation.store)
-        spec = TopicSpec(relation.topic, relation.partitions, relation.replicas, dict(relation.topic_configs))
+        partitions = (change.after or {}).get("partitions", relation.partitions)  # the plan's: an adopted topic's own
+        spec = TopicSpec(relation.topic, partitions, relation.replicas, dict(relation.topic_configs))
         existed = ctx.resumed.get("topic_existed")
         with for_store(store.name, store.properties):
             if existed is None:

@@ -37,13 +37,14 @@ class StreamExecutor:
         if existed is None:
             existed = admin.describe_stream(settings, relation.topic) is not None
             ctx.note({"stream_existed": existed})
-        created = admin.ensure_stream(settings, relation.topic, relation.partitions)
+        shards = (change.after or {}).get("partitions", relation.partitions)  # the plan's: an adopted stream's own
+        created = admin.ensure_stream(settings, relation.topic, shards)
         info = admin.describe_stream(settings, relation.topic)
-        if info is not None and info.open_shards != relation.partitions:
+        if info is not None and info.open_shards != shards:
             from dsflow.errors import DsflowError
 
             raise DsflowError("DSF-E769", f"Kinesis stream '{relation.topic}' has {info.open_shards} open shards; "
-                              f"the project declares 'topic.shards' = {relation.partitions}",
+                              f"the plan gives it {shards} ('topic.shards', or its shards when the plan was made)",
                               hint="declare the stream's shard count, or reshard the stream (UpdateShardCount); "
                                    "dsflow does not reshard streams by itself")
         return {MARK: relation.topic, "topic": relation.topic, "store": relation.store,

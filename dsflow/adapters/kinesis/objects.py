@@ -26,6 +26,14 @@ class KinesisObjects:
             found[name] = f"{summary['StreamARN']}@{created.timestamp() if created is not None else ''}"
         return found
 
+    def sizes(self, store: Any, names: list[str]) -> dict[str, int]:
+        """The open shards of the named streams that exist."""
+        from dsflow.adapters.kinesis.admin import describe_stream
+
+        settings = dict(store.properties)
+        found = {name: describe_stream(settings, name) for name in names}
+        return {name: info.open_shards for name, info in found.items() if info is not None and info.open_shards}
+
     def held_records(self, store: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
                      since: str | None = None) -> int | None:
         stream = outputs.get("topic") or data.get("topic")
