@@ -350,3 +350,42 @@ def test_a_changelog_is_replaced_even_where_partitions_could_be_added(example):
     edit(example, "sql/sources.sql", "'topic.partitions' = 1\n", "'topic.partitions' = 3\n")
     plan = plan_of(example, state, growable=frozenset({users}))
     assert actions(plan)[users] is Action.REPLACE  # its keys would move partitions: older rows could outlive newer
+
+
+def test_a_new_relation_over_a_log_that_exists_is_adopted_with_its_size(example):
+    """Issue 40, item 3, the planner's part (against live logs: tests/test_existing_logs.py): a refresh saw the logs
+    of relations not yet deployed. An undeclared size is the log's own, kept once deployed (also when the relation
+    is replaced: dsflow never deletes a log it adopted); a declared size that differs is a conflict; a log that does
+    not exist is created with its size; without a refresh the plan cannot say."""
+    from dsflow.core.plan import size_conflicts
+    from dsflow.core.state import DeployedResource
+
+    edit(example, "sql/sources.sql", "'value.format' = 'json',\n  'topic.partitions' = 1", "'value.format' = 'json'")
+    seen = {USERS: Observation(address=USERS, healthy=True, detail="kafka topic kafka_main/users exists with 3 "
+                               "partitions", size=3),
+            PAGEVIEWS: Observation(address=PAGEVIEWS, healthy=True, detail="kafka topic kafka_main/pageviews does "
+                                   "not exist")}
+    kinds = {"kafka_main": "kafka"}
+    plan = plan_of(example, observations=seen, store_types=kinds)
+    changes = {c.address: c for c in plan.changes}
+    assert (changes[USERS].action, changes[USERS].after["partitions"]) == (Action.CREATE, 3)
+    assert changes[USERS].effect.startswith("kafka topic kafka_main/users adopted as it is (3 partitions)")
+    assert changes[USERS].observed == seen[USERS].detail
+    assert changes[PAGEVIEWS].effect == "kafka topic kafka_main/pageviews created with 2 partitions"
+    assert size_conflicts(plan, seen) == []
+    unseen = {c.address: c for c in plan_of(example).changes}[USERS]
+    assert (unseen.effect, unseen.after["partitions"]) == ("topic created unless it already exists", 1)  # no refresh
+
+    state = applied(plan)
+    assert actions(plan_of(example, state)) == {}  # planned again: the adopted size is kept, nothing replaced
+    adopted = state.resources[USERS].model_copy(update={"outputs": {"created_by_dsflow": False}})
+    state = state.with_resource(adopted)
+    edit(example, "sql/sources.sql", "PRIMARY KEY (userid)", "PRIMARY KEY (userid, regionid)")
+    [replaced] = [c for c in plan_of(example, state).actionable if c.address == USERS]
+    assert replaced.action is Action.REPLACE and replaced.after["partitions"] == 3  # the adopted log is kept
+    state = state.with_resource(DeployedResource(**{**adopted.model_dump(), "outputs": {}}))
+    [replaced] = [c for c in plan_of(example, state).actionable if c.address == USERS]
+    assert replaced.after["partitions"] == 1  # a log dsflow created is deleted: the new one takes the size now
+
+    differs = {PAGEVIEWS: Observation(address=PAGEVIEWS, healthy=True, detail="exists", size=3)}
+    assert [c.address for c in size_conflicts(plan_of(example, observations=differs), differs)] == [PAGEVIEWS]

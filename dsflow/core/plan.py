@@ -144,13 +144,19 @@ def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State, op
         resource = wanted[str(address)]
         pinned = _pinned(resource, state)
         change = _change_for(pinned, state, options, replaced, graph, restarting)
-        if change.action is Action.REPLACE and pinned is not resource:  # a new topic takes the size inferred now
-            change = _change_for(resource, state, options, replaced, graph, restarting)
+        if change.action is Action.REPLACE and pinned is not resource and recreates(state.resources[change.address]):
+            change = _change_for(resource, state, options, replaced, graph, restarting)  # takes the size inferred now
         change = with_move(change, *moved, options.store_types)
         if change.action is Action.REPLACE:
             replaced[change.address] = change.reason
         changes.append(change)
     return changes
+
+
+def recreates(deployed: DeployedResource | None) -> bool:
+    """Whether replacing the deployed resource deletes its object and creates a new one, which takes the size
+    inferred now: not a log dsflow adopted (it never deletes those), which keeps its size."""
+    return deployed is not None and deployed.outputs.get("created_by_dsflow", True) is not False
 
 
 def _pinned(resource: Resource, state: State) -> Resource:

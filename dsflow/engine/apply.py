@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from dsflow.adapters.state import redactor
 from dsflow.core.address import Address
 from dsflow.core.model import Project
-from dsflow.core.plan import Action, Change, Plan, pinned, pinned_to
+from dsflow.core.plan import Action, Change, Plan, pinned, pinned_to, recreates
 from dsflow.core.plan import desired_fingerprint
 from dsflow.core.resources import has_secrets, project_resources, with_current_markers
 from dsflow.core.secrets import Redactor
@@ -54,8 +54,9 @@ def check_plan_is_current(plan: Plan, state: State, project: Project, redactor: 
         if change.action in (Action.DELETE, Action.REFRESH):
             continue
         resource = current.get(change.address)
-        if resource is not None and change.action is not Action.REPLACE:  # as make_plan saw it: core/plan.pinned
-            resource = pinned(resource, state.resources.get(change.moved_from or change.address))
+        deployed = state.resources.get(change.moved_from or change.address)
+        if resource is not None and (change.action is not Action.REPLACE or not recreates(deployed)):
+            resource = pinned(resource, deployed)  # as make_plan saw it: core/plan.pinned
         if resource is not None and change.action is Action.CREATE and change.after is not None:
             resource = pinned_to(resource, change.after)  # an undeclared size taken from a log adopted as it is
         if resource is None or resource.data_hash != change.data_hash or resource.metadata_hash != change.metadata_hash:
