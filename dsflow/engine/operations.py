@@ -145,8 +145,9 @@ def _check_existing_sizes(project: Project, the_plan: Plan, observations: Mappin
     found = []
     for change in size_conflicts(the_plan, observations):
         relation = project.relation(Address.parse(change.address).name)
-        assert relation is not None and change.after is not None  # the plan creates it: it is the project's
-        key = partitions_key(project.store(relation.store))
+        store = project.store(relation.store) if relation is not None else None
+        assert relation is not None and store is not None and change.after is not None  # refresh looked at its log
+        key = partitions_key(store)
         where, size = physical_object(change.after, types), observations[change.address].size
         found.append(Diagnostic(
             "DSF-E420", f"'{relation.fqn}' declares '{key}' = {relation.partitions}, but the {where} exists "
