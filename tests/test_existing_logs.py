@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic
 from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
@@ -17,6 +18,7 @@ from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.client import list_shards, new_client
 from dsflow.adapters.kinesis.objects import count_records
 from dsflow.adapters.kinesis.records import put_json_lines
+from dsflow.cli import cli
 from dsflow.core.plan import Action
 from dsflow.engine import operations, topics
 from dsflow.errors import ProjectError
@@ -87,8 +89,16 @@ def test_existing_stream_and_topic_are_adopted_with_their_counts(tmp_path: Path,
     pv, users = changes["relation.tutorial.public.pageviews_kinesis"], changes["relation.tutorial.public.users_kafka"]
     assert (pv.action, pv.after["partitions"], users.action, users.after["partitions"]) == \
         (Action.CREATE, 2, Action.CREATE, 3)
-    assert f"kinesis stream kinesis_store/{stream} adopted as it is (2 shards); its records are kept" in pv.effect
-    assert f"kafka topic kafka_store/{topic} adopted as it is (3 partitions); its records are kept" in users.effect
+    assert (pv.physical, users.physical) == \
+        (f"kinesis stream kinesis_store/{stream}", f"kafka topic kafka_store/{topic}")
+    assert pv.effect.startswith("stream adopted as it is (2 shards): its records are kept and read")
+    assert users.effect.startswith("topic adopted as it is (3 partitions): its records are kept and read")
+
+    shown = CliRunner().invoke(cli, ["-C", str(root), "--var", f"bootstrap={broker}", "--var",
+                                     f"kinesis={kinesis_endpoint}", "plan"])
+    assert shown.exit_code == 0, shown.output
+    assert f"object: kinesis stream kinesis_store/{stream}\n      effect: stream adopted as it is (2 shards)" \
+        in shown.output
 
     result = operations.apply(loaded, plan)
     assert result.ok, result.failed
@@ -101,7 +111,7 @@ def test_existing_stream_and_topic_are_adopted_with_their_counts(tmp_path: Path,
     assert count_records(kinesis, stream) == len(ROWS)
     project = loaded.project
     for name, expected in (("pageviews_kinesis", ROWS), ("users_kafka", USERS)):
-        read = list(topics.records(topics.resolve(project, name), True, len(expected) + 1, 3.0))
+        read = list(topics.records(topics.resolve(project, name), True, len(expected), 10.0))
         assert sorted((r["value"] for r in read), key=json.dumps) == sorted(expected, key=json.dumps), name
     assert operations.plan(loaded).actionable == []  # planned again: nothing to do, no replacement
 

@@ -369,9 +369,10 @@ def test_a_new_relation_over_a_log_that_exists_is_adopted_with_its_size(example)
     plan = plan_of(example, observations=seen, store_types=kinds)
     changes = {c.address: c for c in plan.changes}
     assert (changes[USERS].action, changes[USERS].after["partitions"]) == (Action.CREATE, 3)
-    assert changes[USERS].effect.startswith("kafka topic kafka_main/users adopted as it is (3 partitions)")
+    assert changes[USERS].effect.startswith("topic adopted as it is (3 partitions): its records are kept")
+    assert changes[USERS].physical == "kafka topic kafka_main/users"
     assert changes[USERS].observed == seen[USERS].detail
-    assert changes[PAGEVIEWS].effect == "kafka topic kafka_main/pageviews created with 2 partitions"
+    assert changes[PAGEVIEWS].effect == "topic created with 2 partitions"
     assert size_conflicts(plan, seen) == []
     unseen = {c.address: c for c in plan_of(example).changes}[USERS]
     assert (unseen.effect, unseen.after["partitions"]) == ("topic created unless it already exists", 1)  # no refresh

@@ -39,9 +39,13 @@ def physical_object(data: dict[str, Any], store_types: Mapping[str, str]) -> str
     if kind in ("table", "materialized_view"):
         where = ", ".join(f"{k}={v}" for k, v in sorted((data.get("table_options") or {}).items()))
         return f"{store_types.get(store, '')} table {data.get('topic')}".strip() + (f" ({where})" if where else "")
-    found = stores.kind(store_types.get(store, ""))
-    noun = found.log_noun if found is not None and found.can(stores.Capability.LOGS) else "topic"
-    return f"{store_types.get(store, '')} {noun} {store}/{data.get('topic')}".strip()
+    return f"{store_types.get(store, '')} {log_noun(data, store_types)} {store}/{data.get('topic')}".strip()
+
+
+def log_noun(data: dict[str, Any], store_types: Mapping[str, str]) -> str:
+    """What a relation's log is called in its store kind ('topic', 'stream'; core/stores.py `log_noun`)."""
+    found = stores.kind(store_types.get(data.get("store", ""), ""))
+    return found.log_noun if found is not None and found.can(stores.Capability.LOGS) else "topic"
 
 
 def log_size(data: dict[str, Any], store_types: Mapping[str, str]) -> str:

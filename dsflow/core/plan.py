@@ -18,7 +18,8 @@ from dsflow.core.graph import Graph
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import Action, Change, DataLoss, Estimate, Observation
-from dsflow.core.physical import SINK_AFTER_REPLAY, ColumnChange, column_change, log_size, physical_object
+from dsflow.core.physical import (SINK_AFTER_REPLAY, ColumnChange, column_change, log_noun, log_size,
+                                  physical_object)
 from dsflow.core.resources import Resource, access_only, fingerprint
 from dsflow.core.settings import named_query_settings, restarting_stores
 from dsflow.core.state import DeployedResource, State
@@ -239,19 +240,16 @@ def _new_log(resource: Resource, observed: Observation, options: PlanOptions, co
     """A relation not yet deployed whose log the refresh looked at. A log that exists already is adopted as it is:
     a size the relation does not declare is the log's own (a declared size that differs is DSF-E420:
     `size_conflicts`); its records are kept, and dsflow, which did not create it, never deletes it."""
-    data = resource.data
+    noun = log_noun(resource.data, options.store_types)
     if observed.size is None:
-        where = physical_object(data, options.store_types)
         return Change(action=Action.CREATE, reason="not yet deployed", observed=observed.detail,
-                      effect=f"{where} created with {log_size(data, options.store_types)}", **common)
+                      effect=f"{noun} created with {log_size(resource.data, options.store_types)}", **common)
     adopted = pinned_to(resource, {"partitions": observed.size})  # an undeclared size: the log's own
-    data = adopted.data
-    common = {**common, "after": data, "data_hash": adopted.data_hash}
-    where = physical_object(data, options.store_types)
-    return Change(action=Action.CREATE, reason="not yet deployed; its log exists already (adopted)",
+    common = {**common, "after": adopted.data, "data_hash": adopted.data_hash}
+    return Change(action=Action.CREATE, reason=f"not yet deployed; its {noun} exists already (adopted)",
                   observed=observed.detail,
-                  effect=f"{where} adopted as it is ({log_size(data, options.store_types)}); its records are kept and "
-                         "read; dsflow did not create it, so no plan deletes it", **common)
+                  effect=f"{noun} adopted as it is ({log_size(adopted.data, options.store_types)}): its records are "
+                         "kept and read; dsflow did not create it, so no plan deletes it", **common)
 
 
 def size_conflicts(plan: Plan, observations: Mapping[str, Observation]) -> list[Change]:
