@@ -37,8 +37,8 @@ def identities(project: Any, names: Iterable[str]) -> dict[str, str]:
 
 def log_sizes(project: Any, relations: Iterable[Any]) -> dict[str, int | None]:
     """For each relation (by fqn) whose store kind can tell, its log's size now: partitions (open shards), None when
-    the log does not exist. One request per store (Kafka) or per log (Kinesis); a relation of a store that cannot
-    be reached is left out (the plan then cannot say whether its log exists)."""
+    the log does not exist. One call per store; a relation of a store that cannot be reached is left out (the plan
+    then cannot say whether its log exists)."""
     by_store: dict[str, list[Any]] = {}
     for relation in relations:
         by_store.setdefault(relation.store, []).append(relation)
