@@ -23,6 +23,7 @@ from dsflow.core.stores import Capability
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
 from dsflow.load.cache import SelectCache
 from dsflow.load.cleartext import clear_text_secret
+from dsflow.load.consequences import Declared, fold, sql_declarations, without_template, yaml_declarations
 from dsflow.load.objects import (
     YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, schemas_of,
 )
@@ -163,6 +164,9 @@ class _Loader:
         self.cache = SelectCache.for_project(root, config.state.path, env_name)  # load/cache.py; None if off
         self.workers = None
         self.order: dict[str, int] = {}
+        self.unrendered: dict[str, str] = {}  # a file whose template failed -> its raw text
+        self.declared: list[Declared] = []  # what the YAML files declare, read or not (load/consequences.py)
+        self.existing: set[str] = set()  # the addresses of what was declared and resolved
 
     def report(self, diagnostic: Diagnostic) -> None:
         self.diagnostics.append(diagnostic)
@@ -190,7 +194,31 @@ class _Loader:
                 self.workers.close()
         if self.cache is not None:
             self.cache.save(self.context.secrets)
+        if any(d.severity is Severity.ERROR for d in self.diagnostics):
+            self._fold_consequences([(rel, text) for suffix, rel, text in rendered if suffix == ".sql"])
         return project
+
+    def _fold_consequences(self, sql_files: list[tuple[str, str | None]]) -> None:
+        """Errors that only follow from another one (an unknown store whose file failed to render, an unknown
+        relation whose statement was refused) are folded under their cause (load/consequences.py)."""
+        declared = list(self.declared)
+        for rel, raw in self.unrendered.items():
+            if not rel.endswith(".sql"):
+                data, _, problems = parse_yaml(without_template(raw), rel)
+                declared += [] if problems else yaml_declarations(data, lambda _keys, r=rel: Location(r))
+        qualify = self._qualify
+        for rel, text in sql_files:
+            whole = text is None
+            source = without_template(self.unrendered.get(rel, "")) if whole else text
+            declared += sql_declarations(source or "", rel, qualify, whole_file=whole)
+        fallen = [d for d in declared if d.address not in self.existing]
+        if fallen:
+            self.diagnostics = fold(self.diagnostics, fallen)
+
+    def _qualify(self, parts: list[str]) -> str:
+        from dsflow.load.queries import qualified_name
+
+        return qualified_name(parts, self.config.default.database, self.config.default.schema_)
 
     def _parse_sql(self, files: list[tuple[str, str]]) -> dict[str, tuple[list[RawStatement], list[Diagnostic]]]:
         """Each file's statements and diagnostics: parse_sql_file, or the statements from the load cache when the
@@ -230,6 +258,8 @@ class _Loader:
             return None
         text, problems = render(raw, rel, self.context)
         self.diagnostics += problems
+        if text is None:
+            self.unrendered[rel] = raw
         return text
 
     def _read_yaml(self, text: str, rel: str, objects: YamlObjects) -> None:
@@ -242,6 +272,7 @@ class _Loader:
                                    hint="top-level keys: stores, databases, roles, datagen, users"))
             return
         self.diagnostics += read_objects(data, pos, self.context.secrets, objects)
+        self.declared += yaml_declarations(data, pos.location)
 
     def _resolve(self, objects: YamlObjects, statements: list[tuple[str, RawStatement]]) -> Project | None:
         cfg = self.config
@@ -258,7 +289,7 @@ class _Loader:
             cfg.environments[self.env_name].topic_prefix, self.report)
         if cfg.default.store and cfg.default.store not in stores:
             self.report(Diagnostic("DSF-E021", f"unknown default store '{cfg.default.store}'", Location(PROJECT_FILE),
-                                   hint=did_you_mean(cfg.default.store, stores)))
+                                   hint=did_you_mean(cfg.default.store, stores), subject=f"store.{cfg.default.store}"))
         ns = Namespace(cfg.default.database, cfg.default.schema_, default_store, {s.fqn for s in schemas}, stores,
                        self.context.secrets, cfg.runtime.trigger_interval,
                        topic_prefix=cfg.environments[self.env_name].topic_prefix, project=cfg.name,
@@ -273,6 +304,9 @@ class _Loader:
         declared = {f"relation.{r}" for r in ns.relations} | {f"query.{q.fqn}" for q in queries}
         moves, problems = resolve_moves(objects.moves, declared, ns.qualify_name)
         self.diagnostics += problems
+        self.existing = {f"relation.{r}" for r in ns.relations} | {f"store.{s}" for s in stores}
+        self.existing |= {f"schema_registry.{r.name}" for r in objects.schema_registries}
+        self.existing |= {f"database.{d.name}" for d in databases} | {f"schema.{s.fqn}" for s in schemas}
         state_path = cfg.state.path
         return Project(
             name=cfg.name, root=str(self.root), environment=self.env_name,
@@ -282,6 +316,7 @@ class _Loader:
                                     trigger_interval=cfg.runtime.trigger_interval, isolation=cfg.runtime.isolation,
                                     queries_per_app=cfg.runtime.queries_per_app, standby=cfg.runtime.standby,
                                     batches_at_once=cfg.runtime.batches_at_once,
+                                    async_checkpoint=cfg.runtime.async_checkpoint,
                                     checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
             stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
             topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases),
@@ -384,7 +419,7 @@ class _Loader:
             fqn = ns.qualify_name(gen.relation.split("."))
             if fqn not in ns.relations:
                 self.report(Diagnostic("DSF-E040", f"datagen '{gen.name}' feeds unknown relation '{gen.relation}'",
-                                       gen.location,
+                                       gen.location, subject=f"relation.{fqn}",
                                        hint=did_you_mean(gen.relation, [r.rsplit('.', 1)[-1] for r in ns.relations])))
                 continue
             store = ns.stores.get(ns.relations[fqn].store)
