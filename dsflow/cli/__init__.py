@@ -119,6 +119,10 @@ def _targets(values: tuple[str, ...]) -> frozenset[str]:
 
 target_option = click.option("--target", "targets", multiple=True, metavar="ADDRESS",
                              help="limit the plan to ADDRESS and what it depends on (repeatable)")
+DESTROY_TARGET_HELP = ("delete only ADDRESS and every deployed resource that depends on it, directly or through "
+                       "others (repeatable)")
+"""What `destroy --target` does (core/plan.py's _delete_changes); docs/cli.md and docs/concepts.md quote it."""
+destroy_target_option = click.option("--target", "targets", multiple=True, metavar="ADDRESS", help=DESTROY_TARGET_HELP)
 
 
 @cli.command()
@@ -241,7 +245,7 @@ def _ask_runtime_to_look(loaded: operations.Loaded, by: str) -> None:
 
 @cli.command()
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
-@target_option
+@destroy_target_option
 @click.pass_context
 def destroy(ctx: click.Context, auto_approve: bool, targets: tuple[str, ...]) -> None:
     """Stop every query and delete what dsflow created, in reverse dependency order."""
