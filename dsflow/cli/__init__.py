@@ -263,6 +263,7 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
     loaded = _load(ctx)
     state = loaded.workspace.state_backend().read()
     address = query if query.startswith("query.") else _query_address(loaded, query)
+    _check_query_known(address, query, loaded, state)
     entries = [e.model_dump(mode="json") for e in state.history(address)]
     if as_json:
         click.echo(json.dumps(entries, indent=2))
@@ -281,6 +282,21 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
                       json.dumps(start) if isinstance(start, dict) else start,
                       json.dumps(e["stop_offsets"]) if e["stop_offsets"] else "-", e["checkpoint"])
     console.print(table)
+
+
+def _check_query_known(address: str, written: str, loaded: operations.Loaded, state) -> None:
+    """DSF-E430 for a query that is neither in the project nor in the state (its resources or its ledger)."""
+    known = {f"query.{q.fqn}" for q in loaded.project.queries} | {e.query for e in state.ledger}
+    known |= {a for a in state.resources if a.startswith("query.")}
+    if address in known:
+        return
+    from dsflow.load.suggest import closest, shortened
+
+    by_name = {a.rsplit(".", 1)[-1]: a for a in sorted(known)}
+    close = closest(written.rsplit(".", 1)[-1], by_name)
+    hint = (f"did you mean '{by_name[close]}'?" if close else f"known: {shortened(sorted(known))}" if known
+            else "the project has no query; see 'dsflow graph'")
+    raise DsflowError("DSF-E430", f"no query '{written}' in the project or its state", hint=hint)
 
 
 def _query_address(loaded: operations.Loaded, name: str) -> str:

@@ -110,4 +110,19 @@ def init(directory: Path, name: str | None) -> None:
     shutil.copytree(TEMPLATES, directory, dirs_exist_ok=True)
     config = directory / "dsflow.yml"
     config.write_text(config.read_text().replace("__PROJECT_NAME__", name or directory.resolve().name))
+    _ignore_run_folder(directory)
     console.print(f"Created a dsflow project in {directory}. Next: dsflow -C {directory} validate")
+
+
+IGNORED = ".dsflow/"
+"""The project's run folder (state, checkpoints, logs, the load cache): never committed."""
+
+
+def _ignore_run_folder(directory: Path) -> None:
+    """A .gitignore naming the run folder, or that line added to the folder's own .gitignore."""
+    path = directory / ".gitignore"
+    text = path.read_text() if path.exists() else ""
+    if IGNORED in text.split("\n") or ".dsflow" in text.split("\n"):
+        return
+    prefix = "" if not text or text.endswith("\n") else "\n"
+    path.write_text(f"{text}{prefix}# dsflow's run folder: state, checkpoints, logs and caches\n{IGNORED}\n")

@@ -111,8 +111,9 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ProjectError)
     def project_error(_: Request, err: ProjectError) -> ScrubbedJSON:
+        more = f"; and {len(err.errors) - 5} more" if len(err.errors) > 5 else ""
         body = error_body(err.code, "the project does not load: " + "; ".join(
-            str(d).replace("\n", " ") for d in err.errors[:5]), "run 'dsflow validate' in the project",
+            str(d).replace("\n", " ") for d in err.errors[:5]) + more, "run 'dsflow validate' in the project",
             diagnostics=[d.to_dict() for d in err.diagnostics])
         return ScrubbedJSON(body, status_code=400)
 
