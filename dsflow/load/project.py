@@ -66,25 +66,48 @@ def load_project(root: Path, environment: str | None = None, variables: Mapping[
 def check_project(root: Path, environment: str | None = None, variables: Mapping[str, Any] | None = None,
                   environ: Mapping[str, str] | None = None) -> LoadResult:
     """Load and validate, returning diagnostics instead of raising."""
+    loader, problems = _loader(root, environment, variables, environ)
+    if loader is None:
+        return LoadResult(None, problems)
+    with gcpause.paused():  # see dsflow/gcpause.py
+        project = loader.run()
+    return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), loader.context.secrets)
+
+
+def load_settings(root: Path, environment: str | None = None, variables: Mapping[str, Any] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Project:
+    """The project as dsflow.yml alone declares it (name, environment, state, runtime; no store, relation or
+    query): enough to find what runs and its recorded state when the rest does not validate. Raises ProjectError
+    if dsflow.yml itself is wrong or its state settings do not render."""
+    loader, problems = _loader(root, environment, variables, environ)
+    if loader is None:
+        raise ProjectError(diagnostics=problems)
+    settings = loader.settings()
+    if loader.diagnostics:
+        raise ProjectError(diagnostics=loader.diagnostics)
+    return Project(**settings, default_store=None)
+
+
+def _loader(root: Path, environment: str | None, variables: Mapping[str, Any] | None,
+            environ: Mapping[str, str] | None) -> tuple[_Loader | None, list[Diagnostic]]:
+    """A loader for the project's environment, or the diagnostics of why dsflow.yml cannot give one."""
     root = root.resolve()
     config_path = root / PROJECT_FILE
     if not config_path.exists():
-        return LoadResult(None, [Diagnostic("DSF-E013", f"no {PROJECT_FILE} in {root}", Location(str(config_path)),
-                                            hint="run 'dsflow init' or pass -C PROJECT_DIR")])
+        return None, [Diagnostic("DSF-E013", f"no {PROJECT_FILE} in {root}", Location(str(config_path)),
+                                 hint="run 'dsflow init' or pass -C PROJECT_DIR")]
     config, config_pos, diagnostics = _read_config(config_path)
     if config is None:
-        return LoadResult(None, diagnostics)
+        return None, diagnostics
     env_name = environment or config.default_environment
     if env_name not in config.environments:
-        return LoadResult(None, [Diagnostic("DSF-E014", f"unknown environment '{env_name}'", Location(PROJECT_FILE),
-                                            hint=did_you_mean(env_name, config.environments))])
+        return None, [Diagnostic("DSF-E014", f"unknown environment '{env_name}'", Location(PROJECT_FILE),
+                                 hint=did_you_mean(env_name, config.environments))]
     values = {**config.environments[env_name].vars, **(variables or {})}
     context = RenderContext(values) if environ is None else RenderContext(values, environ=dict(environ))
     loader = _Loader(root, config, env_name, context)
     loader.config_pos = config_pos
-    with gcpause.paused():  # see dsflow/gcpause.py
-        project = loader.run()
-    return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), context.secrets)
+    return loader, []
 
 
 def _sort_key(diagnostic: Diagnostic) -> tuple:
@@ -307,23 +330,29 @@ class _Loader:
         self.existing = {f"relation.{r}" for r in ns.relations} | {f"store.{s}" for s in stores}
         self.existing |= {f"schema_registry.{r.name}" for r in objects.schema_registries}
         self.existing |= {f"database.{d.name}" for d in databases} | {f"schema.{s.fqn}" for s in schemas}
-        state_path = cfg.state.path
         return Project(
+            **self.settings(), default_store=default_store,
+            stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
+            databases=tuple(databases), schemas=tuple(schemas),
+            relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
+            roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The project's fields that come from dsflow.yml alone: its name, environment, state and runtime."""
+        cfg = self.config
+        state_path = cfg.state.path
+        return dict(
             name=cfg.name, root=str(self.root), environment=self.env_name,
-            default_database=cfg.default.database, default_schema=cfg.default.schema_, default_store=default_store,
+            default_database=cfg.default.database, default_schema=cfg.default.schema_,
             state_path=state_path, state=self._state_settings(),
+            topic_prefix=cfg.environments[self.env_name].topic_prefix,
             runtime=RuntimeSettings(spark_master=cfg.runtime.spark_master, spark_conf=cfg.runtime.spark_conf,
                                     trigger_interval=cfg.runtime.trigger_interval, isolation=cfg.runtime.isolation,
                                     queries_per_app=cfg.runtime.queries_per_app, standby=cfg.runtime.standby,
                                     batches_at_once=cfg.runtime.batches_at_once,
                                     async_checkpoint=cfg.runtime.async_checkpoint,
-                                    checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
-            stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
-            topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases),
-            schemas=tuple(schemas),
-            relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
-            roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
-        )
+                                    checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"))
 
     def _access(self, objects: YamlObjects, statements: list[tuple[str, RawStatement]], ns: Namespace,
                 queries: list[Query], databases: list, schemas: list) -> tuple[list, list, list]:
