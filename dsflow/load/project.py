@@ -6,6 +6,7 @@ Every problem found is collected; loading raises ProjectError once with all of t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -228,7 +229,7 @@ class _Loader:
         for rel, raw in self.unrendered.items():
             if not rel.endswith(".sql"):
                 data, _, problems = parse_yaml(without_template(raw), rel)
-                declared += [] if problems else yaml_declarations(data, lambda _keys, r=rel: Location(r))
+                declared += [] if problems else yaml_declarations(data, functools.partial(_whole_file, rel))
         qualify = self._qualify
         for rel, text in sql_files:
             whole = text is None
@@ -472,6 +473,11 @@ def _not_generated(gen: Datagen, fqn: str, store) -> Diagnostic:
                       f"write to {into} only", gen.location,
                       hint=f"generate into a {store_kinds.listing([k.title for k in brokers])} stream and copy it with "
                            f"CREATE STREAM ... WITH ('store' = '<{store.type} store>') AS SELECT * FROM it")
+
+
+def _whole_file(rel: str, _keys: tuple) -> Location:
+    """A location that stands for a whole file (what a file whose template failed declares)."""
+    return Location(rel)
 
 
 def _utf8_name(rel: str) -> bool:
