@@ -89,3 +89,15 @@ def test_sql_declarations_read_names_from_unparsed_text():
     found = sql_declarations(text, "f.sql", lambda parts: qualified_name(parts, "db", "s"))
     assert found == [Declared("relation.db.curated.v 1", Location("f.sql", 2)),
                      Declared("relation.db.s.t", Location("f.sql", 4))]
+
+
+def test_a_long_chain_folds_under_its_first_cause_without_recursion():
+    n = 3000  # relation i is declared at line i of a.sql and reads relation i-1; the first reads a typo
+    fallen = [Declared(f"relation.d.s.r{i}", Location("a.sql", i + 1)) for i in range(n)]
+    first = Diagnostic("DSF-E040", "unknown relation 'typo'", Location("a.sql", 1, 5), subject="relation.d.s.typo")
+    rest = [Diagnostic("DSF-E040", f"unknown relation 'r{i - 1}'", Location("a.sql", i + 1, 5),
+                       subject=f"relation.d.s.r{i - 1}") for i in range(1, n)]
+    out = fold([first, *rest], fallen)
+    assert [d.message for d in out] == ["unknown relation 'typo'"]
+    assert f"{n - 1} error(s) that follow from this one are not shown" in (out[0].hint or "")
+    assert "and 2995 more)" in (out[0].hint or "")

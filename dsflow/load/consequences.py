@@ -9,6 +9,7 @@ An error is folded only under a cause that is reported, so no error disappears w
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -79,10 +80,11 @@ def sql_declarations(text: str, path: str, qualify: Callable[[list[str]], str],
 
 def fold(diagnostics: list[Diagnostic], fallen: list[Declared]) -> list[Diagnostic]:
     """The diagnostics with each error that only follows from another one folded under its cause."""
-    causes = {d.address: d.location for d in reversed(fallen)}  # the first declaration of a name wins
+    causes = _Causes(fallen)
+    errors = _errors_by_file(diagnostics)
     roots: dict[int, int] = {}
     for index in range(len(diagnostics)):
-        root = _root(index, diagnostics, causes, set())
+        root = _root(index, diagnostics, causes, errors, roots)
         if root != index:
             roots[index] = root
     hidden: dict[int, list[str]] = {}
@@ -91,38 +93,61 @@ def fold(diagnostics: list[Diagnostic], fallen: list[Declared]) -> list[Diagnost
     return [_with_hidden(d, hidden.get(i, [])) for i, d in enumerate(diagnostics) if i not in roots]
 
 
-def _root(index: int, diagnostics: list[Diagnostic], causes: dict[str, Location], seen: set[int]) -> int:
-    """The reported error this one follows from (itself if it follows from none)."""
-    diagnostic = diagnostics[index]
-    address = _fallen_address(diagnostic.subject, causes)
-    if address is None or index in seen:
-        return index
-    seen.add(index)
-    cause = _cause(causes[address], diagnostics, index)
-    return index if cause is None else _root(cause, diagnostics, causes, seen)
+def _errors_by_file(diagnostics: list[Diagnostic]) -> dict[str, list[tuple[int, int, int]]]:
+    """Each file's errors as (line, col, index), sorted."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for index, d in enumerate(diagnostics):
+        if d.severity is Severity.ERROR and d.location is not None:
+            out.setdefault(d.location.file, []).append((d.location.line, d.location.col, index))
+    for found in out.values():
+        found.sort()
+    return out
 
 
-def _fallen_address(subject: str | None, causes: dict[str, Location]) -> str | None:
+def _root(index: int, diagnostics: list[Diagnostic], causes: _Causes,
+          errors: dict[str, list[tuple[int, int, int]]], known: dict[int, int]) -> int:
+    """The reported error this one follows from (itself if it follows from none), up a chain of causes."""
+    chain: list[int] = []
+    current = index
+    while current not in known and current not in chain:
+        chain.append(current)
+        address = _fallen_address(diagnostics[current].subject, causes)
+        cause = None if address is None else _cause(causes[address], errors, current)
+        if cause is None:
+            break
+        current = cause
+    root = known.get(current, current)
+    for step in chain:  # every error of the chain follows from the same root (a cycle: from where it closed)
+        if step != root:
+            known[step] = root
+    return root
+
+
+class _Causes(dict[str, Location]):
+    """Fallen addresses -> where each was declared, also found by a name that ends one ('curated.v')."""
+
+    def __init__(self, fallen: list[Declared]) -> None:
+        super().__init__((d.address, d.location) for d in reversed(fallen))  # the first declaration of a name wins
+        self.by_last: dict[str, list[str]] = {}
+        for address in self:
+            self.by_last.setdefault(address.rsplit(".", 1)[-1], []).append(address)
+
+
+def _fallen_address(subject: str | None, causes: _Causes) -> str | None:
     """The fallen object a subject names: its address, or a name that ends it ('curated.v' for a relation)."""
     if not subject:
         return None
     if subject in causes:
         return subject
-    return next((a for a in causes if a.endswith("." + subject)), None)
+    candidates = causes.by_last.get(subject.rsplit(".", 1)[-1], [])
+    return next((a for a in candidates if a.endswith("." + subject)), None)
 
 
-def _cause(where: Location, diagnostics: list[Diagnostic], not_this: int) -> int | None:
+def _cause(where: Location, errors: dict[str, list[tuple[int, int, int]]], not_this: int) -> int | None:
     """The first error at or after a declaration in its file: the error that made it fall."""
-    best: tuple[int, int, int] | None = None
-    for index, d in enumerate(diagnostics):
-        loc = d.location
-        if index == not_this or d.severity is not Severity.ERROR or loc is None or loc.file != where.file:
-            continue
-        if where.line and loc.line < where.line:
-            continue
-        if best is None or (loc.line, loc.col) < best[:2]:
-            best = (loc.line, loc.col, index)
-    return None if best is None else best[2]
+    found = errors.get(where.file, [])
+    start = bisect.bisect_left(found, (where.line, -1, -1)) if where.line else 0
+    return next((index for _, _, index in found[start:start + 2] if index != not_this), None)
 
 
 def _with_hidden(cause: Diagnostic, hidden: list[str]) -> Diagnostic:

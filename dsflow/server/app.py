@@ -123,7 +123,9 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     def invalid(_: Request, err: RequestValidationError) -> ScrubbedJSON:
-        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in err.errors()[:5]]
+        found = err.errors()
+        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in found[:5]]
+        problems += [f"and {len(found) - 5} more"] if len(found) > 5 else []
         return ScrubbedJSON(error_body("DSF-E330", "invalid request: " + "; ".join(problems),
                                        "see the request's schema in docs/openapi.json"), status_code=422)
 
