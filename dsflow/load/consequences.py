@@ -162,6 +162,6 @@ def _with_hidden(cause: Diagnostic, hidden: list[str]) -> Diagnostic:
 
 
 def _named(address: str) -> str:
-    """'store.kafka_main' -> "store 'kafka_main'"."""
+    """'store.main' -> "store 'main'"."""
     kind, name = address.split(".", 1)
     return f"{kind.replace('_', ' ')} '{name}'"
