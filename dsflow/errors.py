@@ -45,6 +45,10 @@ class Diagnostic:
     location: Location | None = None
     hint: str | None = None
     severity: Severity = Severity.ERROR
+    subject: str | None = None
+    """For an error that only says an object is unknown: that object (store.k, schema.db.s, relation.db.s.n, or a
+    name as written); the loader folds it under the error that made the object's declaration fail
+    (load/consequences.py). Not shown."""
 
     def __str__(self) -> str:
         where = f"{self.location}: " if self.location else ""

@@ -4,9 +4,9 @@
 
 The suite runs with the test extras, which can hide a module the product imports but does not declare (certifi,
 imported by confluent-kafka's registry client, once was). This makes a fresh virtualenv, installs dsflow into
-it without extras, starts the test registry (tests/registry_server.py, standard library only) with the subject
-that examples/registry_project reads its columns from, and validates that project with the virtualenv's
-`dsflow`. Exit status 0 only if validate succeeds and reports no traceback.
+it without extras, starts the dev registry (dsflow/adapters/kafka/devregistry.py, standard library only) with the
+subject examples/registry_project reads its columns from (its schemas/payments-value.json), and validates that
+project with the virtualenv's `dsflow`. Exit status 0 only if validate succeeds and reports no traceback.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from registry_server import RegistryServer  # noqa: E402
 
-PAYMENTS = {"type": "record", "name": "payment", "fields": [
-    {"name": "payment_id", "type": "long"}, {"name": "order_id", "type": "long"}, {"name": "method", "type": "string"}]}
+PAYMENTS = REPO / "examples" / "registry_project" / "schemas" / "payments-value.json"
+"""The subject the example reads its columns from, as its README registers it."""
 
 
 def main() -> int:
@@ -37,7 +37,7 @@ def main() -> int:
         return 1
     server = RegistryServer().start()
     try:
-        server.registry.register("payments-value", {"schema": json.dumps(PAYMENTS)})
+        server.registry.register("payments-value", json.loads(PAYMENTS.read_text()))
         shown = subprocess.run([str(work / "venv" / "bin" / "dsflow"),
                                 "-C", str(REPO / "examples" / "registry_project"),
                                 "--var", f"registry={server.url}", "validate"], capture_output=True, text=True)

@@ -172,6 +172,32 @@ def test_destroy_with_a_target_removes_everything_that_depends_on_it(deployed):
     assert [c.address for c in plan.actionable][-1] == "relation.analytics.public.pageviews"
 
 
+def test_destroy_with_a_target_follows_dependents_through_others(deployed):
+    root, state = deployed
+    plan = plan_of(root, state, destroy=True, targets=frozenset({"store.kafka_main"}))
+    deleted = {c.address for c in plan.actionable}
+    assert {a for a in state.resources if a.startswith(("relation.", "query.", "datagen."))} <= deleted
+    assert "store.kafka_main" in deleted and "database.analytics" not in deleted  # what it depends on stays
+    assert any(a.startswith("query.") for a in deleted)  # a query depends on the store only through its relations
+
+
+def test_destroy_target_is_described_one_way(deployed):
+    """`destroy --help`, docs/cli.md and docs/concepts.md say what the tests above check (issue 40)."""
+    from click.testing import CliRunner
+
+    from dsflow.cli import DESTROY_TARGET_HELP, cli
+    from projects import REPO
+
+    assert DESTROY_TARGET_HELP.startswith("delete only ADDRESS and every deployed resource that depends on it, "
+                                          "directly or through others")
+    shown = " ".join(CliRunner().invoke(cli, ["destroy", "--help"], terminal_width=400).output.split())
+    assert DESTROY_TARGET_HELP in shown
+    assert f"| `--target ADDRESS` | {DESTROY_TARGET_HELP} |" in (REPO / "docs" / "cli.md").read_text()
+    concepts = " ".join((REPO / "docs" / "concepts.md").read_text().split())
+    assert "With `destroy`, it deletes only the targets and every deployed resource that depends on them, " \
+           "directly or through others" in concepts
+
+
 def test_unknown_target_is_an_error(tmp_path):
     from dsflow.engine import operations
     from dsflow.errors import DsflowError

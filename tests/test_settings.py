@@ -294,6 +294,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
                                              "  trigger_interval: 1 second\n  queries_per_app: 3\n")]),
     ("runtime", "standby"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
                                      "  trigger_interval: 1 second\n  standby: true\n")]),
+    ("runtime", "async_checkpoint"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
+                                              "  trigger_interval: 1 second\n  async_checkpoint: true\n")]),
     ("runtime", "batches_at_once"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
                                              "  trigger_interval: 1 second\n  batches_at_once: 3\n")]),
 }

@@ -128,7 +128,8 @@ def test_e011_missing_yaml_key(tmp_path):
     d = only(diagnostics(tmp_path, {"stores/kafka.yml": store}), "DSF-E011")
     assert at(d, "stores/kafka.yml", 2, 5)
     assert d.message == "missing required key 'type' at stores.0.type"
-    assert d.hint == "add it; see docs/project.md"
+    assert d.hint.startswith("add it; see docs/project.md\n")  # the store it refused is unknown: folded under it
+    assert "1 error(s) that follow from this one are not shown (unknown store 'kafka_main')" in d.hint
 
 
 def test_e012_invalid_yaml_value(tmp_path):
@@ -664,3 +665,18 @@ def test_e164_a_nested_primary_key_is_refused_where_it_is_declared_or_grouped(tm
         (1, "primary key column 'id'"), (2, "primary key column 'm'"), (5, "primary key column 'p'")], found
     assert "STRUCT<a BIGINT, b VARCHAR>" in found[0].message and "`id->field AS id_field`" in found[0].hint
     assert all(d.location.file == "sql/q.sql" for d in found)
+
+
+def test_runtime_async_checkpoint_is_read_from_dsflow_yml(tmp_path):
+    """docs/project.md documents it; the loader refused it with DSF-E010 (issue 40)."""
+    from projects import DEFAULT_CONFIG
+
+    from dsflow.adapters.spark.translate import query_spec
+
+    config = DEFAULT_CONFIG.replace("runtime:\n", "runtime:\n  async_checkpoint: true\n")
+    sql = PAGEVIEWS + "CREATE STREAM upper_views AS SELECT id, UPPER(userid) AS userid FROM pageviews;\n"
+    on = load_project(make_project(tmp_path / "on", {"dsflow.yml": config, "sql/q.sql": sql}))
+    off = load_project(make_project(tmp_path / "off", {"sql/q.sql": sql}))
+    assert (on.runtime.async_checkpoint, off.runtime.async_checkpoint) == (True, False)
+    spec = query_spec(on, on.queries[0], "test", str(tmp_path / "cp"), str(tmp_path / "status"))
+    assert spec.async_checkpoint is True

@@ -18,9 +18,9 @@ from dsflow.engine import operations
 from dsflow.core.plan import Plan
 from dsflow.core.secrets import scrub
 from dsflow.errors import DsflowError, ProjectError
-from dsflow.cli.render import (diagnostics_text, graph_dot, graph_mermaid, graph_text, plan_markdown, plan_text,
-                           status_rows)
-from dsflow.cli.terminal import LazyConsole
+from dsflow.cli.render import (diagnostics_text, escape_markup, graph_dot, graph_mermaid, graph_text, plan_markdown,
+                               plan_text, status_rows)
+from dsflow.cli.terminal import LazyConsole, print_table
 
 EXIT_CHANGES = 3
 console = LazyConsole()  # rich is imported when something is printed through it (dsflow/cli/terminal.py)
@@ -82,6 +82,16 @@ def _load(ctx: click.Context) -> operations.Loaded:
     return operations.load(ctx.obj)
 
 
+def load_what_runs(ctx: click.Context) -> operations.Loaded:
+    """The project for status and runtime down/status: from its settings and state when it does not validate,
+    after a warning on stderr (operations.load_what_runs)."""
+    loaded, problem = operations.load_what_runs(ctx.find_root().obj)
+    if problem is not None:
+        err_console.print(f"Warning: the project does not validate ({len(problem.errors)} error(s); 'dsflow validate' "
+                          "lists them): working from the recorded state", markup=False)
+    return loaded
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print diagnostics as JSON")
 @click.pass_context
@@ -119,6 +129,10 @@ def _targets(values: tuple[str, ...]) -> frozenset[str]:
 
 target_option = click.option("--target", "targets", multiple=True, metavar="ADDRESS",
                              help="limit the plan to ADDRESS and what it depends on (repeatable)")
+DESTROY_TARGET_HELP = ("delete only ADDRESS and every deployed resource that depends on it, directly or through "
+                       "others (repeatable)")
+"""What `destroy --target` does (core/plan.py's _delete_changes); docs/cli.md and docs/concepts.md quote it."""
+destroy_target_option = click.option("--target", "targets", multiple=True, metavar="ADDRESS", help=DESTROY_TARGET_HELP)
 
 
 @cli.command()
@@ -241,7 +255,7 @@ def _ask_runtime_to_look(loaded: operations.Loaded, by: str) -> None:
 
 @cli.command()
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
-@target_option
+@destroy_target_option
 @click.pass_context
 def destroy(ctx: click.Context, auto_approve: bool, targets: tuple[str, ...]) -> None:
     """Stop every query and delete what dsflow created, in reverse dependency order."""
@@ -259,6 +273,7 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
     loaded = _load(ctx)
     state = loaded.workspace.state_backend().read()
     address = query if query.startswith("query.") else _query_address(loaded, query)
+    _check_query_known(address, query, loaded, state)
     entries = [e.model_dump(mode="json") for e in state.history(address)]
     if as_json:
         click.echo(json.dumps(entries, indent=2))
@@ -266,17 +281,29 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
     if not entries:
         console.print(f"No history for {address}.")
         return
-    from rich.table import Table
-
-    table = Table("version", "category", "started", "stopped", "start offsets", "stop offsets", "checkpoint")
-    for column in table.columns:
-        column.overflow = "fold"
+    rows = []
     for e in entries:
         start = e["start_offsets"] or (f"ts {e['start_timestamp']}" if e["start_timestamp"] else "-")
-        table.add_row(e["version"], e["category"] or "-", e["started_at"], e["stopped_at"] or "running",
-                      json.dumps(start) if isinstance(start, dict) else start,
-                      json.dumps(e["stop_offsets"]) if e["stop_offsets"] else "-", e["checkpoint"])
-    console.print(table)
+        rows.append([e["version"], e["category"] or "-", e["started_at"], e["stopped_at"] or "running",
+                     json.dumps(start) if isinstance(start, dict) else start,
+                     json.dumps(e["stop_offsets"]) if e["stop_offsets"] else "-", e["checkpoint"]])
+    print_table(console, ("version", "category", "started", "stopped", "start offsets", "stop offsets", "checkpoint"),
+                rows)
+
+
+def _check_query_known(address: str, written: str, loaded: operations.Loaded, state) -> None:
+    """DSF-E430 for a query that is neither in the project nor in the state (its resources or its ledger)."""
+    known = {f"query.{q.fqn}" for q in loaded.project.queries} | {e.query for e in state.ledger}
+    known |= {a for a in state.resources if a.startswith("query.")}
+    if address in known:
+        return
+    from dsflow.load.suggest import closest, shortened
+
+    by_name = {a.rsplit(".", 1)[-1]: a for a in sorted(known)}
+    close = closest(written.rsplit(".", 1)[-1], by_name)
+    hint = (f"did you mean '{by_name[close]}'?" if close else f"known: {shortened(sorted(known))}" if known
+            else "the project has no query; see 'dsflow graph'")
+    raise DsflowError("DSF-E430", f"no query '{written}' in the project or its state", hint=hint)
 
 
 def _query_address(loaded: operations.Loaded, name: str) -> str:
@@ -302,9 +329,9 @@ def _apply(loaded: operations.Loaded, the_plan: Plan, auto_approve: bool, allowa
 
     def on_event(event: str, change) -> None:
         if event == "done":
-            console.print(f"  [green]✓[/] {change.action.value} {change.address}")
+            console.print(f"  [green]✓[/] {escape_markup(f'{change.action.value} {change.address}')}", markup=True)
         elif event == "failed":
-            console.print(f"  [red]✗[/] {change.action.value} {change.address}")
+            console.print(f"  [red]✗[/] {escape_markup(f'{change.action.value} {change.address}')}", markup=True)
 
     console.print()
     result = operations.apply(loaded, the_plan, on_event, allowance)
@@ -328,21 +355,15 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
         entries = remote_status(ctx)
     else:
-        entries = operations.status(_load(ctx))
+        entries = operations.status(load_what_runs(ctx))
     if as_json:
         click.echo(scrub(json.dumps(entries, indent=2, default=str)))
         return
     if not entries:
         console.print("Nothing deployed.")
         return
-    from rich.table import Table
-
-    table = Table("resource", "state", "input rows/s", "lag", "batch", "last progress", "dead letters", "error")
-    for column in table.columns:
-        column.overflow = "fold"
-    for row in status_rows(entries):
-        table.add_row(*[scrub(cell) for cell in row])
-    console.print(table)
+    headers = ("resource", "state", "input rows/s", "lag", "batch", "last progress", "dead letters", "error")
+    print_table(console, headers, [[scrub(cell) for cell in row] for row in status_rows(entries)])
 
 
 @cli.group()
@@ -435,12 +456,7 @@ def _print_rows(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bo
         for row in values:
             click.echo(" | ".join("" if v is None else str(v) for v in row))
     else:
-        from rich.table import Table
-
-        table = Table(*columns)
-        for row in values:
-            table.add_row(*["" if v is None else str(v) for v in row])
-        console.print(table)
+        print_table(console, columns, [["" if v is None else str(v) for v in row] for row in values])
         console.print(f"{len(rows)} row(s)")
     sys.stdout.flush()
 

@@ -9,7 +9,7 @@ import click
 
 from dsflow.engine import operations
 from dsflow.core import stores
-from dsflow.cli.terminal import LazyConsole
+from dsflow.cli.terminal import LazyConsole, print_table
 
 console = LazyConsole()
 store_option = click.option("--store", help="the store to browse (default: the store of the table relation PATH)")
@@ -79,12 +79,8 @@ def entity_describe(ctx: click.Context, path: str, store: str | None, as_json: b
     for key, value in info.items():
         if key != "columns" and value not in (None, "", {}, []):
             console.print(f"{key}: {value}", markup=False)
-    from rich.table import Table
-
-    table = Table("column", "type", "nullable")
-    for column in info["columns"]:
-        table.add_row(column["name"], column["type"], "yes" if column["nullable"] else "no")
-    console.print(table)
+    print_table(console, ("column", "type", "nullable"),
+                [[c["name"], c["type"], "yes" if c["nullable"] else "no"] for c in info["columns"]])
 
 
 @entity.command("print")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from dsflow.core.graph import Graph
@@ -13,8 +15,27 @@ CATEGORY_TITLE = {"new": "new", "in_place": "in place", "keep_checkpoint": "keep
                   "carry_offsets": "carry offsets", "replay": "replay", "replace_relation": "replace relation"}
 
 
+_MARKUP_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+"""What rich would read as a markup tag (rich.markup.escape's pattern, without importing rich)."""
+
+
+def escape_markup(text: str) -> str:
+    """`text` printed as it is by a console reading markup: every tag-like `[...]` escaped (rich.markup.escape)."""
+    text = _MARKUP_TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
+    return text + "\\" if text.endswith("\\") and not text.endswith("\\\\") else text
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table as plain text: columns aligned, each cell whole on one line (line breaks become spaces), a record
+    per line; '-' for an empty cell."""
+    cells = [[" ".join(str(c).split()) or "-" for c in row] for row in [list(headers), *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
 def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False) -> str:
-    """The plan as Terraform-style text, from its JSON form."""
+    """The plan as Terraform-style text, from its JSON form; with `color`, rich markup around each change's line
+    and every piece of data escaped."""
     lines = [f"dsflow plan for project '{plan['project']}', environment '{plan['environment']}'", ""]
     actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
     if not actionable:
@@ -24,9 +45,15 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
         if change["action"] == "no-op" and not show_noop:
             continue
         lines.append(_change_line(change, color))
-        lines += [f"      {label}: {text}" for label, text in change_details(change)]
-    lines += ["", summary_line(plan)]
+        lines += [_escaped(f"      {label}: {text}", color) for label, text in change_details(change)]
+    lines += ["", _escaped(summary_line(plan), color)]
+    if color:
+        lines[0] = escape_markup(lines[0])
     return "\n".join(lines)
+
+
+def _escaped(text: str, color: bool) -> str:
+    return escape_markup(text) if color else text
 
 
 def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
@@ -122,7 +149,7 @@ def _change_line(change: dict[str, Any], color: bool) -> str:
     else:
         action_text = action
     text = f"  {SYMBOL[action]:>3} {change['address']}  ({action_text}{', drift' if change.get('drift') else ''})"
-    return f"[{COLOR[action]}]{text}[/]" if color else text
+    return f"[{COLOR[action]}]{escape_markup(text)}[/]" if color else text
 
 
 def diagnostics_text(diagnostics: list[dict[str, Any]]) -> str:

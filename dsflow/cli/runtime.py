@@ -44,7 +44,9 @@ def runtime_down(ctx: click.Context) -> None:
     """Stop the supervisor; the queries keep running, but nothing restarts them."""
     from dsflow.runtime.control import down
 
-    pid = down(operations.load(ctx.find_root().obj))
+    from dsflow.cli import load_what_runs
+
+    pid = down(load_what_runs(ctx))
     console.print(f"Runtime supervisor stopped (pid {pid})." if pid else "No runtime supervisor was running.")
 
 
@@ -56,7 +58,9 @@ def runtime_status(ctx: click.Context, as_json: bool) -> None:
     from dsflow.runtime.control import info, standby_info
     from dsflow.runtime.supervisor import LOG_FILE
 
-    loaded = operations.load(ctx.find_root().obj)
+    from dsflow.cli import load_what_runs
+
+    loaded = load_what_runs(ctx)
     found = info(loaded)
     report = {"running": found is not None, "log": str(loaded.workspace.run_dir / LOG_FILE),
               **({"pid": found["pid"], "metrics": f"http://127.0.0.1:{found['port']}/metrics",

@@ -25,6 +25,11 @@ def _dev_broker():
     return topics.log_commands(topics.broker_type()).dev_broker()
 
 
+def _dev_registry():
+    """The development schema registry beside that broker (the `commands` facet's dev_registry)."""
+    return topics.log_commands(topics.broker_type()).dev_registry()
+
+
 @click.group()
 def dev() -> None:
     """The development broker on 127.0.0.1 (tansu by default: in memory, no JVM; docs/cli.md lists the kinds)."""
@@ -35,9 +40,12 @@ def dev() -> None:
 @click.option("--broker", "kind", default="tansu", show_default=True, metavar="KIND",
               help="the kind of broker: tansu (starts in a second, no JVM) or the JVM broker users run, with SASL, "
                    "TLS and ACLs (docs/cli.md, dev)")
+@click.option("--registry", is_flag=True, help="also start a Confluent-compatible schema registry (in memory) on "
+                                               "127.0.0.1:--registry-port")
+@click.option("--registry-port", default=8081, show_default=True)
 @click.pass_context
-def dev_up(ctx: click.Context, port: int, kind: str) -> None:
-    """Start the dev broker and wait until it answers."""
+def dev_up(ctx: click.Context, port: int, kind: str, registry: bool, registry_port: int) -> None:
+    """Start the dev broker (and with --registry a schema registry) and wait until it answers."""
     devbroker = _dev_broker()
     if kind not in devbroker.KINDS:
         raise click.BadParameter(f"'{kind}' is not one of {', '.join(devbroker.KINDS)}", param_hint="'--broker'")
@@ -45,6 +53,9 @@ def dev_up(ctx: click.Context, port: int, kind: str) -> None:
     console.print(f"Broker running at {info.bootstrap} (pid {info.pid}); log: {info.log}")
     for line in devbroker.listener_lines(info):
         console.print(line, markup=False, highlight=False)
+    if registry:
+        found = _dev_registry().start(_dev_dir(ctx.obj), port=registry_port)
+        console.print(f"Schema registry running at {found.url} (pid {found.pid}); log: {found.log}")
 
 
 @dev.command("down")
@@ -54,6 +65,8 @@ def dev_down(ctx: click.Context) -> None:
     devbroker = _dev_broker()
     stopped = devbroker.stop(_dev_dir(ctx.obj))
     console.print("Broker stopped." if stopped else "No dev broker was running.")
+    if _dev_registry().stop(_dev_dir(ctx.obj)):
+        console.print("Schema registry stopped.")
 
 
 @dev.command("status")
@@ -64,10 +77,13 @@ def dev_status(ctx: click.Context) -> None:
     info = devbroker.read(_dev_dir(ctx.obj))
     if info is None:
         console.print("No dev broker is running.")
-        return
-    console.print(f"Broker ({info.kind}) running at {info.bootstrap} (pid {info.pid})")
-    for line in devbroker.listener_lines(info):
-        console.print(line, markup=False, highlight=False)
+    else:
+        console.print(f"Broker ({info.kind}) running at {info.bootstrap} (pid {info.pid})")
+        for line in devbroker.listener_lines(info):
+            console.print(line, markup=False, highlight=False)
+    found = _dev_registry().read(_dev_dir(ctx.obj))
+    if found is not None:
+        console.print(f"Schema registry running at {found.url} (pid {found.pid})")
 
 
 @click.command()
@@ -110,4 +126,19 @@ def init(directory: Path, name: str | None) -> None:
     shutil.copytree(TEMPLATES, directory, dirs_exist_ok=True)
     config = directory / "dsflow.yml"
     config.write_text(config.read_text().replace("__PROJECT_NAME__", name or directory.resolve().name))
+    _ignore_run_folder(directory)
     console.print(f"Created a dsflow project in {directory}. Next: dsflow -C {directory} validate")
+
+
+IGNORED = ".dsflow/"
+"""The project's run folder (state, checkpoints, logs, the load cache): never committed."""
+
+
+def _ignore_run_folder(directory: Path) -> None:
+    """A .gitignore naming the run folder, or that line added to the folder's own .gitignore."""
+    path = directory / ".gitignore"
+    text = path.read_text() if path.exists() else ""
+    if IGNORED in text.split("\n") or ".dsflow" in text.split("\n"):
+        return
+    prefix = "" if not text or text.endswith("\n") else "\n"
+    path.write_text(f"{text}{prefix}# dsflow's run folder: state, checkpoints, logs and caches\n{IGNORED}\n")

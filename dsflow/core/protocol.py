@@ -194,6 +194,9 @@ class LogCommands(Protocol):
     def dev_broker(self) -> Any:
         """Capability.BROKER: the embedded development broker (`dsflow dev up|down|status`)."""
 
+    def dev_registry(self) -> Any:
+        """Capability.BROKER: the development schema registry (`dsflow dev up --registry`): start, stop and read."""
+
     def producer(self, bootstrap: str, topic: str, config: Mapping[str, str] | None, flush_interval: float) -> Any:
         """Capability.BROKER: a producer of JSON records for a data generator (dsflow/datagen.py)."""
 

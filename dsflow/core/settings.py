@@ -176,6 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime", "batches_at_once", (), _N, "a shared application's host reads it again when a query is "
             "started there; 0 takes effect when the host starts"),
     Setting("runtime", "standby", (), _N, "the runtime supervisor's warm standby driver, read again after an apply"),
+    Setting("runtime", "async_checkpoint", (), _N, "stateless queries into a broker; takes effect when a query starts"),
 )
 """Every setting of every kind; tests/test_settings.py fails for a setting the loader accepts that is not here."""
 

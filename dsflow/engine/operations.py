@@ -17,6 +17,7 @@ from dsflow.core.plan import Observation, Plan, PlanOptions, growing, make_plan,
 from dsflow.core.resources import project_resources, with_current_markers
 from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
 from dsflow.core.state import State
+from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
 from dsflow.engine.workspace import Workspace
 
@@ -43,6 +44,19 @@ class Loaded:
 def load(options: Options) -> Loaded:
     project = load_project(options.project_dir, options.environment, options.variables)
     return Loaded(project, Workspace.of(project))
+
+
+def load_what_runs(options: Options) -> tuple[Loaded, ProjectError | None]:
+    """The project for commands that look at or stop what runs (status, runtime down/status): loaded whole when it
+    validates; else its dsflow.yml settings alone (its state and run folder), with the error that stopped the
+    full load. Stopping what runs never needs the project to be valid: those commands work from the state."""
+    from dsflow.load.project import load_settings
+
+    try:
+        return load(options), None
+    except ProjectError as err:
+        project = load_settings(options.project_dir, options.environment, options.variables)  # raises if it fails
+        return Loaded(project, Workspace.of(project)), err
 
 
 def resource_graph(project: Project) -> Graph:

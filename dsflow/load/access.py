@@ -116,7 +116,7 @@ def sql_target(st: AccessStatement, resolve: Resolve) -> tuple[Target | None, Di
     written = ".".join(st.object_name)
     if target is None:
         return None, Diagnostic("DSF-E071", f"{st.action} on unknown {st.object_type.lower()} '{written}'", where,
-                                hint="declare it, or check the name and the object type after ON")
+                                hint="declare it, or check the name and the object type after ON", subject=written)
     wanted = RELATION_KINDS.get(st.object_type)
     if wanted is not None and target.kind != wanted:
         actual = target.kind.replace("_", " ")
@@ -275,7 +275,8 @@ def _yaml_grant(out: AccessResult, entry: YamlGrant, resolver: Resolver) -> None
     if target is None:
         out.diagnostics.append(Diagnostic("DSF-E071", f"grant on unknown object '{on}'", where,
                                           hint=did_you_mean(on, resolver.known) or "an address such as database.db, "
-                                          "schema.db.s, store.k, query.db.s.q, organization, or a relation name"))
+                                          "schema.db.s, store.k, query.db.s.q, organization, or a relation name",
+                                          subject=on))
         return
     problem = check_privilege(privilege.upper(), target, where)
     if problem is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dsflow.core import stores as registry
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
+from dsflow.load.suggest import shortened
 
 Report = Callable[[Diagnostic], None]
 
@@ -39,7 +40,8 @@ def why_invalid(name: str, limit: int, allowed: str) -> str:
     if len(name) > limit:
         return f"it is {len(name)} characters long (at most {limit})"
     bad = sorted({c for c in name if not re.fullmatch(r"[a-zA-Z0-9._-]", c)})
-    return f"{', '.join(repr(c) for c in bad[:5])} {'is' if len(bad) == 1 else 'are'} not allowed (only {allowed})"
+    shown = shortened([repr(c) for c in bad], 5)
+    return f"{shown} {'is' if len(bad) == 1 else 'are'} not allowed (only {allowed})"
 
 
 def check_physical_names(relations, queries, stores: dict, report: Report) -> None:

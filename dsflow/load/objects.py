@@ -159,7 +159,8 @@ def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
             out.append(Diagnostic("DSF-E120", f"store '{store.name}' names unknown schema registry "
                                   f"'{store.schema_registry}'", store.location,
                                   hint=did_you_mean(store.schema_registry, names) or
-                                  "declare it under schema_registries: (name, url, username, password)"))
+                                  "declare it under schema_registries: (name, url, username, password)",
+                                  subject=f"schema_registry.{store.schema_registry}"))
     return out
 
 

@@ -6,6 +6,7 @@ Every problem found is collected; loading raises ProjectError once with all of t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from dsflow.core.stores import Capability
 from dsflow.errors import Diagnostic, Location, ProjectError, Severity
 from dsflow.load.cache import SelectCache
 from dsflow.load.cleartext import clear_text_secret
+from dsflow.load.consequences import Declared, fold, sql_declarations, without_template, yaml_declarations
 from dsflow.load.objects import (
     YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, schemas_of,
 )
@@ -65,25 +67,48 @@ def load_project(root: Path, environment: str | None = None, variables: Mapping[
 def check_project(root: Path, environment: str | None = None, variables: Mapping[str, Any] | None = None,
                   environ: Mapping[str, str] | None = None) -> LoadResult:
     """Load and validate, returning diagnostics instead of raising."""
+    loader, problems = _loader(root, environment, variables, environ)
+    if loader is None:
+        return LoadResult(None, problems)
+    with gcpause.paused():  # see dsflow/gcpause.py
+        project = loader.run()
+    return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), loader.context.secrets)
+
+
+def load_settings(root: Path, environment: str | None = None, variables: Mapping[str, Any] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Project:
+    """The project as dsflow.yml alone declares it (name, environment, state, runtime; no store, relation or
+    query): enough to find what runs and its recorded state when the rest does not validate. Raises ProjectError
+    if dsflow.yml itself is wrong or its state settings do not render."""
+    loader, problems = _loader(root, environment, variables, environ)
+    if loader is None:
+        raise ProjectError(diagnostics=problems)
+    settings = loader.settings()
+    if loader.diagnostics:
+        raise ProjectError(diagnostics=loader.diagnostics)
+    return Project(**settings, default_store=None)
+
+
+def _loader(root: Path, environment: str | None, variables: Mapping[str, Any] | None,
+            environ: Mapping[str, str] | None) -> tuple[_Loader | None, list[Diagnostic]]:
+    """A loader for the project's environment, or the diagnostics of why dsflow.yml cannot give one."""
     root = root.resolve()
     config_path = root / PROJECT_FILE
     if not config_path.exists():
-        return LoadResult(None, [Diagnostic("DSF-E013", f"no {PROJECT_FILE} in {root}", Location(str(config_path)),
-                                            hint="run 'dsflow init' or pass -C PROJECT_DIR")])
+        return None, [Diagnostic("DSF-E013", f"no {PROJECT_FILE} in {root}", Location(str(config_path)),
+                                 hint="run 'dsflow init' or pass -C PROJECT_DIR")]
     config, config_pos, diagnostics = _read_config(config_path)
     if config is None:
-        return LoadResult(None, diagnostics)
+        return None, diagnostics
     env_name = environment or config.default_environment
     if env_name not in config.environments:
-        return LoadResult(None, [Diagnostic("DSF-E014", f"unknown environment '{env_name}'", Location(PROJECT_FILE),
-                                            hint=did_you_mean(env_name, config.environments))])
+        return None, [Diagnostic("DSF-E014", f"unknown environment '{env_name}'", Location(PROJECT_FILE),
+                                 hint=did_you_mean(env_name, config.environments))]
     values = {**config.environments[env_name].vars, **(variables or {})}
     context = RenderContext(values) if environ is None else RenderContext(values, environ=dict(environ))
     loader = _Loader(root, config, env_name, context)
     loader.config_pos = config_pos
-    with gcpause.paused():  # see dsflow/gcpause.py
-        project = loader.run()
-    return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), context.secrets)
+    return loader, []
 
 
 def _sort_key(diagnostic: Diagnostic) -> tuple:
@@ -163,6 +188,9 @@ class _Loader:
         self.cache = SelectCache.for_project(root, config.state.path, env_name)  # load/cache.py; None if off
         self.workers = None
         self.order: dict[str, int] = {}
+        self.unrendered: dict[str, str] = {}  # a file whose template failed -> its raw text
+        self.declared: list[Declared] = []  # what the YAML files declare, read or not (load/consequences.py)
+        self.existing: set[str] = set()  # the addresses of what was declared and resolved
 
     def report(self, diagnostic: Diagnostic) -> None:
         self.diagnostics.append(diagnostic)
@@ -190,7 +218,31 @@ class _Loader:
                 self.workers.close()
         if self.cache is not None:
             self.cache.save(self.context.secrets)
+        if any(d.severity is Severity.ERROR for d in self.diagnostics):
+            self._fold_consequences([(rel, text) for suffix, rel, text in rendered if suffix == ".sql"])
         return project
+
+    def _fold_consequences(self, sql_files: list[tuple[str, str | None]]) -> None:
+        """Errors that only follow from another one (an unknown store whose file failed to render, an unknown
+        relation whose statement was refused) are folded under their cause (load/consequences.py)."""
+        declared = list(self.declared)
+        for rel, raw in self.unrendered.items():
+            if not rel.endswith(".sql"):
+                data, _, problems = parse_yaml(without_template(raw), rel)
+                declared += [] if problems else yaml_declarations(data, functools.partial(_whole_file, rel))
+        qualify = self._qualify
+        for rel, text in sql_files:
+            whole = text is None
+            source = without_template(self.unrendered.get(rel, "")) if whole else text
+            declared += sql_declarations(source or "", rel, qualify, whole_file=whole)
+        fallen = [d for d in declared if d.address not in self.existing]
+        if fallen:
+            self.diagnostics = fold(self.diagnostics, fallen)
+
+    def _qualify(self, parts: list[str]) -> str:
+        from dsflow.load.queries import qualified_name
+
+        return qualified_name(parts, self.config.default.database, self.config.default.schema_)
 
     def _parse_sql(self, files: list[tuple[str, str]]) -> dict[str, tuple[list[RawStatement], list[Diagnostic]]]:
         """Each file's statements and diagnostics: parse_sql_file, or the statements from the load cache when the
@@ -230,6 +282,8 @@ class _Loader:
             return None
         text, problems = render(raw, rel, self.context)
         self.diagnostics += problems
+        if text is None:
+            self.unrendered[rel] = raw
         return text
 
     def _read_yaml(self, text: str, rel: str, objects: YamlObjects) -> None:
@@ -242,6 +296,7 @@ class _Loader:
                                    hint="top-level keys: stores, databases, roles, datagen, users"))
             return
         self.diagnostics += read_objects(data, pos, self.context.secrets, objects)
+        self.declared += yaml_declarations(data, pos.location)
 
     def _resolve(self, objects: YamlObjects, statements: list[tuple[str, RawStatement]]) -> Project | None:
         cfg = self.config
@@ -258,7 +313,7 @@ class _Loader:
             cfg.environments[self.env_name].topic_prefix, self.report)
         if cfg.default.store and cfg.default.store not in stores:
             self.report(Diagnostic("DSF-E021", f"unknown default store '{cfg.default.store}'", Location(PROJECT_FILE),
-                                   hint=did_you_mean(cfg.default.store, stores)))
+                                   hint=did_you_mean(cfg.default.store, stores), subject=f"store.{cfg.default.store}"))
         ns = Namespace(cfg.default.database, cfg.default.schema_, default_store, {s.fqn for s in schemas}, stores,
                        self.context.secrets, cfg.runtime.trigger_interval,
                        topic_prefix=cfg.environments[self.env_name].topic_prefix, project=cfg.name,
@@ -273,22 +328,32 @@ class _Loader:
         declared = {f"relation.{r}" for r in ns.relations} | {f"query.{q.fqn}" for q in queries}
         moves, problems = resolve_moves(objects.moves, declared, ns.qualify_name)
         self.diagnostics += problems
-        state_path = cfg.state.path
+        self.existing = {f"relation.{r}" for r in ns.relations} | {f"store.{s}" for s in stores}
+        self.existing |= {f"schema_registry.{r.name}" for r in objects.schema_registries}
+        self.existing |= {f"database.{d.name}" for d in databases} | {f"schema.{s.fqn}" for s in schemas}
         return Project(
+            **self.settings(), default_store=default_store,
+            stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
+            databases=tuple(databases), schemas=tuple(schemas),
+            relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
+            roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The project's fields that come from dsflow.yml alone: its name, environment, state and runtime."""
+        cfg = self.config
+        state_path = cfg.state.path
+        return dict(
             name=cfg.name, root=str(self.root), environment=self.env_name,
-            default_database=cfg.default.database, default_schema=cfg.default.schema_, default_store=default_store,
+            default_database=cfg.default.database, default_schema=cfg.default.schema_,
             state_path=state_path, state=self._state_settings(),
+            topic_prefix=cfg.environments[self.env_name].topic_prefix,
             runtime=RuntimeSettings(spark_master=cfg.runtime.spark_master, spark_conf=cfg.runtime.spark_conf,
                                     trigger_interval=cfg.runtime.trigger_interval, isolation=cfg.runtime.isolation,
                                     queries_per_app=cfg.runtime.queries_per_app, standby=cfg.runtime.standby,
                                     batches_at_once=cfg.runtime.batches_at_once,
-                                    checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"),
-            stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
-            topic_prefix=cfg.environments[self.env_name].topic_prefix, databases=tuple(databases),
-            schemas=tuple(schemas),
-            relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
-            roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
-        )
+                                    async_checkpoint=cfg.runtime.async_checkpoint,
+                                    checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"))
 
     def _access(self, objects: YamlObjects, statements: list[tuple[str, RawStatement]], ns: Namespace,
                 queries: list[Query], databases: list, schemas: list) -> tuple[list, list, list]:
@@ -384,7 +449,7 @@ class _Loader:
             fqn = ns.qualify_name(gen.relation.split("."))
             if fqn not in ns.relations:
                 self.report(Diagnostic("DSF-E040", f"datagen '{gen.name}' feeds unknown relation '{gen.relation}'",
-                                       gen.location,
+                                       gen.location, subject=f"relation.{fqn}",
                                        hint=did_you_mean(gen.relation, [r.rsplit('.', 1)[-1] for r in ns.relations])))
                 continue
             store = ns.stores.get(ns.relations[fqn].store)
@@ -408,6 +473,11 @@ def _not_generated(gen: Datagen, fqn: str, store) -> Diagnostic:
                       f"write to {into} only", gen.location,
                       hint=f"generate into a {store_kinds.listing([k.title for k in brokers])} stream and copy it with "
                            f"CREATE STREAM ... WITH ('store' = '<{store.type} store>') AS SELECT * FROM it")
+
+
+def _whole_file(rel: str, _keys: tuple) -> Location:
+    """A location that stands for a whole file (what a file whose template failed declares)."""
+    return Location(rel)
 
 
 def _utf8_name(rel: str) -> bool:

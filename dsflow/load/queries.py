@@ -183,7 +183,7 @@ def _checked_name(st: RawStatement, ns: Namespace, report: Report) -> str | None
     schema = fqn.rsplit(".", 1)[0]
     if schema not in ns.schemas:
         report(Diagnostic("DSF-E022", f"unknown database or schema '{schema}' for '{fqn}'", st.location,
-                          hint=did_you_mean(schema, ns.schemas)))
+                          hint=did_you_mean(schema, ns.schemas), subject=f"schema.{schema}"))
         return None
     return fqn
 
@@ -237,7 +237,7 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
     if store_name is None or store_name not in ns.stores:
         loc = st.prop_location("store") or st.location
         report(Diagnostic("DSF-E021", f"unknown store '{store_name}' for '{fqn}'", loc,
-                          hint=did_you_mean(store_name or "", ns.stores)))
+                          hint=did_you_mean(store_name or "", ns.stores), subject=f"store.{store_name}"))
         return None
     value_format = _prop(st, "value.format") or (inherit.value_format if inherit else "json")
     key_format = _prop(st, "key.format") or (inherit.key_format if inherit else None)
@@ -320,8 +320,9 @@ def _resolve_ctas_in_order(pending: list[tuple[str, RawStatement]], ns: Namespac
     while pending:
         ready = [(p, s) for p, s in pending if all(t in ns.relations for t in _source_names(s, ns))]
         if not ready:
+            stuck = {ns.qualify_name(s.name): _source_names(s, ns) for _, s in pending}
             for path, st in pending:
-                _report_unresolvable(path, st, ns, defined_by_pending, report)
+                _report_unresolvable(path, st, ns, defined_by_pending, stuck, report)
             break
         _prefetch([s for _, s in ready], ns)
         for path, st in ready:
@@ -337,7 +338,11 @@ def _source_names(st: RawStatement, ns: Namespace) -> list[str]:
     return [ns.qualify_name(parts) for parts in st.source_parts]
 
 
-def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: set[str], report: Report) -> None:
+def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: set[str],
+                         stuck: dict[str, list[str]], report: Report) -> None:
+    """Why a CREATE ... AS SELECT cannot be resolved: a relation it reads is unknown, or depends on it (DSF-E050).
+    A relation read that waits on another error (a statement that reads an unknown name) is unknown, as the
+    consequence of that error (load/consequences.py)."""
     from dsflow.load.select import source_tables
     from dsflow.load.sql import DIALECT, node_location
 
@@ -346,12 +351,25 @@ def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: se
         if name in ns.relations:
             continue
         loc = node_location(path, table, st.location)
-        if name in pending:
+        if name in pending and _reaches(stuck, name, ns.qualify_name(st.name)):
             report(Diagnostic("DSF-E050", f"dependency cycle: '{ns.qualify_name(st.name)}' reads '{name}', "
                               "which depends on it", loc, hint="a query cannot read its own output, even indirectly"))
         else:
             report(Diagnostic("DSF-E040", f"unknown relation '{table.sql(dialect=DIALECT)}'", loc,
-                              hint=relation_hint(name.rsplit('.', 1)[-1], ns.relations)))
+                              hint=relation_hint(name.rsplit('.', 1)[-1], ns.relations), subject=f"relation.{name}"))
+
+
+def _reaches(reads: dict[str, list[str]], start: str, goal: str) -> bool:
+    """Whether `start` reads `goal`, directly or through other relations of `reads`."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name == goal:
+            return True
+        if name not in seen:
+            seen.add(name)
+            todo += reads.get(name, [])
+    return False
 
 
 def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query | None:
@@ -458,7 +476,7 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
     target = ns.qualify_name(st.name)
     if target not in ns.relations:
         report(Diagnostic("DSF-E040", f"INSERT INTO unknown relation '{'.'.join(st.name)}'", st.location,
-                          hint=relation_hint(st.name[-1], ns.relations)))
+                          hint=relation_hint(st.name[-1], ns.relations), subject=f"relation.{target}"))
         return None
     sink = ns.relations[target]
     if not _insertable(target, sink, st, ns, report):

@@ -100,6 +100,8 @@ class RawRuntime(Raw):
                                         "queries run a micro-batch at once (0: no bound; default 2 per core)")
     standby: bool = Field(True, description="the runtime supervisor keeps a warm standby driver for restarts of "
                                             "query-isolation queries on a local master (docs/runtime.md)")
+    async_checkpoint: bool = Field(False, description="stateless queries into a broker write their checkpoint in the "
+                                   "background, next to the next micro-batch (docs/project.md)")
 
     _checkpoint_root = field_validator("checkpoint_root")(checked_folder)
 

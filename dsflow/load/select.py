@@ -98,7 +98,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     unknown = [t for t in tables if qualify_name([p.name for p in t.parts]) not in relations]
     for table in unknown:  # an INSERT INTO's sources are not resolved before its SELECT is analysed
         report(Diagnostic("DSF-E040", f"unknown relation '{table.sql(dialect=DIALECT)}'", where(table),
-                          hint=relation_hint(table.name, relations)))
+                          hint=relation_hint(table.name, relations),
+                          subject=f"relation.{qualify_name([p.name for p in table.parts])}"))
     if unknown:
         return None
     found = {id(t): relations[qualify_name([p.name for p in t.parts])] for t in tables}

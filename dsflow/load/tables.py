@@ -81,7 +81,7 @@ def table_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str
     where = prop_location("store") or location
     if store is None:
         report(Diagnostic("DSF-E021", f"unknown store '{store_name}' for '{fqn}'", where,
-                          hint=did_you_mean(store_name or "", stores_)))
+                          hint=did_you_mean(store_name or "", stores_), subject=f"store.{store_name}"))
         return None
     if not stores.can(store, stores.Capability.TABLES):
         report(Diagnostic("DSF-E096", f"table '{fqn}' is in the {store.type} store '{store.name}'", where,

@@ -54,7 +54,8 @@ def view_relation(fqn: str, columns: tuple[Column, ...], primary_key: tuple[str,
     store = stores.get(store_name)
     if store is None:
         report(Diagnostic("DSF-E021", f"unknown store '{store_name}'{origin} for '{fqn}'",
-                          prop_location("store") or location, hint=did_you_mean(store_name, stores)))
+                          prop_location("store") or location, hint=did_you_mean(store_name, stores),
+                          subject=f"store.{store_name}"))
         return None
     if not registry.can(store, registry.Capability.VIEWS):
         report(Diagnostic("DSF-E140", f"the materialized view '{fqn}' cannot be kept in the {store.type} store "

@@ -111,8 +111,9 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ProjectError)
     def project_error(_: Request, err: ProjectError) -> ScrubbedJSON:
+        more = f"; and {len(err.errors) - 5} more" if len(err.errors) > 5 else ""
         body = error_body(err.code, "the project does not load: " + "; ".join(
-            str(d).replace("\n", " ") for d in err.errors[:5]), "run 'dsflow validate' in the project",
+            str(d).replace("\n", " ") for d in err.errors[:5]) + more, "run 'dsflow validate' in the project",
             diagnostics=[d.to_dict() for d in err.diagnostics])
         return ScrubbedJSON(body, status_code=400)
 
@@ -122,7 +123,9 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     def invalid(_: Request, err: RequestValidationError) -> ScrubbedJSON:
-        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in err.errors()[:5]]
+        found = err.errors()
+        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in found[:5]]
+        problems += [f"and {len(found) - 5} more"] if len(found) > 5 else []
         return ScrubbedJSON(error_body("DSF-E330", "invalid request: " + "; ".join(problems),
                                        "see the request's schema in docs/openapi.json"), status_code=422)
 

@@ -100,6 +100,12 @@ class KafkaCommands:
 
         return devbroker
 
+    def dev_registry(self) -> Any:
+        """The development schema registry (`dsflow dev up --registry`): start, stop and read."""
+        from dsflow.adapters.kafka import devregistry
+
+        return devregistry
+
     def producer(self, bootstrap: str, topic: str, config: Mapping[str, str] | None,
                  flush_interval: float) -> JsonProducer:
         """A producer of JSON records to `topic` for a data generator (dsflow/datagen.py)."""
