@@ -13,7 +13,7 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsflow.adapters.spark.changelog_join import LEFT, RIGHT, group_changes, row_changes
+from dsflow.adapters.spark.changelog_join_state import LEFT, RIGHT, group_changes, row_changes
 from dsflow.load.project import load_project
 from projects import make_project
 

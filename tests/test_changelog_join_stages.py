@@ -11,7 +11,7 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsflow.adapters.spark.changelog_join import LEFT, RIGHT, group_changes, row_changes
+from dsflow.adapters.spark.changelog_join_state import LEFT, RIGHT, group_changes, row_changes
 from dsflow.adapters.spark.translate import spark_select
 from dsflow.load.project import check_project, load_project
 from projects import make_project

@@ -5,7 +5,7 @@ state transitions of the two retraction stages (adapters/spark/retract.py). Pure
 
 from __future__ import annotations
 
-from dsflow.adapters.spark.retract import apply_changes, empty_accumulator, key_changes, results
+from dsflow.adapters.spark.retract_state import TOUCH, apply_changes, empty_accumulator, key_changes, results
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.load.project import check_project, load_project
 from projects import make_project
@@ -106,3 +106,12 @@ def test_e157_aggregating_a_changelog_into_a_table(tmp_path):
     assert problems(root) == [("DSF-E157", "q.sql", 1, 14)]
     (root / "sql/q.sql").write_text(sql.replace("'ice'", "'lake'"))
     assert problems(root) == []
+
+
+def test_a_global_aggregates_touch_is_keyed_like_its_row():
+    """retract_state.py keeps its own copy of the global group's key (it imports nothing of load/): it must be
+    GLOBAL_KEY, or a batch that changes nothing would emit a row under another key."""
+    from dsflow.load.aggregates import GLOBAL_KEY
+
+    assert TOUCH[0] == GLOBAL_KEY
+    assert key_changes(["{}", "{}"], [(5, True, "{}", "{}")], touch=True) == (["{}", "{}"], [TOUCH])

@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 from changelogs import changelog_content, duckdb_answer, keyed_rows, produce_changes
 from dsflow.adapters.spark.driver import start_query
-from dsflow.adapters.spark.retract import STATE_PROVIDER, apply_changes, empty_accumulator, group_row, key_changes
+from dsflow.adapters.spark.retract import STATE_PROVIDER
+from dsflow.adapters.spark.retract_state import apply_changes, empty_accumulator, group_row, key_changes
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.adapters.sqlite import mv
 from dsflow.load.aggregates import GLOBAL_KEY

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dsflow.adapters.spark.retract import ROCKSDB, STATE_PROVIDER
+from dsflow.adapters.spark.retract_state import ROCKSDB, STATE_PROVIDER
 from dsflow.adapters.spark.spec import ChainStepSpec, JoinChainSpec
 from dsflow.adapters.spark.temporal import CHANGELOG, INTERNAL, STREAM, step
 
@@ -38,8 +38,8 @@ def _none(value: Any) -> Any:
 
 
 def _processor(spec: ChainStepSpec, horizon: int):
-    """The StatefulProcessor of one step (made here: pyspark is imported only by a driver that needs it)."""
-    import pandas as pd
+    """The StatefulProcessor of one step (made here: pyspark is imported only by a driver that needs it). It imports
+    pandas where it makes a frame, not when unpickled (retract_state.processors says why)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     inner, chained = spec.side == "inner", spec.chained
@@ -61,6 +61,7 @@ def _processor(spec: ChainStepSpec, horizon: int):
             yield self._step([], timerValues.getCurrentWatermarkInMs())
 
         def _step(self, rows: list[tuple], watermark: int):
+            import pandas as pd  # here, not when unpickled (_processor)
             versions, pending = ([], []) if not self.state.exists() else map(json.loads, self.state.get())
             versions, pending, out = step(list(versions), list(pending), rows, watermark, inner, chained, horizon)
             if versions or pending:
