@@ -119,10 +119,17 @@ class Checker:
         if kind_of(node.type) != UNKNOWN or not isinstance(node.expression, exp.Identifier):
             return typed(node.type)
         base = self.infer(node.this)
-        fields = {f.name.lower(): f for f in base.data_type.expressions} \
-            if base.kind == STRUCT and base.data_type is not None else {}
+        if base.kind in (UNKNOWN, NULL) or base.data_type is None:
+            return UNTYPED
+        fields = {f.name.lower(): f for f in base.data_type.expressions} if base.kind == STRUCT else {}
         found = fields.get(node.expression.name.lower())
-        return typed(found.args.get("kind")) if found is not None else UNTYPED
+        if found is not None:
+            return typed(found.args.get("kind"))
+        field = node.expression.name
+        raise Problem("DSF-E048", node, f"'{text(node.this)}' is {base.show()}, not a STRUCT: no field '{field}'"
+                      if base.kind != STRUCT else f"'{text(node.this)}' has no field '{field}'",
+                      f"its fields are {', '.join(f.name for f in base.data_type.expressions)}"
+                      if base.kind == STRUCT else "-> reads a field of a STRUCT column, e.g. after->id")
 
     def _cast(self, node: exp.Cast) -> Typed:
         source = self.infer(node.this)
@@ -147,7 +154,8 @@ class Checker:
 
     def _in(self, node: exp.In) -> Typed:
         items = [(node.this, self.infer(node.this))] + [(e, self.infer(e)) for e in node.expressions]
-        self._comparable(node, items)
+        if items[0][1].kind != NULL:  # NULL IN (...) is NULL: Spark folds it without casting the list
+            self._comparable(node, items)
         return Typed(BOOL, exp.DataType.build("BOOLEAN"))
 
     def _between(self, node: exp.Between) -> Typed:
@@ -169,7 +177,7 @@ class Checker:
             if found.kind == target[1].kind or {found.kind, target[1].kind} == {TIME, DATE}:
                 continue
             if found.kind == STR and not isinstance(node, STRICT_BRANCHES):
-                self._wanted(other, found, target[1].kind, f"'{text(other)}' against {target[1].show()}")
+                self._wanted(other, found, target[1].kind, f"{text(other)} compared with {target[1].show()}")
                 continue
             raise Problem("DSF-E401", node, f"{text(node)}: {target[1].show()} and {found.show()} cannot be "
                           "compared or combined", "CAST one side to the other's type")
