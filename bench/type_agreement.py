@@ -47,10 +47,12 @@ def main() -> None:
 
     run()
     print(f"queries: {verdicts.total}; agreement {verdicts.agreeing}/{verdicts.total} "
-          f"({100 * verdicts.agreeing / max(1, verdicts.total):.2f} %) in {time.monotonic() - started:.0f} s")
+          f"({100 * verdicts.agreeing / max(1, verdicts.total):.2f} %), {len(verdicts.distinct)} distinct, "
+          f"in {time.monotonic() - started:.0f} s")
     for outcome, count in sorted(verdicts.counts.items()):
         print(f"  {count:6}  {outcome}")
     print("dsflow's codes among refused queries: " + ", ".join(f"{c} {n}" for c, n in verdicts.codes.most_common()))
+    print(f"distinct disagreements: {len(verdicts.disagreements)}")
     for outcome, sql, detail in verdicts.disagreements[:args.show]:
         print(f"- {outcome}\n    {sql}\n    {detail}")
     spark.stop()

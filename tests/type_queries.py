@@ -83,6 +83,7 @@ class Verdicts:
     counts: Counter = field(default_factory=Counter)
     codes: Counter = field(default_factory=Counter)
     disagreements: list[tuple[str, str, str]] = field(default_factory=list)
+    distinct: set[str] = field(default_factory=set)
 
     @property
     def total(self) -> int:
@@ -191,5 +192,6 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
 
 def _record(verdicts: Verdicts, outcome: str, sql: str, detail: str) -> None:
     verdicts.counts[outcome] += 1
-    if outcome.startswith("DISAGREE"):
+    verdicts.distinct.add(sql)
+    if outcome.startswith("DISAGREE") and all(sql != s for _, s, _ in verdicts.disagreements):
         verdicts.disagreements.append((outcome, sql, detail))

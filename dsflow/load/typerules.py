@@ -161,7 +161,8 @@ class Checker:
     def _between(self, node: exp.Between) -> Typed:
         items = [(node.this, self.infer(node.this)), (node.args["low"], self.infer(node.args["low"])),
                  (node.args["high"], self.infer(node.args["high"]))]
-        self._comparable(node, items)
+        if items[0][1].kind != NULL:  # NULL BETWEEN ... is NULL, as NULL IN (...)
+            self._comparable(node, items)
         return Typed(BOOL, exp.DataType.build("BOOLEAN"))
 
     def _comparable(self, node: exp.Expr, items: list[tuple[exp.Expr, Typed]]) -> Typed:
@@ -207,6 +208,9 @@ class Checker:
     def _arithmetic(self, node: exp.Binary) -> Typed:
         left, right = self.infer(node.this), self.infer(node.expression)
         kinds = {left.kind, right.kind}
+        if kinds == {NULL, STR}:  # no numeric side to cast the string to: Spark refuses it
+            raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and a string",
+                          "CAST the string to a number, and the NULL too (CAST(NULL AS BIGINT))")
         if kinds & {UNKNOWN, NULL}:
             return typed(node.type) if not kinds - {UNKNOWN, NULL, NUM} else UNTYPED
         temporal = self._temporal_arithmetic(node, left, right)
@@ -270,6 +274,9 @@ class Checker:
             found = self.infer(condition)
             if subject_type is not None:
                 self._comparable(when, [(subject, subject_type), (condition, found)])
+            elif found.kind == NULL:
+                raise Problem("DSF-E405", when, "CASE WHEN NULL: Spark needs a BOOLEAN condition, not an untyped NULL",
+                              "write CAST(NULL AS BOOLEAN), or remove the branch (it is never taken)")
             else:
                 self._boolean(condition, found, "CASE WHEN")
             branches.append((when.args["true"], self.infer(when.args["true"])))
@@ -351,6 +358,9 @@ class Checker:
             first = first.this  # YEAR(x) is parsed as YEAR(TO_DATE(x))
         if first is not None and not isinstance(node, exp.AggFunc):
             self._argument(node, first, self.infer(first))
+        decimals = node.args.get("decimals") if isinstance(node, exp.Round) else None
+        if decimals is not None:  # Spark folds it while analysing: a string that is no number fails there
+            self._wanted(decimals, self.infer(decimals), NUM, f"ROUND's scale '{text(decimals)}'")
         return typed(node.type)
 
     def _argument(self, node: exp.Expr, first: exp.Expr, found: Typed) -> None:
