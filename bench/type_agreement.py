@@ -1,8 +1,8 @@
 """How often `dsflow validate` and Spark's analyzer agree on generated queries (docs/validate.md).
 
-    PYTHONPATH=. python3 bench/type_agreement.py --batches 130 --size 40 --seed 1
+    PYTHONPATH=. python3 bench/type_agreement.py --queries 5000 --seed 1
 
-Each batch is one project of `--size` generated queries (tests/type_queries.py: the grammar, the two verdicts and
+Each batch is one project of the `--size` generated queries not compared before (each query once) (tests/type_queries.py: the grammar, the two verdicts and
 how they are compared). Prints the counts by outcome, dsflow's codes among the refusals, and every disagreement.
 """
 
@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batches", type=int, default=130)
+    parser.add_argument("--queries", type=int, default=5000, help="distinct queries compared")
+    parser.add_argument("--batches", type=int, default=2000, help="batches generated, at most")
     parser.add_argument("--size", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--show", type=int, default=40, help="disagreements printed")
@@ -41,7 +42,10 @@ def main() -> None:
               suppress_health_check=list(HealthCheck))
     @given(batch=st.lists(tq.queries, min_size=args.size, max_size=args.size))
     def run(batch) -> None:
-        tq.compare(spark, batch, verdicts)
+        fresh = list(dict.fromkeys(q for q in batch if q[1] not in verdicts.distinct))  # each query once
+        if verdicts.total >= args.queries or not fresh:
+            return
+        tq.compare(spark, fresh[:args.queries - verdicts.total], verdicts)
         if verdicts.total % 1000 < args.size:
             print(f"{verdicts.total} queries, {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 

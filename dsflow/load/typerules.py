@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dsflow.load.typecheck import (
-    ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem, T,
+from dsflow.load.typekinds import (
+    ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
     Typed, converts, kind_of, text, typed,
 )
 
@@ -387,5 +387,3 @@ class Checker:
                 raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a string",
                               "CAST it to VARCHAR, or read one of its elements or fields")
 
-
-__all__ = ["Checker", "kind_of", "STR", "T"]
