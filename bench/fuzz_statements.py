@@ -52,6 +52,8 @@ def main() -> None:
             key = "".join(traceback.format_exception_only(error)).strip()[:200]
             failures[key] += 1
             examples.setdefault(key, statements)
+        if STATS["projects"] % 1000 == 0:
+            print(f"{STATS['projects']} projects, tracebacks so far: {sum(failures.values())}", flush=True)
 
     run()
     shutil.rmtree(root.parent, ignore_errors=True)

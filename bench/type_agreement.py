@@ -2,8 +2,9 @@
 
     PYTHONPATH=. python3 bench/type_agreement.py --queries 5000 --seed 1
 
-Each batch is one project of the `--size` generated queries not compared before (each query once) (tests/type_queries.py: the grammar, the two verdicts and
-how they are compared). Prints the counts by outcome, dsflow's codes among the refusals, and every disagreement.
+Each batch is one project of those of `--size` generated queries not compared before (each query is compared once;
+tests/type_queries.py: the grammar, the two verdicts and how they are compared). Prints the counts by outcome,
+dsflow's codes among the refusals, and every disagreement.
 """
 
 from __future__ import annotations

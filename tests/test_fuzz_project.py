@@ -432,6 +432,14 @@ def test_no_generated_statement_makes_a_traceback(tmp_path: Path) -> None:
     check()
 
 
+@pytest.mark.parametrize("statement", [
+    "CREATE STREAM fz AS SELECT CEIL() AS c FROM pageviews WHERE FLOOR();",  # sqlglot's annotation failed on it
+    "CREATE STREAM fz AS SELECT DATE_TRUNC() AS c FROM pageviews;",  # a ValueError of sqlglot's parser
+])
+def test_the_statements_the_grammar_found_end_in_a_diagnostic(tmp_path: Path, statement: str) -> None:
+    check_generated_statements([statement], _copy("example", tmp_path))
+
+
 @pytest.mark.parametrize("kind", ODD_FILES)
 def test_each_odd_file_kind_ends_in_success_or_a_diagnostic(tmp_path: Path, kind: str) -> None:
     root = _copy("example", tmp_path)
