@@ -40,7 +40,7 @@ from dsflow.cli.render import diagnostics_text
 from projects import EXAMPLE_PROJECT, REPO
 
 EXAMPLES = int(os.environ.get("DSFLOW_FUZZ_EXAMPLES", "250"))
-STATEMENT_EXAMPLES = int(os.environ.get("DSFLOW_FUZZ_STATEMENTS", "80"))
+STATEMENT_EXAMPLES = int(os.environ.get("DSFLOW_FUZZ_STATEMENTS", "60"))
 """Projects of generated statements (tests/sql_grammar.py) in CI; bench/fuzz_statements.py runs more by hand."""
 SEED = os.environ.get("DSFLOW_FUZZ_SEED")
 """Unset: hypothesis's fixed derandomized sequence (CI). Set: another fixed sequence, for a long run by hand."""
