@@ -211,6 +211,9 @@ class Checker:
         if kinds == {NULL, STR}:  # no numeric side to cast the string to: Spark refuses it
             raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and a string",
                           "CAST the string to a number, and the NULL too (CAST(NULL AS BIGINT))")
+        if NULL in kinds and kinds & {BOOL, ARRAY, MAP, STRUCT}:  # Spark casts NULL to the other side's type
+            raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and {'/'.join(sorted(kinds - {NULL}))}",
+                          "arithmetic takes numbers")
         if kinds & {UNKNOWN, NULL}:
             return typed(node.type) if not kinds - {UNKNOWN, NULL, NUM} else UNTYPED
         temporal = self._temporal_arithmetic(node, left, right)
@@ -238,7 +241,9 @@ class Checker:
 
     def _negate(self, node: exp.Neg) -> Typed:
         found = self.infer(node.this)
-        if found.kind in (NUM, INTERVAL, UNKNOWN, NULL):
+        if found.kind == NULL:
+            return Typed(NUM)  # Spark types -NULL as DOUBLE
+        if found.kind in (NUM, INTERVAL, UNKNOWN):
             return found
         if found.kind == STR:
             self._wanted(node.this, found, NUM, f"'{text(node)}'")
@@ -274,8 +279,9 @@ class Checker:
             found = self.infer(condition)
             if subject_type is not None:
                 self._comparable(when, [(subject, subject_type), (condition, found)])
-            elif found.kind == NULL:
-                raise Problem("DSF-E405", when, "CASE WHEN NULL: Spark needs a BOOLEAN condition, not an untyped NULL",
+            elif found.kind in (NULL, STR):
+                raise Problem("DSF-E405", when, f"CASE WHEN {text(condition)}: Spark needs a BOOLEAN condition, not "
+                              f"{found.show() if found.kind == STR else 'an untyped NULL'} (it casts none here)",
                               "write CAST(NULL AS BOOLEAN), or remove the branch (it is never taken)")
             else:
                 self._boolean(condition, found, "CASE WHEN")
