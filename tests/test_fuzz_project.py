@@ -30,15 +30,18 @@ from pathlib import Path
 import click
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+import sql_grammar
 from dsflow.cli import cli
 from dsflow.errors import DsflowError, ProjectError
 from dsflow.cli.render import diagnostics_text
 from projects import EXAMPLE_PROJECT, REPO
 
 EXAMPLES = int(os.environ.get("DSFLOW_FUZZ_EXAMPLES", "250"))
+STATEMENT_EXAMPLES = int(os.environ.get("DSFLOW_FUZZ_STATEMENTS", "60"))
+"""Projects of generated statements (tests/sql_grammar.py) in CI; bench/fuzz_statements.py runs more by hand."""
 SEED = os.environ.get("DSFLOW_FUZZ_SEED")
 """Unset: hypothesis's fixed derandomized sequence (CI). Set: another fixed sequence, for a long run by hand."""
 HANG_SECONDS = 60
@@ -342,14 +345,14 @@ def _on_alarm(signum, frame):
     raise Hang(f"a command ran for {HANG_SECONDS} s")
 
 
-def check_project_commands(root: Path, extra: list[str]) -> None:
-    """validate and plan --no-refresh: exit 0, or exit 1 with diagnostics that carry a DSF code."""
+def check_project_commands(root: Path, extra: list[str], commands: tuple[list[str], ...] = COMMANDS) -> None:
+    """validate and plan --no-refresh (or `commands`): exit 0, or exit 1 with diagnostics that carry a DSF code."""
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     STATS["projects"] += 1
     if STATS["projects"] % 500 == 0:  # progress of a long run (seen with -s)
         print(f"fuzz: {STATS['projects']} projects so far", flush=True)
     try:
-        for command in COMMANDS:
+        for command in commands:
             signal.alarm(HANG_SECONDS)
             try:
                 code, output = run_command(["-C", str(root), *extra, *command])
@@ -403,6 +406,38 @@ def test_no_mutated_project_makes_a_traceback_or_hangs(base: str, changes: list[
                 if not path.is_symlink():
                     with contextlib.suppress(OSError):
                         path.chmod(0o700)
+
+
+def check_generated_statements(statements: list[str], root: Path) -> None:
+    """A copy of example_project (`root`, reused: its own statements stay in its load cache) with `statements`
+    (tests/sql_grammar.py) in a file of their own: validate ends in success or diagnostics."""
+    (root / "sql" / "fuzz.sql").write_text("\n".join(statements) + "\n")
+    check_project_commands(root, [], commands=(["validate"],))
+
+
+def test_no_generated_statement_makes_a_traceback(tmp_path: Path) -> None:
+    """Statements from a grammar of DeltaStream (every statement kind, unknown names, wrong arities, unsupported
+    forms), not mutated bytes: the long run by hand is bench/fuzz_statements.py (docs/testing.md). Not shrunk (a
+    failure shows the statements as generated): shrinking these took minutes."""
+    root = _copy("example", tmp_path)
+
+    @(seed(int(SEED)) if SEED else lambda test: test)
+    @settings(max_examples=STATEMENT_EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
+              phases=[Phase.explicit, Phase.generate],
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(statements=st.lists(sql_grammar.statements, min_size=1, max_size=4))
+    def check(statements: list[str]) -> None:
+        check_generated_statements(statements, root)
+
+    check()
+
+
+@pytest.mark.parametrize("statement", [
+    "CREATE STREAM fz AS SELECT CEIL() AS c FROM pageviews WHERE FLOOR();",  # sqlglot's annotation failed on it
+    "CREATE STREAM fz AS SELECT DATE_TRUNC() AS c FROM pageviews;",  # a ValueError of sqlglot's parser
+])
+def test_the_statements_the_grammar_found_end_in_a_diagnostic(tmp_path: Path, statement: str) -> None:
+    check_generated_statements([statement], _copy("example", tmp_path))
 
 
 @pytest.mark.parametrize("kind", ODD_FILES)

@@ -38,6 +38,7 @@ from dsflow.load.functions import check_functions, declare_result_types
 from dsflow.load.sql import DIALECT, RawStatement, node_location, type_sql
 from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
 from dsflow.load.suggest import did_you_mean, relation_hint
+from dsflow.load.typecheck import check_types
 from dsflow.load.temporal import check_shape, system_time, temporal_join
 from dsflow.load import aggregates as grouping
 from dsflow.load import changelog_join as cj
@@ -115,7 +116,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if not _columns_known(select, tables, found, window, where, report):
         return None
     qualified = _qualified(select, tables, found, window, st, report)
-    if qualified is None or not check_fields(qualified, where, report):
+    if qualified is None or not check_fields(qualified, where, report) \
+            or not check_types(qualified, _column_types(tables, found, window), where, report):
         return None
     joined = _join_kind(qualified, tables, found, join, where, st, report)
     if joined is None:
@@ -374,6 +376,19 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
     except OptimizeError as err:
         report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
         return None
+
+
+def _column_types(tables: list[exp.Table], found: dict, window: Window | None) -> dict[tuple[str, str], exp.DataType]:
+    """{(alias, column) in lower case: type} of the relations read: the type checker's (load/typecheck.py) for a
+    column sqlglot's annotation leaves untyped (inside a CAST, which it types without typing what it casts)."""
+    types: dict[tuple[str, str], exp.DataType] = {}
+    for table in tables:
+        alias = table.alias_or_name.lower()
+        for column in found[id(table)].columns:
+            types[(alias, column.name.lower())] = _schema_type(column.type)
+        if window and table.alias_or_name == window.source:
+            types |= {(alias, c): _schema_type("TIMESTAMP") for c in WINDOW_COLUMNS}
+    return types
 
 
 @cache

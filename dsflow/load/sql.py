@@ -134,6 +134,10 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
         desc = info.get("description") or str(err)
         return None, [Diagnostic("DSF-E002", f"SQL syntax error: {desc}", loc,
                                  hint="see the DeltaStream SQL reference in docs/project.md")]
+    except ValueError as err:  # a builder of sqlglot's for a malformed call: DATE_TRUNC() (found by the fuzzer)
+        return None, [Diagnostic("DSF-E002", f"SQL syntax error: {err}", start,
+                                 hint="a function is called without the arguments it takes; see the DeltaStream "
+                                      "SQL reference in docs/project.md")]
     expression = parsed[0] if parsed else None
     try:
         raw = _to_raw(expression, path, start, snippet)

@@ -1,0 +1,52 @@
+"""The type checker of a continuous query: every expression of a resolved SELECT typed, and what Spark would refuse
+for its types refused here, at its file:line:col (DSF-E400..E409).
+
+It reads the tree load/select.py resolved and annotated (sqlglot's annotate_types, the same typed tree the Spark
+translator rewrites subscripts with): columns, struct fields, casts and the results of functions keep the types
+sqlglot gives them; operators, comparisons, subscripts, CASE branches and aggregates are typed here, as Spark's
+analyzer types them under ANSI mode (its default). Two kinds of problem:
+
+- refused by Spark's analyzer (a subscript on a VARCHAR, a TIMESTAMP compared with a number, `NOT id`, a CASE whose
+  branches are an ARRAY and a number, ...): the query would not start;
+- accepted by the analyzer but failing when a row arrives (DSF-E402, DSF-E403): a string Spark must cast to
+  another type implicitly, under ANSI a cast that fails on any value that does not convert, such as
+  `id > 'x'` (BIGINT against a non-numeric literal) or `userid + 1` (a VARCHAR column in arithmetic).
+
+A type it cannot tell (UNKNOWN from sqlglot, a function it has no rule for) is let through: refusing a valid query
+is worse than letting Spark say it. What is not checked yet is listed in docs/validate.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from dsflow.errors import Diagnostic
+from dsflow.load.typekinds import RUNTIME_CODES
+from dsflow.load.typerules import Checker
+
+__all__ = ["RUNTIME_CODES", "check_types"]
+
+Report = Callable[[Diagnostic], None]
+
+
+def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType], where, report: Report) -> bool:
+    """Type every expression of the resolved SELECT, whose sources have `columns` ({(alias, name) in lower case:
+    type}); report each problem (DSF-E400..E409); True if there is none."""
+    checker = Checker(columns)
+    for projection in select.selects:
+        checker.infer(projection)
+    for key in ("where", "having"):
+        clause = select.args.get(key)
+        if clause is not None:
+            checker.condition(clause.this, key.upper())
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            checker.condition(join.args["on"], "ON")
+    group = select.args.get("group")
+    for item in group.expressions if group is not None else []:
+        checker.infer(item)
+    for problem in checker.problems:
+        report(Diagnostic(problem.code, problem.message, where(problem.node), hint=problem.hint))
+    return not checker.problems

@@ -1,0 +1,98 @@
+"""The kinds of types the type checker (load/typecheck.py) tells apart, and what a string converts to."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+T = exp.DataType.Type
+
+NUM, STR, BOOL, TIME, DATE, ARRAY, MAP, STRUCT, NULL, BINARY, INTERVAL, UNKNOWN = (
+    "number", "string", "boolean", "timestamp", "date", "array", "map", "struct", "null", "binary", "interval",
+    "unknown")
+COMPLEX = (ARRAY, MAP, STRUCT)
+RUNTIME_CODES = ("DSF-E402", "DSF-E403")
+"""The codes of a query Spark's analyzer accepts but whose rows fail (an implicit cast of a string, under ANSI)."""
+
+NUMBER_TEXT = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*")
+DATE_TEXT = re.compile(r"\s*\d{4}-\d{1,2}(-\d{1,2})?\s*")
+TIMESTAMP_TEXT = re.compile(r"\s*\d{4}-\d{1,2}-\d{1,2}([ T]\d{1,2}(:\d{1,2}(:\d{1,2}(\.\d{1,9})?)?)?)?"
+                            r"(Z|[+-]\d{2}:?\d{2})?\s*")
+BOOLEAN_TEXT = {"t", "true", "y", "yes", "1", "f", "false", "n", "no", "0"}
+
+
+@dataclass(frozen=True)
+class Typed:
+    """An expression's type: its kind, sqlglot's DataType when known, and the text of a string literal."""
+
+    kind: str
+    data_type: exp.DataType | None = None
+    literal: str | None = None
+
+    def show(self) -> str:
+        if self.literal is not None:
+            return f"the string '{self.literal}'"
+        if self.data_type is not None and not self.data_type.is_type(T.UNKNOWN):
+            return self.data_type.sql(dialect="spark").upper()
+        return self.kind.upper()
+
+
+UNTYPED = Typed(UNKNOWN)
+
+
+def kind_of(data_type: exp.DataType | None) -> str:
+    """The kind of a sqlglot DataType."""
+    if data_type is None:
+        return UNKNOWN
+    this = data_type.this
+    if this in exp.DataType.NUMERIC_TYPES:
+        return NUM
+    if this in exp.DataType.TEXT_TYPES:
+        return STR
+    if this in (T.DATE, T.DATE32):
+        return DATE
+    if this in exp.DataType.TEMPORAL_TYPES:
+        return TIME
+    simple = {T.BOOLEAN: BOOL, T.ARRAY: ARRAY, T.MAP: MAP, T.STRUCT: STRUCT, T.NULL: NULL, T.BINARY: BINARY,
+              T.VARBINARY: BINARY, T.INTERVAL: INTERVAL}
+    return simple.get(this, UNKNOWN)
+
+
+def typed(data_type: exp.DataType | None) -> Typed:
+    kind = kind_of(data_type)
+    return Typed(kind, data_type if kind != UNKNOWN else None)
+
+
+def converts(text: str, kind: str) -> bool:
+    """Whether Spark's ANSI cast of the string `text` to `kind` succeeds."""
+    if kind == NUM:
+        return NUMBER_TEXT.fullmatch(text) is not None
+    if kind == DATE:
+        return DATE_TEXT.fullmatch(text) is not None or TIMESTAMP_TEXT.fullmatch(text) is not None
+    if kind == TIME:
+        return TIMESTAMP_TEXT.fullmatch(text) is not None or DATE_TEXT.fullmatch(text) is not None
+    if kind == BOOL:
+        return text.strip().lower() in BOOLEAN_TEXT
+    return True
+
+
+class Problem(Exception):
+    """A type error found while typing one expression."""
+
+    def __init__(self, code: str, node: exp.Expr, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.code, self.node, self.message, self.hint = code, node, message, hint
+
+
+def text(node: exp.Expr) -> str:
+    """An expression as the user wrote it, more or less: without the quotes qualification added."""
+    from dsflow.load.sql import DIALECT
+
+    bare = node.copy()
+    for identifier in bare.find_all(exp.Identifier):
+        if identifier.name.isidentifier():
+            identifier.set("quoted", False)
+    written = bare.sql(dialect=DIALECT)
+    return written if len(written) <= 60 else written[:57] + "..."

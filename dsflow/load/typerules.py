@@ -1,0 +1,395 @@
+"""How each kind of expression is typed, and which types Spark refuses for it (load/typecheck.py)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dsflow.load.typekinds import (
+    ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
+    Typed, converts, kind_of, text, typed,
+)
+
+COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
+BRANCHES = (exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)
+STRICT_BRANCHES = (exp.Greatest, exp.Least)
+"""Spark finds no common type of a string and another kind for these: refused by its analyzer, not cast."""
+CASTABLE: dict[str, set[str]] = {
+    STR: {NUM, BOOL, TIME, DATE, BINARY, STR},
+    NUM: {NUM, STR, BOOL, TIME},
+    BOOL: {BOOL, NUM, STR},
+    TIME: {TIME, DATE, STR, NUM},
+    DATE: {DATE, TIME, STR},
+    BINARY: {BINARY, STR},
+    ARRAY: {ARRAY, STR}, MAP: {MAP, STR}, STRUCT: {STRUCT, STR},
+    INTERVAL: {INTERVAL, STR},
+}
+"""What Spark's ANSI cast takes each kind to (Cast.canAnsiCast); NULL and unknown cast to anything."""
+IMPLICIT_FROM_STRING = (NUM, TIME, DATE, BOOL)
+"""The kinds a string is cast to implicitly where one is needed (and fails at run time if it does not convert)."""
+
+NUMERIC_ARGS = (exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.Exp, exp.Ln, exp.Log, exp.Pow, exp.Sign)
+TEMPORAL_ARGS = (exp.Year, exp.Month, exp.Quarter, exp.Day, exp.DayOfMonth, exp.DayOfWeek, exp.DayOfYear,
+                 exp.WeekOfYear, exp.Hour, exp.Minute, exp.Second)
+STRING_ARGS = (exp.Upper, exp.Lower, exp.Initcap, exp.Trim, exp.Substring, exp.Length, exp.ConcatWs,
+               exp.Replace if hasattr(exp, "Replace") else exp.Upper, exp.Pad, exp.Reverse, exp.Repeat, exp.Left,
+               exp.Right, exp.MD5, exp.SHA, exp.RegexpReplace, exp.RegexpExtract, exp.RegexpLike)
+COLLECTION_ARGS = ("CARDINALITY",)
+
+
+class Checker:
+    """Types expressions bottom-up; every problem is kept (`problems`), and an expression with one is typed
+    UNKNOWN so that what encloses it is not reported again."""
+
+    def __init__(self, columns: dict[tuple[str, str], exp.DataType]) -> None:
+        self.problems: list[Problem] = []
+        self.columns = columns
+
+    def infer(self, node: exp.Expr) -> Typed:
+        try:
+            return self._infer(node)
+        except Problem as problem:
+            self.problems.append(problem)
+            return UNTYPED
+
+    def condition(self, node: exp.Expr, clause: str) -> None:
+        found = self.infer(node)
+        try:
+            self._boolean(node, found, clause)
+        except Problem as problem:
+            self.problems.append(problem)
+
+    # --- dispatch ---------------------------------------------------------------------------------------------
+
+    def _infer(self, node: exp.Expr) -> Typed:
+        if isinstance(node, (exp.Alias, exp.Paren)):
+            return self.infer(node.this)
+        if isinstance(node, exp.Literal):
+            return Typed(STR, exp.DataType.build("VARCHAR"), literal=node.name) if node.is_string else typed(node.type)
+        if isinstance(node, exp.Null):
+            return Typed(NULL)
+        if isinstance(node, exp.Boolean):
+            return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+        if isinstance(node, exp.Column):
+            return typed(node.type) if kind_of(node.type) != UNKNOWN else \
+                typed(self.columns.get((node.table.lower(), node.name.lower())))
+        if isinstance(node, exp.Dot):
+            return self._field(node)
+        for kinds, method in self._rules():
+            if isinstance(node, kinds):
+                return method(node)
+        for child in node.iter_expressions():  # typed for their own problems
+            self.infer(child)
+        return self._function(node)
+
+    def _rules(self):
+        return ((exp.Bracket, self._bracket), ((exp.Cast, exp.TryCast), self._cast), (COMPARISONS, self._compare),
+                (exp.In, self._in), (exp.Between, self._between), (ARITHMETIC, self._arithmetic),
+                (exp.Neg, self._negate), ((exp.And, exp.Or), self._connector), (exp.Not, self._not),
+                (exp.Case, self._case), (exp.If, self._if), (BRANCHES, self._branches), (exp.Concat, self._concat),
+                ((exp.Sum, exp.Avg), self._sum), ((exp.Min, exp.Max), self._min_max), (exp.DPipe, self._dpipe),
+                ((exp.Like, exp.ILike), self._like))
+
+    # --- subscripts and casts ---------------------------------------------------------------------------------
+
+    def _bracket(self, node: exp.Bracket) -> Typed:
+        base = self.infer(node.this)
+        keys = [self.infer(e) for e in node.expressions]
+        if base.kind in (UNKNOWN, NULL) or len(keys) != 1:
+            return typed(node.type)
+        index, key = node.expressions[0], keys[0]
+        written = f"{text(node.this)}[{text(index)}]"
+        if base.kind == ARRAY:
+            self._wanted(index, key, NUM, f"the index of {written}")
+            element = base.data_type.expressions[0] if base.data_type and base.data_type.expressions else None
+            return typed(element) if element is not None else typed(node.type)
+        if base.kind == MAP:
+            values = base.data_type.expressions if base.data_type else []
+            return typed(values[1]) if len(values) == 2 else typed(node.type)
+        if base.kind == STRUCT and key.literal is not None and base.data_type is not None:
+            fields = {f.name.lower(): f for f in base.data_type.expressions}
+            found = fields.get(key.literal.lower())
+            if found is not None:
+                return typed(found.args.get("kind"))
+        raise Problem("DSF-E400", node, f"'{written}': a subscript reads an ARRAY element or a MAP value, but "
+                      f"'{text(node.this)}' is {base.show()}",
+                      "subscript an ARRAY (a[1], counted from 1) or a MAP (m['key']); a STRUCT's field is s->field")
+
+    def _field(self, node: exp.Dot) -> Typed:
+        if kind_of(node.type) != UNKNOWN or not isinstance(node.expression, exp.Identifier):
+            return typed(node.type)
+        base = self.infer(node.this)
+        if base.kind in (UNKNOWN, NULL) or base.data_type is None:
+            return UNTYPED
+        fields = {f.name.lower(): f for f in base.data_type.expressions} if base.kind == STRUCT else {}
+        found = fields.get(node.expression.name.lower())
+        if found is not None:
+            return typed(found.args.get("kind"))
+        field = node.expression.name
+        raise Problem("DSF-E048", node, f"'{text(node.this)}' is {base.show()}, not a STRUCT: no field '{field}'"
+                      if base.kind != STRUCT else f"'{text(node.this)}' has no field '{field}'",
+                      f"its fields are {', '.join(f.name for f in base.data_type.expressions)}"
+                      if base.kind == STRUCT else "-> reads a field of a STRUCT column, e.g. after->id")
+
+    def _cast(self, node: exp.Cast) -> Typed:
+        source = self.infer(node.this)
+        target = typed(node.to)
+        strict = not node.sql(dialect="spark").upper().startswith("TRY_CAST")
+        if source.kind in (UNKNOWN, NULL) or target.kind == UNKNOWN:
+            return target
+        if target.kind not in CASTABLE.get(source.kind, {target.kind}):
+            raise Problem("DSF-E407", node, f"{text(node)}: {source.show()} cannot be cast to {target.show()}",
+                          f"{source.kind} values cast to {', '.join(sorted(CASTABLE[source.kind]))}")
+        if strict and source.literal is not None and not converts(source.literal, target.kind):
+            raise Problem("DSF-E402", node, f"{text(node)}: '{source.literal}' is not a {target.kind}; the cast "
+                          "fails when the query runs", "write a literal of that type, or TRY_CAST (NULL instead)")
+        return target
+
+    # --- comparisons --------------------------------------------------------------------------------------------
+
+    def _compare(self, node: exp.Binary) -> Typed:
+        left, right = self.infer(node.this), self.infer(node.expression)
+        self._comparable(node, [(node.this, left), (node.expression, right)])
+        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+
+    def _in(self, node: exp.In) -> Typed:
+        items = [(node.this, self.infer(node.this))] + [(e, self.infer(e)) for e in node.expressions]
+        if items[0][1].kind != NULL:  # NULL IN (...) is NULL: Spark folds it without casting the list
+            self._comparable(node, items)
+        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+
+    def _between(self, node: exp.Between) -> Typed:
+        items = [(node.this, self.infer(node.this)), (node.args["low"], self.infer(node.args["low"])),
+                 (node.args["high"], self.infer(node.args["high"]))]
+        if items[0][1].kind != NULL:  # NULL BETWEEN ... is NULL, as NULL IN (...)
+            self._comparable(node, items)
+        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+
+    def _comparable(self, node: exp.Expr, items: list[tuple[exp.Expr, Typed]]) -> Typed:
+        """The common type of values compared (or of branches); a Problem if Spark has none."""
+        known = [(n, t) for n, t in items if t.kind not in (UNKNOWN, NULL)]
+        if not known:
+            return UNTYPED
+        target = next(((n, t) for n, t in known if t.kind != STR), known[0])
+        for other, found in known:
+            if found.kind == MAP and isinstance(node, (*COMPARISONS, exp.In, exp.Between)):
+                raise Problem("DSF-E401", node, f"{text(node)}: MAP values cannot be compared",
+                              "compare one of its values, m['key']")
+            if found.kind == target[1].kind or {found.kind, target[1].kind} == {TIME, DATE}:
+                continue
+            if found.kind == STR and not isinstance(node, STRICT_BRANCHES):
+                self._wanted(other, found, target[1].kind, f"{text(other)} compared with {target[1].show()}")
+                continue
+            raise Problem("DSF-E401", node, f"{text(node)}: {target[1].show()} and {found.show()} cannot be "
+                          "compared or combined", "CAST one side to the other's type")
+        return target[1]
+
+    def _wanted(self, node: exp.Expr, found: Typed, kind: str, what: str) -> None:
+        """`node` (typed `found`) is where Spark needs a `kind`: a string converts at run time, or fails."""
+        if found.kind in (kind, UNKNOWN, NULL) or {found.kind, kind} == {TIME, DATE}:
+            return
+        if found.kind == STR and kind in IMPLICIT_FROM_STRING:
+            if found.literal is None:
+                raise Problem("DSF-E403", node, f"{what}: {found.show()} '{text(node)}' is used as a {kind}; Spark "
+                              f"casts it when the query runs, and any value that is not a {kind} fails it (ANSI)",
+                              f"CAST it explicitly (TRY_CAST gives NULL for a value that is not a {kind}), or "
+                              "declare the column with its type")
+            if not converts(found.literal, kind):
+                raise Problem("DSF-E402", node, f"{what}: '{found.literal}' is not a {kind}, so Spark's cast of it "
+                              "fails when the query runs (ANSI)", f"write a {kind} literal")
+            return
+        if kind == STR and found.kind not in COMPLEX:
+            return
+        raise Problem("DSF-E401", node, f"{what}: {found.show()} where a {kind} is needed",
+                      f"use a {kind} value, or CAST it")
+
+    # --- arithmetic and conditions -----------------------------------------------------------------------------
+
+    def _arithmetic(self, node: exp.Binary) -> Typed:
+        left, right = self.infer(node.this), self.infer(node.expression)
+        kinds = {left.kind, right.kind}
+        if kinds == {NULL, STR}:  # no numeric side to cast the string to: Spark refuses it
+            raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and a string",
+                          "CAST the string to a number, and the NULL too (CAST(NULL AS BIGINT))")
+        if NULL in kinds and kinds & {BOOL, ARRAY, MAP, STRUCT}:  # Spark casts NULL to the other side's type
+            raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and {'/'.join(sorted(kinds - {NULL}))}",
+                          "arithmetic takes numbers")
+        if kinds & {UNKNOWN, NULL}:
+            return typed(node.type) if not kinds - {UNKNOWN, NULL, NUM} else UNTYPED
+        temporal = self._temporal_arithmetic(node, left, right)
+        if temporal is not None:
+            return temporal
+        for side, found in ((node.this, left), (node.expression, right)):
+            if found.kind not in (NUM, STR):
+                raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on {found.show()} '{text(side)}'",
+                              "arithmetic takes numbers (and TIMESTAMP/DATE plus or minus an INTERVAL)")
+        for side, found in ((node.this, left), (node.expression, right)):
+            self._wanted(side, found, NUM, f"'{text(node)}'")
+        return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM)
+
+    def _temporal_arithmetic(self, node: exp.Binary, left: Typed, right: Typed) -> Typed | None:
+        kinds = (left.kind, right.kind)
+        if not isinstance(node, (exp.Add, exp.Sub)) or not ({TIME, DATE} & set(kinds)):
+            return None
+        if INTERVAL in kinds:
+            return left if left.kind in (TIME, DATE) else right
+        if isinstance(node, exp.Sub) and set(kinds) <= {TIME, DATE}:
+            return Typed(INTERVAL)
+        if DATE in kinds and NUM in kinds and (isinstance(node, exp.Add) or left.kind == DATE):
+            return Typed(DATE, exp.DataType.build("DATE"))
+        return None
+
+    def _negate(self, node: exp.Neg) -> Typed:
+        found = self.infer(node.this)
+        if found.kind == NULL:
+            return Typed(NUM)  # Spark types -NULL as DOUBLE
+        if found.kind in (NUM, INTERVAL, UNKNOWN):
+            return found
+        if found.kind == STR:
+            self._wanted(node.this, found, NUM, f"'{text(node)}'")
+            return Typed(NUM)
+        raise Problem("DSF-E404", node, f"{text(node)}: negating {found.show()}", "negate a number")
+
+    def _connector(self, node: exp.Connector) -> Typed:
+        for side in (node.this, node.expression):
+            self._boolean(side, self.infer(side), type(node).__name__.upper())
+        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+
+    def _not(self, node: exp.Not) -> Typed:
+        self._boolean(node.this, self.infer(node.this), "NOT")
+        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+
+    def _boolean(self, node: exp.Expr, found: Typed, clause: str) -> None:
+        if found.kind in (BOOL, UNKNOWN, NULL):
+            return
+        if found.kind == STR:
+            self._wanted(node, found, BOOL, f"{clause} '{text(node)}'")
+            return
+        raise Problem("DSF-E405", node, f"{clause} needs a BOOLEAN condition, but '{text(node)}' is {found.show()}",
+                      "compare it, e.g. x > 0, or x IS NOT NULL")
+
+    # --- branches -----------------------------------------------------------------------------------------------
+
+    def _case(self, node: exp.Case) -> Typed:
+        subject = node.this
+        branches: list[tuple[exp.Expr, Typed]] = []
+        subject_type = self.infer(subject) if subject is not None else None
+        for when in node.args.get("ifs") or []:
+            condition = when.this
+            found = self.infer(condition)
+            if subject_type is not None:
+                self._comparable(when, [(subject, subject_type), (condition, found)])
+            elif found.kind in (NULL, STR):
+                raise Problem("DSF-E405", when, f"CASE WHEN {text(condition)}: Spark needs a BOOLEAN condition, not "
+                              f"{found.show() if found.kind == STR else 'an untyped NULL'} (it casts none here)",
+                              "write CAST(NULL AS BOOLEAN), or remove the branch (it is never taken)")
+            else:
+                self._boolean(condition, found, "CASE WHEN")
+            branches.append((when.args["true"], self.infer(when.args["true"])))
+        default = node.args.get("default")
+        if default is not None:
+            branches.append((default, self.infer(default)))
+        return self._common(node, branches)
+
+    def _if(self, node: exp.If) -> Typed:
+        self._boolean(node.this, self.infer(node.this), "IF")
+        branches = [(n, self.infer(n)) for n in (node.args.get("true"), node.args.get("false")) if n is not None]
+        return self._common(node, branches)
+
+    def _branches(self, node: exp.Func) -> Typed:
+        values = [node.this, *node.expressions] if not isinstance(node, exp.Nullif) else [node.this, node.expression]
+        return self._common(node, [(n, self.infer(n)) for n in values if n is not None])
+
+    def _common(self, node: exp.Expr, branches: list[tuple[exp.Expr, Typed]]) -> Typed:
+        try:
+            found = self._comparable(node, branches)
+        except Problem as problem:
+            raise Problem("DSF-E406" if problem.code == "DSF-E401" else problem.code, problem.node,
+                          problem.message.replace("cannot be compared or combined", "cannot be the branches of one "
+                                                  "expression"), "give every branch the same type (CAST one)") \
+                from None
+        if found.kind == UNKNOWN:
+            return typed(node.type)
+        return typed(node.type) if kind_of(node.type) == found.kind else found
+
+    # --- aggregates, functions, strings --------------------------------------------------------------------------
+
+    def _sum(self, node: exp.AggFunc) -> Typed:
+        found = self.infer(node.this)
+        if found.kind in (NUM, UNKNOWN, NULL, INTERVAL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds
+            return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM)
+        if found.kind == STR:
+            self._wanted(node.this, found, NUM, f"{node.key.upper()}")
+            return Typed(NUM)
+        raise Problem("DSF-E408", node, f"{text(node)}: {node.key.upper()} of {found.show()}",
+                      f"{node.key.upper()} adds numbers; COUNT, MIN and MAX take other types")
+
+    def _min_max(self, node: exp.AggFunc) -> Typed:
+        found = self.infer(node.this)
+        if found.kind == MAP:
+            raise Problem("DSF-E408", node, f"{text(node)}: {node.key.upper()} of a MAP (maps are not ordered)",
+                          "take MIN/MAX of one of its values, m['key']")
+        return found if found.kind != UNKNOWN else typed(node.type)
+
+    def _dpipe(self, node: exp.DPipe) -> Typed:
+        return self._joined(node, [(node.this, self.infer(node.this)), (node.expression, self.infer(node.expression))])
+
+    def _concat(self, node: exp.Concat) -> Typed:
+        return self._joined(node, [(n, self.infer(n)) for n in node.expressions])
+
+    def _joined(self, node: exp.Expr, parts: list[tuple[exp.Expr, Typed]]) -> Typed:
+        kinds = {t.kind for _, t in parts}
+        if kinds <= {ARRAY, UNKNOWN, NULL} and ARRAY in kinds:
+            return next(t for _, t in parts if t.kind == ARRAY)
+        for side, found in parts:
+            if found.kind in COMPLEX:
+                raise Problem("DSF-E409", node, f"{text(node)}: CONCAT (||) joins strings, not {found.show()} "
+                              f"'{text(side)}'", "CAST it to VARCHAR, or read one of its elements or fields")
+        return Typed(STR, exp.DataType.build("VARCHAR"))
+
+    def _like(self, node: exp.Binary) -> Typed:
+        for side in (node.this, node.expression):
+            found = self.infer(side)
+            if found.kind in COMPLEX:
+                raise Problem("DSF-E409", node, f"{text(node)}: LIKE matches strings, not {found.show()}",
+                              "CAST it to VARCHAR, or read one of its elements or fields")
+        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+
+    def _function(self, node: exp.Expr) -> Typed:
+        """A function's first argument against what it takes; its result as sqlglot types it (or RESULT_TYPES)."""
+        first = node.this if isinstance(node, exp.Func) and isinstance(node.args.get("this"), exp.Expr) else None
+        if isinstance(node, exp.Anonymous) and node.expressions:
+            first = node.expressions[0]
+        if isinstance(node, TEMPORAL_ARGS) and isinstance(first, exp.TsOrDsToDate) and not first.args.get("format"):
+            first = first.this  # YEAR(x) is parsed as YEAR(TO_DATE(x))
+        if first is not None and not isinstance(node, exp.AggFunc):
+            self._argument(node, first, self.infer(first))
+        decimals = node.args.get("decimals") if isinstance(node, exp.Round) else None
+        if decimals is not None:  # Spark folds it while analysing: a string that is no number fails there
+            self._wanted(decimals, self.infer(decimals), NUM, f"ROUND's scale '{text(decimals)}'")
+        return typed(node.type)
+
+    def _argument(self, node: exp.Expr, first: exp.Expr, found: Typed) -> None:
+        name = node.name.upper() if isinstance(node, exp.Anonymous) else type(node).__name__.upper()
+        what = f"{name}'s argument '{text(first)}'"
+        if isinstance(node, NUMERIC_ARGS):
+            if found.kind not in (NUM, STR, UNKNOWN, NULL):
+                raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a number",
+                              "pass a number, or CAST it")
+            self._wanted(first, found, NUM, what)
+        elif isinstance(node, TEMPORAL_ARGS):
+            if found.kind not in (TIME, DATE, STR, UNKNOWN, NULL):
+                raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a TIMESTAMP or DATE",
+                              "pass a TIMESTAMP, e.g. TO_TIMESTAMP_LTZ(ms, 3) of epoch milliseconds")
+            self._wanted(first, found, TIME, what)
+        elif isinstance(node, STRING_ARGS) or name in COLLECTION_ARGS or isinstance(node, exp.ArraySize):
+            wants_collection = name in COLLECTION_ARGS or isinstance(node, exp.ArraySize)
+            if wants_collection:
+                if found.kind not in (ARRAY, MAP, UNKNOWN, NULL):
+                    raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not an ARRAY or MAP",
+                                  "pass an ARRAY or a MAP")
+                return
+            if found.kind in (MAP, STRUCT) or (found.kind == ARRAY and not isinstance(node, (exp.Concat, exp.Reverse))):
+                raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a string",
+                              "CAST it to VARCHAR, or read one of its elements or fields")
+
