@@ -180,7 +180,8 @@ def measure(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded) -
 
 
 def run_all(cfg: Config, bootstrap: str, spark, work: Path) -> dict:
-    results: dict = {"config": asdict(cfg), "load_before": os.getloadavg()}
+    results: dict = {"config": asdict(cfg), "load_before": os.getloadavg(),
+                     "date": time.strftime("%Y-%m-%d %H:%M %Z")}
     started = time.monotonic()
     print(f"preloading {cfg.events:,} Nexmark events", flush=True)
     loaded = preload(bootstrap, cfg.events, cfg.partitions, prefix=cfg.prefix)
@@ -201,8 +202,8 @@ def render(results: dict, machine: dict, versions: dict) -> str:
     lines = [
         BEGIN,
         "",
-        f"## Spark's own Kafka connector beside dsflow ({machine['date']}, {pre['events']:,} events, "
-        f"{cfg['reps']} run(s))",
+        f"## Spark's own Kafka connector beside dsflow ({results.get('date', machine['date'])}, "
+        f"{pre['events']:,} events, {cfg['reps']} run(s))",
         "",
         "`python bench/kafka_connector.py" + (" --smoke" if cfg["smoke"] else "")
         + f" --events {pre['events']} --reps {cfg['reps']}`: records/s over the preloaded bids, availableNow, median "
@@ -221,8 +222,8 @@ def render(results: dict, machine: dict, versions: dict) -> str:
         f"and sink on confluent-kafka {machine['confluent_kafka']} (librdkafka {machine['librdkafka']})",
         f"- broker: {results.get('broker', '?')}",
         f"- data: {pre['counts']['bid']:,} bids of {pre['events']:,} Nexmark events (seed 0), "
-        f"{pre['bytes_per_bid']:.0f} B of JSON each, {pre['partitions']} partitions; "
-        f"{results['wall_seconds'] / 60:.1f} min in all",
+        f"{pre['bytes_per_bid']:.0f} B of JSON each, {pre['partitions']} partitions; preload and runs took "
+        f"{results['wall_seconds'] / 60:.1f} min",
         "",
         "| query | dsflow | hand-written PySpark, `dsflow_kafka` | hand-written PySpark, Spark's `kafka` "
         "| dsflow ÷ Spark's connector | records in | records out |",
@@ -256,7 +257,7 @@ def replace_section(doc: str, section: str) -> str:
     if at < 0:
         return doc.rstrip("\n") + "\n\n" + section if doc.strip() else section
     after = at + len(report.HAND_WRITTEN)
-    return doc[:after] + "\n\n" + section + doc[after:]
+    return doc[:after] + "\n\n" + section + "\n" + doc[after:].lstrip("\n")
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -287,7 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="the report (default docs/benchmarks.md; with --smoke a file in the temp folder)")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="run nothing: write the section of the results a run saved with --json")
     args = parser.parse_args(argv)
+    if args.render:
+        results = json.loads(args.render.read_text())
+        return _write(results, args.out or DOC, results["versions"])
     cfg = config_from(args)
     try:
         connector = spark_kafka.jars()
@@ -301,12 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["versions"] = connector.versions
+    results["machine"] = report.machine()
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
-    machine = report.machine()
     out = args.out or (Path(tempfile.gettempdir()) / f"dsflow-bench-connector-{os.getpid()}.md" if cfg.smoke
                        else DOC)
-    section = render(results, machine, connector.versions)
+    return _write(results, out, connector.versions)
+
+
+def _write(results: dict, out: Path, versions: dict) -> int:
+    """The section into `out`; 1 if any run's counts (or, smoke, values) were wrong."""
+    results.setdefault("machine", report.machine())
+    section = render(results, results["machine"], versions)
     out.write_text(replace_section(out.read_text() if out.exists() else "", section))
     print(f"wrote {out}", flush=True)
     return 0 if all(r["counts_ok"] and r.get("values_ok", True) for r in results["rows"]) else 1

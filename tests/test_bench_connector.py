@@ -56,6 +56,7 @@ def test_the_section_is_replaced_in_place_or_put_under_the_hand_written_marker()
     doc = f"# Benchmarks\n\ngenerated\n\n{report.HAND_WRITTEN}\n\n## older notes\n"
     once = kafka_connector.replace_section(doc, first)
     assert once.index(report.HAND_WRITTEN) < once.index("## run one") < once.index("## older notes")
+    assert f"{report.HAND_WRITTEN}\n\n{kafka_connector.BEGIN}" in once and f"{kafka_connector.END}\n\n## older" in once
     twice = kafka_connector.replace_section(once, second)
     assert "## run one" not in twice and twice.count(kafka_connector.BEGIN) == 1
     assert twice == once.replace("## run one", "## run two")
