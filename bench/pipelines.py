@@ -82,7 +82,7 @@ def run_dsflow_available_now(spark, spec, checkpoint: str) -> tuple[float, int]:
 
     started = time.monotonic()
     query = start_query(spark, spec.model_copy(update={"checkpoint": checkpoint}), available_now=True)
-    return _finish(query, started)
+    return finish(query, started)
 
 
 # --- hand-written PySpark ---------------------------------------------------------------------
@@ -107,11 +107,16 @@ def _bids(spark, bootstrap: str, starting_position: str, timed: bool = False, pr
 def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "earliest", prefix: str = "") -> Any:
     """Each query written directly against the DataFrame API: (key, value) rows for the sink. `prefix` names
     other source topics (`<prefix>nexmark_bid` ...): each latency run has its own."""
-    from pyspark.sql import functions as F
-
     if query in STATEFUL:
         return STATEFUL_FRAMES[query](spark, bootstrap, starting_position, prefix)
-    bids = _bids(spark, bootstrap, starting_position, prefix=prefix)
+    return stateless_select(_bids(spark, bootstrap, starting_position, prefix=prefix), query)
+
+
+def stateless_select(bids, query: str) -> Any:
+    """q0-q2 over bid rows (key + the value's columns): (key, value JSON) rows for the sink, whichever source
+    read them (bench/kafka_connector.py writes the same over Spark's own Kafka connector)."""
+    from pyspark.sql import functions as F
+
     cols = ["auction", "bidder", "price", "channel", "url", "date_time", "extra"]
     if query == "q1":
         bids = bids.withColumn("price", (F.lit(0.908) * F.col("price")).cast("double"))
@@ -204,10 +209,11 @@ def run_available_now(frame, bootstrap: str, topic: str, checkpoint: str, update
     now). The harness passes the time from before it built `frame`, as dsflow's time includes building its own."""
     started = time.monotonic() if started is None else started
     query = _writer(frame, bootstrap, topic, checkpoint, update).trigger(availableNow=True).start()
-    return _finish(query, started)
+    return finish(query, started)
 
 
-def _finish(query, started: float) -> tuple[float, int]:
+def finish(query, started: float) -> tuple[float, int]:
+    """Wait for an availableNow query to end; (seconds since `started`, input rows), or its error raised."""
     query.awaitTermination()
     seconds = time.monotonic() - started
     if query.exception() is not None:

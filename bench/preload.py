@@ -69,11 +69,13 @@ def recreate_topics(bootstrap: str, partitions: int, names: list[str], attempts:
                     raise
 
 
-def preload(bootstrap: str, events: int, partitions: int = 2, seed: int = 0, workers: int = 2) -> Preloaded:
-    """Recreate the three topics and produce events 0..events-1 into them."""
+def preload(bootstrap: str, events: int, partitions: int = 2, seed: int = 0, workers: int = 2,
+            prefix: str = "") -> Preloaded:
+    """Recreate the three topics (each name after `prefix`) and produce events 0..events-1 into them."""
     from confluent_kafka import Producer
 
-    recreate_topics(bootstrap, partitions, list(TOPICS.values()))
+    topics = {kind: prefix + name for kind, name in TOPICS.items()}
+    recreate_topics(bootstrap, partitions, list(topics.values()))
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000,
                          "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151,
                          "enable.idempotence": True, "partitioner": "murmur2_random"})
@@ -95,7 +97,7 @@ def preload(bootstrap: str, events: int, partitions: int = 2, seed: int = 0, wor
         for encoded, matches in runner.map(encode_chunk, chunks):
             q2 += matches
             for kind, pairs in encoded.items():
-                topic = TOPICS[kind]
+                topic = topics[kind]
                 for key, value in pairs:
                     _produce(producer, topic, value, key, report)
                 counts[kind] += len(pairs)

@@ -10,7 +10,8 @@
 #   otherwise the script names what is missing and stops.
 # - Python: dsflow with its test extra, and fakesnow without its dependencies (it pins an older sqlglot; its own
 #   dependencies are in the test extra; docs/dependencies.md).
-# - Maven: Apache Kafka's jars, into ~/.cache/dsflow (dsflow/adapters/kafka/kraft.py).
+# - Maven: Apache Kafka's jars and Spark's Kafka connector, into ~/.cache/dsflow (dsflow/adapters/kafka/kraft.py,
+#   bench/spark_kafka.py).
 # - npm, into tests/.node: kinesalite (Kinesis) and Azurite (Azure Blob; 3.37.0 or later, docs/dependencies.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,8 @@ python3 -m pip install -q -e '.[test]'
 python3 -c 'import fakesnow' 2>/dev/null || python3 -m pip install -q --no-deps 'fakesnow==0.12.1'
 # Apache Kafka's jars (the test run's broker), resolved by Maven into dsflow's cache (dsflow/adapters/kafka/kraft.py).
 python3 -c 'from dsflow.adapters.kafka import kraft; kraft.ensure_jars()'
+# Spark's own Kafka connector (bench/kafka_connector.py and its smoke test), resolved the same way (bench/spark_kafka.py).
+python3 bench/spark_kafka.py >/dev/null
 
 node_modules=tests/.node/node_modules
 [ -d "$node_modules/kinesalite" ] ||
