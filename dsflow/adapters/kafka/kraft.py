@@ -166,8 +166,17 @@ def server_properties(run_dir: Path, ports: Listeners) -> str:
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
+def new_cluster_id() -> str:
+    """A random cluster id in Kafka's form (a UUID, URL-safe base64). Never one that starts with '-', as Kafka's own
+    Uuid.randomUuid ensures: the storage tool's argument parser would take it for an option (1 draw in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def format_storage(libs: Path, run_dir: Path) -> None:
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_cluster_id()
     scram = [arg for name, password in USERS.items() for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
              for arg in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
     done = subprocess.run([java(), *_jvm_base(libs, run_dir), "kafka.tools.StorageTool", "format", "-t", cluster_id,
