@@ -41,6 +41,19 @@ stores:
     bootstrap_servers: "{{ var('bootstrap') }}"
 """
 
+KAFKA_KINESIS_STORES = """\
+stores:
+  - name: kafka_store
+    type: kafka
+    bootstrap_servers: "{{ var('bootstrap') }}"
+  - name: kinesis_store
+    type: kinesis
+    properties:
+      region: us-east-1
+      endpoint: "{{ var('kinesis') }}"
+"""
+"""A Kafka store and a Kinesis store, at the `bootstrap` and `kinesis` variables."""
+
 DEFAULTS = {"dsflow.yml": DEFAULT_CONFIG, "stores/kafka.yml": DEFAULT_STORE}
 
 PAGEVIEWS = """\

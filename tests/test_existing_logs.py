@@ -22,7 +22,7 @@ from dsflow.cli import cli
 from dsflow.core.plan import Action
 from dsflow.engine import operations, topics
 from dsflow.errors import ProjectError
-from projects import make_project
+from projects import KAFKA_KINESIS_STORES as STORES, make_project
 
 pytestmark = pytest.mark.integration
 
@@ -32,18 +32,6 @@ default:
   database: tutorial
   schema: public
   store: kafka_store
-"""
-
-STORES = """\
-stores:
-  - name: kafka_store
-    type: kafka
-    bootstrap_servers: "{{ var('bootstrap') }}"
-  - name: kinesis_store
-    type: kinesis
-    properties:
-      region: us-east-1
-      endpoint: "{{ var('kinesis') }}"
 """
 
 # the seed tutorial's source, over a stream the user already has; and a Kafka source over a topic they have

@@ -21,7 +21,7 @@ from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.client import list_shards, new_client
 from dsflow.adapters.kinesis.records import read_records
 from dsflow.cli import cli
-from projects import make_project
+from projects import KAFKA_KINESIS_STORES as STORES, make_project
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -36,18 +36,6 @@ default_environment: dev
 environments:
   dev:
     topic_prefix: "{prefix}"
-"""
-
-STORES = """\
-stores:
-  - name: kafka_store
-    type: kafka
-    bootstrap_servers: "{{ var('bootstrap') }}"
-  - name: kinesis_store
-    type: kinesis
-    properties:
-      region: us-east-1
-      endpoint: "{{ var('kinesis') }}"
 """
 
 SOURCES = """\

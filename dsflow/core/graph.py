@@ -128,6 +128,21 @@ def has_cycle(deps: Mapping[_Node, Iterable[_Node]]) -> bool:
     return done < len(indegree)
 
 
+def reaches(edges: Mapping[_Node, Iterable[_Node]], start: _Node, goal: _Node) -> bool:
+    """Whether `goal` is `start` or reachable from it through `edges` (node -> the nodes it leads to; a node that
+    is no key leads nowhere)."""
+    seen: set[_Node] = set()
+    todo = [start]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo.extend(edges.get(node, ()))
+    return False
+
+
 def _reach(adjacency: dict[Address, dict[Address, None]], node: Address) -> set[Address]:
     """Every node reachable from `node` (not `node` itself unless on a cycle through it, as in networkx)."""
     seen: set[Address] = set()

@@ -179,7 +179,7 @@ def schemas_of(objects: YamlObjects, default_db: str, default_schema: str) -> tu
 def role_cycles(roles: list) -> list[Diagnostic]:
     """DSF-E210 for each role that inherits itself, directly or through other roles (the plan orders roles by
     what they inherit, so a cycle would have no order)."""
-    from dsflow.core.graph import has_cycle
+    from dsflow.core.graph import has_cycle, reaches
 
     inherits = {r.name: list(r.inherits) for r in roles}
     if not has_cycle(inherits):
@@ -189,7 +189,7 @@ def role_cycles(roles: list) -> list[Diagnostic]:
         path, seen = [role.name], set()
         while path[-1] in inherits and path[-1] not in seen:
             seen.add(path[-1])
-            nxt = next((p for p in inherits[path[-1]] if p in inherits and _reaches(inherits, p, role.name)), None)
+            nxt = next((p for p in inherits[path[-1]] if p in inherits and reaches(inherits, p, role.name)), None)
             if nxt is None:
                 break
             path.append(nxt)
@@ -198,19 +198,6 @@ def role_cycles(roles: list) -> list[Diagnostic]:
                                       role.location, hint="remove one of the 'inherits' entries of the cycle"))
                 break
     return out
-
-
-def _reaches(inherits: dict[str, list[str]], start: str, goal: str) -> bool:
-    """Whether `goal` is `start` or a role `start` inherits, directly or not."""
-    todo, seen = [start], set()
-    while todo:
-        name = todo.pop()
-        if name == goal:
-            return True
-        if name not in seen:
-            seen.add(name)
-            todo += [p for p in inherits.get(name, ()) if p in inherits]
-    return False
 
 
 def _holds_secret(value: str, secrets: set[str]) -> bool:

@@ -343,6 +343,7 @@ def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: se
     """Why a CREATE ... AS SELECT cannot be resolved: a relation it reads is unknown, or depends on it (DSF-E050).
     A relation read that waits on another error (a statement that reads an unknown name) is unknown, as the
     consequence of that error (load/consequences.py)."""
+    from dsflow.core.graph import reaches
     from dsflow.load.select import source_tables
     from dsflow.load.sql import DIALECT, node_location
 
@@ -351,25 +352,12 @@ def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: se
         if name in ns.relations:
             continue
         loc = node_location(path, table, st.location)
-        if name in pending and _reaches(stuck, name, ns.qualify_name(st.name)):
+        if name in pending and reaches(stuck, name, ns.qualify_name(st.name)):
             report(Diagnostic("DSF-E050", f"dependency cycle: '{ns.qualify_name(st.name)}' reads '{name}', "
                               "which depends on it", loc, hint="a query cannot read its own output, even indirectly"))
         else:
             report(Diagnostic("DSF-E040", f"unknown relation '{table.sql(dialect=DIALECT)}'", loc,
                               hint=relation_hint(name.rsplit('.', 1)[-1], ns.relations), subject=f"relation.{name}"))
-
-
-def _reaches(reads: dict[str, list[str]], start: str, goal: str) -> bool:
-    """Whether `start` reads `goal`, directly or through other relations of `reads`."""
-    seen, todo = set(), [start]
-    while todo:
-        name = todo.pop()
-        if name == goal:
-            return True
-        if name not in seen:
-            seen.add(name)
-            todo += reads.get(name, [])
-    return False
 
 
 def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query | None:
