@@ -17,7 +17,7 @@ then plans and applies it, produces new records and checks in the data that what
 
     python bench/change_model.py --steps 200 --seed 1        # by hand (docs/benchmarks.md): starts its own broker
 
-tests/test_change_model.py runs a bounded slice of it in the suite with a fixed seed.
+tests/e2e/test_change_model.py runs a bounded slice of it in the suite with a fixed seed.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python bench/cluster.py                  # 200,000 events, 3 runs per master
     python bench/cluster.py --events 50000 --reps 2
 
-Starts a tansu broker and a standalone master with two workers on 127.0.0.1 (tests/cluster.py: pyspark's own
+Starts a tansu broker and a standalone master with two workers on 127.0.0.1 (tests/support/cluster.py: pyspark's own
 spark-class; 2 core slots and 1 GiB each), preloads Nexmark events, then in one process per master runs q0 as
 dsflow's driver starts it (availableNow over the preload) after one untimed warm-up run. Prints the rates and the
 load average; docs/benchmarks.md ("On a standalone cluster") has the figures.
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.measure, args.bootstrap, args.reps)))
         return 0
     from bench.preload import preload
-    from cluster import standalone_cluster
+    from support.cluster import standalone_cluster
     from dsflow.adapters.kafka import devbroker
 
     work = Path(tempfile.mkdtemp(prefix="dsflow-bench-cluster-"))

@@ -8,7 +8,7 @@ sink must hold every id at least once; ids missing from the sink are counted (th
 
     python bench/first_run_stress.py --starts 500 --seed 1 --hogs 2     # by hand (docs/benchmarks.md)
 
-tests/test_first_run_stress.py runs a bounded slice of it in the suite.
+tests/e2e/test_first_run_stress.py runs a bounded slice of it in the suite.
 """
 
 from __future__ import annotations

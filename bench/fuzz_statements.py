@@ -27,7 +27,7 @@ def main() -> None:
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
 
-    import sql_grammar
+    from support import sql_grammar
     from test_fuzz_project import STATS, check_generated_statements
 
     from test_fuzz_project import _copy

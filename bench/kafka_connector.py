@@ -2,7 +2,7 @@
 
     python bench/kafka_connector.py                         # 200,000 Nexmark events, q0-q2, 3 reps
     python bench/kafka_connector.py --events 500000 --reps 5
-    python bench/kafka_connector.py --smoke                 # tiny, seconds; what tests/test_bench_connector.py runs
+    python bench/kafka_connector.py --smoke                 # tiny, seconds (tests/integration/test_bench_connector.py)
 
 Starts its own Apache Kafka (the dev broker, dsflow/adapters/kafka/kraft.py; stopped by its PID at the end) unless
 `--bootstrap` names a running one, preloads Nexmark events (bench/preload.py), and runs q0, q1 and q2 three ways

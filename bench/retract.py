@@ -123,7 +123,7 @@ def _one_run(spark, project, work: Path, broker: str, name: str, label: str) -> 
 
 
 def _check(broker: str, project, system: str, want: dict[str, dict]) -> None:
-    from changelogs import changelog_content
+    from support.changelogs import changelog_content
 
     content, _ = changelog_content(broker, project, QUERIES[system])
     got = {row["grp"]: row for row in content.values()}
@@ -164,10 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from changelogs import produce_changes
+    from support.changelogs import produce_changes
     from dsflow.adapters.kafka import devbroker
     from dsflow.adapters.spark.session import build_session
-    from streaming import streaming_project
+    from support.streaming import streaming_project
 
     print(f"load at start {os.getloadavg()}", flush=True)
     started = time.monotonic()

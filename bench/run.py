@@ -2,7 +2,7 @@
 
     python bench/run.py                     # 1,000,000 Nexmark events, all sections (~15 min)
     python bench/run.py --events 200000     # a smaller preload
-    python bench/run.py --smoke             # tiny sizes, seconds; what tests/test_bench_smoke.py runs
+    python bench/run.py --smoke             # tiny sizes, seconds; what tests/integration/test_bench_smoke.py runs
     python bench/run.py --only throughput   # one section: throughput | latency | plan
     python bench/run.py --help              # every option (reps, queries, sizes, --no-dbt, ...)
 

@@ -13,7 +13,7 @@
   those are dropped, so the session's classpath has one copy of each, pyspark's.
 - **Version**: the connector of the installed Spark is the one to use, but Maven Central serves the 2.13
   connector only up to 4.2.0 while pyspark is 4.3.0; 4.2.0 read and wrote Kafka correctly on the 4.3.0 runtime
-  (availableNow, Apache Kafka 4.1.1), and `tests/test_bench_connector.py` checks that on every run.
+  (availableNow, Apache Kafka 4.1.1), and `tests/integration/test_bench_connector.py` checks that on every run.
 - **How**: `mvn dependency:copy-dependencies` over a generated pom, with the machine's own Maven settings and
   repositories (no repository address is written here), into `$DSFLOW_CACHE_DIR/spark-kafka-VERSION/libs`
   (default `~/.cache/dsflow`), once; a `complete` file there marks a finished resolution.

@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 bench/type_agreement.py --queries 5000 --seed 1
 
 Each batch is one project of those of `--size` generated queries not compared before (each query is compared once;
-tests/type_queries.py: the grammar, the two verdicts and how they are compared). Prints the counts by outcome,
+tests/support/type_queries.py: the grammar, the two verdicts and how they are compared). Prints the counts by outcome,
 dsflow's codes among the refusals, and every disagreement.
 """
 
@@ -29,7 +29,7 @@ def main() -> None:
     from hypothesis import HealthCheck, given, seed, settings
     from hypothesis import strategies as st
 
-    import type_queries as tq
+    from support import type_queries as tq
     from dsflow.adapters.spark.session import build_session
 
     spark = build_session("local[2]", app_name="dsflow-type-agreement", conf={})

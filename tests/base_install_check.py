@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from registry_server import RegistryServer  # noqa: E402
+from support.registry_server import RegistryServer  # noqa: E402
 
 PAYMENTS = REPO / "examples" / "registry_project" / "schemas" / "payments-value.json"
 """The subject the example reads its columns from, as its README registers it."""

@@ -30,13 +30,13 @@ for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "t
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In the controlling process: the run's folder of shared servers (tests/shared.py) and its PostgreSQL
-    (tests/pgserver.py), before collection (test modules read its port at import) and before any pytest-xdist
+    """In the controlling process: the run's folder of shared servers (tests/support/shared.py) and its PostgreSQL
+    (tests/support/pgserver.py), before collection (test modules read its port at import) and before any pytest-xdist
     worker starts (workers inherit both through the environment)."""
     if hasattr(config, "workerinput"):
         return
-    import pgserver
-    import shared
+    from support import pgserver
+    from support import shared
 
     shared.begin()
     pgserver.start()
@@ -68,7 +68,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """In the controlling process, after every worker ended: stop the run's shared brokers."""
     if not hasattr(config, "workerinput"):
-        import shared
+        from support import shared
 
         shared.end()
 
@@ -86,13 +86,13 @@ def _secrets_of_this_test_only() -> Iterator[None]:
 
 BROKER_KIND = os.environ.get("DSFLOW_TEST_BROKER", "kafka")
 """The broker the tests run on (`broker`): Apache Kafka, what users run; DSFLOW_TEST_BROKER=tansu runs them on
-`dsflow dev up`'s JVM-free default instead. tests/brokers.py's `both_brokers` (the Kafka-contract subset) run on
+`dsflow dev up`'s JVM-free default instead. tests/support/brokers.py's `both_brokers` (the Kafka-contract subset) run on
 both, `tansu_only` on tansu."""
 
 
 def _shared_broker(kind: str):
-    """The run's broker of `kind`, started by the first process of the run that asks (tests/shared.py)."""
-    import shared
+    """The run's broker of `kind`, started by the first process of the run that asks (tests/support/shared.py)."""
+    from support import shared
 
     from dsflow.adapters.kafka import devbroker
 
@@ -117,7 +117,7 @@ def tansu_broker():
 @pytest.fixture(scope="session")
 def broker(request: pytest.FixtureRequest) -> str:
     """A broker's plaintext bootstrap address: the run's BROKER_KIND, or the kind a test is parametrized with
-    (tests/brokers.py)."""
+    (tests/support/brokers.py)."""
     kind = getattr(request, "param", BROKER_KIND)
     return request.getfixturevalue("kafka_broker" if kind == "kafka" else "tansu_broker").bootstrap
 
@@ -137,7 +137,7 @@ def s3_endpoint() -> Iterator[str]:
     """A real moto S3 server on a free loopback port, stopped by its PID at the end; yields its URL."""
     import urllib.request
 
-    from servers import local_server
+    from support.servers import local_server
 
     def ready(port: int) -> None:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
@@ -153,9 +153,9 @@ REGISTRY_AUTH = ("dsflow-test", "registry-secret")
 
 @pytest.fixture(scope="session")
 def schema_registry() -> Iterator[str]:
-    """A Confluent-compatible schema registry (tests/registry_server.py, test infrastructure) on 127.0.0.1
+    """A Confluent-compatible schema registry (tests/support/registry_server.py, test infrastructure) on 127.0.0.1
     in a thread, with basic auth REGISTRY_AUTH; yields its URL."""
-    from registry_server import RegistryServer
+    from support.registry_server import RegistryServer
 
     server = RegistryServer(auth=REGISTRY_AUTH).start()
     yield server.url
@@ -178,7 +178,7 @@ def azurite_endpoint() -> Iterator[str]:
     tests/setup.sh installs azurite (AZURITE_VERSION or later: older ones ignore the `startFrom` of a blob listing,
     which delta-rs uses to find a table's newest commit) from npm into tests/.node.
     """
-    from servers import local_server
+    from support.servers import local_server
 
     _require_node_module(AZURITE, "azurite")
     folder = tempfile.mkdtemp(prefix="dsflow-azurite-")
@@ -200,10 +200,10 @@ def kinesis_endpoint() -> Iterator[str]:
     tests/setup.sh installs kinesalite from npm into tests/.node. boto3 finds the test credentials and region set
     at the top of this file.
     """
-    from servers import local_server
+    from support.servers import local_server
 
     _require_node_module(KINESALITE, "kinesalite")
-    with local_server("kinesalite", lambda port: ["node", str(Path(__file__).parent / "kinesalite.js"),
+    with local_server("kinesalite", lambda port: ["node", str(Path(__file__).parent / "support" / "kinesalite.js"),
                                                   str(port)]) as port:
         yield f"http://127.0.0.1:{port}"
 

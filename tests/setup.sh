@@ -5,7 +5,7 @@
 # loopback ports and stop them by PID.
 #
 # - Debian packages: a JDK 17 runtime (Spark, Apache Kafka), Maven (resolves Kafka's jars), PostgreSQL's server
-#   binaries (a private cluster per test run, tests/pgserver.py), Chromium (the web page's browser test, driven by
+#   binaries (a private cluster per test run, tests/support/pgserver.py), Chromium (the web page's browser test, driven by
 #   Playwright), kcat (a second Kafka client for the interop tests). As root they are installed with apt-get;
 #   otherwise the script names what is missing and stops.
 # - Python: dsflow with its test extra, and fakesnow without its dependencies (it pins an older sqlglot; its own

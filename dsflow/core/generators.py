@@ -1,6 +1,6 @@
 """The names of the data generators a `datagen` entry may ask for.
 
-dsflow/datagen.py implements them (its `GENERATORS` has exactly these keys, which tests/test_layers.py checks);
+dsflow/datagen.py implements them (its `GENERATORS` has exactly these keys, which tests/unit/test_layers.py checks);
 the loader checks a datagen's `generator` against this list without importing the generator process and the
 producer it uses.
 """

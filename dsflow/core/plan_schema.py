@@ -5,7 +5,7 @@ that defines the plan. Regenerate the file after changing them:
 
     python -m dsflow.core.plan_schema > docs/plan.schema.json
 
-(`tests/test_plan_schema.py` fails until the file matches; see docs/plan-json.md for the version policy.)
+(`tests/unit/test_plan_schema.py` fails until the file matches; see docs/plan-json.md for the version policy.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One table (SETTINGS) says, for each setting of each kind of object, which resource field it lands in and its
 class. The planner asks it which relation settings a running query applies (RESTARTS), and names changed
-settings in a restarted query's reason from it; tests/test_settings.py edits every setting of a small project and
+settings in a restarted query's reason from it; tests/unit/test_settings.py edits every setting of a small project and
 checks the plan does what its class says; docs/plan.md shows the table as `markdown_table()` renders it.
 """
 
@@ -178,7 +178,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime", "standby", (), _N, "the runtime supervisor's warm standby driver, read again after an apply"),
     Setting("runtime", "async_checkpoint", (), _N, "stateless queries into a broker; takes effect when a query starts"),
 )
-"""Every setting of every kind; tests/test_settings.py fails for a setting the loader accepts that is not here."""
+"""Every setting of every kind; tests/unit/test_settings.py fails for a setting the loader accepts that is not here."""
 
 QUERY_SETTINGS_OF = {"relation_settings": "relation", "store_config": "store", "schema_registry": "schema_registry"}
 """Query metadata fields that mirror settings of the relations, stores and registries the query uses."""

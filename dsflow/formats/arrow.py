@@ -70,7 +70,7 @@ def spark_struct_ddl(columns: list[tuple[str, str]]) -> str:
 SPARK_SCALARS = {"BIGINT": "BIGINT", "INT": "INT", "INTEGER": "INT", "SMALLINT": "SMALLINT", "TINYINT": "TINYINT",
                  "DOUBLE": "DOUBLE", "FLOAT": "FLOAT", "BOOLEAN": "BOOLEAN", "VARCHAR": "STRING", "STRING": "STRING",
                  "TEXT": "STRING", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP", "BINARY": "BINARY", "VARBINARY": "BINARY"}
-"""Column types spelled in Spark SQL without sqlglot, as sqlglot spells them (tests/test_layers.py checks): a data
+"""Column types spelled in Spark SQL without sqlglot, as sqlglot spells them (tests/unit/test_layers.py checks): a data
 source's schema() runs in Spark's Python processes, where importing sqlglot cost ~30 MB each."""
 
 

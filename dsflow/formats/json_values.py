@@ -16,7 +16,7 @@ the values as the `__value` struct, and the source view takes it instead of call
        the bad ones; where that is not exact either, they go to Spark as text and from_json reads them, so a
        record pyarrow would read differently gets exactly what from_json gives it.
 
-Where pyarrow and from_json differ (checked against Spark 4.3 and pyarrow 26 in tests/test_json_values.py):
+Where pyarrow and from_json differ (checked against Spark 4.3 and pyarrow 26 in tests/integration/test_json_values.py):
 from_json turns a JSON number, boolean, object or array in a STRING column into its text and reads an integer
 that does not fit its column as null, pyarrow refuses both; from_json keeps the last of duplicate keys, pyarrow
 refuses them; pyarrow reads `-0` as -0.0 where from_json gives 0.0, and accepts `-NaN` and `Inf`, which Python's

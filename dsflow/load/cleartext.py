@@ -3,7 +3,7 @@
 A value rendered from `env_var()` is a secret dsflow knows (redacted and scrubbed everywhere); the same value
 typed into a file is in git, in every plan and in the state. Loading refuses it (DSF-E060) wherever a value can
 carry credentials: store properties and addresses, schema registries, the state backend's settings,
-`runtime.spark_conf`, and SQL WITH properties. tests/test_cleartext_secrets.py holds the table of forms.
+`runtime.spark_conf`, and SQL WITH properties. tests/unit/test_cleartext_secrets.py holds the table of forms.
 """
 
 from __future__ import annotations

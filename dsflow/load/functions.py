@@ -80,7 +80,7 @@ RESULT_TYPES: dict[str, str] = {
     "FROM_BASE64": "VARCHAR",
 }
 """The result type of the functions sqlglot types otherwise than Spark computes them (unknown, so VARCHAR, or
-another width); tests/test_function_types.py compares every function's type with Spark's."""
+another width); tests/integration/test_function_types.py compares every function's type with Spark's."""
 
 
 def _split_index(args: list[exp.Expr]) -> exp.Expr:

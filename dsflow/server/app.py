@@ -142,7 +142,7 @@ def _handlers(app: FastAPI) -> None:
         return ScrubbedJSON(error_body("DSF-E331", "internal server error", "see the server's log"), status_code=500)
 
 
-if __name__ == "__main__":  # python -m dsflow.server.app > docs/openapi.json (tests/test_openapi_doc.py checks it)
+if __name__ == "__main__":  # python -m dsflow.server.app > docs/openapi.json (tests/unit/test_openapi_doc.py checks it)
     import json
 
     print(json.dumps(openapi_document(), indent=2))

@@ -21,7 +21,7 @@ Optional HTTP basic auth (user, password): requests without it get 401.
     server = RegistryServer(auth=("u", "p")).start()   # in this process: server.url, then server.stop()
     start(run_dir, port=8081) / read(run_dir) / stop(run_dir)   # a background process: `dsflow dev up --registry`
 
-The tests use it too (tests/registry_server.py, the `schema_registry` fixture).
+The tests use it too (tests/support/registry_server.py, the `schema_registry` fixture).
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""Interrupted applies: kill -9 and Ctrl-C mid-way, then plan and apply again converge."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsflow.engine import operations
+from dsflow.adapters import process
+from dsflow.adapters.kafka.admin import list_topics
+from dsflow.engine.apply import PAUSE_AFTER_NOTE
+from dsflow.engine.executors import DRIVER_MODULE
+from support.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+SQL = """
+CREATE STREAM {p}_src (id BIGINT, v VARCHAR) WITH ('topic' = '{p}_src', 'value.format' = 'json');
+CREATE STREAM {p}_a (id BIGINT) WITH ('topic' = '{p}_a', 'value.format' = 'json');
+CREATE STREAM {p}_b (id BIGINT) WITH ('topic' = '{p}_b', 'value.format' = 'json');
+CREATE STREAM {p}_out WITH ('topic' = '{p}_out') AS SELECT id, v FROM {p}_src WHERE id > 0;
+"""
+
+
+def _project(tmp_path: Path, prefix: str) -> Path:
+    root = tmp_path / prefix
+    root.mkdir()
+    (root / "dsflow.yml").write_text(f"name: {prefix}\ndefault:\n  store: k\nruntime:\n  spark_conf:\n"
+                                     "    spark.driver.memory: 512m\n")
+    (root / "stores.yml").write_text("stores:\n  - name: k\n    type: kafka\n"
+                                     "    bootstrap_servers: \"{{ var('bootstrap') }}\"\n")
+    (root / "p.sql").write_text(SQL.format(p=prefix))
+    return root
+
+
+def _dsflow(root: Path, broker: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var", f"bootstrap={broker}", *args]
+
+
+def _state_file(root: Path) -> Path:
+    return root / ".dsflow" / "state" / "dev.json"
+
+
+def _pending_pid(root: Path) -> int | None:
+    try:
+        pending = json.loads(_state_file(root).read_text()).get("pending") or {}
+    except (OSError, ValueError):
+        return None
+    return (pending.get("intent") or {}).get("pid")
+
+
+def _drivers_for(root: Path) -> list[int]:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(DRIVER_MODULE in c for c in cmd) and any(str(root) in c for c in cmd):
+            found.append(proc.info["pid"])
+    return found
+
+
+def test_kill_9_during_apply_then_apply_again_converges(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "killed")
+    env = {**os.environ, PAUSE_AFTER_NOTE: "query.default.public.killed_out"}
+    apply = subprocess.Popen(_dsflow(root, broker, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=env)
+    wait_for(lambda: _pending_pid(root) is not None, 60, "the apply's recorded intent", interval=0.05)
+    os.kill(apply.pid, signal.SIGKILL)
+    apply.wait()
+    orphan = _pending_pid(root)
+
+    locked = subprocess.run(_dsflow(root, broker, "apply", "--auto-approve"), capture_output=True, text=True)
+    assert locked.returncode == 1 and "DSF-E802" in locked.stderr and "'apply'" in locked.stderr
+    lock_id = json.loads((root / ".dsflow" / "state" / "dev.lock").read_text())["id"]
+    assert subprocess.run(_dsflow(root, broker, "force-unlock", lock_id)).returncode == 0
+
+    again = subprocess.run(_dsflow(root, broker, "apply", "--auto-approve"), capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    try:
+        assert not process.is_running(orphan, DRIVER_MODULE), "the driver of the interrupted apply was left running"
+        assert len(_drivers_for(root)) == 1
+        loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
+        assert not operations.plan(loaded).has_changes
+        state = loaded.workspace.state_backend().read()
+        assert state.pending is None
+        assert all(r.outputs["created_by_dsflow"] for k, r in state.resources.items() if k.startswith("relation."))
+    finally:
+        done = subprocess.run(_dsflow(root, broker, "destroy", "--auto-approve"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: not {t for t in list_topics(broker) if t.startswith("killed_")}, 30,
+             "the destroyed topics to leave the broker's metadata")  # tansu lists a deleted topic for a moment
+    assert not _drivers_for(root)
+
+
+def test_ctrl_c_during_apply_leaves_state_consistent(tmp_path: Path, broker: str) -> None:
+    root = _project(tmp_path, "sigint")
+    apply = subprocess.Popen(_dsflow(root, broker, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    wait_for(lambda: _state_file(root).exists() and len(json.loads(_state_file(root).read_text())["resources"]) >= 2,
+             60, "two resources in the state", interval=0.05)
+    apply.send_signal(signal.SIGINT)
+    assert apply.wait(60) != 0
+    assert not (root / ".dsflow" / "state" / "dev.lock").exists(), "Ctrl-C left the state locked"
+    loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
+    recorded = set(loaded.workspace.state_backend().read().resources)
+    assert recorded, "nothing recorded"
+    topics = set(list_topics(broker))
+    for address in recorded:
+        if address.startswith("relation."):
+            assert address.rsplit(".", 1)[-1] in topics
+    result = operations.apply(loaded, operations.plan(loaded))
+    assert result.ok, result.failed
+    assert not operations.plan(loaded).has_changes
+    assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
+    assert not _drivers_for(root), "a driver outlived destroy (its reads would create the topics again on tansu)"
+    wait_for(lambda: not {t for t in list_topics(broker) if t.startswith("sigint_")}, 30,
+             "the destroyed topics to leave the broker's metadata")  # tansu lists a deleted topic for a moment
+
+
+def test_a_driver_no_state_or_status_file_names_is_stopped_before_its_query_starts_again(tmp_path: Path) -> None:
+    """An apply interrupted between starting a query's driver and recording its PID leaves a driver that nothing
+    names; if it had not written its status file either (a loaded machine: the interpreter still importing), the
+    next apply that starts the query finds it by its command line (the module and this run directory's spec) and
+    stops it, so one driver runs, not two. A process running another query's spec is left alone."""
+    from dsflow.engine.executors import _stop_orphan
+
+    run_dir, other = tmp_path / "q", tmp_path / "other"
+    sleeper = "import time; time.sleep(120)"
+    orphan = subprocess.Popen([sys.executable, "-c", sleeper, DRIVER_MODULE, str(run_dir / "spec.json")])
+    bystander = subprocess.Popen([sys.executable, "-c", sleeper, DRIVER_MODULE, str(other / "spec.json")])
+    try:
+        wait_for(lambda: process.is_running(orphan.pid, (DRIVER_MODULE, str(run_dir / "spec.json"))), 30,
+                 "the stand-in driver")
+        assert not (run_dir / "status.json").exists()
+        _stop_orphan(run_dir)
+        assert orphan.wait(30) is not None, "the unrecorded driver was left running"
+        assert bystander.poll() is None, "a driver of another query was stopped"
+    finally:
+        for proc in (orphan, bystander):
+            proc.kill()
+            proc.wait()

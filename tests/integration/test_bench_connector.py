@@ -1,0 +1,83 @@
+"""bench/kafka_connector.py (dsflow beside Spark's own Kafka connector) in smoke mode: correctness, not speed.
+
+The benchmark runs in a process of its own, as a user runs it: Spark's connector jars go into `spark.jars` when its
+session starts, which the test run's shared session cannot take afterwards. It uses the run's Apache Kafka
+(`--bootstrap`, topics under a prefix of this test's own) rather than starting one, and one query, q2 (every bid read
+through each source, the selected ones written through each sink): a cold Spark session and its first Python
+workers are most of its time, and each further query would add three runs. Every system's sink must hold exactly
+the records the plain-Python reference makes of the preload, values compared; tests/integration/test_bench_smoke.py
+checks
+q0-q2's projections on the `dsflow_kafka` path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench import kafka_connector, report, spark_kafka  # noqa: E402
+
+
+@pytest.mark.integration
+def test_dsflow_and_both_hand_written_queries_write_what_the_preload_makes(kafka_broker, tmp_path: Path) -> None:
+    results_file, section_file = tmp_path / "results.json", tmp_path / "section.md"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "kafka_connector.py"), "--smoke", "--queries", "q2",
+         "--bootstrap", kafka_broker.bootstrap, "--prefix", f"connector_{os.getpid()}_",
+         "--json", str(results_file), "--out", str(section_file)],
+        capture_output=True, text=True, timeout=300, cwd=REPO, stdin=subprocess.DEVNULL)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("%")][-25:]
+    assert done.returncode == 0, done.stdout[-2000:] + "\n".join(errors)
+    results = json.loads(results_file.read_text())
+    rows = results["rows"]
+    assert {(r["query"], r["system"]) for r in rows} == {("q2", s) for s in kafka_connector.SYSTEMS}
+    preloaded = results["preload"]
+    assert 0 < preloaded["q2_matches"] < preloaded["counts"]["bid"]
+    for r in rows:
+        assert r["expected_in"] == preloaded["counts"]["bid"] and r["expected_out"] == preloaded["q2_matches"], r
+        assert r["records_in"] == [r["expected_in"]] and r["records_out"] == [r["expected_out"]], r
+        assert r["values_ok"] and r["counts_ok"], r
+    assert results["versions"][spark_kafka.CONNECTOR_ARTIFACT] == spark_kafka.CONNECTOR_VERSION
+    section = section_file.read_text()
+    assert section.startswith(kafka_connector.BEGIN) and section.rstrip().endswith(kafka_connector.END)
+    assert "| q2 selection |" in section and "values checked" in section and "MISMATCH" not in section
+
+
+def test_the_section_is_replaced_in_place_or_put_under_the_hand_written_marker() -> None:
+    first = f"{kafka_connector.BEGIN}\n\n## run one\n\n{kafka_connector.END}\n"
+    second = f"{kafka_connector.BEGIN}\n\n## run two\n\n{kafka_connector.END}\n"
+    doc = f"# Benchmarks\n\ngenerated\n\n{report.HAND_WRITTEN}\n\n## older notes\n"
+    once = kafka_connector.replace_section(doc, first)
+    assert once.index(report.HAND_WRITTEN) < once.index("## run one") < once.index("## older notes")
+    assert f"{report.HAND_WRITTEN}\n\n{kafka_connector.BEGIN}" in once and f"{kafka_connector.END}\n\n## older" in once
+    twice = kafka_connector.replace_section(once, second)
+    assert "## run one" not in twice and twice.count(kafka_connector.BEGIN) == 1
+    assert twice == once.replace("## run one", "## run two")
+    assert kafka_connector.replace_section("", first) == first
+
+
+def test_only_the_jars_spark_lacks_are_kept() -> None:
+    spark_jars = {"spark-tags_2.13-4.3.0.jar", "slf4j-api-2.0.17.jar", "lz4-java-1.11.0.jar", "commons-pool-1.5.4.jar",
+                  "hadoop-client-api-3.5.0.jar", "spark-sql_2.13-4.3.0.jar"}
+    resolved = [(artifact, version, Path(f"{artifact}-{version}.jar")) for artifact, version in (
+        ("spark-sql-kafka-0-10_2.13", "4.2.0"), ("spark-token-provider-kafka-0-10_2.13", "4.2.0"),
+        ("kafka-clients", "3.9.2"), ("commons-pool2", "2.13.1"), ("spark-tags_2.13", "4.2.0"),
+        ("slf4j-api", "1.7.36"), ("lz4-java", "1.10.1"), ("hadoop-client-api", "3.5.0"))]
+    kept = [artifact for artifact, _, _ in spark_kafka.keep(resolved, spark_jars)]
+    assert kept == ["spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients",
+                    "commons-pool2"]
+
+
+def test_an_offline_folder_without_the_connector_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "kafka-clients-3.9.2.jar").write_bytes(b"")
+    monkeypatch.setenv(spark_kafka.OFFLINE_ENV, str(tmp_path))
+    with pytest.raises(spark_kafka.ResolveError, match="holds no spark-sql-kafka-0-10_2.13 jar"):
+        spark_kafka.jars()

@@ -1,0 +1,163 @@
+"""The runtime supervisor (dsflow/runtime) against real drivers on the test broker.
+
+One project, two queries, `runtime.standby: false`. `id_counts` counts each id (a changelog: exactly once through
+its checkpoint); its driver is killed with SIGKILL while records keep arriving, and the supervisor must restart it
+cold from its checkpoint (a new PID, recorded in the state) so that every id produced before and after the kill is
+counted exactly once. `copy`'s recorded spec is made unreadable and its driver killed: every restart fails (fast:
+before Spark starts), and `dsflow status --json` must show a crash loop (growing restarts, the last error, a next
+retry). The metrics endpoint is scraped once. Destroy, with the supervisor still up, must not be undone by it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from dsflow.engine import operations
+from dsflow.adapters import process
+from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.runtime import control
+from dsflow.runtime.records import backoff
+from support.projects import make_project
+from support.streaming import CONFIG, latest_by_key, produce
+from support.waiting import wait_for
+
+SQL = """\
+CREATE STREAM events (id BIGINT, ts BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
+
+CREATE CHANGELOG id_counts WITH ('trigger.interval' = '500 ms') AS
+  SELECT id, COUNT(*) AS n FROM events GROUP BY id;
+CREATE STREAM copy WITH ('trigger.interval' = '500 ms') AS SELECT id, ts FROM events;
+"""
+COUNTS = "query.analytics.public.id_counts"
+BROKEN = "query.analytics.public.copy"
+
+
+def test_backoff_doubles_from_one_second_and_is_capped():
+    assert [backoff(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
+
+
+def _events(first: int, count: int) -> list[dict]:
+    return [{"id": i, "ts": 1_700_000_000_000 + i} for i in range(first, first + count)]
+
+
+def _state(options):
+    return operations.load(options).workspace.state_backend().read()
+
+
+def _status(root, broker) -> dict[str, dict]:
+    done = subprocess.run([sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var", f"bootstrap={broker}",
+                           "status", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return {e["address"]: e for e in json.loads(done.stdout)}
+
+
+def _counts(broker, project) -> dict[int, int]:
+    return {v["id"]: v["n"] for v in latest_by_key(broker, project, "id_counts").values()}
+
+
+@pytest.mark.integration
+def test_supervisor_restarts_a_killed_driver_and_shows_a_crash_loop(tmp_path, broker):
+    config = CONFIG.format(prefix=f"rt{os.getpid()}_").replace("runtime:\n", "runtime:\n  standby: false\n")
+    root = make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": SQL})
+    options = operations.Options(root, None, {"bootstrap": broker})
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    try:
+        found, started = control.up(loaded, options)
+        again, started_again = control.up(loaded, options)
+        assert started and not started_again and again["pid"] == found["pid"]  # one supervisor per environment
+        _run(root, options, loaded.project, broker, found)
+        _destroy_is_not_undone(root, options)
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))
+        control.down(loaded)
+        assert control.info(loaded) is None
+
+
+def _destroy_is_not_undone(root, options) -> None:
+    """Destroy with the supervisor up: after three more looks, no driver of the project runs again."""
+    import psutil
+
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
+    ticks = control.info(loaded)["ticks"]
+    wait_for(lambda: (control.info(loaded) or {}).get("ticks", 0) >= ticks + 3, 120, "three more looks")
+    assert not _state(options).resources
+    drivers = [p.pid for p in psutil.process_iter(["cmdline"])
+               if any(DRIVER_MODULE in part for part in p.info["cmdline"] or [])
+               and any(str(root) in part for part in p.info["cmdline"] or [])]
+    assert drivers == []
+
+
+def _run(root, options, project, broker, supervisor) -> None:
+    produce(broker, project, "events", _events(0, 1_000))
+    wait_for(lambda: len(_counts(broker, project)) == 1_000, 300, "the first counts")
+    state = _state(options)
+    old_pid = state.resources[COUNTS].outputs["pid"]
+    broken_pid = state.resources[BROKEN].outputs["pid"]
+    spec = os.path.join(state.resources[BROKEN].outputs["run_dir"], "spec.json")
+
+    produce(broker, project, "events", _events(1_000, 1_000))
+    with open(spec, "w") as broken:
+        broken.write("{not json")  # every start of `copy` now fails reading its spec
+    os.kill(old_pid, signal.SIGKILL)
+    os.kill(broken_pid, signal.SIGKILL)
+    wait_for(lambda: not process.is_running(old_pid, DRIVER_MODULE), 30, "the driver to die")
+    produce(broker, project, "events", _events(2_000, 1_000))
+
+    new_pid = wait_for(lambda: (p := _state(options).resources[COUNTS].outputs["pid"]) != old_pid and p, 300,
+                       "the supervisor to restart id_counts")
+    assert process.is_running(new_pid, DRIVER_MODULE)
+    wait_for(lambda: len(_counts(broker, project)) == 3_000, 300, "every id counted after the restart")
+    counts = _counts(broker, project)
+    assert set(counts) == set(range(3_000))
+    assert {n for n in counts.values()} == {1}, "an id counted twice or not at all"
+
+    lagged = wait_for(lambda: (e := _status(root, broker)[COUNTS]).get("lag_records") == 0 and e, 120,
+                      "the lag to come down to 0 once every event is counted")
+    assert lagged["state_rows"] == len(counts), "one state row per id counted (its group)"
+    assert lagged["state_bytes"] > 0 and lagged["last_batch_duration_ms"] > 0
+    events = f"{project.topic_prefix}events"
+    assert list(lagged["lag"]) == [events] and set(lagged["lag"][events]) == {"0", "1"}
+    entries = _status(root, broker)
+    restarted = entries[COUNTS]
+    assert restarted["state"] == "running" and restarted["pid"] == new_pid
+    assert restarted["restarts"] == 1 and restarted["last_exit"].startswith("gone without recording a failure")
+    assert restarted["last_error"] is None  # a SIGKILL leaves none
+    assert restarted["last_restart"] == "cold start" and restarted["standby"] is None  # `standby: false`
+    assert restarted["uptime_seconds"] is not None
+
+    first = wait_for(lambda: (e := _status(root, broker)[BROKEN])["restarts"] >= 2 and e["last_error"] and e,
+                     600, "copy to fail after restarts")
+    again = wait_for(lambda: (e := _status(root, broker)[BROKEN])["restarts"] > first["restarts"] and e, 600,
+                     "copy's restarts to grow")
+    # 'crash_loop' also shows while the next attempt starts (no retry pending then): wait for it between tries
+    looping = wait_for(lambda: (e := _status(root, broker)[BROKEN])["state"] == "crash_loop" and e["next_retry"]
+                       and e, 600, "copy to show a crash loop with its next retry")
+    assert again["restarts"] >= 3 and looping["next_retry"] and looping["last_error"]
+    assert looping["last_exit"] == "exit code 1" and "ValidationError" in looping["last_error"], looping
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{supervisor['port']}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    for name in ("dsflow_query_up", "dsflow_query_state", "dsflow_query_uptime_seconds",
+                 "dsflow_query_restarts_total", "dsflow_query_last_error_info", "dsflow_query_input_rows_per_second"):
+        samples = [line for line in text.splitlines() if line.startswith(name + "{")]
+        assert any('query="analytics.public.' in line for line in samples), (name, text)
+    assert 'dsflow_query_up{query="analytics.public.id_counts"} 1.0' in text
+    assert 'dsflow_query_lag_records{query="analytics.public.id_counts"} 0.0' in text
+    assert f'dsflow_query_state_rows{{query="analytics.public.id_counts"}} {float(len(counts))}' in text
+    durations = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith('dsflow_query_last_batch_duration_seconds{query="analytics.public.id_counts"}')]
+    assert len(durations) == 1 and 0 < durations[0] < 600
+    assert (f'dsflow_query_partition_lag_records{{partition="1",query="analytics.public.id_counts",'
+            f'topic="{project.topic_prefix}events"}} 0.0') in text
+    assert 'dsflow_query_restarts_total{query="analytics.public.id_counts"} 1.0' in text
+    assert 'dsflow_query_last_error_info{error="pydantic_core._pydantic_core.ValidationError' in text

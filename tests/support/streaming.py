@@ -1,0 +1,80 @@
+"""Helpers for stateful SQL tests: a project on the test broker, availableNow runs through dsflow's own
+translation and driver functions, and reading a sink's final content.
+
+    project = streaming_project(tmp_path, broker, SQL)      # topics created, names prefixed per test
+    run(spark, project, "counts", tmp_path)                 # one availableNow run (same checkpoint each time)
+    latest_by_key(broker, project, "counts")                # {key: value} (last record per key)
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
+from dsflow.adapters.spark.driver import start_query
+from dsflow.adapters.spark.translate import query_spec
+from dsflow.core.model import Project
+from dsflow.load.project import load_project
+from support.projects import make_project
+
+CONFIG = """\
+name: streamtest
+default:
+  database: analytics
+  schema: public
+  store: kafka_main
+runtime:
+  trigger_interval: 1 second
+  spark_conf:
+    spark.sql.shuffle.partitions: "2"
+default_environment: dev
+environments:
+  dev:
+    topic_prefix: "{prefix}"
+    vars:
+      bootstrap: 127.0.0.1:9092
+"""
+
+
+def streaming_project(tmp_path: Path, broker: str, sql: str) -> Project:
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=prefix), "sql/all.sql": sql})
+    project = load_project(root, variables={"bootstrap": broker})
+    for relation in project.relations:
+        if relation.kind != "materialized_view":
+            ensure_topic(broker, TopicSpec(relation.topic, relation.partitions, 1, {}))
+    return project
+
+
+def topic(project: Project, name: str) -> str:
+    return project.relation(f"analytics.public.{name}").topic
+
+
+def produce(broker: str, project: Project, relation: str, records: list[dict], key: str | None = None) -> None:
+    produce_json_lines(broker, topic(project, relation), [json.dumps(r) for r in records], key_field=key)
+
+
+def run(spark, project: Project, name: str, work: Path, timeout: float = 120) -> None:
+    """One availableNow run of the query `name` on its checkpoint under `work` (kept between runs)."""
+    query = next(q for q in project.queries if q.fqn == f"analytics.public.{name}")
+    spec = query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
+    running = start_query(spark, spec, available_now=True)
+    assert running.awaitTermination(timeout), f"{name} did not finish in {timeout} s"
+    assert running.exception() is None, running.exception()
+
+
+def records(broker: str, project: Project, name: str) -> list[dict]:
+    """Every record the relation's topic holds now (up to its end offsets, in partition and offset order)."""
+    return read_to_end(broker, topic(project, name))
+
+
+def latest_by_key(broker: str, project: Project, name: str) -> dict[str, dict]:
+    """A changelog's final content: the last value of each key (by partition offset)."""
+    latest: dict[str, tuple[int, dict]] = {}
+    for record in records(broker, project, name):
+        if record["key"] not in latest or record["offset"] > latest[record["key"]][0]:
+            latest[record["key"]] = (record["offset"], json.loads(record["value"]))
+    return {k: v for k, (_, v) in latest.items()}
