@@ -120,15 +120,26 @@ def graph(ctx: click.Context, fmt: str) -> None:
     click.echo({"text": graph_text, "dot": graph_dot, "mermaid": graph_mermaid}[fmt](resource_graph))
 
 
-def _targets(values: tuple[str, ...]) -> frozenset[str]:
+def _targets(values: tuple[str, ...], option: str = "--target") -> frozenset[str]:
     for value in values:
         if "." not in value:
-            raise click.BadParameter(f"'{value}' is not an address like query.db.schema.name", param_hint="--target")
+            raise click.BadParameter(f"'{value}' is not an address like query.db.schema.name", param_hint=option)
     return frozenset(values)
+
+
+def _excludes(values: tuple[str, ...], targets: tuple[str, ...], destroy: bool = False) -> frozenset[str]:
+    if values and targets:
+        raise click.UsageError("--exclude and --target cannot be used together: one narrows the plan, the other "
+                               "leaves part of it out")
+    if values and destroy:
+        raise click.UsageError("--exclude is not taken with --destroy: destroy --target ADDRESS removes a part")
+    return _targets(values, "--exclude")
 
 
 target_option = click.option("--target", "targets", multiple=True, metavar="ADDRESS",
                              help="limit the plan to ADDRESS and what it depends on (repeatable)")
+exclude_option = click.option("--exclude", "excludes", multiple=True, metavar="ADDRESS",
+                              help="leave ADDRESS and everything downstream of it as deployed (repeatable)")
 DESTROY_TARGET_HELP = ("delete only ADDRESS and every deployed resource that depends on it, directly or through "
                        "others (repeatable)")
 """What `destroy --target` does (core/plan.py's _delete_changes); docs/cli.md and docs/concepts.md quote it."""
@@ -143,20 +154,22 @@ destroy_target_option = click.option("--target", "targets", multiple=True, metav
 @click.option("--refresh/--no-refresh", default=True, show_default=True, help="look for drift first")
 @click.option("--refresh-only", is_flag=True, help="only show drift; applying it records what was seen")
 @target_option
+@exclude_option
 @click.option("--detailed-exitcode", is_flag=True, help=f"exit {EXIT_CHANGES} when the plan has changes")
 @click.option("--show-unchanged", is_flag=True, help="list up-to-date resources too")
 @click.pass_context
 def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy: bool, refresh: bool,
-         refresh_only: bool, targets: tuple[str, ...], detailed_exitcode: bool, show_unchanged: bool) -> None:
+         refresh_only: bool, targets: tuple[str, ...], excludes: tuple[str, ...], detailed_exitcode: bool,
+         show_unchanged: bool) -> None:
     """Show what apply would change."""
     with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
         if ctx.meta.get("dsflow.server"):
             from dsflow.cli.server import remote_plan
 
-            the_plan = remote_plan(ctx, destroy, refresh, refresh_only, targets)
+            the_plan = remote_plan(ctx, destroy, refresh, refresh_only, targets, excludes)
         else:
             the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
-                                       targets=_targets(targets))
+                                       targets=_targets(targets), excludes=_excludes(excludes, targets, destroy))
         _show_plan(the_plan, "json" if as_json else fmt, out, show_unchanged)
     if detailed_exitcode and the_plan.has_changes:
         sys.exit(EXIT_CHANGES)
@@ -196,9 +209,11 @@ def _print_plan(data: dict[str, Any], show_noop: bool = False) -> None:
 @click.option("--allow-data-loss", is_flag=True, help="let every change delete the records the plan says it destroys")
 @click.option("--no-runtime", is_flag=True, help="do not start the runtime supervisor (also: DSFLOW_RUNTIME=off)")
 @target_option
+@exclude_option
 @click.pass_context
 def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh_only: bool,
-          allow_destroy: tuple[str, ...], allow_data_loss: bool, no_runtime: bool, targets: tuple[str, ...]) -> None:
+          allow_destroy: tuple[str, ...], allow_data_loss: bool, no_runtime: bool, targets: tuple[str, ...],
+          excludes: tuple[str, ...]) -> None:
     """Carry out the plan (a saved PLANFILE, or a fresh one). A plan that destroys records (DESTROYS in the
     plan) is refused unless --allow-destroy names each such change or --allow-data-loss is given."""
     from dsflow.core.safety import Allowance
@@ -206,7 +221,7 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
     if ctx.meta.get("dsflow.server"):
         from dsflow.cli.server import remote_apply
 
-        return remote_apply(ctx, planfile, allow_data_loss, allow_destroy, no_runtime, refresh_only, targets)
+        return remote_apply(ctx, planfile, allow_data_loss, allow_destroy, no_runtime, refresh_only, targets, excludes)
     allowance = Allowance(everything=allow_data_loss, addresses=frozenset(allow_destroy))
     loaded = _load(ctx)
     if planfile:
@@ -214,7 +229,8 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
 
         the_plan = plan_from_json(planfile.read_text(), str(planfile))
     else:
-        the_plan = operations.plan(loaded, refresh_only=refresh_only, targets=_targets(targets))
+        the_plan = operations.plan(loaded, refresh_only=refresh_only, targets=_targets(targets),
+                                   excludes=_excludes(excludes, targets))
     _apply(loaded, the_plan, auto_approve or planfile is not None, allowance)
     if not no_runtime:
         _start_runtime(ctx, loaded)

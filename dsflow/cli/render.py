@@ -40,6 +40,7 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
     actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
     if not actionable:
         lines.append("No changes. The deployed pipelines match the project.")
+        lines += [excluded_line(plan)] if plan.get("excluded") else []
         return "\n".join(lines)
     for change in plan["changes"]:
         if change["action"] == "no-op" and not show_noop:
@@ -47,6 +48,8 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
         lines.append(_change_line(change, color))
         lines += [_escaped(f"      {label}: {text}", color) for label, text in change_details(change)]
     lines += ["", _escaped(summary_line(plan), color)]
+    if plan.get("excluded"):
+        lines.append(_escaped(excluded_line(plan), color))
     if color:
         lines[0] = escape_markup(lines[0])
     return "\n".join(lines)
@@ -117,13 +120,19 @@ def summary_line(plan: dict[str, Any]) -> str:
     return line
 
 
+def excluded_line(plan: dict[str, Any]) -> str:
+    """What --exclude left out of the plan, as deployed."""
+    return f"Excluded, left as deployed: {', '.join(plan['excluded'])}."
+
+
 def plan_markdown(plan: dict[str, Any]) -> str:
     """The plan as a pull-request comment."""
     title = f"### dsflow plan: `{plan['project']}` ({plan['environment']})"
     actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
     if not actionable:
         return f"{title}\n\nNo changes. The deployed pipelines match the project."
-    lines = [title, "", f"**{summary_line(plan)}**", "", "| | resource | action | category | reason |",
+    excluded = [excluded_line(plan), ""] if plan.get("excluded") else []
+    lines = [title, "", f"**{summary_line(plan)}**", "", *excluded, "| | resource | action | category | reason |",
              "|---|---|---|---|---|"]
     for change in actionable:
         category = CATEGORY_TITLE.get(change.get("category") or "", "")

@@ -160,12 +160,14 @@ def _unsupported(what: str, given: bool) -> None:
         raise click.UsageError(f"{what} does not work through --server")
 
 
-def remote_plan(ctx: click.Context, destroy: bool, refresh: bool, refresh_only: bool, targets: tuple[str, ...]):
+def remote_plan(ctx: click.Context, destroy: bool, refresh: bool, refresh_only: bool, targets: tuple[str, ...],
+                excludes: tuple[str, ...] = ()):
     """The server's plan of its checkout; the changes the caller may not apply are listed on stderr."""
     from dsflow.core.plan import Plan
 
     _unsupported("--refresh-only", refresh_only)
     _unsupported("--target", bool(targets))
+    _unsupported("--exclude", bool(excludes))
     answer = _client(ctx).plan(destroy=destroy, refresh=refresh)
     for item in answer.get("authorization", []):
         if not item["allowed"]:
@@ -174,13 +176,15 @@ def remote_plan(ctx: click.Context, destroy: bool, refresh: bool, refresh_only: 
 
 
 def remote_apply(ctx: click.Context, planfile: Path | None, allow_data_loss: bool, allow_destroy: tuple[str, ...],
-                 no_runtime: bool, refresh_only: bool, targets: tuple[str, ...]) -> None:
+                 no_runtime: bool, refresh_only: bool, targets: tuple[str, ...],
+                 excludes: tuple[str, ...] = ()) -> None:
     """Apply a saved plan file on the server; exit 1 if a change failed."""
     if planfile is None:
         raise click.UsageError("through --server, apply takes a saved plan: dsflow --server URL plan --out FILE, "
                                "then dsflow --server URL apply FILE")
     _unsupported("--refresh-only", refresh_only)
     _unsupported("--target", bool(targets))
+    _unsupported("--exclude", bool(excludes))
     plan = json.loads(planfile.read_text())
     result = _client(ctx).apply(plan, allow_data_loss, allow_destroy, start_runtime=not no_runtime)
     for change in result["done"]:

@@ -42,6 +42,8 @@ class Plan(BaseModel):
     mode: str = Field("normal", description="normal, destroy or refresh-only",
                       json_schema_extra={"enum": ["normal", "destroy", "refresh-only"]})
     targets: list[str] = Field(default_factory=list, description="the --target addresses, sorted")
+    excluded: list[str] = Field(default_factory=list, description="what --exclude leaves as deployed: each excluded "
+                                "address and everything downstream of it, sorted")
     desired_fingerprint: str = Field("", description="hash of every desired resource; apply refuses if it moved")
     changes: list[Change] = Field(description="every resource in apply order (deletes first), no-ops included")
 
@@ -87,6 +89,8 @@ class PlanOptions:
     destroy: bool = False
     refresh_only: bool = False
     targets: frozenset[str] = frozenset()
+    excludes: frozenset[str] = frozenset()
+    """The --exclude addresses: each, and everything that depends on it (desired or deployed), is left as it is."""
 
 
 def make_plan(project: str, environment: str, desired: list[Resource], state: State,
@@ -95,13 +99,17 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     options = options or PlanOptions()
     wanted = {} if options.destroy else {str(r.address): r for r in desired}
     mode = "destroy" if options.destroy else "refresh-only" if options.refresh_only else "normal"
+    graph = Graph.from_dependencies({r.address: r.depends_on for r in wanted.values()})
+    excluded = _downstream(options.excludes, graph, state)
     common = dict(project=project, environment=environment, state_lineage=state.lineage, state_serial=state.serial,
-                  mode=mode, targets=sorted(options.targets), desired_fingerprint=desired_fingerprint(desired))
+                  mode=mode, targets=sorted(options.targets), excluded=sorted(excluded),
+                  desired_fingerprint=desired_fingerprint(desired))
     if options.refresh_only:
         return Plan(changes=_refresh_changes(state, options.observations), **common)
-    graph = Graph.from_dependencies({r.address: r.depends_on for r in wanted.values()})
     if options.targets:
         wanted = _targeted(wanted, graph, options.targets)
+    wanted = {k: v for k, v in wanted.items() if k not in excluded}
+    state = state.model_copy(update={"resources": {k: v for k, v in state.resources.items() if k not in excluded}})
     moves = find_moves(options.moves, wanted, state)
     state, renamed = moved_state(state, moves)  # planned as if each move had been made: see core/moves.py
     forward = _forward_changes(wanted, graph, state, options, (moves, renamed))
@@ -122,6 +130,22 @@ def _targeted(wanted: dict[str, Resource], graph: Graph, targets: frozenset[str]
             keep.add(target)
             keep |= {str(a) for a in graph.ancestors(Address.parse(target))}
     return {k: v for k, v in wanted.items() if k in keep}
+
+
+def _downstream(addresses: frozenset[str], graph: Graph, state: State) -> frozenset[str]:
+    """The addresses, and everything that depends on them in the project or in what is deployed."""
+    if not addresses:
+        return frozenset()
+    deployed = _deployed_graph(state.resources)
+    found = set(addresses)
+    for address in addresses:
+        found |= {str(a) for known in (graph, deployed) for a in known.descendants(Address.parse(address))}
+    return frozenset(found)
+
+
+def _deployed_graph(resources: Mapping[str, Any]) -> Graph:
+    return Graph.from_dependencies({Address.parse(k): [Address.parse(d) for d in v.depends_on]
+                                    for k, v in resources.items()})
 
 
 def _refresh_changes(state: State, observations: Mapping[str, Observation]) -> list[Change]:
@@ -314,13 +338,10 @@ def _replaced_upstream(resource: Resource, graph: Graph, replaced: dict[str, str
 def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozenset[str]) -> list[Change]:
     gone = {k: v for k, v in state.resources.items() if k not in wanted}
     if targets:
-        deployed = Graph.from_dependencies({Address.parse(k): [Address.parse(d) for d in v.depends_on]
-                                            for k, v in state.resources.items()})
+        deployed = _deployed_graph(state.resources)
         reach = set(targets) | {str(a) for t in targets for a in deployed.descendants(Address.parse(t))}
         gone = {k: v for k, v in gone.items() if k in reach}
-    graph = Graph.from_dependencies({Address.parse(k): [Address.parse(d) for d in v.depends_on]
-                                     for k, v in gone.items()})
-    ordered = list(reversed(graph.order()))
+    ordered = list(reversed(_deployed_graph(gone).order()))
     return [
         Change(address=str(a), action=Action.DELETE, reason="no longer in the project",
                effect=_effect(a.kind, Action.DELETE, gone[str(a)].data), depends_on=gone[str(a)].depends_on,

@@ -64,13 +64,14 @@ def resource_graph(project: Project) -> Graph:
 
 
 def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
-         targets: frozenset[str] = frozenset()) -> Plan:
+         targets: frozenset[str] = frozenset(), excludes: frozenset[str] = frozenset()) -> Plan:
     """Refresh (unless told not to), diff, and attach replay estimates measured on the sources."""
     with gcpause.paused():  # see dsflow/gcpause.py
-        return _plan(loaded, destroy, do_refresh, refresh_only, targets)
+        return _plan(loaded, destroy, do_refresh, refresh_only, targets, excludes)
 
 
-def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str]) -> Plan:
+def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str],
+          excludes: frozenset[str]) -> Plan:
     from dsflow.adapters.state import redactor
 
     backend = loaded.workspace.state_backend()
@@ -78,9 +79,11 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     resources = project_resources(loaded.project, redactor(loaded.project, backend))
     state = with_current_markers(loaded.project, state, resources)  # a state written before keyed markers
     _check_targets(targets, loaded.project, state)
+    _check_targets(excludes, loaded.project, state, "--exclude")
     observations = _refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
     store_types = {s.name: s.type for s in loaded.project.stores}
     options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets,
+                          excludes=excludes,
                           store_types=store_types, moves={m.to_address: m.from_address for m in loaded.project.moves})
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
     growable = _growable(loaded, the_plan) if do_refresh and not destroy else frozenset()
@@ -172,7 +175,7 @@ def _check_existing_sizes(project: Project, the_plan: Plan, observations: Mappin
         raise ProjectError(diagnostics=found)
 
 
-def _check_targets(targets: frozenset[str], project: Project, state) -> None:
+def _check_targets(targets: frozenset[str], project: Project, state, option: str = "--target") -> None:
     if not targets:  # nothing to check; the resources of a big project are not cheap to list
         return
     known = {str(r.address) for r in project_resources(project)} | set(state.resources)
@@ -181,7 +184,7 @@ def _check_targets(targets: frozenset[str], project: Project, state) -> None:
             from dsflow.errors import DsflowError
             from dsflow.load.suggest import did_you_mean
 
-            raise DsflowError("DSF-E024", f"--target '{target}' names no resource of the project or the state",
+            raise DsflowError("DSF-E024", f"{option} '{target}' names no resource of the project or the state",
                               hint=did_you_mean(target, known))
 
 

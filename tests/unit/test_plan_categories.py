@@ -207,3 +207,49 @@ def test_unknown_target_is_an_error(tmp_path):
     with pytest.raises(DsflowError) as err:
         operations.plan(loaded, targets=frozenset({"query.analytics.curated.pageviews_filterd"}))
     assert err.value.code == "DSF-E024" and "pageviews_filtered" in err.value.hint
+
+
+def test_exclude_leaves_the_address_and_everything_downstream_as_deployed(deployed):
+    """`--exclude` (OpenTofu's -exclude): both queries edited, the filtered one excluded; it and what reads it are
+    neither changed nor deleted, the other query's change is planned."""
+    root, state = deployed
+    edit(root, PIPELINES, "WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'")
+    edit(root, PIPELINES, "THEN 'top' ELSE", "THEN 'first' ELSE")
+    whole = plan_of(root, state)
+    assert {FILTERED, ENRICHED} <= {c.address for c in whole.actionable}
+    plan = plan_of(root, state, excludes=frozenset({FILTERED}))
+    assert plan.excluded == [FILTERED], "nothing depends on the query (its sink relation is what it depends on)"
+    assert not {c.address for c in plan.changes} & set(plan.excluded), "an excluded resource is not in the plan"
+    assert ENRICHED in {c.address for c in plan.actionable}
+    assert not [c for c in plan.actionable if c.action is Action.DELETE]
+    from dsflow.cli.render import plan_text
+
+    assert f"Excluded, left as deployed: {', '.join(plan.excluded)}." in plan_text(normalized(plan))
+    assert f"Excluded, left as deployed: {', '.join(plan.excluded)}." in plan_markdown(normalized(plan))
+
+
+def test_exclude_of_a_source_leaves_every_reader_out(deployed):
+    root, state = deployed
+    edit(root, PIPELINES, "WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'")
+    plan = plan_of(root, state, excludes=frozenset({"relation.analytics.public.pageviews"}))
+    assert {FILTERED, ENRICHED, "relation.analytics.public.pageviews"} <= set(plan.excluded)
+    assert not plan.actionable
+
+
+def test_exclude_and_target_together_or_with_destroy_are_refused_and_an_unknown_exclude_is_an_error(tmp_path):
+    from click.testing import CliRunner
+
+    from dsflow.cli import cli
+    from dsflow.engine import operations
+    from dsflow.errors import DsflowError
+
+    root = copy_example(tmp_path)
+    both = CliRunner().invoke(cli, ["-C", str(root), "plan", "--no-refresh", "--target", FILTERED,
+                                    "--exclude", ENRICHED])
+    assert both.exit_code == 2 and "--exclude and --target cannot be used together" in both.output
+    destroying = CliRunner().invoke(cli, ["-C", str(root), "plan", "--no-refresh", "--destroy", "--exclude", ENRICHED])
+    assert destroying.exit_code == 2 and "--exclude is not taken with --destroy" in destroying.output
+    loaded = operations.load(operations.Options(root, None, EXAMPLE_VARIABLES))
+    with pytest.raises(DsflowError) as err:
+        operations.plan(loaded, excludes=frozenset({"query.analytics.curated.pageviews_filterd"}))
+    assert err.value.code == "DSF-E024" and "--exclude" in err.value.message and "pageviews_filtered" in err.value.hint
