@@ -55,7 +55,8 @@ class _LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic", "datagen": "dsflow.cli.tools:datagen",
+SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic",
+               "infer": "dsflow.cli.topics:infer", "datagen": "dsflow.cli.tools:datagen",
                "init": "dsflow.cli.tools:init", "entity": "dsflow.cli.entities:entity",
                "runtime": "dsflow.cli.runtime:runtime", "serve": "dsflow.cli.server:serve",
                "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens"}

@@ -4,6 +4,7 @@ help names the store kinds from the registry, core/stores.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 import click
 
@@ -149,3 +150,39 @@ def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int 
     with _errors(target):
         for record in topics.records(target, from_beginning, limit, timeout, raw):
             click.echo(json.dumps(record, default=str))
+
+
+@click.command("infer")
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--name", "relation", help="the stream's name in the statement (default: from the topic's name)")
+@click.option("--sample", type=click.IntRange(1), default=100, show_default=True, help="records to read")
+@click.option("--timeout", type=click.FloatRange(min=0), default=5.0, show_default=True, callback=_not_nan,
+              help="stop reading after this many idle seconds")
+@click.option("--store", help=STORE_HELP)
+@click.option("--bootstrap", help=BOOTSTRAP_HELP)
+@click.pass_context
+def infer(ctx: click.Context, topic_name: str, relation: str | None, sample: int, timeout: float, store: str | None,
+          bootstrap: str | None) -> None:
+    """Print a CREATE STREAM statement for TOPIC, with columns, key and event time inferred from its first records
+    (JSON values), to paste into the project's SQL."""
+    from dsflow.core.inference import infer_stream
+
+    prefix = "" if bootstrap else operations.load(ctx.obj).project.topic_prefix
+    target = _target(ctx, topic_name, store, bootstrap)
+    with _errors(target):
+        if topics.describe(target) is None:
+            raise DsflowError("DSF-E767", f"no topic '{target.name}' in the {target.store_type} store "
+                              f"'{target.store or target.bootstrap}'", hint="dsflow topic list shows the topics there")
+        read = [(_text(r.get("key")), _text(r.get("value")))
+                for r in topics.records(target, True, sample, timeout, raw=True)]
+    unprefixed = target.name[len(prefix):] if prefix and target.name.startswith(prefix) else target.name
+    name = relation or (re.sub(r"\W", "_", unprefixed).strip("_") or "inferred")
+    inferred = infer_stream(name, target.name, read, unprefixed)
+    if prefix and not target.name.startswith(prefix):
+        click.echo(f"-- the environment's topic_prefix '{prefix}' is prepended to 'topic': this topic is outside it",
+                   err=True)
+    click.echo(inferred.text(), nl=False)
+
+
+def _text(raw: object) -> str | None:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None if raw is None else str(raw)
