@@ -167,3 +167,36 @@ def test_window_bounds_spark_accepts(tmp_path):
            "CREATE CHANGELOG out2 AS SELECT window_start, window_end, COUNT(*) AS c\n"
            "  FROM HOP(w, SIZE 1 MINUTE, ADVANCE BY 60 SECONDS) GROUP BY window_start, window_end;\n")
     assert len(load_project(make_project(tmp_path, {"sql/all.sql": sql})).queries) == 2
+
+
+OUTPUT_TYPES = [("CONCAT(a, a)", "ARRAY<INT>"), ("a || a", "ARRAY<INT>"), ("-NULL", "DOUBLE"), ("ROUND(n, 1)", "INT"),
+                ("(ROUND(id, 2))", "BIGINT"), ("ROUND(x, 1)", "DOUBLE"), ("CONCAT(userid, 5)", "VARCHAR")]
+"""A result column's declared type where sqlglot's annotation differs from Spark's (typecheck._result_type)."""
+
+
+@pytest.fixture(scope="module")
+def typed_outputs():
+    batch = [("STREAM", f"SELECT {e} AS o FROM v") for e, _ in OUTPUT_TYPES]
+    codes, accepted, project = tq.dsflow_verdicts(batch)
+    assert codes == [[] for _ in batch]
+    return accepted, project
+
+
+def test_result_columns_are_declared_with_sparks_type(typed_outputs):
+    accepted, _project = typed_outputs
+    assert [accepted[i].output_columns[0].type for i in range(len(OUTPUT_TYPES))] == [t for _, t in OUTPUT_TYPES]
+
+
+@pytest.mark.integration
+def test_spark_computes_the_declared_result_types(spark, typed_outputs):
+    from dsflow.adapters.spark.translate import spark_select, spark_type, view_name
+
+    tq.prepare(spark)
+    accepted, project = typed_outputs
+    found = []
+    for i, (expression, _) in enumerate(OUTPUT_TYPES):
+        query = accepted[i]
+        schema = spark.sql(spark_select(query, project).replace(view_name(0, query), "__types_keyed")).schema
+        found.append((expression, spark_type(query.output_columns[0].type).upper(),
+                      schema["o"].dataType.simpleString().upper()))
+    assert [f for f in found if f[1] != f[2]] == []
