@@ -62,6 +62,9 @@ ARGUMENTS: dict[type | str, tuple[tuple[Place, str], ...]] = {
     "JSON_VALUE": ((0, STRICT_TEXT), (1, STRICT_TEXT)),
 }
 """Function (sqlglot class, or the name of an anonymous call) -> (argument, what it takes)."""
+DECLARED = (exp.Column, exp.Literal, exp.Cast, exp.Dot, exp.Bracket)
+"""The values whose number type is declared or written (a column, a field, a literal, a CAST; TRY_CAST is a Cast):
+the only ones an INT or an integer is required of (SMALL_INT, INTEGRAL)."""
 LOOKED_THROUGH = (exp.TsOrDsToDate, exp.TimeStrToTime)
 """The conversions sqlglot wraps an argument in when parsing (DATEDIFF(x, ...) is DATEDIFF(TO_DATE(x), ...)): the
 argument Spark sees is the one inside."""
@@ -102,7 +105,7 @@ def check_arguments(checker: Typing, node: exp.Expr, name: str) -> None:
         if found.kind in (UNKNOWN, NULL):
             continue
         what = f"{name}'s argument '{text(value)}'"
-        if _fits(found, wanted):
+        if _fits(found, wanted, value):
             continue
         if found.kind == STR and wanted in (NUMBER, SMALL_INT, TEMPORAL):
             checker._wanted(value, found, TIME if wanted == TEMPORAL else NUM, what)
@@ -111,7 +114,7 @@ def check_arguments(checker: Typing, node: exp.Expr, name: str) -> None:
                       f"pass {wanted}, or CAST it")
 
 
-def _fits(found: Typed, wanted: str) -> bool:
+def _fits(found: Typed, wanted: str, value: exp.Expr) -> bool:
     if wanted == TEXT:
         return found.kind not in COMPLEX
     if wanted == STRICT_TEXT:
@@ -122,8 +125,8 @@ def _fits(found: Typed, wanted: str) -> bool:
         return found.kind in (STR, TIME, DATE)
     if found.kind != NUM:
         return False
-    if wanted in (NUMBER, NUMERIC) or found.data_type is None:
-        return True
+    if wanted in (NUMBER, NUMERIC) or found.data_type is None or not isinstance(value, DECLARED):
+        return True  # the width of a computed number is sqlglot's guess (COALESCE(n, 0) is BIGINT there, INT in Spark)
     return found.data_type.this in (SMALL_INTS if wanted == SMALL_INT else INTEGERS)
 
 

@@ -36,7 +36,7 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
     type}); report each problem (DSF-E400..E409); True if there is none."""
     checker = Checker(columns)
     for projection in select.selects:
-        corrected = _result_type(projection, checker.infer(projection), checker)
+        corrected = _result_type(projection, checker.infer(projection))
         if corrected is not None:  # the type the result column is declared with (load/select.py)
             projection.type = corrected
     for key in ("where", "having"):
@@ -54,10 +54,7 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
     return not checker.problems
 
 
-INTEGRAL = (exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)
-
-
-def _result_type(projection: exp.Expr, found: Typed, checker: Checker) -> exp.DataType | None:
+def _result_type(projection: exp.Expr, found: Typed) -> exp.DataType | None:
     """The type of a result column where sqlglot's differs from what Spark computes (tests/test_typecheck.py
     compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), -NULL a DOUBLE (sqlglot:
     NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type stands."""
@@ -69,8 +66,7 @@ def _result_type(projection: exp.Expr, found: Typed, checker: Checker) -> exp.Da
         return found.data_type.copy()
     if isinstance(node, exp.Neg) and declared == NULL:
         return exp.DataType.build("DOUBLE")
-    if isinstance(node, exp.Round) and found.kind == NUM:
-        argument = checker.infer(node.this)
-        if argument.data_type is not None and argument.data_type.this in INTEGRAL:
-            return argument.data_type.copy()
+    if isinstance(node, exp.Round) and found.data_type is not None and projection.type is not None and \
+            declared == NUM and found.data_type.this != projection.type.this:
+        return found.data_type.copy()
     return None

@@ -8,7 +8,7 @@ from dsflow.load.typekinds import (
     ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
     Typed, converts, kind_of, number_literal, text, typed,
 )
-from dsflow.load.typeargs import check_arguments, concat_ws_part
+from dsflow.load.typeargs import INTEGERS, check_arguments, concat_ws_part
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
@@ -390,6 +390,10 @@ class Checker:
                               "Spark takes a constant there", "write the number of decimals, e.g. ROUND(x, 2)")
             self._wanted(decimals, self.infer(decimals), NUM, f"ROUND's scale '{text(decimals)}'")
         check_arguments(self, node, _name(node))
+        if isinstance(node, exp.Round) and first is not None:  # Spark's ROUND of an integer keeps its type
+            argument = self.infer(first)
+            if argument.data_type is not None and argument.data_type.this in INTEGERS:
+                return argument
         return typed(node.type)
 
     def _argument(self, node: exp.Expr, first: exp.Expr, found: Typed) -> None:
