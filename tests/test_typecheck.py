@@ -93,6 +93,9 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("CONCAT(a, a)", (), ACCEPTS), ("CONCAT(NULL, NULL)", (), ACCEPTS), ("CONCAT(userid, 5)", (), ACCEPTS),
     ("CONCAT(a, userid)", (E409,), REFUSES), ("COALESCE(ts, 5)", ("DSF-E406",), REFUSES),
     ("COALESCE(id, 'x')", (E402,), FAILS), ("COALESCE(b, 'x')", (E402,), FAILS),
+    # BETWEEN is two comparisons: its bounds need no common type
+    ("(NOT ('true' BETWEEN TRUE AND 1))", (E402,), FAILS), ("('1' BETWEEN TRUE AND 1)", (), ACCEPTS),
+    ("(n BETWEEN 1 AND TRUE)", ("DSF-E401",), REFUSES),
     # arithmetic of a STRUCT, ARRAY or BOOLEAN inside a cast (its operands are not typed by sqlglot there)
     ("TRY_CAST((-3 - s) AS DOUBLE)", (E404,), REFUSES), ("TRY_CAST((s + 1) AS VARCHAR)", (E404,), REFUSES),
     ("CAST((a + 1) AS VARCHAR)", (E404,), REFUSES), ("TRY_CAST((b * 2) AS VARCHAR)", (E404,), REFUSES),

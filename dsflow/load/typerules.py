@@ -171,7 +171,8 @@ class Checker:
         items = [(node.this, self.infer(node.this)), (node.args["low"], self.infer(node.args["low"])),
                  (node.args["high"], self.infer(node.args["high"]))]
         if items[0][1].kind != NULL:  # NULL BETWEEN ... is NULL, as NULL IN (...)
-            self._comparable(node, items)
+            for bound in items[1:]:  # Spark compares x >= low and x <= high: low and high need no common type
+                self._comparable(node, [items[0], bound])
         return Typed(BOOL, exp.DataType.build("BOOLEAN"))
 
     def _comparable(self, node: exp.Expr, items: list[tuple[exp.Expr, Typed]]) -> Typed:
