@@ -80,10 +80,7 @@ def arguments(node: exp.Expr) -> list[tuple[exp.Expr, str]]:
     """The arguments of a call that ARGUMENTS names, with what each takes."""
     anonymous = isinstance(node, exp.Anonymous)
     places = ARGUMENTS.get(node.name.upper() if anonymous else type(node), ())
-    if not anonymous and isinstance(node, exp.Chr):
-        values: list = list(node.expressions)
-    else:
-        values = list(node.expressions) if anonymous else []
+    values = list(node.expressions) if anonymous or isinstance(node, exp.Chr) else []  # by position
     found = []
     for place, wanted in places:
         value = (values[place] if place < len(values) else None) if isinstance(place, int) else node.args.get(place)
