@@ -93,6 +93,15 @@ def normalized_duration(text: str) -> str | None:
     return f"{found.group(1)} {unit}"
 
 
+MILLISECONDS = {"milliseconds": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
+
+
+def milliseconds(duration: str) -> int:
+    """A normalized duration ('10 seconds') in the whole milliseconds Spark runs it with."""
+    number, unit = duration.split()
+    return round(float(number) * MILLISECONDS[unit])
+
+
 def duration_text(interval: exp.Expr | None) -> str:
     """`10 SECONDS` for an interval the dialect parsed (SIZE, ADVANCE BY, WITHIN)."""
     if not isinstance(interval, exp.Interval):

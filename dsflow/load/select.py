@@ -31,7 +31,9 @@ from dsflow.core.model import (
 )
 from dsflow.errors import Diagnostic
 from dsflow.load.cdc import SLOT_KEY
-from dsflow.load.dialect import SOURCE_PROPERTIES, WITHIN, duration_text, is_window, normalized_duration, window_call
+from dsflow.load.dialect import (
+    SOURCE_PROPERTIES, WITHIN, duration_text, is_window, milliseconds, normalized_duration, window_call,
+)
 from dsflow.load.filecache import DeferredSelect
 from dsflow.load.fields import base_column, check_fields, group_key_sql, type_map_subscripts
 from dsflow.load.functions import check_functions, declare_result_types
@@ -255,12 +257,18 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
             texts[key] = None
             continue
         text = texts[key] = normalized_duration(duration_text(node))
-        if text is None or float(text.split()[0]) <= 0:
+        # Spark runs a window in whole milliseconds, and refuses one of 0 (0.1 ms); a session of GAP 0 it takes
+        if text is None or float(text.split()[0]) <= 0 or (function.kind != "session" and milliseconds(text) <= 0):
             label = "GAP" if function.kind == "session" else key.upper()
             report(Diagnostic("DSF-E032", f"window {label} must be a positive duration like 10 SECONDS, got "
                               f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "
-                              "MINUTES, HOURS, DAYS"))
+                              "MINUTES, HOURS, DAYS; at least 1 millisecond"))
             return False
+    if texts["advance"] is not None and milliseconds(texts["advance"]) > milliseconds(str(texts["size"])):
+        report(Diagnostic("DSF-E032", f"HOP's ADVANCE BY ({texts['advance']}) is longer than its SIZE "
+                          f"({texts['size']}): Spark refuses a window that slides past its end", where(outer),
+                          hint="ADVANCE BY at most the SIZE (equal to it is a TUMBLE)"))
+        return False
     alias = outer.alias or inner.name
     inner.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
     outer.replace(inner)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from dsflow.errors import Diagnostic
-from dsflow.load.typekinds import RUNTIME_CODES
+from dsflow.load.typekinds import ARRAY, NULL, NUM, RUNTIME_CODES, Typed, kind_of
 from dsflow.load.typerules import Checker
 
 __all__ = ["RUNTIME_CODES", "check_types"]
@@ -36,7 +36,9 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
     type}); report each problem (DSF-E400..E409); True if there is none."""
     checker = Checker(columns)
     for projection in select.selects:
-        checker.infer(projection)
+        corrected = _result_type(projection, checker.infer(projection))
+        if corrected is not None:  # the type the result column is declared with (load/select.py)
+            projection.type = corrected
     for key in ("where", "having"):
         clause = select.args.get(key)
         if clause is not None:
@@ -50,3 +52,21 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
     for problem in checker.problems:
         report(Diagnostic(problem.code, problem.message, where(problem.node), hint=problem.hint))
     return not checker.problems
+
+
+def _result_type(projection: exp.Expr, found: Typed) -> exp.DataType | None:
+    """The type of a result column where sqlglot's differs from what Spark computes (tests/test_typecheck.py
+    compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), -NULL a DOUBLE (sqlglot:
+    NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type stands."""
+    node = projection.this if isinstance(projection, exp.Alias) else projection
+    while isinstance(node, exp.Paren):
+        node = node.this
+    declared = kind_of(projection.type)
+    if found.kind == ARRAY and found.data_type is not None and declared != ARRAY:
+        return found.data_type.copy()
+    if isinstance(node, exp.Neg) and declared == NULL:
+        return exp.DataType.build("DOUBLE")
+    if isinstance(node, exp.Round) and found.data_type is not None and projection.type is not None and \
+            declared == NUM and found.data_type.this != projection.type.this:
+        return found.data_type.copy()
+    return None

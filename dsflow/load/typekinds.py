@@ -65,6 +65,18 @@ def typed(data_type: exp.DataType | None) -> Typed:
     return Typed(kind, data_type if kind != UNKNOWN else None)
 
 
+def number_literal(node: exp.Literal) -> Typed:
+    """A number literal as Spark types it: INT, BIGINT past 32 bits, DECIMAL or DOUBLE with a fraction or an
+    exponent (sqlglot types every integer INT, and leaves a literal inside a CAST untyped)."""
+    written = node.name
+    if written.lstrip("+-").isdigit():
+        return Typed(NUM, exp.DataType.build("INT" if abs(int(written)) < 2**31 else "BIGINT" if
+                                             abs(int(written)) < 2**63 else "DECIMAL"))
+    if kind_of(node.type) == NUM:
+        return typed(node.type)
+    return Typed(NUM, exp.DataType.build("DOUBLE" if "e" in written.lower() else "DECIMAL"))
+
+
 def converts(text: str, kind: str) -> bool:
     """Whether Spark's ANSI cast of the string `text` to `kind` succeeds."""
     if kind == NUM:

@@ -6,8 +6,9 @@ from sqlglot import exp
 
 from dsflow.load.typekinds import (
     ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
-    Typed, converts, kind_of, text, typed,
+    Typed, converts, kind_of, number_literal, text, typed,
 )
+from dsflow.load.typeargs import INTEGERS, check_arguments, concat_ws_part
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
@@ -44,13 +45,20 @@ class Checker:
     def __init__(self, columns: dict[tuple[str, str], exp.DataType]) -> None:
         self.problems: list[Problem] = []
         self.columns = columns
+        self.known: dict[int, Typed] = {}
+        """id(node) -> its type: a node typed again (a rule reads its arguments after they were typed) is not
+        reported again."""
 
     def infer(self, node: exp.Expr) -> Typed:
+        if id(node) in self.known:
+            return self.known[id(node)]
         try:
-            return self._infer(node)
+            found = self._infer(node)
         except Problem as problem:
             self.problems.append(problem)
-            return UNTYPED
+            found = UNTYPED
+        self.known[id(node)] = found
+        return found
 
     def condition(self, node: exp.Expr, clause: str) -> None:
         found = self.infer(node)
@@ -65,7 +73,8 @@ class Checker:
         if isinstance(node, (exp.Alias, exp.Paren)):
             return self.infer(node.this)
         if isinstance(node, exp.Literal):
-            return Typed(STR, exp.DataType.build("VARCHAR"), literal=node.name) if node.is_string else typed(node.type)
+            return Typed(STR, exp.DataType.build("VARCHAR"), literal=node.name) if node.is_string else \
+                number_literal(node)
         if isinstance(node, exp.Null):
             return Typed(NULL)
         if isinstance(node, exp.Boolean):
@@ -162,7 +171,8 @@ class Checker:
         items = [(node.this, self.infer(node.this)), (node.args["low"], self.infer(node.args["low"])),
                  (node.args["high"], self.infer(node.args["high"]))]
         if items[0][1].kind != NULL:  # NULL BETWEEN ... is NULL, as NULL IN (...)
-            self._comparable(node, items)
+            for bound in items[1:]:  # Spark compares x >= low and x <= high: low and high need no common type
+                self._comparable(node, [items[0], bound])
         return Typed(BOOL, exp.DataType.build("BOOLEAN"))
 
     def _comparable(self, node: exp.Expr, items: list[tuple[exp.Expr, Typed]]) -> Typed:
@@ -335,11 +345,21 @@ class Checker:
         return self._joined(node, [(node.this, self.infer(node.this)), (node.expression, self.infer(node.expression))])
 
     def _concat(self, node: exp.Concat) -> Typed:
-        return self._joined(node, [(n, self.infer(n)) for n in node.expressions])
+        parts = [(n, self.infer(n)) for n in node.expressions]
+        if not isinstance(node, exp.ConcatWs):
+            return self._joined(node, parts)
+        for index, (part, found) in enumerate(parts):  # the separator, then strings or ARRAYs of them
+            if found.kind in COMPLEX and (index == 0 or not concat_ws_part(found)):
+                raise Problem("DSF-E409", node, f"{text(node)}: CONCAT_WS joins strings (and ARRAYs of them), not "
+                              f"{found.show()} '{text(part)}'", "CAST it to VARCHAR, or read one of its fields")
+        return Typed(STR, exp.DataType.build("VARCHAR"))
 
     def _joined(self, node: exp.Expr, parts: list[tuple[exp.Expr, Typed]]) -> Typed:
         kinds = {t.kind for _, t in parts}
         if kinds <= {ARRAY, UNKNOWN, NULL} and ARRAY in kinds:
+            if NULL in kinds:  # Spark casts no untyped NULL to the ARRAY here: DATA_DIFF_TYPES
+                raise Problem("DSF-E409", node, f"{text(node)}: CONCAT (||) of an ARRAY and an untyped NULL",
+                              "CAST the NULL to the ARRAY's type, e.g. CAST(NULL AS ARRAY<INT>)")
             return next(t for _, t in parts if t.kind == ARRAY)
         for side, found in parts:
             if found.kind in COMPLEX:
@@ -366,11 +386,19 @@ class Checker:
             self._argument(node, first, self.infer(first))
         decimals = node.args.get("decimals") if isinstance(node, exp.Round) else None
         if decimals is not None:  # Spark folds it while analysing: a string that is no number fails there
+            if decimals.find(exp.Column) is not None:  # NON_FOLDABLE_INPUT
+                raise Problem("DSF-E409", node, f"{text(node)}: ROUND's scale '{text(decimals)}' reads a column; "
+                              "Spark takes a constant there", "write the number of decimals, e.g. ROUND(x, 2)")
             self._wanted(decimals, self.infer(decimals), NUM, f"ROUND's scale '{text(decimals)}'")
+        check_arguments(self, node, _name(node))
+        if isinstance(node, exp.Round) and first is not None:  # Spark's ROUND of an integer keeps its type
+            argument = self.infer(first)
+            if argument.data_type is not None and argument.data_type.this in INTEGERS:
+                return argument
         return typed(node.type)
 
     def _argument(self, node: exp.Expr, first: exp.Expr, found: Typed) -> None:
-        name = node.name.upper() if isinstance(node, exp.Anonymous) else type(node).__name__.upper()
+        name = _name(node)
         what = f"{name}'s argument '{text(first)}'"
         if isinstance(node, NUMERIC_ARGS):
             if found.kind not in (NUM, STR, UNKNOWN, NULL):
@@ -393,3 +421,10 @@ class Checker:
                 raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a string",
                               "CAST it to VARCHAR, or read one of its elements or fields")
 
+
+def _name(node: exp.Expr) -> str:
+    """A function's name in a message."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.upper()
+    written = text(node).split("(")[0].strip().upper()
+    return written if written.replace("_", "").isalnum() else type(node).__name__.upper()

@@ -226,9 +226,9 @@ def _carried_key(query: Query) -> exp.Expr:
 
 def spark_duration(text: str) -> str:
     """A duration as Spark reads it everywhere (window, watermark, INTERVAL): whole milliseconds."""
-    number, unit = text.split()
-    factor = {"milliseconds": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
-    return f"{round(float(number) * factor[unit])} milliseconds"
+    from dsflow.load.dialect import milliseconds
+
+    return f"{milliseconds(text)} milliseconds"
 
 
 def spark_interval(text: str) -> str:

@@ -1,0 +1,209 @@
+"""The type checker's rules (load/typecheck.py, typerules.py, typeargs.py), each with Spark's own verdict.
+
+Each case is an expression over the stream `v` of tests/type_queries.py (id BIGINT, userid VARCHAR, n INT, x DOUBLE,
+ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN), the codes `dsflow validate`
+reports on it, and what Spark 4 does with it under ANSI: REFUSES (its analyzer), FAILS (the analyzer accepts it and
+the run over tests/type_queries.SAMPLE_ROWS fails), ACCEPTS. The unit test checks dsflow's codes; the integration
+test asks Spark, so that a rule is never kept against Spark's verdict (no false refusal: a case dsflow refuses with
+a code other than E402/E403 must be one Spark REFUSES).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import type_queries as tq
+from dsflow.errors import ProjectError
+from dsflow.load.project import load_project
+from projects import make_project
+
+REFUSES, FAILS, ACCEPTS = "refuses", "fails", "accepts"
+E402, E403, E404, E409 = "DSF-E402", "DSF-E403", "DSF-E404", "DSF-E409"
+
+CASES: list[tuple[str, tuple[str, ...], str]] = [
+    # date and time functions given numbers or booleans (YEAR(x) is parsed as YEAR(TO_DATE(x)))
+    ("YEAR(5)", (E409,), REFUSES), ("YEAR(2.5)", (E409,), REFUSES), ("WEEKOFYEAR(5)", (E409,), REFUSES),
+    ("YEAR('2024-01-01')", (), ACCEPTS), ("YEAR(NULL)", (), ACCEPTS), ("YEAR('x')", (E402,), FAILS),
+    ("DATE_FORMAT(5, 'yyyy')", (E409,), REFUSES), ("DATE_FORMAT(b, 'yyyy')", (E409,), REFUSES),
+    ("DATE_FORMAT(ts, 5)", (), ACCEPTS), ("DATE_FORMAT(userid, 'yyyy')", (E403,), FAILS),
+    ("DATE_TRUNC('HOUR', 5)", (E409,), REFUSES), ("DATE_TRUNC('HOUR', b)", (E409,), REFUSES),
+    ("DATEDIFF(ts, 5)", (E409,), REFUSES), ("DATEDIFF(5, ts)", (E409,), REFUSES),
+    ("DATEDIFF(ts, b)", (E409,), REFUSES), ("DATEDIFF(ts, NULL)", (), ACCEPTS), ("DATEDIFF(ts, 'x')", (E402,), FAILS),
+    ("TIMESTAMPDIFF(SECOND, ts, 5)", (E409,), REFUSES), ("TIMESTAMPDIFF(SECOND, 5, ts)", (E409,), REFUSES),
+    ("TIMESTAMPDIFF(SECOND, ts, 'x')", (E402,), FAILS),
+    ("FROM_UNIXTIME(ts)", (E409,), REFUSES), ("FROM_UNIXTIME(b)", (E409,), REFUSES),
+    ("FROM_UNIXTIME(x)", (), ACCEPTS), ("FROM_UNIXTIME(id, 5)", (), ACCEPTS),
+    ("FROM_UNIXTIME(id, a)", (E409,), REFUSES), ("FROM_UNIXTIME(userid)", (E403,), FAILS),
+    ("TO_TIMESTAMP_LTZ(x, 3)", (E409,), REFUSES), ("TO_TIMESTAMP_LTZ(userid, 3)", (E409,), REFUSES),
+    ("TO_TIMESTAMP_LTZ(2.5, 3)", (E409,), REFUSES), ("TO_TIMESTAMP_LTZ(n, 3)", (), ACCEPTS),
+    ("TO_TIMESTAMP_LTZ(x, 0)", (), ACCEPTS), ("TO_TIMESTAMP_LTZ(userid, 0)", (E409,), REFUSES),
+    ("TO_TIMESTAMP_LTZ(b, 0)", (E409,), REFUSES), ("TO_TIMESTAMP_LTZ(NULL, 3)", (), ACCEPTS),
+    ("UNIX_TIMESTAMP(x, 'yyyy')", (E409,), REFUSES), ("UNIX_TIMESTAMP(b, 'yyyy')", (E409,), REFUSES),
+    ("UNIX_TIMESTAMP(ts, 'yyyy')", (), ACCEPTS), ("TO_TIMESTAMP(ts, 'yyyy')", (), ACCEPTS),
+    ("TO_TIMESTAMP(a, 'yyyy')", (E409,), REFUSES),
+    # DATE_ADD: a TIMESTAMP or DATE, and an INT (not a BIGINT, not a DOUBLE) of days
+    ("DATE_ADD(ts, n)", (), ACCEPTS), ("DATE_ADD(ts, -3)", (), ACCEPTS), ("DATE_ADD(ts, NULL)", (), ACCEPTS),
+    ("DATE_ADD(ts, CAST(2 AS SMALLINT))", (), ACCEPTS), ("DATE_ADD(ts, '1')", (), ACCEPTS),
+    ("DATE_ADD(ts, id)", (E409,), REFUSES), ("DATE_ADD(ts, 3000000000)", (E409,), REFUSES),
+    ("DATE_ADD(ts, 2.5)", (E409,), REFUSES), ("DATE_ADD(ts, x)", (E409,), REFUSES),
+    ("DATE_ADD(ts, TRUE)", (E409,), REFUSES), ("DATE_ADD(ts, ts)", (E409,), REFUSES),
+    ("DATE_ADD(5, 1)", (E409,), REFUSES), ("DATE_ADD(b, 1)", (E409,), REFUSES),
+    ("DATE_ADD(ts, COALESCE(n, 0))", (), ACCEPTS), ("DATE_ADD(ts, n + 1)", (), ACCEPTS),
+    ("TO_TIMESTAMP_LTZ(ROUND(id), 3)", (), ACCEPTS), ("TO_TIMESTAMP_LTZ(id + 1, 3)", (), ACCEPTS),
+    ("DATE_ADD(ts, 'x')", (E402,), FAILS), ("DATE_ADD(ts, userid)", (E403,), FAILS),
+    ("DATE_ADD(userid, 1)", (E403,), FAILS),
+    # string functions' counts and positions are numbers, their other arguments strings
+    ("SUBSTRING(userid, 'x')", (E402,), FAILS), ("SUBSTRING(userid, 2, 'x')", (E402,), FAILS),
+    ("SUBSTRING(userid, '2')", (), ACCEPTS), ("SUBSTRING(userid, 2.5)", (), ACCEPTS),
+    ("SUBSTRING(userid, id)", (), ACCEPTS), ("SUBSTRING(userid, NULL)", (), ACCEPTS),
+    ("SUBSTRING(userid, TRUE)", (E409,), REFUSES), ("SUBSTRING(userid, ts)", (E409,), REFUSES),
+    ("SUBSTRING(userid, a)", (E409,), REFUSES), ("SUBSTRING(userid, 1, b)", (E409,), REFUSES),
+    ("SUBSTRING(userid, userid)", (E403,), FAILS),
+    ("REPEAT(userid, 'x')", (E402,), FAILS), ("REPEAT(userid, x)", (), ACCEPTS),
+    ("REPEAT(userid, TRUE)", (E409,), REFUSES), ("REPEAT(userid, ts)", (E409,), REFUSES),
+    ("LPAD(userid, 'x', '*')", (E402,), FAILS), ("LPAD(userid, 8, 5)", (), ACCEPTS),
+    ("LPAD(userid, 8, ts)", (), ACCEPTS),
+    ("LPAD(userid, 8, a)", (E409,), REFUSES), ("LPAD(userid, TRUE, '*')", (E409,), REFUSES),
+    ("LEFT(userid, TRUE)", (E409,), REFUSES), ("LEFT(userid, ts)", (E409,), REFUSES),
+    ("RIGHT(userid, x)", (), ACCEPTS),
+    ("REPLACE(userid, 5, 'b')", (), ACCEPTS), ("REPLACE(userid, a, 'b')", (E409,), REFUSES),
+    ("REGEXP_REPLACE(userid, a, 'b')", (E409,), REFUSES), ("REGEXP_EXTRACT(userid, a, 1)", (E409,), REFUSES),
+    ("REGEXP_EXTRACT(userid, 'a', TRUE)", (E409,), REFUSES), ("REGEXP_EXTRACT(userid, 'a', 'x')", (E402,), FAILS),
+    ("REGEXP_LIKE(userid, a)", (E409,), REFUSES), ("REGEXP_LIKE(userid, 5)", (), ACCEPTS),
+    ("SPLIT_INDEX(userid, ',', TRUE)", (E409,), REFUSES), ("SPLIT_INDEX(userid, a, 0)", (E409,), REFUSES),
+    ("SPLIT_INDEX(a, ',', 0)", (E409,), REFUSES), ("SPLIT_INDEX(userid, ',', x)", (), ACCEPTS),
+    ("SPLIT_INDEX(userid, ',', 'x')", (E402,), FAILS),
+    ("LOCATE(a, userid)", (E409,), REFUSES), ("INSTR(userid, a)", (E409,), REFUSES), ("LOCATE(5, userid)", (), ACCEPTS),
+    ("CHR(b)", (E409,), REFUSES), ("CHR(ts)", (E409,), REFUSES), ("CHR(userid)", (E403,), FAILS),
+    ("ASCII(a)", (E409,), REFUSES), ("ASCII(5)", (), ACCEPTS), ("SPLIT(a, ',')", (E409,), REFUSES),
+    ("SPLIT(userid, 5)", (), ACCEPTS),
+    ("JSON_VALUE(userid, 5)", (E409,), REFUSES), ("JSON_VALUE(5, '$.a')", (E409,), REFUSES),
+    ("JSON_VALUE(b, '$.a')", (E409,), REFUSES), ("JSON_VALUE(userid, NULL)", (), ACCEPTS),
+    ("CONCAT_WS(',', a)", (), ACCEPTS), ("CONCAT_WS(',', a, userid)", (), ACCEPTS),
+    ("CONCAT_WS(',', ts)", (), ACCEPTS), ("CONCAT_WS(a, userid)", (E409,), REFUSES),
+    ("CONCAT_WS(',', m)", (E409,), REFUSES), ("CONCAT_WS(',', s)", (E409,), REFUSES),
+    # number functions' second arguments
+    ("POWER(x, TRUE)", (E409,), REFUSES), ("POWER(x, ts)", (E409,), REFUSES), ("POWER(x, a)", (E409,), REFUSES),
+    ("POWER(x, 'a')", (E402,), FAILS), ("POWER(x, userid)", (E403,), FAILS),
+    ("LOG(2, b)", (E409,), REFUSES), ("LOG(x, ts)", (E409,), REFUSES), ("LOG(x, 'x')", (E402,), FAILS),
+    ("ROUND(x, n)", (E409,), REFUSES), ("ROUND(x, n + 1)", (E409,), REFUSES), ("ROUND(x, -1)", (), ACCEPTS),
+    ("ROUND(x, 1 + 1)", (), ACCEPTS), ("ROUND(x, NULL)", (), ACCEPTS), ("ROUND(x, 2.5)", (), ACCEPTS),
+    # CONCAT of ARRAYs and strings, COALESCE of mixed kinds
+    ("CONCAT(a, NULL)", (E409,), REFUSES), ("CONCAT(NULL, a)", (E409,), REFUSES), ("a || NULL", (E409,), REFUSES),
+    ("CONCAT(a, a)", (), ACCEPTS), ("CONCAT(NULL, NULL)", (), ACCEPTS), ("CONCAT(userid, 5)", (), ACCEPTS),
+    ("CONCAT(a, userid)", (E409,), REFUSES), ("COALESCE(ts, 5)", ("DSF-E406",), REFUSES),
+    ("COALESCE(id, 'x')", (E402,), FAILS), ("COALESCE(b, 'x')", (E402,), FAILS),
+    # BETWEEN is two comparisons: its bounds need no common type
+    ("(NOT ('true' BETWEEN TRUE AND 1))", (E402,), FAILS), ("('1' BETWEEN TRUE AND 1)", (), ACCEPTS),
+    ("(n BETWEEN 1 AND TRUE)", ("DSF-E401",), REFUSES),
+    # arithmetic of a STRUCT, ARRAY or BOOLEAN inside a cast (its operands are not typed by sqlglot there)
+    ("TRY_CAST((-3 - s) AS DOUBLE)", (E404,), REFUSES), ("TRY_CAST((s + 1) AS VARCHAR)", (E404,), REFUSES),
+    ("CAST((a + 1) AS VARCHAR)", (E404,), REFUSES), ("TRY_CAST((b * 2) AS VARCHAR)", (E404,), REFUSES),
+    ("TRY_CAST((-3 - n) AS DOUBLE)", (), ACCEPTS),
+]
+"""(expression, dsflow's codes, Spark's verdict); Spark's verdicts were read from pyspark 4 and are checked again
+by test_spark_agrees."""
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> list[list[str]]:
+    codes, _accepted, _project = tq.dsflow_verdicts([("STREAM", f"SELECT {e} AS o FROM v") for e, _, _ in CASES])
+    return codes
+
+
+@pytest.mark.parametrize(("index", "case"), list(enumerate(CASES)), ids=[c[0] for c in CASES])
+def test_validate_refuses_what_spark_refuses(verdicts, index, case):
+    expression, codes, _spark = case
+    assert tuple(verdicts[index]) == codes, expression
+
+
+def test_no_case_is_a_false_refusal():
+    for expression, codes, spark in CASES:
+        if spark == ACCEPTS:
+            assert codes == (), expression
+        elif spark == FAILS:
+            assert codes and all(c in tq.RUNTIME_CODES for c in codes), expression
+        else:
+            assert codes and not all(c in tq.RUNTIME_CODES for c in codes), expression
+
+
+@pytest.mark.integration
+def test_spark_agrees(spark):
+    """Spark's analyzer (and, for FAILS, a run over the sample rows) gives each case the verdict CASES says."""
+    tq.prepare(spark)
+    wrong = []
+    for expression, _codes, expected in CASES:
+        sql = f"SELECT {expression} AS o FROM v"
+        found = REFUSES if tq.spark_verdict(spark, tq.untyped_translation(sql, "__types_empty")) else None
+        if found is None:
+            failed = tq.runtime_failure(spark, tq.untyped_translation(sql, "__types_rows"))
+            found = FAILS if failed else ACCEPTS
+        if found != expected:
+            wrong.append((expression, expected, found))
+    assert wrong == []
+
+
+def test_a_problem_inside_a_function_is_reported_once(tmp_path):
+    sql = ("CREATE STREAM v (b BOOLEAN, x DOUBLE) WITH ('value.format' = 'json');\n"
+           "CREATE STREAM out AS SELECT ABS(b + 1) AS o, SUBSTRING('abc', b + 1) AS p FROM v;\n")
+    with pytest.raises(ProjectError) as raised:
+        load_project(make_project(tmp_path, {"sql/all.sql": sql}))
+    assert [(d.code, d.location.col) for d in raised.value.diagnostics] == [(E404, 33), (E404, 63)]
+
+
+@pytest.mark.parametrize(("window", "message"), [
+    ("HOP(w, SIZE 1 MINUTE, ADVANCE BY 5 MINUTES)", "ADVANCE BY (5 minutes) is longer than its SIZE (1 minutes)"),
+    ("TUMBLE(w, SIZE 0.1 MILLISECONDS)", "window SIZE must be a positive duration"),
+    ("HOP(w, SIZE 1 MINUTE, ADVANCE BY 0.2 ms)", "window ADVANCE must be a positive duration"),
+])
+def test_window_bounds_spark_refuses(tmp_path, window, message):
+    """Spark's window() refuses a slide longer than the window, and a duration of 0 whole milliseconds."""
+    sql = ("CREATE STREAM w (id BIGINT, ts TIMESTAMP) WITH ('value.format' = 'json', 'timestamp' = 'ts');\n"
+           f"CREATE CHANGELOG out AS SELECT window_start, window_end, COUNT(*) AS c FROM {window}\n"
+           "  GROUP BY window_start, window_end;\n")
+    with pytest.raises(ProjectError) as raised:
+        load_project(make_project(tmp_path, {"sql/all.sql": sql}))
+    [diagnostic] = raised.value.diagnostics
+    assert diagnostic.code == "DSF-E032" and message in diagnostic.message, diagnostic
+
+
+def test_window_bounds_spark_accepts(tmp_path):
+    sql = ("CREATE STREAM w (id BIGINT, ts TIMESTAMP) WITH ('value.format' = 'json', 'timestamp' = 'ts');\n"
+           "CREATE CHANGELOG out AS SELECT window_start, window_end, COUNT(*) AS c\n"
+           "  FROM HOP(w, SIZE 1 MINUTE, ADVANCE BY 7 SECONDS) GROUP BY window_start, window_end;\n"
+           "CREATE CHANGELOG out2 AS SELECT window_start, window_end, COUNT(*) AS c\n"
+           "  FROM HOP(w, SIZE 1 MINUTE, ADVANCE BY 60 SECONDS) GROUP BY window_start, window_end;\n")
+    assert len(load_project(make_project(tmp_path, {"sql/all.sql": sql})).queries) == 2
+
+
+OUTPUT_TYPES = [("CONCAT(a, a)", "ARRAY<INT>"), ("a || a", "ARRAY<INT>"), ("-NULL", "DOUBLE"), ("ROUND(n, 1)", "INT"),
+                ("(ROUND(id, 2))", "BIGINT"), ("ROUND(x, 1)", "DOUBLE"), ("CONCAT(userid, 5)", "VARCHAR")]
+"""A result column's declared type where sqlglot's annotation differs from Spark's (typecheck._result_type)."""
+
+
+@pytest.fixture(scope="module")
+def typed_outputs():
+    batch = [("STREAM", f"SELECT {e} AS o FROM v") for e, _ in OUTPUT_TYPES]
+    codes, accepted, project = tq.dsflow_verdicts(batch)
+    assert codes == [[] for _ in batch]
+    return accepted, project
+
+
+def test_result_columns_are_declared_with_sparks_type(typed_outputs):
+    accepted, _project = typed_outputs
+    assert [accepted[i].output_columns[0].type for i in range(len(OUTPUT_TYPES))] == [t for _, t in OUTPUT_TYPES]
+
+
+@pytest.mark.integration
+def test_spark_computes_the_declared_result_types(spark, typed_outputs):
+    from dsflow.adapters.spark.translate import spark_select, spark_type, view_name
+
+    tq.prepare(spark)
+    accepted, project = typed_outputs
+    found = []
+    for i, (expression, _) in enumerate(OUTPUT_TYPES):
+        query = accepted[i]
+        schema = spark.sql(spark_select(query, project).replace(view_name(0, query), "__types_keyed")).schema
+        found.append((expression, spark_type(query.output_columns[0].type).upper(),
+                      schema["o"].dataType.simpleString().upper()))
+    assert [f for f in found if f[1] != f[2]] == []
