@@ -1,7 +1,8 @@
 """What Spark's analyzer takes in each argument of a function, past the first (load/typerules.py checks the first).
 
-Each entry names an argument (sqlglot's arg key, or its position for a function sqlglot parses as an anonymous
-call) and what it takes, as Spark's ANSI analyzer types it (tests/test_typecheck.py holds Spark's verdict on each):
+Each entry names an argument (sqlglot's arg key, or its position for a function sqlglot parses as an anonymous call)
+and what it takes, as Spark's ANSI analyzer types it (tests/integration/test_typecheck.py holds Spark's verdict on
+each):
 
 - NUMBER: any number (Spark casts one number type to another); a string is cast when the query runs (E402/E403);
 - SMALL_INT: an INT, SMALLINT or TINYINT only (DATE_ADD's days: a BIGINT or a DOUBLE is refused), or a string;

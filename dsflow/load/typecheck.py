@@ -55,7 +55,7 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
 
 
 def _result_type(projection: exp.Expr, found: Typed) -> exp.DataType | None:
-    """The type of a result column where sqlglot's differs from what Spark computes (tests/test_typecheck.py
+    """The type of a result column where sqlglot's differs from what Spark computes (tests/integration/test_typecheck.py
     compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), -NULL a DOUBLE (sqlglot:
     NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type stands."""
     node = projection.this if isinstance(projection, exp.Alias) else projection

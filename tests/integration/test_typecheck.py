@@ -1,21 +1,21 @@
 """The type checker's rules (load/typecheck.py, typerules.py, typeargs.py), each with Spark's own verdict.
 
-Each case is an expression over the stream `v` of tests/type_queries.py (id BIGINT, userid VARCHAR, n INT, x DOUBLE,
-ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN), the codes `dsflow validate`
-reports on it, and what Spark 4 does with it under ANSI: REFUSES (its analyzer), FAILS (the analyzer accepts it and
-the run over tests/type_queries.SAMPLE_ROWS fails), ACCEPTS. The unit test checks dsflow's codes; the integration
-test asks Spark, so that a rule is never kept against Spark's verdict (no false refusal: a case dsflow refuses with
-a code other than E402/E403 must be one Spark REFUSES).
+Each case is an expression over the stream `v` of tests/support/type_queries.py (id BIGINT, userid VARCHAR, n INT, x
+DOUBLE, ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN), the codes `dsflow
+validate` reports on it, and what Spark 4 does with it under ANSI: REFUSES (its analyzer), FAILS (the analyzer accepts
+it and the run over tests/support/type_queries.SAMPLE_ROWS fails), ACCEPTS. The unit test checks dsflow's codes; the
+integration test asks Spark, so that a rule is never kept against Spark's verdict (no false refusal: a case dsflow
+refuses with a code other than E402/E403 must be one Spark REFUSES).
 """
 
 from __future__ import annotations
 
 import pytest
 
-import type_queries as tq
+from support import type_queries as tq
 from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
-from projects import make_project
+from support.projects import make_project
 
 REFUSES, FAILS, ACCEPTS = "refuses", "fails", "accepts"
 E402, E403, E404, E409 = "DSF-E402", "DSF-E403", "DSF-E404", "DSF-E409"
