@@ -93,6 +93,8 @@ def test_a_query_restarted_with_new_sql_while_records_flow_writes_each_id_once(t
                 change = next(c for c in plan.actionable if c.address == "query.default.public.copied")
                 assert change.category is not None and change.category.value == "keep_checkpoint", change
                 assert "nothing reprocessed or skipped" in (change.effect or "")
+                assert "a crash, or a micro-batch still running 30 s after the stop, may write the last batch " \
+                       "again" in (change.effect or ""), "a stream sink says what a crash does"
             seen = feed.sent
             wait_for(lambda: len(set(_ids(broker, sink))) > seen, 240, "the restarted query", interval=1)
         sent = feed.sent
