@@ -225,7 +225,7 @@ def _interrupt(spark, specs: dict, running: dict, rng: random.Random) -> int:
     else:
         names = [rng.choice(sorted(running))]
         if how == "between":
-            stop_between_batches(running[names[0]])
+            stop_between_batches(running[names[0]], names[0])
         else:
             running[names[0]].stop()  # mid-batch when one runs: at-least-once, never a gap
     for name in names:

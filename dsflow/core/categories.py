@@ -70,8 +70,16 @@ def checkpoint_compatible(before: dict[str, Any], after: dict[str, Any]) -> bool
     return same_sources and before.get("sink") == after.get("sink")
 
 
-def effect_text(category: Category, override: str | None) -> str:
+REPEATS = "; a crash, or a micro-batch still running 30 s after the stop, may write the last batch again"
+"""Added to a restart's effect when the query writes a stream (its records appended to a log, at-least-once): a
+planned stop comes between two micro-batches (adapters/spark/driver.py, `stop_between_batches`), but nothing
+undoes the records of a batch that a crash, or a stop after the wait, interrupts, and that batch runs again."""
+RESUMING = (Category.IN_PLACE, Category.KEEP_CHECKPOINT, Category.CARRY_OFFSETS)
+
+
+def effect_text(category: Category, override: str | None, repeats: bool = False) -> str:
+    """The plan's words for what the change does to the query's data; `repeats`: its sink is at-least-once."""
     if category is Category.REPLAY:
         position = "the earliest offset" if override in (None, "earliest") else f"timestamp {override} (epoch ms)"
         return EFFECTS[category].format(position=position)
-    return EFFECTS[category]
+    return EFFECTS[category] + (REPEATS if repeats and category in RESUMING else "")

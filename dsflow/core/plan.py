@@ -443,12 +443,13 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
     stores = {s: (restarting or {})[s] for s in _stores_of(deployed.depends_on, state) if s in (restarting or {})}
     decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream,
                            stores)
+    repeats = writes_a_stream(resource, state)
     if upstream is None and deployed.data == resource.data and access_only(deployed.metadata, resource.metadata):
         return Change(action=Action.UPDATE, reason="owner changed (in place)", effect=OWNERSHIP_EFFECT, **common)
     if decided is None:
         if observed is not None and not observed.healthy:
             return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
-                          category=Category.IN_PLACE, effect=effect_text(Category.IN_PLACE, None), **common)
+                          category=Category.IN_PLACE, effect=effect_text(Category.IN_PLACE, None, repeats), **common)
         return Change(action=Action.NOOP, reason="up to date", **common)
     action, category, reason, used_override = decided
     if category is Category.CARRY_OFFSETS and key in options.foreign_logs:
@@ -458,7 +459,14 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
         reason = f"rollback to version {rollback}; {reason}"
     estimate = options.estimates.get(key) if category is Category.REPLAY else None
     return Change(action=action, reason=reason, category=category, override=used_override, estimate=estimate,
-                  rollback_of=rollback, effect=effect_text(category, used_override), **common)
+                  rollback_of=rollback, effect=effect_text(category, used_override, repeats), **common)
+
+
+def writes_a_stream(query: Resource, state: State) -> bool:
+    """The query's sink, as deployed, is a stream: its records are appended to a log, at-least-once (a changelog's
+    are upserts by key, a view's and a table's batches are recorded with their rows)."""
+    sink = state.resources.get(str(Address(Kind.RELATION, query.data.get("sink", ""))))
+    return sink is not None and sink.data.get("kind") == "stream"
 
 
 def decide_query(before: dict[str, Any], after: dict[str, Any], before_meta: dict[str, Any],

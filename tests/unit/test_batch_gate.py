@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from dsflow.adapters.spark.gate import BatchGate, GateClient, admitted, gated_query, gate_options, spark_query_name
+from dsflow.adapters.spark.gate import (BatchGate, GateClient, ReaderGate, admitted, gate_options, gated_query, hold,
+                                        hold_path, release, spark_query_name)
 
 
 @pytest.fixture
@@ -141,18 +142,34 @@ def test_a_gate_that_cannot_be_reached_lets_the_batch_run(tmp_path) -> None:
 
 def test_only_a_batch_with_something_to_read_asks(gate: BatchGate, monkeypatch) -> None:
     monkeypatch.setenv("DSFLOW_BATCH_GATE", gate.path)
-    assert admitted("a", {"0": 5}, {"0": 5}) == {"0": 5}
+    assert admitted(ReaderGate("a"), {"0": 5}, {"0": 5}) == {"0": 5}
     assert gate.report()["granted"] == 0
-    assert admitted("a", {"0": 5}, {"0": 7}) == {"0": 7}
+    assert admitted(ReaderGate("a"), {"0": 5}, {"0": 7}) == {"0": 7}
     assert gate.report()["held"] == 1
 
 
 def test_readers_are_told_their_query_only_where_a_gate_runs(monkeypatch) -> None:
     monkeypatch.delenv("DSFLOW_BATCH_GATE", raising=False)
-    assert gate_options("db.public.q") == {}
+    assert gated_query(gate_options("db.public.q")).query is None
     monkeypatch.setenv("DSFLOW_BATCH_GATE", "/x/gate.sock")
     options = gate_options("db.public.q")
-    assert gated_query({k.upper(): v for k, v in options.items()}) == spark_query_name("db.public.q") == "db_public_q"
+    assert gated_query({k.upper(): v for k, v in options.items()}).query == spark_query_name("db.public.q") \
+        == "db_public_q"
+
+
+def test_a_held_query_starts_no_batch_until_released(monkeypatch) -> None:
+    """While the driver stops a query its sources find no new data (their start), with or without a gate."""
+    monkeypatch.delenv("DSFLOW_BATCH_GATE", raising=False)
+    reader = gated_query({k.upper(): v for k, v in gate_options("db.public.q").items()})
+    assert reader.hold == hold_path("db.public.q")
+    assert admitted(reader, {"0": 5}, {"0": 7}) == {"0": 7}
+    hold("db.public.q")
+    try:
+        assert admitted(reader, {"0": 5}, {"0": 7}) == {"0": 5}
+        assert admitted(gated_query(gate_options("db.public.other")), {"0": 5}, {"0": 7}) == {"0": 7}
+    finally:
+        release("db.public.q")
+    assert admitted(reader, {"0": 5}, {"0": 7}) == {"0": 7}
 
 
 def test_the_folder_of_a_gate_whose_host_died_is_swept(tmp_path) -> None:

@@ -131,6 +131,23 @@ def test_editing_a_where_clause_changes_exactly_that_query_and_keeps_its_checkpo
     assert "'Page_2'" in change.before["select"] and "'Page_3'" in change.after["select"]
 
 
+def test_a_restart_says_a_crash_may_write_the_last_batch_again_only_for_a_stream_sink(example):
+    """Issue 39, item 5: a stream sink is at-least-once (a crash, or a batch still running when the stop's wait
+    ends, is written again on restart); a changelog's records are upserts by key, so its plan promises no more."""
+    (example / "sql" / "copies.sql").write_text(
+        "CREATE CHANGELOG curated.users_copy WITH ('trigger.interval' = '5 seconds') AS SELECT * FROM users;\n")
+    state = applied(plan_of(example))
+    edit(example, "sql/copies.sql", "'5 seconds'", "'10 seconds'")
+    edit(example, "sql/pipelines.sql", "CREATE STREAM curated.pageviews_enriched AS",
+         "CREATE STREAM curated.pageviews_enriched WITH ('trigger.interval' = '10 seconds') AS")
+    changes = {c.address: c for c in plan_of(example, state).actionable}
+    stream, changelog = changes[ENRICHED_QUERY], changes["query.analytics.curated.users_copy"]
+    assert stream.category == changelog.category == "in_place"
+    assert stream.effect.endswith("; a crash, or a micro-batch still running 30 s after the stop, may write the "
+                                  "last batch again")
+    assert changelog.effect == "restarted on the same checkpoint; resumes from its committed offsets"
+
+
 def test_changing_trigger_interval_updates_in_place(example):
     state = applied(plan_of(example))
     edit(example, "sql/pipelines.sql", "CREATE STREAM curated.pageviews_enriched AS",

@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from dsflow.adapters.spark.gate import admitted, gated_query
+from dsflow.adapters.spark.gate import ReaderGate, admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.errors import DsflowError
 from dsflow.formats.arrow import VALUE_COLUMN, arrow_type, spark_struct_ddl
@@ -92,7 +92,7 @@ class AddedFile(InputPartition):
 class IcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Snapshots are walked on the driver; tasks read the added data files."""
 
-    def __init__(self, options: IcebergOptions, gate: str | None = None) -> None:
+    def __init__(self, options: IcebergOptions, gate: ReaderGate | None = None) -> None:
         self.options = options
         self.gate = gate
         self._cutoff: int | None = None

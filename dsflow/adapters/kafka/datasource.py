@@ -60,7 +60,7 @@ from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.deadletters import DeadLetters
 from dsflow.adapters.kafka.options import KafkaOptions
-from dsflow.adapters.spark.gate import admitted, gated_query
+from dsflow.adapters.spark.gate import ReaderGate, admitted, gated_query
 from dsflow.core.secrets import register
 from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
 from dsflow.errors import DsflowError, unchained
@@ -331,7 +331,7 @@ class _ConsumerHolder:
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over offset ranges; the driver-side reader keeps one Consumer for offsets."""
 
-    def __init__(self, options: KafkaOptions, gate: str | None = None) -> None:
+    def __init__(self, options: KafkaOptions, gate: ReaderGate | None = None) -> None:
         self.options = options
         self.gate = gate
         self._offsets = _ConsumerHolder(options)

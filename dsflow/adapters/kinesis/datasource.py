@@ -50,7 +50,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from dsflow.adapters.spark.gate import admitted, gated_query
+from dsflow.adapters.spark.gate import ReaderGate, admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kinesis import client as kc
 from dsflow.adapters.kinesis.offsets import Record, eligible, initial_positions, read_shard, replay_range
@@ -168,7 +168,7 @@ class ShardRange(InputPartition):
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets and records are found on the driver; tasks turn them into Arrow batches."""
 
-    def __init__(self, options: KinesisOptions, gate: str | None = None) -> None:
+    def __init__(self, options: KinesisOptions, gate: ReaderGate | None = None) -> None:
         self.options = options
         self.gate = gate
         self._client: Any = None

@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from dsflow.adapters.spark.gate import admitted, gated_query
+from dsflow.adapters.spark.gate import ReaderGate, admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.postgres.changes import CdcSource, ChangeReader, Event, SnapshotFilter, flush_lsn, take_snapshot
 from dsflow.errors import DsflowError
@@ -136,7 +136,7 @@ def _write_atomically(path: Path, lines: Iterator[str] | list[str]) -> None:
 class PostgresCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The driver-side reader: snapshot and replication connection, spool files, acknowledgements."""
 
-    def __init__(self, options: CdcOptions, gate: str | None = None) -> None:
+    def __init__(self, options: CdcOptions, gate: ReaderGate | None = None) -> None:
         self.options = options
         self.gate = gate
         self._reader: ChangeReader | None = None

@@ -20,6 +20,7 @@ from typing import Any
 
 from dsflow.adapters.spark.facets import for_kind
 from dsflow.adapters.spark.frames import gap_log_path, source_view
+from dsflow.adapters.spark.gate import hold, held_twice, release
 from dsflow.adapters.spark.lag import LagProbe
 from dsflow.adapters.spark.retract import retracted_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
@@ -135,17 +136,45 @@ def error_summary(err: BaseException) -> str:
     return text.splitlines()[0][:2000] if text else type(err).__name__
 
 
-def stop_between_batches(query, grace: float = STOP_GRACE_SECONDS) -> None:
-    """Stop when no micro-batch is running, so the stopped version leaves no written-but-uncommitted batch.
+def stop_between_batches(query, name: str, grace: float = STOP_GRACE_SECONDS) -> bool:
+    """Stop when no micro-batch is running, so the stopped version leaves no written-but-uncommitted batch; False if
+    a batch still ran after `grace` seconds and was interrupted (it runs again on restart: at-least-once).
 
-    The checkpoint's last committed offsets are then exactly where the sink stopped, which is what a
-    'carry offsets' replacement starts from. A batch that outlasts `grace` is interrupted (at-least-once).
+    The sources are held first (gate.hold): a trigger that starts afterwards finds no new data. The query is then
+    stopped as soon as either no trigger runs and the last found no data, or a source answered held in two
+    triggers (gate.held_twice: needed when triggers run back to back, as in a query behind its sources), and no
+    batch without data (a watermark's) runs. The checkpoint's last committed offsets are then exactly where the
+    sink stopped (what a restart on the same checkpoint, or a 'carry offsets' replacement, starts from).
+
+    Checking `isTriggerActive` alone was not enough (issue 39, item 5): with triggers back to back a poll rarely
+    sees none active and the wait ran out, and the next trigger could start between the check and the stop; the
+    stop then cut a batch short, its records written and its commit not (tests/test_restart_exactly_once.py).
     """
-    deadline = time.monotonic() + grace
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if query.isActive:
-        query.stop()
+    hold(name)
+    try:
+        deadline = time.monotonic() + grace
+        while query.isActive and not _between_batches(query.status, held_twice(name)) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = query.status
+        between = not query.isActive or _between_batches(status, held_twice(name)) \
+            or not status.get("isTriggerActive")
+        if query.isActive:
+            query.stop()
+        return between
+    finally:
+        release(name)
+
+
+BATCH_MESSAGES = ("Processing new data", "No new data but cleaning up state")
+"""Spark's status messages while a trigger runs a micro-batch (with data, or a watermark's without)."""
+
+
+def _between_batches(status: dict[str, Any], held_twice: bool) -> bool:
+    """With the sources held: no micro-batch runs, and none that reads data can start."""
+    if status.get("message") in BATCH_MESSAGES:
+        return False
+    return held_twice or (not status.get("isTriggerActive") and not status.get("isDataAvailable"))
 
 
 def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int:
@@ -171,11 +200,11 @@ def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int
         while not stop.is_set() and query.isActive:
             write_status(spec.status_path, {**progress_status(spec, query, "running"), **_lag(lag, query)})
             query.awaitTermination(STATUS_EVERY_SECONDS)
-        stop_between_batches(query)
+        between = stop_between_batches(query, spec.name)
         error = query.exception()
         if error is not None:
             raise RuntimeError(str(error))
-        write_status(spec.status_path, progress_status(spec, query, "stopped"))
+        write_status(spec.status_path, {**progress_status(spec, query, "stopped"), "stopped_between_batches": between})
         return 0
     except Exception as err:  # noqa: BLE001 - the status file is how the failure reaches dsflow status
         status = progress_status(spec, query, "failed")

@@ -17,12 +17,21 @@ held at once, and the memory, grows with the number of queries (docs/benchmarks.
 
 Without the environment variable (a query in its own driver), or when the gate cannot be reached, `admit` lets the
 batch run at once: the gate bounds memory, it never stops a query.
+
+**Holding a query** (every process that runs queries, gate or not): a stop must come between two micro-batches, or
+the batch it interrupts (its records written, its commit not yet in the checkpoint) runs again on restart and
+writes its records twice. Spark has no such stop, so the driver holds the query's sources first (`hold`: a file in
+a private folder of the process, which every source's reader options name, `HOLD_OPTION`): from then on
+`admitted` answers each source's `latestOffset` with its start, so no new batch starts, and the driver stops the
+query once no batch runs (`driver.stop_between_batches`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import selectors
+import shutil
 import socket
 import tempfile
 import threading
@@ -35,6 +44,10 @@ from typing import cast
 
 GATE_ENV = "DSFLOW_BATCH_GATE"
 QUERY_OPTION = "dsflow.gate.query"
+HOLD_OPTION = "dsflow.hold.file"
+HOLD_PREFIX = "dsflow-hold-"
+SEEN = ".seen"
+"""Beside a hold file: one line (the source runner's PID) per held answer of a reader."""
 FOLDER_PREFIX = "dsflow-gate-"
 STALE_AFTER_S = 60.0
 WAIT_LIMIT_S = 600.0
@@ -42,9 +55,10 @@ WAIT_LIMIT_S = 600.0
 
 
 def gate_options(query: str) -> dict[str, str]:
-    """The reader option naming the query as Spark does (`spark_query_name`), in a process that runs a gate (the
-    host), else none."""
-    return {QUERY_OPTION: spark_query_name(query)} if os.environ.get(GATE_ENV) else {}
+    """The reader options of a query's sources: the file that holds them (`HOLD_OPTION`, always) and, in a process
+    that runs a gate (the host), the query's name as Spark knows it (`spark_query_name`)."""
+    held = {HOLD_OPTION: hold_path(query)}
+    return {QUERY_OPTION: spark_query_name(query), **held} if os.environ.get(GATE_ENV) else held
 
 
 def spark_query_name(query: str) -> str:
@@ -52,9 +66,19 @@ def spark_query_name(query: str) -> str:
     return query.replace(".", "_")
 
 
-def gated_query(options: Mapping[str, str]) -> str | None:
-    """The query a reader asks slots for, from its data source options (keys possibly lower-cased)."""
-    return next((str(v) for k, v in options.items() if str(k).lower() == QUERY_OPTION), None)
+@dataclass(frozen=True)
+class ReaderGate:
+    """What a source's `latestOffset` asks before it starts a batch: the gate's slot for `query` (None: no gate)
+    and whether the file `hold` exists (the query is stopping: no batch starts)."""
+
+    query: str | None
+    hold: str | None = None
+
+
+def gated_query(options: Mapping[str, str]) -> ReaderGate:
+    """The gate a reader asks, from its data source options (keys possibly lower-cased)."""
+    lowered = {str(k).lower(): str(v) for k, v in options.items()}
+    return ReaderGate(lowered.get(QUERY_OPTION), lowered.get(HOLD_OPTION))
 
 
 @dataclass
@@ -263,11 +287,60 @@ def admit(query: str | None) -> float:
     return _client.admit(query)
 
 
-def admitted(query: str | None, start: Mapping, end: dict) -> dict:
-    """`end`, once the gate let the query run a batch to it (none to run when it is `start`)."""
-    if end != start:
-        admit(query)
+def admitted(gate: ReaderGate | None, start: Mapping, end: dict) -> dict:
+    """`end`, once the gate let the query run a batch to it (none to run when it is `start`); `start` (no new data)
+    while the query is held."""
+    if end != start and gate is not None:
+        if gate.hold and os.path.exists(gate.hold):
+            _held(gate.hold)
+            return dict(start)
+        admit(gate.query)
     return end
+
+
+def _held(path: str) -> None:
+    """Note that this reader (its source runner process) answered a held `latestOffset` (`held_twice`)."""
+    try:
+        with open(path + SEEN, "a", encoding="utf-8") as seen:
+            seen.write(f"{os.getpid()}\n")
+    except OSError:  # released meanwhile: the driver no longer counts
+        pass
+
+
+_hold_folder: str | None = None
+
+
+def hold_path(query: str) -> str:
+    """The file whose existence holds `query`'s sources: in a folder of this process (0700, removed at exit), named
+    by the query as Spark knows it. The process that builds a query's DataFrame is the one that stops it."""
+    global _hold_folder
+    if _hold_folder is None:
+        _hold_folder = tempfile.mkdtemp(prefix=HOLD_PREFIX)
+        atexit.register(shutil.rmtree, _hold_folder, True)
+    return os.path.join(_hold_folder, spark_query_name(query))
+
+
+def hold(query: str) -> None:
+    """From now on `query`'s sources find no new data: a micro-batch that has not asked for its end offsets yet
+    reads nothing (a trigger without a batch), one that has runs to its end."""
+    Path(hold_path(query) + SEEN).unlink(missing_ok=True)
+    Path(hold_path(query)).touch()
+
+
+def held_twice(query: str) -> bool:
+    """A source of the held `query` answered held in two triggers: the trigger of its first answer has ended, and
+    every trigger since started after the hold, so none reads new data. (One answer is not enough: in the trigger
+    of a query's first held answer another source may have answered before the hold, with data.)"""
+    try:
+        readers = Path(hold_path(query) + SEEN).read_text(encoding="utf-8").split()
+    except OSError:
+        return False
+    return any(readers.count(pid) >= 2 for pid in set(readers))
+
+
+def release(query: str) -> None:
+    Path(hold_path(query)).unlink(missing_ok=True)
+    Path(hold_path(query) + SEEN).unlink(missing_ok=True)
 
 
 def _read_line(connection: socket.socket) -> bytes:

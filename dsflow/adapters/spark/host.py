@@ -124,7 +124,7 @@ class Host:
         if self.gate is not None:  # its batch, if waiting for a slot, runs now: the stop comes between two batches
             self.gate.release(spark_query_name(hosted.spec.name))
         if hosted.query is not None:
-            stop_between_batches(hosted.query)
+            stop_between_batches(hosted.query, hosted.spec.name)
         if hosted.lag is not None:
             hosted.lag.close()
         if self.gate is not None:

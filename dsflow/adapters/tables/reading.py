@@ -34,7 +34,7 @@ from urllib.parse import unquote
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from dsflow.adapters.spark.gate import admitted, gated_query
+from dsflow.adapters.spark.gate import ReaderGate, admitted, gated_query
 from dsflow.adapters.continuity import check_continues
 from dsflow.errors import DsflowError
 from dsflow.formats.arrow import VALUE_COLUMN, arrow_type, spark_struct_ddl
@@ -121,7 +121,7 @@ class DataFile(InputPartition):
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Versions are found and commit files read on the driver; tasks read the data files."""
 
-    def __init__(self, options: DeltaOptions, gate: str | None = None) -> None:
+    def __init__(self, options: DeltaOptions, gate: ReaderGate | None = None) -> None:
         self.options = options
         self.gate = gate
         self._table: Any = None
