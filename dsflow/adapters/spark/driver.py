@@ -148,7 +148,7 @@ def stop_between_batches(query, name: str, grace: float = STOP_GRACE_SECONDS) ->
 
     Checking `isTriggerActive` alone was not enough (issue 39, item 5): with triggers back to back a poll rarely
     sees none active and the wait ran out, and the next trigger could start between the check and the stop; the
-    stop then cut a batch short, its records written and its commit not (tests/test_restart_exactly_once.py).
+    stop then cut a batch short, its records written and its commit not (tests/e2e/test_restart_exactly_once.py).
     """
     hold(name)
     try:

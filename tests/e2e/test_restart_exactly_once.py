@@ -22,8 +22,8 @@ from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.adapters.spark.driver import start_query, stop_between_batches
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.engine import operations
-from streaming import streaming_project, topic
-from waiting import wait_for
+from support.streaming import streaming_project, topic
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
