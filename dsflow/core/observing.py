@@ -48,8 +48,8 @@ class Questions:
 
 def questions(desired: list[Resource], state: State, options: PlanOptions, counting: bool = True) -> Questions:
     """What the refresh must measure for the plan of `desired` against `state` under `options` (its mode, targets and
-    moves; its observations are not read). `counting`: also record counts and source-log identities (not with
-    --no-refresh, where only replay estimates are measured)."""
+    moves; its observations are not read). Without `counting` (--no-refresh), only replay estimates: growth, record
+    counts, source-log identities and the registry are looked at with a refresh."""
     wanted, graph = wanted_resources(desired, options)
     moved, _ = moved_state(state, find_moves(options.moves, wanted, state))
     changed = {key for key, resource in wanted.items() if _changed(resource, moved.resources.get(key))}
@@ -57,11 +57,11 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
     deployed = {key: moved.resources[key] for key in sorted(reach) if key in moved.resources}
     queries = {key: entry for key, entry in deployed.items() if key.startswith("query.")}
     replays = {key: (entry, _start(wanted[key])) for key, entry in queries.items()}
+    if not counting:
+        return Questions(replays=replays)
     growing = {key: (entry.data, pinned(wanted[key], entry).data["partitions"]) for key, entry in deployed.items()
                if key in changed and key.startswith("relation.") and _grows(wanted[key], entry)}
     evolving = tuple(key for key, entry in deployed.items() if key in changed and _evolves(wanted[key], entry))
-    if not counting:
-        return Questions(growing=growing, replays=replays, evolving=evolving)
     carried = {key: entry for key, entry in queries.items() if entry.outputs.get("logs")}
     maybe_gone = {**deployed, **deleted(wanted, moved, options.targets)}
     counted = {key: entry for key, entry in sorted(maybe_gone.items())

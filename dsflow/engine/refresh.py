@@ -221,3 +221,49 @@ def _refusal(project, relation, address: str) -> str | None:
                               relation.value_format)
     return None if why is None else f"{address}: registry subject '{subject}' would reject the new schema under " \
                                     f"{rule}: {why}"
+
+
+def check_still_observed(plan, project) -> None:
+    """DSF-E827, before apply changes anything: a fact a change of the plan relies on is no longer what the refresh
+    saw when the plan was made (plan.observations). Looked at again, one request per store: the log a new relation
+    names (a plan that creates a topic must not take over one made since, nor adopt one deleted since) and the log
+    a stream grows in place. Record counts, estimates and drift move all the time and decide nothing apply does."""
+    from dsflow.core.plan import Action
+    from dsflow.errors import DsflowError
+
+    seen = plan.observations
+    relied = [c for c in plan.actionable if c.address in seen.log_sizes and c.after is not None
+              and (c.action is Action.CREATE or (c.action is Action.UPDATE and c.address in seen.growable))]
+    if not seen.refreshed or not relied:
+        return
+    stale = _changed_logs(project, relied, seen.log_sizes)
+    if stale:
+        raise DsflowError("DSF-E827", "the live systems changed since the plan was made; nothing was applied: "
+                          + "; ".join(stale), hint="run 'dsflow plan' again: a new plan is made from what they "
+                                                   "show now")
+
+
+def _changed_logs(project, relied: list, observed: Mapping[str, int | None]) -> list[str]:
+    """Each relied-on log whose size (or existence) differs now from `observed`, in words; a log whose store cannot
+    be asked now is left out (apply meets that store anyway)."""
+    from dsflow.adapters.objects import log_sizes
+    from dsflow.core.physical import physical_object
+
+    relations = [r for c in relied if (r := project.relation(Address.parse(c.address).name)) is not None]
+    now = log_sizes(project, relations)
+    types = {s.name: s.type for s in project.stores}
+    found = []
+    for change in relied:
+        fqn = Address.parse(change.address).name
+        if fqn not in now or now[fqn] == observed[change.address]:
+            continue
+        then, current = (_size_words(change.after, size, types) for size in (observed[change.address], now[fqn]))
+        found.append(f"{change.address} ({change.action.value}): {physical_object(change.after, types)} was "
+                     f"{then} when the plan was made, and is {current} now")
+    return found
+
+
+def _size_words(data: dict, partitions: int | None, types: Mapping[str, str]) -> str:
+    from dsflow.core.physical import log_size
+
+    return "absent" if partitions is None else f"there with {log_size({**data, 'partitions': partitions}, types)}"
