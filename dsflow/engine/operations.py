@@ -64,7 +64,8 @@ def resource_graph(project: Project) -> Graph:
 
 def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
          targets: frozenset[str] = frozenset()) -> Plan:
-    """Refresh (unless told not to), diff, and attach replay estimates measured on the sources."""
+    """Observe the live systems once (a refresh, unless told not to; replay estimates in any case), then make the
+    plan once from the project, the state and what was observed; the plan carries the observations."""
     with gcpause.paused():  # see dsflow/gcpause.py
         return _plan(loaded, destroy, do_refresh, refresh_only, targets)
 
