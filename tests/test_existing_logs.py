@@ -21,7 +21,7 @@ from dsflow.adapters.kinesis.records import put_json_lines
 from dsflow.cli import cli
 from dsflow.core.plan import Action
 from dsflow.engine import operations, topics
-from dsflow.errors import ProjectError
+from dsflow.errors import DsflowError, ProjectError
 from projects import KAFKA_KINESIS_STORES as STORES, make_project
 
 pytestmark = pytest.mark.integration
@@ -168,12 +168,12 @@ def test_apply_refuses_a_plan_whose_observed_logs_changed_since(tmp_path: Path, 
     ensure_topic(broker, TopicSpec(made, 3, 1))  # someone else's, made since: the plan would call it dsflow's
     assert delete_topic(broker, adopted)  # gone since: the plan would adopt what is no longer there
     result = CliRunner().invoke(cli, [*base, "apply", str(saved)])
-    assert result.exit_code == 1, result.output
-    assert "DSF-E827" in result.output
+    assert result.exit_code == 1 and isinstance(result.exception, DsflowError), result.output
+    assert result.exception.code == "DSF-E827"
     assert f"relation.tutorial.public.{made}_s (create): kafka topic kafka_store/{made} was absent when the plan " \
-           "was made, and is there with 3 partitions now" in result.output
+           "was made, and is there with 3 partitions now" in str(result.exception)
     assert f"relation.tutorial.public.{adopted}_s (create): kafka topic kafka_store/{adopted} was there with 2 " \
-           "partitions when the plan was made, and is absent now" in result.output
+           "partitions when the plan was made, and is absent now" in str(result.exception)
     loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
     assert loaded.workspace.state_backend().read().resources == {}, "nothing applied"
     assert describe_topic(broker, adopted) is None
