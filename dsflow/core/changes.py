@@ -1,5 +1,6 @@
 """What a plan is made of: the action enum and one planned change (with its estimate and data loss), and what a
-refresh saw. core/plan.py makes plans of them (and re-exports them); core/moves.py rewrites changes for moves.
+refresh saw (`Observation` of one resource, `Observations` of everything, taken once before planning). core/plan.py
+makes plans of them (and re-exports them); core/moves.py rewrites changes for moves.
 """
 
 from __future__ import annotations
@@ -92,3 +93,37 @@ class Observation(BaseModel):
     detail: str = ""
     size: int | None = Field(None, description="a relation not yet deployed whose log exists already: the log's "
                                                "partitions (open shards) now; null otherwise")
+
+
+class Observations(BaseModel):
+    """Everything one refresh saw of the live systems, taken once before planning (engine/refresh.py `observe`; what
+    to look at is derived from the project and the state alone, core/observing.py). The plan is a pure function of
+    (project, state, observations), carries them, and apply checks the facts a change relies on against them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    refreshed: bool = Field(False, description="true when the stores and processes were looked at (false with "
+                                               "--no-refresh and for a destroy, where only replays are measured)")
+    observed_at: str | None = Field(None, description="when the observation was taken, ISO 8601 UTC; null if "
+                                                      "nothing was looked at")
+    resources: dict[str, Observation] = Field(
+        default_factory=dict, description="by address: each deployed query's, generator's and store object's health "
+                                          "(drift), and the log each stream or changelog not yet deployed names")
+    log_sizes: dict[str, int | None] = Field(
+        default_factory=dict, description="by relation address: the partitions (open shards) of each log a decision "
+                                          "relies on (a relation not yet deployed, a stream that may grow in place); "
+                                          "null when it does not exist. Apply refuses the plan if one differs now")
+    growable: list[str] = Field(default_factory=list, description="the relations whose store said it can add the "
+                                                                  "partitions they gain in place, sorted")
+    estimates: dict[str, Estimate] = Field(default_factory=dict, description="by query address: what a replay of "
+                                                                             "it would re-read, measured on its "
+                                                                             "sources")
+    record_counts: dict[str, int] = Field(default_factory=dict, description="by relation address: the records a "
+                                                                            "deployed object the plan may delete or "
+                                                                            "empty holds")
+    foreign_logs: dict[str, str] = Field(default_factory=dict, description="by query address: which of its source "
+                                                                           "logs is another log now than the one its "
+                                                                           "offsets were read from, in words")
+    schema_refusals: dict[str, str] = Field(default_factory=dict, description="by relation address: why the "
+                                                                              "registry would reject a query sink's "
+                                                                              "new columns (DSF-E841)")

@@ -17,7 +17,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
-from dsflow.core.changes import Action, Change, DataLoss, Estimate, Observation
+from dsflow.core.changes import Action, Change, DataLoss, Estimate, Observation, Observations  # noqa: F401 (re-exported)
 from dsflow.core.physical import (SINK_AFTER_REPLAY, ColumnChange, column_change, log_noun, log_size,
                                   physical_object)
 from dsflow.core.resources import Resource, access_only, fingerprint
@@ -46,6 +46,9 @@ class Plan(BaseModel):
                                 "address and everything downstream of it, sorted")
     desired_fingerprint: str = Field("", description="hash of every desired resource; apply refuses if it moved")
     changes: list[Change] = Field(description="every resource in apply order (deletes first), no-ops included")
+    observations: Observations = Field(default_factory=Observations,
+                                       description="what the refresh saw, once, before planning: the plan was made "
+                                                   "from it alone, and apply checks it still holds")
 
     @property
     def actionable(self) -> list[Change]:
@@ -71,19 +74,14 @@ class Plan(BaseModel):
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """How to plan: what a refresh saw, which resources to target, and the plan's mode."""
+    """How to plan: what the refresh saw, which resources to target, and the plan's mode."""
 
-    observations: Mapping[str, Observation] = field(default_factory=dict)
-    estimates: Mapping[str, Estimate] = field(default_factory=dict)
-    record_counts: Mapping[str, int] = field(default_factory=dict)
-    """Records held now by the relations a change would delete or empty, by address (counted during refresh)."""
+    observations: Observations = Observations()
+    """Everything the refresh saw (engine/refresh.py observe), the plan's only view of the live systems: drift, the
+    logs new relations name, in-place growth, replay estimates, record counts, source logs deleted and created
+    again."""
     store_types: Mapping[str, str] = field(default_factory=dict)
     """Store name -> type, to name a relation's physical object."""
-    foreign_logs: Mapping[str, str] = field(default_factory=dict)
-    """Query address -> which of its source topics is another log now than the one its offsets were read from
-    (deleted and created again): its offsets cannot be carried, so it replays."""
-    growable: frozenset[str] = frozenset()
-    """Relations whose store said it can add the partitions they gain in place (a stream's topic only)."""
     moves: Mapping[str, str] = field(default_factory=dict)
     """The project's `moved:` entries: new address -> the address it was deployed at (core/moves.py)."""
     destroy: bool = False
@@ -95,19 +93,17 @@ class PlanOptions:
 
 def make_plan(project: str, environment: str, desired: list[Resource], state: State,
               options: PlanOptions | None = None) -> Plan:
-    """Diff desired resources against state; deletes come first, in reverse dependency order."""
+    """Diff desired resources against state; deletes come first, in reverse dependency order. Pure: the live systems
+    are seen only through `options.observations`, which the plan carries."""
     options = options or PlanOptions()
-    wanted = {} if options.destroy else {str(r.address): r for r in desired}
     mode = "destroy" if options.destroy else "refresh-only" if options.refresh_only else "normal"
-    graph = Graph.from_dependencies({r.address: r.depends_on for r in wanted.values()})
+    wanted, graph = wanted_resources(desired, options)
     excluded = _downstream(options.excludes, graph, state)
     common = dict(project=project, environment=environment, state_lineage=state.lineage, state_serial=state.serial,
                   mode=mode, targets=sorted(options.targets), excluded=sorted(excluded),
-                  desired_fingerprint=desired_fingerprint(desired))
+                  desired_fingerprint=desired_fingerprint(desired), observations=options.observations)
     if options.refresh_only:
-        return Plan(changes=_refresh_changes(state, options.observations), **common)
-    if options.targets:
-        wanted = _targeted(wanted, graph, options.targets)
+        return Plan(changes=_refresh_changes(state, options.observations.resources), **common)
     wanted = {k: v for k, v in wanted.items() if k not in excluded}
     state = state.model_copy(update={"resources": {k: v for k, v in state.resources.items() if k not in excluded}})
     moves = find_moves(options.moves, wanted, state)
@@ -121,6 +117,14 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
 
 def desired_fingerprint(desired: list[Resource]) -> str:
     return fingerprint(sorted([str(r.address), r.data_hash, r.metadata_hash] for r in desired))
+
+
+def wanted_resources(desired: list[Resource], options: PlanOptions) -> tuple[dict[str, Resource], Graph]:
+    """The resources the plan brings about, by address (none for a destroy; with --target, the targets and what
+    they depend on), and the dependency graph of all it was given."""
+    wanted = {} if options.destroy else {str(r.address): r for r in desired}
+    graph = Graph.from_dependencies({r.address: r.depends_on for r in wanted.values()})
+    return (_targeted(wanted, graph, options.targets) if options.targets else wanted), graph
 
 
 def _targeted(wanted: dict[str, Resource], graph: Graph, targets: frozenset[str]) -> dict[str, Resource]:
@@ -212,8 +216,8 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
                   after_metadata=resource.metadata, data_hash=resource.data_hash,
                   metadata_hash=resource.metadata_hash)
     kind = resource.address.kind
-    if deployed is None and kind is Kind.RELATION and key in options.observations:
-        return _new_log(resource, options.observations[key], options, common)
+    if deployed is None and kind is Kind.RELATION and key in options.observations.resources:
+        return _new_log(resource, options.observations.resources[key], options, common)
     if deployed is None:
         category = Category.NEW if kind is Kind.QUERY else None
         return Change(action=Action.CREATE, reason="not yet deployed",
@@ -222,12 +226,12 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
     common["before"] = deployed.data
     upstream = _replaced_upstream(resource, graph, replaced)
     if kind is Kind.QUERY:
-        return query_change(resource, deployed, state, options, upstream, common, restarting or {})
+        return query_change(resource, deployed, state, options, upstream, common, restarting or {}, replaced)
     if kind is Kind.BINDING and deployed.data_hash != resource.data_hash:
         return Change(action=Action.UPDATE, reason="roles changed (in place)", **common)
     if deployed.data_hash != resource.data_hash:
         fields = _changed_fields(deployed.data, resource.data)
-        if key in options.growable and grows_only(deployed.data, resource.data):
+        if key in options.observations.growable and grows_only(deployed.data, resource.data):
             return _grown(deployed.data, resource.data, options, common)
         columns = None
         if kind is Kind.RELATION and not upstream:
@@ -242,7 +246,7 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
     if upstream and kind in (Kind.DATAGEN, Kind.RELATION, Kind.GRANT):  # a re-created table lost its grants
         return Change(action=Action.REPLACE, reason=f"upstream {upstream} is replaced",
                       effect=_effect(kind, Action.REPLACE, resource.data), **common)
-    observed = options.observations.get(key)
+    observed = options.observations.resources.get(key)
     if observed is not None and not observed.healthy:
         return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
                       effect=_effect(kind, Action.UPDATE, resource.data), **common)
@@ -276,10 +280,11 @@ def _new_log(resource: Resource, observed: Observation, options: PlanOptions, co
                          "kept and read; dsflow did not create it, so no plan deletes it", **common)
 
 
-def size_conflicts(plan: Plan, observations: Mapping[str, Observation]) -> list[Change]:
+def size_conflicts(plan: Plan, observations: Mapping[str, Observation] | None = None) -> list[Change]:
     """The relations the plan creates over a log that exists already with another size than they declare: apply
     would stop half-way on them (a log is neither shrunk nor silently resized), so planning refuses them (DSF-E420,
-    engine/operations.py names where each is declared)."""
+    engine/operations.py names where each is declared). `observations`: the plan's own unless given."""
+    observations = plan.observations.resources if observations is None else observations
     return [c for c in plan.changes if c.action is Action.CREATE and c.after is not None
             and (found := observations.get(c.address)) is not None and found.size is not None
             and c.after.get("partitions") != found.size]
@@ -306,12 +311,6 @@ def grows_only(before: dict[str, Any], after: dict[str, Any]) -> bool:
             and after["partitions"] > before["partitions"])
 
 
-def growing(plan: Plan) -> list[Change]:
-    """The replacements that only raise a stream's partitions: refresh asks their stores whether they can grow."""
-    return [c for c in plan.actionable if c.action is Action.REPLACE and Address.parse(c.address).kind is Kind.RELATION
-            and c.before is not None and c.after is not None and grows_only(c.before, c.after)]
-
-
 def _grown(before: dict[str, Any], after: dict[str, Any], options: PlanOptions, common: dict[str, Any]) -> Change:
     where = physical_object(before, options.store_types)
     return Change(action=Action.UPDATE,
@@ -335,12 +334,19 @@ def _replaced_upstream(resource: Resource, graph: Graph, replaced: dict[str, str
     return None
 
 
-def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozenset[str]) -> list[Change]:
+def deleted(wanted: Mapping[str, Resource], state: State, targets: frozenset[str]) -> dict[str, DeployedResource]:
+    """The deployed resources the plan deletes: those not wanted (with --target, only the targets and what depends
+    on them)."""
     gone = {k: v for k, v in state.resources.items() if k not in wanted}
     if targets:
         deployed = _deployed_graph(state.resources)
         reach = set(targets) | {str(a) for t in targets for a in deployed.descendants(Address.parse(t))}
         gone = {k: v for k, v in gone.items() if k in reach}
+    return gone
+
+
+def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozenset[str]) -> list[Change]:
+    gone = deleted(wanted, state, targets)
     ordered = list(reversed(_deployed_graph(gone).order()))
     return [
         Change(address=str(a), action=Action.DELETE, reason="no longer in the project",
@@ -357,14 +363,6 @@ def _with_replay_note(change: Change, wanted: dict[str, Resource]) -> Change:
     sink = wanted.get(f"relation.{change.after.get('sink')}")
     note = SINK_AFTER_REPLAY.get((sink.data if sink else {}).get("kind", ""))
     return change.model_copy(update={"effect": f"{change.effect}; {note}"}) if note else change
-
-
-def replays_to_estimate(plan: Plan) -> list[Change]:
-    """Replays whose sources stay as they are in this plan: their re-read can be counted from live offsets now (a
-    source replaced in the same plan is rebuilt first, so what it will hold is not known yet)."""
-    replaced = {c.address for c in plan.changes if c.action is Action.REPLACE}
-    return [c for c in plan.changes if c.category is Category.REPLAY and c.after is not None
-            and not any(f"relation.{s[0]}" in replaced for s in c.after.get("sources", []))]
 
 
 def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions) -> Change:
@@ -395,7 +393,7 @@ def _with_data_loss(change: Change, state: State, options: PlanOptions) -> Chang
                                                        "kept: dsflow did not create it"})
         return change
     loss = DataLoss(object=physical_object(deployed.data, options.store_types),
-                    records=options.record_counts.get(change.address), prevented=prevented)
+                    records=options.observations.record_counts.get(change.address), prevented=prevented)
     return change.model_copy(update={"destroys": loss})
 
 
@@ -433,12 +431,15 @@ def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> s
 
 
 def query_change(resource: Resource, deployed, state: State, options: PlanOptions, upstream: str | None,
-                 common: dict[str, Any], restarting: Mapping[str, list[str]] | None = None) -> Change:
+                 common: dict[str, Any], restarting: Mapping[str, list[str]] | None = None,
+                 replaced: Mapping[str, str] | None = None) -> Change:
     """A deployed query's change: its action and category from the rules in core/categories.py; `restarting`: the
-    changed settings a running query uses, by store name (`restarting_stores`)."""
+    changed settings a running query uses, by store name (`restarting_stores`); `replaced`: what this plan replaces
+    before it (a replay of a source rebuilt first shows no estimate: what it will hold is not known yet)."""
     key = str(resource.address)
     override = resource.metadata.get("start_position")
-    observed = options.observations.get(key)
+    seen = options.observations
+    observed = seen.resources.get(key)
     rollback = _rollback_version(state, key, deployed.data_hash, resource.data_hash)
     stores = {s: (restarting or {})[s] for s in _stores_of(deployed.depends_on, state) if s in (restarting or {})}
     decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream,
@@ -452,12 +453,14 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
                           category=Category.IN_PLACE, effect=effect_text(Category.IN_PLACE, None, repeats), **common)
         return Change(action=Action.NOOP, reason="up to date", **common)
     action, category, reason, used_override = decided
-    if category is Category.CARRY_OFFSETS and key in options.foreign_logs:
+    foreign = category is Category.CARRY_OFFSETS and key in seen.foreign_logs
+    if foreign:
         category, used_override = Category.REPLAY, None
-        reason += f"; {options.foreign_logs[key]}: offsets cannot be carried to another log, so it replays"
+        reason += f"; {seen.foreign_logs[key]}: offsets cannot be carried to another log, so it replays"
     if rollback:
         reason = f"rollback to version {rollback}; {reason}"
-    estimate = options.estimates.get(key) if category is Category.REPLAY else None
+    rebuilt = any(f"relation.{s[0]}" in (replaced or {}) for s in resource.data.get("sources", []))
+    estimate = seen.estimates.get(key) if category is Category.REPLAY and (foreign or not rebuilt) else None
     return Change(action=action, reason=reason, category=category, override=used_override, estimate=estimate,
                   rollback_of=rollback, effect=effect_text(category, used_override, repeats), **common)
 

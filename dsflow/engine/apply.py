@@ -1,7 +1,8 @@
 """Apply walks a frozen plan in order and records state after every change.
 
 An interrupted apply leaves state describing exactly what was done, so planning and applying
-again converges. A plan made against another state (lineage or serial) is refused.
+again converges. A plan made against another state (lineage or serial) is refused, and so is one whose changes
+rely on live facts that are no longer what the plan's observations say (engine/refresh.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dsflow.core.secrets import Redactor
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
+from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
 from dsflow.engine.workspace import Workspace
@@ -76,6 +78,7 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
         state = backend.read()
         markers = redactor(project, backend)
         check_plan_is_current(plan, state, project, markers)
+        check_still_observed(plan, project)  # the live facts its changes rely on (DSF-E827)
         writer = _StateWriter(backend, state.serial)
         state = _migrated(project, state, markers)
         state = state.with_lineage().model_copy(update={"project": project.name, "environment": project.environment})

@@ -12,11 +12,10 @@ from dsflow import gcpause
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
-from dsflow.core.categories import Category
-from dsflow.core.plan import Observation, Plan, PlanOptions, growing, make_plan, replays_to_estimate
+from dsflow.core.observing import Questions, questions
+from dsflow.core.plan import Action, Plan, PlanOptions, make_plan
 from dsflow.core.resources import project_resources, with_current_markers
 from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
-from dsflow.core.state import State
 from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
 from dsflow.engine.workspace import Workspace
@@ -65,13 +64,15 @@ def resource_graph(project: Project) -> Graph:
 
 def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
          targets: frozenset[str] = frozenset(), excludes: frozenset[str] = frozenset()) -> Plan:
-    """Refresh (unless told not to), diff, and attach replay estimates measured on the sources."""
+    """Observe the live systems once (a refresh, unless told not to; replay estimates in any case), then make the
+    plan once from the project, the state and what was observed; the plan carries the observations."""
     with gcpause.paused():  # see dsflow/gcpause.py
         return _plan(loaded, destroy, do_refresh, refresh_only, targets, excludes)
 
 
 def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str],
           excludes: frozenset[str]) -> Plan:
+    """Observe once (what to ask derived from the project and the state alone), then plan once from what was seen."""
     from dsflow.adapters.state import redactor
 
     backend = loaded.workspace.state_backend()
@@ -80,77 +81,41 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     state = with_current_markers(loaded.project, state, resources)  # a state written before keyed markers
     _check_targets(targets, loaded.project, state)
     _check_targets(excludes, loaded.project, state, "--exclude")
-    observations = _refresh(state, loaded.project) if (do_refresh or refresh_only) and not destroy else {}
-    store_types = {s.name: s.type for s in loaded.project.stores}
-    options = PlanOptions(observations=observations, destroy=destroy, refresh_only=refresh_only, targets=targets,
-                          excludes=excludes,
-                          store_types=store_types, moves={m.to_address: m.from_address for m in loaded.project.moves})
+    options = PlanOptions(destroy=destroy, refresh_only=refresh_only, targets=targets, excludes=excludes,
+                          store_types={s.name: s.type for s in loaded.project.stores},
+                          moves={m.to_address: m.from_address for m in loaded.project.moves})
+    refreshing = (do_refresh or refresh_only) and not destroy
+    asked = Questions() if refresh_only else questions(resources, state, options, counting=do_refresh or destroy)
+    if refreshing or asked:
+        from dsflow.engine.refresh import observe
+
+        options = replace(options, observations=observe(loaded.project, state, asked, refreshing))
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
-    growable = _growable(loaded, the_plan) if do_refresh and not destroy else frozenset()
-    if growable:  # planned again: a grown topic is kept, so nothing reading it is replaced or replays
-        options = replace(options, growable=growable)
-        the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
-    measured = _measured(loaded, the_plan, state, counting=do_refresh or destroy)
-    if measured:
-        options = replace(options, **measured)
-        the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
-    _check_existing_sizes(loaded.project, the_plan, observations)
+    _check_existing_sizes(loaded.project, the_plan)
     check_prevented(the_plan)
     check_partitions(the_plan)
     check_table_places(the_plan, state)
-    if do_refresh and not destroy and not refresh_only:
-        from dsflow.engine.refresh import check_schema_evolution
-
-        check_schema_evolution(loaded.project, the_plan)
+    _check_schema_evolution(loaded.project, the_plan)
     return the_plan
 
 
-def _measured(loaded: Loaded, the_plan: Plan, state: State, counting: bool) -> dict[str, Any]:
-    """Measured on the live systems: which carried offsets would land on another log (those queries replay),
-    replay estimates, and the records held by what the plan would destroy."""
-    carries = [c for c in the_plan.changes if c.category is Category.CARRY_OFFSETS] if counting else []
-    replays = replays_to_estimate(the_plan)
-    destroying = the_plan.destroying if counting else []
-    if not replays and not destroying and not carries:
-        return {}
-    from dsflow.engine.refresh import foreign_log, record_count, replay_estimate
+def _check_schema_evolution(project: Project, the_plan: Plan) -> None:
+    """DSF-E841 when the plan evolves a query sink's registry subject in place and the refresh saw the registry
+    refuse the new schema (Observations.schema_refusals)."""
+    from dsflow.errors import DsflowError
 
-    foreign = {c.address: f for c in carries if (f := foreign_log(loaded.project, _deployed(state, c)))}
-    replays += [c.model_copy(update={"override": None}) for c in carries if c.address in foreign]
-    estimates = {c.address: e for c in replays
-                 if (e := replay_estimate(loaded.project, c, state.resources.get(c.moved_from or c.address)))
-                 is not None}
-    counts = {c.address: n for c in destroying
-              if (n := record_count(loaded.project, _deployed(state, c))) is not None}
-    return {"estimates": estimates, "record_counts": counts, "foreign_logs": foreign}
+    for change in the_plan.changes:
+        why = the_plan.observations.schema_refusals.get(change.address)
+        if why is None or change.action is not Action.UPDATE or not change.before or not change.after \
+                or change.before.get("columns") == change.after.get("columns"):
+            continue
+        relation = project.relation(Address.parse(change.address).name)
+        raise DsflowError("DSF-E841", why, location=relation.location if relation is not None else None,
+                          hint="undo the column change, or set the relation's 'value.schema.compatibility' to a rule "
+                               "that allows it")
 
 
-def _growable(loaded: Loaded, the_plan: Plan) -> frozenset[str]:
-    """The streams whose only change is more partitions and whose store can add them in place (asked of the live
-    store: a broker without CreatePartitions, like the embedded tansu, cannot)."""
-    if not (candidates := growing(the_plan)):
-        return frozenset()
-    from dsflow.adapters.objects import can_grow
-
-    # growing: changes with a before and an after
-    return frozenset(c.address for c in candidates
-                     if can_grow(loaded.project, c.before, c.after["partitions"]))  # type: ignore[arg-type, index]
-
-
-def _deployed(state: State, change):
-    """The state entry a change acts on: the one it moved from (core/moves.py), else its own."""
-    return state.resources[change.moved_from or change.address]
-
-
-def _refresh(state: State, project: Project) -> dict[str, Observation]:
-    """refresh.py's refresh: what the real systems show of the deployed resources, and of the logs the relations
-    not yet deployed name (one that exists already is adopted as it is)."""
-    from dsflow.engine.refresh import observe_new_logs, refresh
-
-    return {**refresh(state, project), **observe_new_logs(state, project)}
-
-
-def _check_existing_sizes(project: Project, the_plan: Plan, observations: Mapping[str, Observation]) -> None:
+def _check_existing_sizes(project: Project, the_plan: Plan) -> None:
     """DSF-E420, every one at once and before anything is applied: a new relation declares another size than the
     log it names, which exists already (apply would neither shrink nor reshuffle it, and would stop half-way)."""
     from dsflow.core.physical import log_size, physical_object
@@ -160,7 +125,8 @@ def _check_existing_sizes(project: Project, the_plan: Plan, observations: Mappin
 
     types = {s.name: s.type for s in project.stores}
     found = []
-    for change in size_conflicts(the_plan, observations):
+    observations = the_plan.observations.resources
+    for change in size_conflicts(the_plan):
         relation = project.relation(Address.parse(change.address).name)
         store = project.store(relation.store) if relation is not None else None
         assert relation is not None and store is not None and change.after is not None  # refresh looked at its log

@@ -1,17 +1,54 @@
-"""Refresh: look at the real systems to find drift before planning (dead queries, missing topics)."""
+"""Refresh: look at the real systems once, before planning, into a frozen `Observations` (core/changes.py): drift
+(dead queries, missing topics), the logs new relations name, in-place growth, replay estimates, record counts,
+source logs deleted and created again, and the registry's verdict on evolving sink schemas. What to ask beyond drift
+comes from core/observing.py, derived from the project and the state alone; the plan is then made from the
+observations without asking anything more (core/plan.py make_plan)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 
 from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
-from dsflow.core.plan import Estimate, Observation
+from dsflow.core.observing import Questions
+from dsflow.core.plan import Estimate, Observation, Observations
 from dsflow.core.state import DeployedResource, State
 
 
-def refresh(state: State, project=None) -> dict[str, Observation]:
+def observe(project, state: State, asked: Questions, refresh: bool) -> Observations:
+    """Everything the plan needs of the live systems, looked at once. `refresh`: drift, the logs of relations not
+    yet deployed, growth and the registry too (else, as with --no-refresh, only what `asked` measures: replay
+    estimates and, when asked, record counts and source-log identities)."""
+    seen: dict[str, Observation] = {}
+    sizes: dict[str, int | None] = {}
+    growable: list[str] = []
+    refusals: dict[str, str] = {}
+    if refresh:
+        seen = refresh_resources(state, project)
+        new_logs, sizes = observe_logs(state, project, asked.growing)
+        seen |= new_logs
+        growable = sorted(key for key, (data, total) in asked.growing.items() if _can_grow(project, data, total))
+        refusals = schema_refusals(project, asked.evolving)
+    estimates = {key: found for key, (deployed, since) in asked.replays.items()
+                 if (found := replay_estimate(project, key, since, deployed)) is not None}
+    counts = {key: count for key, deployed in asked.counted.items()
+              if (count := record_count(project, deployed)) is not None}
+    return Observations(refreshed=refresh, observed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        resources=seen, log_sizes=sizes, growable=growable, estimates=estimates,
+                        record_counts=counts, foreign_logs=foreign_logs(project, asked.carried),
+                        schema_refusals=refusals)
+
+
+def _can_grow(project, data, total: int) -> bool:
+    from dsflow.adapters.objects import can_grow
+
+    return can_grow(project, data, total)
+
+
+def refresh_resources(state: State, project=None) -> dict[str, Observation]:
     """One observation per deployed query, datagen and object a store kind observes (a topic, a stream, a view's
     table, a grant, a user's login: asked of its `objects` facet, adapters/objects.py); store settings from the
     project if known."""
@@ -32,17 +69,20 @@ def refresh(state: State, project=None) -> dict[str, Observation]:
     return observations
 
 
-def observe_new_logs(state: State, project) -> dict[str, Observation]:
+def observe_logs(state: State, project, growing: Mapping[str, object] = {}) -> tuple[dict[str, Observation],
+                                                                                   dict[str, int | None]]:
     """One observation per stream or changelog not yet deployed whose store kind can look at its log: whether the
-    log exists already (the plan adopts it as it is, with its own size) and its partitions or shards."""
+    log exists already (the plan adopts it as it is, with its own size) and its partitions or shards. And the size
+    of every such log and of the logs of the `growing` relations, by address (one call per store)."""
     from dsflow.adapters.objects import log_sizes
     from dsflow.core.physical import log_size, physical_object
 
     new = [r for r in project.relations if r.kind in ("stream", "changelog")
            and f"relation.{r.fqn}" not in state.resources and project.store(r.store) is not None]
-    if not new:
-        return {}
-    sizes = log_sizes(project, new)
+    grown = [project.relation(Address.parse(key).name) for key in sorted(growing)]
+    if not new and not grown:
+        return {}, {}
+    sizes = log_sizes(project, new + [r for r in grown if r is not None])
     types = {s.name: s.type for s in project.stores}
     observations = {}
     for relation in new:
@@ -54,7 +94,7 @@ def observe_new_logs(state: State, project) -> dict[str, Observation]:
         detail = f"{where} does not exist" if size is None else f"{where} exists with {log_size(data, types)}"
         observations[f"relation.{relation.fqn}"] = Observation(address=f"relation.{relation.fqn}", healthy=True,
                                                                detail=detail, size=size)
-    return observations
+    return observations, {f"relation.{fqn}": size for fqn, size in sorted(sizes.items())}
 
 
 def query_status(deployed: DeployedResource) -> dict:
@@ -97,18 +137,19 @@ def _observe_datagen(deployed: DeployedResource) -> Observation:
                        detail="running" if running else "generator process is not running")
 
 
-def replay_estimate(project, change, deployed: DeployedResource | None) -> Estimate | None:
-    """Records a replay re-reads (from the sources' current positions, asked of each source's store) and the time
-    at the measured rate; None when a source's store cannot count (a CDC source takes a new snapshot)."""
+def replay_estimate(project, address: str, since: str | None, deployed: DeployedResource | None) -> Estimate | None:
+    """Records a replay of the query at `address` from `since` ('earliest' or epoch ms; None: the earliest) re-reads
+    (from the sources' current positions, asked of each source's store) and the time at the measured rate; None
+    when a source's store cannot count (a CDC source takes a new snapshot)."""
     from dsflow.adapters.objects import held_records
 
-    query = next((q for q in project.queries if f"query.{q.fqn}" == change.address), None)
+    query = next((q for q in project.queries if f"query.{q.fqn}" == address), None)
     if query is None:
         return None
     total = 0
     for source in query.sources:
         relation = project.relation(source.relation)
-        count = held_records(project, {"store": relation.store, "topic": relation.topic}, {}, change.override)
+        count = held_records(project, {"store": relation.store, "topic": relation.topic}, {}, since)
         if count is None:
             return None
         total += count
@@ -124,48 +165,47 @@ def record_count(project, deployed: DeployedResource) -> int | None:
     return held_records(project, deployed.outputs, deployed.data)
 
 
-def foreign_log(project, deployed: DeployedResource) -> str | None:
-    """Which of a deployed query's source logs (topics, streams) is now another log than the one its offsets were
-    read from (deleted and created again, or gone), in words; None when all are the same (or no ids were recorded)."""
+def foreign_logs(project, carried: Mapping[str, DeployedResource]) -> dict[str, str]:
+    """Which of each deployed query's source logs (topics, streams) is now another log than the one its offsets were
+    read from (deleted and created again, or gone), in words, by query address; a query whose logs are all the same
+    (or that recorded no ids) is left out. One request per store for every query's logs."""
     from dsflow.adapters.objects import identities
     from dsflow.core.safety import changed_logs
     from dsflow.errors import DsflowError
 
-    recorded = deployed.outputs.get("logs") or {}
-    if not recorded:
-        return None
+    recorded = {key: deployed.outputs.get("logs") or {} for key, deployed in carried.items()}
+    names = {name for logs in recorded.values() for name in logs}
+    if not names:
+        return {}
     try:
-        current = identities(project, recorded)
+        current = identities(project, names)
     except DsflowError:
-        return None  # the broker cannot be asked now; apply checks again before it carries anything
-    changed = changed_logs(recorded, current)
-    return f"source {', '.join(changed)} was deleted and created again since its offsets were read" \
-        if changed else None
+        return {}  # the broker cannot be asked now; apply checks again before it carries anything
+    found = {}
+    for key, logs in recorded.items():
+        if logs and (changed := changed_logs(logs, current)):
+            found[key] = f"source {', '.join(changed)} was deleted and created again since its offsets were read"
+    return found
 
 
-def check_schema_evolution(project, plan) -> None:
-    """Before a plan evolves a query sink's registry subject in place: DSF-E841 if the live registry would reject
-    the new schema under the relation's rule. When the subject already has that level, the registry's own check
-    (/compatibility) decides; else (apply sets the level first) the rule is checked against the subject's
-    versions as the registry holds them, so versions registered outside dsflow count too."""
-    from dsflow.core.plan import Action
-
-    for change in plan.changes:
-        if change.action is not Action.UPDATE or not change.before or not change.after \
-                or change.before.get("columns") == change.after.get("columns") \
-                or not change.after.get("value_subject"):
-            continue
-        relation = project.relation(Address.parse(change.address).name)
-        if relation is not None and relation.defined_by_query:
-            _check_subject(project, relation, change.address)
+def schema_refusals(project, evolving: tuple[str, ...]) -> dict[str, str]:
+    """Why the live registry would reject the new schema of each query sink whose columns change in place, by
+    relation address (DSF-E841's message; left out when it accepts it). When the subject already has the relation's
+    level, the registry's own check (/compatibility) decides; else (apply sets the level first) the rule is checked
+    against the subject's versions as the registry holds them, so versions registered outside dsflow count too."""
+    refusals = {}
+    for address in evolving:
+        relation = project.relation(Address.parse(address).name)
+        if relation is not None and relation.defined_by_query and (why := _refusal(project, relation, address)):
+            refusals[address] = why
+    return refusals
 
 
-def _check_subject(project, relation, address: str) -> None:
+def _refusal(project, relation, address: str) -> str | None:
     from dsflow.formats import registry
     from dsflow.adapters.spark.translate import sink_format
     from dsflow.core.evolution import DEFAULT_RULE, incompatibility
     from dsflow.core.formats import columns_from_avro
-    from dsflow.errors import DsflowError
 
     settings = sink_format(project, relation)
     config, subject = settings["registry"], settings["value_subject"]
@@ -179,8 +219,51 @@ def _check_subject(project, relation, address: str) -> None:
     else:
         why = incompatibility(registry.subject_history(config, subject, relation.value_format), columns, rule,
                               relation.value_format)
-    if why is not None:
-        raise DsflowError("DSF-E841", f"{address}: registry subject '{subject}' would reject the new schema under "
-                          f"{rule}: {why}", location=relation.location,
-                          hint="undo the column change, or set the relation's 'value.schema.compatibility' to a rule "
-                               "that allows it")
+    return None if why is None else f"{address}: registry subject '{subject}' would reject the new schema under " \
+                                    f"{rule}: {why}"
+
+
+def check_still_observed(plan, project) -> None:
+    """DSF-E827, before apply changes anything: a fact a change of the plan relies on is no longer what the refresh
+    saw when the plan was made (plan.observations). Looked at again, one request per store: the log a new relation
+    names (a plan that creates a topic must not take over one made since, nor adopt one deleted since) and the log
+    a stream grows in place. Record counts, estimates and drift move all the time and decide nothing apply does."""
+    from dsflow.core.plan import Action
+    from dsflow.errors import DsflowError
+
+    seen = plan.observations
+    relied = [c for c in plan.actionable if c.address in seen.log_sizes and c.after is not None
+              and (c.action is Action.CREATE or (c.action is Action.UPDATE and c.address in seen.growable))]
+    if not seen.refreshed or not relied:
+        return
+    stale = _changed_logs(project, relied, seen.log_sizes)
+    if stale:
+        raise DsflowError("DSF-E827", "the live systems changed since the plan was made; nothing was applied: "
+                          + "; ".join(stale), hint="run 'dsflow plan' again: a new plan is made from what they "
+                                                   "show now")
+
+
+def _changed_logs(project, relied: list, observed: Mapping[str, int | None]) -> list[str]:
+    """Each relied-on log whose size (or existence) differs now from `observed`, in words; a log whose store cannot
+    be asked now is left out (apply meets that store anyway)."""
+    from dsflow.adapters.objects import log_sizes
+    from dsflow.core.physical import physical_object
+
+    relations = [r for c in relied if (r := project.relation(Address.parse(c.address).name)) is not None]
+    now = log_sizes(project, relations)
+    types = {s.name: s.type for s in project.stores}
+    found = []
+    for change in relied:
+        fqn = Address.parse(change.address).name
+        if fqn not in now or now[fqn] == observed[change.address]:
+            continue
+        then, current = (_size_words(change.after, size, types) for size in (observed[change.address], now[fqn]))
+        found.append(f"{change.address} ({change.action.value}): {physical_object(change.after, types)} was "
+                     f"{then} when the plan was made, and is {current} now")
+    return found
+
+
+def _size_words(data: dict, partitions: int | None, types: Mapping[str, str]) -> str:
+    from dsflow.core.physical import log_size
+
+    return "absent" if partitions is None else f"there with {log_size({**data, 'partitions': partitions}, types)}"

@@ -56,7 +56,8 @@ def test_destroy_never_deletes_a_topic_dsflow_did_not_create(tmp_path: Path, bro
 def test_topic_made_between_plan_and_apply_with_other_partitions_fails_apply_and_keeps_what_succeeded(
         tmp_path: Path, broker: str) -> None:
     """A topic that exists when `plan` runs is refused there (DSF-E420, tests/e2e/test_existing_logs.py); one created
-    by someone else after the plan is found by apply, which keeps what it applied before."""
+    by someone else after the plan is found by apply: before anything when the plan saw it absent (DSF-E827, the
+    plan's observations), else by the executor, and apply keeps what it applied before."""
     root = _project(tmp_path, "mismatch", """
         CREATE STREAM a_ok (id BIGINT) WITH ('topic' = 'mismatch_ok', 'value.format' = 'json');
         CREATE STREAM b_bad (id BIGINT)
@@ -64,8 +65,15 @@ def test_topic_made_between_plan_and_apply_with_other_partitions_fails_apply_and
     """)
     loaded = operations.load(_options(root, broker))
     plan = operations.plan(loaded)
+    unseen = operations.plan(loaded, do_refresh=False)  # made without looking: apply has nothing to check it against
     ensure_topic(broker, TopicSpec("mismatch_topic", 2, 1))
-    result = operations.apply(loaded, plan)
+    with pytest.raises(DsflowError) as stale:
+        operations.apply(loaded, plan)
+    assert stale.value.code == "DSF-E827"
+    assert "relation.default.public.b_bad (create): kafka topic " in str(stale.value)
+    assert "/mismatch_topic was absent when the plan was made, and is there with 2 partitions now" in str(stale.value)
+    assert loaded.workspace.state_backend().read().resources == {}, "refused before anything was applied"
+    result = operations.apply(loaded, unseen)
     assert not result.ok
     change, error = result.failed
     assert change.address == "relation.default.public.b_bad"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dsflow.adapters.kafka.admin import TopicSpec, describe_topic, ensure_topic
+from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, describe_topic, ensure_topic
 from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.adapters.kinesis import admin
 from dsflow.adapters.kinesis.client import list_shards, new_client
@@ -21,7 +21,7 @@ from dsflow.adapters.kinesis.records import put_json_lines
 from dsflow.cli import cli
 from dsflow.core.plan import Action
 from dsflow.engine import operations, topics
-from dsflow.errors import ProjectError
+from dsflow.errors import DsflowError, ProjectError
 from support.projects import KAFKA_KINESIS_STORES as STORES, make_project
 
 pytestmark = pytest.mark.integration
@@ -137,3 +137,49 @@ def test_a_declared_count_that_differs_is_refused_by_plan(tmp_path: Path, broker
     assert operations.apply(loaded, operations.plan(loaded)).ok
     assert admin.describe_stream(kinesis, stream).open_shards == 2 and count_records(kinesis, stream) == len(ROWS)
     admin.delete_stream(kinesis, stream, wait=False)
+
+
+KAFKA_ONLY = """\
+stores:
+  - name: kafka_store
+    type: kafka
+    bootstrap_servers: "{{ var('bootstrap') }}"
+"""
+
+
+def test_apply_refuses_a_plan_whose_observed_logs_changed_since(tmp_path: Path, broker: str) -> None:
+    """Issue 41, item 1: the plan carries what the refresh saw, and apply looks again at the facts its changes rely
+    on. A topic created outside after the plan (which would create it) and one deleted after the plan (which would
+    adopt it) are DSF-E827, naming what changed, before anything is applied; planned again, both converge."""
+    made, adopted = f"made{uuid.uuid4().hex[:8]}", f"adopted{uuid.uuid4().hex[:8]}"
+    ensure_topic(broker, TopicSpec(adopted, 2, 1))
+    sources = "\n".join(f"CREATE STREAM {name}_s (id BIGINT) WITH ('topic' = '{name}', 'value.format' = 'json');"
+                        for name in (made, adopted))
+    root = make_project(tmp_path / "stale", {"dsflow.yml": CONFIG, "stores/kafka.yml": KAFKA_ONLY,
+                                            "sql/sources.sql": sources + "\n"})
+    base = ["-C", str(root), "--var", f"bootstrap={broker}"]
+    saved = tmp_path / "plan.json"
+    assert CliRunner().invoke(cli, [*base, "plan", "--out", str(saved)]).exit_code == 0
+    recorded = json.loads(saved.read_text())["observations"]
+    assert recorded["refreshed"] is True
+    assert recorded["log_sizes"] == {f"relation.tutorial.public.{made}_s": None,
+                                     f"relation.tutorial.public.{adopted}_s": 2}
+
+    ensure_topic(broker, TopicSpec(made, 3, 1))  # someone else's, made since: the plan would call it dsflow's
+    assert delete_topic(broker, adopted)  # gone since: the plan would adopt what is no longer there
+    result = CliRunner().invoke(cli, [*base, "apply", str(saved)])
+    assert result.exit_code == 1 and isinstance(result.exception, DsflowError), result.output
+    assert result.exception.code == "DSF-E827"
+    assert f"relation.tutorial.public.{made}_s (create): kafka topic kafka_store/{made} was absent when the plan " \
+           "was made, and is there with 3 partitions now" in str(result.exception)
+    assert f"relation.tutorial.public.{adopted}_s (create): kafka topic kafka_store/{adopted} was there with 2 " \
+           "partitions when the plan was made, and is absent now" in str(result.exception)
+    loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
+    assert loaded.workspace.state_backend().read().resources == {}, "nothing applied"
+    assert describe_topic(broker, adopted) is None
+
+    plan = operations.plan(loaded)  # from what the systems show now: the new topic adopted, the other created
+    assert operations.apply(loaded, plan).ok
+    state = loaded.workspace.state_backend().read()
+    assert state.resources[f"relation.tutorial.public.{made}_s"].outputs["created_by_dsflow"] is False
+    assert describe_topic(broker, adopted) is not None

@@ -9,7 +9,7 @@ import pytest
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
-from dsflow.core.plan import PlanOptions, Action, Observation, Plan, make_plan
+from dsflow.core.plan import PlanOptions, Action, Observation, Observations, Plan, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.state import State
 from dsflow.load.project import load_project
@@ -288,7 +288,7 @@ def test_unhealthy_observation_is_drift_and_updates_in_place(example):
     state = applied(plan_of(example))
     seen = {FILTERED_QUERY: Observation(address=FILTERED_QUERY, healthy=False, detail="driver process not running"),
             ENRICHED_QUERY: Observation(address=ENRICHED_QUERY, healthy=True)}
-    plan = plan_of(example, state, observations=seen)
+    plan = plan_of(example, state, observations=Observations(resources=seen))
     assert actions(plan) == {FILTERED_QUERY: Action.UPDATE}
     [change] = plan.actionable
     assert change.drift is True
@@ -348,12 +348,13 @@ def test_a_replaced_topic_sized_from_its_source_takes_the_size_the_source_has_no
 
 
 def test_a_stream_grows_in_place_where_its_store_can_add_partitions(example):
-    # a pure test of the plan's decision: whether the store can grow the topic is asked of the live broker in refresh
-    # (operations._growable); the embedded broker cannot (tests/e2e/test_data_loss.py), so there it is a replacement
+    # a pure test of the plan's decision: whether the store can grow the topic is asked of the live broker in
+    # refresh (engine/refresh.py observe); the embedded broker cannot (tests/e2e/test_data_loss.py), so there it is
+    # a replacement
     state = applied(plan_of(example))
     source = str(rel("analytics.public.pageviews"))
     edit(example, "sql/sources.sql", "'topic.partitions' = 2,", "'topic.partitions' = 4,")
-    plan = plan_of(example, state, growable=frozenset({source}), store_types={"kafka_main": "kafka"})
+    plan = plan_of(example, state, observations=Observations(growable=[source]), store_types={"kafka_main": "kafka"})
     assert actions(plan) == {source: Action.UPDATE}, "the topic is kept: nothing reading it is replaced or replays"
     [change] = plan.actionable
     assert change.reason == "partitions raised 2 -> 4 (in place: partitions added)"
@@ -365,7 +366,7 @@ def test_a_changelog_is_replaced_even_where_partitions_could_be_added(example):
     state = applied(plan_of(example))
     users = str(rel("analytics.public.users"))
     edit(example, "sql/sources.sql", "'topic.partitions' = 1\n", "'topic.partitions' = 3\n")
-    plan = plan_of(example, state, growable=frozenset({users}))
+    plan = plan_of(example, state, observations=Observations(growable=[users]))
     assert actions(plan)[users] is Action.REPLACE  # its keys would move partitions: older rows could outlive newer
 
 
@@ -383,7 +384,7 @@ def test_a_new_relation_over_a_log_that_exists_is_adopted_with_its_size(example)
             PAGEVIEWS: Observation(address=PAGEVIEWS, healthy=True, detail="kafka topic kafka_main/pageviews does "
                                    "not exist")}
     kinds = {"kafka_main": "kafka"}
-    plan = plan_of(example, observations=seen, store_types=kinds)
+    plan = plan_of(example, observations=Observations(resources=seen), store_types=kinds)
     changes = {c.address: c for c in plan.changes}
     assert (changes[USERS].action, changes[USERS].after["partitions"]) == (Action.CREATE, 3)
     assert changes[USERS].effect.startswith("topic adopted as it is (3 partitions): its records are kept")
@@ -406,4 +407,5 @@ def test_a_new_relation_over_a_log_that_exists_is_adopted_with_its_size(example)
     assert replaced.after["partitions"] == 1  # a log dsflow created is deleted: the new one takes the size now
 
     differs = {PAGEVIEWS: Observation(address=PAGEVIEWS, healthy=True, detail="exists", size=3)}
-    assert [c.address for c in size_conflicts(plan_of(example, observations=differs), differs)] == [PAGEVIEWS]
+    conflicts = size_conflicts(plan_of(example, observations=Observations(resources=differs)))
+    assert [c.address for c in conflicts] == [PAGEVIEWS]

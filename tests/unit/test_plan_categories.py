@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dsflow.core.plan import Action, Estimate, Observation, Plan, PlanOptions, make_plan
+from dsflow.core.plan import Action, Estimate, Observation, Observations, Plan, PlanOptions, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.state import LedgerEntry, State
 from dsflow.load.project import load_project
@@ -96,7 +96,7 @@ def test_replay_with_estimate(deployed):
     root, state = deployed
     edit(root, PIPELINES, FILTER_HEAD, FILTER_HEAD.replace("= 1)", "= 1, 'start.position' = 'earliest')"))
     estimate = Estimate(records=120_000, rate_per_second=2_000.0, seconds=60.0)
-    plan = plan_of(root, state, estimates={FILTERED: estimate})
+    plan = plan_of(root, state, observations=Observations(estimates={FILTERED: estimate}))
     assert categories(plan) == {FILTERED: ("replace", "replay")}
     assert plan.actionable[0].estimate == estimate
     check_all("replay", plan)
@@ -140,8 +140,8 @@ def test_rollback_is_named(deployed):
 
 def test_drift_restarts_in_place(deployed):
     root, state = deployed
-    plan = plan_of(root, state, observations={FILTERED: Observation(address=FILTERED, healthy=False,
-                                                                    detail="query process is not running")})
+    plan = plan_of(root, state, observations=Observations(resources={
+        FILTERED: Observation(address=FILTERED, healthy=False, detail="query process is not running")}))
     [change] = plan.actionable
     assert (change.action, change.category.value, change.drift) == (Action.UPDATE, "in_place", True)
     check_all("drift", plan)
@@ -158,8 +158,8 @@ def test_target_limits_the_plan_to_the_target_and_its_dependencies(tmp_path):
 def test_refresh_only_lists_drift_and_nothing_else(deployed):
     root, state = deployed
     edit(root, PIPELINES, "WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'")
-    plan = plan_of(root, state, refresh_only=True, observations={
-        ENRICHED: Observation(address=ENRICHED, healthy=False, detail="query process is not running")})
+    plan = plan_of(root, state, refresh_only=True, observations=Observations(resources={
+        ENRICHED: Observation(address=ENRICHED, healthy=False, detail="query process is not running")}))
     assert [(c.address, c.action) for c in plan.actionable] == [(ENRICHED, Action.REFRESH)]
     assert plan.mode == "refresh-only"
 

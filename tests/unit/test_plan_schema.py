@@ -47,10 +47,11 @@ def test_the_published_schema_is_generated_from_the_models() -> None:
 
 
 def test_documented_fields_are_the_schemas_fields() -> None:
-    """Every field of the plan, a change and an estimate has a row in docs/plan-json.md."""
+    """Every field of the plan, a change, an estimate and the observations has a row in docs/plan-json.md."""
     doc = (REPO / "docs" / "plan-json.md").read_text()
     schema = plan_json_schema()
-    models = [schema, schema["$defs"]["Change"], schema["$defs"]["Estimate"]]
+    models = [schema, schema["$defs"]["Change"], schema["$defs"]["Estimate"], schema["$defs"]["Observations"],
+              schema["$defs"]["Observation"]]
     missing = [name for model in models for name in model["properties"] if f"| `{name}` |" not in doc]
     assert not missing, f"fields not documented in docs/plan-json.md: {missing}"
 
