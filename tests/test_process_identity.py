@@ -95,6 +95,19 @@ def test_a_live_process_that_does_not_hold_the_lock_is_not_the_identity(tmp_path
     assert process.stop(bystander.pid, mine, timeout=1) is False and bystander.poll() is None
 
 
+def test_a_spawned_process_that_claims_its_identity_keeps_it(tmp_path, stand_in):
+    """The supervisor claims its identity at its start: started by `spawn` (`runtime up`), it holds it already, even
+    before its parent wrote the record."""
+    identity = process.Identity(tmp_path / "run", "supervisor")
+    code = ("import sys\nfrom pathlib import Path\nfrom dsflow.adapters import process\n"
+            "identity = process.Identity(Path(sys.argv[1]), 'supervisor')\nprocess.claim(identity, 'x', wait=0.5)\n"
+            "print(process.is_running(process.os.getpid(), identity), flush=True)\n")
+    (tmp_path / "claimer.py").write_text(code)
+    child = process.spawn("claimer", [str(tmp_path / "run")], tmp_path / "claimer.log", identity,
+                          {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    assert child.wait(60) == 0 and (tmp_path / "claimer.log").read_text().strip() == "True"
+
+
 def test_two_processes_never_run_as_one_identity(tmp_path, stand_in, monkeypatch):
     identity = datagen_identity(tmp_path / "g")
     first = stand_in(identity)
@@ -124,8 +137,10 @@ def test_a_standby_takes_a_query_over_without_touching_its_command_line(tmp_path
     standby identity; /proc/PID/cmdline stays what it was started with, and stop and status find it."""
     folder, run_dir = tmp_path / "sb-1", tmp_path / "q a"  # a space in the path
     run_dir.mkdir()
-    child = stand_in(standby_process.standby_identity(folder), "--take-over", str(folder), str(run_dir))
-    argv = [sys.executable, "-m", STAND_IN, "--take-over", str(folder), str(run_dir)]
+    as_started = ["--take-over", str(folder), str(run_dir), standby_process.STANDBY_MODULE,
+                  str(folder / standby_process.CONFIG_FILE)]  # what a standby's command line holds, too
+    child = stand_in(standby_process.standby_identity(folder), *as_started)
+    argv = [sys.executable, "-m", STAND_IN, *as_started]
     wait_for(lambda: process.is_running(child.pid, driver_identity(run_dir)), 30, "the take-over")
     assert Path(f"/proc/{child.pid}/cmdline").read_bytes().split(b"\0")[:-1] == [os.fsencode(a) for a in argv]
     assert not process.is_running(child.pid, standby_process.standby_identity(folder))

@@ -33,6 +33,8 @@ from typing import Any
 
 from dsflow.errors import DsflowError
 
+RECORD_ENV = "DSFLOW_PROCESS_RECORD"
+"""Set by `spawn` in the child's environment: the record of the identity it was started as (its lock is held)."""
 LOCK_WAIT_SECONDS = 10.0
 """How long `spawn` and `claim` wait for an identity's lock: a process stopped with SIGKILL a moment ago lets it go
 as it exits."""
@@ -69,7 +71,8 @@ def spawn(module: str, args: list[str], log_path: Path, identity: Identity, env:
     assert identity.folder is not None  # every process dsflow starts has a folder
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lock = _take_lock(identity, LOCK_WAIT_SECONDS)
-    environ = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"), **(env or {})}
+    environ = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"), **(env or {}),
+               RECORD_ENV: str(identity.record)}
     try:
         with open(log_path, "ab") as log:
             popen = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
@@ -86,10 +89,12 @@ _claimed: dict[Path, int] = {}
 
 
 def claim(identity: Identity, module: str, wait: float = LOCK_WAIT_SECONDS) -> None:
-    """This process becomes `identity`: it takes the lock (held until it exits) and writes the record. Nothing to do
-    for a process `spawn` started as that identity. DSF-E274 when another live process holds it for `wait` s."""
+    """This process becomes `identity`: it takes the lock (held until it exits) and writes the record. A process
+    `spawn` started as that identity holds the lock already (inherited): it only writes the record, which its
+    parent may not have written yet. DSF-E274 when another live process holds it for `wait` s."""
     assert identity.folder is not None and identity.lock is not None
-    if is_running(os.getpid(), identity):
+    if os.environ.get(RECORD_ENV) == str(identity.record):
+        _write_record(identity, os.getpid(), module)
         return
     lock = _take_lock(identity, wait)
     _claimed[identity.lock] = lock
@@ -97,10 +102,11 @@ def claim(identity: Identity, module: str, wait: float = LOCK_WAIT_SECONDS) -> N
 
 
 def release(identity: Identity) -> None:
-    """This process is no longer `identity` (a standby that became a query's driver): its record goes."""
+    """This process is no longer `identity` (a standby that became a query's driver): its record then names no
+    process (kept, so the command line of a process from before identity records is not asked either)."""
     record = read_record(identity)
     if record is not None and record.get("pid") == os.getpid() and identity.record is not None:
-        identity.record.unlink(missing_ok=True)
+        _write_json(identity.record, {"pid": None, "released_by": os.getpid(), "at": time.time()})
     lock = _claimed.pop(identity.lock, None) if identity.lock is not None else None
     if lock is not None:
         os.close(lock)
@@ -169,11 +175,14 @@ def _state(pid: int) -> tuple[str, str] | None:
 
 def _write_record(identity: Identity, pid: int, module: str) -> None:
     assert identity.record is not None
-    start = start_time(pid)
-    data = {"pid": pid, "start": start, "module": module, "at": time.time()}
-    tmp = identity.record.with_name(f".{identity.record.name}.{os.getpid()}.tmp")
+    _write_json(identity.record, {"pid": pid, "start": start_time(pid), "module": module, "at": time.time()})
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically: a reader sees the old record or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data))
-    os.replace(tmp, identity.record)
+    os.replace(tmp, path)
 
 
 def _take_lock(identity: Identity, wait: float) -> int:
