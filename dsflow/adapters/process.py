@@ -1,110 +1,246 @@
-"""Background processes that outlive the dsflow command: query drivers and data generators.
+"""Background processes that outlive the dsflow command: query drivers, data generators, shared applications' hosts,
+the runtime supervisor and its warm standby, the dev schema registry.
 
-Each runs in its own session (process group), so stopping it also stops the JVM and Python
-workers it started. A PID is only trusted if the process's command line still names what we started: the module
-and, where the caller knows it, a path only that one process was given (a query's spec file), so a PID the
-system reused for another query's driver is never taken for this one.
+Each runs in its own session (process group), so stopping it also stops the JVM and Python workers it started.
+
+A process is known by its **identity** (`Identity`), never by its command line: a record,
+`<folder>/<role>.process.json`, with its PID and its start time, and a lock file beside it,
+`<role>.process.lock`, that the process holds (flock) while it lives. `spawn` takes the lock before the child
+exists, hands it over (the child inherits the locked file; the parent closes its copy) and writes the record; a
+process dsflow did not spawn itself (a supervisor exec'd in the foreground, a standby that becomes a query's
+driver) `claim`s its identity. A PID is trusted only while the record names it, the live process with that PID
+started at the recorded time (Linux: field 22 of /proc/PID/stat, in clock ticks since boot; elsewhere psutil's
+create_time) and the lock is held. A PID the system reused (pid_max is 32768 on the CI machine) has another start
+time: it is never reported running and never stopped. Only one live process holds an identity's lock, so two
+processes never run as one identity (two drivers on one checkpoint): DSF-E274.
+
+Processes started by dsflow before identity records (2026-11-29) have none; for those only, the command line is
+read, never written: the module and a path only that process was given (`Identity.legacy`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from dsflow.errors import DsflowError
+
+RECORD_ENV = "DSFLOW_PROCESS_RECORD"
+"""Set by `spawn` in the child's environment: the record of the identity it was started as (its lock is held)."""
+LOCK_WAIT_SECONDS = 10.0
+"""How long `spawn` and `claim` wait for an identity's lock: a process stopped with SIGKILL a moment ago lets it go
+as it exits."""
 
 
-def launch(module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
-    """Start `python -m module args...` detached; its output goes to log_path."""
-    return spawn(module, args, log_path, env).pid
+@dataclass(frozen=True)
+class Identity:
+    """Where a process's identity is kept: `folder/<role>.process.json` and `folder/<role>.process.lock`."""
+
+    folder: Path | None
+    """None: a state written before the process's folder was recorded (only `legacy` can tell)."""
+    role: str
+    legacy: tuple[str, ...] = ()
+    """What the command line of a process started before identity records holds (read only, when no record)."""
+
+    @property
+    def record(self) -> Path | None:
+        return self.folder / f"{self.role}.process.json" if self.folder is not None else None
+
+    @property
+    def lock(self) -> Path | None:
+        return self.folder / f"{self.role}.process.lock" if self.folder is not None else None
 
 
-def spawn(module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,
+def launch(module: str, args: list[str], log_path: Path, identity: Identity, env: dict[str, str] | None = None) -> int:
+    """Start `python -m module args...` detached as `identity`; its output goes to log_path."""
+    return spawn(module, args, log_path, identity, env).pid
+
+
+def spawn(module: str, args: list[str], log_path: Path, identity: Identity, env: dict[str, str] | None = None,
           stdin: int = subprocess.DEVNULL, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
-    """`launch`, keeping the Popen (a pipe to its stdin, file descriptors passed on): a caller that talks to it."""
+    """`launch`, keeping the Popen (a pipe to its stdin, file descriptors passed on): a caller that talks to it.
+    DSF-E274 when a live process holds the identity."""
+    assert identity.folder is not None  # every process dsflow starts has a folder
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    environ = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"), **(env or {})}
-    with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=stdin, start_new_session=True, env=environ, pass_fds=pass_fds)
-
-
-def take_command_line(argv: list[str]) -> bytes | None:
-    """Rewrite this process's own command line (what /proc/PID/cmdline, `ps` and `is_running` read) to `argv`, in
-    place: the arguments it was started with are the memory the kernel shows, from `arg_start` to `arg_end` of
-    /proc/self/stat, written through /proc/self/mem (the process's own stack, no privilege needed). The new
-    arguments must fit in that room (a caller that will need it starts with a long filler argument); the rest is
-    NUL-filled, so the kernel shows exactly `argv` followed by empty arguments. The bytes it replaced (give them
-    back to `restore_command_line`), or None when it cannot (not Linux, no room, /proc/self/mem refused)."""
+    lock = _take_lock(identity, LOCK_WAIT_SECONDS)
+    environ = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"), **(env or {}),
+               RECORD_ENV: str(identity.record)}
     try:
-        start, end = _argument_area()
-        data = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
-        if len(data) > end - start:
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=stdin, start_new_session=True, env=environ,
+                                     pass_fds=(*pass_fds, lock))
+        _write_record(identity, popen.pid, module)  # an unreaped child: its PID is not reused meanwhile
+    finally:
+        os.close(lock)  # the child holds the lock now
+    return popen
+
+
+_claimed: dict[Path, int] = {}
+"""The lock files this process claimed, open (and locked) until it exits; never inherited (O_CLOEXEC)."""
+
+
+def claim(identity: Identity, module: str, wait: float = LOCK_WAIT_SECONDS) -> None:
+    """This process becomes `identity`: it takes the lock (held until it exits) and writes the record. A process
+    `spawn` started as that identity holds the lock already (inherited): it only writes the record, which its
+    parent may not have written yet. DSF-E274 when another live process holds it for `wait` s."""
+    assert identity.folder is not None and identity.lock is not None
+    if os.environ.get(RECORD_ENV) == str(identity.record):
+        _write_record(identity, os.getpid(), module)
+        return
+    lock = _take_lock(identity, wait)
+    _claimed[identity.lock] = lock
+    _write_record(identity, os.getpid(), module)
+
+
+def release(identity: Identity) -> None:
+    """This process is no longer `identity` (a standby that became a query's driver): its record then names no
+    process (kept, so the command line of a process from before identity records is not asked either)."""
+    record = read_record(identity)
+    if record is not None and record.get("pid") == os.getpid() and identity.record is not None:
+        _write_json(identity.record, {"pid": None, "released_by": os.getpid(), "at": time.time()})
+    lock = _claimed.pop(identity.lock, None) if identity.lock is not None else None
+    if lock is not None:
+        os.close(lock)
+
+
+def read_record(identity: Identity) -> dict[str, Any] | None:
+    """The identity's record ({"pid", "start", "module", "at"}), or None when there is none."""
+    if identity.record is None:
+        return None
+    try:
+        found = json.loads(identity.record.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def holder(identity: Identity) -> int | None:
+    """The PID of the live process holding `identity`, or None."""
+    pid = (read_record(identity) or {}).get("pid")
+    return pid if isinstance(pid, int) and is_running(pid, identity) else None
+
+
+def is_running(pid: int | None, identity: Identity) -> bool:
+    """True if `pid` is the live process (not a zombie) `identity` records: same PID, same start time, its lock
+    held. Without a record, a process started before identity records: its command line holds `legacy`."""
+    if not pid:
+        return False
+    record = read_record(identity)
+    if record is None:
+        return bool(identity.legacy) and _legacy_running(pid, identity.legacy)
+    if record.get("pid") != pid:
+        return False
+    found = _state(pid)
+    if found is None:
+        return False
+    if found[0] == "Z":
+        _reap(pid)
+        return False
+    return found[1] == record.get("start") and _held(identity)
+
+
+def start_time(pid: int) -> str | None:
+    """When the process started, exactly (see the module's docstring), or None when there is no such process."""
+    found = _state(pid)
+    return found[1] if found is not None else None
+
+
+def _state(pid: int) -> tuple[str, str] | None:
+    """The process's state letter ('Z': a zombie) and start time, or None."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces and ')'
+        except (FileNotFoundError, ProcessLookupError):
             return None
-        with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            before = mem.read(end - start)
-            mem.seek(start)
-            mem.write(data + b"\0" * (end - start - len(data)))
-        return before
-    except (OSError, ValueError, IndexError):
+        return fields[0].decode(), f"ticks:{int(fields[19])}"
+    import psutil  # lazily: ~80 ms of every command's start
+
+    try:
+        proc = psutil.Process(pid)
+        state = "Z" if proc.status() == psutil.STATUS_ZOMBIE else "R"
+        return state, f"created:{proc.create_time()!r}"
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
 
 
-def restore_command_line(before: bytes) -> None:
-    """Put back the command line `take_command_line` replaced."""
-    start, _ = _argument_area()
-    with open("/proc/self/mem", "r+b", buffering=0) as mem:
-        mem.seek(start)
-        mem.write(before)
+def _write_record(identity: Identity, pid: int, module: str) -> None:
+    assert identity.record is not None
+    _write_json(identity.record, {"pid": pid, "start": start_time(pid), "module": module, "at": time.time()})
 
 
-def _argument_area() -> tuple[int, int]:
-    """arg_start and arg_end (fields 48 and 49 of /proc/self/stat, counted after the command name's ')')."""
-    with open("/proc/self/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    return int(fields[45]), int(fields[46])
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically: a reader sees the old record or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
 
 
-Marker = str | tuple[str, ...]
+def _take_lock(identity: Identity, wait: float) -> int:
+    """An open descriptor holding the identity's lock (exclusive); DSF-E274 when another process holds it for
+    `wait` seconds."""
+    assert identity.folder is not None and identity.lock is not None
+    identity.folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(identity.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                pid = (read_record(identity) or {}).get("pid")
+                raise DsflowError("DSF-E274", f"another live process (pid {pid}) holds {identity.lock}: it runs as "
+                                  f"this {identity.role} already",
+                                  hint="stop it first; two processes never run as one (two drivers on one "
+                                  "checkpoint)") from None
+            time.sleep(0.05)
 
 
-def is_running(pid: int | None, marker: Marker) -> bool:
-    """True if `pid` is alive, not a zombie, and every marker is in its command line (each in one argument)."""
-    if not pid:
+def _held(identity: Identity) -> bool:
+    """Some live process holds the identity's lock (a moment's shared lock of our own otherwise)."""
+    assert identity.lock is not None
+    try:
+        fd = os.open(identity.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
         return False
-    import psutil  # lazily: ~80 ms of every command's start, and `plan --no-refresh` never needs it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _legacy_running(pid: int, marker: tuple[str, ...]) -> bool:
+    """A process started before identity records: alive, not a zombie, every marker in one of its arguments."""
+    import psutil
 
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             _reap(pid)
             return False
-        return _holds(_command_line(proc), marker)
+        parts = _command_line(proc)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
-
-
-def running_with(marker: Marker) -> list[int]:
-    """The PIDs of the live processes whose command line holds every marker (each in one argument), this one
-    excepted."""
-    import psutil
-
-    return [proc.info["pid"] for proc in psutil.process_iter(["pid", "cmdline", "status"])
-            if proc.info["pid"] != os.getpid() and proc.info["status"] != psutil.STATUS_ZOMBIE
-            and _holds(proc.info["cmdline"] or [], marker)]
-
-
-def _holds(parts: list[str], marker: Marker) -> bool:
-    """Every marker is in one of the command line's arguments."""
-    return all(any(m in part for part in parts) for m in ((marker,) if isinstance(marker, str) else marker))
+    return all(any(m in part for part in parts) for m in marker)
 
 
 def _command_line(proc, settle: float = 1.0) -> list[str]:
-    """The process's arguments. Right after exec, /proc/PID/cmdline reads empty for a moment (measured: 17 of 200
-    fresh processes here): an empty answer from a live process is asked again for up to `settle` seconds."""
+    """The process's arguments. Right after exec, /proc/PID/cmdline reads empty for a moment: an empty answer from
+    a live process is asked again for up to `settle` seconds."""
     deadline = time.monotonic() + settle
     parts = proc.cmdline()
     while not parts and time.monotonic() < deadline:
@@ -113,14 +249,15 @@ def _command_line(proc, settle: float = 1.0) -> list[str]:
     return parts
 
 
-def stop(pid: int | None, marker: Marker, timeout: float = 60.0) -> bool:
-    """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group. True if it was running."""
-    if not is_running(pid, marker):
+def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
+    """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group. True if it was running (only the
+    process `identity` records: a reused PID is never signalled)."""
+    if not is_running(pid, identity):
         return False
     assert pid is not None  # is_running: a PID
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while is_running(pid, marker) and time.monotonic() < deadline:
+    while is_running(pid, identity) and time.monotonic() < deadline:
         time.sleep(0.2)
     _kill_group(pid)
     return True

@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 
 from dsflow.adapters import process
 from dsflow.adapters.spark import apps
-from dsflow.adapters.spark.spec import ENV_REF
+from dsflow.adapters.spark.spec import DRIVER_MODULE, ENV_REF, driver_identity
 from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import Category
@@ -27,29 +27,25 @@ from dsflow.core.state import DeployedResource
 from dsflow.errors import DsflowError
 from dsflow.engine.workspace import Workspace
 
-DRIVER_MODULE = "dsflow.adapters.spark.driver"
 LEDGER_STARTED = "_ledger_started"
 LEDGER_STOPPED = "_ledger_stopped"
 GONE = "_gone"
 DATAGEN_MODULE = "dsflow.datagen"
 
 
-def driver_marker(run_dir: str | Path | None) -> tuple[str, ...]:
-    """What a query's driver command line holds: the module and its own spec file (a reused PID running another
-    query's driver does not match). Without a run directory (a state from before 2025), the module only."""
-    return (DRIVER_MODULE, str(Path(run_dir) / "spec.json")) if run_dir else (DRIVER_MODULE,)
-
-
-def query_marker(outputs: dict[str, Any]) -> tuple[str, ...]:
-    """The marker of the process running a deployed query: its shared application's host, or its own driver."""
+def query_identity(outputs: dict[str, Any]) -> process.Identity:
+    """The identity of the process running a deployed query (adapters/process.py): its shared application's host,
+    or its own driver (a cold one or a standby that took it over)."""
     if outputs.get("app_dir"):
-        return apps.host_marker(outputs["app_dir"])
-    return driver_marker(outputs.get("run_dir"))
+        return apps.host_identity(outputs["app_dir"])
+    return driver_identity(outputs.get("run_dir"))
 
 
-def datagen_marker(run_dir: str | Path | None) -> tuple[str, ...]:
-    """What a generator's command line holds: the module and its own progress file."""
-    return (DATAGEN_MODULE, str(Path(run_dir) / "progress.json")) if run_dir else (DATAGEN_MODULE,)
+def datagen_identity(run_dir: str | Path | None) -> process.Identity:
+    """The identity of a generator's process, kept in its run folder beside its progress file."""
+    folder = Path(run_dir) if run_dir else None
+    legacy = (DATAGEN_MODULE, str(folder / "progress.json")) if folder is not None else (DATAGEN_MODULE,)
+    return process.Identity(folder, "datagen", legacy)
 
 
 @dataclass(frozen=True)
@@ -239,7 +235,7 @@ class QueryExecutor:
         run_dir = ctx.workspace.query_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
         _stop_orphan(run_dir)
-        process.stop(ctx.resumed.get("pid"), driver_marker(run_dir))
+        process.stop(ctx.resumed.get("pid"), driver_identity(run_dir))
         spec = query_spec(ctx.project, query, change.data_hash or "v", str(checkpoint), str(run_dir / "status.json"),
                           start)
         spec, secrets = _secrets_to_env(spec, ctx.project)
@@ -247,7 +243,8 @@ class QueryExecutor:
         spec_path.write_text(spec.model_dump_json(indent=2))
         (run_dir / "status.json").unlink(missing_ok=True)
         shared = _shared(ctx, name, spec, spec_path, secrets) if apps.isolation(ctx.project, query) == "shared" else {}
-        pid = shared.get("pid") or process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=secrets)
+        pid = shared.get("pid") or process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log",
+                                                  driver_identity(run_dir), env=secrets)
         ctx.note({"pid": pid})
         logs = source_logs(ctx.project, query)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
@@ -262,7 +259,7 @@ class QueryExecutor:
         if deployed.outputs.get("app_dir"):
             apps.stop_shared(deployed.outputs)  # its application's other queries go on
         else:
-            process.stop(deployed.outputs.get("pid"), driver_marker(deployed.outputs.get("run_dir")))
+            process.stop(deployed.outputs.get("pid"), driver_identity(deployed.outputs.get("run_dir")))
         checkpoint = Path(deployed.outputs.get("checkpoint", ""))
         offsets = committed_offsets(checkpoint) if checkpoint.is_dir() else None
         topics = deployed.outputs.get("topics", [])
@@ -300,7 +297,7 @@ def relaunch_driver(project: Project | None, deployed: DeployedResource, handoff
         pid, _ = handoff(spec_path, env, run_dir / "driver.log")
         if pid is not None:
             return pid
-    return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", env=env)
+    return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", driver_identity(run_dir), env=env)
 
 
 def source_logs(project: Project, query) -> dict[str, str]:
@@ -353,11 +350,10 @@ def _start_at(change: Change, carried: dict[str, dict[str, int]]) -> StartAt:
 
 
 def _stop_orphan(run_dir: Path) -> None:
-    """Drivers left running by an interrupted apply (started, never recorded) are stopped first: found by their
-    command line (this run directory's spec), so also one that had not written its status file yet."""
-    marker = driver_marker(run_dir)
-    for pid in process.running_with(marker):
-        process.stop(pid, marker)
+    """A driver left running by an interrupted apply (started, never recorded in the state) is stopped first: the
+    process this run directory's identity names, also one that had not written its status file yet."""
+    identity = driver_identity(run_dir)
+    process.stop(process.holder(identity), identity)
 
 
 class DatagenExecutor:
@@ -366,7 +362,7 @@ class DatagenExecutor:
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         name = Address.parse(change.address).name
         run_dir = ctx.workspace.datagen_dir(name)
-        process.stop(ctx.resumed.get("pid"), datagen_marker(run_dir), timeout=15)
+        process.stop(ctx.resumed.get("pid"), datagen_identity(run_dir), timeout=15)
         pid = launch_datagen(ctx.project, ctx.workspace, name)
         ctx.note({"pid": pid})
         gen = next(g for g in ctx.project.datagens if g.name == name)
@@ -379,7 +375,7 @@ class DatagenExecutor:
         return self.create(ctx, change)
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> None:
-        process.stop(deployed.outputs.get("pid"), datagen_marker(deployed.outputs.get("run_dir")), timeout=15)
+        process.stop(deployed.outputs.get("pid"), datagen_identity(deployed.outputs.get("run_dir")), timeout=15)
 
 
 def launch_datagen(project: Project, workspace: Workspace, name: str) -> int:
@@ -409,7 +405,7 @@ def launch_datagen(project: Project, workspace: Workspace, name: str) -> int:
     secrets += [store.bootstrap_servers] if "bootstrap_servers" in store.sensitive else []
     env = {PROPERTIES_ENV: json.dumps(dict(store.properties)), BOOTSTRAP_ENV: store.bootstrap_servers,
            SECRETS_ENV: json.dumps(secrets)}  # nothing of the store on the command line (`ps`)
-    return process.launch(DATAGEN_MODULE, args, run_dir / "datagen.log", env=env)
+    return process.launch(DATAGEN_MODULE, args, run_dir / "datagen.log", datagen_identity(run_dir), env=env)
 
 
 EXECUTORS: dict[Kind, Executor] = {

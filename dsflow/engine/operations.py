@@ -172,7 +172,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
     """Every deployed query and generator, with what its process and status file say now, and what the runtime
     supervisor recorded (uptime, restarts, last exit and error, next retry: dsflow/runtime/records.py)."""
     from dsflow.adapters import process
-    from dsflow.engine.executors import datagen_marker, query_marker
+    from dsflow.engine.executors import datagen_identity, query_identity
     from dsflow.engine.refresh import query_status
     from dsflow.runtime.records import status_fields
 
@@ -183,7 +183,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
         kind, pid = Address.parse(key).kind, deployed.outputs.get("pid")
         if kind is Kind.QUERY:
             info = query_status(deployed)
-            running = process.is_running(pid, query_marker(deployed.outputs))
+            running = process.is_running(pid, query_identity(deployed.outputs))
             state_name = info.get("state", "unknown")
             if not running and state_name in ("running", "starting", "unknown"):
                 state_name = "stopped"
@@ -197,7 +197,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
                             "pid": pid, **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
                                           if with_dead_letters else {})})
         elif kind is Kind.DATAGEN:
-            running = process.is_running(pid, datagen_marker(deployed.outputs.get("run_dir")))
+            running = process.is_running(pid, datagen_identity(deployed.outputs.get("run_dir")))
             runtime = status_fields(loaded.workspace.datagen_dir(Address.parse(key).name), pid, running)
             entries.append({"address": key, "state": runtime.pop("runtime_state", "running" if running else "stopped"),
                             "pid": pid, **runtime})

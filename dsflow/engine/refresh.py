@@ -110,9 +110,9 @@ def query_status(deployed: DeployedResource) -> dict:
 
 def _observe_query(deployed: DeployedResource) -> Observation:
     # executors import the Spark translation (sqlglot): plan may not need it
-    from dsflow.engine.executors import query_marker
+    from dsflow.engine.executors import query_identity
 
-    running = process.is_running(deployed.outputs.get("pid"), query_marker(deployed.outputs))
+    running = process.is_running(deployed.outputs.get("pid"), query_identity(deployed.outputs))
     status = query_status(deployed)
     checkpoint = deployed.outputs.get("checkpoint")
     if checkpoint and status.get("batch_id") is not None and not Path(checkpoint).is_dir():
@@ -128,10 +128,10 @@ def _observe_query(deployed: DeployedResource) -> Observation:
 
 
 def _observe_datagen(deployed: DeployedResource) -> Observation:
-    from dsflow.engine.executors import datagen_marker
+    from dsflow.engine.executors import datagen_identity
 
     count = deployed.data.get("count")
-    running = process.is_running(deployed.outputs.get("pid"), datagen_marker(deployed.outputs.get("run_dir")))
+    running = process.is_running(deployed.outputs.get("pid"), datagen_identity(deployed.outputs.get("run_dir")))
     healthy = running or count is not None
     return Observation(address=deployed.address, healthy=healthy,
                        detail="running" if running else "generator process is not running")

@@ -17,7 +17,7 @@ from dsflow.adapters import process
 from dsflow.errors import DsflowError
 from dsflow.engine.operations import Loaded, Options
 from dsflow.runtime.endpoint import LOOK_WAIT_SECONDS, read_token
-from dsflow.runtime.supervisor import INFO_FILE, LOG_FILE, MODULE, TICK_ENV, VARS_ENV
+from dsflow.runtime.supervisor import INFO_FILE, LOG_FILE, MODULE, TICK_ENV, VARS_ENV, supervisor_identity
 
 DISABLE_ENV = "DSFLOW_RUNTIME"
 """Set to 'off' (or 0/false/no) and apply does not start the supervisor (the test suite sets it)."""
@@ -32,12 +32,12 @@ def info(loaded: Loaded) -> dict[str, Any] | None:
         found = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return found if process.is_running(found.get("pid"), _marker(loaded)) else None
+    return found if process.is_running(found.get("pid"), _identity(loaded)) else None
 
 
-def _marker(loaded: Loaded) -> tuple[str, str]:
-    """The supervisor's module and this project's folder: another project's supervisor on a reused PID differs."""
-    return MODULE, str(Path(loaded.project.root).resolve())
+def _identity(loaded: Loaded) -> process.Identity:
+    """The supervisor's identity, in this environment's run folder (a reused PID is not it)."""
+    return supervisor_identity(loaded.workspace.run_dir, Path(loaded.project.root))
 
 
 def disabled_by_env() -> bool:
@@ -53,16 +53,16 @@ def up(loaded: Loaded, options: Options, port: int = 0, auto: bool = False) -> t
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / INFO_FILE).unlink(missing_ok=True)
     args, env = supervisor_command(loaded, options, port, auto)
-    pid = process.launch(MODULE, args, run_dir / LOG_FILE, env=env)
+    pid = process.launch(MODULE, args, run_dir / LOG_FILE, _identity(loaded), env=env)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         found = info(loaded)
         if found is not None and found.get("pid") == pid:
             return found, True
-        if not process.is_running(pid, _marker(loaded)):
+        if not process.is_running(pid, _identity(loaded)):
             break
         time.sleep(0.1)
-    process.stop(pid, _marker(loaded), timeout=5)
+    process.stop(pid, _identity(loaded), timeout=5)
     raise DsflowError("DSF-E270", f"the runtime supervisor did not start (pid {pid}): "
                       f"{_log_tail(run_dir / LOG_FILE) or 'no output'}",
                       hint=f"see {run_dir / LOG_FILE}; a port given with --port may be taken")
@@ -101,7 +101,7 @@ def down(loaded: Loaded) -> int | None:
 
     running = info(loaded)
     if running is not None:
-        process.stop(running["pid"], _marker(loaded), timeout=30)  # it stops its standby on its way out
+        process.stop(running["pid"], _identity(loaded), timeout=30)  # it stops its standby on its way out
     standby.stop_all(standby_root(loaded))  # one a killed supervisor left (it would end with its pipe anyway)
     return running["pid"] if running else None
 

@@ -24,9 +24,9 @@ from dsflow.runtime.records import STABLE_SECONDS, RuntimeRecord, backoff, last_
 def watch(supervisor: Any, deployed: DeployedResource, run_dir: Path, record: RuntimeRecord) -> None:
     """One look at one shared query: running, failed in its host, or its host gone."""
     app_dir, name = Path(deployed.outputs["app_dir"]), deployed.outputs["app_query"]
-    pid, marker = deployed.outputs.get("pid"), apps.host_marker(deployed.outputs["app_dir"])
+    pid, identity = deployed.outputs.get("pid"), apps.host_identity(deployed.outputs["app_dir"])
     code = supervisor._reap(pid)
-    alive = process.is_running(pid, marker)
+    alive = process.is_running(pid, identity)
     error = apps.failure(app_dir, name) if alive else None
     if alive and error is None:
         assert pid is not None  # is_running: a PID
@@ -37,7 +37,7 @@ def watch(supervisor: Any, deployed: DeployedResource, run_dir: Path, record: Ru
         if alive:
             _restart_in_host(run_dir, record, app_dir, name, deployed.address)
         else:
-            supervisor._restart(run_dir, record, deployed, marker)
+            supervisor._restart(run_dir, record, deployed, identity)
 
 
 def _running(run_dir: Path, record: RuntimeRecord, pid: int, seen: dict[str, Any]) -> None:

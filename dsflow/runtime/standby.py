@@ -19,7 +19,6 @@ what `dsflow runtime status` shows beside the waiting standby.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from collections import Counter
@@ -28,6 +27,7 @@ from typing import Any
 
 from dsflow.adapters import process
 from dsflow.adapters.spark import standby as process_side
+from dsflow.adapters.spark.spec import driver_identity
 from dsflow.core.address import Address, Kind
 from dsflow.core.state import State
 from dsflow.runtime.records import backoff
@@ -114,13 +114,11 @@ class Keeper:
             return None
         key = (state.serial, state.lineage)
         if self._wanted is None or self._wanted[:2] != key:
-            specs = isolated_specs(state) if sys.platform.startswith("linux") else []
+            specs = isolated_specs(state)
             session = wanted_session(specs)
             note = None if session else "no query runs in its own driver" if not specs else (
                 "DSF-E259: no query in its own driver runs on a local Spark master (a standby on a cluster would "
                 "hold the cluster's cores while it waits)")
-            if not sys.platform.startswith("linux"):
-                note = "a standby takes a driver's command line through Linux's /proc: none on this system"
             self._wanted = (*key, session, note)
         return self._wanted[2]
 
@@ -209,4 +207,4 @@ def _before_first_progress(status_path: Path) -> bool:
     if not isinstance(status, dict) or not (status.get("state") == "starting" or
                                             (status.get("state") == "running" and status.get("batch_id") is None)):
         return False
-    return process.is_running(status.get("pid"), (process_side.DRIVER_MODULE, str(status_path.parent / "spec.json")))
+    return process.is_running(status.get("pid"), driver_identity(status_path.parent))

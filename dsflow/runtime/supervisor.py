@@ -28,7 +28,8 @@ from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
-from dsflow.engine.executors import datagen_marker, driver_marker, launch_datagen, relaunch_driver
+from dsflow.adapters.spark.spec import driver_identity
+from dsflow.engine.executors import datagen_identity, launch_datagen, relaunch_driver
 from dsflow.runtime import endpoint, shared
 from dsflow.runtime.locking import RESTART_OPERATION
 from dsflow.runtime.standby import Keeper
@@ -111,7 +112,7 @@ class Supervisor:
     def watch(self, deployed: DeployedResource) -> None:
         is_query = Address.parse(deployed.address).kind is Kind.QUERY
         run_dir = self.run_dir(deployed)
-        marker = driver_marker(deployed.outputs.get("run_dir")) if is_query else datagen_marker(run_dir)
+        identity = driver_identity(deployed.outputs.get("run_dir")) if is_query else datagen_identity(run_dir)
         pid = deployed.outputs.get("pid")
         version = str(deployed.outputs.get("version", "")) if is_query else ""
         record = read_record(run_dir)
@@ -120,7 +121,7 @@ class Supervisor:
         if is_query and deployed.outputs.get("app_dir"):
             return shared.watch(self, deployed, run_dir, record)  # several queries share its host's PID
         code = self._reap(pid)
-        if process.is_running(pid, marker):
+        if process.is_running(pid, identity):
             assert pid is not None  # is_running: a PID
             self._running(run_dir, record, pid)
         elif not is_query and self._finished(deployed):
@@ -128,7 +129,7 @@ class Supervisor:
         elif record.next_retry is None or record.pid != pid:
             self._died(run_dir, record, pid, code, "driver.log" if is_query else "datagen.log")
         elif time.time() >= record.next_retry:
-            self._restart(run_dir, record, deployed, marker)
+            self._restart(run_dir, record, deployed, identity)
 
     def _running(self, run_dir: Path, record: RuntimeRecord, pid: int) -> None:
         changed = record.pid != pid or record.next_retry is not None
@@ -154,9 +155,9 @@ class Supervisor:
             f"restart in {backoff(record.failures):.0f} s (failure {record.failures} in a row)")
 
     def _restart(self, run_dir: Path, record: RuntimeRecord, deployed: DeployedResource,
-                 marker: tuple[str, ...]) -> None:
+                 identity: process.Identity) -> None:
         try:
-            pid = self._restart_locked(deployed, marker)
+            pid = self._restart_locked(deployed, identity)
         except Exception as err:  # noqa: BLE001 - recorded and retried with the next backoff
             record.failures += 1
             record.last_error = f"restart failed: {err}"[:2000]
@@ -172,7 +173,7 @@ class Supervisor:
         log(f"{deployed.address} restarted as pid {pid} (restart {record.restarts}"
             f"{'; ' + self.start_note if self.start_note else ''})")
 
-    def _restart_locked(self, deployed: DeployedResource, marker: tuple[str, ...]) -> int | None:
+    def _restart_locked(self, deployed: DeployedResource, identity: process.Identity) -> int | None:
         """Start the process again and record its PID in the state, under the state lock; None if the state no
         longer wants this very process restarted (destroyed, replaced, mid-change) or the lock is taken."""
         try:
@@ -188,7 +189,7 @@ class Supervisor:
                 try:
                     self.backend.write(state.with_resource(updated), expected_serial=state.serial)
                 except Exception:
-                    process.stop(pid, marker, timeout=5)
+                    process.stop(pid, identity, timeout=5)
                     raise
                 return pid
         except DsflowError as err:
@@ -247,6 +248,11 @@ def write_info(path: Path, info: dict) -> None:
     os.replace(tmp, path)
 
 
+def supervisor_identity(run_dir: Path, project_dir: Path) -> process.Identity:
+    """The supervisor's identity (adapters/process.py), in the environment's run folder: one per environment."""
+    return process.Identity(run_dir, "supervisor", (MODULE, str(project_dir.resolve())))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=MODULE)
     parser.add_argument("--project-dir", required=True)
@@ -267,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = supervisor.workspace.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # `runtime up` spawned it as this identity already; `runtime up --foreground` exec'd it: it claims it
+        process.claim(supervisor_identity(run_dir, Path(args.project_dir)), MODULE)
+    except DsflowError as err:
+        log(f"{err.code}: {err.message}")
+        return 1
     info_path = run_dir / INFO_FILE
     info: dict = {"pid": os.getpid(), "port": 0, "started_at": time.time(), "ticks": 0,
             "project_dir": str(Path(args.project_dir).resolve()), "environment": supervisor.loaded.project.environment}

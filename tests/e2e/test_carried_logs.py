@@ -16,7 +16,7 @@ from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, ensure_topic
 from dsflow.adapters.kafka.client import produce_json_lines
 from dsflow.core.categories import Category
 from dsflow.errors import DsflowError
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from test_data_loss import _project, _wait_ids
 
 pytestmark = pytest.mark.integration
@@ -44,10 +44,11 @@ def test_offsets_are_never_carried_onto_a_recreated_topic(tmp_path: Path, broker
         ensure_topic(broker, TopicSpec(f"{prefix}_events", 2, 1))
         produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i}) for i in range(100, 130)])
 
-        pid = loaded.workspace.state_backend().read().resources[QUERY].outputs["pid"]
+        outputs = loaded.workspace.state_backend().read().resources[QUERY].outputs
+        pid = outputs["pid"]
         result = operations.apply(loaded, carry)
         assert isinstance(result.failed[1], DsflowError) and result.failed[1].code == "DSF-E824"
-        assert process.is_running(pid, DRIVER_MODULE), "a refused carry stopped the running version"
+        assert process.is_running(pid, query_identity(outputs)), "a refused carry stopped the running version"
 
         replay = operations.plan(operations.load(options))
         [change] = replay.actionable

@@ -23,7 +23,7 @@ from dsflow.adapters.kafka.admin import list_topics
 from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.plan import Action
 from dsflow.cli import cli
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import datagen_identity, query_identity
 
 pytestmark = pytest.mark.integration
 
@@ -90,14 +90,21 @@ def _started(pids: dict[str, int]) -> dict[str, float | None]:
     return {address: started(pid) for address, pid in pids.items()}
 
 
-def _still_running(pid: int, started: float | None) -> bool:
+def _identities(options: operations.Options) -> dict[str, process.Identity]:
+    """The identity of each deployed query's and generator's process (adapters/process.py)."""
+    state = operations.load(options).workspace.state_backend().read()
+    return {k: datagen_identity(v.outputs.get("run_dir")) if k.startswith("datagen.") else query_identity(v.outputs)
+            for k, v in state.resources.items() if "pid" in v.outputs}
+
+
+def _still_running(pid: int, started: float | None, identity: process.Identity) -> bool:
     import psutil
 
     try:
         same = started is not None and psutil.Process(pid).create_time() == started
     except psutil.NoSuchProcess:
         return False
-    return same and (process.is_running(pid, DRIVER_MODULE) or process.is_running(pid, "dsflow.datagen"))
+    return same and process.is_running(pid, identity)
 
 
 def test_example_project_lifecycle(project_dir: Path, broker: str) -> None:
@@ -158,7 +165,7 @@ def _edit_where_clause(project_dir: Path, options: operations.Options, broker: s
     after = _pids(options)
     assert after[QUERY_FILTERED] != before[QUERY_FILTERED]
     assert after[QUERY_ENRICHED] == before[QUERY_ENRICHED], "an unrelated query was restarted"
-    assert not process.is_running(before[QUERY_FILTERED], DRIVER_MODULE)
+    assert not process.is_running(before[QUERY_FILTERED], _identities(options)[QUERY_FILTERED])
     assert _state(options).resources[QUERY_FILTERED].outputs["checkpoint"] == checkpoint
 
     batch = _produce_batch(broker, 20_000, 100)
@@ -240,7 +247,8 @@ def _kill_and_resume(options: operations.Options, broker: str, by_id: dict) -> N
     _wait_until_committed(options)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while process.is_running(pid, DRIVER_MODULE) and time.monotonic() < deadline:
+    identity = _identities(options)[QUERY_ENRICHED]
+    while process.is_running(pid, identity) and time.monotonic() < deadline:
         time.sleep(0.1)
     more = list(_produce_batch(broker, 10_000, 300).values())
 
@@ -248,7 +256,7 @@ def _kill_and_resume(options: operations.Options, broker: str, by_id: dict) -> N
     assert [(c.address, c.action, c.drift) for c in plan.actionable] == [(QUERY_ENRICHED, Action.UPDATE, True)]
     _apply(options)
     new_pid = _pids(options)[QUERY_ENRICHED]
-    assert new_pid != pid and process.is_running(new_pid, DRIVER_MODULE)
+    assert new_pid != pid and process.is_running(new_pid, identity)
     expected = set(by_id) | {r["id"] for r in more}
     by_id.update({r["id"]: r for r in more})
     records = _wait_for_ids(broker, "pageviews_enriched", expected)
@@ -272,7 +280,7 @@ def _wait_until_committed(options: operations.Options, timeout: float = 60.0) ->
 
 def _destroy(options: operations.Options, broker: str) -> None:
     pids = _pids(options)
-    started = _started(pids)
+    started, identities = _started(pids), _identities(options)
     loaded = operations.load(options)
     result = operations.apply(loaded, operations.plan(loaded, destroy=True))
     assert result.ok, result.failed
@@ -280,4 +288,4 @@ def _destroy(options: operations.Options, broker: str) -> None:
     project_topics = {"pageviews", "users", "pageviews_filtered", "pageviews_enriched"}
     assert not project_topics & set(list_topics(broker))
     for address, pid in pids.items():
-        assert not _still_running(pid, started[address]), address
+        assert not _still_running(pid, started[address], identities[address]), address

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from dsflow.engine import operations
-from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import list_topics
 from dsflow.engine.apply import PAUSE_AFTER_NOTE
-from dsflow.engine.executors import DRIVER_MODULE
+from support.identities import running as running_processes
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -56,14 +55,8 @@ def _pending_pid(root: Path) -> int | None:
 
 
 def _drivers_for(root: Path) -> list[int]:
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if any(DRIVER_MODULE in c for c in cmd) and any(str(root) in c for c in cmd):
-            found.append(proc.info["pid"])
-    return found
+    """The live query drivers of the project, found by their identity (adapters/process.py)."""
+    return running_processes(root, "driver")
 
 
 def test_kill_9_during_apply_then_apply_again_converges(tmp_path: Path, broker: str) -> None:
@@ -84,7 +77,7 @@ def test_kill_9_during_apply_then_apply_again_converges(tmp_path: Path, broker: 
     again = subprocess.run(_dsflow(root, broker, "apply", "--auto-approve"), capture_output=True, text=True)
     assert again.returncode == 0, again.stdout + again.stderr
     try:
-        assert not process.is_running(orphan, DRIVER_MODULE), "the driver of the interrupted apply was left running"
+        assert orphan not in _drivers_for(root), "the driver of the interrupted apply was left running"
         assert len(_drivers_for(root)) == 1
         loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
         assert not operations.plan(loaded).has_changes
@@ -123,26 +116,3 @@ def test_ctrl_c_during_apply_leaves_state_consistent(tmp_path: Path, broker: str
     wait_for(lambda: not {t for t in list_topics(broker) if t.startswith("sigint_")}, 30,
              "the destroyed topics to leave the broker's metadata")  # tansu lists a deleted topic for a moment
 
-
-def test_a_driver_no_state_or_status_file_names_is_stopped_before_its_query_starts_again(tmp_path: Path) -> None:
-    """An apply interrupted between starting a query's driver and recording its PID leaves a driver that nothing
-    names; if it had not written its status file either (a loaded machine: the interpreter still importing), the
-    next apply that starts the query finds it by its command line (the module and this run directory's spec) and
-    stops it, so one driver runs, not two. A process running another query's spec is left alone."""
-    from dsflow.engine.executors import _stop_orphan
-
-    run_dir, other = tmp_path / "q", tmp_path / "other"
-    sleeper = "import time; time.sleep(120)"
-    orphan = subprocess.Popen([sys.executable, "-c", sleeper, DRIVER_MODULE, str(run_dir / "spec.json")])
-    bystander = subprocess.Popen([sys.executable, "-c", sleeper, DRIVER_MODULE, str(other / "spec.json")])
-    try:
-        wait_for(lambda: process.is_running(orphan.pid, (DRIVER_MODULE, str(run_dir / "spec.json"))), 30,
-                 "the stand-in driver")
-        assert not (run_dir / "status.json").exists()
-        _stop_orphan(run_dir)
-        assert orphan.wait(30) is not None, "the unrecorded driver was left running"
-        assert bystander.poll() is None, "a driver of another query was stopped"
-    finally:
-        for proc in (orphan, bystander):
-            proc.kill()
-            proc.wait()

@@ -23,7 +23,7 @@ from dsflow.adapters.kinesis.records import put_json_lines, read_records
 from dsflow.adapters.spark.checkpoint import committed_offsets
 from dsflow.core.plan import Action
 from dsflow.core.safety import Allowance
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from support.projects import make_project
 
 pytestmark = pytest.mark.integration
@@ -130,7 +130,7 @@ def test_carry_offsets_and_restart_on_kinesis(tmp_path: Path, kinesis_endpoint: 
         resources = _state(options).resources[QUERY].outputs
         os.kill(resources["pid"], signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while process.is_running(resources["pid"], DRIVER_MODULE) and time.monotonic() < deadline:
+        while process.is_running(resources["pid"], query_identity(resources)) and time.monotonic() < deadline:
             time.sleep(0.1)
         expected |= _put(settings, source, 2000, 30)
         plan = operations.plan(operations.load(options))
@@ -178,7 +178,7 @@ def test_offsets_are_never_carried_onto_a_recreated_stream(tmp_path: Path, kines
         # apply left the running version alone (it may have failed by itself while its stream was gone: DSF-E763)
         assert _state(options).resources[QUERY] == deployed, "a refused carry changed the deployed version"
         assert result.done == [], "a refused carry did something first"
-        if not process.is_running(deployed.outputs["pid"], DRIVER_MODULE):
+        if not process.is_running(deployed.outputs["pid"], query_identity(deployed.outputs)):
             log = (Path(deployed.outputs["run_dir"]) / "driver.log").read_text()
             assert "DSF-E763" in log, [line for line in log.splitlines() if "DSF-" in line or "Error" in line][-8:]
 

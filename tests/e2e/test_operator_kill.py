@@ -234,5 +234,5 @@ def _kill_the_host(options) -> None:
     assert len(pids) == 1, "one shared application runs them all"
     pid = pids.pop()
     os.kill(pid, signal.SIGKILL)
-    marker = apps.host_marker(state.resources[QUERIES[0]].outputs["app_dir"])
-    wait_for(lambda: not process.is_running(pid, marker), 30, "the host to die")
+    identity = apps.host_identity(state.resources[QUERIES[0]].outputs["app_dir"])
+    wait_for(lambda: not process.is_running(pid, identity), 30, "the host to die")

@@ -42,12 +42,13 @@ def dsflow(root: Path, broker: str, *args: str, stdin: str = "") -> subprocess.C
 def stop_query_drivers(root: Path) -> None:
     """The deployed queries stay deployed; their drivers stop (nothing here needs them, the machine is small)."""
     from dsflow.adapters import process
-    from dsflow.engine.executors import DRIVER_MODULE
+    from dsflow.engine.executors import query_identity
 
     state = json.loads((root / ".dsflow" / "state" / "dev.json").read_text())
     for address, resource in state["resources"].items():
         if address.startswith("query."):
-            process.stop(resource["outputs"].get("pid"), DRIVER_MODULE, timeout=1)  # mid-start: no graceful stop
+            outputs = resource["outputs"]
+            process.stop(outputs.get("pid"), query_identity(outputs), timeout=1)  # mid-start: no graceful stop
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.retract import STATE_PROVIDER
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.adapters.sqlite import mv
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from support.projects import make_project
 from support.streaming import CONFIG, streaming_project
 from support.waiting import wait_for
@@ -205,9 +205,10 @@ def test_killed_changelog_join_driver_resumes_exactly(tmp_path, broker):
         _produce(broker, project, feed[-1])
         wait_for(lambda: (checkpoint / "offsets/1").exists(), 300, "a second batch to start")
         time.sleep(0.5)  # kill it mid-batch (here a batch takes seconds): its state and output are not committed
-        pid = operations.load(options).workspace.state_backend().read().resources[KILLED].outputs["pid"]
+        outputs = operations.load(options).workspace.state_backend().read().resources[KILLED].outputs
+        pid = outputs["pid"]
         os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+        wait_for(lambda: not process.is_running(pid, query_identity(outputs)), 10, "the driver to die")
         feed.append(_random_changes(rng, 80))
         _produce(broker, project, feed[-1])
         loaded = operations.load(options)

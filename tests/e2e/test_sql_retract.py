@@ -30,7 +30,7 @@ from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.spark.retract import STATE_PROVIDER
 from dsflow.adapters.sqlite import mv
-from dsflow.engine.executors import query_marker
+from dsflow.engine.executors import query_identity
 from support.projects import make_project
 from support.streaming import CONFIG, run, streaming_project
 from support.waiting import wait_for
@@ -156,9 +156,9 @@ def test_killed_retracting_queries_resume_exactly(tmp_path, broker):
             time.sleep(0.5)
         state = operations.load(options).workspace.state_backend().read()
         [pid] = {state.resources[q].outputs["pid"] for q in KILLED}
-        marker = query_marker(state.resources[KILLED[0]].outputs)
+        identity = query_identity(state.resources[KILLED[0]].outputs)
         os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not process.is_running(pid, marker), 10, "the host to die")
+        wait_for(lambda: not process.is_running(pid, identity), 10, "the host to die")
         feed.append(_random_changes(rng, 300))
         produce_changes(broker, project, "users", [(f"u{k}", _value(k, v)) for k, v in feed[-1]])
         loaded = operations.load(options)

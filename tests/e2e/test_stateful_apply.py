@@ -22,7 +22,7 @@ from dsflow.adapters import process
 from dsflow.adapters.sqlite import mv
 from dsflow.cli import cli
 from dsflow.core.plan import Action
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from support.streaming import CONFIG, produce
 from support.projects import make_project
 from support.waiting import wait_for
@@ -81,9 +81,10 @@ def test_view_survives_kill_minus_9_and_is_readable_while_written(tmp_path, brok
                                 capture_output=True, text=True, timeout=10)
         assert reader.returncode == 0 and "|" in reader.stdout, reader.stderr  # a plain client reads meanwhile
     state = operations.load(options).workspace.state_backend().read()
-    pid = state.resources[QUERY].outputs["pid"]
+    outputs = state.resources[QUERY].outputs
+    pid = outputs["pid"]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+    wait_for(lambda: not process.is_running(pid, query_identity(outputs)), 10, "the driver to die")
     assert _snapshot(database) != _reference(events), "the view was complete before the kill; nothing tested"
 
     late = _events(6_000, 1_000, rng)

@@ -26,7 +26,7 @@ from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.adapters.sqlite import mv
 from dsflow.core.plan import Action
-from dsflow.engine.executors import query_marker
+from dsflow.engine.executors import query_identity
 from support.projects import make_project
 from support.streaming import CONFIG, produce, records
 from support.waiting import wait_for
@@ -92,9 +92,9 @@ def _run(options, project, broker) -> None:
         time.sleep(0.5)
     state = operations.load(options).workspace.state_backend().read()
     [pid] = {state.resources[q].outputs["pid"] for q in QUERIES}
-    marker = query_marker(state.resources[QUERIES[0]].outputs)
+    identity = query_identity(state.resources[QUERIES[0]].outputs)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not process.is_running(pid, marker), 10, "the application to die")
+    wait_for(lambda: not process.is_running(pid, identity), 10, "the application to die")
     assert changelog_content(broker, project, "user_totals")[0] != _reference(events), "complete before the kill"
 
     late = _events(4_500, 1_000, rng)

@@ -31,9 +31,9 @@ from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.postgres import admin
 from dsflow.adapters.spark.driver import start_query
+from dsflow.adapters.spark.spec import DRIVER_MODULE, driver_identity
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.errors import ProjectError
-from dsflow.engine.executors import DRIVER_MODULE
 from dsflow.load.project import load_project
 from support.pgserver import SERVER, sql
 from support.projects import make_project
@@ -311,7 +311,7 @@ def test_a_killed_changelog_driver_resumes_to_the_same_content(tmp_path: Path, s
             time.sleep(0.2)
         wait_for(lambda: len(records(broker, project, "items_now")) > snapshot + 20, 240, "batches of changes")
         os.killpg(pid, signal.SIGKILL)  # driver, JVM and reader, with changes of the slot not yet read or acked
-        wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 20, "the driver to die")
+        wait_for(lambda: not process.is_running(pid, _identity(tmp_path, "items_now")), 20, "the driver to die")
         pid = None
         apply_changes(database, changes[200:])
         run(spark, project, "items_now", tmp_path)
@@ -319,7 +319,7 @@ def test_a_killed_changelog_driver_resumes_to_the_same_content(tmp_path: Path, s
         assert {v["id"]: (v.get("grp"), v["qty"], v.get("note")) for v in content.values()} == \
             {r[0]: r[1:] for r in sql(database, ORACLE)}
     finally:
-        if pid is not None and process.is_running(pid, DRIVER_MODULE):
+        if pid is not None and process.is_running(pid, _identity(tmp_path, "items_now")):
             os.killpg(pid, signal.SIGKILL)  # its own session (process.launch): the driver and what it started
         for (slot,) in sql("postgres", "SELECT slot_name FROM pg_replication_slots WHERE database = %s",
                            (database,)):
@@ -345,7 +345,12 @@ def _launch(project, name: str, work: Path) -> int:
     spec = query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
     spec_path = work / f"{name}.spec.json"
     spec_path.write_text(spec.model_dump_json())
-    return process.launch(DRIVER_MODULE, [str(spec_path)], work / f"{name}.driver.log")
+    return process.launch(DRIVER_MODULE, [str(spec_path)], work / f"{name}.driver.log", _identity(work, name))
+
+
+def _identity(work: Path, name: str):
+    """The identity `_launch` starts the driver as (adapters/process.py)."""
+    return driver_identity(work / f"{name}.run")
 
 
 # --- refusals -----------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def test_dev_registry_runs_the_registry_example(tmp_path):
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"Schema registry running at {url}" in up.stdout
         found = devregistry.read(root / ".dsflow" / "dev")
-        assert found is not None and process.is_running(found.pid, (devregistry.MODULE, str(root.resolve())))
+        assert found is not None and process.is_running(found.pid, devregistry._identity(root / ".dsflow" / "dev"))
         missing = dsflow(root, *variables, "validate")  # the subject is not registered yet
         assert missing.returncode == 1 and "DSF-E123" in missing.stdout + missing.stderr
         assert _register(url, root / "schemas" / "payments-value.json")["version"] == 1
@@ -56,5 +56,5 @@ def test_dev_registry_runs_the_registry_example(tmp_path):
     finally:
         down = dsflow(root, "dev", "down")
     assert "Schema registry stopped." in down.stdout, down.stdout + down.stderr
-    assert not process.is_running(found.pid, (devregistry.MODULE, str(root.resolve())))
+    assert not process.is_running(found.pid, devregistry._identity(root / ".dsflow" / "dev"))
     assert devregistry.read(root / ".dsflow" / "dev") is None

@@ -22,7 +22,7 @@ from dsflow.adapters.tables import TableRef, table_format, table_ref
 from dsflow.core.plan import Action
 from dsflow.core.safety import Allowance
 from dsflow.errors import DsflowError, ProjectError
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from dsflow.load.project import load_project
 from support.lake import lake_project
 from support.projects import make_project
@@ -276,9 +276,10 @@ def test_apply_kill_9_mid_stream_entity_and_destroy(tmp_path, broker):
         time.sleep(0.3)
         produce(broker, loaded.project, "pageviews", _events(first, 500, rng), "userid")
     state = operations.load(options).workspace.state_backend().read()
-    pid = state.resources["query.analytics.public.pv_lake"].outputs["pid"]
+    outputs = state.resources["query.analytics.public.pv_lake"].outputs
+    pid = outputs["pid"]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+    wait_for(lambda: not process.is_running(pid, query_identity(outputs)), 10, "the driver to die")
     assert len(_ids(warehouse, "public.pv_lake")) < 5_000
 
     produce(broker, loaded.project, "pageviews", _events(4_000, 1_000, rng), "userid")

@@ -21,7 +21,7 @@ from dsflow.adapters.tables import TableRef, table_format
 from dsflow.adapters.tables.delta import storage_options
 from dsflow.core.plan import Action
 from dsflow.errors import ProjectError
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from dsflow.load.project import load_project
 from support.lake import S3_KEYS, create_bucket, lake_project, snowflake_setup, start_fakesnow, stores_yaml
 from support.projects import make_project
@@ -310,9 +310,10 @@ def test_apply_creates_the_table_kill_9_mid_stream_duplicates_nothing_and_destro
         time.sleep(0.3)
         produce(broker, loaded.project, "pageviews", _events(first, 500, rng), "userid")
     state = operations.load(options).workspace.state_backend().read()
-    pid = state.resources["query.analytics.public.pv_lake"].outputs["pid"]
+    outputs = state.resources["query.analytics.public.pv_lake"].outputs
+    pid = outputs["pid"]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+    wait_for(lambda: not process.is_running(pid, query_identity(outputs)), 10, "the driver to die")
     assert len(_delta_ids(location)) < 5_000
 
     produce(broker, loaded.project, "pageviews", _events(4_000, 1_000, rng), "userid")

@@ -24,7 +24,7 @@ from dsflow.adapters.spark.translate import query_spec
 from dsflow.adapters.tables.delta import storage_options
 from dsflow.core.plan import Action
 from dsflow.errors import ProjectError
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from dsflow.load.project import load_project
 from support.lake import S3_KEYS, create_bucket, lake_project, stores_yaml
 from support.projects import make_project
@@ -252,9 +252,10 @@ def test_kill_9_mid_stream_resumes_exactly_into_a_databricks_delta_table(tmp_pat
         _append(source, batch)
         written += batch
     state = operations.load(options).workspace.state_backend().read()
-    pid = state.resources["query.analytics.public.orders_copy"].outputs["pid"]
+    outputs = state.resources["query.analytics.public.orders_copy"].outputs
+    pid = outputs["pid"]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not process.is_running(pid, DRIVER_MODULE), 10, "the driver to die")
+    wait_for(lambda: not process.is_running(pid, query_identity(outputs)), 10, "the driver to die")
     for _ in range(3):
         batch = _orders(len(written), 200, rng)
         _append(source, batch)

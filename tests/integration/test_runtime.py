@@ -21,9 +21,10 @@ import pytest
 
 from dsflow.engine import operations
 from dsflow.adapters import process
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.engine.executors import query_identity
 from dsflow.runtime import control
 from dsflow.runtime.records import backoff
+from support.identities import running as running_processes
 from support.projects import make_project
 from support.streaming import CONFIG, latest_by_key, produce
 from support.waiting import wait_for
@@ -84,24 +85,19 @@ def test_supervisor_restarts_a_killed_driver_and_shows_a_crash_loop(tmp_path, br
 
 def _destroy_is_not_undone(root, options) -> None:
     """Destroy with the supervisor up: after three more looks, no driver of the project runs again."""
-    import psutil
-
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
     ticks = control.info(loaded)["ticks"]
     wait_for(lambda: (control.info(loaded) or {}).get("ticks", 0) >= ticks + 3, 120, "three more looks")
     assert not _state(options).resources
-    drivers = [p.pid for p in psutil.process_iter(["cmdline"])
-               if any(DRIVER_MODULE in part for part in p.info["cmdline"] or [])
-               and any(str(root) in part for part in p.info["cmdline"] or [])]
-    assert drivers == []
+    assert running_processes(root, "driver") == []
 
 
 def _run(root, options, project, broker, supervisor) -> None:
     produce(broker, project, "events", _events(0, 1_000))
     wait_for(lambda: len(_counts(broker, project)) == 1_000, 300, "the first counts")
     state = _state(options)
-    old_pid = state.resources[COUNTS].outputs["pid"]
+    old_pid, identity = state.resources[COUNTS].outputs["pid"], query_identity(state.resources[COUNTS].outputs)
     broken_pid = state.resources[BROKEN].outputs["pid"]
     spec = os.path.join(state.resources[BROKEN].outputs["run_dir"], "spec.json")
 
@@ -110,12 +106,12 @@ def _run(root, options, project, broker, supervisor) -> None:
         broken.write("{not json")  # every start of `copy` now fails reading its spec
     os.kill(old_pid, signal.SIGKILL)
     os.kill(broken_pid, signal.SIGKILL)
-    wait_for(lambda: not process.is_running(old_pid, DRIVER_MODULE), 30, "the driver to die")
+    wait_for(lambda: not process.is_running(old_pid, identity), 30, "the driver to die")
     produce(broker, project, "events", _events(2_000, 1_000))
 
     new_pid = wait_for(lambda: (p := _state(options).resources[COUNTS].outputs["pid"]) != old_pid and p, 300,
                        "the supervisor to restart id_counts")
-    assert process.is_running(new_pid, DRIVER_MODULE)
+    assert process.is_running(new_pid, identity)
     wait_for(lambda: len(_counts(broker, project)) == 3_000, 300, "every id counted after the restart")
     counts = _counts(broker, project)
     assert set(counts) == set(range(3_000))

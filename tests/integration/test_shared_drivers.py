@@ -23,6 +23,7 @@ from dsflow.adapters import process
 from dsflow.adapters.spark import apps
 from dsflow.runtime import control
 from dsflow.runtime.records import read_record
+from support.identities import running as running_processes
 from support.projects import make_project
 from support.streaming import CONFIG, produce, records
 from support.waiting import wait_for
@@ -91,15 +92,7 @@ def test_queries_share_one_application_and_fail_and_come_back_alone(tmp_path, br
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
         control.down(loaded)
-    assert not any(process.is_running(p.pid, apps.HOST_MODULE) for p in _hosts(root))
-
-
-def _hosts(root: Path) -> list:
-    import psutil
-
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any(apps.HOST_MODULE in part for part in p.info["cmdline"] or [])
-            and any(str(root) in part for part in p.info["cmdline"] or [])]
+    assert running_processes(root, "host") == []
 
 
 def _one_host(options, names: list[str]) -> int:
@@ -108,7 +101,7 @@ def _one_host(options, names: list[str]) -> int:
     pids = {state.resources[Q + n].outputs["pid"] for n in names}
     assert len(pids) == 1 and {state.resources[Q + n].outputs["app"] for n in names} == {"app-1"}
     pid = pids.pop()
-    assert process.is_running(pid, apps.host_marker(state.resources[Q + names[0]].outputs["app_dir"]))
+    assert process.is_running(pid, apps.host_identity(state.resources[Q + names[0]].outputs["app_dir"]))
     wait_for(lambda: all(_hosted(state, n).get("state") == "running" for n in names), WAIT, "the queries to run")
     return pid
 

@@ -36,10 +36,13 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from dsflow.errors import DsflowError
+
+if TYPE_CHECKING:
+    from dsflow.adapters import process
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -295,7 +298,7 @@ def start(run_dir: Path, port: int = DEFAULT_PORT, timeout: float = 10.0) -> Reg
                           hint="pass --registry-port or stop what listens there")
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "registry.log"
-    proc = process.spawn(MODULE, ["--port", str(port), "--run-dir", str(run_dir.resolve())], log)
+    proc = process.spawn(MODULE, ["--port", str(port), "--run-dir", str(run_dir.resolve())], log, _identity(run_dir))
     info = RegistryInfo(pid=proc.pid, port=port, log=str(log))
     _info_file(run_dir).write_text(json.dumps(asdict(info)))
     deadline = time.monotonic() + timeout
@@ -309,15 +312,15 @@ def start(run_dir: Path, port: int = DEFAULT_PORT, timeout: float = 10.0) -> Reg
 
 
 def read(run_dir: Path) -> RegistryInfo | None:
-    """The recorded registry if its process still runs (its PID with this module and folder in its command
-    line), else None."""
+    """The recorded registry if its process still runs (its identity in this folder: PID and start time, its lock
+    held), else None."""
     from dsflow.adapters import process
 
     path = _info_file(run_dir)
     if not path.exists():
         return None
     info = RegistryInfo(**json.loads(path.read_text()))
-    if not process.is_running(info.pid, _marker(run_dir)):
+    if not process.is_running(info.pid, _identity(run_dir)):
         path.unlink(missing_ok=True)
         return None
     return info
@@ -331,13 +334,16 @@ def stop(run_dir: Path) -> bool:
     if not path.exists():
         return False
     info = RegistryInfo(**json.loads(path.read_text()))
-    stopped = process.stop(info.pid, _marker(run_dir), timeout=10.0)
+    stopped = process.stop(info.pid, _identity(run_dir), timeout=10.0)
     path.unlink(missing_ok=True)
     return stopped
 
 
-def _marker(run_dir: Path) -> tuple[str, str]:
-    return MODULE, str(run_dir.resolve())
+def _identity(run_dir: Path) -> process.Identity:
+    """The registry process's identity (adapters/process.py), in its run folder."""
+    from dsflow.adapters import process
+
+    return process.Identity(run_dir.resolve(), "registry", (MODULE, str(run_dir.resolve())))
 
 
 def _info_file(run_dir: Path) -> Path:

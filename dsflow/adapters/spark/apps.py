@@ -6,6 +6,7 @@ An application is a folder under the environment's run folder (`apps/<app>/`) an
     app.json      the application's Spark master and conf (queries with the same ones share an application)
     queries.json  what should run: {"queries": {name: {"spec": path, "generation": n}}}, written under `lock`
     host.pid      the host process dsflow started (several queries share this PID)
+    host.process.json, host.process.lock   its identity (adapters/process.py): PID, start time, the lock it holds
     host.json     what the host reports: per query its generation, state, Spark query id, run id, start, error
     host.log      the host's output
 
@@ -35,9 +36,9 @@ HOST_FILE = "host.json"
 STOP_WAIT_SECONDS = 60.0
 
 
-def host_marker(app_dir: str | Path) -> tuple[str, str]:
-    """What the host's command line holds: its module and its own queries.json (a reused PID does not match)."""
-    return HOST_MODULE, str(Path(app_dir) / QUERIES_FILE)
+def host_identity(app_dir: str | Path) -> process.Identity:
+    """The identity of an application's host process (adapters/process.py), kept in its folder."""
+    return process.Identity(Path(app_dir), "host", (HOST_MODULE, str(Path(app_dir) / QUERIES_FILE)))
 
 
 def app_key(master: str, spark_conf: dict[str, str]) -> str:
@@ -133,10 +134,10 @@ def remove(app_dir: Path, name: str, wait: float = STOP_WAIT_SECONDS) -> None:
         write_json(app_dir / QUERIES_FILE, {"queries": queries})
         pid = host_pid(app_dir)
         if not queries:
-            process.stop(pid, host_marker(app_dir), timeout=wait)
+            process.stop(pid, host_identity(app_dir), timeout=wait)
             return
     deadline = time.monotonic() + wait
-    while process.is_running(pid, host_marker(app_dir)) and name in reported(app_dir):
+    while process.is_running(pid, host_identity(app_dir)) and name in reported(app_dir):
         if time.monotonic() >= deadline:
             raise DsflowError("DSF-E282", f"the shared Spark application {app_dir.name} did not stop query "
                               f"'{name}' within {wait:.0f} s", hint=f"see {app_dir / 'host.log'}")
@@ -158,10 +159,10 @@ def host_pid(app_dir: Path) -> int | None:
 
 def _ensure_host(app_dir: Path) -> int:
     pid = host_pid(app_dir)
-    if pid is not None and process.is_running(pid, host_marker(app_dir)):
+    if pid is not None and process.is_running(pid, host_identity(app_dir)):
         return pid
     (app_dir / HOST_FILE).unlink(missing_ok=True)
-    pid = process.launch(HOST_MODULE, [str(app_dir / QUERIES_FILE)], app_dir / "host.log")
+    pid = process.launch(HOST_MODULE, [str(app_dir / QUERIES_FILE)], app_dir / "host.log", host_identity(app_dir))
     (app_dir / "host.pid").write_text(str(pid))
     return pid
 

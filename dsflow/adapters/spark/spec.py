@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+DRIVER_MODULE = "dsflow.adapters.spark.driver"
+
+
+def driver_identity(run_dir: str | Path | None):
+    """The identity of the process running the query whose spec is `run_dir`/spec.json (adapters/process.py): a
+    cold driver or a standby that took the query over. Without a run directory (a state from before 2025), only a
+    command line naming the driver module tells."""
+    from dsflow.adapters.process import Identity
+
+    folder = Path(run_dir) if run_dir else None
+    legacy = (DRIVER_MODULE, str(folder / "spec.json")) if folder is not None else (DRIVER_MODULE,)
+    return Identity(folder, "driver", legacy)
+
 
 ENV_REF = "@env:"
 """A client setting written '@env:NAME' takes its value from the driver's environment (secrets stay off disk)."""

@@ -1,7 +1,7 @@
 """A warm standby query driver (`runtime.standby: true`): a process that has already started its JVM and SparkSession
 and waits to become the driver of a query the runtime supervisor restarts.
 
-    python -m dsflow.adapters.spark.standby STANDBY_DIR/config.json --reply-fd N --room ____...
+    python -m dsflow.adapters.spark.standby STANDBY_DIR/config.json --reply-fd N
 
 - **Started** by the supervisor (its child, in a session of its own like a driver) with the master and Spark conf of
   `config.json`, the ones the environment's query-isolation drivers use. It builds its session as a driver would
@@ -11,17 +11,17 @@ and waits to become the driver of a query the runtime supervisor restarts.
 - **Handed a query.** Its stdin is a pipe from the supervisor; one JSON line there, `{"spec": path, "env": {...},
   "log": path}`, hands it a dead query's recorded spec. The secrets the spec names (`@env:NAME`) come in `env`,
   through the pipe, never on disk (a cold driver gets them in its environment). A spec it cannot run as it is
-  (another master or Spark conf, an unreadable spec) is refused and it goes on waiting; the supervisor then
-  starts a cold driver. Otherwise it takes the query driver's identity, answers `{"ok": true, "pid": N}` on the
-  reply pipe (fd N), and runs the spec exactly as `driver.run` does: same status file, same checkpoint (it resumes
-  from the last commit). From then on it IS that query's driver.
-- **Identity.** dsflow trusts a driver's PID only while its command line names the driver module and that query's
-  own spec file (`process.is_running`, `executors.driver_marker`), which a PID reused by another process does not.
-  The standby keeps that model: on a handoff it rewrites its own command line to exactly a cold driver's,
-  `python -m dsflow.adapters.spark.driver RUN_DIR/spec.json` (`process.take_command_line`, in place; the `--room`
-  filler it was started with reserves the bytes). Everything that finds, stops or reports a driver (apply,
-  destroy, status, the supervisor) then sees the adopted standby as that query's driver, and a standby never
-  matches a driver's marker before its handoff. Where the rewrite is refused, the handoff is refused (cold start).
+  (another master or Spark conf, an unreadable spec, a driver of that query still alive) is refused and it goes
+  on waiting; the supervisor then starts a cold driver. Otherwise it takes the query driver's identity, answers
+  `{"ok": true, "pid": N}` on the reply pipe (fd N), and runs the spec exactly as `driver.run` does: same status
+  file, same checkpoint (it resumes from the last commit). From then on it IS that query's driver.
+- **Identity.** dsflow knows a process by its identity record and lock (adapters/process.py: PID, start time, a
+  lock held while alive), never by its command line. A standby is started as `standby_identity(folder)`; on a
+  handoff it claims the query's driver identity (`spec.driver_identity(RUN_DIR)`: the lock in the query's run
+  folder, then the record with its own PID and start time) and gives up its standby identity (its record goes).
+  Everything that finds, stops or reports a driver (apply, destroy, status, the supervisor) then sees the adopted
+  standby as that query's driver, and a waiting standby is never taken for a driver. Its command line stays what
+  it was started with. Where the claim is refused (a live process holds the query's lock), so is the handoff.
 - **Stopping.** SIGTERM, or the end of its stdin (the supervisor stopped or died): a standby stops its session and
   exits. Once adopted, it stops like a driver (SIGTERM, between two micro-batches) and no longer reads its stdin.
 - **Output.** Its Python output goes to the query's `driver.log` from the handoff on; the JVM it started before
@@ -44,22 +44,20 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from dsflow.adapters import process
+from dsflow.adapters.spark.spec import DRIVER_MODULE, driver_identity
+from dsflow.errors import DsflowError
 
 STANDBY_MODULE = "dsflow.adapters.spark.standby"
-DRIVER_MODULE = "dsflow.adapters.spark.driver"
 CONFIG_FILE = "config.json"
 STATUS_FILE = "standby.json"
 LOG_FILE = "standby.log"
-ROOM = 4608
-"""Bytes of filler on a standby's command line: room for a driver's (the interpreter's path, the module and a spec
-path up to PATH_MAX)."""
 APP_NAME = "dsflow:standby"
 MAX_MESSAGE = 1 << 20
 
 
-def standby_marker(folder: str | Path) -> tuple[str, str]:
-    """What a waiting standby's command line holds: its module and its own config file."""
-    return STANDBY_MODULE, str(Path(folder) / CONFIG_FILE)
+def standby_identity(folder: str | Path) -> process.Identity:
+    """A waiting standby's identity (adapters/process.py), in its own folder; given up at its handoff."""
+    return process.Identity(Path(folder), "standby", (STANDBY_MODULE, str(Path(folder) / CONFIG_FILE)))
 
 
 def misfit(master: str, conf: dict[str, str], spec_master: str, spec_conf: dict[str, str]) -> str | None:
@@ -169,9 +167,9 @@ def start(folder: Path, master: str, spark_conf: dict[str, str]) -> Standby:
     _write_json(folder / CONFIG_FILE, {"master": master, "spark_conf": dict(spark_conf)})
     reply_read, reply_write = os.pipe()
     try:
-        popen = process.spawn(STANDBY_MODULE,
-                              [str(folder / CONFIG_FILE), "--reply-fd", str(reply_write), "--room", "_" * ROOM],
-                              folder / LOG_FILE, stdin=subprocess.PIPE, pass_fds=(reply_write,))
+        popen = process.spawn(STANDBY_MODULE, [str(folder / CONFIG_FILE), "--reply-fd", str(reply_write)],
+                              folder / LOG_FILE, standby_identity(folder), stdin=subprocess.PIPE,
+                              pass_fds=(reply_write,))
     except BaseException:
         os.close(reply_read)
         raise
@@ -186,7 +184,7 @@ def describe(root: Path) -> dict[str, Any] | None:
     for folder in sorted(root.glob("sb-*")):
         status = read_status(folder)
         pid = status.get("pid")
-        if status.get("state") not in ("starting", "ready") or not process.is_running(pid, standby_marker(folder)):
+        if status.get("state") not in ("starting", "ready") or not process.is_running(pid, standby_identity(folder)):
             continue
         assert pid is not None  # is_running: a PID
         return {"pid": pid, "state": status["state"], "master": status.get("master"),
@@ -214,11 +212,11 @@ def rss(pid: int) -> int | None:
 
 def stop_all(root: Path, timeout: float = 15.0) -> list[int]:
     """Stop every waiting standby under `root` (left by a supervisor that was killed); their PIDs. An adopted
-    one is a query's driver and does not match a standby's marker any more."""
+    one is a query's driver and no longer holds its standby identity."""
     stopped: list[int] = []
     for folder in sorted(root.glob("sb-*")):
         pid = read_status(folder).get("pid")
-        if process.stop(pid, standby_marker(folder), timeout=timeout):
+        if process.stop(pid, standby_identity(folder), timeout=timeout):
             assert pid is not None  # stop: it was running
             stopped.append(pid)
     return stopped
@@ -232,9 +230,9 @@ def sweep(root: Path) -> None:
     for folder in sorted(root.glob("sb-*")):
         status = read_status(folder)
         pid, adopted = status.get("pid"), status.get("adopted") or {}
-        if process.is_running(pid, standby_marker(folder)):
+        if process.is_running(pid, standby_identity(folder)):
             continue
-        if adopted.get("spec") and process.is_running(pid, (DRIVER_MODULE, adopted["spec"])):
+        if adopted.get("spec") and process.is_running(pid, driver_identity(Path(adopted["spec"]).parent)):
             continue
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -294,17 +292,26 @@ class Waiting:
         reason = misfit(self.config["master"], self.config["spark_conf"], spec.master, spec.spark_conf)
         if reason is not None:
             return None, reason
-        before = process.take_command_line([sys.executable, "-m", DRIVER_MODULE, spec_path])
-        if before is None:
-            return None, "this system did not let it take a driver's command line"
-        if not process.is_running(os.getpid(), (DRIVER_MODULE, spec_path)):
-            process.restore_command_line(before)
-            return None, "its command line did not read as the driver's after the rewrite"
+        refused = take_over(self.folder, Path(spec_path).parent)
+        if refused is not None:
+            return None, refused
         os.environ.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
         _redirect_output(Path(message["log"]), f"adopted by the runtime supervisor: standby {self.folder.name} "
                          f"(pid {os.getpid()}) runs query {spec.name}; Spark's own log lines go on in "
                          f"{self.folder / LOG_FILE}")
         return spec, None
+
+
+def take_over(folder: Path, run_dir: Path) -> str | None:
+    """This standby (of `folder`) becomes the driver of the query whose run folder is `run_dir`: it claims that
+    driver's identity (its lock, then the record with this PID and start time) and gives up its standby identity.
+    Its command line is left as it was started. The reason when it cannot (a live process holds that identity)."""
+    try:
+        process.claim(driver_identity(run_dir), DRIVER_MODULE, wait=2.0)
+    except DsflowError as err:
+        return f"{err.code}: {err.message}"
+    process.release(standby_identity(folder))
+    return None
 
 
 def _redirect_output(log_path: Path, note: str) -> None:
@@ -356,7 +363,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=STANDBY_MODULE)
     parser.add_argument("config")
     parser.add_argument("--reply-fd", type=int, required=True)
-    parser.add_argument("--room", default="", help="filler: room for a driver's command line")
     args = parser.parse_args(argv)
     waiting = Waiting(Path(args.config), args.reply_fd)
     signal.signal(signal.SIGTERM, lambda *_: waiting.stop.set())
