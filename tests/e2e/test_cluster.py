@@ -12,6 +12,7 @@ reference (counts and id sums by user: nothing lost, nothing counted twice) and 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -105,13 +106,14 @@ def _get(url: str):
 
 def _applications(ui_port: int) -> dict[str, str]:
     """{application name: UI URL} of the drivers' UIs on ui_port and the ports after it (Spark takes the next
-    free port when one is taken)."""
+    free port when one is taken). A port there may belong to another server of the test run (a broker answers
+    HTTP with bytes that are no status line): only a Spark REST answer counts."""
     found = {}
     for port in range(ui_port, ui_port + 8):
         try:
             for app in _get(f"http://127.0.0.1:{port}/api/v1/applications"):
                 found[app["name"]] = f"http://127.0.0.1:{port}/api/v1/applications/{app['id']}"
-        except OSError:
+        except (OSError, http.client.HTTPException, ValueError, TypeError, KeyError):
             continue
     return found if APPS <= set(found) else {}
 
