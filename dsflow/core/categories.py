@@ -70,7 +70,11 @@ def checkpoint_compatible(before: dict[str, Any], after: dict[str, Any]) -> bool
     return same_sources and before.get("sink") == after.get("sink")
 
 
-REPEATS = "; a crash, or a micro-batch still running 30 s after the stop, may write the last batch again"
+STOP_GRACE_SECONDS = 30
+"""How long a planned stop waits for a running micro-batch before it stops the query anyway (adapters/spark/driver.py
+stop_between_batches); REPEATS says it."""
+REPEATS = (f"; a crash, or a micro-batch still running {STOP_GRACE_SECONDS} s after the stop, may write the last "
+           "batch again")
 """Added to a restart's effect when the query writes a stream (its records appended to a log, at-least-once): a
 planned stop comes between two micro-batches (adapters/spark/driver.py, `stop_between_batches`), but nothing
 undoes the records of a batch that a crash, or a stop after the wait, interrupts, and that batch runs again."""

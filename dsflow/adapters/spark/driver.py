@@ -24,6 +24,7 @@ from dsflow.adapters.spark.gate import hold, held_twice, release
 from dsflow.adapters.spark.lag import LagProbe
 from dsflow.adapters.spark.retract import retracted_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
+from dsflow.core.categories import STOP_GRACE_SECONDS as PLANNED_STOP_GRACE
 from dsflow.core.secrets import register, registered, scrub
 from dsflow.errors import DsflowError
 
@@ -41,7 +42,7 @@ keeps an entry for every batch, so offsets read from the checkpoint stay exact a
 checkpoint files are written through Hadoop's FileSystem API (session.py) the two writes take ~45 ms, and on 2 cores
 the background writer made each batch's addBatch ~50 ms longer and records ~40 ms later (docs/benchmarks.md,
 "Seventh pass")."""
-STOP_GRACE_SECONDS = 30.0
+STOP_GRACE_SECONDS = float(PLANNED_STOP_GRACE)  # the plan's wording says it (core/categories.py REPEATS)
 
 
 def build_dataframe(spark, spec: QuerySpec):
