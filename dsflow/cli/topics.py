@@ -167,8 +167,11 @@ def infer(ctx: click.Context, topic_name: str, relation: str | None, sample: int
     (JSON values), to paste into the project's SQL."""
     from dsflow.core.inference import infer_stream
 
-    prefix = "" if bootstrap else operations.load(ctx.obj).project.topic_prefix
-    target = _target(ctx, topic_name, store, bootstrap)
+    if bootstrap:
+        prefix, target = "", topics.broker_target(bootstrap, topic_name)
+    else:  # one load: the prefix and the target both come from it
+        project = operations.load(ctx.obj).project
+        prefix, target = project.topic_prefix, topics.resolve(project, topic_name, store)
     with _errors(target):
         if topics.describe(target) is None:
             raise DsflowError("DSF-E767", f"no topic '{target.name}' in the {target.store_type} store "
