@@ -80,6 +80,13 @@ def positions(project: Any, names: Iterable[str]) -> dict[str, dict[str, tuple[i
     return found if set(found) == wanted else None
 
 
+def end_offsets(project: Any, names: list[str]) -> dict[str, dict[str, int]] | None:
+    """Each named log's end offset per partition now (where a reset checkpoint starts: engine/executors.py); None
+    when a store cannot say."""
+    now = positions(project, names) if names else None
+    return None if now is None else {t: {p: end for p, (_, end) in parts.items()} for t, parts in now.items()}
+
+
 def held_records(project: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
                  since: str | None = None) -> int | None:
     """Records a deployed relation's object holds now, asked of its store; None when the store is gone from the

@@ -58,7 +58,8 @@ class _LazyGroup(click.Group):
 SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic",
                "infer": "dsflow.cli.topics:infer", "datagen": "dsflow.cli.tools:datagen",
                "init": "dsflow.cli.tools:init", "entity": "dsflow.cli.entities:entity",
-               "runtime": "dsflow.cli.runtime:runtime", "serve": "dsflow.cli.server:serve",
+               "runtime": "dsflow.cli.runtime:runtime", "pause": "dsflow.cli.pausing:pause",
+               "resume": "dsflow.cli.pausing:resume", "serve": "dsflow.cli.server:serve",
                "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens"}
 """Sub-commands that live apart, imported on first use."""
 
@@ -304,40 +305,6 @@ def destroy(ctx: click.Context, auto_approve: bool, targets: tuple[str, ...]) ->
     loaded = _load(ctx)
     _apply(loaded, operations.plan(loaded, destroy=True, targets=_targets(targets)), auto_approve)
     _ask_runtime_to_look(loaded, "destroy")
-
-
-@cli.command()
-@click.argument("query")
-@click.pass_context
-def pause(ctx: click.Context, query: str) -> None:
-    """Stop QUERY keeping its checkpoint and offsets; plan, status and the runtime supervisor leave it stopped
-    until 'dsflow resume QUERY'."""
-    from dsflow.engine.pausing import pause as pause_query
-
-    loaded = _load(ctx)
-    address = query if query.startswith("query.") else _query_address(loaded, query)
-    entry = pause_query(loaded.project, loaded.workspace, address)
-    offsets = entry.outputs.get("paused_offsets")
-    console.print(f"Paused {address} on its checkpoint {entry.outputs.get('checkpoint')}"
-                  + (f" (committed offsets {json.dumps(offsets)})" if offsets else "") + ".", markup=False)
-    _ask_runtime_to_look(loaded, "pause")
-
-
-@cli.command()
-@click.argument("query")
-@click.option("--no-runtime", is_flag=True, help="do not start the runtime supervisor afterwards")
-@click.pass_context
-def resume(ctx: click.Context, query: str, no_runtime: bool) -> None:
-    """Start the paused QUERY again on its checkpoint: it resumes from its last committed batch."""
-    from dsflow.engine.pausing import resume as resume_query
-
-    loaded = _load(ctx)
-    address = query if query.startswith("query.") else _query_address(loaded, query)
-    entry = resume_query(loaded.project, loaded.workspace, address)
-    console.print(f"Resumed {address} (pid {entry.outputs.get('pid')}) on its checkpoint "
-                  f"{entry.outputs.get('checkpoint')}.", markup=False)
-    if not no_runtime:
-        _start_runtime(ctx, loaded)
 
 
 @cli.command()

@@ -48,13 +48,15 @@ def check_prevented(plan: Plan) -> None:
 
 
 def check_data_loss(plan: Plan, allowance: Allowance) -> None:
-    """DSF-E822 unless every change that destroys records was allowed; DSF-E823 for a prevented one. `dsflow
-    destroy` is itself the acknowledgement for its own plan (prevent_destroy still holds)."""
+    """DSF-E822 unless every change that destroys records, or skips them (a reset checkpoint), was allowed; DSF-E823
+    for a prevented one. `dsflow destroy` is itself the acknowledgement for its own plan (prevent_destroy still
+    holds)."""
     check_prevented(plan)
     if plan.mode == "destroy":
         return
     refused = [(c.address, _destroyed(c)) for c in plan.destroying if not allowance.allows(c.address)]
-    refused += [(c.address, _skipped(c)) for c in plan.changes if c.skips is not None and not allowance.allows(c.address)]
+    refused += [(c.address, _skipped(c)) for c in plan.changes
+                if c.skips is not None and not allowance.allows(c.address)]
     if refused:
         raise DsflowError("DSF-E822", "the plan loses records and nothing was applied: " + "; ".join(
             f"{address} {words}" for address, words in refused),

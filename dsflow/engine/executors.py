@@ -357,7 +357,7 @@ def _at_end(ctx: Context, deployed: DeployedResource) -> StartAt:
     """Where a reset checkpoint starts: each source's end offsets right after the old version stopped (noted first,
     so an apply interrupted here and run again starts where this one would have); a store that cannot say its
     offsets starts at its latest position when the new version starts."""
-    from dsflow.engine.refresh import end_offsets
+    from dsflow.adapters.objects import end_offsets
 
     ends = ctx.resumed.get("reset_offsets")
     if ends is None:

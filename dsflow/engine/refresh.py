@@ -36,11 +36,12 @@ def observe(project, state: State, asked: Questions, refresh: bool) -> Observati
                  if (found := replay_estimate(project, key, since, deployed)) is not None}
     counts = {key: count for key, deployed in asked.counted.items()
               if (count := record_count(project, deployed)) is not None}
+    skipped = {key: count for key, deployed in asked.skipping.items()
+               if (count := skipped_records(project, deployed)) is not None}
     return Observations(refreshed=refresh, observed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         resources=seen, log_sizes=sizes, growable=growable, estimates=estimates,
                         record_counts=counts, foreign_logs=foreign_logs(project, asked.carried),
-                        skipped={key: found for key, deployed in asked.skipping.items()
-                                 if (found := skipped_records(project, deployed)) is not None},
+                        skipped=skipped,
                         schema_refusals=refusals)
 
 
@@ -181,15 +182,6 @@ def skipped_records(project, deployed: DeployedResource) -> int | None:
             read = done.get(topic, {}).get(partition, first)
             total += max(0, end - max(first, int(read) if isinstance(read, int) else first))
     return total
-
-
-def end_offsets(project, topics: list[str]) -> dict[str, dict[str, int]] | None:
-    """Each named log's end offset per partition now (where a reset checkpoint starts); None when a store cannot
-    say."""
-    from dsflow.adapters.objects import positions
-
-    now = positions(project, topics) if topics else None
-    return None if now is None else {t: {p: end for p, (_, end) in parts.items()} for t, parts in now.items()}
 
 
 def record_count(project, deployed: DeployedResource) -> int | None:

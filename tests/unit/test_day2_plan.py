@@ -39,7 +39,8 @@ def _paused(state: State, address: str) -> State:
 def test_replace_rebuilds_from_the_earliest_and_names_what_it_replays_and_duplicates(deployed):
     root, state = deployed
     estimate = Estimate(records=120_000, rate_per_second=2_000.0, seconds=60.0)
-    plan = plan_of(root, state, replace=frozenset({FILTERED}), observations=Observations(estimates={FILTERED: estimate}))
+    plan = plan_of(root, state, replace=frozenset({FILTERED}),
+                   observations=Observations(estimates={FILTERED: estimate}))
     [change] = plan.actionable
     assert (change.address, change.action, change.category, change.forced) == (
         FILTERED, Action.REPLACE, Category.REPLAY, "replace")
@@ -72,7 +73,8 @@ def test_replace_takes_the_edit_of_the_query_with_it(deployed):
 
 def test_reset_checkpoint_says_what_it_skips_and_needs_the_data_loss_acknowledgement(deployed):
     root, state = deployed
-    plan = plan_of(root, state, reset_checkpoint=frozenset({FILTERED}), observations=Observations(skipped={FILTERED: 42}))
+    plan = plan_of(root, state, reset_checkpoint=frozenset({FILTERED}),
+                   observations=Observations(skipped={FILTERED: 42}))
     [change] = plan.actionable
     assert (change.action, change.category, change.forced) == (Action.REPLACE, Category.RESET_CHECKPOINT,
                                                                "reset_checkpoint")
@@ -151,3 +153,15 @@ def test_forced_addresses_must_be_deployed_queries_named_once(tmp_path):
     assert destroying.exit_code == 2 and "not taken with --destroy" in destroying.output
     bare = CliRunner().invoke(cli, ["-C", str(root), "plan", "--no-refresh", "--reset-checkpoint", "filtered"])
     assert bare.exit_code == 2 and "is not an address" in bare.output
+
+
+def test_pause_and_resume_name_a_deployed_query(tmp_path):
+    from click.testing import CliRunner
+
+    from dsflow.cli import cli
+
+    root = copy_example(tmp_path)
+    for command in ("pause", "resume"):
+        done = CliRunner().invoke(cli, ["-C", str(root), command, "pageviews_filtered"])
+        assert isinstance(done.exception, DsflowError) and done.exception.code == "DSF-E828", done.output
+        assert f"{FILTERED} is not a deployed query" in done.exception.message
