@@ -327,7 +327,8 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
     rows = []
     for e in entries:
         start = e["start_offsets"] or (f"ts {e['start_timestamp']}" if e["start_timestamp"] else "-")
-        rows.append([e["version"], e["category"] or "-", e["started_at"], e["stopped_at"] or "running",
+        category = (e["category"] or "-") + (f" (--{e['forced'].replace('_', '-')})" if e.get("forced") else "")
+        rows.append([e["version"], category, e["started_at"], e["stopped_at"] or "running",
                      json.dumps(start) if isinstance(start, dict) else start,
                      json.dumps(e["stop_offsets"]) if e["stop_offsets"] else "-", e["checkpoint"]])
     print_table(console, ("version", "category", "started", "stopped", "start offsets", "stop offsets", "checkpoint"),

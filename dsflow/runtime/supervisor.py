@@ -83,7 +83,7 @@ class Supervisor:
         state = self.backend.read()
         targets = supervised(state)
         if self.auto and state.lineage and not targets:
-            log("nothing deployed any more; exiting")
+            log("nothing deployed any more (or every query paused); exiting")
             return False
         self._keep_standby(state)
         if state.pending is not None or self.backend.lock_holder() is not None:
