@@ -127,6 +127,8 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     deletes = _delete_changes(wanted, state, options.targets)
     forward = [_with_replay_note(c, wanted) for c in forward]
     changes = [_with_object(_with_data_loss(c, state, options), state, graph, options) for c in deletes + forward]
+    common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
+                              if c.action is Action.NOOP and is_paused(state.resources.get(c.address)))
     return Plan(changes=changes, **common)
 
 

@@ -123,6 +123,7 @@ def test_a_paused_query_is_left_stopped_neither_drift_nor_a_restart(deployed):
     plan = plan_of(root, state, reset_checkpoint=frozenset({FILTERED}))
     [change] = plan.actionable
     assert change.category is Category.RESET_CHECKPOINT, "a paused query can be reset: apply starts it"
+    assert plan.paused == [], "it is not left stopped"
 
 
 def test_the_supervisor_leaves_a_paused_query_alone(deployed):
