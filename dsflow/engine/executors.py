@@ -221,8 +221,12 @@ class QueryExecutor:
         parked = self._park(ctx, change, deployed)
         stopped = self._stop(deployed, parked)
         start = _start_at(change, stopped["stop_offsets"] or {})
+        if change.category is Category.RESET_CHECKPOINT:
+            start = _at_end(ctx, deployed)
         checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
         outputs = self._start(ctx, change, checkpoint, start, change.category or Category.REPLAY, parked)
+        if change.category is Category.RESET_CHECKPOINT:
+            outputs[LEDGER_STARTED]["skipped_records"] = _skipped(stopped["stop_offsets"], start.offsets)
         return {**outputs, LEDGER_STOPPED: stopped}
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any]:
@@ -254,7 +258,7 @@ class QueryExecutor:
         logs = source_logs(ctx.project, query)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
-                   "source_logs": logs or None}
+                   "source_logs": logs or None, "forced": change.forced}
         return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),
                 "topics": [s.topic for s in spec.sources], "logs": logs, LEDGER_STARTED: started, **shared}
 
@@ -384,6 +388,28 @@ def _launch_driver(run_dir: Path, spec_path: Path, secrets: dict[str, str], park
             return parked
         process.stop(parked, identity)
     return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", identity, env=secrets)
+
+
+def _at_end(ctx: Context, deployed: DeployedResource) -> StartAt:
+    """Where a reset checkpoint starts: each source's end offsets right after the old version stopped (noted first,
+    so an apply interrupted here and run again starts where this one would have); a store that cannot say its
+    offsets starts at its latest position when the new version starts."""
+    from dsflow.adapters.objects import end_offsets
+
+    ends = ctx.resumed.get("reset_offsets")
+    if ends is None:
+        ends = end_offsets(ctx.project, list(deployed.outputs.get("topics") or []))
+        ctx.note({"reset_offsets": ends})
+    return StartAt(offsets=ends) if ends else StartAt(position="latest")
+
+
+def _skipped(stopped: dict[str, dict[str, int | str]] | None,
+             ends: dict[str, dict[str, int]]) -> int | None:
+    """Records between where the old version stopped and where the reset version starts; None if not known."""
+    if not stopped or not ends:
+        return None
+    return sum(max(0, end - int(stopped.get(topic, {}).get(partition, end)))
+               for topic, parts in ends.items() for partition, end in parts.items())
 
 
 def _stop_orphan(run_dir: Path) -> None:
