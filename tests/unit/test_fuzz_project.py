@@ -480,3 +480,15 @@ def test_mutations_are_reproducible() -> None:
         [p.read_bytes() for p in sorted(roots[1].rglob("*.*"))]
     for root in roots:
         shutil.rmtree(root.parent)
+
+
+def test_the_long_run_by_hand_starts_and_reports() -> None:
+    """bench/fuzz_statements.py, the long run docs/testing.md gives, runs a few projects and prints its figures (it
+    once failed to import this module after the tests moved into tests/unit, and nothing noticed)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "fuzz_statements.py"), "--projects", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "projects: 3, validate runs: 3" in done.stdout and "tracebacks: 0" in done.stdout, done.stdout
