@@ -125,3 +125,14 @@ def test_a_parked_driver_asked_to_park_again_answers_at_once(tmp_path: Path) -> 
     assert reload.resume(tmp_path, os.getpid(), spec_path, {}, lambda: True, timeout=10) is None
     waiting.join()
     assert isinstance(found["spec"], QuerySpec)
+
+
+def test_an_unanswered_request_is_taken_back(tmp_path: Path) -> None:
+    """A driver that was exiting when asked (its query failed) never answers: the request must not stay for the cold
+    driver started next in the same run folder, which would find it and park itself (found by
+    tests/e2e/test_kinesis_offsets.py: a replay whose new driver stopped at its first status)."""
+    assert reload.park(tmp_path, os.getpid(), lambda: True, timeout=0.2) is None
+    assert reload.pending(tmp_path, "park") is None
+    alive = iter([True, False])
+    assert reload.park(tmp_path, os.getpid(), lambda: next(alive, False), timeout=5) is None
+    assert not (tmp_path / reload.REQUEST_FILE).exists()

@@ -184,6 +184,7 @@ def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int
     """Run the query until SIGTERM (or `stop`); `spark`: a session already built for the spec's master and conf
     (a warm standby that became this query's driver, adapters/spark/standby.py), else one is built. A planned
     restart runs the next version in this process (adapters/spark/reload.py)."""
+    from dsflow.adapters.spark import reload
     from dsflow.adapters.spark.session import build_session
 
     stop = stop or threading.Event()
@@ -204,6 +205,7 @@ def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int
         write_status(spec.status_path, {**progress_status(spec, None, "failed"), "error": error_summary(err)})
         return 1
     _redact_in_spark(spark)
+    reload.forget(Path(spec.status_path).parent)  # a request left for the driver before this one is not for it
     session, built = spark, spec
     try:
         while True:

@@ -67,23 +67,33 @@ def resume(run_dir: Path, pid: int, spec_path: Path, secrets: dict[str, str], al
 
 
 def _ask(run_dir: Path, pid: int, request: dict[str, Any], alive, timeout: float) -> dict[str, Any] | None:
+    """Write the request, wake the driver, wait for its reply. A request left unanswered is taken back: the next
+    driver of this run folder (a cold one, started next) must not find it and park itself."""
     request = {**request, "id": uuid.uuid4().hex}
     reply_path = run_dir / REPLY_FILE
     reply_path.unlink(missing_ok=True)
     _write_json(run_dir / REQUEST_FILE, request)
     try:
-        os.kill(pid, signal.SIGUSR1)
-    except OSError:
-        return None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reply = _read_json(reply_path)
-        if reply is not None and reply.get("id") == request["id"]:
-            return reply
-        if not alive():
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
             return None
-        time.sleep(0.05)
-    return None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reply = _read_json(reply_path)
+            if reply is not None and reply.get("id") == request["id"]:
+                return reply
+            if not alive():
+                return None
+            time.sleep(0.05)
+        return None
+    finally:
+        forget(run_dir)
+
+
+def forget(run_dir: Path) -> None:
+    """Remove a request no driver answered (a driver starting in run_dir removes any it finds: none is for it)."""
+    (run_dir / REQUEST_FILE).unlink(missing_ok=True)
 
 
 # The driver side
