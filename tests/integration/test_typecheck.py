@@ -239,7 +239,8 @@ OUTPUT_TYPES = [("CONCAT(a, a)", "ARRAY<INT>"), ("a || a", "ARRAY<INT>"), ("-NUL
                 ("(ROUND(id, 2))", "BIGINT"), ("ROUND(x, 1)", "DOUBLE"), ("CONCAT(userid, 5)", "VARCHAR"),
                 # numbers as Spark types them (load/typewidths.py): DECIMAL literals and arithmetic, widened integers
                 ("n * 2.5", "DECIMAL(13, 1)"), ("COALESCE(n, 2.5)", "DECIMAL(11, 1)"),
-                ("IF(b, 1, 2.5)", "DECIMAL(11, 1)"), ("id + 2.5", "DECIMAL(22, 1)"), ("2.5 / n", "DECIMAL(13, 12)"), ("(2.5 - id) % 5", "DECIMAL(2, 1)"),
+                ("IF(b, 1, 2.5)", "DECIMAL(11, 1)"), ("id + 2.5", "DECIMAL(22, 1)"), ("2.5 / n", "DECIMAL(13, 12)"),
+                ("(2.5 - id) % 5", "DECIMAL(2, 1)"),
                 ("(id * 2.5) / (id * 2.5)", "DECIMAL(38, 15)"), ("(n * 2.5) * (n * 2.5) * (n * 2.5) * (n * 2.5)",
                                                                   "DECIMAL(38, 4)"),
                 ("ROUND(2.55, 1)", "DECIMAL(3, 1)"), ("FLOOR(2.5)", "DECIMAL(2, 0)"), ("-(n * 2.5)", "DECIMAL(13, 1)"),
