@@ -23,7 +23,9 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from dsflow.errors import Diagnostic
-from dsflow.load.typekinds import ARRAY, INTERVAL, NULL, NUM, RUNTIME_CODES, Problem, Typed, kind_of, text
+from dsflow.load.typekinds import (
+    ARRAY, INTERVAL, NULL, NUM, RUNTIME_CODES, STR, UNKNOWN, Problem, Typed, kind_of, text,
+)
 from dsflow.load.typerules import Checker
 
 __all__ = ["RUNTIME_CODES", "check_types"]
@@ -62,7 +64,8 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
 
 def _result_type(projection: exp.Expr, found: Typed, width: exp.DataType | None) -> exp.DataType | None:
     """The type of a result column where sqlglot's differs from what Spark computes (tests/integration/test_typecheck.py
-    compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), a number Spark's type
+    compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), LEFT/SUBSTRING/... of a number
+    a VARCHAR (sqlglot: the number's type), a number Spark's type
     (`width`, load/typewidths.py: `n * 2.5` DECIMAL(13, 1), sqlglot DOUBLE; `COALESCE(NULL, 1)` INT, sqlglot BIGINT),
     -NULL a DOUBLE (sqlglot: NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type
     stands."""
@@ -72,6 +75,8 @@ def _result_type(projection: exp.Expr, found: Typed, width: exp.DataType | None)
     declared = kind_of(projection.type)
     if found.kind == ARRAY and found.data_type is not None and declared != ARRAY:
         return found.data_type.copy()
+    if found.kind == STR and found.data_type is not None and declared not in (STR, UNKNOWN):
+        return found.data_type.copy()  # LEFT(x, 2) is a string (sqlglot: x's DOUBLE)
     if width is not None:
         same = projection.type is not None and projection.type.sql(dialect="spark") == width.sql(dialect="spark")
         return None if same else width.copy()

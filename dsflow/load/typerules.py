@@ -37,6 +37,10 @@ STRING_ARGS = (exp.Upper, exp.Lower, exp.Initcap, exp.Trim, exp.Substring, exp.L
                exp.Replace if hasattr(exp, "Replace") else exp.Upper, exp.Pad, exp.Reverse, exp.Repeat, exp.Left,
                exp.Right, exp.MD5, exp.SHA, exp.RegexpReplace, exp.RegexpExtract, exp.RegexpLike)
 COLLECTION_ARGS = ("CARDINALITY",)
+STRING_RESULTS = (exp.Upper, exp.Lower, exp.Initcap, exp.Trim, exp.Substring, exp.Left, exp.Right, exp.Pad,
+                  exp.Repeat, exp.Replace, exp.RegexpReplace, exp.RegexpExtract, exp.MD5, exp.SHA)
+"""Functions whose result is a string whatever their arguments (sqlglot types LEFT(x, 2) and SUBSTRING(n, 1) as their
+first argument, TRIM(NULL) as NULL; Spark casts the argument to a string first)."""
 
 
 class Checker:
@@ -260,8 +264,9 @@ class Checker:
         return None
 
     def _interval_arithmetic(self, node: exp.Binary, left: Typed, right: Typed) -> Typed:
-        """INTERVAL +/- INTERVAL, INTERVAL * number, INTERVAL / number: an INTERVAL; any other operator of an
-        INTERVAL and a number or an INTERVAL is refused by Spark (E404); one with a string is not claimed."""
+        """INTERVAL +/- INTERVAL, INTERVAL * number, INTERVAL / number: an INTERVAL (a string there is cast to a
+        number); any other operator of an INTERVAL and a number or an INTERVAL is refused by Spark (E404); the rest
+        (an INTERVAL plus a string, ...) is not claimed."""
         kinds = (left.kind, right.kind)
         if isinstance(node, (exp.Add, exp.Sub)) and kinds == (INTERVAL, INTERVAL) or \
                 isinstance(node, exp.Mul) and set(kinds) == {INTERVAL, NUM} or \
@@ -331,7 +336,11 @@ class Checker:
         return self._common(node, branches)
 
     def _if(self, node: exp.If) -> Typed:
-        self._boolean(node.this, self.infer(node.this), "IF")
+        condition = self.infer(node.this)
+        if condition.kind == STR:
+            raise Problem("DSF-E405", node, f"IF({text(node.this)}, ...): Spark needs a BOOLEAN condition, not "
+                          f"{condition.show()} (it casts none here)", "compare it, or CAST it to BOOLEAN")
+        self._boolean(node.this, condition, "IF")
         branches = [(n, self.infer(n)) for n in (node.args.get("true"), node.args.get("false")) if n is not None]
         return self._common(node, branches)
 
@@ -426,6 +435,8 @@ class Checker:
             argument = self.infer(first)
             if argument.data_type is not None and argument.data_type.this in INTEGERS:
                 return argument
+        if isinstance(node, STRING_RESULTS) and (first is None or self.infer(first).kind != BINARY):
+            return Typed(STR, exp.DataType.build("VARCHAR"))
         width = self.number(node)  # FLOOR(2.5) is a DECIMAL(2, 0) (sqlglot: VARCHAR), LENGTH(s) an INT, ...
         return Typed(NUM, width) if width is not None else typed(node.type)
 
