@@ -94,6 +94,9 @@ def normalized_duration(text: str) -> str | None:
 
 
 MILLISECONDS = {"milliseconds": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
+MAX_MILLISECONDS = (2**63 - 1) // 1000
+"""Spark's longest interval (microseconds in a 64-bit integer, ~292,471 years): a WITHIN, window SIZE or ADVANCE
+longer than it fails to parse (INVALID_INTERVAL_FORMAT, CANNOT_PARSE_INTERVAL)."""
 
 
 def milliseconds(duration: str) -> int:

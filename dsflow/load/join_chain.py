@@ -30,7 +30,7 @@ from dsflow.core.model import IntervalJoin, Relation, TemporalJoin
 from dsflow.errors import Diagnostic
 from dsflow.load.changelog_join import chained_pair, conjuncts
 from dsflow.load.changelog_join import check_chain as changelog_chain
-from dsflow.load.dialect import WITHIN, duration_text, normalized_duration
+from dsflow.load.dialect import MAX_MILLISECONDS, WITHIN, duration_text, milliseconds, normalized_duration
 from dsflow.load.fields import base_column
 from dsflow.load.temporal import HINT, check_shape
 
@@ -52,6 +52,11 @@ def within_duration(join: exp.Join, where, report: Report) -> str | None:
     if duration is None:
         report(Diagnostic("DSF-E032", f"WITHIN must be a duration like 5 MINUTES, got '{duration_text(within)}'",
                           where(join), hint="units: MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"))
+    elif milliseconds(duration) > MAX_MILLISECONDS:
+        report(Diagnostic("DSF-E032", f"WITHIN {duration_text(within)} is longer than Spark's longest interval "
+                          f"({MAX_MILLISECONDS:,} milliseconds)", where(join),
+                          hint="bound the join by a duration Spark can hold, e.g. WITHIN 365 DAYS"))
+        return None
     return duration
 
 

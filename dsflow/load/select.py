@@ -32,7 +32,8 @@ from dsflow.core.model import (
 from dsflow.errors import Diagnostic
 from dsflow.load.cdc import SLOT_KEY
 from dsflow.load.dialect import (
-    SOURCE_PROPERTIES, WITHIN, duration_text, is_window, milliseconds, normalized_duration, window_call,
+    MAX_MILLISECONDS, SOURCE_PROPERTIES, WITHIN, duration_text, is_window, milliseconds, normalized_duration,
+    window_call,
 )
 from dsflow.load.filecache import DeferredSelect
 from dsflow.load.fields import base_column, check_fields, group_key_sql, type_map_subscripts
@@ -263,6 +264,11 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
             report(Diagnostic("DSF-E032", f"window {label} must be a positive duration like 10 SECONDS, got "
                               f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "
                               "MINUTES, HOURS, DAYS; at least 1 millisecond"))
+            return False
+        if milliseconds(text) > MAX_MILLISECONDS:
+            report(Diagnostic("DSF-E032", f"window {key.upper()} {duration_text(node)} is longer than Spark's longest "
+                              f"interval ({MAX_MILLISECONDS:,} milliseconds)", where(outer),
+                              hint="a window Spark can hold, e.g. SIZE 365 DAYS"))
             return False
     if texts["advance"] is not None and milliseconds(texts["advance"]) > milliseconds(str(texts["size"])):
         report(Diagnostic("DSF-E032", f"HOP's ADVANCE BY ({texts['advance']}) is longer than its SIZE "

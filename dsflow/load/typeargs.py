@@ -64,8 +64,9 @@ ARGUMENTS: dict[type | str, tuple[tuple[Place, str], ...]] = {
 }
 """Function (sqlglot class, or the name of an anonymous call) -> (argument, what it takes)."""
 DECLARED = (exp.Column, exp.Literal, exp.Cast, exp.Dot, exp.Bracket)
-"""The values whose number type is declared or written (a column, a field, a literal, a CAST; TRY_CAST is a Cast):
-the only ones an INT or an integer is required of (SMALL_INT, INTEGRAL)."""
+"""The values whose number type is declared or written (a column, a field, a literal, a CAST; TRY_CAST is a Cast).
+A computed number's width is Spark's (load/typewidths.py: `DATE_ADD(ts, id + 1)` is a BIGINT of days, refused;
+`DATE_ADD(ts, COALESCE(n, 0))` an INT); where that is not known, an INT or an integer is not required."""
 LOOKED_THROUGH = (exp.TsOrDsToDate, exp.TimeStrToTime)
 """The conversions sqlglot wraps an argument in when parsing (DATEDIFF(x, ...) is DATEDIFF(TO_DATE(x), ...)): the
 argument Spark sees is the one inside."""
@@ -75,6 +76,8 @@ class Typing(Protocol):
     def infer(self, node: exp.Expr) -> Typed: ...
 
     def _wanted(self, node: exp.Expr, found: Typed, kind: str, what: str) -> None: ...
+
+    def number(self, node: exp.Expr) -> exp.DataType | None: ...
 
 
 def arguments(node: exp.Expr) -> list[tuple[exp.Expr, str]]:
@@ -103,7 +106,7 @@ def check_arguments(checker: Typing, node: exp.Expr, name: str) -> None:
         if found.kind in (UNKNOWN, NULL):
             continue
         what = f"{name}'s argument '{text(value)}'"
-        if _fits(found, wanted, value):
+        if _fits(checker, found, wanted, value):
             continue
         if found.kind == STR and wanted in (NUMBER, SMALL_INT, TEMPORAL):
             checker._wanted(value, found, TIME if wanted == TEMPORAL else NUM, what)
@@ -112,7 +115,7 @@ def check_arguments(checker: Typing, node: exp.Expr, name: str) -> None:
                       f"pass {wanted}, or CAST it")
 
 
-def _fits(found: Typed, wanted: str, value: exp.Expr) -> bool:
+def _fits(checker: Typing, found: Typed, wanted: str, value: exp.Expr) -> bool:
     if wanted == TEXT:
         return found.kind not in COMPLEX
     if wanted == STRICT_TEXT:
@@ -123,9 +126,12 @@ def _fits(found: Typed, wanted: str, value: exp.Expr) -> bool:
         return found.kind in (STR, TIME, DATE)
     if found.kind != NUM:
         return False
-    if wanted in (NUMBER, NUMERIC) or found.data_type is None or not isinstance(value, DECLARED):
-        return True  # the width of a computed number is sqlglot's guess (COALESCE(n, 0) is BIGINT there, INT in Spark)
-    return found.data_type.this in (SMALL_INTS if wanted == SMALL_INT else INTEGERS)
+    if wanted in (NUMBER, NUMERIC):
+        return True
+    width = found.data_type if isinstance(value, DECLARED) else checker.number(value)
+    if width is None:
+        return True  # a width Spark's rules give and load/typewidths.py does not follow: let through
+    return width.this in (SMALL_INTS if wanted == SMALL_INT else INTEGERS)
 
 
 def concat_ws_part(found: Typed) -> bool:

@@ -23,7 +23,9 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from dsflow.errors import Diagnostic
-from dsflow.load.typekinds import ARRAY, NULL, NUM, RUNTIME_CODES, Typed, kind_of
+from dsflow.load.typekinds import (
+    ARRAY, INTERVAL, NULL, NUM, RUNTIME_CODES, STR, UNKNOWN, Problem, Typed, kind_of, text,
+)
 from dsflow.load.typerules import Checker
 
 __all__ = ["RUNTIME_CODES", "check_types"]
@@ -36,7 +38,13 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
     type}); report each problem (DSF-E400..E409); True if there is none."""
     checker = Checker(columns)
     for projection in select.selects:
-        corrected = _result_type(projection, checker.infer(projection))
+        found = checker.infer(projection)
+        if found.kind == INTERVAL:  # ts - ts: Spark computes it; no column type of a sink holds it
+            checker.problems.append(Problem(
+                "DSF-E410", projection, f"'{text(projection)}' is an INTERVAL (Spark's TIMESTAMP - TIMESTAMP); a "
+                "result column cannot be one: no sink column type holds an INTERVAL",
+                "give a number, e.g. TIMESTAMPDIFF(SECOND, a, b), or a TIMESTAMP, e.g. ts + INTERVAL 5 MINUTES"))
+        corrected = _result_type(projection, found, checker.number(projection) if found.kind == NUM else None)
         if corrected is not None:  # the type the result column is declared with (load/select.py)
             projection.type = corrected
     for key in ("where", "having"):
@@ -54,16 +62,24 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
     return not checker.problems
 
 
-def _result_type(projection: exp.Expr, found: Typed) -> exp.DataType | None:
+def _result_type(projection: exp.Expr, found: Typed, width: exp.DataType | None) -> exp.DataType | None:
     """The type of a result column where sqlglot's differs from what Spark computes (tests/integration/test_typecheck.py
-    compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), -NULL a DOUBLE (sqlglot:
-    NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type stands."""
+    compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), LEFT/SUBSTRING/... of a number
+    a VARCHAR (sqlglot: the number's type), a number Spark's type
+    (`width`, load/typewidths.py: `n * 2.5` DECIMAL(13, 1), sqlglot DOUBLE; `COALESCE(NULL, 1)` INT, sqlglot BIGINT),
+    -NULL a DOUBLE (sqlglot: NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type
+    stands."""
     node = projection.this if isinstance(projection, exp.Alias) else projection
     while isinstance(node, exp.Paren):
         node = node.this
     declared = kind_of(projection.type)
     if found.kind == ARRAY and found.data_type is not None and declared != ARRAY:
         return found.data_type.copy()
+    if found.kind == STR and found.data_type is not None and declared not in (STR, UNKNOWN):
+        return found.data_type.copy()  # LEFT(x, 2) is a string (sqlglot: x's DOUBLE)
+    if width is not None:
+        same = projection.type is not None and projection.type.sql(dialect="spark") == width.sql(dialect="spark")
+        return None if same else width.copy()
     if isinstance(node, exp.Neg) and declared == NULL:
         return exp.DataType.build("DOUBLE")
     if isinstance(node, exp.Round) and found.data_type is not None and projection.type is not None and \

@@ -66,15 +66,24 @@ def typed(data_type: exp.DataType | None) -> Typed:
 
 
 def number_literal(node: exp.Literal) -> Typed:
-    """A number literal as Spark types it: INT, BIGINT past 32 bits, DECIMAL or DOUBLE with a fraction or an
-    exponent (sqlglot types every integer INT, and leaves a literal inside a CAST untyped)."""
-    written = node.name
-    if written.lstrip("+-").isdigit():
-        return Typed(NUM, exp.DataType.build("INT" if abs(int(written)) < 2**31 else "BIGINT" if
-                                             abs(int(written)) < 2**63 else "DECIMAL"))
-    if kind_of(node.type) == NUM:
-        return typed(node.type)
-    return Typed(NUM, exp.DataType.build("DOUBLE" if "e" in written.lower() else "DECIMAL"))
+    """A number literal as Spark types it (literal_type; sqlglot types every integer INT, a fraction DOUBLE, and
+    leaves a literal inside a CAST untyped)."""
+    return Typed(NUM, literal_type(node.name))
+
+
+def literal_type(written: str) -> exp.DataType:
+    """A number literal's type in Spark: INT, BIGINT past 32 bits, a DECIMAL of its digits (an integer past 64
+    bits, or one with a fraction: 2.5 is DECIMAL(2, 1)), DOUBLE with an exponent."""
+    digits = written.lstrip("+-")
+    if "e" in digits.lower():
+        return exp.DataType.build("DOUBLE")
+    if digits.isdigit():
+        value = abs(int(digits))
+        return exp.DataType.build("INT" if value < 2**31 else "BIGINT" if value < 2**63 else
+                                  f"DECIMAL({min(len(str(value)), 38)}, 0)")
+    whole, _, fraction = digits.partition(".")
+    unscaled = (whole + fraction).lstrip("0")
+    return exp.DataType.build(f"DECIMAL({min(max(len(unscaled), len(fraction), 1), 38)}, {min(len(fraction), 38)})")
 
 
 def converts(text: str, kind: str) -> bool:

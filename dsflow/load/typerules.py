@@ -9,6 +9,7 @@ from dsflow.load.typekinds import (
     Typed, converts, kind_of, number_literal, text, typed,
 )
 from dsflow.load.typeargs import INTEGERS, check_arguments, concat_ws_part
+from dsflow.load.typewidths import number_type
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
@@ -23,7 +24,7 @@ CASTABLE: dict[str, set[str]] = {
     DATE: {DATE, TIME, STR},
     BINARY: {BINARY, STR},
     ARRAY: {ARRAY, STR}, MAP: {MAP, STR}, STRUCT: {STRUCT, STR},
-    INTERVAL: {INTERVAL, STR},
+    INTERVAL: {INTERVAL, STR, NUM},
 }
 """What Spark's ANSI cast takes each kind to (Cast.canAnsiCast); NULL and unknown cast to anything."""
 IMPLICIT_FROM_STRING = (NUM, TIME, DATE, BOOL)
@@ -36,6 +37,10 @@ STRING_ARGS = (exp.Upper, exp.Lower, exp.Initcap, exp.Trim, exp.Substring, exp.L
                exp.Replace if hasattr(exp, "Replace") else exp.Upper, exp.Pad, exp.Reverse, exp.Repeat, exp.Left,
                exp.Right, exp.MD5, exp.SHA, exp.RegexpReplace, exp.RegexpExtract, exp.RegexpLike)
 COLLECTION_ARGS = ("CARDINALITY",)
+STRING_RESULTS = (exp.Upper, exp.Lower, exp.Initcap, exp.Trim, exp.Substring, exp.Left, exp.Right, exp.Pad,
+                  exp.Repeat, exp.Replace, exp.RegexpReplace, exp.RegexpExtract, exp.MD5, exp.SHA)
+"""Functions whose result is a string whatever their arguments (sqlglot types LEFT(x, 2) and SUBSTRING(n, 1) as their
+first argument, TRIM(NULL) as NULL; Spark casts the argument to a string first)."""
 
 
 class Checker:
@@ -59,6 +64,10 @@ class Checker:
             found = UNTYPED
         self.known[id(node)] = found
         return found
+
+    def number(self, node: exp.Expr) -> exp.DataType | None:
+        """The number type Spark computes for `node` (load/typewidths.py); None if not known."""
+        return number_type(node, self.infer)
 
     def condition(self, node: exp.Expr, clause: str) -> None:
         found = self.infer(node)
@@ -218,17 +227,22 @@ class Checker:
     def _arithmetic(self, node: exp.Binary) -> Typed:
         left, right = self.infer(node.this), self.infer(node.expression)
         kinds = {left.kind, right.kind}
-        if kinds == {NULL, STR}:  # no numeric side to cast the string to: Spark refuses it
-            raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and a string",
-                          "CAST the string to a number, and the NULL too (CAST(NULL AS BIGINT))")
+        if kinds in ({NULL, STR}, {STR}):  # no numeric side to cast the string to: Spark refuses it
+            other = "NULL and a string" if NULL in kinds else "two strings"
+            raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on {other}",
+                          "CAST the strings to numbers (and a NULL too: CAST(NULL AS BIGINT))")
         if NULL in kinds and kinds & {BOOL, ARRAY, MAP, STRUCT}:  # Spark casts NULL to the other side's type
             raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and {'/'.join(sorted(kinds - {NULL}))}",
                           "arithmetic takes numbers")
+        if kinds == {NULL}:
+            return Typed(NUM, exp.DataType.build("DOUBLE"))  # Spark casts both NULLs to DOUBLE
         if kinds & {UNKNOWN, NULL}:
             return typed(node.type) if not kinds - {UNKNOWN, NULL, NUM} else UNTYPED
         temporal = self._temporal_arithmetic(node, left, right)
         if temporal is not None:
             return temporal
+        if INTERVAL in kinds:
+            return self._interval_arithmetic(node, left, right)
         for side, found in ((node.this, left), (node.expression, right)):
             if found.kind not in (NUM, STR):
                 raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on {found.show()} '{text(side)}'",
@@ -248,6 +262,26 @@ class Checker:
         if DATE in kinds and NUM in kinds and (isinstance(node, exp.Add) or left.kind == DATE):
             return Typed(DATE, exp.DataType.build("DATE"))
         return None
+
+    def _interval_arithmetic(self, node: exp.Binary, left: Typed, right: Typed) -> Typed:
+        """INTERVAL +/- INTERVAL, INTERVAL * number, INTERVAL / number: an INTERVAL (a string there is cast to a
+        number); any other operator of an INTERVAL and a number or an INTERVAL is refused by Spark (E404); the rest
+        (an INTERVAL plus a string, ...) is not claimed."""
+        kinds = (left.kind, right.kind)
+        if isinstance(node, (exp.Add, exp.Sub)) and kinds == (INTERVAL, INTERVAL) or \
+                isinstance(node, exp.Mul) and set(kinds) == {INTERVAL, NUM} or \
+                isinstance(node, exp.Div) and kinds == (INTERVAL, NUM):
+            return Typed(INTERVAL)
+        if isinstance(node, exp.Mul) and set(kinds) == {INTERVAL, STR} or \
+                isinstance(node, exp.Div) and kinds == (INTERVAL, STR):
+            side = node.this if left.kind == STR else node.expression
+            self._wanted(side, left if left.kind == STR else right, NUM, f"'{text(node)}'")
+            return Typed(INTERVAL)  # the string is cast to a number (Spark: (ts - ts) * '2' is an INTERVAL)
+        if not set(kinds) <= {INTERVAL, NUM}:
+            return UNTYPED
+        raise Problem("DSF-E404", node, f"{text(node)}: {node.key.upper()} of {left.show()} and {right.show()}",
+                      "an INTERVAL adds to an INTERVAL or a TIMESTAMP, and is multiplied or divided by a number; "
+                      "compute in numbers with TIMESTAMPDIFF(SECOND, a, b)")
 
     def _negate(self, node: exp.Neg) -> Typed:
         found = self.infer(node.this)
@@ -302,7 +336,11 @@ class Checker:
         return self._common(node, branches)
 
     def _if(self, node: exp.If) -> Typed:
-        self._boolean(node.this, self.infer(node.this), "IF")
+        condition = self.infer(node.this)
+        if condition.kind == STR:
+            raise Problem("DSF-E405", node, f"IF({text(node.this)}, ...): Spark needs a BOOLEAN condition, not "
+                          f"{condition.show()} (it casts none here)", "compare it, or CAST it to BOOLEAN")
+        self._boolean(node.this, condition, "IF")
         branches = [(n, self.infer(n)) for n in (node.args.get("true"), node.args.get("false")) if n is not None]
         return self._common(node, branches)
 
@@ -326,7 +364,9 @@ class Checker:
 
     def _sum(self, node: exp.AggFunc) -> Typed:
         found = self.infer(node.this)
-        if found.kind in (NUM, UNKNOWN, NULL, INTERVAL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds
+        if found.kind == INTERVAL:
+            return found  # Spark's SUM and AVG of an INTERVAL are INTERVALs
+        if found.kind in (NUM, UNKNOWN, NULL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds
             return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM)
         if found.kind == STR:
             self._wanted(node.this, found, NUM, f"{node.key.upper()}")
@@ -395,7 +435,10 @@ class Checker:
             argument = self.infer(first)
             if argument.data_type is not None and argument.data_type.this in INTEGERS:
                 return argument
-        return typed(node.type)
+        if isinstance(node, STRING_RESULTS) and (first is None or self.infer(first).kind != BINARY):
+            return Typed(STR, exp.DataType.build("VARCHAR"))
+        width = self.number(node)  # FLOOR(2.5) is a DECIMAL(2, 0) (sqlglot: VARCHAR), LENGTH(s) an INT, ...
+        return Typed(NUM, width) if width is not None else typed(node.type)
 
     def _argument(self, node: exp.Expr, first: exp.Expr, found: Typed) -> None:
         name = _name(node)

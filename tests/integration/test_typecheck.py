@@ -3,9 +3,10 @@
 Each case is an expression over the stream `v` of tests/support/type_queries.py (id BIGINT, userid VARCHAR, n INT, x
 DOUBLE, ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN), the codes `dsflow
 validate` reports on it, and what Spark 4 does with it under ANSI: REFUSES (its analyzer), FAILS (the analyzer accepts
-it and the run over tests/support/type_queries.SAMPLE_ROWS fails), ACCEPTS. The unit test checks dsflow's codes; the
+it and the run over tests/support/type_queries.SAMPLE_ROWS fails), ACCEPTS, or NO_SINK (the analyzer accepts it, and
+its result column is an INTERVAL, which no sink holds: DSF-E410). The unit test checks dsflow's codes; the
 integration test asks Spark, so that a rule is never kept against Spark's verdict (no false refusal: a case dsflow
-refuses with a code other than E402/E403 must be one Spark REFUSES).
+refuses with a code other than E402/E403/E410 must be one Spark REFUSES).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import pytest
 
 from support import type_queries as tq
 from dsflow.errors import ProjectError
+from dsflow.load.dialect import MAX_MILLISECONDS
 from dsflow.load.project import load_project
 from support.projects import make_project
 
-REFUSES, FAILS, ACCEPTS = "refuses", "fails", "accepts"
-E402, E403, E404, E409 = "DSF-E402", "DSF-E403", "DSF-E404", "DSF-E409"
+REFUSES, FAILS, ACCEPTS, NO_SINK = "refuses", "fails", "accepts", "no sink type"
+E402, E403, E404, E409, E410 = "DSF-E402", "DSF-E403", "DSF-E404", "DSF-E409", "DSF-E410"
 
 CASES: list[tuple[str, tuple[str, ...], str]] = [
     # date and time functions given numbers or booleans (YEAR(x) is parsed as YEAR(TO_DATE(x)))
@@ -100,6 +102,29 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("TRY_CAST((-3 - s) AS DOUBLE)", (E404,), REFUSES), ("TRY_CAST((s + 1) AS VARCHAR)", (E404,), REFUSES),
     ("CAST((a + 1) AS VARCHAR)", (E404,), REFUSES), ("TRY_CAST((b * 2) AS VARCHAR)", (E404,), REFUSES),
     ("TRY_CAST((-3 - n) AS DOUBLE)", (), ACCEPTS),
+    # DATE_ADD's days computed: Spark's width of the result (load/typewidths.py), not sqlglot's guess
+    ("DATE_ADD(ts, id + 1)", (E409,), REFUSES), ("DATE_ADD(ts, COALESCE(n, id))", (E409,), REFUSES),
+    ("DATE_ADD(ts, n / 2)", (E409,), REFUSES), ("DATE_ADD(ts, FLOOR(n))", (E409,), REFUSES),
+    ("DATE_ADD(ts, n * 2.5)", (E409,), REFUSES), ("DATE_ADD(ts, -id)", (E409,), REFUSES),
+    ("DATE_ADD(ts, NULL + NULL)", (E409,), REFUSES), ("DATE_ADD(ts, n + '1')", (E409,), REFUSES),
+    ("DATE_ADD(ts, IF(b, n, 3000000000))", (E409,), REFUSES), ("DATE_ADD(ts, FLOOR(2.5))", (E409,), REFUSES),
+    ("DATE_ADD(ts, n * 2)", (), ACCEPTS), ("DATE_ADD(ts, LENGTH(userid) + 1)", (), ACCEPTS),
+    ("DATE_ADD(ts, IF(b, n, 1))", (), ACCEPTS), ("DATE_ADD(ts, a[1] + n)", (), ACCEPTS),
+    ("DATE_ADD(ts, ABS(n))", (), ACCEPTS), ("DATE_ADD(ts, n + NULL)", (), ACCEPTS),
+    ("DATE_ADD(ts, CASE WHEN b THEN n ELSE NULL END)", (), ACCEPTS),
+    # arithmetic of two strings: Spark casts neither
+    ("('1' + '1')", (E404,), REFUSES), ("('1' - '1')", (E404,), REFUSES), ("(userid * '2')", (E404,), REFUSES),
+    # INTERVALs: TIMESTAMP - TIMESTAMP is one; no sink column holds it
+    ("(ts - ts)", (E410,), NO_SINK), ("((ts - ts) * 2)", (E410,), NO_SINK), ("(- (ts - ts))", (E410,), NO_SINK),
+    ("(CAST(ts AS DATE) - CAST(ts AS DATE))", (E410,), NO_SINK), ("((ts - ts) * '2')", (E410,), NO_SINK),
+    ("((ts - ts) + 1)", (E404,), REFUSES), ("((ts - ts) % 2)", (E404,), REFUSES),
+    ("((ts - ts) * (ts - ts))", (E404,), REFUSES), ("(2 / (ts - ts))", (E404,), REFUSES),
+    ("CAST((ts - ts) AS BIGINT)", (), ACCEPTS), ("(ts - (ts - ts))", (), ACCEPTS),
+    ("(((ts - ts) / 2) = (ts - ts))", (), ACCEPTS),
+    # found by the 5,000-query run: IF casts no string to its condition; string functions give strings
+    ("IF('true', -3, id)", ("DSF-E405",), REFUSES), ("CARDINALITY(TRIM(NULL))", (E409,), REFUSES),
+    ("(NOT LEFT(x, -3))", (E403,), FAILS), ("(- LEFT(TRUE, a[2]))", (E403,), FAILS),
+    ("(NOT SUBSTRING(s->f, id))", (E403,), FAILS),
 ]
 """(expression, dsflow's codes, Spark's verdict); Spark's verdicts were read from pyspark 4 and are checked again
 by test_spark_agrees."""
@@ -121,6 +146,8 @@ def test_no_case_is_a_false_refusal():
     for expression, codes, spark in CASES:
         if spark == ACCEPTS:
             assert codes == (), expression
+        elif spark == NO_SINK:
+            assert codes == (E410,), expression
         elif spark == FAILS:
             assert codes and all(c in tq.RUNTIME_CODES for c in codes), expression
         else:
@@ -134,7 +161,8 @@ def test_spark_agrees(spark):
     wrong = []
     for expression, _codes, expected in CASES:
         sql = f"SELECT {expression} AS o FROM v"
-        found = REFUSES if tq.spark_verdict(spark, tq.untyped_translation(sql, "__types_empty")) else None
+        refused = tq.spark_verdict(spark, tq.untyped_translation(sql, "__types_empty"))
+        found = NO_SINK if refused == tq.NO_SINK_TYPE else REFUSES if refused else None
         if found is None:
             failed = tq.runtime_failure(spark, tq.untyped_translation(sql, "__types_rows"))
             found = FAILS if failed else ACCEPTS
@@ -155,6 +183,8 @@ def test_a_problem_inside_a_function_is_reported_once(tmp_path):
     ("HOP(w, SIZE 1 MINUTE, ADVANCE BY 5 MINUTES)", "ADVANCE BY (5 minutes) is longer than its SIZE (1 minutes)"),
     ("TUMBLE(w, SIZE 0.1 MILLISECONDS)", "window SIZE must be a positive duration"),
     ("HOP(w, SIZE 1 MINUTE, ADVANCE BY 0.2 ms)", "window ADVANCE must be a positive duration"),
+    ("TUMBLE(w, SIZE 9223372036854776 MILLISECONDS)", "is longer than Spark's longest interval"),
+    ("HOP(w, SIZE 100000000000 DAYS, ADVANCE BY 1 DAY)", "is longer than Spark's longest interval"),
 ])
 def test_window_bounds_spark_refuses(tmp_path, window, message):
     """Spark's window() refuses a slide longer than the window, and a duration of 0 whole milliseconds."""
@@ -176,22 +206,80 @@ def test_window_bounds_spark_accepts(tmp_path):
     assert len(load_project(make_project(tmp_path, {"sql/all.sql": sql})).queries) == 2
 
 
+JOINED = ("CREATE STREAM w (id BIGINT, ts TIMESTAMP) WITH ('value.format' = 'json', 'timestamp' = 'ts');\n"
+          "CREATE STREAM w2 (id BIGINT, ts TIMESTAMP) WITH ('value.format' = 'json', 'timestamp' = 'ts');\n"
+          "CREATE STREAM out AS SELECT a.id AS id FROM w a JOIN w2 b WITHIN {within} ON a.id = b.id;\n")
+
+
+@pytest.mark.parametrize("within", ["100000000000 DAYS", "106751992 DAYS"])
+def test_a_within_longer_than_sparks_longest_interval_is_refused(tmp_path, within):
+    """The join's event-time range is `b.ts BETWEEN a.ts - INTERVAL n milliseconds AND ...`: Spark fails to parse
+    an interval past 2^63 microseconds (INVALID_INTERVAL_FORMAT)."""
+    with pytest.raises(ProjectError) as raised:
+        load_project(make_project(tmp_path, {"sql/all.sql": JOINED.format(within=within)}))
+    [diagnostic] = raised.value.diagnostics
+    assert diagnostic.code == "DSF-E032" and "longer than Spark's longest interval" in diagnostic.message, diagnostic
+
+
+def test_the_longest_within_spark_takes_is_accepted(tmp_path):
+    project = load_project(make_project(tmp_path, {"sql/all.sql": JOINED.format(within="106751991 DAYS")}))
+    assert [q.join_within for q in project.queries] == ["106751991 days"]
+
+
+@pytest.mark.integration
+def test_sparks_longest_interval(spark):
+    """The translator's interval (spark_duration) of the longest WITHIN dsflow takes is one Spark parses; one day more
+    is not."""
+    from dsflow.adapters.spark.translate import spark_duration
+
+    tq.prepare(spark)
+    verdicts = [tq.spark_verdict(spark, f"SELECT ts + INTERVAL {spark_duration(d)} AS o FROM __types_empty")
+                for d in ("106751991 days", "106751992 days")]
+    assert verdicts[0] is None and "INTERVAL" in (verdicts[1] or ""), verdicts
+    assert (MAX_MILLISECONDS - 86_400_000) < 106751991 * 86_400_000 <= MAX_MILLISECONDS
+
+
 OUTPUT_TYPES = [("CONCAT(a, a)", "ARRAY<INT>"), ("a || a", "ARRAY<INT>"), ("-NULL", "DOUBLE"), ("ROUND(n, 1)", "INT"),
-                ("(ROUND(id, 2))", "BIGINT"), ("ROUND(x, 1)", "DOUBLE"), ("CONCAT(userid, 5)", "VARCHAR")]
-"""A result column's declared type where sqlglot's annotation differs from Spark's (typecheck._result_type)."""
+                ("(ROUND(id, 2))", "BIGINT"), ("ROUND(x, 1)", "DOUBLE"), ("CONCAT(userid, 5)", "VARCHAR"),
+                # numbers as Spark types them (load/typewidths.py): DECIMAL literals and arithmetic, widened integers
+                ("n * 2.5", "DECIMAL(13, 1)"), ("COALESCE(n, 2.5)", "DECIMAL(11, 1)"),
+                ("IF(b, 1, 2.5)", "DECIMAL(11, 1)"), ("id + 2.5", "DECIMAL(22, 1)"), ("2.5 / n", "DECIMAL(13, 12)"),
+                ("(2.5 - id) % 5", "DECIMAL(2, 1)"),
+                ("(id * 2.5) / (id * 2.5)", "DECIMAL(38, 15)"), ("(n * 2.5) * (n * 2.5) * (n * 2.5) * (n * 2.5)",
+                                                                  "DECIMAL(38, 4)"),
+                ("ROUND(2.55, 1)", "DECIMAL(3, 1)"), ("FLOOR(2.5)", "DECIMAL(2, 0)"), ("-(n * 2.5)", "DECIMAL(13, 1)"),
+                ("x * 2.5", "DOUBLE"), ("n / 2", "DOUBLE"), ("FLOOR(n)", "BIGINT"), ("COALESCE(NULL, 1)", "INT"),
+                ("n + '1'", "BIGINT"), ("x + '1'", "DOUBLE"), ("COALESCE(n, '1')", "BIGINT"), ("- '1'", "DOUBLE"),
+                ("NULL + NULL", "DOUBLE"), ("LENGTH(userid) + 1", "INT"), ("LEFT(x, 2)", "VARCHAR"),
+                ("SUBSTRING(n, 1)", "VARCHAR"),
+                ("SUM(n * 2.5)", "DECIMAL(23, 1)"), ("AVG(2.5)", "DECIMAL(6, 5)"), ("SUM(n)", "BIGINT"),
+                ("AVG(n)", "DOUBLE")]
+"""A result column's declared type where sqlglot's annotation differs from Spark's (typecheck._result_type); an
+aggregate's is read from a CHANGELOG grouped by id."""
+AGGREGATES = ("SUM(", "AVG(")
+
+
+def _output_query(expression: str) -> tuple[str, str]:
+    if expression.startswith(AGGREGATES):
+        return ("CHANGELOG", f"SELECT id, {expression} AS o FROM v GROUP BY id")
+    return ("STREAM", f"SELECT {expression} AS o FROM v")
 
 
 @pytest.fixture(scope="module")
 def typed_outputs():
-    batch = [("STREAM", f"SELECT {e} AS o FROM v") for e, _ in OUTPUT_TYPES]
+    batch = [_output_query(e) for e, _ in OUTPUT_TYPES]
     codes, accepted, project = tq.dsflow_verdicts(batch)
     assert codes == [[] for _ in batch]
     return accepted, project
 
 
+def _declared(query) -> str:
+    return next(c.type for c in query.output_columns if c.name == "o")
+
+
 def test_result_columns_are_declared_with_sparks_type(typed_outputs):
     accepted, _project = typed_outputs
-    assert [accepted[i].output_columns[0].type for i in range(len(OUTPUT_TYPES))] == [t for _, t in OUTPUT_TYPES]
+    assert [_declared(accepted[i]) for i in range(len(OUTPUT_TYPES))] == [t for _, t in OUTPUT_TYPES]
 
 
 @pytest.mark.integration
@@ -204,6 +292,6 @@ def test_spark_computes_the_declared_result_types(spark, typed_outputs):
     for i, (expression, _) in enumerate(OUTPUT_TYPES):
         query = accepted[i]
         schema = spark.sql(spark_select(query, project).replace(view_name(0, query), "__types_keyed")).schema
-        found.append((expression, spark_type(query.output_columns[0].type).upper(),
+        found.append((expression, spark_type(_declared(query)).upper().replace(" ", ""),
                       schema["o"].dataType.simpleString().upper()))
     assert [f for f in found if f[1] != f[2]] == []

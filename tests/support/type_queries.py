@@ -139,13 +139,17 @@ def untyped_translation(sql: str, view: str) -> str:
     return select.sql(dialect="spark")
 
 
+NO_SINK_TYPE = "an INTERVAL result column: no sink column type holds one (DSF-E410)"
+
+
 def spark_verdict(spark, text: str) -> str | None:
-    """None if Spark's analyzer accepts `text`, else its error's first line."""
+    """None if Spark's analyzer accepts `text`, else its error's first line; NO_SINK_TYPE if it accepts it with a
+    result column no sink can hold (an INTERVAL: dsflow refuses it, docs/validate.md)."""
     try:
-        spark.sql(text).schema  # noqa: B018 - reading it forces the analysis
-        return None
+        schema = spark.sql(text).schema  # reading it forces the analysis
     except Exception as error:  # noqa: BLE001 - any refusal of the analyzer (AnalysisException, ParseException)
         return str(error).split("\n")[0][:200]
+    return NO_SINK_TYPE if any("interval" in f.dataType.simpleString() for f in schema.fields) else None
 
 
 def runtime_failure(spark, text: str) -> str | None:
@@ -183,8 +187,12 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
             continue
         verdicts.codes.update(set(codes[i]))
         refused = spark_verdict(spark, untyped_translation(sql, "__types_empty"))
+        if refused == NO_SINK_TYPE and "DSF-E410" not in codes[i]:
+            refused = None  # Spark's analyzer accepts it; dsflow's reason must stand on its own
         runtime = all(c in RUNTIME_CODES for c in codes[i])
-        if refused is not None:
+        if refused == NO_SINK_TYPE:
+            _record(verdicts, "agree: both refuse (an INTERVAL result, analysed by Spark, no sink type)", sql, "")
+        elif refused is not None:
             _record(verdicts, "agree: both refuse", sql, "")
         elif runtime:
             failed = runtime_failure(spark, untyped_translation(sql, "__types_rows"))
