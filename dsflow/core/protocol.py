@@ -43,6 +43,9 @@ class StoreRules(Protocol):
     """Logs: the prefix of its log configs ('<prefix><config>' WITH properties are configs of the log)."""
     transactions_why: str
     """Logs: why its transactions would not make a stream sink exactly-once (DSF-E047's hint)."""
+    row_dead_letters: bool
+    """Dead letters (Capability.DEAD_LETTERS): a query's DEAD LETTER expectations may send rows to its dead-letter
+    log (absent: they may not, DSF-E864)."""
     merging_sinks: tuple[str, str]
     """Tables (Capability.MERGE): how DSF-E157 names a sink merging a changelog's deletes (what, where)."""
     view_props: set[str]

@@ -161,6 +161,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("query", "delivery.guarantee", ("delivery_guarantee",), _Q),
     Setting("query", "trigger.interval", ("trigger_interval",), _R),
     Setting("query", "dlq.topic", ("dlq_topic",), _R),
+    Setting("query", "CONSTRAINT ... EXPECT", ("expectations",), _R, "a rule added, changed or dropped: the same "
+            "checkpoint"),
+    Setting("query", "source.deserialization.error.handling", ("deserialization_errors",), _R),
     Setting("query", "runtime.isolation", ("isolation",), _R, "its own driver or a shared application"),
     Setting("query", "owner", ("owner",), _P, "CREATE ... AS SELECT: owns the relation and its query"),
     Setting("query", "start.position", ("start_position",), _O),
