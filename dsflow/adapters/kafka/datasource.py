@@ -65,7 +65,7 @@ from dsflow.core.secrets import register
 from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
 from dsflow.errors import DsflowError, unchained
 from dsflow.formats.arrow import VALUE_COLUMN, spark_struct_ddl, value_struct
-from dsflow.formats.decoding import BOTH, TEXT, Decoding, decode_records
+from dsflow.formats.decoding import BOTH, TEXT, Decoding, decode_records, set_aside
 from dsflow.formats.primitives import NUMERIC_KEYS, key_texts
 
 SCHEMA = StructType([
@@ -160,7 +160,7 @@ def _read_range(task: KafkaRange) -> Iterator[Any]:
                 yield to_record_batch(messages, task.topic)
                 continue
             keep, values, keys, bad = decode_records(messages, task.decoding)
-            dead.send(messages, bad)
+            dead.send(messages, set_aside(bad, task.decoding, _undecodable(task, messages)))
             if keep:
                 kept = messages if len(keep) == len(messages) else [messages[i] for i in keep]
                 yield to_record_batch(kept, task.topic, values, task.decoding.key_format, keys, value_type)
@@ -168,6 +168,17 @@ def _read_range(task: KafkaRange) -> Iterator[Any]:
         ok = True
     finally:
         pool.release_consumer(task.config, consumer, ok, task.run)
+
+
+def _undecodable(task: KafkaRange, messages: list) -> Any:
+    """DSF-E779 for the record at an index of `messages` ('source.deserialization.error.handling' = TERMINATE)."""
+    def error(index: int, why: str) -> DsflowError:
+        return DsflowError("DSF-E779", f"the record of topic '{task.topic}', partition {task.partition}, offset "
+                           f"{messages[index].offset()} does not decode ({why[:500]}) and the query's "
+                           "'source.deserialization.error.handling' is TERMINATE",
+                           hint="fix or remove the record, or set the property to IGNORE_AND_LOG (dead letters) or "
+                                "IGNORE (skipped and counted)")
+    return error
 
 
 def _gap_logger(path: str | None) -> Any:

@@ -264,13 +264,15 @@ def decoded_batches(records: tuple[Record, ...] | list[Record], partition: Shard
     """The records as Arrow batches in chunks, decoded by the value format. Records that do not decode go to
     the dead-letter stream before the task ends, or stop it (DSF-E773) when there is none."""
     from dsflow.adapters.kinesis.decoding import DeadLetterStream, KinesisMessage, decode_records, undecodable
+    from dsflow.formats.decoding import set_aside
 
     decoding = partition.decoding
     dead = DeadLetterStream(partition.settings, decoding) if decoding.dlq_topic else None
     for i in range(0, len(records), CHUNK_ROWS):
         chunk = records[i:i + CHUNK_ROWS]
         keep, values, bad = decode_records(chunk, partition.stream, partition.shard, decoding)
-        if bad and dead is None:
+        bad = set_aside(bad, decoding, lambda i, e, c=chunk: undecodable(partition.stream, partition.shard, c[i], e))
+        if bad and dead is None:  # IGNORE_AND_LOG without a dead-letter stream
             index, error = bad[0]
             raise undecodable(partition.stream, partition.shard, chunk[index], error)
         if dead is not None:

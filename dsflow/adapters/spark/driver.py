@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsflow.adapters.spark.expectations import guarded
 from dsflow.adapters.spark.facets import for_kind
 from dsflow.adapters.spark.frames import gap_log_path, source_view
 from dsflow.adapters.spark.gate import hold, held_twice, release
@@ -69,6 +70,7 @@ def build_dataframe(spark, spec: QuerySpec):
     if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
         retracted_view(spark, spec.retract, result)
         result = spark.sql(spec.retract.post_sql)
+    result = guarded(result, spec)  # the expectations (adapters/spark/expectations.py)
     sink = for_kind(spec.sink.kind)
     return result if sink is None else sink.sink_rows(result, spec.sink)
 

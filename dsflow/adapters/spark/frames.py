@@ -167,6 +167,8 @@ def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
                **source.registry, **secret_options(source.client_config, source.registry, facet.client_option)}
     if source.dlq_topic:
         options |= {"dlq.topic": source.dlq_topic, "dlq.query": query}
+    if source.on_error:
+        options["deserialization.errors"] = source.on_error
     if source.key_format:
         options["key.format"] = source.key_format
     return options
@@ -210,7 +212,12 @@ def gap_log_path(spec: QuerySpec) -> Path:
     return Path(spec.status_path).with_name("gaps.jsonl")
 
 
+def skip_log_path(spec: QuerySpec) -> Path:
+    """Where the query's read tasks append the records they skipped under IGNORE (beside its status file)."""
+    return Path(spec.status_path).with_name("skipped.jsonl")
+
+
 def gap_options(spec: QuerySpec, source: SourceSpec) -> dict[str, str]:
     """What the source's reads do with offsets the broker holds no record for (SourceSpec.gaps), and where
-    they count them."""
-    return {"gaps": source.gaps, "gap.log": str(gap_log_path(spec))}
+    they count them (and the records they skip: 'source.deserialization.error.handling' = IGNORE)."""
+    return {"gaps": source.gaps, "gap.log": str(gap_log_path(spec)), "skip.log": str(skip_log_path(spec))}

@@ -14,7 +14,8 @@ from dsflow.adapters.spark import facets
 from dsflow.adapters.spark.changelog_join import aggregated_source, joined_select, view_name as changelog_join_view
 from dsflow.adapters.spark.retract import changelog_source, rewrite
 from dsflow.adapters.spark.spec import (
-    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, JoinChainSpec, QuerySpec, RetractSpec,
+    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, ExpectationSpec, JoinChainSpec, QuerySpec,
+    RetractSpec,
     SinkSpec, SourceSpec, TemporalSpec,
 )
 from dsflow.adapters.spark.unions import union_select
@@ -265,6 +266,8 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         assert store is not None  # and its relations their stores
         window = _window_spec(query, source.alias)
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
+        if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
+            read["on_error"] = query.deserialization_errors
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
                                   starting_position=start.position or source.starting_position,
@@ -379,9 +382,19 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         select_sql=retract[0] if retract else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
+        expectations=expectation_specs(query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
         and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )
+
+
+def expectation_specs(query: Query) -> list[ExpectationSpec]:
+    """The query's expectations with their conditions in Spark SQL (Spark's function names, `col->f` as `col.f`)."""
+    found = []
+    for rule in query.expectations:
+        condition = to_spark(parse_one_select(f"SELECT {rule.condition}")).selects[0]
+        found.append(ExpectationSpec(name=rule.name, condition=condition.sql(dialect="spark"), action=rule.action))
+    return found
 
 
 def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:
