@@ -114,8 +114,7 @@ def _known_columns(rule: RawExpectation, condition, columns: tuple[Column, ...],
             written = column.sql()
             report(Diagnostic("DSF-E861", f"the expectation '{rule.name}' reads '{written}', which is not a column "
                               "of the query's result", where(column),
-                              hint=did_you_mean(column.name, [c.name for c in columns]) or
-                              f"its columns: {', '.join(c.name for c in columns)}"))
+                              hint=did_you_mean(column.name, [c.name for c in columns])))
             ok = False
     return ok
 

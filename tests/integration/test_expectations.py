@@ -1,4 +1,4 @@
-"""Expectations with data (issue 43, item 1): the exact rows kept, dropped and dead-lettered by id, the counts per
+"""Expectations with data (issue 43, item 1), and the source error policies (item 2): the exact rows kept, dropped and dead-lettered by id, the counts per
 rule in the micro-batch's progress, and FAIL QUERY writing nothing. One availableNow run of dsflow's own spec on the
 session's Spark and the test broker each."""
 
@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
+from dsflow.adapters.spark.driver import progress_status
 from dsflow.adapters.spark.expectations import counts
 from support.expectations import dead_letters, run_to_end, spec_of
-from support.streaming import produce, records, streaming_project
+from support.registry_projects import produce_raw, raw_records
+from support.streaming import produce, records, streaming_project, topic
 
 SQL = """
 CREATE STREAM orders (id BIGINT, amount BIGINT, region VARCHAR) WITH ('value.format' = 'json',
@@ -68,3 +70,34 @@ def test_fail_query_stops_before_anything_is_written(spark, broker, tmp_path) ->
     assert "DSF-E778" in error and "'has_amount'" in error and '{"id":9}' in error, error
     assert records(broker, project, "strict") == []
     assert not (tmp_path / "checkpoints" / "strict" / "commits" / "0").exists()
+
+
+POLICY_SQL = """
+CREATE STREAM events (id BIGINT, name VARCHAR) WITH ('value.format' = 'json');
+CREATE STREAM ignored WITH ('source.deserialization.error.handling' = 'IGNORE') AS SELECT id, name FROM events;
+CREATE STREAM terminated WITH ('source.deserialization.error.handling' = 'TERMINATE') AS SELECT id, name FROM events;
+CREATE STREAM logged WITH ('source.deserialization.error.handling' = 'IGNORE_AND_LOG') AS SELECT id, name FROM events;
+"""
+EVENTS = [b'{"id": 1, "name": "a"}', b"not json", b'{"id": "x", "name": "b"}', b'{"id": 4, "name": "d"}']
+
+
+def test_source_error_policies_with_data(spark, broker, tmp_path) -> None:
+    project = streaming_project(tmp_path, broker, POLICY_SQL)
+    produce_raw(broker, topic(project, "events"), EVENTS)
+    by_name = {q.fqn.rsplit(".", 1)[-1]: q for q in project.queries}
+
+    ignored = run_to_end(spark, project, "ignored", tmp_path)  # skipped, counted, no dead letter
+    assert ignored.exception() is None, ignored.exception()
+    assert sorted(json.loads(r["value"])["id"] for r in records(broker, project, "ignored")) == [1, 4]
+    assert dead_letters(broker, project.dlq_topic(by_name["ignored"])) == []
+    assert progress_status(spec_of(project, "ignored", tmp_path), ignored, "stopped")["skipped_records"] == 2
+
+    terminated = run_to_end(spark, project, "terminated", tmp_path)  # stops at the first bad record
+    assert "DSF-E779" in str(terminated.exception()) and "offset 1" in str(terminated.exception())
+    assert records(broker, project, "terminated") == []
+
+    logged = run_to_end(spark, project, "logged", tmp_path)  # today's dead letters
+    assert logged.exception() is None, logged.exception()
+    assert sorted(json.loads(r["value"])["id"] for r in records(broker, project, "logged")) == [1, 4]
+    assert sorted(m.value() for m in raw_records(broker, project.dlq_topic(by_name["logged"]))) == \
+        [b"not json", b'{"id": "x", "name": "b"}']

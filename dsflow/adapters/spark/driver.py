@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dsflow.adapters.spark.expectations import guarded
+from dsflow.adapters.spark.expectations import counts, guarded
 from dsflow.adapters.spark.facets import for_kind
-from dsflow.adapters.spark.frames import gap_log_path, source_view
+from dsflow.adapters.spark.frames import gap_log_path, skip_log_path, source_view
 from dsflow.adapters.spark.gate import hold, held_twice, release
 from dsflow.adapters.spark.lag import LagProbe
 from dsflow.adapters.spark.retract import retracted_view
@@ -28,6 +28,7 @@ from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 from dsflow.core.categories import STOP_GRACE_SECONDS as PLANNED_STOP_GRACE
 from dsflow.core.secrets import register, registered, scrub
 from dsflow.errors import DsflowError
+from dsflow.formats.decoding import skipped_count
 
 STATUS_EVERY_SECONDS = 2.0
 ASYNC_CHECKPOINT = {
@@ -102,10 +103,30 @@ def write_status(path: str, status: dict[str, Any]) -> None:
     os.replace(tmp, target)
 
 
-def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
+class ExpectationTotals:
+    """The passed and failed rows of each expectation since the driver started, and in the last micro-batch, from
+    the query's recent progress (adapters/spark/expectations.py `counts`); each batch counted once."""
+
+    def __init__(self, spec: QuerySpec) -> None:
+        self.rules = spec.expectations
+        self.totals: dict[str, Any] = {}
+        self.last_batch: int | None = None
+
+    def fields(self, query) -> dict[str, Any]:
+        """{"expectations": {rule: {action, passed, failed, last_batch_passed, last_batch_failed}}}, {} without."""
+        if not self.rules:
+            return {}
+        if query is not None:
+            self.last_batch = counts(list(query.recentProgress or []), self.rules, self.totals, self.last_batch)
+        return {"expectations": {r.name: self.totals.get(r.name, {"action": r.action, "passed": 0, "failed": 0})
+                                 for r in self.rules}}
+
+
+def progress_status(spec: QuerySpec, query, state: str, totals: ExpectationTotals | None = None) -> dict[str, Any]:
     progress = query.lastProgress if query is not None else None
     status: dict[str, Any] = {"name": spec.name, "version": spec.version, "pid": os.getpid(), "state": state,
-                              "updated_at": time.time(), "gap_offsets": counted_gaps(spec)}
+                              "updated_at": time.time(), "gap_offsets": counted_gaps(spec),
+                              **_skipped(spec), **(totals.fields(query) if totals is not None else {})}
     if progress:
         status.update({
             "batch_id": progress.get("batchId"),
@@ -119,6 +140,13 @@ def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
             **state_size(progress.get("stateOperators") or []),
         })
     return status
+
+
+def _skipped(spec: QuerySpec) -> dict[str, int]:
+    """Source records skipped under 'source.deserialization.error.handling' = IGNORE, when a source says so."""
+    if not any(source.on_error == "IGNORE" for source in spec.sources):
+        return {}
+    return {"skipped_records": skipped_count(str(skip_log_path(spec)))}
 
 
 def state_size(operators: list[dict[str, Any]]) -> dict[str, int]:
@@ -198,19 +226,21 @@ def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int
     _redact_in_spark(spark)
     query = None
     lag = LagProbe(spec)
+    totals = ExpectationTotals(spec)
     try:
         query = start_query(spark, spec)
         while not stop.is_set() and query.isActive:
-            write_status(spec.status_path, {**progress_status(spec, query, "running"), **_lag(lag, query)})
+            write_status(spec.status_path, {**progress_status(spec, query, "running", totals), **_lag(lag, query)})
             query.awaitTermination(STATUS_EVERY_SECONDS)
         between = stop_between_batches(query, spec.name)
         error = query.exception()
         if error is not None:
             raise RuntimeError(str(error))
-        write_status(spec.status_path, {**progress_status(spec, query, "stopped"), "stopped_between_batches": between})
+        write_status(spec.status_path, {**progress_status(spec, query, "stopped", totals),
+                                        "stopped_between_batches": between})
         return 0
     except Exception as err:  # noqa: BLE001 - the status file is how the failure reaches dsflow status
-        status = progress_status(spec, query, "failed")
+        status = progress_status(spec, query, "failed", totals)
         status["error"] = error_summary(err)
         write_status(spec.status_path, status)
         print(scrub(f"query {spec.name} failed: {err}"), file=sys.stderr)
