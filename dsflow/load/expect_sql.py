@@ -95,7 +95,8 @@ def _clause(tokens: list[Token], index: int, boundary: int, text: str, path: str
         where = words[close + 3] if len(words) > close + 3 else words[close + 2]
         return dummy, index, _error(path, where, "ON VIOLATION takes WARN, DROP ROW, DEAD LETTER or FAIL QUERY")
     first, last = words[4], words[close - 1]
-    clause = RawExpectation(words[1].text, text[first.start:last.end + 1], action, _start(path, tokens[index]), _start(path, first))
+    clause = RawExpectation(words[1].text, text[first.start:last.end + 1], action, _start(path, tokens[index]),
+                            _start(path, first))
     return clause, index + close + 3 + length, None
 
 

@@ -1,6 +1,6 @@
-"""Expectations with data (issue 43, item 1), and the source error policies (item 2): the exact rows kept, dropped and dead-lettered by id, the counts per
-rule in the micro-batch's progress, and FAIL QUERY writing nothing. One availableNow run of dsflow's own spec on the
-session's Spark and the test broker each."""
+"""Expectations with data (issue 43, item 1): the exact rows kept, dropped and dead-lettered by id, the counts per
+rule in the micro-batch's progress, and FAIL QUERY writing nothing; the source error policies (item 2). One
+availableNow run of dsflow's own spec on the session's Spark and the test broker each."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_rows_kept_dropped_and_dead_lettered_by_id(spark, broker, tmp_path) -> N
     query = next(q for q in project.queries if q.fqn.endswith(".checked"))
     letters = dead_letters(broker, project.dlq_topic(query))
     assert sorted(value["id"] for value, _ in letters) == [3, 5, 7]
-    for value, headers in letters:
+    for _, headers in letters:
         assert headers["dsflow.expectation"] == "known_region"
         assert headers["dsflow.query"] == "analytics.public.checked"
         assert "known_region" in headers["dsflow.error"] and "raw_region IN" in headers["dsflow.error"]

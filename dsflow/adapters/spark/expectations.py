@@ -85,16 +85,24 @@ def _fail_first(frame: Any, spec: QuerySpec, failing: list[int], checked: str | 
     from pyspark.sql import functions as F
 
     row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns if not c.startswith("__")]))
-    message = None
-    for i in reversed(failing):
-        text = F.concat(F.lit(f"DSF-E778: the expectation '{spec.expectations[i].name}' of query {spec.name} "
-                              f"failed (ON VIOLATION FAIL QUERY: {spec.expectations[i].condition}) on the row "), row,
-                        F.lit("; nothing of the micro-batch was written"))
-        message = F.when(~F.col(flag(i)), text) if message is None else F.when(~F.col(flag(i)), text).otherwise(message)
+    message = _first_failed(failing, {i: F.concat(
+        F.lit(f"DSF-E778: the expectation '{spec.expectations[i].name}' of query {spec.name} failed (ON VIOLATION "
+              f"FAIL QUERY: {spec.expectations[i].condition}) on the row "), row,
+        F.lit("; nothing of the micro-batch was written")) for i in failing})
     raised = F.when(message.isNotNull(), F.raise_error(message)).otherwise(F.lit(True))
     frame = frame.where(raised if not checked else ~F.col(checked) | raised)
     keys = spec.sink.key_columns or ([KEY] if KEY in columns else [])
     return frame.repartition(*[F.col(f"`{k}`") for k in keys]) if keys else frame.repartition(1)
+
+
+def _first_failed(indexes: list[int], texts: dict[int, Any]) -> Any:
+    """The text of the first rule of `indexes` the row fails, NULL if it fails none."""
+    from pyspark.sql import functions as F
+
+    found = F.lit(None).cast("string")
+    for i in reversed(indexes):
+        found = F.when(~F.col(flag(i)), texts[i]).otherwise(found)
+    return found
 
 
 def dead_letter_source(spec: QuerySpec) -> SourceSpec | None:
@@ -109,11 +117,8 @@ def _dead_letters(frame: Any, spec: QuerySpec, dead: list[int], checked: str | N
     source = dead_letter_source(spec)
     if source is None:
         raise ValueError(f"query {spec.name} has DEAD LETTER expectations but no dead-letter topic")
-    reason = None
-    for i in reversed(dead):
-        rule = spec.expectations[i]
-        text = F.lit(f"expectation '{rule.name}' failed: {rule.condition}")
-        reason = F.when(~F.col(flag(i)), text) if reason is None else F.when(~F.col(flag(i)), text).otherwise(reason)
+    reason = _first_failed(dead, {i: F.lit(f"expectation '{spec.expectations[i].name}' failed: "
+                                           f"{spec.expectations[i].condition}") for i in dead})
     if checked:
         reason = F.when(F.col(checked), reason)
     visible = [c for c in columns if not c.startswith("__")]
@@ -159,9 +164,9 @@ def counts(progress: list[dict[str, Any]], rules: list[ExpectationSpec], totals:
     for entry in progress:
         batch = entry.get("batchId")
         metrics = (entry.get("observedMetrics") or {}).get(METRICS)
-        metrics = metrics.asDict() if hasattr(metrics, "asDict") else metrics  # a Row from a live progress
         if batch is None or (last_batch is not None and batch <= last_batch) or not metrics:
             continue
+        metrics = metrics.asDict() if hasattr(metrics, "asDict") else metrics  # a Row from a live progress
         last_batch = batch
         for i, rule in enumerate(rules):
             passed, failed = int(metrics.get(f"passed{i}") or 0), int(metrics.get(f"failed{i}") or 0)

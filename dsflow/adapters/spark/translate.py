@@ -392,7 +392,7 @@ def expectation_specs(query: Query) -> list[ExpectationSpec]:
     """The query's expectations with their conditions in Spark SQL (Spark's function names, `col->f` as `col.f`)."""
     found = []
     for rule in query.expectations:
-        condition = to_spark(parse_one_select(f"SELECT {rule.condition}")).selects[0]
+        condition = cast(exp.Select, to_spark(parse_one_select(f"SELECT {rule.condition}"))).selects[0]
         found.append(ExpectationSpec(name=rule.name, condition=condition.sql(dialect="spark"), action=rule.action))
     return found
 
