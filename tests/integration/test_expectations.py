@@ -47,7 +47,11 @@ def test_rows_kept_dropped_and_dead_lettered_by_id(spark, broker, tmp_path) -> N
     query = next(q for q in project.queries if q.fqn.endswith(".checked"))
     letters = dead_letters(broker, project.dlq_topic(query))
     assert sorted(value["id"] for value, _ in letters) == [3, 5, 7]
-    for _, headers in letters:
+    places = {json.loads(r["value"])["id"]: (str(r["partition"]), str(r["offset"]))
+              for r in records(broker, project, "orders")}
+    for value, headers in letters:
+        assert (headers["dsflow.source.partition"], headers["dsflow.source.offset"]) == places[value["id"]]
+        assert headers["dsflow.source.topic"] == topic(project, "orders")
         assert headers["dsflow.expectation"] == "known_region"
         assert headers["dsflow.query"] == "analytics.public.checked"
         assert "known_region" in headers["dsflow.error"] and "raw_region IN" in headers["dsflow.error"]

@@ -171,11 +171,13 @@ def _read_range(task: KafkaRange) -> Iterator[Any]:
 
 
 def _undecodable(task: KafkaRange, messages: list) -> Any:
-    """DSF-E779 for the record at an index of `messages` ('source.deserialization.error.handling' = TERMINATE)."""
+    """DSF-E779 for the record at an index of `messages` ('source.deserialization.error.handling' = TERMINATE, or a
+    read without a dead-letter topic)."""
     def error(index: int, why: str) -> DsflowError:
+        policy = "is TERMINATE" if task.decoding.on_error else "is not set and it has no dead-letter topic"
         return DsflowError("DSF-E779", f"the record of topic '{task.topic}', partition {task.partition}, offset "
                            f"{messages[index].offset()} does not decode ({why[:500]}) and the query's "
-                           "'source.deserialization.error.handling' is TERMINATE",
+                           f"'source.deserialization.error.handling' {policy}",
                            hint="fix or remove the record, or set the property to IGNORE_AND_LOG (dead letters) or "
                                 "IGNORE (skipped and counted)")
     return error

@@ -25,8 +25,9 @@ from dsflow.adapters.spark.spec import ExpectationSpec, QuerySpec, SourceSpec
 METRICS = "dsflow_expectations"
 """The name of the observed metrics in a micro-batch's progress."""
 KEEP, KEY = "__keep", "__key"
+SOURCE_PARTITION, SOURCE_OFFSET = "__src_partition", "__src_offset"  # translate.carries_position
 REASON = "__dl_reason"
-DEAD_KEY, DEAD_VALUE = "__dl_key", "__dl_value"
+DEAD_KEY, DEAD_VALUE, DEAD_POSITION = "__dl_key", "__dl_value", "__dl_position"
 HEADER_EXPECTATION = "dsflow.expectation"
 
 
@@ -55,7 +56,7 @@ def guarded(result: Any, spec: QuerySpec) -> Any:
     dropped = [i for i, rule in enumerate(rules) if rule.action == "drop"]
     if dropped:
         frame = frame.where(_passes(dropped, checked))
-    return frame.select(*[F.col(f"`{c}`") for c in columns])
+    return frame.select(*[F.col(f"`{c}`") for c in columns if c not in (SOURCE_PARTITION, SOURCE_OFFSET)])
 
 
 def _counters(rules: list[ExpectationSpec], checked: str | None) -> list[Any]:
@@ -124,16 +125,19 @@ def _dead_letters(frame: Any, spec: QuerySpec, dead: list[int], checked: str | N
     visible = [c for c in columns if not c.startswith("__")]
     key = F.col(KEY) if KEY in columns else F.to_json(F.struct(*[F.col(f"`{k}`") for k in spec.sink.key_columns])) \
         if spec.sink.key_columns else F.lit(None).cast("string")
+    position = F.concat_ws(":", F.col(SOURCE_PARTITION).cast("string"), F.col(SOURCE_OFFSET).cast("string")) \
+        if SOURCE_OFFSET in columns else F.lit(None).cast("string")
     frame = frame.select("*", reason.alias(REASON), key.alias(DEAD_KEY),
-                         F.to_json(F.struct(*[F.col(f"`{c}`") for c in visible])).alias(DEAD_VALUE))
+                         F.to_json(F.struct(*[F.col(f"`{c}`") for c in visible])).alias(DEAD_VALUE),
+                         position.alias(DEAD_POSITION))
     send = _sender(source, spec.name)
-    return frame.mapInArrow(send, frame.schema).drop(REASON, DEAD_KEY, DEAD_VALUE)
+    return frame.mapInArrow(send, frame.schema).drop(REASON, DEAD_KEY, DEAD_VALUE, DEAD_POSITION)
 
 
 def _sender(source: SourceSpec, query: str):
     """The mapInArrow function: each batch's rows with a reason sent (delivered before the task ends), the others
     yielded."""
-    kind, config, topic = source.kind, dict(source.client_config), source.dlq_topic
+    kind, config, topic, source_topic = source.kind, dict(source.client_config), source.dlq_topic, source.topic
 
     def send(batches):
         import pyarrow.compute as pc
@@ -146,15 +150,24 @@ def _sender(source: SourceSpec, query: str):
             failed = pc.is_valid(reasons)
             if pc.any(failed).as_py():
                 rows = batch.filter(failed)
-                records = [((k.encode() if k is not None else None), v.encode(),
-                            [("dsflow.error", r), (HEADER_EXPECTATION, r.split("'")[1]), ("dsflow.query", query)])
-                           for k, v, r in zip(rows.column(DEAD_KEY).to_pylist(), rows.column(DEAD_VALUE).to_pylist(),
-                                              rows.column(REASON).to_pylist(), strict=True)]
+                records = [((k.encode() if k is not None else None), v.encode(), _headers(r, query, source_topic, p))
+                           for k, v, r, p in zip(*(rows.column(c).to_pylist() for c in
+                                                   (DEAD_KEY, DEAD_VALUE, REASON, DEAD_POSITION)), strict=True)]
                 facet.send_rows(config, topic, records)  # type: ignore[union-attr]
                 batch = batch.filter(pc.invert(failed))
             yield batch
 
     return send
+
+
+def _headers(reason: str, query: str, topic: str, position: str | None) -> list[tuple[str, str]]:
+    """A dead-lettered row's headers: why, the rule, the query, and its source record's place when carried."""
+    headers = [("dsflow.error", reason), (HEADER_EXPECTATION, reason.split("'")[1]), ("dsflow.query", query)]
+    if position:
+        partition, offset = position.split(":")
+        headers += [("dsflow.source.topic", topic), ("dsflow.source.partition", partition),
+                    ("dsflow.source.offset", offset)]
+    return headers
 
 
 def counts(progress: list[dict[str, Any]], rules: list[ExpectationSpec], totals: dict[str, Any],

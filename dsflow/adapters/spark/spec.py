@@ -71,6 +71,8 @@ class SourceSpec(BaseModel):
     dlq_topic: str | None = Field(None, description="dead-letter topic for records that do not decode")
     key_format: str | None = Field(None, description="long, int, double: binary keys, read as decimal text; "
                                    "avro, protobuf: Confluent wire-format keys, read as text")
+    keep_position: bool = Field(False, description="the view keeps each record's partition and offset (__partition, "
+                                "__offset): a query's DEAD LETTER expectations name them")
     on_error: Literal["TERMINATE", "IGNORE", "IGNORE_AND_LOG"] | None = Field(
         None, description="'source.deserialization.error.handling': a record that does not decode stops the query, "
         "is skipped and counted, or goes to dlq_topic; None: dlq_topic when set")
