@@ -193,3 +193,12 @@ def test_metrics_show_the_counts_and_the_skipped_records() -> None:
     assert 'dsflow_query_expectation_last_batch_rows{expectation="positive",query="analytics.public.clean",' \
            'result="passed"} 2.0' in text
     assert 'dsflow_query_skipped_records_total{query="analytics.public.clean"} 4.0' in text
+
+
+def test_status_shows_failed_rows_per_rule_and_skipped_records() -> None:
+    from dsflow.cli.render import expectations_cell
+
+    entry = {"expectations": {"positive": {"action": "drop", "passed": 7, "failed": 3},
+                              "known": {"action": "warn", "passed": 10, "failed": 0}}, "skipped_records": 2}
+    assert expectations_cell(entry) == "positive 3/10, known 0/10, 2 skipped"
+    assert expectations_cell({}) == "-"
