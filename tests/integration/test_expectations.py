@@ -10,7 +10,7 @@ from dsflow.adapters.spark.driver import progress_status
 from dsflow.adapters.spark.expectations import counts
 from support.expectations import dead_letters, run_to_end, spec_of
 from support.registry_projects import produce_raw, raw_records
-from support.streaming import produce, records, streaming_project, topic
+from support.streaming import latest_by_key, produce, records, streaming_project, topic
 
 SQL = """
 CREATE STREAM orders (id BIGINT, amount BIGINT, region VARCHAR) WITH ('value.format' = 'json',
@@ -105,3 +105,20 @@ def test_source_error_policies_with_data(spark, broker, tmp_path) -> None:
     assert sorted(json.loads(r["value"])["id"] for r in records(broker, project, "logged")) == [1, 4]
     assert sorted(m.value() for m in raw_records(broker, project.dlq_topic(by_name["logged"]))) == \
         [b"not json", b'{"id": "x", "name": "b"}']
+
+
+def test_an_aggregation_drops_the_groups_that_fail(spark, broker, tmp_path) -> None:
+    sql = SQL + """
+CREATE CHANGELOG per_region
+  CONSTRAINT few EXPECT (n < 3) ON VIOLATION DROP ROW
+  AS SELECT region, COUNT(*) AS n FROM orders GROUP BY region;
+"""
+    project = streaming_project(tmp_path, broker, sql)
+    produce(broker, project, "orders", ORDERS, key="id")
+    finished = run_to_end(spark, project, "per_region", tmp_path)
+    assert finished.exception() is None, finished.exception()
+    assert latest_by_key(broker, project, "per_region") == {
+        "xx": {"region": "xx", "n": 2}, "us": {"region": "us", "n": 1}, '{"region":null}': {"n": 1}}
+    totals: dict = {}
+    counts(finished.recentProgress, spec_of(project, "per_region", tmp_path).expectations, totals, None)
+    assert (totals["few"]["passed"], totals["few"]["failed"]) == (3, 1)

@@ -202,3 +202,24 @@ def test_status_shows_failed_rows_per_rule_and_skipped_records() -> None:
                               "known": {"action": "warn", "passed": 10, "failed": 0}}, "skipped_records": 2}
     assert expectations_cell(entry) == "positive 3/10, known 0/10, 2 skipped"
     assert expectations_cell({}) == "-"
+
+
+def test_the_status_file_carries_the_totals_of_the_batches_seen(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from dsflow.adapters.spark.driver import ExpectationTotals, progress_status
+    from dsflow.adapters.spark.spec import QuerySpec, SinkSpec
+
+    spec = QuerySpec(name="q", version="v", master="local[1]", checkpoint=str(tmp_path / "c"),
+                     status_path=str(tmp_path / "status.json"), trigger_interval="1 second", sources=[],
+                     sink=SinkSpec(topic="t", client_config={}, columns=["amount"]), select_sql="SELECT 1",
+                     expectations=RULES)
+    totals = ExpectationTotals(spec)
+    batch = {"batchId": 0, "observedMetrics": {METRICS: {"passed0": 1, "failed0": 2, "passed1": 3, "failed1": 0}}}
+    query = SimpleNamespace(lastProgress=batch, recentProgress=[batch])
+    assert progress_status(spec, None, "starting", totals)["expectations"] == {
+        "positive": {"action": "drop", "passed": 0, "failed": 0}, "known": {"action": "warn", "passed": 0, "failed": 0}}
+    for _ in range(2):  # the same batch seen twice is counted once
+        found = progress_status(spec, query, "running", totals)["expectations"]
+    assert found["positive"] == {"action": "drop", "passed": 1, "failed": 2, "last_batch_passed": 1,
+                                 "last_batch_failed": 2}
