@@ -32,7 +32,7 @@ def _boundary(tokens: list[Token]) -> int:
     depth = 0
     for index, token in enumerate(tokens):
         if depth == 0 and (token.token_type is TokenType.ALIAS if create else
-                           token.token_type in (TokenType.SELECT, TokenType.WITH) and index > 2):
+                           token.token_type in (TokenType.SELECT, TokenType.WITH)):
             return index
         depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(token.token_type, 0)
     return len(tokens)

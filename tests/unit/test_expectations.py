@@ -153,13 +153,15 @@ def _plan(tmp_path: Path, pipelines: str, state: State):
 def test_adding_changing_and_dropping_a_rule_keeps_the_checkpoint(tmp_path: Path) -> None:
     plain = "CREATE STREAM clean WITH ('topic' = 'clean') AS SELECT id, viewtime, userid FROM pageviews;\n"
     state = applied(_plan(tmp_path / "a", plain, State()))
-    steps = [QUERY.format(action="WARN"), QUERY.format(action="FAIL QUERY"), plain]
-    for index, sql in enumerate(steps):
+    steps = [(QUERY.format(action="WARN"), "expectations (added 'has_user', added 'recent') changed (in place)"),
+             (QUERY.format(action="FAIL QUERY"), "expectations (changed 'recent') changed (in place)"),
+             (plain, "expectations (dropped 'has_user', dropped 'recent') changed (in place)")]
+    for index, (sql, reason) in enumerate(steps):
         plan = _plan(tmp_path / f"b{index}", sql, state)
         [change] = plan.actionable
         assert change.address == "query.analytics.public.clean" and change.action is Action.UPDATE
         assert change.category is not None and change.category.value == "in_place"
-        assert "expectations" in change.reason and "same checkpoint" in change.effect
+        assert change.reason == reason and change.effect.startswith("restarted on the same checkpoint")
         state = applied(plan, state)
 
 
