@@ -272,6 +272,11 @@ class SparkFacet(Protocol):
                     checkpoint: str, batch_id: int) -> None:
         """A view sink: upsert and delete one micro-batch's rows in one transaction, once per batch id."""
 
+    def send_rows(self, config: dict[str, str], topic: str, records: list) -> None:
+        """Dead letters (its rules' `row_dead_letters`): send (key, value, headers) records, rows failing a query's
+        DEAD LETTER expectations, to the dead-letter log `topic` with the source's client `config`, delivered before
+        it returns (adapters/spark/expectations.py)."""
+
     def lag_reader(self) -> Any | None:
         """An object measuring how far a query is behind one of its sources: `unit` ('records', 'millis' or
         'wal_bytes': adapters/spark/lag.py), `behind(source_spec, offsets read up to)` giving {partition: amount}

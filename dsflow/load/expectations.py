@@ -34,9 +34,8 @@ def resolve_expectations(raw: tuple[RawExpectation, ...], columns: tuple[Column,
             continue
         if rule.action == "dead_letter" and not dead_letters:
             report(Diagnostic("DSF-E864", f"the expectation '{rule.name}' sends rows to the dead-letter topic, but "
-                              "the query has none (no source in a store that keeps dead letters, and no 'dlq.topic')",
-                              rule.location, hint="set 'dlq.topic' (a Kinesis source: the dead-letter stream), or use "
-                              "DROP ROW, WARN or FAIL QUERY"))
+                              "none of the query's sources is in a store whose dead-letter log takes rows",
+                              rule.location, hint="use DROP ROW, WARN or FAIL QUERY"))
             continue
         condition = _checked_condition(rule, columns, report)
         if condition is not None:
