@@ -17,6 +17,10 @@ Options (keys are case-insensitive):
                            record for (ranges.py): fail the micro-batch (DSF-E709), or count them (compacted
                            topics, transaction markers) in `gap.log`
     gap.log                a file that counted gaps are appended to as JSON lines (dsflow status reads it)
+    deserialization.errors TERMINATE | IGNORE | IGNORE_AND_LOG: a record that does not decode stops the read
+                           (DSF-E779), is skipped and counted in `skip.log`, or goes to `dlq.topic` (formats/decoding.py
+                           `set_aside`); default: IGNORE_AND_LOG with a dlq.topic, else TERMINATE
+    skip.log               a file the counts of skipped records are appended to as JSON lines (dsflow status reads it)
     kafka.<setting>        passed to librdkafka without the prefix, e.g. kafka.security.protocol
     secret.options         comma-separated names of the options above whose values are secrets: scrubbed
                            from the tasks' log lines (core/secrets.py)
