@@ -56,6 +56,37 @@ def log_sizes(project: Any, relations: Iterable[Any]) -> dict[str, int | None]:
     return found
 
 
+def positions(project: Any, names: Iterable[str]) -> dict[str, dict[str, tuple[int, int]]] | None:
+    """For each named log of the project's relations: partition -> (first offset held, end offset) now, asked of
+    the store of the relation that names it (a `positions` facet, one call per store); None when one of them cannot
+    tell (a store kind without offsets, or one that cannot be reached)."""
+    wanted = set(names)
+    by_store: dict[str, set[str]] = {}
+    for relation in project.relations:
+        if relation.topic in wanted and project.store(relation.store) is not None:
+            by_store.setdefault(relation.store, set()).add(relation.topic)
+    if set().union(*by_store.values()) != wanted:
+        return None
+    found: dict[str, dict[str, tuple[int, int]]] = {}
+    for name, named in by_store.items():
+        store = project.store(name)
+        objects = objects_for(store.type)
+        if objects is None or not hasattr(objects, "positions"):
+            return None
+        try:
+            found.update(objects.positions(store, sorted(named)))
+        except DsflowError:
+            return None
+    return found if set(found) == wanted else None
+
+
+def end_offsets(project: Any, names: list[str]) -> dict[str, dict[str, int]] | None:
+    """Each named log's end offset per partition now (where a reset checkpoint starts: engine/executors.py); None
+    when a store cannot say."""
+    now = positions(project, names) if names else None
+    return None if now is None else {t: {p: end for p, (_, end) in parts.items()} for t, parts in now.items()}
+
+
 def held_records(project: Any, outputs: Mapping[str, Any], data: Mapping[str, Any],
                  since: str | None = None) -> int | None:
     """Records a deployed relation's object holds now, asked of its store; None when the store is gone from the

@@ -58,7 +58,8 @@ class _LazyGroup(click.Group):
 SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic",
                "infer": "dsflow.cli.topics:infer", "datagen": "dsflow.cli.tools:datagen",
                "init": "dsflow.cli.tools:init", "entity": "dsflow.cli.entities:entity",
-               "runtime": "dsflow.cli.runtime:runtime", "serve": "dsflow.cli.server:serve",
+               "runtime": "dsflow.cli.runtime:runtime", "pause": "dsflow.cli.pausing:pause",
+               "resume": "dsflow.cli.pausing:resume", "serve": "dsflow.cli.server:serve",
                "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens"}
 """Sub-commands that live apart, imported on first use."""
 
@@ -141,6 +142,20 @@ target_option = click.option("--target", "targets", multiple=True, metavar="ADDR
                              help="limit the plan to ADDRESS and what it depends on (repeatable)")
 exclude_option = click.option("--exclude", "excludes", multiple=True, metavar="ADDRESS",
                               help="leave ADDRESS and everything downstream of it as deployed (repeatable)")
+replace_option = click.option("--replace", "replaces", multiple=True, metavar="ADDRESS",
+                              help="rebuild the deployed query ADDRESS from scratch: a new checkpoint, its sources "
+                                   "re-read from the earliest offset (repeatable)")
+reset_option = click.option("--reset-checkpoint", "resets", multiple=True, metavar="ADDRESS",
+                            help="give the deployed query ADDRESS a new checkpoint at its sources' end offsets, "
+                                 "keeping its sink's data; what it had not read is skipped (repeatable)")
+
+
+def _forced(ctx: click.Context, replaces: tuple[str, ...], resets: tuple[str, ...]) -> operations.Forced:
+    if (replaces or resets) and ctx.meta.get("dsflow.server"):
+        raise click.UsageError("--replace and --reset-checkpoint are not taken through --server yet")
+    return operations.Forced(_targets(replaces, "--replace"), _targets(resets, "--reset-checkpoint"))
+
+
 DESTROY_TARGET_HELP = ("delete only ADDRESS and every deployed resource that depends on it, directly or through "
                        "others (repeatable)")
 """What `destroy --target` does (core/plan.py's _delete_changes); docs/cli.md and docs/concepts.md quote it."""
@@ -156,13 +171,18 @@ destroy_target_option = click.option("--target", "targets", multiple=True, metav
 @click.option("--refresh-only", is_flag=True, help="only show drift; applying it records what was seen")
 @target_option
 @exclude_option
+@replace_option
+@reset_option
 @click.option("--detailed-exitcode", is_flag=True, help=f"exit {EXIT_CHANGES} when the plan has changes")
 @click.option("--show-unchanged", is_flag=True, help="list up-to-date resources too")
 @click.pass_context
 def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy: bool, refresh: bool,
-         refresh_only: bool, targets: tuple[str, ...], excludes: tuple[str, ...], detailed_exitcode: bool,
-         show_unchanged: bool) -> None:
+         refresh_only: bool, targets: tuple[str, ...], excludes: tuple[str, ...], replaces: tuple[str, ...],
+         resets: tuple[str, ...], detailed_exitcode: bool, show_unchanged: bool) -> None:
     """Show what apply would change."""
+    forced = _forced(ctx, replaces, resets)
+    if (replaces or resets) and (destroy or refresh_only):
+        raise click.UsageError("--replace and --reset-checkpoint are not taken with --destroy or --refresh-only")
     with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
         if ctx.meta.get("dsflow.server"):
             from dsflow.cli.server import remote_plan
@@ -170,7 +190,8 @@ def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy:
             the_plan = remote_plan(ctx, destroy, refresh, refresh_only, targets, excludes)
         else:
             the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
-                                       targets=_targets(targets), excludes=_excludes(excludes, targets, destroy))
+                                       targets=_targets(targets), excludes=_excludes(excludes, targets, destroy),
+                                       forced=forced)
         _show_plan(the_plan, "json" if as_json else fmt, out, show_unchanged)
     if detailed_exitcode and the_plan.has_changes:
         sys.exit(EXIT_CHANGES)
@@ -211,13 +232,18 @@ def _print_plan(data: dict[str, Any], show_noop: bool = False) -> None:
 @click.option("--no-runtime", is_flag=True, help="do not start the runtime supervisor (also: DSFLOW_RUNTIME=off)")
 @target_option
 @exclude_option
+@replace_option
+@reset_option
 @click.pass_context
 def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh_only: bool,
           allow_destroy: tuple[str, ...], allow_data_loss: bool, no_runtime: bool, targets: tuple[str, ...],
-          excludes: tuple[str, ...]) -> None:
+          excludes: tuple[str, ...], replaces: tuple[str, ...], resets: tuple[str, ...]) -> None:
     """Carry out the plan (a saved PLANFILE, or a fresh one). A plan that destroys records (DESTROYS in the
-    plan) is refused unless --allow-destroy names each such change or --allow-data-loss is given."""
+    plan) or skips them (SKIPS: --reset-checkpoint) is refused unless --allow-destroy names each such change or
+    --allow-data-loss is given."""
     from dsflow.core.safety import Allowance
+
+    forced = _forced(ctx, replaces, resets)
 
     if ctx.meta.get("dsflow.server"):
         from dsflow.cli.server import remote_apply
@@ -231,7 +257,7 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
         the_plan = plan_from_json(planfile.read_text(), str(planfile))
     else:
         the_plan = operations.plan(loaded, refresh_only=refresh_only, targets=_targets(targets),
-                                   excludes=_excludes(excludes, targets))
+                                   excludes=_excludes(excludes, targets), forced=forced)
     _apply(loaded, the_plan, auto_approve or planfile is not None, allowance)
     if not no_runtime:
         _start_runtime(ctx, loaded)
@@ -301,7 +327,8 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
     rows = []
     for e in entries:
         start = e["start_offsets"] or (f"ts {e['start_timestamp']}" if e["start_timestamp"] else "-")
-        rows.append([e["version"], e["category"] or "-", e["started_at"], e["stopped_at"] or "running",
+        category = (e["category"] or "-") + (f" (--{e['forced'].replace('_', '-')})" if e.get("forced") else "")
+        rows.append([e["version"], category, e["started_at"], e["stopped_at"] or "running",
                      json.dumps(start) if isinstance(start, dict) else start,
                      json.dumps(e["stop_offsets"]) if e["stop_offsets"] else "-", e["checkpoint"]])
     print_table(console, ("version", "category", "started", "stopped", "start offsets", "stop offsets", "checkpoint"),

@@ -12,7 +12,8 @@ SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refres
 COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "refresh": "cyan",
          "no-op": "dim"}
 CATEGORY_TITLE = {"new": "new", "in_place": "in place", "keep_checkpoint": "keep checkpoint",
-                  "carry_offsets": "carry offsets", "replay": "replay", "replace_relation": "replace relation"}
+                  "carry_offsets": "carry offsets", "replay": "replay", "replace_relation": "replace relation",
+                  "reset_checkpoint": "reset checkpoint"}
 
 
 _MARKUP_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
@@ -40,7 +41,7 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
     actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
     if not actionable:
         lines.append("No changes. The deployed pipelines match the project.")
-        lines += [excluded_line(plan)] if plan.get("excluded") else []
+        lines += footer_lines(plan)
         return "\n".join(lines)
     for change in plan["changes"]:
         if change["action"] == "no-op" and not show_noop:
@@ -48,8 +49,7 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
         lines.append(_change_line(change, color))
         lines += [_escaped(f"      {label}: {text}", color) for label, text in change_details(change)]
     lines += ["", _escaped(summary_line(plan), color)]
-    if plan.get("excluded"):
-        lines.append(_escaped(excluded_line(plan), color))
+    lines += [_escaped(line, color) for line in footer_lines(plan)]
     if color:
         lines[0] = escape_markup(lines[0])
     return "\n".join(lines)
@@ -81,6 +81,11 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
                                   "rebuilt first), or the plan was made without a refresh"))
     if change.get("affected"):
         details.append(("affects", ", ".join(change["affected"])))
+    if change.get("duplicates"):
+        verb = "receives" if len(change["duplicates"]) == 1 else "receive"
+        details.append(("duplicates", f"{', '.join(change['duplicates'])} {verb} the replayed records again"))
+    if change.get("skips"):
+        details.append(("SKIPS", skips_text(change)))
     if change.get("destroys"):
         details.append(("DESTROYS", destroys_text(change)))
     return details
@@ -93,6 +98,14 @@ def destroys_text(change: dict[str, Any]) -> str:
     if loss.get("prevented"):
         return f"{held} ({loss['object']}); refused: 'lifecycle.prevent_destroy' = 'true'"
     return f"{held} ({loss['object']}); apply needs --allow-destroy {change['address']} or --allow-data-loss"
+
+
+def skips_text(change: dict[str, Any]) -> str:
+    """'~1,234 records ...' for a reset checkpoint: what its sources hold past its last committed batch."""
+    records = change["skips"].get("records")
+    held = f"~{records:,} records" if records is not None else "the records (not counted)"
+    return (f"{held} its sources hold past its last committed batch, and any that arrive before apply stops it, are "
+            f"never read; apply needs --allow-destroy {change['address']} or --allow-data-loss")
 
 
 def _duration(seconds: float) -> str:
@@ -117,6 +130,9 @@ def summary_line(plan: dict[str, Any]) -> str:
         held = "not counted" if all(n is None for n in records) else f"~{counted:,} records" + \
             ("" if None not in records else " counted, the rest not")
         line += f" {len(destroying)} change(s) DESTROY records ({held})."
+    skipping = [c for c in actionable if c.get("skips")]
+    if skipping:
+        line += f" {len(skipping)} change(s) SKIP records."
     return line
 
 
@@ -125,13 +141,23 @@ def excluded_line(plan: dict[str, Any]) -> str:
     return f"Excluded, left as deployed: {', '.join(plan['excluded'])}."
 
 
+def footer_lines(plan: dict[str, Any]) -> list[str]:
+    """What the plan leaves as it is, under its summary: what --exclude left out, the queries paused."""
+    lines = [excluded_line(plan)] if plan.get("excluded") else []
+    if plan.get("paused"):
+        lines.append(f"Paused, left stopped on their checkpoints ('dsflow resume' starts them): "
+                     f"{', '.join(plan['paused'])}.")
+    return lines
+
+
 def plan_markdown(plan: dict[str, Any]) -> str:
     """The plan as a pull-request comment."""
     title = f"### dsflow plan: `{plan['project']}` ({plan['environment']})"
     actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
+    footer = footer_lines(plan)
     if not actionable:
-        return f"{title}\n\nNo changes. The deployed pipelines match the project."
-    excluded = [excluded_line(plan), ""] if plan.get("excluded") else []
+        return "\n\n".join([title, "No changes. The deployed pipelines match the project.", *footer])
+    excluded = [*footer, ""] if footer else []
     lines = [title, "", f"**{summary_line(plan)}**", "", *excluded, "| | resource | action | category | reason |",
              "|---|---|---|---|---|"]
     for change in actionable:
@@ -139,7 +165,8 @@ def plan_markdown(plan: dict[str, Any]) -> str:
         drift = " (drift)" if change.get("drift") else ""
         lines.append(f"| `{SYMBOL[change['action']]}` | `{change['address']}` | {change['action']}{drift} | "
                      f"{category} | {change['reason']} |")
-    detailed = [c for c in actionable if c.get("effect") or c.get("estimate") or c.get("affected") or c.get("destroys")]
+    detailed = [c for c in actionable if c.get("effect") or c.get("estimate") or c.get("affected") or c.get("destroys")
+                or c.get("skips")]
     if detailed:
         lines += ["", "<details><summary>What happens to running queries</summary>", ""]
         for change in detailed:

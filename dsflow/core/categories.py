@@ -5,6 +5,8 @@
     carry_offsets    state cannot be kept; the new version starts each source where the old stopped
     replay           the new version rebuilds from an earlier position (earliest or a timestamp)
     replace_relation a relation's schema or key changed; every query downstream is listed
+    reset_checkpoint asked for (--reset-checkpoint): a new checkpoint at the sources' end offsets; what the query had
+                     not read is skipped, and the sink keeps what it holds
 
 The rules follow Spark's checkpoint compatibility: filters and projections of a stateless query
 may change; the set of sources may not; stateful operators keep state only for identical plans, so a
@@ -24,6 +26,7 @@ class Category(str, Enum):
     CARRY_OFFSETS = "carry_offsets"
     REPLAY = "replay"
     REPLACE_RELATION = "replace_relation"
+    RESET_CHECKPOINT = "reset_checkpoint"
     NEW = "new"
 
 
@@ -36,7 +39,13 @@ EFFECTS = {
     Category.CARRY_OFFSETS: "new checkpoint; each source starts where the old version stopped "
                             "(offsets carried from the old checkpoint); nothing reprocessed or skipped",
     Category.REPLAY: "new checkpoint; sources re-read from {position}",
+    Category.RESET_CHECKPOINT: "new checkpoint; each source starts at its end offsets when apply stops the old "
+                               "version: the records it had not read by then are skipped (never read); what it wrote "
+                               "stays in its sink; records arriving after the stop are read",
 }
+
+FORCED = ("replace", "reset_checkpoint")
+"""What `plan|apply --replace ADDRESS` and `--reset-checkpoint ADDRESS` ask of a deployed query (Change.forced)."""
 
 
 def is_replay_override(value: str | None) -> bool:

@@ -50,6 +50,16 @@ class DataLoss(BaseModel):
                                                "run this change")
 
 
+class Skipped(BaseModel):
+    """What a reset checkpoint skips: the records its sources hold past its last committed batch, never read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    records: int | None = Field(None, description="records its sources hold now past its last committed batch, "
+                                                  "counted during planning; null if not counted (a source whose "
+                                                  "store cannot say its offsets)")
+
+
 class Change(BaseModel):
     """One planned change, with the reason (for display only) and its effect on query state."""
 
@@ -77,6 +87,14 @@ class Change(BaseModel):
                                                         "the user allowed it (--allow-destroy, --allow-data-loss)")
     physical: str | None = Field(None, description="for relations: the physical object, e.g. '<store type> "
                                                    "topic main/pageviews'")
+    forced: str | None = Field(None, description="asked for on the command line, not by a project edit: 'replace' "
+                               "(--replace: rebuilt from the earliest offsets) or 'reset_checkpoint' "
+                               "(--reset-checkpoint: a new checkpoint at the sources' end offsets)",
+                               json_schema_extra={"enum": ["replace", "reset_checkpoint", None]})
+    duplicates: list[str] = Field(default_factory=list, description="for a forced replay: the streams that receive "
+                                  "records again, its sink and every stream a query downstream copies them into")
+    skips: Skipped | None = Field(None, description="for a reset checkpoint: the records skipped; apply refuses it "
+                                  "unless the user allowed it (--allow-destroy ADDRESS, --allow-data-loss)")
     moved_from: str | None = Field(None, description="a move (a `moved:` entry, or a relation renamed onto the "
                                                      "same physical object): the deployed address whose state "
                                                      "entry this change takes over (core/moves.py)")
@@ -124,6 +142,8 @@ class Observations(BaseModel):
     foreign_logs: dict[str, str] = Field(default_factory=dict, description="by query address: which of its source "
                                                                            "logs is another log now than the one its "
                                                                            "offsets were read from, in words")
+    skipped: dict[str, int] = Field(default_factory=dict, description="by query address: the records its sources "
+                                    "hold past its last committed batch, which a reset checkpoint skips")
     schema_refusals: dict[str, str] = Field(default_factory=dict, description="by relation address: why the "
                                                                               "registry would reject a query sink's "
                                                                               "new columns (DSF-E841)")

@@ -41,9 +41,12 @@ class Questions:
     records does it hold?"""
     evolving: tuple[str, ...] = ()
     """Relation addresses whose columns change compatibly: would the registry take the new schema?"""
+    skipping: Mapping[str, DeployedResource] = field(default_factory=dict)
+    """Query address -> deployed entry of a query whose checkpoint is reset (--reset-checkpoint): how many records do
+    its sources hold past its last committed batch?"""
 
     def __bool__(self) -> bool:
-        return bool(self.growing or self.replays or self.carried or self.counted or self.evolving)
+        return bool(self.growing or self.replays or self.carried or self.counted or self.evolving or self.skipping)
 
 
 def questions(desired: list[Resource], state: State, options: PlanOptions, counting: bool = True) -> Questions:
@@ -57,8 +60,10 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
     deployed = {key: moved.resources[key] for key in sorted(reach) if key in moved.resources}
     queries = {key: entry for key, entry in deployed.items() if key.startswith("query.")}
     replays = {key: (entry, _start(wanted[key])) for key, entry in queries.items()}
+    replays |= {key: (moved.resources[key], None) for key in sorted(options.replace) if key in moved.resources}
+    skipping = {key: moved.resources[key] for key in sorted(options.reset_checkpoint) if key in moved.resources}
     if not counting:
-        return Questions(replays=replays)
+        return Questions(replays=replays, skipping=skipping)
     growing = {key: (entry.data, pinned(wanted[key], entry).data["partitions"]) for key, entry in deployed.items()
                if key in changed and key.startswith("relation.") and _grows(wanted[key], entry)}
     evolving = tuple(key for key, entry in deployed.items() if key in changed and _evolves(wanted[key], entry))
@@ -66,7 +71,8 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
     maybe_gone = {**deployed, **deleted(wanted, moved, options.targets)}
     counted = {key: entry for key, entry in sorted(maybe_gone.items())
                if Address.parse(key).kind is Kind.RELATION and recreates(entry)}
-    return Questions(growing=growing, replays=replays, carried=carried, counted=counted, evolving=evolving)
+    return Questions(growing=growing, replays=replays, carried=carried, counted=counted, evolving=evolving,
+                     skipping=skipping)
 
 
 def _changed(resource: Resource, deployed: DeployedResource | None) -> bool:

@@ -14,10 +14,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsflow.core.address import Address, Kind
+from dsflow.core.forcing import forced_change, held, is_paused
 from dsflow.core.graph import Graph
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
-from dsflow.core.changes import Action, Change, DataLoss, Estimate, Observation, Observations  # noqa: F401 (re-exported)
+from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
+                                 Skipped)  # (re-exported)
 from dsflow.core.physical import (SINK_AFTER_REPLAY, ColumnChange, column_change, log_noun, log_size,
                                   physical_object)
 from dsflow.core.resources import Resource, access_only, fingerprint
@@ -44,6 +46,13 @@ class Plan(BaseModel):
     targets: list[str] = Field(default_factory=list, description="the --target addresses, sorted")
     excluded: list[str] = Field(default_factory=list, description="what --exclude leaves as deployed: each excluded "
                                 "address and everything downstream of it, sorted")
+    replace: list[str] = Field(default_factory=list, description="the --replace addresses, sorted: deployed queries "
+                               "rebuilt from the earliest offsets in a new checkpoint")
+    reset_checkpoint: list[str] = Field(default_factory=list, description="the --reset-checkpoint addresses, sorted: "
+                                        "deployed queries started in a new checkpoint at their sources' end offsets")
+    paused: list[str] = Field(default_factory=list, description="the deployed queries `dsflow pause` stopped, sorted: "
+                              "left stopped on their checkpoints (not drift), their changes held until "
+                              "`dsflow resume`")
     desired_fingerprint: str = Field("", description="hash of every desired resource; apply refuses if it moved")
     changes: list[Change] = Field(description="every resource in apply order (deletes first), no-ops included")
     observations: Observations = Field(default_factory=Observations,
@@ -89,6 +98,10 @@ class PlanOptions:
     targets: frozenset[str] = frozenset()
     excludes: frozenset[str] = frozenset()
     """The --exclude addresses: each, and everything that depends on it (desired or deployed), is left as it is."""
+    replace: frozenset[str] = frozenset()
+    """The --replace addresses: deployed queries rebuilt from scratch (a new checkpoint, sources from the earliest)."""
+    reset_checkpoint: frozenset[str] = frozenset()
+    """The --reset-checkpoint addresses: deployed queries given a new checkpoint at their sources' end offsets."""
 
 
 def make_plan(project: str, environment: str, desired: list[Resource], state: State,
@@ -101,6 +114,8 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     excluded = _downstream(options.excludes, graph, state)
     common = dict(project=project, environment=environment, state_lineage=state.lineage, state_serial=state.serial,
                   mode=mode, targets=sorted(options.targets), excluded=sorted(excluded),
+                  replace=sorted(options.replace), reset_checkpoint=sorted(options.reset_checkpoint),
+                  paused=sorted(k for k, v in state.resources.items() if is_paused(v) and k not in excluded),
                   desired_fingerprint=desired_fingerprint(desired), observations=options.observations)
     if options.refresh_only:
         return Plan(changes=_refresh_changes(state, options.observations.resources), **common)
@@ -112,6 +127,8 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     deletes = _delete_changes(wanted, state, options.targets)
     forward = [_with_replay_note(c, wanted) for c in forward]
     changes = [_with_object(_with_data_loss(c, state, options), state, graph, options) for c in deletes + forward]
+    common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
+                              if c.action is Action.NOOP and is_paused(state.resources.get(c.address)))
     return Plan(changes=changes, **common)
 
 
@@ -176,6 +193,11 @@ def _forward_changes(wanted: dict[str, Resource], graph: Graph, state: State, op
         if change.action is Action.REPLACE and pinned is not resource and recreates(state.resources[change.address]):
             change = _change_for(resource, state, options, replaced, graph, restarting)  # takes the size inferred now
         change = with_move(change, *moved, options.store_types)
+        if change.address in options.replace or change.address in options.reset_checkpoint:
+            change = forced_change(change, resource, wanted, options.observations, change.address in options.replace,
+                                   replaced)
+        elif is_paused(state.resources.get(change.address)):
+            change = held(change)
         if change.action is Action.REPLACE:
             replaced[change.address] = change.reason
         changes.append(change)

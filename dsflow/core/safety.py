@@ -48,19 +48,33 @@ def check_prevented(plan: Plan) -> None:
 
 
 def check_data_loss(plan: Plan, allowance: Allowance) -> None:
-    """DSF-E822 unless every change that destroys records was allowed; DSF-E823 for a prevented one. `dsflow
-    destroy` is itself the acknowledgement for its own plan (prevent_destroy still holds)."""
+    """DSF-E822 unless every change that destroys records, or skips them (a reset checkpoint), was allowed; DSF-E823
+    for a prevented one. `dsflow destroy` is itself the acknowledgement for its own plan (prevent_destroy still
+    holds)."""
     check_prevented(plan)
     if plan.mode == "destroy":
         return
-    refused = [c for c in plan.destroying if not allowance.allows(c.address)]
+    refused = [(c.address, _destroyed(c)) for c in plan.destroying if not allowance.allows(c.address)]
+    refused += [(c.address, _skipped(c)) for c in plan.changes
+                if c.skips is not None and not allowance.allows(c.address)]
     if refused:
-        raise DsflowError("DSF-E822", "the plan destroys records and nothing was applied: " + "; ".join(
-            f"{c.address} ({c.action.value}) deletes {_loss(c).object}"
-            + (f" holding ~{_loss(c).records:,} records" if _loss(c).records is not None else "")
-            for c in refused),
-            hint="if that is intended, apply again with " + " ".join(f"--allow-destroy {c.address}" for c in refused)
+        raise DsflowError("DSF-E822", "the plan loses records and nothing was applied: " + "; ".join(
+            f"{address} {words}" for address, words in refused),
+            hint="if that is intended, apply again with " + " ".join(f"--allow-destroy {a}" for a, _ in refused)
                  + " (or --allow-data-loss)")
+
+
+def _destroyed(change: Change) -> str:
+    loss = _loss(change)
+    held = f" holding ~{loss.records:,} records" if loss.records is not None else ""
+    return f"({change.action.value}) deletes {loss.object}{held}"
+
+
+def _skipped(change: Change) -> str:
+    """What a reset checkpoint skips, in words (`Change.skips`)."""
+    records = change.skips.records if change.skips is not None else None
+    now = f": ~{records:,} records now" if records is not None else ""
+    return f"(--reset-checkpoint) never reads what its sources hold past its last committed batch{now}"
 
 
 def check_same_logs(address: str, recorded: dict[str, str], current: dict[str, str]) -> None:

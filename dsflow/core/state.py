@@ -39,6 +39,10 @@ class LedgerEntry(BaseModel):
     start_timestamp: int | None = None
     source_logs: dict[str, str] | None = Field(None, description="topic -> the broker's topic id when this version "
                                                                  "started: its offsets mean something on that log only")
+    forced: str | None = Field(None, description="asked for on the command line: 'replace' (--replace) or "
+                               "'reset_checkpoint' (--reset-checkpoint)")
+    skipped_records: int | None = Field(None, description="a reset checkpoint: the records between where the version "
+                                        "before stopped and where this one started, never read")
     stopped_at: str | None = None
     stop_offsets: dict[str, dict[str, int | str]] | None = Field(None, description="committed offsets when it stopped "
                                                                "(or shard -> position)")

@@ -18,7 +18,7 @@ from dsflow.adapters.spark import apps
 from dsflow.adapters.spark.spec import DRIVER_MODULE, ENV_REF, driver_identity
 from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
-from dsflow.core.categories import Category
+from dsflow.core.categories import STOP_GRACE_SECONDS, Category
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change
 from dsflow.core.resources import access_only
@@ -204,9 +204,10 @@ class QueryExecutor:
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         """In place, keep checkpoint, or drift repair: the new version resumes from the same checkpoint."""
-        stopped = self._stop(deployed)
+        parked = self._park(ctx, change, deployed)
+        stopped = self._stop(deployed, parked)
         category = change.category or Category.IN_PLACE
-        outputs = self._start(ctx, change, Path(deployed.outputs["checkpoint"]), StartAt(), category)
+        outputs = self._start(ctx, change, Path(deployed.outputs["checkpoint"]), StartAt(), category, parked)
         return {**outputs, LEDGER_STOPPED: stopped}
 
     def replace(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
@@ -217,25 +218,34 @@ class QueryExecutor:
 
             recorded = deployed.outputs.get("logs") or {}
             check_same_logs(change.address, recorded, identities(ctx.project, recorded))
-        stopped = self._stop(deployed)
+        parked = self._park(ctx, change, deployed)
+        stopped = self._stop(deployed, parked)
         start = _start_at(change, stopped["stop_offsets"] or {})
+        if change.category is Category.RESET_CHECKPOINT:
+            start = _at_end(ctx, deployed)
         checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
-        outputs = self._start(ctx, change, checkpoint, start, change.category or Category.REPLAY)
+        outputs = self._start(ctx, change, checkpoint, start, change.category or Category.REPLAY, parked)
+        if change.category is Category.RESET_CHECKPOINT:
+            outputs[LEDGER_STARTED]["skipped_records"] = _skipped(stopped["stop_offsets"], start.offsets)
         return {**outputs, LEDGER_STOPPED: stopped}
 
     def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any]:
         return {LEDGER_STOPPED: self._stop(deployed)}
 
     def _start(self, ctx: Context, change: Change, checkpoint: Path, start: StartAt,
-               category: Category) -> dict[str, Any]:
+               category: Category, parked: int | None = None) -> dict[str, Any]:
+        """Start the query's new version: in its parked driver (`parked`, its PID) if that driver takes it, else
+        in a driver of its own or its shared application."""
         from dsflow.adapters.spark.translate import query_spec
 
         name = Address.parse(change.address).name
         query = next(q for q in ctx.project.queries if q.fqn == name)
         run_dir = ctx.workspace.query_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
-        _stop_orphan(run_dir)
-        process.stop(ctx.resumed.get("pid"), driver_identity(run_dir))
+        if parked is None:
+            _stop_orphan(run_dir)
+        if ctx.resumed.get("pid") != parked:
+            process.stop(ctx.resumed.get("pid"), driver_identity(run_dir))
         spec = query_spec(ctx.project, query, change.data_hash or "v", str(checkpoint), str(run_dir / "status.json"),
                           start)
         spec, secrets = _secrets_to_env(spec, ctx.project)
@@ -243,22 +253,40 @@ class QueryExecutor:
         spec_path.write_text(spec.model_dump_json(indent=2))
         (run_dir / "status.json").unlink(missing_ok=True)
         shared = _shared(ctx, name, spec, spec_path, secrets) if apps.isolation(ctx.project, query) == "shared" else {}
-        pid = shared.get("pid") or process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log",
-                                                  driver_identity(run_dir), env=secrets)
+        pid = shared.get("pid") or _launch_driver(run_dir, spec_path, secrets, parked)
         ctx.note({"pid": pid})
         logs = source_logs(ctx.project, query)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
-                   "source_logs": logs or None}
+                   "source_logs": logs or None, "forced": change.forced}
         return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),
                 "topics": [s.topic for s in spec.sources], "logs": logs, LEDGER_STARTED: started, **shared}
 
-    def _stop(self, deployed: DeployedResource) -> dict[str, Any]:
+    def _park(self, ctx: Context, change: Change, deployed: DeployedResource) -> int | None:
+        """Ask the deployed version's own driver to stop its query and wait for the new version
+        (adapters/spark/reload.py): its PID if it did, None if the new version starts elsewhere (a shared
+        application, another run folder) or the driver did not answer."""
+        from dsflow.adapters.spark import reload
+
+        outputs, name = deployed.outputs, Address.parse(change.address).name
+        query = next((q for q in ctx.project.queries if q.fqn == name), None)
+        if outputs.get("app_dir") or not outputs.get("run_dir") or query is None \
+                or apps.isolation(ctx.project, query) == "shared" \
+                or Path(outputs["run_dir"]) != ctx.workspace.query_dir(name):
+            return None
+        pid, identity = outputs.get("pid"), driver_identity(outputs["run_dir"])
+        reply = reload.park(Path(outputs["run_dir"]), pid, lambda: process.is_running(pid, identity),
+                            STOP_GRACE_SECONDS + 30)
+        return pid if reply is not None else None
+
+    def _stop(self, deployed: DeployedResource, parked: int | None = None) -> dict[str, Any]:
+        """Stop the deployed version (already stopped when its driver is `parked`); its version and the offsets its
+        checkpoint committed last."""
         from dsflow.adapters.spark.checkpoint import committed_offsets
 
         if deployed.outputs.get("app_dir"):
             apps.stop_shared(deployed.outputs)  # its application's other queries go on
-        else:
+        elif parked is None:
             process.stop(deployed.outputs.get("pid"), driver_identity(deployed.outputs.get("run_dir")))
         checkpoint = Path(deployed.outputs.get("checkpoint", ""))
         offsets = committed_offsets(checkpoint) if checkpoint.is_dir() else None
@@ -347,6 +375,41 @@ def _start_at(change: Change, carried: dict[str, dict[str, int]]) -> StartAt:
     if change.override and change.override.isdigit():
         return StartAt(timestamp=int(change.override))
     return StartAt(position="earliest")
+
+
+def _launch_driver(run_dir: Path, spec_path: Path, secrets: dict[str, str], parked: int | None) -> int:
+    """The new version's driver: the parked one if it runs the spec, else a cold one (the parked one, refusing,
+    exits)."""
+    from dsflow.adapters.spark import reload
+
+    identity = driver_identity(run_dir)
+    if parked is not None:
+        if reload.resume(run_dir, parked, spec_path, secrets, lambda: process.is_running(parked, identity)) is None:
+            return parked
+        process.stop(parked, identity)
+    return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", identity, env=secrets)
+
+
+def _at_end(ctx: Context, deployed: DeployedResource) -> StartAt:
+    """Where a reset checkpoint starts: each source's end offsets right after the old version stopped (noted first,
+    so an apply interrupted here and run again starts where this one would have); a store that cannot say its
+    offsets starts at its latest position when the new version starts."""
+    from dsflow.adapters.objects import end_offsets
+
+    ends = ctx.resumed.get("reset_offsets")
+    if ends is None:
+        ends = end_offsets(ctx.project, list(deployed.outputs.get("topics") or []))
+        ctx.note({"reset_offsets": ends})
+    return StartAt(offsets=ends) if ends else StartAt(position="latest")
+
+
+def _skipped(stopped: dict[str, dict[str, int | str]] | None,
+             ends: dict[str, dict[str, int]]) -> int | None:
+    """Records between where the old version stopped and where the reset version starts; None if not known."""
+    if not stopped or not ends:
+        return None
+    return sum(max(0, end - int(stopped.get(topic, {}).get(partition, end)))
+               for topic, parts in ends.items() for partition, end in parts.items())
 
 
 def _stop_orphan(run_dir: Path) -> None:

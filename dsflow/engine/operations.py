@@ -62,16 +62,25 @@ def resource_graph(project: Project) -> Graph:
     return Graph.from_dependencies({r.address: r.depends_on for r in project_resources(project)})
 
 
+@dataclass(frozen=True)
+class Forced:
+    """Changes asked for by name (core/forcing.py): `--replace` and `--reset-checkpoint` addresses."""
+
+    replace: frozenset[str] = frozenset()
+    reset_checkpoint: frozenset[str] = frozenset()
+
+
 def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
-         targets: frozenset[str] = frozenset(), excludes: frozenset[str] = frozenset()) -> Plan:
+         targets: frozenset[str] = frozenset(), excludes: frozenset[str] = frozenset(),
+         forced: Forced = Forced()) -> Plan:
     """Observe the live systems once (a refresh, unless told not to; replay estimates in any case), then make the
     plan once from the project, the state and what was observed; the plan carries the observations."""
     with gcpause.paused():  # see dsflow/gcpause.py
-        return _plan(loaded, destroy, do_refresh, refresh_only, targets, excludes)
+        return _plan(loaded, destroy, do_refresh, refresh_only, targets, excludes, forced)
 
 
 def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str],
-          excludes: frozenset[str]) -> Plan:
+          excludes: frozenset[str], forced: Forced = Forced()) -> Plan:
     """Observe once (what to ask derived from the project and the state alone), then plan once from what was seen."""
     from dsflow.adapters.state import redactor
 
@@ -81,7 +90,9 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     state = with_current_markers(loaded.project, state, resources)  # a state written before keyed markers
     _check_targets(targets, loaded.project, state)
     _check_targets(excludes, loaded.project, state, "--exclude")
+    _check_forced(forced, resources, state, targets, excludes)
     options = PlanOptions(destroy=destroy, refresh_only=refresh_only, targets=targets, excludes=excludes,
+                          replace=forced.replace, reset_checkpoint=forced.reset_checkpoint,
                           store_types={s.name: s.type for s in loaded.project.stores},
                           moves={m.to_address: m.from_address for m in loaded.project.moves})
     refreshing = (do_refresh or refresh_only) and not destroy
@@ -141,10 +152,14 @@ def _check_existing_sizes(project: Project, the_plan: Plan) -> None:
         raise ProjectError(diagnostics=found)
 
 
-def _check_targets(targets: frozenset[str], project: Project, state, option: str = "--target") -> None:
+def _check_targets(targets: frozenset[str], project: Project | None, state, option: str = "--target",
+                   desired: set[str] | None = None) -> None:
     if not targets:  # nothing to check; the resources of a big project are not cheap to list
         return
-    known = {str(r.address) for r in project_resources(project)} | set(state.resources)
+    if desired is None:
+        assert project is not None  # either the project or its resources' addresses
+        desired = {str(r.address) for r in project_resources(project)}
+    known = desired | set(state.resources)
     for target in sorted(targets):
         if target not in known:
             from dsflow.errors import DsflowError
@@ -152,6 +167,31 @@ def _check_targets(targets: frozenset[str], project: Project, state, option: str
 
             raise DsflowError("DSF-E024", f"{option} '{target}' names no resource of the project or the state",
                               hint=did_you_mean(target, known))
+
+
+def _check_forced(forced: Forced, resources, state, targets: frozenset[str], excludes: frozenset[str]) -> None:
+    """DSF-E024 for an address the project and the state do not know; DSF-E828 for one that is not a query both
+    declare and deploy, that --exclude leaves out or --target does not reach, or that is named by both options."""
+    from dsflow.errors import DsflowError
+
+    for option, addresses in (("--replace", forced.replace), ("--reset-checkpoint", forced.reset_checkpoint)):
+        _check_targets(addresses, None, state, option, {str(r.address) for r in resources})
+        for address in sorted(addresses):
+            why = None
+            if Address.parse(address).kind is not Kind.QUERY or address not in state.resources:
+                why = "is not a deployed query"
+            elif address not in {str(r.address) for r in resources}:
+                why = "is no longer in the project (its delete stops it)"
+            elif address in (forced.replace & forced.reset_checkpoint):
+                why = "is named by both --replace and --reset-checkpoint"
+            elif excludes and address in excludes:
+                why = "is left out by --exclude"
+            elif targets and address not in targets:
+                why = "is not one of the --target addresses"
+            if why:
+                raise DsflowError("DSF-E828", f"{option} {address} {why}",
+                                  hint="name a deployed query of the project once, such as "
+                                       "query.db.schema.name ('dsflow status' lists them)")
 
 
 def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None, allowance: Allowance | None = None) -> ApplyResult:
@@ -193,7 +233,10 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
             shared = shared or {"standby": waiting}  # in its own driver: what a restart of it would become
             if shared and running and isinstance(info.get("started_at"), (int, float)):
                 runtime["uptime_seconds"] = round(max(0.0, time.time() - info["started_at"]), 1)  # the query's own
-            entries.append({**info, **shared, "address": key, "state": runtime.pop("runtime_state", state_name),
+            state_name = runtime.pop("runtime_state", state_name)
+            if deployed.outputs.get("paused"):  # dsflow pause: stopped on its checkpoint, left alone
+                state_name, runtime["paused_at"] = "paused", deployed.outputs.get("paused_at")
+            entries.append({**info, **shared, "address": key, "state": state_name,
                             "pid": pid, **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
                                           if with_dead_letters else {})})
         elif kind is Kind.DATAGEN:

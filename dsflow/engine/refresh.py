@@ -36,9 +36,12 @@ def observe(project, state: State, asked: Questions, refresh: bool) -> Observati
                  if (found := replay_estimate(project, key, since, deployed)) is not None}
     counts = {key: count for key, deployed in asked.counted.items()
               if (count := record_count(project, deployed)) is not None}
+    skipped = {key: count for key, deployed in asked.skipping.items()
+               if (count := skipped_records(project, deployed)) is not None}
     return Observations(refreshed=refresh, observed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         resources=seen, log_sizes=sizes, growable=growable, estimates=estimates,
                         record_counts=counts, foreign_logs=foreign_logs(project, asked.carried),
+                        skipped=skipped,
                         schema_refusals=refusals)
 
 
@@ -112,6 +115,8 @@ def _observe_query(deployed: DeployedResource) -> Observation:
     # executors import the Spark translation (sqlglot): plan may not need it
     from dsflow.engine.executors import query_identity
 
+    if deployed.outputs.get("paused"):
+        return Observation(address=deployed.address, healthy=True, detail="paused")  # dsflow pause: not drift
     running = process.is_running(deployed.outputs.get("pid"), query_identity(deployed.outputs))
     status = query_status(deployed)
     checkpoint = deployed.outputs.get("checkpoint")
@@ -155,6 +160,28 @@ def replay_estimate(project, address: str, since: str | None, deployed: Deployed
         total += count
     rate = (query_status(deployed).get("processed_rows_per_second") if deployed else None) or None
     return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None)
+
+
+def skipped_records(project, deployed: DeployedResource) -> int | None:
+    """Records a deployed query's sources hold now past the offsets of its checkpoint's last committed batch (all
+    they hold when nothing was committed): what a reset of its checkpoint to their end offsets skips; None when a
+    source's store cannot say its offsets."""
+    from dsflow.adapters.objects import positions
+    from dsflow.adapters.spark.checkpoint import committed_offsets
+
+    topics = list(deployed.outputs.get("topics") or [])
+    now = positions(project, topics) if topics else None
+    if now is None:
+        return None
+    checkpoint = Path(deployed.outputs.get("checkpoint") or "")
+    committed = (committed_offsets(checkpoint) if checkpoint.is_dir() else None) or []
+    done = dict(zip(topics, committed, strict=False))
+    total = 0
+    for topic in topics:
+        for partition, (first, end) in now[topic].items():
+            read = done.get(topic, {}).get(partition, first)
+            total += max(0, end - max(first, int(read) if isinstance(read, int) else first))
+    return total
 
 
 def record_count(project, deployed: DeployedResource) -> int | None:

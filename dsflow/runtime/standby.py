@@ -39,11 +39,13 @@ KEPT_CHILDREN = 200
 
 
 def isolated_specs(state: State) -> list[Path]:
-    """The spec files of the deployed queries that run in their own driver (`query` isolation)."""
+    """The spec files of the deployed queries that run in their own driver (`query` isolation); not a paused one
+    (nothing restarts it: no standby is kept for it)."""
     found = []
     for key, deployed in sorted(state.resources.items()):
         outputs = deployed.outputs
-        if Address.parse(key).kind is Kind.QUERY and outputs.get("run_dir") and not outputs.get("app_dir"):
+        if Address.parse(key).kind is Kind.QUERY and outputs.get("run_dir") and not outputs.get("app_dir") \
+                and not outputs.get("paused"):
             found.append(Path(outputs["run_dir"]) / "spec.json")
     return found
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
+from dsflow.core.forcing import is_paused
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
 from dsflow.adapters.spark.spec import driver_identity
@@ -45,9 +46,10 @@ TICK_ENV = "DSFLOW_RUNTIME_TICK"
 
 
 def supervised(state: State) -> list[DeployedResource]:
-    """The deployed queries and generators, in address order."""
+    """The deployed queries and generators, in address order; not a query `dsflow pause` stopped (it is left alone
+    until `dsflow resume`)."""
     return [r for key, r in sorted(state.resources.items())
-            if Address.parse(key).kind in (Kind.QUERY, Kind.DATAGEN)]
+            if Address.parse(key).kind in (Kind.QUERY, Kind.DATAGEN) and not is_paused(r)]
 
 
 def describe_exit(code: int | None, recorded: str | None) -> str:
@@ -81,7 +83,7 @@ class Supervisor:
         state = self.backend.read()
         targets = supervised(state)
         if self.auto and state.lineage and not targets:
-            log("nothing deployed any more; exiting")
+            log("nothing deployed any more (or every query paused); exiting")
             return False
         self._keep_standby(state)
         if state.pending is not None or self.backend.lock_holder() is not None:

@@ -17,6 +17,7 @@ from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.plan import Action
 from dsflow.core.safety import Allowance
 from dsflow.errors import DsflowError
+from support import drivers
 from support.brokers import both_brokers
 
 pytestmark = pytest.mark.integration
@@ -283,6 +284,6 @@ def test_raising_a_sources_partitions_keeps_the_topic_sized_from_it(tmp_path: Pa
         operations.apply(loaded, operations.plan(loaded, destroy=True))
 
 
-def _driver_pids(options: operations.Options) -> dict[str, int]:
-    state = operations.load(options).workspace.state_backend().read()
-    return {k: v.outputs["pid"] for k, v in state.resources.items() if "pid" in v.outputs}
+def _driver_pids(options: operations.Options) -> dict[str, tuple[int, str | None]]:
+    """Each query's process and run (a restart in its own driver keeps the PID, not the run)."""
+    return drivers.runs(options)

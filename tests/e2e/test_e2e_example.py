@@ -24,6 +24,7 @@ from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.plan import Action
 from dsflow.cli import cli
 from dsflow.engine.executors import datagen_identity, query_identity
+from support import drivers
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +76,21 @@ def _apply(options: operations.Options) -> list:
 def _pids(options: operations.Options) -> dict[str, int]:
     state = operations.load(options).workspace.state_backend().read()
     return {k: v.outputs["pid"] for k, v in state.resources.items() if "pid" in v.outputs}
+
+
+def _wait_for_runs(options: operations.Options) -> dict[str, tuple[int, str | None]]:
+    """Each query's (PID, run id) once every query's status names its run."""
+    found: dict[str, tuple[int, str | None]] = {}
+
+    def named() -> bool:
+        found.update(drivers.runs(options))
+        return all(run for address, (_, run) in found.items() if address.startswith("query."))
+
+    deadline = time.monotonic() + 120
+    while not named():
+        assert time.monotonic() < deadline, f"a query's status names no run: {found}"
+        time.sleep(0.5)
+    return found
 
 
 def _started(pids: dict[str, int]) -> dict[str, float | None]:
@@ -159,13 +175,14 @@ def _edit_where_clause(project_dir: Path, options: operations.Options, broker: s
     plan = operations.plan(operations.load(options))
     assert [(c.address, c.action, c.category) for c in plan.actionable] == \
            [(QUERY_FILTERED, Action.UPDATE, "keep_checkpoint")]
-    before = _pids(options)
+    _wait_for_runs(options)
+    before = drivers.runs(options)
     checkpoint = _state(options).resources[QUERY_FILTERED].outputs["checkpoint"]
     _apply(options)
-    after = _pids(options)
-    assert after[QUERY_FILTERED] != before[QUERY_FILTERED]
+    after = _wait_for_runs(options)
+    assert after[QUERY_FILTERED][0] == before[QUERY_FILTERED][0], "restarted in its own driver: the same process"
+    assert after[QUERY_FILTERED][1] != before[QUERY_FILTERED][1], "the query was not restarted"
     assert after[QUERY_ENRICHED] == before[QUERY_ENRICHED], "an unrelated query was restarted"
-    assert not process.is_running(before[QUERY_FILTERED], _identities(options)[QUERY_FILTERED])
     assert _state(options).resources[QUERY_FILTERED].outputs["checkpoint"] == checkpoint
 
     batch = _produce_batch(broker, 20_000, 100)

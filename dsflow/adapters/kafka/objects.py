@@ -40,6 +40,19 @@ class KafkaObjects:
         client.assert_reachable(bootstrap)
         return held_records(client.client_config(bootstrap, store.properties), topic, since)
 
+    def positions(self, store: Any, names: list[str]) -> dict[str, dict[str, tuple[int, int]]]:
+        """topic -> partition -> (first offset held, true end offset), for each named topic that exists."""
+        from dsflow.adapters.kafka import client
+
+        client.assert_reachable(store.bootstrap_servers)
+        found = {}
+        with client.consumer(client.client_config(store.bootstrap_servers, store.properties)) as consumer:
+            for name in names:
+                parts = client.topic_partitions(consumer, name)
+                starts, ends = client.start_offsets(consumer, name, parts), client.end_offsets(consumer, name, parts)
+                found[name] = {str(p): (starts.get(p, 0), ends[p]) for p in parts}
+        return found
+
     def executor(self, data: Mapping[str, Any], outputs: Mapping[str, Any], store_type: str | None) -> Any:
         return executor(data, outputs, store_type)
 

@@ -127,6 +127,8 @@ def progress_status(spec: QuerySpec, query, state: str, totals: ExpectationTotal
     status: dict[str, Any] = {"name": spec.name, "version": spec.version, "pid": os.getpid(), "state": state,
                               "updated_at": time.time(), "gap_offsets": counted_gaps(spec),
                               **_skipped(spec), **(totals.fields(query) if totals is not None else {})}
+    if query is not None:  # a restart in the same driver keeps its PID and starts a new run
+        status["run_id"] = str(query.runId)
     if progress:
         status.update({
             "batch_id": progress.get("batchId"),
@@ -210,12 +212,20 @@ def _between_batches(status: dict[str, Any], held_twice: bool) -> bool:
 
 def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int:
     """Run the query until SIGTERM (or `stop`); `spark`: a session already built for the spec's master and conf
-    (a warm standby that became this query's driver, adapters/spark/standby.py), else one is built."""
+    (a warm standby that became this query's driver, adapters/spark/standby.py), else one is built. A planned
+    restart runs the next version in this process (adapters/spark/reload.py)."""
     from dsflow.adapters.spark.session import build_session
 
     stop = stop or threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    wake = threading.Event()
+
+    def stopping(*_: Any) -> None:
+        stop.set()
+        wake.set()
+
+    signal.signal(signal.SIGTERM, stopping)
+    signal.signal(signal.SIGINT, stopping)
+    signal.signal(signal.SIGUSR1, lambda *_: wake.set())
     write_status(spec.status_path, {"name": spec.name, "version": spec.version, "pid": os.getpid(),
                                     "state": "starting", "updated_at": time.time()})
     try:
@@ -224,30 +234,96 @@ def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int
         write_status(spec.status_path, {**progress_status(spec, None, "failed"), "error": error_summary(err)})
         return 1
     _redact_in_spark(spark)
-    query = None
+    session, built = spark, spec
+    try:
+        while True:
+            code, parked = _run_version(session, spec, stop, wake)
+            if not parked:
+                return code
+            resumed = _await_resume(spec, built, stop, wake)
+            if resumed is None:
+                return 0
+            write_status(resumed.status_path, {"name": resumed.name, "version": resumed.version, "pid": os.getpid(),
+                                               "state": "starting", "updated_at": time.time()})
+            spec, session = resumed, _fresh_session(spark, resumed)
+    finally:
+        spark.stop()
+
+
+def _run_version(spark, spec: QuerySpec, stop: threading.Event, wake: threading.Event) -> tuple[int, bool]:
+    """Run one version of the query until a stop or a park request; (exit code, parked)."""
+    from dsflow.adapters.spark import reload
+    run_dir = Path(spec.status_path).parent
+    query, request = None, None
     lag = LagProbe(spec)
     totals = ExpectationTotals(spec)
     try:
         query = start_query(spark, spec)
         while not stop.is_set() and query.isActive:
             write_status(spec.status_path, {**progress_status(spec, query, "running", totals), **_lag(lag, query)})
-            query.awaitTermination(STATUS_EVERY_SECONDS)
+            request = reload.pending(run_dir, "park")
+            if request is not None:
+                break
+            wake.wait(STATUS_EVERY_SECONDS)
+            wake.clear()
         between = stop_between_batches(query, spec.name)
         error = query.exception()
         if error is not None:
             raise RuntimeError(str(error))
         write_status(spec.status_path, {**progress_status(spec, query, "stopped", totals),
                                         "stopped_between_batches": between})
-        return 0
+        if request is not None:
+            reload.answer(run_dir, request, parked=True, stopped_between_batches=between)
+        return 0, request is not None
     except Exception as err:  # noqa: BLE001 - the status file is how the failure reaches dsflow status
         status = progress_status(spec, query, "failed", totals)
         status["error"] = error_summary(err)
         write_status(spec.status_path, status)
         print(scrub(f"query {spec.name} failed: {err}"), file=sys.stderr)
-        return 1
+        return 1, False
     finally:
         lag.close()
-        spark.stop()
+
+
+def _await_resume(spec: QuerySpec, built: QuerySpec, stop: threading.Event,
+                  wake: threading.Event) -> QuerySpec | None:
+    """Parked: wait for the next version's spec (reload.PARK_SECONDS at most); None to exit (none came, a stop, or a
+    spec this session cannot run as it is, refused)."""
+    from dsflow.adapters.spark import reload
+    from dsflow.adapters.spark.standby import misfit
+
+    run_dir = Path(spec.status_path).parent
+    deadline = time.monotonic() + reload.PARK_SECONDS
+    while not stop.is_set() and time.monotonic() < deadline:
+        request = reload.pending(run_dir, "resume")
+        if request is None:
+            wake.wait(0.5)
+            wake.clear()
+            continue
+        try:
+            resumed = resolve_env_refs(QuerySpec.model_validate_json(Path(request["spec"]).read_text()))
+        except (OSError, ValueError) as err:
+            reload.answer(run_dir, request, ok=False, reason=f"its spec cannot be read: {err}")
+            return None
+        reason = misfit(built.master, built.spark_conf, resumed.master, resumed.spark_conf)
+        if reason is None and not reload.holds_secrets(request):
+            reason = "its secrets are not the ones this driver was started with"
+        reload.answer(run_dir, request, ok=reason is None, reason=reason)
+        return resumed if reason is None else None
+    return None
+
+
+def _fresh_session(spark, spec: QuerySpec):
+    """A session of its own for the next version: temporary views and SQL conf (a state store provider set by the
+    version before) start as a new driver's would."""
+    from dsflow.adapters.spark.session import isolated_session
+
+    session = isolated_session(spark)
+    for key, value in spec.spark_conf.items():
+        if key.startswith("spark.sql."):
+            session.conf.set(key, value)
+    _redact_in_spark(session)
+    return session
 
 
 def _lag(probe: LagProbe, query) -> dict[str, Any]:

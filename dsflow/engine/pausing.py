@@ -1,0 +1,86 @@
+"""`dsflow pause QUERY` and `dsflow resume QUERY`: stop a deployed query keeping its checkpoint and offsets, and
+start it again on them.
+
+Pause stops the query as apply's planned stop does (between two micro-batches, core/categories.py
+STOP_GRACE_SECONDS) and records it in the state as paused (`outputs.paused`, with when and the offsets of its last
+committed batch). Refresh then sees it as paused, not as drift; the plan leaves it stopped and holds its changes
+(core/forcing.py); the runtime supervisor leaves it alone (runtime/supervisor.py `supervised`). Resume starts the
+recorded version again on the same checkpoint, in its own driver or its shared application, as the supervisor's
+restart does: it resumes from the last committed batch, so nothing is read twice or skipped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dsflow.core.address import Address, Kind
+from dsflow.core.forcing import is_paused
+from dsflow.core.model import Project
+from dsflow.core.state import DeployedResource, State
+from dsflow.errors import DsflowError
+from dsflow.engine.workspace import Workspace
+from dsflow.runtime.locking import lock_patiently
+
+PAUSED_KEYS = ("paused", "paused_at", "paused_offsets")
+"""What pause adds to a query's outputs; resume removes them."""
+
+
+def pause(project: Project, workspace: Workspace, address: str) -> DeployedResource:
+    """Stop the deployed query at `address` and record it paused; DSF-E828 if it is not deployed or already paused."""
+    from dsflow.engine.executors import QueryExecutor
+
+    backend = workspace.state_backend()
+    with lock_patiently(backend, "pause"):
+        state = backend.read()
+        deployed = _deployed(state, address, want_paused=False)
+        stopped = QueryExecutor()._stop(deployed)
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        outputs = {**deployed.outputs, "pid": None, "paused": True, "paused_at": now,
+                   "paused_offsets": stopped["stop_offsets"]}
+        return _record(backend, state, deployed.model_copy(update={"outputs": outputs}))
+
+
+def resume(project: Project, workspace: Workspace, address: str) -> DeployedResource:
+    """Start the paused query at `address` again on its checkpoint (its recorded version and spec); DSF-E828 if it
+    is not deployed or not paused."""
+    backend = workspace.state_backend()
+    with lock_patiently(backend, "resume"):
+        state = backend.read()
+        deployed = _deployed(state, address, want_paused=True)
+        started = _start_again(project, workspace, deployed)
+        outputs = {k: v for k, v in deployed.outputs.items() if k not in PAUSED_KEYS} | started
+        return _record(backend, state, deployed.model_copy(update={"outputs": outputs}))
+
+
+def _start_again(project: Project, workspace: Workspace, deployed: DeployedResource) -> dict[str, Any]:
+    """The recorded spec started again: in a shared application (placed again: its old one may have stopped with
+    its last query), else in its own driver."""
+    from dsflow.adapters.spark import apps
+    from dsflow.adapters.spark.spec import QuerySpec
+    from dsflow.engine.executors import relaunch_driver
+
+    if deployed.outputs.get("app_dir"):
+        spec_path = Path(deployed.outputs["run_dir"]) / "spec.json"
+        spec = QuerySpec.model_validate_json(spec_path.read_text())
+        (spec_path.parent / "status.json").unlink(missing_ok=True)
+        return apps.start_shared(project, workspace.run_dir / "apps", deployed.outputs["app_query"], spec, spec_path,
+                                 {})
+    return {"pid": relaunch_driver(project, deployed)}
+
+
+def _deployed(state: State, address: str, want_paused: bool) -> DeployedResource:
+    deployed = state.resources.get(address)
+    if deployed is None or Address.parse(address).kind is not Kind.QUERY:
+        raise DsflowError("DSF-E828", f"{address} is not a deployed query",
+                          hint="name one 'dsflow status' lists, such as query.db.schema.name")
+    if is_paused(deployed) != want_paused:
+        raise DsflowError("DSF-E828", f"{address} is {'not ' if want_paused else ''}paused",
+                          hint="'dsflow status' shows which queries are paused")
+    return deployed
+
+
+def _record(backend, state: State, entry: DeployedResource) -> DeployedResource:
+    backend.write(state.with_resource(entry), expected_serial=state.serial)
+    return entry

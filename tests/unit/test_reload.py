@@ -1,0 +1,111 @@
+"""The restart-in-place protocol between apply and a query's driver (adapters/spark/reload.py), both sides in
+this process: the driver side is driver._await_resume and reload's own pending/answer, on real files and signals.
+The restart itself, on Spark and a broker, is checked by tests/e2e/test_e2e_example.py (same PID, a new run,
+every id once) and tests/e2e/test_restart_exactly_once.py (by id)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from dsflow.adapters.spark import driver, reload
+from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
+
+
+@pytest.fixture(autouse=True)
+def _sigusr1_ignored():
+    """reload signals the driver's PID (here, this process) with SIGUSR1: ignored in the test."""
+    before = signal.signal(signal.SIGUSR1, lambda *_: None)
+    yield
+    signal.signal(signal.SIGUSR1, before)
+
+
+def _spec(run_dir: Path, conf: dict[str, str] | None = None, secret: str | None = None) -> QuerySpec:
+    client = {"bootstrap.servers": "127.0.0.1:9"} | ({"sasl.password": f"@env:{secret}"} if secret else {})
+    return QuerySpec(name="analytics.public.q", version="v2", master="local[2]", spark_conf=conf or {},
+                     checkpoint=str(run_dir / "cp"), status_path=str(run_dir / "status.json"),
+                     trigger_interval="1 second",
+                     sources=[SourceSpec(view="s", topic="in", client_config=client, schema_ddl="id BIGINT")],
+                     sink=SinkSpec(topic="out", client_config=client, columns=["id"]), select_sql="SELECT id FROM s")
+
+
+def _driver_answering(run_dir: Path, op: str, **reply) -> threading.Thread:
+    def serve() -> None:
+        for _ in range(200):
+            request = reload.pending(run_dir, op)
+            if request is not None:
+                reload.answer(run_dir, request, **reply)
+                return
+            threading.Event().wait(0.01)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    return thread
+
+
+def test_a_driver_that_parks_answers_and_its_reply_is_returned(tmp_path: Path) -> None:
+    thread = _driver_answering(tmp_path, "park", parked=True, stopped_between_batches=True)
+    reply = reload.park(tmp_path, os.getpid(), lambda: True, timeout=5)
+    thread.join()
+    assert reply is not None and reply["stopped_between_batches"] is True
+    assert not (tmp_path / reload.REQUEST_FILE).exists(), "an answered request is removed"
+
+
+def test_no_park_without_a_live_driver_or_an_answer(tmp_path: Path) -> None:
+    assert reload.park(tmp_path, None, lambda: True, timeout=1) is None
+    assert reload.park(tmp_path, os.getpid(), lambda: False, timeout=1) is None
+    assert reload.park(tmp_path, os.getpid(), lambda: True, timeout=0.3) is None, "an old driver never answers"
+
+
+def test_a_reply_to_another_request_is_not_taken(tmp_path: Path) -> None:
+    (tmp_path / reload.REPLY_FILE).write_text('{"id": "stale", "parked": true}')
+    assert reload.park(tmp_path, os.getpid(), lambda: True, timeout=0.3) is None
+
+
+def _resume(tmp_path: Path, spec: QuerySpec, built: QuerySpec, secrets: dict[str, str]) -> tuple[str | None, object]:
+    """Apply's resume against the driver's _await_resume in a thread: (apply's answer, the driver's next spec)."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(spec.model_dump_json())
+    found: dict[str, object] = {}
+    waiting = threading.Thread(target=lambda: found.update(
+        spec=driver._await_resume(built, built, threading.Event(), threading.Event())))
+    waiting.start()
+    why = reload.resume(tmp_path, os.getpid(), spec_path, secrets, lambda: True, timeout=10)
+    waiting.join()
+    return why, found["spec"]
+
+
+def test_a_parked_driver_runs_a_spec_of_its_master_and_conf(tmp_path: Path) -> None:
+    built = _spec(tmp_path, {"spark.sql.shuffle.partitions": "2"})
+    why, resumed = _resume(tmp_path, _spec(tmp_path, {"spark.sql.shuffle.partitions": "2"}), built, {})
+    assert why is None
+    assert isinstance(resumed, QuerySpec) and resumed.select_sql == "SELECT id FROM s"
+
+
+def test_a_spec_of_another_spark_conf_is_refused_and_the_driver_exits(tmp_path: Path) -> None:
+    built = _spec(tmp_path, {"spark.sql.shuffle.partitions": "2"})
+    why, resumed = _resume(tmp_path, _spec(tmp_path, {"spark.sql.shuffle.partitions": "4"}), built, {})
+    assert why == "its Spark conf is not the standby's" and resumed is None
+
+
+def test_secrets_the_driver_was_not_started_with_are_refused(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DSFLOW_SECRET_0", "old-password")
+    spec = _spec(tmp_path, secret="DSFLOW_SECRET_0")
+    why, resumed = _resume(tmp_path, spec, spec, {"DSFLOW_SECRET_0": "new-password"})
+    assert why == "its secrets are not the ones this driver was started with" and resumed is None
+    why, resumed = _resume(tmp_path, spec, spec, {"DSFLOW_SECRET_0": "old-password"})
+    assert why is None and isinstance(resumed, QuerySpec)
+    assert resumed.sources[0].client_config["sasl.password"] == "old-password", "secrets resolved from its env"
+
+
+def test_an_unreadable_spec_is_refused(tmp_path: Path) -> None:
+    built = _spec(tmp_path)
+    waiting = threading.Thread(target=driver._await_resume, args=(built, built, threading.Event(), threading.Event()))
+    waiting.start()
+    why = reload.resume(tmp_path, os.getpid(), tmp_path / "missing.json", {}, lambda: True, timeout=10)
+    waiting.join()
+    assert why is not None and why.startswith("its spec cannot be read")
