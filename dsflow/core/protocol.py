@@ -146,6 +146,10 @@ class PhysicalObjects(Protocol):
         """Records the deployed object holds now (from epoch ms `since` when given): what a plan that deletes or
         empties it destroys (`DESTROYS ~N`); None if not countable."""
 
+    def positions(self, store: Any, names: list[str]) -> dict[str, dict[str, tuple[int, int]]]:
+        """name -> partition -> (first offset held, end offset), for the named logs that exist: where a reset
+        checkpoint starts and what it skips (core/forcing.py); absent where the store cannot say."""
+
     def can_grow(self, store: Any, name: str, total: int) -> bool:
         """Whether the object can take `total` partitions (shards) in place, keeping its records."""
 

@@ -202,5 +202,5 @@ def test_the_standby_takes_the_master_and_conf_most_queries_have(tmp_path):
     assert wanted_session([a, b]) == ("local[2]", {"x": "1"})  # a tie: the first in address order
     assert wanted_session([cluster, broken]) is None  # a cluster master gets no standby
     assert standby_process.misfit("local[2]", {"x": "1"}, "local[2]", {"x": "2"}) == \
-        "its Spark conf is not the standby's"
+        "its Spark conf is not the one this session was built with"
     assert standby_process.misfit("local[2]", {}, "local[2]", {}) is None

@@ -89,7 +89,7 @@ def test_a_parked_driver_runs_a_spec_of_its_master_and_conf(tmp_path: Path) -> N
 def test_a_spec_of_another_spark_conf_is_refused_and_the_driver_exits(tmp_path: Path) -> None:
     built = _spec(tmp_path, {"spark.sql.shuffle.partitions": "2"})
     why, resumed = _resume(tmp_path, _spec(tmp_path, {"spark.sql.shuffle.partitions": "4"}), built, {})
-    assert why == "its Spark conf is not the standby's" and resumed is None
+    assert why == "its Spark conf is not the one this session was built with" and resumed is None
 
 
 def test_secrets_the_driver_was_not_started_with_are_refused(tmp_path: Path, monkeypatch) -> None:
@@ -109,3 +109,19 @@ def test_an_unreadable_spec_is_refused(tmp_path: Path) -> None:
     why = reload.resume(tmp_path, os.getpid(), tmp_path / "missing.json", {}, lambda: True, timeout=10)
     waiting.join()
     assert why is not None and why.startswith("its spec cannot be read")
+
+
+def test_a_parked_driver_asked_to_park_again_answers_at_once(tmp_path: Path) -> None:
+    """An apply interrupted between park and resume, run again, parks the driver again: it answers that it is parked
+    (the checkpoint's last commit is final) and goes on waiting for the spec."""
+    built = _spec(tmp_path)
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(built.model_dump_json())
+    found: dict[str, object] = {}
+    waiting = threading.Thread(target=lambda: found.update(
+        spec=driver._await_resume(built, built, threading.Event(), threading.Event())))
+    waiting.start()
+    assert reload.park(tmp_path, os.getpid(), lambda: True, timeout=5) is not None
+    assert reload.resume(tmp_path, os.getpid(), spec_path, {}, lambda: True, timeout=10) is None
+    waiting.join()
+    assert isinstance(found["spec"], QuerySpec)

@@ -290,11 +290,15 @@ def _await_resume(spec: QuerySpec, built: QuerySpec, stop: threading.Event,
     """Parked: wait for the next version's spec (reload.PARK_SECONDS at most); None to exit (none came, a stop, or a
     spec this session cannot run as it is, refused)."""
     from dsflow.adapters.spark import reload
-    from dsflow.adapters.spark.standby import misfit
+    from dsflow.adapters.spark.spec import misfit
 
     run_dir = Path(spec.status_path).parent
     deadline = time.monotonic() + reload.PARK_SECONDS
     while not stop.is_set() and time.monotonic() < deadline:
+        again = reload.pending(run_dir, "park")
+        if again is not None:  # an apply interrupted after parking it, run again: it is parked already
+            reload.answer(run_dir, again, parked=True, stopped_between_batches=True)
+            deadline = time.monotonic() + reload.PARK_SECONDS
         request = reload.pending(run_dir, "resume")
         if request is None:
             wake.wait(0.5)

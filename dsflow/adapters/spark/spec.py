@@ -21,6 +21,16 @@ def driver_identity(run_dir: str | Path | None):
     return Identity(folder, "driver", legacy)
 
 
+def misfit(master: str, conf: dict[str, str], spec_master: str, spec_conf: dict[str, str]) -> str | None:
+    """Why a spec cannot run in a session already built for this master and conf (a warm standby's, a driver's
+    parked between two versions), or None."""
+    if spec_master != master:
+        return f"its Spark master {spec_master} is not {master}, the one this session runs on"
+    if dict(spec_conf) != dict(conf):
+        return "its Spark conf is not the one this session was built with"
+    return None
+
+
 ENV_REF = "@env:"
 """A client setting written '@env:NAME' takes its value from the driver's environment (secrets stay off disk)."""
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from dsflow.adapters import process
-from dsflow.adapters.spark.spec import DRIVER_MODULE, driver_identity
+from dsflow.adapters.spark.spec import DRIVER_MODULE, driver_identity, misfit
 from dsflow.errors import DsflowError
 
 STANDBY_MODULE = "dsflow.adapters.spark.standby"
@@ -58,15 +58,6 @@ MAX_MESSAGE = 1 << 20
 def standby_identity(folder: str | Path) -> process.Identity:
     """A waiting standby's identity (adapters/process.py), in its own folder; given up at its handoff."""
     return process.Identity(Path(folder), "standby", (STANDBY_MODULE, str(Path(folder) / CONFIG_FILE)))
-
-
-def misfit(master: str, conf: dict[str, str], spec_master: str, spec_conf: dict[str, str]) -> str | None:
-    """Why a spec cannot run in a standby of this master and conf (its session is built), or None."""
-    if spec_master != master:
-        return f"its Spark master {spec_master} is not the standby's {master}"
-    if dict(spec_conf) != dict(conf):
-        return "its Spark conf is not the standby's"
-    return None
 
 
 def read_status(folder: Path) -> dict[str, Any]:
