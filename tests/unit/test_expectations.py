@@ -218,7 +218,7 @@ def test_the_status_file_carries_the_totals_of_the_batches_seen(tmp_path: Path) 
                      expectations=RULES)
     totals = ExpectationTotals(spec)
     batch = {"batchId": 0, "observedMetrics": {METRICS: {"passed0": 1, "failed0": 2, "passed1": 3, "failed1": 0}}}
-    query = SimpleNamespace(lastProgress=batch, recentProgress=[batch])
+    query = SimpleNamespace(lastProgress=batch, recentProgress=[batch], runId="r")
     assert progress_status(spec, None, "starting", totals)["expectations"] == {
         "positive": {"action": "drop", "passed": 0, "failed": 0}, "known": {"action": "warn", "passed": 0, "failed": 0}}
     for _ in range(2):  # the same batch seen twice is counted once
