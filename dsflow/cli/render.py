@@ -248,8 +248,18 @@ def status_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
         rate = e.get("input_rows_per_second")
         rows.append([e["address"], _state_cell(e), f"{rate:.1f}" if isinstance(rate, (int, float)) else "-",
                      lag_cell(e), str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
-                     str(e.get("dead_letters", "-")), e.get("error") or e.get("last_error") or ""])
+                     str(e.get("dead_letters", "-")), expectations_cell(e),
+                     e.get("error") or e.get("last_error") or ""])
     return rows
+
+
+def expectations_cell(entry: dict[str, Any]) -> str:
+    """Per expectation, the rows that failed it of those checked since the driver started (`positive 3/10`), and
+    the source records skipped under 'source.deserialization.error.handling' = IGNORE."""
+    parts = [f"{name} {found.get('failed', 0)}/{found.get('passed', 0) + found.get('failed', 0)}"
+             for name, found in (entry.get("expectations") or {}).items()]
+    parts += [f"{entry['skipped_records']} skipped"] if entry.get("skipped_records") else []
+    return ", ".join(parts) or "-"
 
 
 def lag_cell(entry: dict[str, Any]) -> str:

@@ -224,6 +224,24 @@ class ChainedChangelogJoin(Frozen):
                                        "columns (only when not keyed_by_left and not aggregated)")
 
 
+class Expectation(Frozen):
+    """A data-quality rule on the rows a query writes: `CONSTRAINT name EXPECT (condition) ON VIOLATION action`.
+    A row passes when the condition is TRUE; FALSE or NULL is a violation. Every rule counts the rows that pass
+    and fail it in each micro-batch; a row a changelog query deletes is not checked."""
+
+    name: str
+    condition: str = Field(description="the boolean condition over the query's result columns, in DeltaStream SQL")
+    action: Literal["warn", "drop", "dead_letter", "fail"] = Field(
+        description="warn: counted and written; drop: not written; dead_letter: sent to the query's dead-letter topic "
+        "with the rule's name and why, not written; fail: the query stops before the micro-batch commits")
+    location: Location | None = None
+
+
+DESERIALIZATION_ERRORS = ("TERMINATE", "IGNORE", "IGNORE_AND_LOG")
+"""'source.deserialization.error.handling': a source record that does not decode stops the query, is skipped and
+counted, or is sent to the dead-letter topic (dsflow's default where a store keeps dead letters)."""
+
+
 class Query(Frozen):
     """A continuous query: CREATE STREAM/CHANGELOG/MATERIALIZED VIEW AS SELECT or INSERT INTO ... SELECT."""
 
@@ -257,6 +275,10 @@ class Query(Frozen):
         "of two changelogs (changelog_join), joins of more changelogs")
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
+    expectations: tuple[Expectation, ...] = Field((), description="CONSTRAINT ... EXPECT rules, in written order")
+    deserialization_errors: Literal["TERMINATE", "IGNORE", "IGNORE_AND_LOG"] | None = Field(
+        None, description="'source.deserialization.error.handling'; None: dead letters where the source's store "
+                          "keeps them (IGNORE_AND_LOG), else the query stops")
     isolation: Literal["shared", "query"] | None = Field(
         None, description="'runtime.isolation': where it runs, overriding the project's runtime.isolation; None: as "
                           "that says")

@@ -43,6 +43,9 @@ class StoreRules(Protocol):
     """Logs: the prefix of its log configs ('<prefix><config>' WITH properties are configs of the log)."""
     transactions_why: str
     """Logs: why its transactions would not make a stream sink exactly-once (DSF-E047's hint)."""
+    row_dead_letters: bool
+    """Dead letters (Capability.DEAD_LETTERS): a query's DEAD LETTER expectations may send rows to its dead-letter
+    log (absent: they may not, DSF-E864)."""
     merging_sinks: tuple[str, str]
     """Tables (Capability.MERGE): how DSF-E157 names a sink merging a changelog's deletes (what, where)."""
     view_props: set[str]
@@ -272,6 +275,11 @@ class SparkFacet(Protocol):
     def write_batch(self, sink: Any, rows: list[tuple], deletes: list[tuple], replace: dict[str, bool],
                     checkpoint: str, batch_id: int) -> None:
         """A view sink: upsert and delete one micro-batch's rows in one transaction, once per batch id."""
+
+    def send_rows(self, config: dict[str, str], topic: str, records: list) -> None:
+        """Dead letters (its rules' `row_dead_letters`): send (key, value, headers) records, rows failing a query's
+        DEAD LETTER expectations, to the dead-letter log `topic` with the source's client `config`, delivered before
+        it returns (adapters/spark/expectations.py)."""
 
     def lag_reader(self) -> Any | None:
         """An object measuring how far a query is behind one of its sources: `unit` ('records', 'millis' or

@@ -163,6 +163,10 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], r
     }
     if query.dlq_topic:
         metadata["dlq_topic"] = query.dlq_topic
+    if query.expectations:  # metadata: a rule added, changed or dropped restarts the query on its checkpoint
+        metadata["expectations"] = [[e.name, e.condition, e.action] for e in query.expectations]
+    if query.deserialization_errors:
+        metadata["deserialization_errors"] = query.deserialization_errors
     if (query.isolation or project.runtime.isolation) == "shared":
         metadata["isolation"] = "shared"  # only when shared: a project in the default mode plans as before
     metadata.update(_owner(query))

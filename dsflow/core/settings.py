@@ -161,6 +161,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("query", "delivery.guarantee", ("delivery_guarantee",), _Q),
     Setting("query", "trigger.interval", ("trigger_interval",), _R),
     Setting("query", "dlq.topic", ("dlq_topic",), _R),
+    Setting("query", "CONSTRAINT ... EXPECT", ("expectations",), _R, "a rule added, changed or dropped: the same "
+            "checkpoint"),
+    Setting("query", "source.deserialization.error.handling", ("deserialization_errors",), _R),
     Setting("query", "runtime.isolation", ("isolation",), _R, "its own driver or a shared application"),
     Setting("query", "owner", ("owner",), _P, "CREATE ... AS SELECT: owns the relation and its query"),
     Setting("query", "start.position", ("start_position",), _O),
@@ -248,6 +251,18 @@ def named_query_settings(fields: list[str], before: dict, after: dict, stores: M
             named += [f"'{changed}' of store {store}" for store, names in sorted(stores.items()) for changed in names]
         elif name == "schema_registry":
             named.append("the settings of its schema registry")
+        elif name == "expectations":
+            named += changed_expectations(before.get(name) or [], after.get(name) or [])
         else:
             named.append(name)
     return named or fields
+
+
+def changed_expectations(before: list, after: list) -> list[str]:
+    """How a restarted query's reason names its expectation changes, from two query metadata lists of [name,
+    condition, action]: ["expectations (added 'positive', dropped 'small')"]."""
+    old, new = {e[0]: e for e in before}, {e[0]: e for e in after}
+    words = [f"added '{n}'" for n in new if n not in old]
+    words += [f"changed '{n}'" for n in new if n in old and old[n] != new[n]]
+    words += [f"dropped '{n}'" for n in old if n not in new]
+    return [f"expectations ({', '.join(words)})" if words else "expectations"]

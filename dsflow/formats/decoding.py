@@ -66,13 +66,25 @@ class Decoding:
     key_format: str | None = None
     """long, int or double: keys are binary numbers, read as their decimal text and written back as binary;
     avro or protobuf: Confluent wire-format keys, read as text (keys.py)."""
+    on_error: str | None = None
+    """'source.deserialization.error.handling' (option `deserialization.errors`): TERMINATE, IGNORE or
+    IGNORE_AND_LOG; None: dead letters where there is a dead-letter target, else TERMINATE (`policy`)."""
+    skip_log: str | None = None
+    """IGNORE: the file each task appends the count of records it skipped to (option `skip.log`, JSON lines)."""
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> Decoding:
         columns = tuple(tuple(c) for c in json.loads(opts.get("value.columns") or "[]"))
         return cls(value_format=opts.get("value.format", "json").lower(), columns=columns,
                    registry=registry_settings(opts), dlq_topic=opts.get("dlq.topic") or None,
-                   query=opts.get("dlq.query", ""), key_format=(opts.get("key.format") or "").lower() or None)
+                   query=opts.get("dlq.query", ""), key_format=(opts.get("key.format") or "").lower() or None,
+                   on_error=(opts.get("deserialization.errors") or "").upper() or None,
+                   skip_log=opts.get("skip.log") or None)
+
+    @property
+    def policy(self) -> str:
+        """What happens to a record that does not decode: TERMINATE, IGNORE or IGNORE_AND_LOG (a dead letter)."""
+        return self.on_error or ("IGNORE_AND_LOG" if self.dlq_topic else "TERMINATE")
 
     @property
     def numeric_key(self) -> bool:
@@ -112,6 +124,34 @@ def value_layout(value_format: str, columns: Any, dlq_topic: str | None, parses_
             and all(str(sql_type).strip().upper() in JSON_STRUCT_TYPES for _, sql_type in columns)):
         return BOTH
     return TEXT
+
+
+def set_aside(bad: Bad, decoding: Decoding, undecodable: Callable[[int, str], Exception]) -> Bad:
+    """The records of `bad` (index, error) that go to the dead-letter target under the decoding's policy: all of them
+    (IGNORE_AND_LOG); none, their count appended to the skip log (IGNORE); or the first one's error, raised
+    (TERMINATE: `undecodable(index, error)` names the record)."""
+    if not bad:
+        return bad
+    policy = decoding.policy
+    if policy == "TERMINATE":
+        raise undecodable(*bad[0])
+    if policy == "IGNORE":
+        if decoding.skip_log:
+            import time
+
+            with open(decoding.skip_log, "a", encoding="utf-8") as log:
+                log.write(json.dumps({"skipped": len(bad), "at": time.time()}) + "\n")
+        return []
+    return bad
+
+
+def skipped_count(path: str) -> int:
+    """Records the reads of a query skipped under IGNORE (the lines of its skip log), 0 if none."""
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        return 0
+    return sum(json.loads(line)["skipped"] for line in lines if line)
 
 
 def decode_chunk(messages: list, decoding: Decoding) -> tuple[list[int], Any, Bad]:

@@ -28,7 +28,7 @@ RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "
 OWNER = "owner"
 """Any relation or CREATE ... AS SELECT may declare it: the role owning the relation and its query."""
 QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
-               "dlq.topic", "runtime.isolation", OWNER}
+               "dlq.topic", "runtime.isolation", "source.deserialization.error.handling", OWNER}
 TOPIC_CONFIG_PREFIX: str = next(p for t in registry.kinds_that(registry.Capability.LOGS)
                                 if (p := rule(t, "config_prefix")))
 """Any relation may declare '<prefix><config>': a config of its log (the prefix is a log store kind's rule)."""
@@ -78,6 +78,10 @@ Report = Callable[[Diagnostic], None]
 def resolve_statements(statements: list[tuple[str, RawStatement]], ns: Namespace, report: Report) -> list[Query]:
     """Declared relations first, then CREATE ... AS SELECT in dependency order, then INSERT INTO."""
     for path, st in statements:
+        if not st.is_query and st.extra.get("expectations"):
+            from dsflow.load.expectations import declared_without_query
+
+            declared_without_query(st.extra["expectations"], report)
         if not st.is_query and st.kind in ("stream", "changelog"):
             _declare(ns, _declared_relation(path, st, ns, report), st, report)
         elif not st.is_query and st.kind == "table":
@@ -529,9 +533,41 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  delivery_guarantee=delivery_guarantee(st, sink, report,
                                                        getattr(ns.stores.get(sink.store), "type", None)),
                  dlq_topic=ns.topic_prefix + dlq if (dlq := _prop(st, "dlq.topic")) else None,
+                 expectations=_expectations(st, analysed, sources, ns, report),
+                 deserialization_errors=_deserialization_errors(st, report),
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER), location=st.location)
+
+
+def _expectations(st: RawStatement, analysed: Analysed, sources: tuple[Source, ...], ns: Namespace,
+                  report: Report) -> tuple:
+    """The query's CONSTRAINT ... EXPECT rules, checked against its result columns (load/expectations.py)."""
+    raw = st.extra.get("expectations") or ()
+    if not raw:
+        return ()
+    from dsflow.load.expectations import resolve_expectations
+
+    stores = [ns.stores.get(ns.relations[s.relation].store or "") for s in sources]
+    keeper = next((s for s in stores if registry.can(s, registry.Capability.DEAD_LETTERS)), None)
+    return resolve_expectations(raw, analysed.columns, bool(keeper and rule(keeper.type, "row_dead_letters")), report)
+
+
+def _deserialization_errors(st: RawStatement, report: Report) -> str | None:
+    """'source.deserialization.error.handling': TERMINATE, IGNORE or IGNORE_AND_LOG (DSF-E032); None if not set."""
+    from dsflow.core.model import DESERIALIZATION_ERRORS
+
+    prop = st.prop("source.deserialization.error.handling")
+    if prop is None:
+        return None
+    value = prop.value.strip().upper()
+    if value not in DESERIALIZATION_ERRORS:
+        report(Diagnostic("DSF-E032", f"'source.deserialization.error.handling' must be TERMINATE, IGNORE or "
+                          f"IGNORE_AND_LOG, got '{prop.value}'", prop.location,
+                          hint="'source.deserialization.error.handling' = 'IGNORE_AND_LOG' sends them to the "
+                               "dead-letter topic"))
+        return None
+    return value
 
 
 def _partition_by(st: RawStatement, sink: Relation, analysed: Analysed, report: Report) -> tuple[str, ...]:

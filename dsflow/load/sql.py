@@ -17,6 +17,7 @@ from sqlglot.tokens import Token, TokenType
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.access_sql import is_access, parse_access
 from dsflow.load.dialect import DeltaStream, is_window
+from dsflow.load.expect_sql import take_expectations
 from dsflow.load.statements import RawColumn, RawProperty, RawStatement
 from dsflow.load.unsupported import is_cte_name, meaningless_clauses
 
@@ -122,6 +123,9 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
     if is_access(tokens):  # GRANT, REVOKE, CREATE ROLE: load/access_sql.py
         return parse_access(tokens, path, start, snippet)
     tokens, partition_by = _partition_by(tokens, path)
+    tokens, expectations, problems = take_expectations(tokens, text, path)  # CONSTRAINT ... EXPECT: load/expect_sql.py
+    if problems:
+        return None, problems
     if nesting(tokens) > MAX_NESTING:  # refused before the parser: its RecursionError depends on the stack left
         return None, [too_deep(start)]
     try:
@@ -140,8 +144,9 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
                                       "SQL reference in docs/project.md")]
     expression = parsed[0] if parsed else None
     try:
-        raw = _to_raw(expression, path, start, snippet)
-        return (replace(raw, extra={**raw.extra, "partition_by": partition_by}) if partition_by else raw), \
+        raw = _with_extra(_to_raw(expression, path, start, snippet), partition_by=partition_by,
+                          expectations=expectations)
+        return raw, \
             duplicate_properties(raw.properties) + \
             meaningless_clauses(expression, start, lambda node: node_location(path, node, start))
     except RecursionError:
@@ -151,6 +156,12 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
                                  hint="supported: CREATE STREAM, CREATE CHANGELOG, "
                                       "CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
                                       "INSERT INTO ... SELECT, GRANT, REVOKE, CREATE ROLE")]
+
+
+def _with_extra(raw: RawStatement, **found: tuple) -> RawStatement:
+    """`raw` with the clauses taken out of its tokens (PARTITION BY, CONSTRAINT ... EXPECT) that it has."""
+    found = {k: v for k, v in found.items() if v}
+    return replace(raw, extra={**raw.extra, **found}) if found else raw
 
 
 MAX_NESTING = 200

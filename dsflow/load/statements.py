@@ -32,6 +32,21 @@ class RawColumn:
 
 
 @dataclass(frozen=True)
+class RawExpectation:
+    """One `CONSTRAINT name EXPECT (condition) ON VIOLATION action` clause of a query, as written."""
+
+    name: str
+    condition: str
+    """The condition's text between the parentheses."""
+    action: str
+    """warn, drop, dead_letter or fail (WARN, DROP ROW, DEAD LETTER, FAIL QUERY)."""
+    location: Location
+    """Where the clause starts (its CONSTRAINT)."""
+    condition_location: Location
+    """Where the condition's text starts."""
+
+
+@dataclass(frozen=True)
 class RawStatement:
     """A parsed DDL or DML statement, before names are resolved."""
 

@@ -19,6 +19,11 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_lag_max_millis                   age of the oldest unread record (logs with sequence numbers)
     dsflow_query_partition_lag_millis{topic, partition}    the same per shard
     dsflow_query_lag_wal_bytes{topic, partition}  write-ahead log written since the last change read (change streams)
+    dsflow_query_expectation_rows_total{expectation, action, result}   rows that passed or failed the rule since the
+                                                  driver started (result: passed, failed)
+    dsflow_query_expectation_last_batch_rows{expectation, result}      the same, in the last micro-batch
+    dsflow_query_skipped_records_total            source records skipped ('source.deserialization.error.handling'
+                                                  = IGNORE)
     dsflow_datagen_up, dsflow_datagen_restarts_total
 
 The warm standby driver (`runtime.standby`; no label):
@@ -79,6 +84,15 @@ class StatusCollector:
                                        labels=["query", "error"]),
             **{field: GaugeMetricFamily(metric, text, labels=["query", "topic", "partition"])
                for field, (metric, text) in PARTITION_LAG.items()},
+            "rules": CounterMetricFamily("dsflow_query_expectation_rows", "rows that passed or failed an "
+                                         "expectation since the driver started",
+                                         labels=["query", "expectation", "action", "result"]),
+            "rules_batch": GaugeMetricFamily("dsflow_query_expectation_last_batch_rows", "rows that passed or failed "
+                                             "an expectation in the last micro-batch",
+                                             labels=["query", "expectation", "result"]),
+            "skipped": CounterMetricFamily("dsflow_query_skipped_records", "source records that did not decode, "
+                                           "skipped ('source.deserialization.error.handling' = IGNORE)",
+                                           labels=["query"]),
             "gen_up": GaugeMetricFamily("dsflow_datagen_up", "1 while the generator runs", labels=["datagen"]),
             "gen_restarts": CounterMetricFamily("dsflow_datagen_restarts", "restarts of the generator by the "
                                                 "runtime supervisor", labels=["datagen"]),
@@ -112,9 +126,22 @@ def _add(families: dict, progress: dict, entry: dict[str, Any]) -> None:
         for topic, partitions in (entry.get(field) or {}).items():
             for partition, amount in partitions.items():
                 families[field].add_metric([name, topic, str(partition)], float(amount))
+    _add_expectations(families, name, entry)
     for key, family in progress.items():
         if isinstance(entry.get(key), (int, float)):
             family.add_metric([name], float(entry[key]) * SCALE.get(key, 1.0))
+
+
+def _add_expectations(families: dict, name: str, entry: dict[str, Any]) -> None:
+    """The counts of the query's expectations and the records it skipped (adapters/spark/driver.py writes them)."""
+    for rule, found in sorted((entry.get("expectations") or {}).items()):
+        for result in ("passed", "failed"):
+            families["rules"].add_metric([name, rule, str(found.get("action", "")), result],
+                                         float(found.get(result) or 0))
+            if found.get(f"last_batch_{result}") is not None:
+                families["rules_batch"].add_metric([name, rule, result], float(found[f"last_batch_{result}"]))
+    if isinstance(entry.get("skipped_records"), int):
+        families["skipped"].add_metric([name], float(entry["skipped_records"]))
 
 
 class StandbyCollector:

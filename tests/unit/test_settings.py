@@ -275,6 +275,11 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("query", "trigger.interval"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
                                                               "'trigger.interval' = '5 seconds')")]),
     ("query", "dlq.topic"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', 'dlq.topic' = 'bad')")]),
+    ("query", "CONSTRAINT ... EXPECT"): (COPIED, [(Q, COPIED_WITH, COPIED_WITH + " CONSTRAINT named EXPECT "
+                                                   "(name IS NOT NULL) ON VIOLATION DROP ROW")]),
+    ("query", "source.deserialization.error.handling"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
+                                                                   "'source.deserialization.error.handling' = "
+                                                                   "'IGNORE')")]),
     ("query", "runtime.isolation"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
                                                                "'runtime.isolation' = 'shared')")]),
     ("query", "start.position"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
@@ -331,7 +336,7 @@ def _accepted() -> set[tuple[str, str]]:
     # any relation statement takes them
     every = {PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, TOPIC_CONFIG_PREFIX + "*"}
     found = {("relation", p) for p in RELATION_PROPS | every | {"CREATE STREAM or CHANGELOG", "columns", "PRIMARY KEY"}}
-    found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ..."}}
+    found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ...", "CONSTRAINT ... EXPECT"}}
     found |= {("cdc", p) for p in CDC_PROPS} | {("source", p) for p in SOURCE_PROPS}
     found |= {("table", p) for p in TABLE_PROPS | every} | {("materialized_view", p) for p in VIEW_PROPS | every}
     for kind, model in [("store", raw.RawStore), ("schema_registry", raw.RawSchemaRegistry),

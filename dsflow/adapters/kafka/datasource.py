@@ -17,6 +17,10 @@ Options (keys are case-insensitive):
                            record for (ranges.py): fail the micro-batch (DSF-E709), or count them (compacted
                            topics, transaction markers) in `gap.log`
     gap.log                a file that counted gaps are appended to as JSON lines (dsflow status reads it)
+    deserialization.errors TERMINATE | IGNORE | IGNORE_AND_LOG: a record that does not decode stops the read
+                           (DSF-E779), is skipped and counted in `skip.log`, or goes to `dlq.topic` (formats/decoding.py
+                           `set_aside`); default: IGNORE_AND_LOG with a dlq.topic, else TERMINATE
+    skip.log               a file the counts of skipped records are appended to as JSON lines (dsflow status reads it)
     kafka.<setting>        passed to librdkafka without the prefix, e.g. kafka.security.protocol
     secret.options         comma-separated names of the options above whose values are secrets: scrubbed
                            from the tasks' log lines (core/secrets.py)
@@ -65,7 +69,7 @@ from dsflow.core.secrets import register
 from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
 from dsflow.errors import DsflowError, unchained
 from dsflow.formats.arrow import VALUE_COLUMN, spark_struct_ddl, value_struct
-from dsflow.formats.decoding import BOTH, TEXT, Decoding, decode_records
+from dsflow.formats.decoding import BOTH, TEXT, Decoding, decode_records, set_aside
 from dsflow.formats.primitives import NUMERIC_KEYS, key_texts
 
 SCHEMA = StructType([
@@ -160,7 +164,7 @@ def _read_range(task: KafkaRange) -> Iterator[Any]:
                 yield to_record_batch(messages, task.topic)
                 continue
             keep, values, keys, bad = decode_records(messages, task.decoding)
-            dead.send(messages, bad)
+            dead.send(messages, set_aside(bad, task.decoding, _undecodable(task, messages)))
             if keep:
                 kept = messages if len(keep) == len(messages) else [messages[i] for i in keep]
                 yield to_record_batch(kept, task.topic, values, task.decoding.key_format, keys, value_type)
@@ -168,6 +172,19 @@ def _read_range(task: KafkaRange) -> Iterator[Any]:
         ok = True
     finally:
         pool.release_consumer(task.config, consumer, ok, task.run)
+
+
+def _undecodable(task: KafkaRange, messages: list) -> Any:
+    """DSF-E779 for the record at an index of `messages` ('source.deserialization.error.handling' = TERMINATE, or a
+    read without a dead-letter topic)."""
+    def error(index: int, why: str) -> DsflowError:
+        policy = "is TERMINATE" if task.decoding.on_error else "is not set and it has no dead-letter topic"
+        return DsflowError("DSF-E779", f"the record of topic '{task.topic}', partition {task.partition}, offset "
+                           f"{messages[index].offset()} does not decode ({why[:500]}) and the query's "
+                           f"'source.deserialization.error.handling' {policy}",
+                           hint="fix or remove the record, or set the property to IGNORE_AND_LOG (dead letters) or "
+                                "IGNORE (skipped and counted)")
+    return error
 
 
 def _gap_logger(path: str | None) -> Any:

@@ -68,6 +68,30 @@ class DeadLetters:
                               f"{err.message}", hint="check the dead-letter topic and the broker") from err
 
 
+def send_records(config: Mapping[str, Any], topic: str, records: list[tuple[bytes | None, bytes, list]]) -> None:
+    """Send (key, value, headers) records to the dead-letter topic (created with one partition if missing) and
+    wait until they are delivered (DSF-E772 if not): rows failing a query's DEAD LETTER expectations."""
+    if not records:
+        return
+    config = dict(config)
+    extra = {k: str(v) for k, v in config.items() if k != "bootstrap.servers"}
+    ensure_topic(config.get("bootstrap.servers", ""), TopicSpec(topic, 1), extra)
+    errors = client.DeliveryErrors()
+    producer = client.new_producer(config, errors)
+    for key, value, headers in records:
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    try:
+        client.flush_or_raise(producer, topic, len(records), errors)
+    except DsflowError as err:
+        raise DsflowError("DSF-E772", f"dead letters not delivered to '{topic}': {err.message}",
+                          hint="check the dead-letter topic and the broker") from err
+
+
 def dead_letter_count(config: Mapping[str, Any], topic: str) -> int | None:
     """Records in the dead-letter topic (end minus start offsets); None if it does not exist."""
     with client.consumer(config) as c:

@@ -41,6 +41,8 @@ class KafkaRules:
     partitions_key = "topic.partitions"
     sizing_keys = SIZING
     config_prefix = "kafka.topic."
+    row_dead_letters = True
+    """A query's DEAD LETTER expectations send rows to its dead-letter topic (adapters/spark/expectations.py)."""
     """A relation's 'kafka.topic.<config>' properties are configs of its topic."""
     transactions_why = ("Kafka transactions cannot close the gap here, because the embedded broker (tansu) does not "
                         "isolate them (read_committed consumers see aborted records)")

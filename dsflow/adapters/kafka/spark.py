@@ -89,6 +89,12 @@ class KafkaSpark:
     def lag_reader(self) -> Any:
         return TopicEnds()
 
+    def send_rows(self, config: dict[str, str], topic: str, records: list) -> None:
+        """Rows failing a DEAD LETTER expectation, to the dead-letter topic (adapters/spark/expectations.py)."""
+        from dsflow.adapters.kafka.deadletters import send_records
+
+        send_records(config, topic, records)
+
 
 def _with_client(io: Any, config: dict[str, str]) -> Any:
     """A reader or writer with the client settings but the broker list (passed as its own option)."""

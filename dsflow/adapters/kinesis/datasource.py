@@ -41,6 +41,7 @@ import time
 from contextlib import AbstractContextManager
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -264,13 +265,15 @@ def decoded_batches(records: tuple[Record, ...] | list[Record], partition: Shard
     """The records as Arrow batches in chunks, decoded by the value format. Records that do not decode go to
     the dead-letter stream before the task ends, or stop it (DSF-E773) when there is none."""
     from dsflow.adapters.kinesis.decoding import DeadLetterStream, KinesisMessage, decode_records, undecodable
+    from dsflow.formats.decoding import set_aside
 
     decoding = partition.decoding
     dead = DeadLetterStream(partition.settings, decoding) if decoding.dlq_topic else None
     for i in range(0, len(records), CHUNK_ROWS):
         chunk = records[i:i + CHUNK_ROWS]
         keep, values, bad = decode_records(chunk, partition.stream, partition.shard, decoding)
-        if bad and dead is None:
+        bad = set_aside(bad, decoding, partial(_undecodable, partition, chunk))
+        if bad and dead is None:  # IGNORE_AND_LOG without a dead-letter stream
             index, error = bad[0]
             raise undecodable(partition.stream, partition.shard, chunk[index], error)
         if dead is not None:
@@ -278,6 +281,13 @@ def decoded_batches(records: tuple[Record, ...] | list[Record], partition: Shard
         if keep:
             kept = chunk if len(keep) == len(chunk) else [chunk[j] for j in keep]
             yield to_record_batch(kept, partition.stream, partition.shard, values)
+
+
+def _undecodable(partition: ShardRange, chunk: Any, index: int, error: str) -> Exception:
+    """The error stopping the query at record `index` of `chunk` (TERMINATE, or no dead-letter stream)."""
+    from dsflow.adapters.kinesis.decoding import undecodable
+
+    return undecodable(partition.stream, partition.shard, chunk[index], error)
 
 
 def to_record_batch(records: tuple[Record, ...] | list[Record], stream: str, shard: str, values: Any = None) -> Any:

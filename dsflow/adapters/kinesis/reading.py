@@ -10,14 +10,17 @@ from dsflow.adapters.kinesis.client import prefixed
 from dsflow.adapters.spark.gate import gate_options, spark_query_name
 
 
-def kinesis_stream(spark, source, query: str = ""):
+def kinesis_stream(spark, source, query: str = "", skip_log: str | None = None):
     """Rows (key, value, stream, shard, sequence, timestamp) of the source's Kinesis stream; for a value
-    format other than json, `__value` (the decoded columns) instead of `value`."""
+    format other than json, `__value` (the decoded columns) instead of `value`. `skip_log`: where records skipped
+    under 'source.deserialization.error.handling' = IGNORE are counted."""
     from dsflow.adapters.spark.frames import source_format_options
 
     reader = (spark.readStream.format("dsflow_kinesis").option("stream", source.topic)
               .option("starting.position", source.starting_position)
               .options(**source_format_options(source, query), **gate_options(query)))
+    if skip_log:
+        reader = reader.option("skip.log", skip_log)
     for key, value in prefixed(source.client_config).items():
         reader = reader.option(key, value)
     if source.starting_offsets:

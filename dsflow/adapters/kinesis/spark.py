@@ -39,8 +39,9 @@ class KinesisSpark:
 
     def stream(self, spark: Any, spec: Any, source: Any) -> Any:
         from dsflow.adapters.kinesis.reading import kinesis_stream
+        from dsflow.adapters.spark.frames import skip_log_path
 
-        return kinesis_stream(spark, source, spec.name)
+        return kinesis_stream(spark, source, spec.name, str(skip_log_path(spec)))
 
     def value_layout(self, source: Any) -> str:
         from dsflow.formats.decoding import value_layout

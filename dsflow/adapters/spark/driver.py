@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsflow.adapters.spark.expectations import counts, guarded
 from dsflow.adapters.spark.facets import for_kind
-from dsflow.adapters.spark.frames import gap_log_path, source_view
+from dsflow.adapters.spark.frames import gap_log_path, skip_log_path, source_view
 from dsflow.adapters.spark.gate import hold, held_twice, release
 from dsflow.adapters.spark.lag import LagProbe
 from dsflow.adapters.spark.retract import retracted_view
@@ -27,6 +28,7 @@ from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 from dsflow.core.categories import STOP_GRACE_SECONDS as PLANNED_STOP_GRACE
 from dsflow.core.secrets import register, registered, scrub
 from dsflow.errors import DsflowError
+from dsflow.formats.decoding import skipped_count
 
 STATUS_EVERY_SECONDS = 2.0
 ASYNC_CHECKPOINT = {
@@ -69,6 +71,7 @@ def build_dataframe(spark, spec: QuerySpec):
     if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
         retracted_view(spark, spec.retract, result)
         result = spark.sql(spec.retract.post_sql)
+    result = guarded(result, spec)  # the expectations (adapters/spark/expectations.py)
     sink = for_kind(spec.sink.kind)
     return result if sink is None else sink.sink_rows(result, spec.sink)
 
@@ -100,10 +103,30 @@ def write_status(path: str, status: dict[str, Any]) -> None:
     os.replace(tmp, target)
 
 
-def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
+class ExpectationTotals:
+    """The passed and failed rows of each expectation since the driver started, and in the last micro-batch, from
+    the query's recent progress (adapters/spark/expectations.py `counts`); each batch counted once."""
+
+    def __init__(self, spec: QuerySpec) -> None:
+        self.rules = spec.expectations
+        self.totals: dict[str, Any] = {}
+        self.last_batch: int | None = None
+
+    def fields(self, query) -> dict[str, Any]:
+        """{"expectations": {rule: {action, passed, failed, last_batch_passed, last_batch_failed}}}, {} without."""
+        if not self.rules:
+            return {}
+        if query is not None:
+            self.last_batch = counts(list(query.recentProgress or []), self.rules, self.totals, self.last_batch)
+        return {"expectations": {r.name: self.totals.get(r.name, {"action": r.action, "passed": 0, "failed": 0})
+                                 for r in self.rules}}
+
+
+def progress_status(spec: QuerySpec, query, state: str, totals: ExpectationTotals | None = None) -> dict[str, Any]:
     progress = query.lastProgress if query is not None else None
     status: dict[str, Any] = {"name": spec.name, "version": spec.version, "pid": os.getpid(), "state": state,
-                              "updated_at": time.time(), "gap_offsets": counted_gaps(spec)}
+                              "updated_at": time.time(), "gap_offsets": counted_gaps(spec),
+                              **_skipped(spec), **(totals.fields(query) if totals is not None else {})}
     if query is not None:  # a restart in the same driver keeps its PID and starts a new run
         status["run_id"] = str(query.runId)
     if progress:
@@ -119,6 +142,13 @@ def progress_status(spec: QuerySpec, query, state: str) -> dict[str, Any]:
             **state_size(progress.get("stateOperators") or []),
         })
     return status
+
+
+def _skipped(spec: QuerySpec) -> dict[str, int]:
+    """Source records skipped under 'source.deserialization.error.handling' = IGNORE, when a source says so."""
+    if not any(source.on_error == "IGNORE" for source in spec.sources):
+        return {}
+    return {"skipped_records": skipped_count(str(skip_log_path(spec)))}
 
 
 def state_size(operators: list[dict[str, Any]]) -> dict[str, int]:
@@ -228,10 +258,11 @@ def _run_version(spark, spec: QuerySpec, stop: threading.Event, wake: threading.
     run_dir = Path(spec.status_path).parent
     query, request = None, None
     lag = LagProbe(spec)
+    totals = ExpectationTotals(spec)
     try:
         query = start_query(spark, spec)
         while not stop.is_set() and query.isActive:
-            write_status(spec.status_path, {**progress_status(spec, query, "running"), **_lag(lag, query)})
+            write_status(spec.status_path, {**progress_status(spec, query, "running", totals), **_lag(lag, query)})
             request = reload.pending(run_dir, "park")
             if request is not None:
                 break
@@ -241,12 +272,13 @@ def _run_version(spark, spec: QuerySpec, stop: threading.Event, wake: threading.
         error = query.exception()
         if error is not None:
             raise RuntimeError(str(error))
-        write_status(spec.status_path, {**progress_status(spec, query, "stopped"), "stopped_between_batches": between})
+        write_status(spec.status_path, {**progress_status(spec, query, "stopped", totals),
+                                        "stopped_between_batches": between})
         if request is not None:
             reload.answer(run_dir, request, parked=True, stopped_between_batches=between)
         return 0, request is not None
     except Exception as err:  # noqa: BLE001 - the status file is how the failure reaches dsflow status
-        status = progress_status(spec, query, "failed")
+        status = progress_status(spec, query, "failed", totals)
         status["error"] = error_summary(err)
         write_status(spec.status_path, status)
         print(scrub(f"query {spec.name} failed: {err}"), file=sys.stderr)

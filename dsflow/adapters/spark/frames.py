@@ -25,6 +25,7 @@ from dsflow.formats.keys import null_key_text
 KEY = "__key"
 DELETED = "__deleted"
 OFFSET = "__offset"
+PARTITION = "__partition"
 KEEP = "__keep"
 
 
@@ -35,18 +36,19 @@ def source_view(raw, source: SourceSpec):
     offset = F.col("offset") if "offset" in raw.columns else F.lit(0).cast("long")
     value, deleted = _value_columns(source)
     cdc_key = source.options.get("key.fields")  # a change stream read as a changelog (spark/cdc.py)
+    position = [F.col("partition").alias(PARTITION)] if source.keep_position else []
     parsed = raw.select(F.col("key").alias(KEY), value.alias("__v"),
                         F.col("timestamp").alias(RECORD_TIMESTAMP), deleted.alias(DELETED), offset.alias(OFFSET),
-                        *([F.col("value").alias("__raw_value")] if cdc_key else []))
+                        *position, *([F.col("value").alias("__raw_value")] if cdc_key else []))
     if cdc_key:
         from dsflow.adapters.spark.cdc import changelog_rows
 
         parsed = changelog_rows(parsed, json.loads(cdc_key))
-    view = parsed.select(KEY, "__v.*", RECORD_TIMESTAMP, DELETED, OFFSET)
+    view = parsed.select(KEY, "__v.*", RECORD_TIMESTAMP, DELETED, OFFSET, *([PARTITION] if position else []))
     if source.changelog_key:
         view = _key_columns(view, source.changelog_key)
     elif not cdc_key:
-        view = view.drop(DELETED, OFFSET)
+        view = view.drop(DELETED, *([] if position else [OFFSET]))
     if source.event_time is None:
         return view.drop(RECORD_TIMESTAMP)
     view = view.withColumn("__ts", F.coalesce(F.expr(source.event_time), F.col(RECORD_TIMESTAMP)))
@@ -167,6 +169,8 @@ def source_format_options(source: SourceSpec, query: str) -> dict[str, str]:
                **source.registry, **secret_options(source.client_config, source.registry, facet.client_option)}
     if source.dlq_topic:
         options |= {"dlq.topic": source.dlq_topic, "dlq.query": query}
+    if source.on_error:
+        options["deserialization.errors"] = source.on_error
     if source.key_format:
         options["key.format"] = source.key_format
     return options
@@ -210,7 +214,12 @@ def gap_log_path(spec: QuerySpec) -> Path:
     return Path(spec.status_path).with_name("gaps.jsonl")
 
 
+def skip_log_path(spec: QuerySpec) -> Path:
+    """Where the query's read tasks append the records they skipped under IGNORE (beside its status file)."""
+    return Path(spec.status_path).with_name("skipped.jsonl")
+
+
 def gap_options(spec: QuerySpec, source: SourceSpec) -> dict[str, str]:
     """What the source's reads do with offsets the broker holds no record for (SourceSpec.gaps), and where
-    they count them."""
-    return {"gaps": source.gaps, "gap.log": str(gap_log_path(spec))}
+    they count them (and the records they skip: 'source.deserialization.error.handling' = IGNORE)."""
+    return {"gaps": source.gaps, "gap.log": str(gap_log_path(spec)), "skip.log": str(skip_log_path(spec))}

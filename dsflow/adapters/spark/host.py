@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from dsflow.adapters.spark.apps import HOST_FILE, desired, read_json, write_json
-from dsflow.adapters.spark.driver import (STATUS_EVERY_SECONDS, error_summary, progress_status, resolve_env_refs,
-                                          start_query, stop_between_batches, write_status)
+from dsflow.adapters.spark.driver import (STATUS_EVERY_SECONDS, ExpectationTotals, error_summary, progress_status,
+                                          resolve_env_refs, start_query, stop_between_batches, write_status)
 from dsflow.adapters.spark.session import isolated_session
 from dsflow.adapters.spark.gate import GATE_ENV, BatchGate, spark_query_name
 from dsflow.adapters.spark.spec import QuerySpec
@@ -53,6 +53,8 @@ class Hosted:
     state: str = "starting"
     error: str | None = None
     started_at: float = field(default_factory=time.time)
+    totals: Any = None
+    """Its expectations' counts (driver.ExpectationTotals), made when first asked."""
 
     ids: dict[str, str] = field(default_factory=dict)
     """Spark's query id (kept by the checkpoint) and run id (new at every start), asked once."""
@@ -158,7 +160,8 @@ class Host:
     def status(self, hosted: Hosted, state: str) -> dict[str, Any]:
         slots = {"batch_slot": self.gate.slot_of(spark_query_name(hosted.spec.name)),
                  "app_batches": self.gate.report()} if self.gate is not None else {}
-        return {**progress_status(hosted.spec, hosted.query, state), "app": self.app_dir.name, **slots,
+        hosted.totals = hosted.totals or ExpectationTotals(hosted.spec)
+        return {**progress_status(hosted.spec, hosted.query, state, hosted.totals), "app": self.app_dir.name, **slots,
                 **{k: v for k, v in hosted.report().items() if k in ("query_id", "run_id", "started_at")}}
 
     def report(self) -> None:

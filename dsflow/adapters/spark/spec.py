@@ -81,6 +81,21 @@ class SourceSpec(BaseModel):
     dlq_topic: str | None = Field(None, description="dead-letter topic for records that do not decode")
     key_format: str | None = Field(None, description="long, int, double: binary keys, read as decimal text; "
                                    "avro, protobuf: Confluent wire-format keys, read as text")
+    keep_position: bool = Field(False, description="the view keeps each record's partition and offset (__partition, "
+                                "__offset): a query's DEAD LETTER expectations name them")
+    on_error: Literal["TERMINATE", "IGNORE", "IGNORE_AND_LOG"] | None = Field(
+        None, description="'source.deserialization.error.handling': a record that does not decode stops the query, "
+        "is skipped and counted, or goes to dlq_topic; None: dlq_topic when set")
+
+
+class ExpectationSpec(BaseModel):
+    """One expectation of the query (core/model.py Expectation), its condition in Spark SQL over the result."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    condition: str = Field(description="Spark SQL over the query's result columns; TRUE passes")
+    action: Literal["warn", "drop", "dead_letter", "fail"]
 
 
 class SinkSpec(BaseModel):
@@ -228,6 +243,8 @@ class QuerySpec(BaseModel):
     retract: RetractSpec | None = None
     changelog_join: ChangelogJoinSpec | None = None
     chain: JoinChainSpec | None = None
+    expectations: list[ExpectationSpec] = Field(default_factory=list, description="checked on every result row "
+                                                "(adapters/spark/expectations.py)")
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
                                                       "(Spark's async progress tracking; stateless sinks that tolerate "
                                                       "replays only)")

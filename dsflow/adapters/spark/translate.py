@@ -14,7 +14,8 @@ from dsflow.adapters.spark import facets
 from dsflow.adapters.spark.changelog_join import aggregated_source, joined_select, view_name as changelog_join_view
 from dsflow.adapters.spark.retract import changelog_source, rewrite
 from dsflow.adapters.spark.spec import (
-    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, JoinChainSpec, QuerySpec, RetractSpec,
+    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, ExpectationSpec, JoinChainSpec, QuerySpec,
+    RetractSpec,
     SinkSpec, SourceSpec, TemporalSpec,
 )
 from dsflow.adapters.spark.unions import union_select
@@ -30,6 +31,8 @@ DELETED = "__deleted"
 KEEP = "__keep"
 TEMPORAL_ALIAS = "__tj"
 ROWS = "__rows"
+SOURCE_PARTITION, SOURCE_OFFSET = "__src_partition", "__src_offset"
+"""The source record's place, carried to the rows of a query whose DEAD LETTER expectations name it."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,26 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     for count in list(select.find_all(exp.Count)):
         if isinstance(count.this, exp.Distinct):
             count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
+    if project is not None and carries_position(project, query):  # for DEAD LETTER expectations' headers
+        alias = query.sources[0].alias
+        select.select(exp.column("__partition", table=alias).as_(SOURCE_PARTITION),
+                      exp.column("__offset", table=alias).as_(SOURCE_OFFSET), copy=False)
     if not query.key_columns:
         select = select.select(_carried_key(query).as_(KEY_COLUMN), copy=False)
     return select.sql(dialect="spark")
+
+
+def carries_position(project: Project, query: Query) -> bool:
+    """Whether each result row carries its source record's partition and offset: a query with DEAD LETTER
+    expectations reading one log whose store sends them (its rows stay one per source record: stateless, no join)."""
+    from dsflow.load.rules import rule
+
+    if not any(e.action == "dead_letter" for e in query.expectations) or len(query.sources) != 1 \
+            or query.stateful or query.temporal_join is not None or query.join_chain:
+        return False
+    relation = project.relation(query.sources[0].relation)
+    store = project.store(relation.store) if relation is not None and relation.store else None
+    return store is not None and bool(rule(store.type, "row_dead_letters"))
 
 
 def _stream_chain(query: Query) -> bool:
@@ -265,6 +285,10 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         assert store is not None  # and its relations their stores
         window = _window_spec(query, source.alias)
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
+        if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
+            read["on_error"] = query.deserialization_errors
+        if carries_position(project, query):
+            read["keep_position"] = True
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
                                   starting_position=start.position or source.starting_position,
@@ -379,9 +403,19 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         select_sql=retract[0] if retract else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
+        expectations=expectation_specs(query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
         and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )
+
+
+def expectation_specs(query: Query) -> list[ExpectationSpec]:
+    """The query's expectations with their conditions in Spark SQL (Spark's function names, `col->f` as `col.f`)."""
+    found = []
+    for rule in query.expectations:
+        condition = cast(exp.Select, to_spark(parse_one_select(f"SELECT {rule.condition}"))).selects[0]
+        found.append(ExpectationSpec(name=rule.name, condition=condition.sql(dialect="spark"), action=rule.action))
+    return found
 
 
 def temporal_spec(project: Project, query: Query) -> TemporalSpec | None:

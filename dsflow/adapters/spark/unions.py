@@ -24,7 +24,8 @@ def union_select(query: Query, project: Project | None, translate: Callable[[Que
         return None
     parts = []
     for index, (branch, source) in enumerate(zip(union_branches(union), query.sources, strict=True)):
-        one = query.model_copy(update={"select_sql": branch.sql(dialect=DIALECT), "sources": (source,)})
+        one = query.model_copy(update={"select_sql": branch.sql(dialect=DIALECT), "sources": (source,),
+                                       "expectations": ()})  # checked on the union's rows (spark/expectations.py)
         select = sqlglot.parse_one(translate(one, project), read="spark")
         for table in select.find_all(exp.Table):
             table.set("this", exp.to_identifier(view(index, query)))
