@@ -8,9 +8,10 @@ from typing import Any
 
 from dsflow.core.graph import Graph
 
-SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refresh": "!", "no-op": " "}
-COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "refresh": "cyan",
-         "no-op": "dim"}
+SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "forget": ".", "refresh": "!",
+          "no-op": " "}
+COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "forget": "blue",
+         "refresh": "cyan", "no-op": "dim"}
 CATEGORY_TITLE = {"new": "new", "in_place": "in place", "keep_checkpoint": "keep checkpoint",
                   "carry_offsets": "carry offsets", "replay": "replay", "replace_relation": "replace relation",
                   "reset_checkpoint": "reset checkpoint"}
@@ -122,7 +123,9 @@ def summary_line(plan: dict[str, Any]) -> str:
         return f"Refresh: {len(actionable)} object(s) changed outside dsflow; apply records what was seen."
     counts = {a: sum(1 for c in actionable if c["action"] == a) for a in ("create", "update", "replace", "delete")}
     line = (f"Plan: {counts['create']} to create, {counts['update']} to update in place, "
-            f"{counts['replace']} to replace, {counts['delete']} to delete.")
+            f"{counts['replace']} to replace, {counts['delete']} to delete")
+    forgets = sum(1 for c in actionable if c["action"] == "forget")
+    line += f", {forgets} to forget (kept, no longer managed)." if forgets else "."
     destroying = [c for c in actionable if c.get("destroys")]
     if destroying:
         records = [c["destroys"].get("records") for c in destroying]
@@ -182,6 +185,8 @@ def _change_line(change: dict[str, Any], color: bool) -> str:
         action_text = f"{action}, rollback"
     elif change.get("moved_from"):
         action_text = f"{action}, moved from {change['moved_from']}"
+    elif change.get("keep_running") is not None:
+        action_text = f"{action}, {'left running' if change['keep_running'] else 'stopped'}"
     else:
         action_text = action
     text = f"  {SYMBOL[action]:>3} {change['address']}  ({action_text}{', drift' if change.get('drift') else ''})"

@@ -340,6 +340,14 @@ class Move(Frozen):
     location: Location | None = None
 
 
+class Removal(Frozen):
+    """A `removed:` entry: a deployed resource dsflow forgets without deleting it (like Terraform's removed blocks)."""
+
+    address: str = Field(description="the address it was deployed at, e.g. query.default.public.pageviews_copy")
+    keep_running: bool = Field(False, description="a query: left running (true) or stopped on its checkpoint")
+    location: Location | None = None
+
+
 class RuntimeSettings(Frozen):
     """Where and how continuous queries run."""
 
@@ -399,6 +407,7 @@ class Project(Frozen):
     grants: tuple[Grant, ...] = ()
     bindings: tuple[Binding, ...] = Field((), description="users and their roles")
     moves: tuple[Move, ...] = Field((), description="the `moved:` entries of the project's YAML files")
+    removals: tuple[Removal, ...] = Field((), description="the `removed:` entries of the project's YAML files")
 
     @cached_property
     def relation_index(self) -> tuple[tuple[Relation, ...], dict[str, Relation]]:

@@ -17,6 +17,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.forcing import forced_change, held, is_paused
 from dsflow.core.graph import Graph
 from dsflow.core.moves import find_moves, moved_state, with_move
+from dsflow.core.removals import forget_change
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
                                  Skipped)  # (re-exported)
@@ -73,7 +74,9 @@ class Plan(BaseModel):
         return bool(self.actionable)
 
     def summary(self) -> dict[str, int]:
-        counts = {a.value: 0 for a in Action if a not in (Action.NOOP, Action.REFRESH)}
+        counts = {a.value: 0 for a in Action if a not in (Action.NOOP, Action.REFRESH, Action.FORGET)}
+        if any(c.action is Action.FORGET for c in self.changes):
+            counts[Action.FORGET.value] = 0
         if self.mode == "refresh-only":
             counts = {Action.REFRESH.value: 0}
         for change in self.actionable:
@@ -93,6 +96,9 @@ class PlanOptions:
     """Store name -> type, to name a relation's physical object."""
     moves: Mapping[str, str] = field(default_factory=dict)
     """The project's `moved:` entries: new address -> the address it was deployed at (core/moves.py)."""
+    removed: Mapping[str, bool] = field(default_factory=dict)
+    """The project's `removed:` entries: address -> keep_running. A deployed one that left the project is forgotten,
+    not deleted (core/removals.py)."""
     destroy: bool = False
     refresh_only: bool = False
     targets: frozenset[str] = frozenset()
@@ -124,7 +130,7 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     moves = find_moves(options.moves, wanted, state)
     state, renamed = moved_state(state, moves)  # planned as if each move had been made: see core/moves.py
     forward = _forward_changes(wanted, graph, state, options, (moves, renamed))
-    deletes = _delete_changes(wanted, state, options.targets)
+    deletes = _delete_changes(wanted, state, options)
     forward = [_with_replay_note(c, wanted) for c in forward]
     changes = [_with_object(_with_data_loss(c, state, options), state, graph, options) for c in deletes + forward]
     common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
@@ -367,10 +373,14 @@ def deleted(wanted: Mapping[str, Resource], state: State, targets: frozenset[str
     return gone
 
 
-def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozenset[str]) -> list[Change]:
-    gone = deleted(wanted, state, targets)
+def _delete_changes(wanted: dict[str, Resource], state: State, options: PlanOptions) -> list[Change]:
+    """What left the project, in reverse dependency order: deleted, or forgotten if a `removed:` entry names it."""
+    gone = deleted(wanted, state, options.targets)
     ordered = list(reversed(_deployed_graph(gone).order()))
     return [
+        forget_change(str(a), a.kind, gone[str(a)], options.removed[str(a)],
+                      options.observations.record_counts.get(str(a)), options.store_types)
+        if str(a) in options.removed else
         Change(address=str(a), action=Action.DELETE, reason="no longer in the project",
                effect=_effect(a.kind, Action.DELETE, gone[str(a)].data), depends_on=gone[str(a)].depends_on,
                before=gone[str(a)].data)
@@ -390,7 +400,7 @@ def _with_replay_note(change: Change, wanted: dict[str, Resource]) -> Change:
 def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions) -> Change:
     """A relation change names its physical object; a delete or move lists the queries it affects."""
     address = Address.parse(change.address)
-    if address.kind is not Kind.RELATION or change.action is Action.NOOP:
+    if address.kind is not Kind.RELATION or change.action in (Action.NOOP, Action.FORGET):
         return change
     update: dict[str, Any] = {"physical": physical_object(change.after or change.before or {}, options.store_types)}
     if change.action is Action.DELETE:

@@ -21,7 +21,7 @@ from dsflow.core.plan import desired_fingerprint
 from dsflow.core.resources import has_secrets, project_resources, with_current_markers
 from dsflow.core.secrets import Redactor
 from dsflow.core.safety import Allowance, check_data_loss
-from dsflow.core.state import DeployedResource, LedgerEntry, PendingChange, State
+from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
@@ -53,7 +53,7 @@ def check_plan_is_current(plan: Plan, state: State, project: Project, redactor: 
                           hint="run 'dsflow plan' again")
     current = {str(r.address): r for r in desired}
     for change in plan.changes:
-        if change.action in (Action.DELETE, Action.REFRESH):
+        if change.action in (Action.DELETE, Action.FORGET, Action.REFRESH):
             continue
         resource = current.get(change.address)
         deployed = state.resources.get(change.moved_from or change.address)
@@ -195,7 +195,7 @@ def _apply_one(ctx: Context, change: Change, state: State) -> State:
     outputs = dict(run_change(ctx, change, deployed) or {})
     state = _record_ledger(state, change, outputs.pop(LEDGER_STOPPED, None), outputs.pop(LEDGER_STARTED, None))
     if outputs.pop(GONE, False):
-        return state.without(change.address)
+        return _forgotten(state, change) if change.action is Action.FORGET else state.without(change.address)
     if change.action is Action.REFRESH:
         assert deployed is not None  # a refresh is of a resource the state holds
         return state.with_resource(deployed.model_copy(update={"outputs": outputs}))
@@ -204,6 +204,21 @@ def _apply_one(ctx: Context, change: Change, state: State) -> State:
         metadata_hash=change.metadata_hash or "", data=change.after or {}, metadata=change.after_metadata or {},
         outputs=outputs,
     ))
+
+
+def _forgotten(state: State, change: Change) -> State:
+    """The state without a forgotten resource, which it records (`State.forgotten`, and a query's ledger)."""
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    kept = "kept" if change.keep_running is None else "running" if change.keep_running else "stopped"
+    entry = ForgottenEntry(address=change.address, forgotten_at=now, object=change.physical, kept=kept,
+                           data=change.before or {}, state_serial=state.serial + 1)
+    ledger = list(state.ledger)
+    for index in range(len(ledger) - 1, -1, -1):
+        if ledger[index].query == change.address:
+            ledger[index] = ledger[index].model_copy(update={"forgotten_at": now})
+            break
+    state = state.model_copy(update={"forgotten": [*state.forgotten, entry], "ledger": ledger})
+    return state.without(change.address)
 
 
 def _record_ledger(state: State, change: Change, stopped: dict | None, started: dict | None) -> State:

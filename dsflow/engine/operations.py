@@ -94,7 +94,8 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     options = PlanOptions(destroy=destroy, refresh_only=refresh_only, targets=targets, excludes=excludes,
                           replace=forced.replace, reset_checkpoint=forced.reset_checkpoint,
                           store_types={s.name: s.type for s in loaded.project.stores},
-                          moves={m.to_address: m.from_address for m in loaded.project.moves})
+                          moves={m.to_address: m.from_address for m in loaded.project.moves},
+                          removed={r.address: r.keep_running for r in loaded.project.removals})
     refreshing = (do_refresh or refresh_only) and not destroy
     asked = Questions() if refresh_only else questions(resources, state, options, counting=do_refresh or destroy)
     if refreshing or asked:

@@ -237,10 +237,19 @@ class RawMove(Raw):
     to: str = Field(description="the address it has in the project now")
 
 
+class RawRemoval(Raw):
+    """A `removed:` entry: a deployed relation or query dsflow stops managing, without deleting it (docs/project.md)."""
+
+    address: str = Field(description="the address it was deployed at, e.g. relation.db.schema.name")
+    keep_running: bool = Field(False, description="a query: true leaves it running, false (the default) stops it on "
+                               "its checkpoint; a relation's topic, stream or table is always kept")
+
+
 class RawObjectsFile(Raw):
     """Any YAML file other than dsflow.yml."""
 
     moved: list[RawMove] = Field(default_factory=list)
+    removed: list[RawRemoval] = Field(default_factory=list)
 
     stores: list[RawStore] = Field(default_factory=list)
     schema_registries: list[RawSchemaRegistry] = Field(default_factory=list)
