@@ -60,7 +60,8 @@ SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic"
                "init": "dsflow.cli.tools:init", "entity": "dsflow.cli.entities:entity",
                "runtime": "dsflow.cli.runtime:runtime", "pause": "dsflow.cli.pausing:pause",
                "resume": "dsflow.cli.pausing:resume", "serve": "dsflow.cli.server:serve",
-               "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens"}
+               "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens",
+               "import": "dsflow.cli.adopting:import_"}
 """Sub-commands that live apart, imported on first use."""
 
 

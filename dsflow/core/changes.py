@@ -101,6 +101,9 @@ class Change(BaseModel):
     moved_from: str | None = Field(None, description="a move (a `moved:` entry, or a relation renamed onto the "
                                                      "same physical object): the deployed address whose state "
                                                      "entry this change takes over (core/moves.py)")
+    imported: str | None = Field(None, description="an import (an `import:` entry, `dsflow import`): the ID of the "
+                                 "existing object (topic, stream) taken into the state as it is; the action is what "
+                                 "the declaration changes in it (no-op: it is only recorded)")
     keep_running: bool | None = Field(None, description="a forgotten query (a `removed:` entry): true if it is left "
                                       "running, false if apply stops it on its checkpoint; null for anything else")
 

@@ -1,14 +1,18 @@
-"""`removed:` entries (Terraform's removed blocks): a deployed relation or query dsflow stops managing, kept as it is.
+"""`removed:` and `import:` entries (Terraform's removed and import blocks): a deployed relation or query dsflow stops
+managing, kept as it is; an existing log a declared stream or changelog takes into the state as it is.
 
 An address is written as for `moved:` (load/moves.py). Checked once the project's relations and queries are known:
-DSF-E856..DSF-E858. An entry whose address is not deployed (forgotten already, or never applied) plans nothing.
+DSF-E856..DSF-E858 (removed), DSF-E860..DSF-E861 (import). An entry whose address is not deployed (forgotten
+already, or never applied) plans nothing; nor does an import of what is deployed already.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from dsflow.core.model import Move, Removal
+from collections.abc import Mapping
+
+from dsflow.core.model import Import, Move, Relation, Removal
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.moves import HINT, parse_address
 
@@ -37,3 +41,27 @@ def resolve_removals(entries: list[tuple[str, bool, Location]], declared: set[st
             seen[address] = where
             removals.append(Removal(address=address, keep_running=keep_running, location=where))
     return removals, problems
+
+
+def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: Mapping[str, Relation],
+                    qualify: Callable[[list[str]], str]) -> tuple[list[Import], list[Diagnostic]]:
+    """The valid imports (address -> the log's name), and a diagnostic for every entry that is not one."""
+    problems: list[Diagnostic] = []
+    imports: dict[str, Import] = {}
+    for text, given, where in entries:
+        address = parse_address(text, qualify)
+        relation = relations.get(address.partition(".")[2]) if address and address.startswith("relation.") else None
+        if relation is None or relation.kind not in ("stream", "changelog"):
+            problems.append(Diagnostic("DSF-E860", f"import: 'to: {text}' is not a stream or changelog declared in the "
+                                       "project", where, hint="declare it (CREATE STREAM|CHANGELOG, or write it with "
+                                       "'dsflow infer'), then import the log it names"))
+        elif given is not None and given != relation.topic:
+            problems.append(Diagnostic("DSF-E861", f"import: 'id: {given}' is not the log {address} names "
+                                       f"('{relation.topic}')", where,
+                                       hint=f"set its 'topic' to '{given}', or write 'id: {relation.topic}'"))
+        elif (key := f"relation.{relation.fqn}") in imports:
+            problems.append(Diagnostic("DSF-E861", f"import: '{key}' is imported twice (at "
+                                       f"{imports[key].location})", where, hint="keep one entry"))
+        else:
+            imports[key] = Import(address=key, id=relation.topic, location=where)
+    return list(imports.values()), problems

@@ -66,3 +66,50 @@ def test_a_removed_topic_is_forgotten_with_its_records_and_adopted_again(tmp_pat
     again = operations.plan(loaded)
     [create] = again.actionable
     assert create.action is Action.CREATE and "adopted as it is" in (create.effect or "")
+
+
+def test_an_import_adopts_a_topic_made_outside_dsflow_and_grows_it_to_the_declaration(tmp_path, broker):
+    from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+
+    topic = f"import_{uuid.uuid4().hex[:8]}"
+    ensure_topic(broker, TopicSpec(name=topic, partitions=1))
+    produce_json_lines(broker, topic, [f'{{"id": {i}}}' for i in range(3)])
+    entries = f"import:\n  - to: keep\n    id: {topic}\n"
+    root = make_project(tmp_path, {"sql/all.sql": _sql(topic), "import.yml": entries})
+    options = operations.Options(root, None, {"bootstrap": broker})
+    loaded = operations.load(options)
+    plan = operations.plan(loaded)
+    [change] = [c for c in plan.actionable if c.address == KEEP]
+    assert (change.action, change.imported) == (Action.UPDATE, topic)
+    assert "exists with 1 partition); partitions raised 1 -> 2 (in place" in change.reason
+    assert operations.apply(loaded, plan).ok
+
+    state = operations.load(options).workspace.state_backend().read()
+    entry = state.resources[KEEP]
+    assert entry.outputs["created_by_dsflow"] is False and entry.outputs["imported"] == topic
+    spec = describe_topic(broker, topic)
+    assert spec is not None and spec.partitions == 2 and _held(broker, topic) == 3
+    loaded = operations.load(options)
+    assert not operations.plan(loaded).actionable, "imported and grown: nothing left to do"
+    destroy = operations.plan(loaded, destroy=True)
+    [gone] = [c for c in destroy.actionable if c.address == KEEP]
+    assert gone.destroys is None and "kept: dsflow did not create it" in (gone.effect or "")
+
+
+def test_dsflow_import_records_a_matching_topic_as_it_is(tmp_path, broker):
+    from click.testing import CliRunner
+
+    from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+    from dsflow.cli import cli
+
+    topic = f"import_{uuid.uuid4().hex[:8]}"
+    ensure_topic(broker, TopicSpec(name=topic, partitions=2))
+    root = make_project(tmp_path, {"sql/all.sql": _sql(topic)})
+    args = ["-C", str(root), "--var", f"bootstrap={broker}"]
+    refused = CliRunner().invoke(cli, [*args, "import", "keep", "not_the_topic", "--auto-approve"])
+    assert refused.exit_code == 1 and "DSF-E861" in str(getattr(refused.exception, "code", refused.output))
+    result = CliRunner().invoke(cli, [*args, "import", "keep", topic, "--auto-approve"])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert f"<= {KEEP}  (import {topic})" in result.output and "1 to import" in result.output
+    state = operations.load(operations.Options(root, None, {"bootstrap": broker})).workspace.state_backend().read()
+    assert state.resources[KEEP].outputs["created_by_dsflow"] is False
