@@ -12,7 +12,7 @@ from dsflow.errors import DsflowError
 
 @click.command("import")
 @click.argument("address")
-@click.argument("id_")
+@click.argument("id_", metavar="ID")
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
 @click.pass_context
 def import_(ctx: click.Context, address: str, id_: str, auto_approve: bool) -> None:
