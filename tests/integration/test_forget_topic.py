@@ -113,3 +113,17 @@ def test_dsflow_import_records_a_matching_topic_as_it_is(tmp_path, broker):
     assert f"<= {KEEP}  (import {topic})" in result.output and "1 to import" in result.output
     state = operations.load(operations.Options(root, None, {"bootstrap": broker})).workspace.state_backend().read()
     assert state.resources[KEEP].outputs["created_by_dsflow"] is False
+
+
+def test_an_import_of_a_topic_that_does_not_exist_is_refused_before_anything_is_applied(tmp_path, broker):
+    from dsflow.errors import DsflowError
+
+    topic = f"absent_{uuid.uuid4().hex[:8]}"
+    root = make_project(tmp_path, {"sql/all.sql": _sql(topic), "import.yml": "import:\n  - to: keep\n"})
+    loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
+    with pytest.raises(DsflowError) as raised:
+        operations.plan(loaded)
+    [problem] = raised.value.diagnostics
+    assert problem.code == "DSF-E862" and "does not exist" in problem.message
+    assert problem.location is not None and problem.location.file.endswith("all.sql")
+    assert describe_topic(broker, topic) is None
