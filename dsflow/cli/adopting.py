@@ -22,12 +22,12 @@ def import_(ctx: click.Context, address: str, id_: str, auto_approve: bool) -> N
     name = address.removeprefix("relation.")
     found = [r for r in loaded.project.relations if r.fqn == name or r.fqn.endswith(f".{name}")]
     if len(found) != 1 or found[0].kind not in ("stream", "changelog"):
-        raise DsflowError("DSF-E860", f"import: '{address}' is not a stream or changelog declared in the project",
+        raise DsflowError("DSF-E866", f"import: '{address}' is not a stream or changelog declared in the project",
                           hint="declare it (CREATE STREAM|CHANGELOG, or write it with 'dsflow infer'), then import "
                                "the log it names")
     relation = found[0]
     if id_ != relation.topic:
-        raise DsflowError("DSF-E861", f"import: '{id_}' is not the log relation.{relation.fqn} names "
+        raise DsflowError("DSF-E867", f"import: '{id_}' is not the log relation.{relation.fqn} names "
                           f"('{relation.topic}')", hint=f"set its 'topic' to '{id_}', or import '{relation.topic}'")
     key = f"relation.{relation.fqn}"
     _apply(loaded, operations.plan(loaded, targets=frozenset({key}), imports={key: id_}), auto_approve)

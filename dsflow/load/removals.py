@@ -2,7 +2,7 @@
 managing, kept as it is; an existing log a declared stream or changelog takes into the state as it is.
 
 An address is written as for `moved:` (load/moves.py). Checked once the project's relations and queries are known:
-DSF-E856..DSF-E858 (removed), DSF-E860..DSF-E861 (import). An entry whose address is not deployed (forgotten
+DSF-E856..DSF-E858 (removed), DSF-E866..DSF-E867 (import). An entry whose address is not deployed (forgotten
 already, or never applied) plans nothing; nor does an import of what is deployed already.
 """
 
@@ -52,15 +52,15 @@ def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: 
         address = parse_address(text, qualify)
         relation = relations.get(address.partition(".")[2]) if address and address.startswith("relation.") else None
         if relation is None or relation.kind not in ("stream", "changelog"):
-            problems.append(Diagnostic("DSF-E860", f"import: 'to: {text}' is not a stream or changelog declared in the "
+            problems.append(Diagnostic("DSF-E866", f"import: 'to: {text}' is not a stream or changelog declared in the "
                                        "project", where, hint="declare it (CREATE STREAM|CHANGELOG, or write it with "
                                        "'dsflow infer'), then import the log it names"))
         elif given is not None and given != relation.topic:
-            problems.append(Diagnostic("DSF-E861", f"import: 'id: {given}' is not the log {address} names "
+            problems.append(Diagnostic("DSF-E867", f"import: 'id: {given}' is not the log {address} names "
                                        f"('{relation.topic}')", where,
                                        hint=f"set its 'topic' to '{given}', or write 'id: {relation.topic}'"))
         elif (key := f"relation.{relation.fqn}") in imports:
-            problems.append(Diagnostic("DSF-E861", f"import: '{key}' is imported twice (at "
+            problems.append(Diagnostic("DSF-E867", f"import: '{key}' is imported twice (at "
                                        f"{imports[key].location})", where, hint="keep one entry"))
         else:
             imports[key] = Import(address=key, id=relation.topic, location=where)

@@ -107,7 +107,7 @@ def test_dsflow_import_records_a_matching_topic_as_it_is(tmp_path, broker):
     root = make_project(tmp_path, {"sql/all.sql": _sql(topic)})
     args = ["-C", str(root), "--var", f"bootstrap={broker}"]
     refused = CliRunner().invoke(cli, [*args, "import", "keep", "not_the_topic", "--auto-approve"])
-    assert refused.exit_code == 1 and "DSF-E861" in str(getattr(refused.exception, "code", refused.output))
+    assert refused.exit_code == 1 and "DSF-E867" in str(getattr(refused.exception, "code", refused.output))
     result = CliRunner().invoke(cli, [*args, "import", "keep", topic, "--auto-approve"])
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert f"<= {KEEP}  (import {topic})" in result.output and "1 to import" in result.output
@@ -124,6 +124,6 @@ def test_an_import_of_a_topic_that_does_not_exist_is_refused_before_anything_is_
     with pytest.raises(DsflowError) as raised:
         operations.plan(loaded)
     [problem] = raised.value.diagnostics
-    assert problem.code == "DSF-E862" and "does not exist" in problem.message
+    assert problem.code == "DSF-E868" and "does not exist" in problem.message
     assert problem.location is not None and problem.location.file.endswith("all.sql")
     assert describe_topic(broker, topic) is None

@@ -88,10 +88,10 @@ def test_an_import_of_what_is_deployed_already_plans_nothing(not_yet_imported, t
 
 
 @pytest.mark.parametrize(("entries", "code"), [
-    ("import:\n  - to: nothing_here\n", "DSF-E860"),
-    ("import:\n  - to: query.analytics.curated.pageviews_filtered\n", "DSF-E860"),
-    ("import:\n  - to: pageviews\n    id: other_topic\n", "DSF-E861"),
-    ("import:\n  - to: pageviews\n  - to: public.pageviews\n", "DSF-E861"),
+    ("import:\n  - to: nothing_here\n", "DSF-E866"),
+    ("import:\n  - to: query.analytics.curated.pageviews_filtered\n", "DSF-E866"),
+    ("import:\n  - to: pageviews\n    id: other_topic\n", "DSF-E867"),
+    ("import:\n  - to: pageviews\n  - to: public.pageviews\n", "DSF-E867"),
 ])
 def test_an_import_entry_that_is_not_one_is_refused_with_its_line(tmp_path, entries, code):
     root = copy_example(tmp_path)
