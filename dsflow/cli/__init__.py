@@ -60,7 +60,8 @@ SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic"
                "init": "dsflow.cli.tools:init", "entity": "dsflow.cli.entities:entity",
                "runtime": "dsflow.cli.runtime:runtime", "pause": "dsflow.cli.pausing:pause",
                "resume": "dsflow.cli.pausing:resume", "serve": "dsflow.cli.server:serve",
-               "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens"}
+               "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens",
+               "import": "dsflow.cli.adopting:import_", "describe": "dsflow.cli.describing:describe"}
 """Sub-commands that live apart, imported on first use."""
 
 
@@ -328,7 +329,9 @@ def history(ctx: click.Context, query: str, as_json: bool) -> None:
     for e in entries:
         start = e["start_offsets"] or (f"ts {e['start_timestamp']}" if e["start_timestamp"] else "-")
         category = (e["category"] or "-") + (f" (--{e['forced'].replace('_', '-')})" if e.get("forced") else "")
-        rows.append([e["version"], category, e["started_at"], e["stopped_at"] or "running",
+        stopped = e["stopped_at"] or ("left running, forgotten" if e.get("forgotten_at") else "running")
+        stopped += " (forgotten)" if e.get("forgotten_at") and e["stopped_at"] else ""
+        rows.append([e["version"], category, e["started_at"], stopped,
                      json.dumps(start) if isinstance(start, dict) else start,
                      json.dumps(e["stop_offsets"]) if e["stop_offsets"] else "-", e["checkpoint"]])
     print_table(console, ("version", "category", "started", "stopped", "start offsets", "stop offsets", "checkpoint"),

@@ -8,9 +8,10 @@ from typing import Any
 
 from dsflow.core.graph import Graph
 
-SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refresh": "!", "no-op": " "}
-COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "refresh": "cyan",
-         "no-op": "dim"}
+SYMBOL = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "forget": ".", "refresh": "!",
+          "no-op": " "}
+COLOR = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red", "forget": "blue",
+         "refresh": "cyan", "no-op": "dim"}
 CATEGORY_TITLE = {"new": "new", "in_place": "in place", "keep_checkpoint": "keep checkpoint",
                   "carry_offsets": "carry offsets", "replay": "replay", "replace_relation": "replace relation",
                   "reset_checkpoint": "reset checkpoint"}
@@ -38,13 +39,13 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
     """The plan as Terraform-style text, from its JSON form; with `color`, rich markup around each change's line
     and every piece of data escaped."""
     lines = [f"dsflow plan for project '{plan['project']}', environment '{plan['environment']}'", ""]
-    actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
+    actionable = [c for c in plan["changes"] if c["action"] != "no-op" or c.get("imported")]
     if not actionable:
         lines.append("No changes. The deployed pipelines match the project.")
         lines += footer_lines(plan)
         return "\n".join(lines)
     for change in plan["changes"]:
-        if change["action"] == "no-op" and not show_noop:
+        if change["action"] == "no-op" and not show_noop and not change.get("imported"):
             continue
         lines.append(_change_line(change, color))
         lines += [_escaped(f"      {label}: {text}", color) for label, text in change_details(change)]
@@ -117,12 +118,17 @@ def _duration(seconds: float) -> str:
 
 
 def summary_line(plan: dict[str, Any]) -> str:
-    actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
+    actionable = [c for c in plan["changes"] if c["action"] != "no-op" or c.get("imported")]
     if plan.get("mode") == "refresh-only":
         return f"Refresh: {len(actionable)} object(s) changed outside dsflow; apply records what was seen."
     counts = {a: sum(1 for c in actionable if c["action"] == a) for a in ("create", "update", "replace", "delete")}
     line = (f"Plan: {counts['create']} to create, {counts['update']} to update in place, "
-            f"{counts['replace']} to replace, {counts['delete']} to delete.")
+            f"{counts['replace']} to replace, {counts['delete']} to delete")
+    forgets = sum(1 for c in actionable if c["action"] == "forget")
+    line += f", {forgets} to forget (kept, no longer managed)" if forgets else ""
+    imports = sum(1 for c in actionable if c.get("imported"))
+    line = line.replace("Plan: ", f"Plan: {imports} to import, ") if imports else line
+    line += "."
     destroying = [c for c in actionable if c.get("destroys")]
     if destroying:
         records = [c["destroys"].get("records") for c in destroying]
@@ -153,7 +159,7 @@ def footer_lines(plan: dict[str, Any]) -> list[str]:
 def plan_markdown(plan: dict[str, Any]) -> str:
     """The plan as a pull-request comment."""
     title = f"### dsflow plan: `{plan['project']}` ({plan['environment']})"
-    actionable = [c for c in plan["changes"] if c["action"] != "no-op"]
+    actionable = [c for c in plan["changes"] if c["action"] != "no-op" or c.get("imported")]
     footer = footer_lines(plan)
     if not actionable:
         return "\n\n".join([title, "No changes. The deployed pipelines match the project.", *footer])
@@ -163,7 +169,7 @@ def plan_markdown(plan: dict[str, Any]) -> str:
     for change in actionable:
         category = CATEGORY_TITLE.get(change.get("category") or "", "")
         drift = " (drift)" if change.get("drift") else ""
-        lines.append(f"| `{SYMBOL[change['action']]}` | `{change['address']}` | {change['action']}{drift} | "
+        lines.append(f"| `{_symbol(change)}` | `{change['address']}` | {change['action']}{drift} | "
                      f"{category} | {change['reason']} |")
     detailed = [c for c in actionable if c.get("effect") or c.get("estimate") or c.get("affected") or c.get("destroys")
                 or c.get("skips")]
@@ -182,10 +188,19 @@ def _change_line(change: dict[str, Any], color: bool) -> str:
         action_text = f"{action}, rollback"
     elif change.get("moved_from"):
         action_text = f"{action}, moved from {change['moved_from']}"
+    elif change.get("imported"):
+        action_text = f"import {change['imported']}" + ("" if action == "no-op" else f", then {action}")
+    elif change.get("keep_running") is not None:
+        action_text = f"{action}, {'left running' if change['keep_running'] else 'stopped'}"
     else:
         action_text = action
-    text = f"  {SYMBOL[action]:>3} {change['address']}  ({action_text}{', drift' if change.get('drift') else ''})"
+    text = f"  {_symbol(change):>3} {change['address']}  ({action_text}{', drift' if change.get('drift') else ''})"
     return f"[{COLOR[action]}]{escape_markup(text)}[/]" if color else text
+
+
+def _symbol(change: dict[str, Any]) -> str:
+    """The action's symbol; '<=' for an import that only records the object as it is."""
+    return "<=" if change.get("imported") and change["action"] == "no-op" else SYMBOL[change["action"]]
 
 
 def diagnostics_text(diagnostics: list[dict[str, Any]]) -> str:

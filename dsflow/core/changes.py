@@ -20,12 +20,14 @@ class Action(str, Enum):
     UPDATE = "update"
     REPLACE = "replace"
     DELETE = "delete"
+    FORGET = "forget"
     REFRESH = "refresh"
     NOOP = "no-op"
 
     @property
     def symbol(self) -> str:
-        return {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "refresh": "!", "no-op": " "}[self.value]
+        return {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "forget": ".", "refresh": "!",
+                "no-op": " "}[self.value]
 
 
 class Estimate(BaseModel):
@@ -66,7 +68,8 @@ class Change(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     address: str = Field(description="the resource: kind.name, e.g. query.analytics.curated.pageviews_filtered")
-    action: Action = Field(description="what apply does: create, update, replace, delete, refresh or no-op")
+    action: Action = Field(description="what apply does: create, update, replace, delete, forget "
+                          "(a `removed:` entry: out of state, nothing deleted), refresh or no-op")
     reason: str = Field(description="why, in words; for display only, never parsed")
     effect: str | None = Field(None, description="what happens to a query's checkpoint and offsets")
     depends_on: list[str] = Field(default_factory=list, description="addresses this resource depends on")
@@ -98,6 +101,11 @@ class Change(BaseModel):
     moved_from: str | None = Field(None, description="a move (a `moved:` entry, or a relation renamed onto the "
                                                      "same physical object): the deployed address whose state "
                                                      "entry this change takes over (core/moves.py)")
+    imported: str | None = Field(None, description="an import (an `import:` entry, `dsflow import`): the ID of the "
+                                 "existing object (topic, stream) taken into the state as it is; the action is what "
+                                 "the declaration changes in it (no-op: it is only recorded)")
+    keep_running: bool | None = Field(None, description="a forgotten query (a `removed:` entry): true if it is left "
+                                      "running, false if apply stops it on its checkpoint; null for anything else")
 
 
 class Observation(BaseModel):

@@ -362,6 +362,22 @@ class Move(Frozen):
     location: Location | None = None
 
 
+class Removal(Frozen):
+    """A `removed:` entry: a deployed resource dsflow forgets without deleting it (like Terraform's removed blocks)."""
+
+    address: str = Field(description="the address it was deployed at, e.g. query.default.public.pageviews_copy")
+    keep_running: bool = Field(False, description="a query: left running (true) or stopped on its checkpoint")
+    location: Location | None = None
+
+
+class Import(Frozen):
+    """An `import:` entry (like Terraform's import blocks): an existing log taken into the state as it is."""
+
+    address: str = Field(description="the declared stream or changelog, e.g. relation.default.public.pageviews")
+    id: str = Field(description="the log's name on its store (the declaration's topic or Kinesis stream)")
+    location: Location | None = None
+
+
 class RuntimeSettings(Frozen):
     """Where and how continuous queries run."""
 
@@ -421,6 +437,8 @@ class Project(Frozen):
     grants: tuple[Grant, ...] = ()
     bindings: tuple[Binding, ...] = Field((), description="users and their roles")
     moves: tuple[Move, ...] = Field((), description="the `moved:` entries of the project's YAML files")
+    removals: tuple[Removal, ...] = Field((), description="the `removed:` entries of the project's YAML files")
+    imports: tuple[Import, ...] = Field((), description="the `import:` entries of the project's YAML files")
 
     @cached_property
     def relation_index(self) -> tuple[tuple[Relation, ...], dict[str, Relation]]:

@@ -66,6 +66,8 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
         return Questions(replays=replays, skipping=skipping)
     growing = {key: (entry.data, pinned(wanted[key], entry).data["partitions"]) for key, entry in deployed.items()
                if key in changed and key.startswith("relation.") and _grows(wanted[key], entry)}
+    growing |= {key: (wanted[key].data, wanted[key].data["partitions"]) for key in sorted(options.imports)
+                if key in wanted and key not in moved.resources and "partitions" in wanted[key].data}
     evolving = tuple(key for key, entry in deployed.items() if key in changed and _evolves(wanted[key], entry))
     carried = {key: entry for key, entry in queries.items() if entry.outputs.get("logs")}
     maybe_gone = {**deployed, **deleted(wanted, moved, options.targets)}

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from dsflow.core.address import Address, Kind
 from dsflow.core.forcing import forced_change, held, is_paused
 from dsflow.core.graph import Graph
+from dsflow.core.imports import imported_state, importable, with_import
 from dsflow.core.moves import find_moves, moved_state, with_move
+from dsflow.core.removals import forget_change
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
                                  Skipped)  # (re-exported)
@@ -61,7 +63,8 @@ class Plan(BaseModel):
 
     @property
     def actionable(self) -> list[Change]:
-        return [c for c in self.changes if c.action is not Action.NOOP]
+        """What apply carries out: every change but a no-op (an import that matches its declaration is recorded)."""
+        return [c for c in self.changes if c.action is not Action.NOOP or c.imported is not None]
 
     @property
     def destroying(self) -> list[Change]:
@@ -73,11 +76,18 @@ class Plan(BaseModel):
         return bool(self.actionable)
 
     def summary(self) -> dict[str, int]:
-        counts = {a.value: 0 for a in Action if a not in (Action.NOOP, Action.REFRESH)}
+        counts = {a.value: 0 for a in Action if a not in (Action.NOOP, Action.REFRESH, Action.FORGET)}
+        if any(c.action is Action.FORGET for c in self.changes):
+            counts[Action.FORGET.value] = 0
         if self.mode == "refresh-only":
             counts = {Action.REFRESH.value: 0}
+        if any(c.imported is not None for c in self.changes):
+            counts["import"] = 0
         for change in self.actionable:
-            counts[change.action.value] += 1
+            if change.imported is not None:
+                counts["import"] += 1
+            if change.action is not Action.NOOP:
+                counts[change.action.value] += 1
         return counts
 
 
@@ -93,6 +103,11 @@ class PlanOptions:
     """Store name -> type, to name a relation's physical object."""
     moves: Mapping[str, str] = field(default_factory=dict)
     """The project's `moved:` entries: new address -> the address it was deployed at (core/moves.py)."""
+    imports: Mapping[str, str] = field(default_factory=dict)
+    """The `import:` entries (and `dsflow import`): address -> the ID of the log to adopt as it is (core/imports.py)."""
+    removed: Mapping[str, bool] = field(default_factory=dict)
+    """The project's `removed:` entries: address -> keep_running. A deployed one that left the project is forgotten,
+    not deleted (core/removals.py)."""
     destroy: bool = False
     refresh_only: bool = False
     targets: frozenset[str] = frozenset()
@@ -123,8 +138,11 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     state = state.model_copy(update={"resources": {k: v for k, v in state.resources.items() if k not in excluded}})
     moves = find_moves(options.moves, wanted, state)
     state, renamed = moved_state(state, moves)  # planned as if each move had been made: see core/moves.py
+    sizes = importable(options.imports, wanted, state, options.observations)
+    state = imported_state(state, wanted, sizes)  # and each import: see core/imports.py
     forward = _forward_changes(wanted, graph, state, options, (moves, renamed))
-    deletes = _delete_changes(wanted, state, options.targets)
+    forward = [with_import(c, options.imports, sizes, options.store_types) for c in forward]
+    deletes = _delete_changes(wanted, state, options)
     forward = [_with_replay_note(c, wanted) for c in forward]
     changes = [_with_object(_with_data_loss(c, state, options), state, graph, options) for c in deletes + forward]
     common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
@@ -367,10 +385,14 @@ def deleted(wanted: Mapping[str, Resource], state: State, targets: frozenset[str
     return gone
 
 
-def _delete_changes(wanted: dict[str, Resource], state: State, targets: frozenset[str]) -> list[Change]:
-    gone = deleted(wanted, state, targets)
+def _delete_changes(wanted: dict[str, Resource], state: State, options: PlanOptions) -> list[Change]:
+    """What left the project, in reverse dependency order: deleted, or forgotten if a `removed:` entry names it."""
+    gone = deleted(wanted, state, options.targets)
     ordered = list(reversed(_deployed_graph(gone).order()))
     return [
+        forget_change(str(a), a.kind, gone[str(a)], options.removed[str(a)],
+                      options.observations.record_counts.get(str(a)), options.store_types)
+        if str(a) in options.removed else
         Change(address=str(a), action=Action.DELETE, reason="no longer in the project",
                effect=_effect(a.kind, Action.DELETE, gone[str(a)].data), depends_on=gone[str(a)].depends_on,
                before=gone[str(a)].data)
@@ -390,7 +412,8 @@ def _with_replay_note(change: Change, wanted: dict[str, Resource]) -> Change:
 def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions) -> Change:
     """A relation change names its physical object; a delete or move lists the queries it affects."""
     address = Address.parse(change.address)
-    if address.kind is not Kind.RELATION or change.action is Action.NOOP:
+    if address.kind is not Kind.RELATION or change.action is Action.FORGET or (
+            change.action is Action.NOOP and change.imported is None):
         return change
     update: dict[str, Any] = {"physical": physical_object(change.after or change.before or {}, options.store_types)}
     if change.action is Action.DELETE:

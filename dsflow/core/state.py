@@ -47,6 +47,22 @@ class LedgerEntry(BaseModel):
     stop_offsets: dict[str, dict[str, int | str]] | None = Field(None, description="committed offsets when it stopped "
                                                                "(or shard -> position)")
     state_serial: int = 0
+    forgotten_at: str | None = Field(None, description="when a `removed:` entry took the query out of dsflow's "
+                                     "management (left running, or stopped: stopped_at says which)")
+
+
+class ForgottenEntry(BaseModel):
+    """An object a `removed:` entry took out of management: its state entry went, the object itself was kept."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str
+    forgotten_at: str
+    object: str | None = Field(None, description="a relation's physical object, kept with its records")
+    kept: str = Field(description="'running' (a query left running), 'stopped' (a query stopped on its checkpoint) "
+                      "or 'kept' (anything else, as it is)")
+    data: dict[str, Any] = Field(default_factory=dict, description="its last deployed data fields")
+    state_serial: int = 0
 
 
 class PendingChange(BaseModel):
@@ -72,6 +88,8 @@ class State(BaseModel):
     resources: dict[str, DeployedResource] = Field(default_factory=dict)
     ledger: list[LedgerEntry] = Field(default_factory=list, description="every query version ever applied")
     pending: PendingChange | None = Field(None, description="set while a change runs; left behind if apply died")
+    forgotten: list[ForgottenEntry] = Field(default_factory=list, description="every object a `removed:` entry "
+                                            "took out of management, oldest first")
 
     def with_pending(self, pending: PendingChange | None) -> State:
         return self.model_copy(update={"pending": pending, "serial": self.serial + 1})

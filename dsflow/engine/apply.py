@@ -18,10 +18,10 @@ from dsflow.core.address import Address
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change, Plan, pinned, pinned_to, recreates
 from dsflow.core.plan import desired_fingerprint
-from dsflow.core.resources import has_secrets, project_resources, with_current_markers
+from dsflow.core.resources import fingerprint, has_secrets, project_resources, with_current_markers
 from dsflow.core.secrets import Redactor
 from dsflow.core.safety import Allowance, check_data_loss
-from dsflow.core.state import DeployedResource, LedgerEntry, PendingChange, State
+from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
@@ -53,12 +53,14 @@ def check_plan_is_current(plan: Plan, state: State, project: Project, redactor: 
                           hint="run 'dsflow plan' again")
     current = {str(r.address): r for r in desired}
     for change in plan.changes:
-        if change.action in (Action.DELETE, Action.REFRESH):
+        if change.action in (Action.DELETE, Action.FORGET, Action.REFRESH):
             continue
         resource = current.get(change.address)
         deployed = state.resources.get(change.moved_from or change.address)
         if resource is not None and (change.action is not Action.REPLACE or not recreates(deployed)):
             resource = pinned(resource, deployed)  # as make_plan saw it: core/plan.pinned
+        if resource is not None and change.imported is not None and change.before is not None:
+            resource = pinned_to(resource, change.before)  # as imported: the log's own size where undeclared
         if resource is not None and change.action is Action.CREATE and change.after is not None:
             resource = pinned_to(resource, change.after)  # an undeclared size taken from a log adopted as it is
         if resource is None or resource.data_hash != change.data_hash or resource.metadata_hash != change.metadata_hash:
@@ -191,11 +193,17 @@ class _IntentRecorder:
 def _apply_one(ctx: Context, change: Change, state: State) -> State:
     if change.moved_from is not None and change.address not in state.resources:  # a move: the entry follows
         state = state.with_move(change.moved_from, change.address)
+    if change.imported is not None and change.address not in state.resources:
+        state = _imported(ctx, change, state)
+        if change.action is Action.NOOP:
+            return state
     deployed = state.resources.get(change.address)
     outputs = dict(run_change(ctx, change, deployed) or {})
+    if change.imported is not None and deployed is not None and change.action is Action.UPDATE:
+        outputs = {"created_by_dsflow": False, **outputs, "imported": change.imported}  # still not dsflow's
     state = _record_ledger(state, change, outputs.pop(LEDGER_STOPPED, None), outputs.pop(LEDGER_STARTED, None))
     if outputs.pop(GONE, False):
-        return state.without(change.address)
+        return _forgotten(state, change) if change.action is Action.FORGET else state.without(change.address)
     if change.action is Action.REFRESH:
         assert deployed is not None  # a refresh is of a resource the state holds
         return state.with_resource(deployed.model_copy(update={"outputs": outputs}))
@@ -204,6 +212,34 @@ def _apply_one(ctx: Context, change: Change, state: State) -> State:
         metadata_hash=change.metadata_hash or "", data=change.after or {}, metadata=change.after_metadata or {},
         outputs=outputs,
     ))
+
+
+def _imported(ctx: Context, change: Change, state: State) -> State:
+    """The state with an imported log recorded as it is (change.before: the declaration with the log's size), noted
+    by its store kind as a create of what exists already notes it (not created by dsflow); the change's own action,
+    if any, then runs against it."""
+    before = change.before or {}
+    adopt = change.model_copy(update={"action": Action.CREATE, "after": before})
+    outputs = dict(run_change(ctx, adopt, None) or {})
+    return state.with_resource(DeployedResource(
+        address=change.address, depends_on=change.depends_on, data_hash=fingerprint(before),
+        metadata_hash=change.metadata_hash or "", data=before, metadata=change.after_metadata or {},
+        outputs={**outputs, "created_by_dsflow": False, "imported": change.imported}))
+
+
+def _forgotten(state: State, change: Change) -> State:
+    """The state without a forgotten resource, which it records (`State.forgotten`, and a query's ledger)."""
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    kept = "kept" if change.keep_running is None else "running" if change.keep_running else "stopped"
+    entry = ForgottenEntry(address=change.address, forgotten_at=now, object=change.physical, kept=kept,
+                           data=change.before or {}, state_serial=state.serial + 1)
+    ledger = list(state.ledger)
+    for index in range(len(ledger) - 1, -1, -1):
+        if ledger[index].query == change.address:
+            ledger[index] = ledger[index].model_copy(update={"forgotten_at": now})
+            break
+    state = state.model_copy(update={"forgotten": [*state.forgotten, entry], "ledger": ledger})
+    return state.without(change.address)
 
 
 def _record_ledger(state: State, change: Change, stopped: dict | None, started: dict | None) -> State:

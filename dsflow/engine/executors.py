@@ -504,4 +504,7 @@ def run_change(ctx: Context, change: Change, deployed: DeployedResource | None) 
         return {GONE: True, **(executor.delete(ctx, current) or {})}
     if change.action is Action.REFRESH:
         return {**current.outputs, "observed": change.observed}
+    if change.action is Action.FORGET:  # out of state; only a query the entry does not keep running is stopped
+        stops = isinstance(executor, QueryExecutor) and not change.keep_running
+        return {GONE: True, **((executor.delete(ctx, current) or {}) if stops else {})}
     raise DsflowError("DSF-E810", f"cannot apply action {change.action} to {change.address}")

@@ -72,15 +72,16 @@ class Forced:
 
 def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
          targets: frozenset[str] = frozenset(), excludes: frozenset[str] = frozenset(),
-         forced: Forced = Forced()) -> Plan:
+         forced: Forced = Forced(), imports: Mapping[str, str] | None = None) -> Plan:
     """Observe the live systems once (a refresh, unless told not to; replay estimates in any case), then make the
-    plan once from the project, the state and what was observed; the plan carries the observations."""
+    plan once from the project, the state and what was observed; the plan carries the observations. `imports`:
+    more imports than the project's `import:` entries (`dsflow import ADDRESS ID`)."""
     with gcpause.paused():  # see dsflow/gcpause.py
-        return _plan(loaded, destroy, do_refresh, refresh_only, targets, excludes, forced)
+        return _plan(loaded, destroy, do_refresh, refresh_only, targets, excludes, forced, imports or {})
 
 
 def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, targets: frozenset[str],
-          excludes: frozenset[str], forced: Forced = Forced()) -> Plan:
+          excludes: frozenset[str], forced: Forced = Forced(), imports: Mapping[str, str] | None = None) -> Plan:
     """Observe once (what to ask derived from the project and the state alone), then plan once from what was seen."""
     from dsflow.adapters.state import redactor
 
@@ -94,7 +95,9 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     options = PlanOptions(destroy=destroy, refresh_only=refresh_only, targets=targets, excludes=excludes,
                           replace=forced.replace, reset_checkpoint=forced.reset_checkpoint,
                           store_types={s.name: s.type for s in loaded.project.stores},
-                          moves={m.to_address: m.from_address for m in loaded.project.moves})
+                          moves={m.to_address: m.from_address for m in loaded.project.moves},
+                          removed={r.address: r.keep_running for r in loaded.project.removals},
+                          imports={**{i.address: i.id for i in loaded.project.imports}, **(imports or {})})
     refreshing = (do_refresh or refresh_only) and not destroy
     asked = Questions() if refresh_only else questions(resources, state, options, counting=do_refresh or destroy)
     if refreshing or asked:
@@ -102,6 +105,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
 
         options = replace(options, observations=observe(loaded.project, state, asked, refreshing))
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
+    _check_imports(loaded.project, the_plan, state, options)
     _check_existing_sizes(loaded.project, the_plan)
     check_prevented(the_plan)
     check_partitions(the_plan)
@@ -124,6 +128,27 @@ def _check_schema_evolution(project: Project, the_plan: Plan) -> None:
         raise DsflowError("DSF-E841", why, location=relation.location if relation is not None else None,
                           hint="undo the column change, or set the relation's 'value.schema.compatibility' to a rule "
                                "that allows it")
+
+
+def _check_imports(project: Project, the_plan: Plan, state, options: PlanOptions) -> None:
+    """DSF-E868, every one at once: an import of a log the refresh did not see (it does not exist, or --no-refresh)."""
+    from dsflow.core.imports import missing
+    from dsflow.errors import Diagnostic, ProjectError
+
+    if not options.imports or the_plan.mode != "normal":
+        return
+    wanted = {c.address: c for c in the_plan.changes if c.action is not Action.DELETE}
+    found = []
+    for address in missing(options.imports, wanted, state, the_plan.observations):
+        relation = project.relation(Address.parse(address).name)
+        seen = the_plan.observations.resources.get(address)
+        why = seen.detail if seen is not None else "the plan was made without a refresh (--no-refresh)"
+        found.append(Diagnostic("DSF-E868", f"import {address} ({options.imports[address]}): nothing to import: {why}",
+                                relation.location if relation is not None else None,
+                                hint="check the store and the name, run the plan with a refresh, or drop the import "
+                                     "to create the log instead"))
+    if found:
+        raise ProjectError(diagnostics=found)
 
 
 def _check_existing_sizes(project: Project, the_plan: Plan) -> None:

@@ -24,7 +24,7 @@ def resolve_moves(entries: list[tuple[str, str, Location]], declared: set[str],
     problems: list[Diagnostic] = []
     parsed: list[Move] = []
     for source, target, where in entries:
-        old, new = _address(source, qualify), _address(target, qualify)
+        old, new = parse_address(source, qualify), parse_address(target, qualify)
         bad = [(key, text) for key, text, address in (("from", source, old), ("to", target, new)) if address is None]
         for key, text in bad:
             problems.append(Diagnostic("DSF-E850", f"moved: '{key}: {text}' is not the address of a relation or "
@@ -43,7 +43,7 @@ def resolve_moves(entries: list[tuple[str, str, Location]], declared: set[str],
     return ([] if clashes else moves), problems + clashes
 
 
-def _address(text: str, qualify: Callable[[list[str]], str]) -> str | None:
+def parse_address(text: str, qualify: Callable[[list[str]], str]) -> str | None:
     kind, _, rest = str(text).partition(".")
     if kind in MOVABLE:
         name = rest

@@ -35,6 +35,10 @@ class YamlObjects:
     datagens: list[Datagen] = field(default_factory=list)
     moves: list[tuple[str, str, Location]] = field(default_factory=list)
     """`moved:` entries as written (from, to, where), checked by load/moves.py once the project is known."""
+    removals: list[tuple[str, bool, Location]] = field(default_factory=list)
+    """`removed:` entries as written (address, keep_running, where), checked by load/removals.py."""
+    imports: list[tuple[str, str | None, Location]] = field(default_factory=list)
+    """`import:` entries as written (to, id, where), checked by load/removals.py."""
 
 
 def pydantic_diagnostics(err: ValidationError, pos: Positioned) -> list[Diagnostic]:
@@ -97,6 +101,8 @@ def read_objects(data: object, pos: Positioned, secrets: set[str], into: YamlObj
     into.users += [(u.name, tuple(u.roles), pos.location(("users", i))) for i, u in enumerate(raw.users)]
     diagnostics += _read_logins(raw.users, pos, secrets, into)
     into.moves += [(m.from_, m.to, pos.location(("moved", i))) for i, m in enumerate(raw.moved)]
+    into.imports += [(m.to, m.id, pos.location(("import", i))) for i, m in enumerate(raw.imports)]
+    into.removals += [(r.address, r.keep_running, pos.location(("removed", i))) for i, r in enumerate(raw.removed)]
     for i, gen in enumerate(raw.datagen):
         into.datagens.append(Datagen(name=gen.name, relation=gen.relation, generator=gen.generator, rate=gen.rate,
                                      count=gen.count, seed=gen.seed, location=pos.location(("datagen", i))))

@@ -29,6 +29,7 @@ from dsflow.load.objects import (
     YamlObjects, check_store_registries, pydantic_diagnostics, read_objects, schemas_of,
 )
 from dsflow.load.moves import resolve_moves
+from dsflow.load.removals import resolve_imports, resolve_removals
 from dsflow.load.names import check_physical_names
 from dsflow.load.queries import Namespace, resolve_statements
 from dsflow.load.raw import RawProjectConfig
@@ -327,7 +328,9 @@ class _Loader:
         roles, grants, bindings = self._access(objects, statements, ns, queries, databases, schemas)
         declared = {f"relation.{r}" for r in ns.relations} | {f"query.{q.fqn}" for q in queries}
         moves, problems = resolve_moves(objects.moves, declared, ns.qualify_name)
-        self.diagnostics += problems
+        removals, unremovable = resolve_removals(objects.removals, declared, moves, ns.qualify_name)
+        imports, unimportable = resolve_imports(objects.imports, ns.relations, ns.qualify_name)
+        self.diagnostics += problems + unremovable + unimportable
         self.existing = {f"relation.{r}" for r in ns.relations} | {f"store.{s}" for s in stores}
         self.existing |= {f"schema_registry.{r.name}" for r in objects.schema_registries}
         self.existing |= {f"database.{d.name}" for d in databases} | {f"schema.{s.fqn}" for s in schemas}
@@ -337,6 +340,7 @@ class _Loader:
             databases=tuple(databases), schemas=tuple(schemas),
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
             roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
+            removals=tuple(removals), imports=tuple(imports),
         )
 
     def settings(self) -> dict[str, Any]:

@@ -237,10 +237,28 @@ class RawMove(Raw):
     to: str = Field(description="the address it has in the project now")
 
 
+class RawRemoval(Raw):
+    """A `removed:` entry: a deployed relation or query dsflow stops managing, without deleting it (docs/project.md)."""
+
+    address: str = Field(description="the address it was deployed at, e.g. relation.db.schema.name")
+    keep_running: bool = Field(False, description="a query: true leaves it running, false (the default) stops it on "
+                               "its checkpoint; a relation's topic, stream or table is always kept")
+
+
+class RawImport(Raw):
+    """An `import:` entry: an existing log a declared stream or changelog names, taken into the state as it is."""
+
+    to: str = Field(description="the declared relation, e.g. relation.db.schema.name or schema.name")
+    id: str | None = Field(None, description="the log's name on its store (topic, Kinesis stream); the declaration's "
+                           "'topic' when left out, and it must be that")
+
+
 class RawObjectsFile(Raw):
     """Any YAML file other than dsflow.yml."""
 
     moved: list[RawMove] = Field(default_factory=list)
+    removed: list[RawRemoval] = Field(default_factory=list)
+    imports: list[RawImport] = Field(default_factory=list, alias="import")
 
     stores: list[RawStore] = Field(default_factory=list)
     schema_registries: list[RawSchemaRegistry] = Field(default_factory=list)

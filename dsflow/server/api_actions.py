@@ -54,7 +54,7 @@ def authorization(me: Caller, plan: dict[str, Any]) -> list[dict[str, Any]]:
     refused = {(r.address, r.action): r for r in me.access.authorize_plan(me.user, plan)}
     out = []
     for change in plan.get("changes", ()):
-        if change["action"] in ("no-op", "refresh"):
+        if change["action"] in ("no-op", "refresh") and not change.get("imported"):
             continue
         refusal = refused.get((change["address"], change["action"]))
         missing = refusal.decision.missing if refusal else ()

@@ -96,7 +96,7 @@ def applied(plan: Plan, state: State | None = None) -> State:
     for change in plan.actionable:
         if change.moved_from is not None and change.address not in state.resources:
             state = state.with_move(change.moved_from, change.address)
-        if change.action is Action.DELETE:
+        if change.action in (Action.DELETE, Action.FORGET):
             state = state.without(change.address)
             continue
         state = state.with_resource(DeployedResource(

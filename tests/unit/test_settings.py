@@ -311,8 +311,8 @@ ALSO_UPDATED = {("table", "owner"): ("query.db.s.lake_t",), ("materialized_view"
 owns the relation and its query)."""
 
 OBJECT_LISTS = {"stores", "schema_registries", "databases", "roles", "users", "datagen"}
-INSTRUCTIONS = {"moved"}
-"""YAML entries that declare no object, only tell the planner something (a `moved:` entry)."""
+INSTRUCTIONS = {"moved", "removed", "imports"}
+"""YAML entries that declare no object, only tell the planner something (`moved:`, `removed:`, `import:`)."""
 UNSET_FIELDS = {"spark_conf"}
 """Resource fields no setting fills yet (a query's own Spark conf: the loader accepts none)."""
 KINDS = {Kind.STORE: ("store",), Kind.DATABASE: ("database",), Kind.SCHEMA: ("database", "schema"),

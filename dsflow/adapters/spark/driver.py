@@ -139,6 +139,7 @@ def progress_status(spec: QuerySpec, query, state: str, totals: ExpectationTotal
             "last_batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
             "sources": [{"description": s.get("description"), "end_offset": s.get("endOffset")}
                         for s in progress.get("sources", [])],
+            "watermark": (progress.get("eventTime") or {}).get("watermark"),
             **state_size(progress.get("stateOperators") or []),
         })
     return status

@@ -1,0 +1,67 @@
+"""`removed:` and `import:` entries (Terraform's removed and import blocks): a deployed relation or query dsflow stops
+managing, kept as it is; an existing log a declared stream or changelog takes into the state as it is.
+
+An address is written as for `moved:` (load/moves.py). Checked once the project's relations and queries are known:
+DSF-E856..DSF-E858 (removed), DSF-E866..DSF-E867 (import). An entry whose address is not deployed (forgotten
+already, or never applied) plans nothing; nor does an import of what is deployed already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from collections.abc import Mapping
+
+from dsflow.core.model import Import, Move, Relation, Removal
+from dsflow.errors import Diagnostic, Location
+from dsflow.load.moves import HINT, parse_address
+
+
+def resolve_removals(entries: list[tuple[str, bool, Location]], declared: set[str], moves: list[Move],
+                     qualify: Callable[[list[str]], str]) -> tuple[list[Removal], list[Diagnostic]]:
+    """The valid removals, and a diagnostic for every entry that is not one."""
+    problems: list[Diagnostic] = []
+    removals: list[Removal] = []
+    seen: dict[str, Location] = {}
+    moved = {m.from_address for m in moves}
+    for text, keep_running, where in entries:
+        address = parse_address(text, qualify)
+        if address is None:
+            problems.append(Diagnostic("DSF-E856", f"removed: '{text}' is not the address of a relation or a query",
+                                       where, hint=HINT.replace("'moved'", "'removed'")))
+        elif address in declared:
+            problems.append(Diagnostic("DSF-E857", f"removed: '{address}' is still declared in the project", where,
+                                       hint="remove its declaration (a removed entry forgets what left the "
+                                            "project), or remove this entry"))
+        elif address in seen or address in moved:
+            other = f"listed at {seen[address]}" if address in seen else "the 'from' of a moved entry"
+            problems.append(Diagnostic("DSF-E858", f"removed: '{address}' is also {other}", where,
+                                       hint="keep one entry: an address is moved or forgotten, once"))
+        else:
+            seen[address] = where
+            removals.append(Removal(address=address, keep_running=keep_running, location=where))
+    return removals, problems
+
+
+def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: Mapping[str, Relation],
+                    qualify: Callable[[list[str]], str]) -> tuple[list[Import], list[Diagnostic]]:
+    """The valid imports (address -> the log's name), and a diagnostic for every entry that is not one."""
+    problems: list[Diagnostic] = []
+    imports: dict[str, Import] = {}
+    for text, given, where in entries:
+        address = parse_address(text, qualify)
+        relation = relations.get(address.partition(".")[2]) if address and address.startswith("relation.") else None
+        if relation is None or relation.kind not in ("stream", "changelog"):
+            problems.append(Diagnostic("DSF-E866", f"import: 'to: {text}' is not a stream or changelog declared in the "
+                                       "project", where, hint="declare it (CREATE STREAM|CHANGELOG, or write it with "
+                                       "'dsflow infer'), then import the log it names"))
+        elif given is not None and given != relation.topic:
+            problems.append(Diagnostic("DSF-E867", f"import: 'id: {given}' is not the log {address} names "
+                                       f"('{relation.topic}')", where,
+                                       hint=f"set its 'topic' to '{given}', or write 'id: {relation.topic}'"))
+        elif (key := f"relation.{relation.fqn}") in imports:
+            problems.append(Diagnostic("DSF-E867", f"import: '{key}' is imported twice (at "
+                                       f"{imports[key].location})", where, hint="keep one entry"))
+        else:
+            imports[key] = Import(address=key, id=relation.topic, location=where)
+    return list(imports.values()), problems
