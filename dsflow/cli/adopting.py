@@ -16,7 +16,7 @@ from dsflow.errors import DsflowError
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
 @click.pass_context
 def import_(ctx: click.Context, address: str, id_: str, auto_approve: bool) -> None:
-    """Adopt the existing topic or Kinesis stream ID that the declared stream or changelog ADDRESS names: the plan
+    """Adopt the existing log (a topic, a stream) ID that the declared stream or changelog ADDRESS names: the plan
     shows it imported, then what its declaration changes in it; apply records it (dsflow never deletes it)."""
     loaded = _load(ctx)
     name = address.removeprefix("relation.")

@@ -1,5 +1,5 @@
 """Adopting what exists: an `import:` entry (Terraform's `import {}`) or `dsflow import ADDRESS ID` takes an existing
-log (a Kafka topic, a Kinesis stream) that a declared stream or changelog names into the state as it is.
+log (a topic, a stream) that a declared stream or changelog names into the state as it is.
 
 The refresh sees the log (its partitions or shards, engine/refresh.py `observe_logs`); the plan is made as if that
 log had been deployed as the declaration with the size seen (`imported_state`), so the declaration is then compared

@@ -374,7 +374,7 @@ class Import(Frozen):
     """An `import:` entry (like Terraform's import blocks): an existing log taken into the state as it is."""
 
     address: str = Field(description="the declared stream or changelog, e.g. relation.default.public.pageviews")
-    id: str = Field(description="the log's name on its store (the declaration's topic or Kinesis stream)")
+    id: str = Field(description="the log's name on its store (the declaration's topic or stream)")
     location: Location | None = None
 
 

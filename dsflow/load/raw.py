@@ -249,7 +249,7 @@ class RawImport(Raw):
     """An `import:` entry: an existing log a declared stream or changelog names, taken into the state as it is."""
 
     to: str = Field(description="the declared relation, e.g. relation.db.schema.name or schema.name")
-    id: str | None = Field(None, description="the log's name on its store (topic, Kinesis stream); the declaration's "
+    id: str | None = Field(None, description="the log's name on its store (a topic, a stream); the declaration's "
                            "'topic' when left out, and it must be that")
 
 
