@@ -136,3 +136,19 @@ def test_an_unanswered_request_is_taken_back(tmp_path: Path) -> None:
     alive = iter([True, False])
     assert reload.park(tmp_path, os.getpid(), lambda: next(alive, False), timeout=5) is None
     assert not (tmp_path / reload.REQUEST_FILE).exists()
+
+
+def test_a_driver_started_before_dsflow_changed_refuses_the_spec(tmp_path: Path) -> None:
+    """An upgrade (or an edit) of dsflow's code after the driver started: it would run the new spec with the code it
+    loaded then, so it refuses and a cold driver runs it."""
+    built = _spec(tmp_path)
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(built.model_dump_json())
+    assert reload.code_fingerprint() == reload.code_fingerprint()
+    found: dict[str, object] = {}
+    waiting = threading.Thread(target=lambda: found.update(
+        spec=driver._await_resume(built, built, threading.Event(), threading.Event(), code="before the upgrade")))
+    waiting.start()
+    why = reload.resume(tmp_path, os.getpid(), spec_path, {}, lambda: True, timeout=10)
+    waiting.join()
+    assert why == "dsflow's code changed since this driver started" and found["spec"] is None

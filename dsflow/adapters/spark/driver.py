@@ -237,13 +237,13 @@ def run(spec: QuerySpec, spark=None, stop: threading.Event | None = None) -> int
         return 1
     _redact_in_spark(spark)
     reload.forget(Path(spec.status_path).parent)  # a request left for the driver before this one is not for it
-    session, built = spark, spec
+    session, built, loaded = spark, spec, reload.code_fingerprint()
     try:
         while True:
             code, parked = _run_version(session, spec, stop, wake)
             if not parked:
                 return code
-            resumed = _await_resume(spec, built, stop, wake)
+            resumed = _await_resume(spec, built, stop, wake, loaded)
             if resumed is None:
                 return 0
             write_status(resumed.status_path, {"name": resumed.name, "version": resumed.version, "pid": os.getpid(),
@@ -288,8 +288,8 @@ def _run_version(spark, spec: QuerySpec, stop: threading.Event, wake: threading.
         lag.close()
 
 
-def _await_resume(spec: QuerySpec, built: QuerySpec, stop: threading.Event,
-                  wake: threading.Event) -> QuerySpec | None:
+def _await_resume(spec: QuerySpec, built: QuerySpec, stop: threading.Event, wake: threading.Event,
+                  code: str | None = None) -> QuerySpec | None:
     """Parked: wait for the next version's spec (reload.PARK_SECONDS at most); None to exit (none came, a stop, or a
     spec this session cannot run as it is, refused)."""
     from dsflow.adapters.spark import reload
@@ -315,6 +315,8 @@ def _await_resume(spec: QuerySpec, built: QuerySpec, stop: threading.Event,
         reason = misfit(built.master, built.spark_conf, resumed.master, resumed.spark_conf)
         if reason is None and not reload.holds_secrets(request):
             reason = "its secrets are not the ones this driver was started with"
+        if reason is None and request.get("code") != (code or reload.code_fingerprint()):
+            reason = "dsflow's code changed since this driver started"
         reload.answer(run_dir, request, ok=reason is None, reason=reason)
         return resumed if reason is None else None
     return None

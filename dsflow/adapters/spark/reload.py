@@ -12,7 +12,7 @@ SIGUSR1 that wakes the driver:
    driver runs it in a new session of its SparkContext (temporary views and SQL conf of its own, as a shared
    application's queries have) and answers `ok`; it stays the query's driver, with its identity (PID, start time,
    lock). It refuses a spec it cannot run as it is (another master or Spark conf, secrets it was not started with,
-   an unreadable spec) and exits; apply then starts a cold driver.
+   dsflow code changed on disk since it started, an unreadable spec) and exits; apply then starts a cold driver.
 
 A driver that does not answer (an old dsflow, a query that failed meanwhile, a driver busy past the timeout) is
 stopped and a cold one started, as before. A parked driver that is not resumed within PARK_SECONDS exits (an
@@ -37,6 +37,17 @@ PARK_SECONDS = 60.0
 RESUME_TIMEOUT_SECONDS = 10.0
 
 
+def code_fingerprint() -> str:
+    """The dsflow code on disk (each module's path, size and modification time): a driver started before dsflow was
+    upgraded or edited runs the code it loaded then, so it takes no spec from a newer one."""
+    import dsflow
+
+    package = Path(dsflow.__file__).resolve().parent
+    entries = sorted((str(path.relative_to(package)), path.stat().st_size, path.stat().st_mtime_ns)
+                     for path in package.rglob("*.py"))
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+
+
 def secrets_digest(secrets: dict[str, str]) -> str:
     """What a driver compares with its own environment to know it holds the spec's secrets, without them on disk."""
     return hashlib.sha256(json.dumps(sorted(secrets.items())).encode()).hexdigest()
@@ -59,7 +70,7 @@ def resume(run_dir: Path, pid: int, spec_path: Path, secrets: dict[str, str], al
            timeout: float = RESUME_TIMEOUT_SECONDS) -> str | None:
     """Ask the parked driver to run the spec at spec_path; None when it does, else why not (it then exits)."""
     request = {"op": "resume", "spec": str(spec_path), "secret_names": sorted(secrets),
-               "secrets_digest": secrets_digest(secrets)}
+               "secrets_digest": secrets_digest(secrets), "code": code_fingerprint()}
     reply = _ask(run_dir, pid, request, alive, timeout)
     if reply is None:
         return "it did not answer"
