@@ -104,3 +104,17 @@ def applied(plan: Plan, state: State | None = None) -> State:
             metadata_hash=change.metadata_hash or "", data=change.after or {},
             metadata=change.after_metadata or {}))
     return state
+
+
+def plan_from_files(root: Path, state: State, **options) -> Plan:
+    """The example project at `root` planned against `state` as `dsflow plan` does with the files' `removed:` and
+    `import:` entries (no refresh unless `observations` is given)."""
+    from dsflow.core.plan import PlanOptions, make_plan
+    from dsflow.core.resources import project_resources
+    from dsflow.load.project import load_project
+
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    return make_plan(project.name, project.environment, project_resources(project), state,
+                     PlanOptions(removed={r.address: r.keep_running for r in project.removals},
+                                 imports={i.address: i.id for i in project.imports},
+                                 store_types={s.name: s.type for s in project.stores}, **options))

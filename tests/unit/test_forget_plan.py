@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from dsflow.core.observing import questions
-from dsflow.core.plan import Action, Observations, PlanOptions, make_plan
+from dsflow.core.plan import Action, Observations, PlanOptions
 from dsflow.core.resources import project_resources
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
 from dsflow.load.project import load_project
-from support.projects import EXAMPLE_VARIABLES, applied, copy_example
+from support.projects import EXAMPLE_VARIABLES, applied, copy_example, plan_from_files
 from test_plan_categories import PIPELINES, check_all
 
 ENRICHED = "query.analytics.curated.pageviews_enriched"
@@ -24,12 +24,7 @@ ENRICHED_SINK = "relation.analytics.curated.pageviews_enriched"
 QUERY_TEXT = "CREATE STREAM curated.pageviews_enriched AS"
 
 
-def plan_with_removals(root: Path, state: State, **options):
-    """Planned as `dsflow plan` does: the project's `removed:` entries go into the options."""
-    project = load_project(root, variables=EXAMPLE_VARIABLES)
-    removed = {r.address: r.keep_running for r in project.removals}
-    return make_plan(project.name, project.environment, project_resources(project), state,
-                     PlanOptions(removed=removed, store_types={s.name: s.type for s in project.stores}, **options))
+plan_with_removals = plan_from_files
 
 
 def _drop_enriched(root: Path, entries: str) -> None:

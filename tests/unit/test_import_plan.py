@@ -11,23 +11,19 @@ import pytest
 
 from dsflow.cli.render import plan_text
 from dsflow.core.observing import questions
-from dsflow.core.plan import Action, Observation, Observations, PlanOptions, make_plan
+from dsflow.core.plan import Action, Observation, Observations, PlanOptions
 from dsflow.core.resources import project_resources
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
 from dsflow.load.project import load_project
-from support.projects import EXAMPLE_VARIABLES, applied, copy_example
+from support.projects import EXAMPLE_VARIABLES, applied, copy_example, plan_from_files
 from test_plan_categories import check_all
 from test_plan_golden import normalized
 
 PAGEVIEWS = "relation.analytics.public.pageviews"
 
 
-def plan_with_imports(root: Path, state: State, **options):
-    project = load_project(root, variables=EXAMPLE_VARIABLES)
-    imports = {i.address: i.id for i in project.imports}
-    return make_plan(project.name, project.environment, project_resources(project), state,
-                     PlanOptions(imports=imports, store_types={s.name: s.type for s in project.stores}, **options))
+plan_with_imports = plan_from_files
 
 
 def _seen(size: int) -> Observations:

@@ -66,13 +66,14 @@ def test_a_reply_to_another_request_is_not_taken(tmp_path: Path) -> None:
     assert reload.park(tmp_path, os.getpid(), lambda: True, timeout=0.3) is None
 
 
-def _resume(tmp_path: Path, spec: QuerySpec, built: QuerySpec, secrets: dict[str, str]) -> tuple[str | None, object]:
+def _resume(tmp_path: Path, spec: QuerySpec, built: QuerySpec, secrets: dict[str, str],
+            code: str | None = None) -> tuple[str | None, object]:
     """Apply's resume against the driver's _await_resume in a thread: (apply's answer, the driver's next spec)."""
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(spec.model_dump_json())
     found: dict[str, object] = {}
     waiting = threading.Thread(target=lambda: found.update(
-        spec=driver._await_resume(built, built, threading.Event(), threading.Event())))
+        spec=driver._await_resume(built, built, threading.Event(), threading.Event(), code)))
     waiting.start()
     why = reload.resume(tmp_path, os.getpid(), spec_path, secrets, lambda: True, timeout=10)
     waiting.join()
@@ -142,13 +143,6 @@ def test_a_driver_started_before_dsflow_changed_refuses_the_spec(tmp_path: Path)
     """An upgrade (or an edit) of dsflow's code after the driver started: it would run the new spec with the code it
     loaded then, so it refuses and a cold driver runs it."""
     built = _spec(tmp_path)
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(built.model_dump_json())
     assert reload.code_fingerprint() == reload.code_fingerprint()
-    found: dict[str, object] = {}
-    waiting = threading.Thread(target=lambda: found.update(
-        spec=driver._await_resume(built, built, threading.Event(), threading.Event(), code="before the upgrade")))
-    waiting.start()
-    why = reload.resume(tmp_path, os.getpid(), spec_path, {}, lambda: True, timeout=10)
-    waiting.join()
-    assert why == "dsflow's code changed since this driver started" and found["spec"] is None
+    why, resumed = _resume(tmp_path, built, built, {}, code="before the upgrade")
+    assert why == "dsflow's code changed since this driver started" and resumed is None

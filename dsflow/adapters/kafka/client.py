@@ -457,14 +457,16 @@ def _key_of(parsed: Any, key_field: str | None, number: int) -> str | None:
 
 def produce_one(
     producer: Any, topic: str, value: str | bytes | None, key: str | bytes | None, partition: int | None = None,
+    headers: Any = None,
 ) -> None:
     """produce(), waiting for room in the local queue whenever it is full."""
+    extra = {"headers": headers} if headers is not None else {}
     while True:
         try:
             if partition is None:
-                producer.produce(topic, value, key)
+                producer.produce(topic, value, key, **extra)
             else:
-                producer.produce(topic, value, key, partition)
+                producer.produce(topic, value, key, partition, **extra)
             return
         except BufferError:
             producer.poll(0.1)

@@ -79,12 +79,7 @@ def send_records(config: Mapping[str, Any], topic: str, records: list[tuple[byte
     errors = client.DeliveryErrors()
     producer = client.new_producer(config, errors)
     for key, value, headers in records:
-        while True:
-            try:
-                producer.produce(topic, value, key, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        client.produce_one(producer, topic, value, key, headers=headers)
     try:
         client.flush_or_raise(producer, topic, len(records), errors)
     except DsflowError as err:
