@@ -87,8 +87,7 @@ def test_kill_9_during_apply_then_apply_again_converges(tmp_path: Path, broker: 
     finally:
         done = subprocess.run(_dsflow(root, broker, "destroy", "--auto-approve"), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    wait_for(lambda: not {t for t in list_topics(broker) if t.startswith("killed_")}, 30,
-             "the destroyed topics to leave the broker's metadata")  # tansu lists a deleted topic for a moment
+    _wait_until_destroyed(broker, "killed_", {})
     assert not _drivers_for(root)
 
 
@@ -111,8 +110,25 @@ def test_ctrl_c_during_apply_leaves_state_consistent(tmp_path: Path, broker: str
     result = operations.apply(loaded, operations.plan(loaded))
     assert result.ok, result.failed
     assert not operations.plan(loaded).has_changes
+    owned = {k: r.outputs.get("created_by_dsflow") for k, r in loaded.workspace.state_backend().read().resources.items()
+             if k.startswith("relation.")}
     assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
     assert not _drivers_for(root), "a driver outlived destroy (its reads would create the topics again on tansu)"
-    wait_for(lambda: not {t for t in list_topics(broker) if t.startswith("sigint_")}, 30,
-             "the destroyed topics to leave the broker's metadata")  # tansu lists a deleted topic for a moment
+    _wait_until_destroyed(broker, "sigint_", owned)
+
+
+def _wait_until_destroyed(broker: str, prefix: str, owned: dict[str, object]) -> None:
+    """Until the broker lists no topic of the project (tansu lists a deleted topic for a moment); the failure names
+    the topics left and what the state said of each before destroy."""
+    left: set[str] = set()
+
+    def gone() -> bool:
+        left.clear()
+        left.update(t for t in list_topics(broker) if t.startswith(prefix))
+        return not left
+
+    try:
+        wait_for(gone, 30, "the destroyed topics to leave the broker's metadata")
+    except AssertionError as err:
+        raise AssertionError(f"{err}: still listed {sorted(left)}; created_by_dsflow before destroy: {owned}") from None
 
