@@ -22,6 +22,10 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # the environment) compiles with C1 only and maps the class-data archive tests/setup.sh wrote (tests/spark_cds.py).
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
                       f"--driver-java-options {shlex.quote(spark_cds.driver_java_options())} pyspark-shell")
+# The other JVMs of the run (Apache Kafka, spark-class's launcher, a standalone cluster's master, worker and
+# executors) with C1 only as well: the broker's C2 compiles were half its CPU in an e2e file (24.8 -> 12.2 s of
+# 129.5 -> 107.0 s in tests/e2e/test_e2e_example.py; docs/testing.md).
+os.environ.setdefault("JDK_JAVA_OPTIONS", spark_cds.JVM_OPTS)
 # Local AWS-compatible endpoints (kinesalite, moto) take any credentials; set before the Spark session starts so
 # its Python workers (dsflow_kinesis reads and writes) inherit them too
 for _key, _value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
