@@ -130,7 +130,7 @@ def _sink_count(bootstrap: str, topic: str) -> int:
 
 def values_match(bootstrap: str, topic: str, query: str, events: int) -> bool:
     """The sink holds exactly the (key, value) records the plain-Python reference makes of the bids."""
-    from dsflow import nexmark
+    from dsflow.datagen import nexmark
     from dsflow.adapters.kafka.client import read_to_end
 
     bids = [(key, record) for kind, key, record in nexmark.events(0, events) if kind == "bid"]

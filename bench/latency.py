@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsflow import nexmark  # noqa: E402
+from dsflow.datagen import nexmark  # noqa: E402
 from dsflow.adapters.kafka import client  # noqa: E402
 
 SOURCE = "nexmark_bid"

@@ -1,4 +1,4 @@
-"""The Nexmark generator used by the benchmarks; it lives in `dsflow.nexmark` so datagen can use it."""
+"""The Nexmark generator used by the benchmarks; it lives in `dsflow.datagen.nexmark` so datagen can use it."""
 
-from dsflow.nexmark import *  # noqa: F401,F403
-from dsflow.nexmark import auction, bid, event, events, kind_of, nth_of_kind, person  # noqa: F401
+from dsflow.datagen.nexmark import *  # noqa: F401,F403
+from dsflow.datagen.nexmark import auction, bid, event, events, kind_of, nth_of_kind, person  # noqa: F401

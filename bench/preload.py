@@ -2,7 +2,7 @@
 
 Events are generated in chunks by a process pool (both cores), encoded as compact JSON, and
 produced by one idempotent producer: persons, auctions and bids each to their own topic
-(`nexmark_person`, `nexmark_auction`, `nexmark_bid`), keyed like `dsflow.nexmark.event`.
+(`nexmark_person`, `nexmark_auction`, `nexmark_bid`), keyed like `dsflow.datagen.nexmark.event`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from dsflow import nexmark
+from dsflow.datagen import nexmark
 from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, ensure_topic
 
 TOPICS = {"person": "nexmark_person", "auction": "nexmark_auction", "bid": "nexmark_bid"}

@@ -165,7 +165,7 @@ def verify_sink(bootstrap: str, query: str, loaded: Preloaded) -> bool:
     moment: on a loaded machine a quiet spell can come before the last fetch. A mismatch is printed with what
     differs.
     """
-    from dsflow import nexmark
+    from dsflow.datagen import nexmark
     from dsflow.adapters.kafka.client import read_to_end
 
     records = read_to_end(bootstrap, P.sink_topic(query))

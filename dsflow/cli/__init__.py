@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from dsflow import gcpause
+from dsflow.core import gcpause
 from dsflow.engine import operations
 from dsflow.core.plan import Plan
 from dsflow.core.secrets import scrub
@@ -103,7 +103,7 @@ def validate(ctx: click.Context, as_json: bool) -> None:
     from dsflow.load.project import check_project
 
     options: operations.Options = ctx.obj
-    with gcpause.command():  # dsflow/gcpause.py
+    with gcpause.command():  # dsflow/core/gcpause.py
         result = check_project(options.project_dir, options.environment, options.variables)
     diagnostics = [d.to_dict() for d in result.diagnostics]
     if as_json:
@@ -184,7 +184,7 @@ def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy:
     forced = _forced(ctx, replaces, resets)
     if (replaces or resets) and (destroy or refresh_only):
         raise click.UsageError("--replace and --reset-checkpoint are not taken with --destroy or --refresh-only")
-    with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/gcpause.py)
+    with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/core/gcpause.py)
         if ctx.meta.get("dsflow.server"):
             from dsflow.cli.server import remote_plan
 
@@ -511,7 +511,7 @@ def _print_rows(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bo
 
 def main() -> None:
     """The `dsflow` executable: runs one command, maps errors to exit codes."""
-    gcpause.freeze()  # the modules are imported and live until exit (see dsflow/gcpause.py)
+    gcpause.freeze()  # the modules are imported and live until exit (see dsflow/core/gcpause.py)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -1,8 +1,8 @@
 """The names of the data generators a `datagen` entry may ask for.
 
-dsflow/datagen.py implements them (its `GENERATORS` has exactly these keys, which tests/unit/test_layers.py checks);
-the loader checks a datagen's `generator` against this list without importing the generator process and the
-producer it uses.
+dsflow/datagen/ implements them (its `GENERATORS` has exactly these keys, which tests/unit/test_layers.py checks); the
+loader checks a datagen's `generator` against this list without importing the generator process and the producer
+it uses.
 """
 
 from __future__ import annotations

@@ -400,7 +400,7 @@ class RuntimeSettings(Frozen):
 class StateSettings(Frozen):
     """Where the deployed state is kept: one backend and its settings (see docs/state.md)."""
 
-    backend: Literal["local", "s3", "postgres"] = "local"
+    backend: str = Field("local", description="a name in core/backends.py's registry")
     path: str = Field(".dsflow", description="local folder for run files and checkpoints; local state lives "
                                              "in <path>/state/<env>.json")
     project: str = Field("", description="the project's name: it keys the state in a shared table, and is the "

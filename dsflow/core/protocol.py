@@ -205,7 +205,7 @@ class LogCommands(Protocol):
         """Capability.BROKER: the development schema registry (`dsflow dev up --registry`): start, stop and read."""
 
     def producer(self, bootstrap: str, topic: str, config: Mapping[str, str] | None, flush_interval: float) -> Any:
-        """Capability.BROKER: a producer of JSON records for a data generator (dsflow/datagen.py)."""
+        """Capability.BROKER: a producer of JSON records for a data generator (dsflow/datagen/__init__.py)."""
 
 
 class EntityCommands(Protocol):

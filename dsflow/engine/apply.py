@@ -7,8 +7,6 @@ rely on live facts that are no longer what the plan's observations say (engine/r
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -23,6 +21,7 @@ from dsflow.core.secrets import Redactor
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
+from dsflow.engine import failpoints
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
@@ -160,19 +159,6 @@ class _StateWriter:
         self.serial = state.serial
 
 
-PAUSE_AFTER_NOTE = "DSFLOW_FAILPOINT_PAUSE_AFTER_NOTE"
-"""Set to a resource address to make apply stop dead right after noting intent for it (tests only)."""
-RESUME_FILE = "DSFLOW_FAILPOINT_RESUME_FILE"
-"""With PAUSE_AFTER_NOTE: the paused apply goes on once this file exists (tests only)."""
-
-
-def _failpoint_pause() -> None:
-    resume = os.environ.get(RESUME_FILE)
-    deadline = time.monotonic() + 3600
-    while time.monotonic() < deadline and not (resume and os.path.exists(resume)):
-        time.sleep(0.05 if resume else 60)
-
-
 class _IntentRecorder:
     """Saves what an executor notes (a PID, whether a topic existed) before it acts on it."""
 
@@ -186,8 +172,7 @@ class _IntentRecorder:
         merged = pending.model_copy(update={"intent": {**pending.intent, **intent}})
         self.state = self.state.with_pending(merged)
         self.writer.write(self.state)
-        if os.environ.get(PAUSE_AFTER_NOTE) == pending.address:
-            _failpoint_pause()  # tests kill the apply here, the worst moment to die, or let it race
+        failpoints.pause_after_note(pending.address)
 
 
 def _apply_one(ctx: Context, change: Change, state: State) -> State:

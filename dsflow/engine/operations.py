@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dsflow import gcpause
+from dsflow.core import gcpause
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
@@ -76,7 +76,7 @@ def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh
     """Observe the live systems once (a refresh, unless told not to; replay estimates in any case), then make the
     plan once from the project, the state and what was observed; the plan carries the observations. `imports`:
     more imports than the project's `import:` entries (`dsflow import ADDRESS ID`)."""
-    with gcpause.paused():  # see dsflow/gcpause.py
+    with gcpause.paused():  # see dsflow/core/gcpause.py
         return _plan(loaded, destroy, do_refresh, refresh_only, targets, excludes, forced, imports or {})
 
 

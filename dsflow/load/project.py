@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dsflow import gcpause
+from dsflow.core import gcpause
 from dsflow.core import stores as store_kinds
 from dsflow.core.address import Address, Kind
 from dsflow.core.generators import GENERATOR_NAMES
@@ -71,7 +71,7 @@ def check_project(root: Path, environment: str | None = None, variables: Mapping
     loader, problems = _loader(root, environment, variables, environ)
     if loader is None:
         return LoadResult(None, problems)
-    with gcpause.paused():  # see dsflow/gcpause.py
+    with gcpause.paused():  # see dsflow/core/gcpause.py
         project = loader.run()
     return LoadResult(project, sorted(loader.diagnostics, key=_sort_key), loader.context.secrets)
 
@@ -352,11 +352,7 @@ class _Loader:
             default_database=cfg.default.database, default_schema=cfg.default.schema_,
             state_path=state_path, state=self._state_settings(),
             topic_prefix=cfg.environments[self.env_name].topic_prefix,
-            runtime=RuntimeSettings(spark_master=cfg.runtime.spark_master, spark_conf=cfg.runtime.spark_conf,
-                                    trigger_interval=cfg.runtime.trigger_interval, isolation=cfg.runtime.isolation,
-                                    queries_per_app=cfg.runtime.queries_per_app, standby=cfg.runtime.standby,
-                                    batches_at_once=cfg.runtime.batches_at_once,
-                                    async_checkpoint=cfg.runtime.async_checkpoint,
+            runtime=RuntimeSettings(**cfg.runtime.model_dump(exclude={"checkpoint_root"}),
                                     checkpoint_root=cfg.runtime.checkpoint_root or f"{state_path}/checkpoints"))
 
     def _access(self, objects: YamlObjects, statements: list[tuple[str, RawStatement]], ns: Namespace,

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from dsflow.core.model import StoreType
+from dsflow.core.backends import SETTINGS, problems
+from dsflow.core.model import RuntimeSettings, StoreType
 
 ENVIRONMENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 """An environment's name: it names files (`<env>.json` state, the load cache), so no `/`, `..` or control
@@ -50,16 +51,11 @@ class RawDefaults(Raw):
                                                      "name none; unset: SQLite")
 
 
-_BACKEND_KEYS = {"local": set(), "s3": {"bucket", "prefix", "endpoint_url", "region"}, "postgres": {"dsn", "table"}}
-_REQUIRED_KEYS = {"local": set(), "s3": {"bucket"}, "postgres": {"dsn"}}
-
-
 class RawState(Raw):
     """Where the deployed state is kept (docs/state.md). bucket, prefix, endpoint_url, region and dsn may use
     {{ env_var('NAME') }} and {{ var('name') }}."""
 
-    backend: Literal["local", "s3", "postgres"] = Field("local",
-                                                        description="local file, S3 object or PostgreSQL table")
+    backend: str = Field("local", description="local file, S3 object or PostgreSQL table (core/backends.py)")
     path: str = Field(".dsflow", description="local folder for state (local backend), run files and checkpoints")
     bucket: str | None = Field(None, description="s3: the bucket; state is the object <prefix>/<env>.json")
     prefix: str | None = Field(None, description="s3: key prefix (default: the project name)")
@@ -73,35 +69,37 @@ class RawState(Raw):
 
     @model_validator(mode="after")
     def _settings_match_backend(self) -> RawState:
-        given = {k for k in set().union(*_BACKEND_KEYS.values()) if getattr(self, k) is not None}
-        foreign = given - _BACKEND_KEYS[self.backend]
-        missing = _REQUIRED_KEYS[self.backend] - given
-        problems = []
-        if foreign:
-            problems.append(f"not a setting of the {self.backend} state backend: {', '.join(sorted(foreign))}")
-        if missing:
-            problems.append(f"the {self.backend} state backend needs {', '.join(sorted(missing))}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        found = problems(self.backend, {key for key in SETTINGS if getattr(self, key) is not None})
+        if found:
+            raise ValueError("; ".join(found))
         return self
+
+
+def _runtime_default(name: str) -> Any:
+    """The default of a runtime setting: the model's (core/model.py RuntimeSettings), its one place."""
+    return RuntimeSettings.model_fields[name].default
 
 
 class RawRuntime(Raw):
     """Spark settings for continuous queries."""
 
-    spark_master: str = "local[2]"
+    spark_master: str = _runtime_default("spark_master")
     spark_conf: dict[str, str] = Field(default_factory=dict)
-    trigger_interval: str = "1 second"
-    checkpoint_root: str | None = None
-    isolation: Literal["shared", "query"] = Field("query", description="query: one Spark driver per query; shared: "
-                                                  "queries share long-running Spark applications (docs/runtime.md)")
-    queries_per_app: int = Field(10, ge=1, description="shared: at most this many queries per Spark application")
-    batches_at_once: int | None = Field(None, ge=0, description="shared: at most this many of an application's "
-                                        "queries run a micro-batch at once (0: no bound; default 2 per core)")
-    standby: bool = Field(True, description="the runtime supervisor keeps a warm standby driver for restarts of "
-                                            "query-isolation queries on a local master (docs/runtime.md)")
-    async_checkpoint: bool = Field(False, description="stateless queries into a broker write their checkpoint in the "
-                                   "background, next to the next micro-batch (docs/project.md)")
+    trigger_interval: str = _runtime_default("trigger_interval")
+    checkpoint_root: str | None = Field(None, description="default: <state path>/checkpoints")
+    isolation: Literal["shared", "query"] = Field(_runtime_default("isolation"), description="query: one Spark "
+                                                  "driver per query; shared: queries share long-running Spark "
+                                                  "applications (docs/runtime.md)")
+    queries_per_app: int = Field(_runtime_default("queries_per_app"), ge=1,
+                                 description="shared: at most this many queries per Spark application")
+    batches_at_once: int | None = Field(_runtime_default("batches_at_once"), ge=0, description="shared: at most this "
+                                        "many of an application's queries run a micro-batch at once (0: no bound; "
+                                        "default 2 per core)")
+    standby: bool = Field(_runtime_default("standby"), description="the runtime supervisor keeps a warm standby "
+                          "driver for restarts of query-isolation queries on a local master (docs/runtime.md)")
+    async_checkpoint: bool = Field(_runtime_default("async_checkpoint"), description="stateless queries into a broker "
+                                   "write their checkpoint in the background, next to the next micro-batch "
+                                   "(docs/project.md)")
 
     _checkpoint_root = field_validator("checkpoint_root")(checked_folder)
 

@@ -13,7 +13,7 @@ import pytest
 
 from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import list_topics
-from dsflow.engine.apply import PAUSE_AFTER_NOTE
+from dsflow.engine.failpoints import PAUSE_AFTER_NOTE
 from support.identities import running as running_processes
 from support.waiting import wait_for
 

@@ -21,7 +21,7 @@ import pytest
 
 from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import list_topics
-from dsflow.engine.apply import PAUSE_AFTER_NOTE
+from dsflow.engine.failpoints import PAUSE_AFTER_NOTE
 from support.waiting import wait_for
 from support.pgserver import DSN as PG_DSN
 

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from dsflow.engine import operations
 from dsflow.adapters.kafka.admin import list_topics
 from dsflow.adapters.state.postgres import keys_table, locks_table
-from dsflow.engine.apply import PAUSE_AFTER_NOTE, RESUME_FILE
+from dsflow.engine.failpoints import PAUSE_AFTER_NOTE, RESUME_FILE
 from dsflow.cli import cli
 from dsflow.core.state import State
 from support.waiting import wait_for

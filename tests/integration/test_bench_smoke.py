@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench import pipelines, recovery, report, run, shared_drivers  # noqa: E402
-from dsflow import nexmark  # noqa: E402
+from dsflow.datagen import nexmark  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

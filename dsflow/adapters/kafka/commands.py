@@ -108,7 +108,7 @@ class KafkaCommands:
 
     def producer(self, bootstrap: str, topic: str, config: Mapping[str, str] | None,
                  flush_interval: float) -> JsonProducer:
-        """A producer of JSON records to `topic` for a data generator (dsflow/datagen.py)."""
+        """A producer of JSON records to `topic` for a data generator (dsflow/datagen/__init__.py)."""
         return JsonProducer(bootstrap, topic, config, flush_interval)
 
 

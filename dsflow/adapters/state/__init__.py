@@ -1,6 +1,6 @@
 """State backends: read, write and lock the deployed state (see docs/state.md).
 
-A backend is one module implementing `StateBackend` (base.py), registered in BACKENDS by the name
+A backend is one module implementing `StateBackend` (base.py), registered in core/backends.py by the name
 `state.backend` takes in dsflow.yml. boto3 and psycopg2 are imported inside their modules only.
 """
 
@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 
 from dsflow.adapters.state.base import LockInfo, StateBackend
+from dsflow.core import backends
 from dsflow.core.model import Project, StateSettings
 from dsflow.core.resources import has_secrets
 from dsflow.core.secrets import Redactor
@@ -17,13 +18,9 @@ from dsflow.errors import DsflowError
 
 __all__ = ["BACKENDS", "LockInfo", "StateBackend", "make_backend", "redactor"]
 
-BACKENDS: dict[str, str] = {
-    "local": "dsflow.adapters.state.local",
-    "s3": "dsflow.adapters.state.s3",
-    "postgres": "dsflow.adapters.state.postgres",
-}
-"""Backend name -> the module whose `from_settings(settings, root, environment)` makes it, imported when used
-(a plan on local state does not read the s3 and postgres modules)."""
+BACKENDS: dict[str, str] = {name: kind.module for name, kind in backends.BACKENDS.items()}
+"""Backend name -> the module whose `from_settings(settings, root, environment)` makes it (core/backends.py),
+imported when used (a plan on local state does not read the s3 and postgres modules)."""
 
 
 def make_backend(settings: StateSettings, root: Path, environment: str) -> StateBackend:

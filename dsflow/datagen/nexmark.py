@@ -14,7 +14,7 @@ implementations) in its shape, not byte for byte:
 - every value is a pure function of (seed, n) through a splitmix64 hash: event `n` is the same
   whatever was generated before it, in whichever process.
 
-    from dsflow import nexmark
+    from dsflow.datagen import nexmark
     kind, key, record = nexmark.event(7, seed=0)         # ("bid", "1000", {...})
     nexmark.bids(0, 1000)                                  # the bids among events 0..999
 

@@ -148,7 +148,7 @@ class Columns:
 
 
 class Nexmark:
-    """Nexmark persons, auctions or bids (`dsflow.nexmark`); record `seq` is the seq-th of its kind.
+    """Nexmark persons, auctions or bids (`dsflow.datagen.nexmark`); record `seq` is the seq-th of its kind.
 
     Values are a pure function of (seed, seq); `date_time` is the wall clock. Key: a person's or
     auction's id, a bid's auction.
@@ -159,7 +159,7 @@ class Nexmark:
         self.seed = seed
 
     def make(self, seq: int, rng: random.Random) -> tuple[str | None, dict]:
-        from dsflow import nexmark
+        from dsflow.datagen import nexmark
 
         kind, key, record = nexmark.event(nexmark.nth_of_kind(self.kind, seq), self.seed, _now_ms())
         return key, record
@@ -396,6 +396,3 @@ def read_progress(path: str) -> int:
     except (OSError, ValueError, KeyError):
         return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

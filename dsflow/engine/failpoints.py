@@ -1,0 +1,31 @@
+"""The one test hook in dsflow's code: failpoints, named by environment variables, that make a process stop dead
+at a chosen moment so a test can kill it there (the worst moment to die) or let another process race it.
+
+Unset, a failpoint costs one dictionary lookup and does nothing. Today there is one:
+
+- `DSFLOW_FAILPOINT_PAUSE_AFTER_NOTE=<address>`: `apply` pauses right after it has saved the intent of that
+  resource's change (its PID, whether its topic existed) and before it acts on it
+  (tests/e2e/test_interrupt.py, test_interrupt_backends.py, test_state_apply.py);
+  with `DSFLOW_FAILPOINT_RESUME_FILE=<path>` it goes on once that file exists, otherwise it waits for its kill.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+PAUSE_AFTER_NOTE = "DSFLOW_FAILPOINT_PAUSE_AFTER_NOTE"
+"""Set to a resource address to make apply stop dead right after noting intent for it."""
+RESUME_FILE = "DSFLOW_FAILPOINT_RESUME_FILE"
+"""With PAUSE_AFTER_NOTE: the paused apply goes on once this file exists."""
+LONGEST_PAUSE_S = 3600
+
+
+def pause_after_note(address: str) -> None:
+    """Pause here when PAUSE_AFTER_NOTE names `address`: until RESUME_FILE exists, or (none given) for the kill."""
+    if os.environ.get(PAUSE_AFTER_NOTE) != address:
+        return
+    resume = os.environ.get(RESUME_FILE)
+    deadline = time.monotonic() + LONGEST_PAUSE_S
+    while time.monotonic() < deadline and not (resume and os.path.exists(resume)):
+        time.sleep(0.05 if resume else 60)
