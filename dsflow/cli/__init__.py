@@ -344,7 +344,7 @@ def _check_query_known(address: str, written: str, loaded: operations.Loaded, st
     known |= {a for a in state.resources if a.startswith("query.")}
     if address in known:
         return
-    from dsflow.load.suggest import closest, shortened
+    from dsflow.core.suggest import closest, shortened
 
     by_name = {a.rsplit(".", 1)[-1]: a for a in sorted(known)}
     close = closest(written.rsplit(".", 1)[-1], by_name)

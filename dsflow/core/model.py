@@ -185,7 +185,7 @@ class TemporalJoin(Frozen):
 
 
 class IntervalJoin(Frozen):
-    """A stream joined WITHIN a time bound after the first interval join of a chain (load/join_chain.py): its
+    """A stream joined WITHIN a time bound after the first interval join of a chain (sql/join_chain.py): its
     records join the rows so far whose event time, the first stream's, is at most `within` apart from theirs."""
 
     stream: str = Field(description="alias of the joined stream in the SELECT")
@@ -210,7 +210,7 @@ class ChangelogJoin(Frozen):
 
 
 class ChainedChangelogJoin(Frozen):
-    """A changelog joined after a join of two changelogs (load/changelog_join.py): the rows so far (the left, keyed
+    """A changelog joined after a join of two changelogs (sql/changelog_join.py): the rows so far (the left, keyed
     by the previous join's output key) joined with one more changelog, as ChangelogJoin joins two."""
 
     changelog: str = Field(description="alias of the joined changelog (the right side)")

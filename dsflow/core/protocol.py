@@ -116,7 +116,7 @@ class StoreRules(Protocol):
     def change_stream_relation(self, fqn: str, kind: str, columns: Any, props: dict[str, str], store: Any,
                                slot_name: str, location: Location | None, prop_location: Where,
                                report: Report) -> Any:
-        """The relation a change stream declared in it becomes (load/cdc.py)."""
+        """The relation a change stream declared in it becomes (sql/cdc.py)."""
 
 
 class PhysicalObjects(Protocol):

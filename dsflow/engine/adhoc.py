@@ -22,13 +22,13 @@ from sqlglot.errors import ParseError, TokenError
 
 from dsflow.core.model import Project, Query, Relation
 from dsflow.errors import Diagnostic, DsflowError, Location, ProjectError
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 
 Rows = Callable[[list[str], list[tuple]], None]
 
 
 def _parse(sql: str) -> exp.Select:
-    from dsflow.load.sql import parse_one_select
+    from dsflow.sql.parse import parse_one_select
 
     try:
         select = parse_one_select(sql)
@@ -105,8 +105,8 @@ def _view_place(project: Project, relation: Relation) -> tuple[str, str | None]:
 
 def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
     """The continuous query behind `--follow`, checked like a project query (DSF diagnostics)."""
-    from dsflow.load.select import analyse_select
-    from dsflow.load.sql import RawStatement
+    from dsflow.sql.select import analyse_select
+    from dsflow.sql.parse import RawStatement
 
     select = _parse(sql)
     relations = {r.fqn: r for r in project.relations if r.kind != "materialized_view"}

@@ -188,7 +188,7 @@ def _check_targets(targets: frozenset[str], project: Project | None, state, opti
     for target in sorted(targets):
         if target not in known:
             from dsflow.errors import DsflowError
-            from dsflow.load.suggest import did_you_mean
+            from dsflow.core.suggest import did_you_mean
 
             raise DsflowError("DSF-E024", f"{option} '{target}' names no resource of the project or the state",
                               hint=did_you_mean(target, known))

@@ -1,7 +1,7 @@
 """Resolving access declarations: roles, grants, revokes, user bindings and owners, from YAML and SQL.
 
 YAML (`roles:` with `grants:`, `users:`, `owner:`) and DeltaStream's GRANT/REVOKE/CREATE ROLE statements
-(parsed by load/access_sql.py) are applied in the project's file order: a REVOKE removes what was granted before
+(parsed by sql/access_sql.py) are applied in the project's file order: a REVOKE removes what was granted before
 it. Which privileges apply to which objects: core/model.py PRIVILEGES (docs/access.md).
 """
 
@@ -12,30 +12,8 @@ from dataclasses import dataclass, field
 
 from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, PRIVILEGES, Binding, Grant, Role, object_type
 from dsflow.errors import Diagnostic, Location, Severity
-from dsflow.load.suggest import did_you_mean
-
-RELATION_KINDS = {"RELATION": None, "STREAM": "stream", "CHANGELOG": "changelog",
-                  "MATERIALIZED VIEW": "materialized_view", "TABLE": "table"}
-"""The object types of GRANT ... ON <type> that name a relation, and the kind each one requires."""
-OBJECT_TYPES = {"DATABASE": "database", "SCHEMA": "schema", "STORE": "store", "QUERY": "query",
-                "ORGANIZATION": ORGANIZATION, **{k: "relation" for k in RELATION_KINDS}}
-ALL_PRIVILEGES = tuple(dict.fromkeys(p for names in PRIVILEGES.values() for p in names))
-
-
-@dataclass(frozen=True)
-class AccessStatement:
-    """One GRANT, REVOKE, GRANT ROLE, REVOKE ROLE or CREATE ROLE statement of a .sql file."""
-
-    action: str  # "grant" | "revoke" | "grant_role" | "revoke_role" | "create_role"
-    location: Location
-    role: str = ""
-    privileges: tuple[tuple[str, Location], ...] = ()
-    object_type: str = ""  # as written: DATABASE, STREAM, MATERIALIZED VIEW, ...
-    object_name: tuple[str, ...] = ()
-    object_location: Location | None = None
-    user: str = ""
-    inherits: tuple[str, ...] = ()
-
+from dsflow.core.suggest import did_you_mean
+from dsflow.sql.access_sql import ALL_PRIVILEGES, OBJECT_TYPES, RELATION_KINDS, AccessStatement
 
 @dataclass(frozen=True)
 class Target:

@@ -1,11 +1,11 @@
 """A cache of resolved SELECTs between runs: the slowest part of loading, skipped when nothing it reads changed.
 
-Resolving SELECTs (sqlglot's qualify + annotate_types, load/select.py) took ~50% of `dsflow plan` on a
+Resolving SELECTs (sqlglot's qualify + annotate_types, sql/select.py) took ~50% of `dsflow plan` on a
 1,000-relation project (docs/benchmarks.md, "Plan time: where it goes"). A SELECT's resolution depends only on
 the statement's text, the relations it reads (their fqn, kind, columns, ...) and the code that does it, so it
 is stored under a hash of exactly these and reused while the hash matches, like dbt's partial parse.
 Parsed files are stored as plain data, not as sqlglot trees (rebuilding trees with sqlglot.serde cost about as
-much as parsing again): a SELECT's tree is parsed again only when it is resolved again (load/filecache.py).
+much as parsing again): a SELECT's tree is parsed again only when it is resolved again (sql/filecache.py).
 
 - Where: `<state.path>/cache/load-<environment>.json` (`.dsflow/cache/` by default), one JSON object, written
   atomically at the end of a load when something new was stored; entries not used by that load are dropped.
@@ -34,7 +34,7 @@ from dsflow.core import model
 
 FORMAT = 2
 CACHE_ENV = "DSFLOW_CACHE"
-CODE = ("load/*.py", "core/*.py")
+CODE = ("load/*.py", "sql/*.py", "core/*.py")
 """Modules whose source goes into the cache's identity: any change to the loader or the models empties it."""
 
 
@@ -109,8 +109,8 @@ class SelectCache:
 
     def get_file(self, path: str, text: str, parse: Callable[[], list]) -> list | None:
         """The statements of a file parsed by an earlier load with this exact text, or None.
-        Their SELECTs call `parse` (which must parse `text`) when first used (load/filecache.py)."""
-        from dsflow.load.filecache import decode_statements, file_key
+        Their SELECTs call `parse` (which must parse `text`) when first used (sql/filecache.py)."""
+        from dsflow.sql.filecache import decode_statements, file_key
 
         key = file_key(path, text)
         raw = self.files.get(key)
@@ -125,7 +125,7 @@ class SelectCache:
 
     def put_file(self, path: str, text: str, statements: list) -> None:
         """Store the statements of a file that parsed without a diagnostic (dropped at save if a secret is in it)."""
-        from dsflow.load.filecache import encode_statements, file_key
+        from dsflow.sql.filecache import encode_statements, file_key
 
         raw = encode_statements(statements, path)
         if raw is None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dsflow.core import stores
 from dsflow.core.model import Relation
 from dsflow.errors import Diagnostic
-from dsflow.load.statements import RawStatement
+from dsflow.sql.statements import RawStatement
 
 GUARANTEES = ("at-least-once", "exactly-once")
 

@@ -1,6 +1,6 @@
 """A query's expectations resolved against its result columns (DSF-E860..E865).
 
-Each `CONSTRAINT name EXPECT (condition) ON VIOLATION action` (taken out of the statement by load/expect_sql.py) is
+Each `CONSTRAINT name EXPECT (condition) ON VIOLATION action` (taken out of the statement by sql/expect_sql.py) is
 parsed as a SQL expression over the columns the query writes and checked: unique rule names (DSF-E860), known
 columns (DSF-E861), a BOOLEAN condition (DSF-E862; the type checker's own problems keep their codes), one row at a
 time (no aggregate, window function or subquery: DSF-E863), a dead-letter topic for DEAD LETTER (DSF-E864). A
@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from dsflow.core.model import Column, Expectation
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.statements import RawExpectation
-from dsflow.load.suggest import did_you_mean
+from dsflow.sql.statements import RawExpectation
+from dsflow.core.suggest import did_you_mean
 
 Report = Callable[[Diagnostic], None]
 HINT = "see Expectations in docs/project.md"
@@ -57,7 +57,7 @@ def _checked_condition(rule: RawExpectation, columns: tuple[Column, ...], report
     from sqlglot import exp
     from sqlglot.errors import ParseError
 
-    from dsflow.load.sql import DIALECT, parse_one_select
+    from dsflow.sql.parse import DIALECT, parse_one_select
 
     try:
         select = parse_one_select(f"SELECT {rule.condition}")
@@ -80,7 +80,7 @@ def _checked_condition(rule: RawExpectation, columns: tuple[Column, ...], report
 
 def _locator(start: Location) -> Callable:
     """Where a node of the condition is in the file (the condition was parsed as `SELECT <condition>`)."""
-    from dsflow.load.sql import node_location
+    from dsflow.sql.parse import node_location
 
     def where(node) -> Location:
         found = node_location(start.file, node, start)
@@ -119,12 +119,12 @@ def _known_columns(rule: RawExpectation, condition, columns: tuple[Column, ...],
 
 
 def _typed(rule: RawExpectation, select, columns: tuple[Column, ...], where, report: Report) -> bool:
-    """The condition's functions allowed and its types right (load/typecheck.py's checker), and BOOLEAN."""
+    """The condition's functions allowed and its types right (sql/typecheck.py's checker), and BOOLEAN."""
     from sqlglot import exp
 
-    from dsflow.load.functions import check_functions, declare_result_types
-    from dsflow.load.typekinds import BOOL, UNKNOWN
-    from dsflow.load.typerules import Checker
+    from dsflow.sql.functions import check_functions, declare_result_types
+    from dsflow.sql.typekinds import BOOL, UNKNOWN
+    from dsflow.sql.typerules import Checker
 
     if not check_functions(select, where, report):
         return False

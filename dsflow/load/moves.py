@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dsflow.core.address import Kind
 from dsflow.core.model import Move
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 
 MOVABLE = (Kind.RELATION.value, Kind.QUERY.value)
 HINT = "write relation.<db>.<schema>.<name> or query.<db>.<schema>.<name> (see docs/project.md, 'moved')"

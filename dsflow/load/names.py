@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dsflow.core import stores as registry
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
-from dsflow.load.suggest import shortened
+from dsflow.core.suggest import shortened
 
 Report = Callable[[Diagnostic], None]
 

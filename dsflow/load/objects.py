@@ -150,7 +150,7 @@ def _read_registry(raw, pos: Positioned, path: tuple, secrets: set[str], into: Y
 def check_store_registries(objects: YamlObjects) -> list[Diagnostic]:
     """Every store's schema_registry names a declared registry, and only stores with Capability.REGISTRY have one
     (DSF-E120)."""
-    from dsflow.load.suggest import did_you_mean
+    from dsflow.core.suggest import did_you_mean
 
     names = {r.name for r in objects.schema_registries}
     out = []

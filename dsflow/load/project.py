@@ -35,8 +35,8 @@ from dsflow.load.queries import Namespace, resolve_statements
 from dsflow.load.raw import RawProjectConfig
 from dsflow.load.registry import fill_columns_from_registry
 from dsflow.load.render import RenderContext, render
-from dsflow.load.statements import RawStatement
-from dsflow.load.suggest import did_you_mean
+from dsflow.sql.statements import RawStatement
+from dsflow.core.suggest import did_you_mean
 from dsflow.load.yamlpos import Positioned, parse_yaml
 
 PROJECT_FILE = "dsflow.yml"
@@ -156,9 +156,9 @@ def discover(root: Path) -> list[Path]:
 
 
 def _parse_sql_file(text: str, path: str) -> tuple[list[RawStatement], list[Diagnostic]]:
-    """load/sql.py's parse_sql_file, imported on first use: it brings sqlglot, which a load whose files and
+    """sql/parse.py's parse_sql_file, imported on first use: it brings sqlglot, which a load whose files and
     SELECTs all come from the cache does not need."""
-    from dsflow.load.sql import parse_sql_file
+    from dsflow.sql.parse import parse_sql_file
 
     return parse_sql_file(text, path)
 
@@ -170,7 +170,7 @@ def _start_workers(files: list[tuple[str, str]], default_names: tuple[str, str])
     count = process_count(files)
     if count < 2:
         return None
-    from dsflow.load import filecache, select  # noqa: F401  imported before the fork: workers import nothing
+    from dsflow.sql import filecache, select  # noqa: F401  imported before the fork: workers import nothing
     from dsflow.load.workers import Workers
 
     return Workers.start(files, count, default_names)

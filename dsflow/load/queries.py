@@ -16,8 +16,8 @@ from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
 from dsflow.load.names import check_name_parts
 from dsflow.load.cleartext import clear_text_secret
 from dsflow.load.cache import read_relations
-from dsflow.load.statements import Analysed, RawStatement
-from dsflow.load.suggest import did_you_mean, relation_hint
+from dsflow.sql.statements import Analysed, RawStatement
+from dsflow.core.suggest import did_you_mean, relation_hint
 from dsflow.load.rules import rule
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 from dsflow.load.delivery import delivery_guarantee
@@ -170,7 +170,7 @@ def _declared_relation(path: str, st: RawStatement, ns: Namespace, report: Repor
 
 
 def _cdc_relation(st: RawStatement, fqn: str, ns: Namespace, report: Report, store: Store) -> Relation | None:
-    """A stream of a store that gives its tables' changes: the change events of its tables (load/cdc.py)."""
+    """A stream of a store that gives its tables' changes: the change events of its tables (sql/cdc.py)."""
     rules = registry.facet(store.type, "rules")
     assert rules is not None  # a store kind with Capability.CHANGE_STREAM has its rules
     columns = tuple(Column(name=c.name, type=c.type) for c in st.columns)
@@ -348,8 +348,8 @@ def _report_unresolvable(path: str, st: RawStatement, ns: Namespace, pending: se
     A relation read that waits on another error (a statement that reads an unknown name) is unknown, as the
     consequence of that error (load/consequences.py)."""
     from dsflow.core.graph import reaches
-    from dsflow.load.select import source_tables
-    from dsflow.load.sql import DIALECT, node_location
+    from dsflow.sql.select import source_tables
+    from dsflow.sql.parse import DIALECT, node_location
 
     for table in source_tables(st.select):
         name = ns.qualify_name([p.name for p in table.parts])
@@ -377,7 +377,7 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     first = ns.relations[analysed.sources[0].relation]
     table_store = ns.stores.get(_prop(st, "store") or ns.default_store or "")
     if st.kind == "table" and analysed.aggregated and not analysed.group_keys:
-        from dsflow.load.aggregates import global_aggregate_into_table
+        from dsflow.sql.aggregates import global_aggregate_into_table
 
         report(global_aggregate_into_table(fqn, st.location))
         return None
@@ -418,7 +418,7 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
                           hint="use CREATE CHANGELOG ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
     if analysed.changelog_join is not None:
-        from dsflow.load.changelog_join import check_sink
+        from dsflow.sql.changelog_join import check_sink
 
         return check_sink(st.kind if st.kind != "stream" else "a stream", fqn, st.location, report)
     if st.kind == "changelog" and (analysed.join_within or analysed.temporal):
@@ -430,8 +430,8 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
 
 def _cdc_changelog_key(st: RawStatement, fqn: str, source: Relation, analysed: Analysed,
                        report: Report) -> tuple[str, ...] | None:
-    """The primary key of the CTAS's relation; a changelog made from a change stream names it (load/cdc.py)."""
-    from dsflow.load.cdc import check_cdc_changelog, is_cdc
+    """The primary key of the CTAS's relation; a changelog made from a change stream names it (sql/cdc.py)."""
+    from dsflow.sql.cdc import check_cdc_changelog, is_cdc
 
     if st.kind != "changelog" or analysed.aggregated or not is_cdc(source):
         return _ctas_primary_key(st, fqn, source, analysed, report)
@@ -447,8 +447,8 @@ def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: An
         return ()
     if analysed.aggregated:
         return analysed.group_keys
-    if analysed.changelog_join is not None:  # load/changelog_join.py
-        from dsflow.load.changelog_join import result_key
+    if analysed.changelog_join is not None:  # sql/changelog_join.py
+        from dsflow.sql.changelog_join import result_key
 
         return result_key(analysed.changelog_join, analysed.chain)
     if st.kind in ("materialized view", "table") and (source.kind != "changelog" or analysed.join_within):
@@ -477,7 +477,7 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
     if analysed is None:
         return None
     if analysed.changelog_join is not None:
-        from dsflow.load.changelog_join import check_sink
+        from dsflow.sql.changelog_join import check_sink
 
         check_sink("INSERT INTO", target, st.location, report)
         return None
@@ -594,7 +594,7 @@ def _partition_by(st: RawStatement, sink: Relation, analysed: Analysed, report: 
 
 def _deletes(sources: tuple[Source, ...], sink: Relation, analysed: Analysed, ns: Namespace) -> str:
     """How a changelog read row by row passes deletes on: to changelogs and views as deletes, else dropped."""
-    from dsflow.load.cdc import is_cdc
+    from dsflow.sql.cdc import is_cdc
 
     if len(sources) == 1 and not analysed.aggregated and sink.kind == "changelog" \
             and is_cdc(ns.relations[sources[0].relation]):
@@ -639,7 +639,7 @@ def _watermark_delay(st: RawStatement, report: Report) -> str:
     prop = st.prop("watermark.delay")
     if prop is None:
         return "5 seconds"
-    from dsflow.load.select import normalized_duration
+    from dsflow.sql.select import normalized_duration
 
     duration = normalized_duration(prop.value)
     if duration is None:
@@ -690,10 +690,10 @@ def _start_position(st: RawStatement, report: Report) -> str:
 
 def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], qualify_name,
                    report: Report) -> Analysed | None:
-    """load/select.py's analyse_select, imported on first use: it brings sqlglot, which a load whose SELECTs
+    """sql/select.py's analyse_select, imported on first use: it brings sqlglot, which a load whose SELECTs
     all come from the cache does not need (~0.3 s of a cold process). A load analyses each statement once and
     reads its tree no more, so the tree is resolved in place (copy=False)."""
-    from dsflow.load.select import analyse_select as analyse
+    from dsflow.sql.select import analyse_select as analyse
 
     return analyse(path, st, relations, qualify_name, report, copy=False)
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from dsflow.core.formats import REGISTRY_FORMATS
 from dsflow.core.model import SchemaRegistry, Store
 from dsflow.errors import Diagnostic, DsflowError
-from dsflow.load.statements import RawColumn, RawStatement
+from dsflow.sql.statements import RawColumn, RawStatement
 
 
 def default_subject(topic_prefix: str, statement: RawStatement) -> str:

@@ -15,7 +15,7 @@ from dsflow.core import stores as registry
 from dsflow.core.model import Relation, Store
 from dsflow.errors import Diagnostic
 from dsflow.load.rules import rule
-from dsflow.load.statements import RawStatement
+from dsflow.sql.statements import RawStatement
 
 Report = Callable[[Diagnostic], None]
 

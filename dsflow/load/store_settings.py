@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 
 Where = Callable[[str], Location | None]
 HINT = "see docs/project.md (Table stores)"

@@ -16,7 +16,7 @@ from dsflow.core.model import Column, Relation, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
 from dsflow.load.store_settings import StoreSettings, settings_diagnostics
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 
 Report = Callable[[Diagnostic], None]
 

@@ -17,7 +17,7 @@ from dsflow.core import stores as registry
 from dsflow.core.model import Column, Relation, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 
 SQLITE = "sqlite"
 VIEW_STORES = registry.kinds_that(registry.Capability.VIEWS)

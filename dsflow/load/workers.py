@@ -3,9 +3,9 @@
 sqlglot's parser and the resolution of SELECTs (qualify, annotate_types) are ~80% of a cold `dsflow plan`
 (docs/benchmarks.md, "Plan time"), and both are pure Python, so one process uses one core. SQLMesh loads models
 in forked processes for the same reason. Here the loading process cuts the SQL files into statements
-(load/sql.py's statement_spans), then forks workers; each worker, and the loading process itself, tokenizes
+(sql/parse.py's statement_spans), then forks workers; each worker, and the loading process itself, tokenizes
 and parses its own share of the statements. Workers send their statements back as the load cache's plain data
-(load/filecache.py), keep the trees, and later resolve the SELECTs they parsed, one dependency wave at a time,
+(sql/filecache.py), keep the trees, and later resolve the SELECTs they parsed, one dependency wave at a time,
 from the relations the loading process sends them. The loading process replays their diagnostics, so the project
 and every diagnostic are those of a load in one process: a file with a syntax error (or cut wrongly) is parsed
 again as a whole by the loading process, and a worker that fails has its work done there.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsflow.errors import Diagnostic
-from dsflow.load.statements import Analysed, RawStatement
+from dsflow.sql.statements import Analysed, RawStatement
 
 MIN_SQL_CHARS = 40_000
 """Less SQL than this to parse (~250 statements) is loaded in one process: forking and sending the results back
@@ -48,7 +48,7 @@ class _Job:
 
     rel: str
     index: int
-    span: Any  # load.sql.Span
+    span: Any  # sql.parse.Span
     text: str = field(repr=False)
 
     @property
@@ -58,7 +58,7 @@ class _Job:
 
     def parse(self) -> tuple[RawStatement | None, list[Diagnostic]] | None:
         """The statement and its diagnostics, or None if its span was cut wrongly (parse the whole file)."""
-        from dsflow.load.sql import parse_statement, tokenize_span
+        from dsflow.sql.parse import parse_statement, tokenize_span
 
         tokens = tokenize_span(self.text, self.span)
         if tokens is None:
@@ -115,7 +115,7 @@ class Workers:
         schema). A file with a carriage return is left whole to this process (the cut counts lines by \\n)."""
         import multiprocessing
 
-        from dsflow.load.sql import statement_spans
+        from dsflow.sql.parse import statement_spans
 
         jobs, counts = [], {}
         for rel, text in files:
@@ -140,8 +140,8 @@ class Workers:
     def parse(self) -> Parsed:
         """Every file's statements and diagnostics: this process parses its share while the workers parse theirs.
         A file with a diagnostic, cut wrongly, or whose worker failed is parsed here as a whole."""
-        from dsflow.load.filecache import FileParse, decode_statement
-        from dsflow.load.sql import parse_sql_file
+        from dsflow.sql.filecache import FileParse, decode_statement
+        from dsflow.sql.parse import parse_sql_file
 
         done: dict[tuple[str, int], tuple[Any, list[Diagnostic], _Job, _Worker | None] | None] = {}
         for job in self._own:
@@ -293,7 +293,7 @@ def _scrambled(job: _Job) -> bytes:
 def _serve(conn: Any, jobs: list[_Job]) -> None:
     """A worker: parse its statements, then resolve their SELECTs on request until told to stop."""
     try:
-        from dsflow.load.filecache import encode_statements
+        from dsflow.sql.filecache import encode_statements
 
         own: dict[StatementKey, RawStatement] = {}
         answer: dict[tuple[str, int], tuple[list | None, list[Diagnostic]] | None] = {}
@@ -334,9 +334,9 @@ def _resolve_on_request(conn: Any, own: dict[StatementKey, RawStatement]) -> Non
 
 
 def _resolve(st: RawStatement, relations: dict[str, Any], default_names: tuple[str, str]) -> Resolution:
-    """load/select.py's analyse_select, its diagnostics collected."""
+    """sql/select.py's analyse_select, its diagnostics collected."""
     from dsflow.load.queries import qualified_name
-    from dsflow.load.select import analyse_select
+    from dsflow.sql.select import analyse_select
 
     reported: list[Diagnostic] = []
     analysed = analyse_select(st.location.file, st, relations,

@@ -20,7 +20,7 @@ from dsflow.adapters.postgres import admin
 from dsflow.adapters.spark.driver import start_query
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.errors import ProjectError
-from dsflow.load.cdc import cdc_tables, image_types
+from dsflow.sql.cdc import cdc_tables, image_types
 from dsflow.load.project import load_project
 from support.projects import make_project
 from test_postgres_cdc import CONFIG, SERVER, STORES, run, sql

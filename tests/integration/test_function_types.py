@@ -1,4 +1,4 @@
-"""Every function of the allow-list (load/functions.py) is typed as Spark computes it: the column type dsflow
+"""Every function of the allow-list (sql/functions.py) is typed as Spark computes it: the column type dsflow
 declares for `SELECT <example call> AS out` equals the type of `out` in the Spark SQL dsflow runs for it.
 
 One project holds one query per function; Spark only analyses each translated SELECT over an empty view of the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dsflow.adapters.spark.translate import KEY_COLUMN, spark_select, spark_type, view_name
-from dsflow.load.functions import FUNCTIONS
+from dsflow.sql.functions import FUNCTIONS
 from dsflow.load.project import load_project
 from support.projects import make_project
 

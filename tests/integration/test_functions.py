@@ -1,4 +1,4 @@
-"""Scalar functions: the allow-list (dsflow/load/functions.py) and its diagnostics, the Spark spelling of
+"""Scalar functions: the allow-list (dsflow/sql/functions.py) and its diagnostics, the Spark spelling of
 DeltaStream names, every listed function resolving in real Spark, and a continuous query using many of
 them on a real broker compared value by value with a Python reference.
 """
@@ -16,9 +16,9 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 from sqlglot import parse_one
 
-from dsflow.load.functions import FUNCTIONS, to_spark
+from dsflow.sql.functions import FUNCTIONS, to_spark
 from dsflow.load.project import check_project
-from dsflow.load.sql import DIALECT
+from dsflow.sql.parse import DIALECT
 from support.projects import make_project
 from support.streaming import produce, records, run, streaming_project
 

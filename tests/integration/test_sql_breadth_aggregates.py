@@ -26,7 +26,7 @@ from dsflow.adapters.spark.retract import STATE_PROVIDER
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.adapters.sqlite import mv
 from dsflow.load.project import check_project, load_project
-from dsflow.load.sql import DIALECT
+from dsflow.sql.parse import DIALECT
 from support.projects import make_project
 from support.streaming import produce, run, streaming_project
 from support import pgserver

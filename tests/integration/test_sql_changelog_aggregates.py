@@ -32,7 +32,7 @@ from dsflow.adapters.spark.retract import STATE_PROVIDER
 from dsflow.adapters.spark.retract_state import apply_changes, empty_accumulator, group_row, key_changes
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.adapters.sqlite import mv
-from dsflow.load.aggregates import GLOBAL_KEY
+from dsflow.sql.aggregates import GLOBAL_KEY
 from dsflow.load.project import check_project, load_project
 from support.projects import make_project
 from support.streaming import streaming_project

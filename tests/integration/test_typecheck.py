@@ -1,4 +1,4 @@
-"""The type checker's rules (load/typecheck.py, typerules.py, typeargs.py), each with Spark's own verdict.
+"""The type checker's rules (sql/typecheck.py, typerules.py, typeargs.py), each with Spark's own verdict.
 
 Each case is an expression over the stream `v` of tests/support/type_queries.py (id BIGINT, userid VARCHAR, n INT, x
 DOUBLE, ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN), the codes `dsflow
@@ -15,7 +15,7 @@ import pytest
 
 from support import type_queries as tq
 from dsflow.errors import ProjectError
-from dsflow.load.dialect import MAX_MILLISECONDS
+from dsflow.sql.dialect import MAX_MILLISECONDS
 from dsflow.load.project import load_project
 from support.projects import make_project
 
@@ -102,7 +102,7 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("TRY_CAST((-3 - s) AS DOUBLE)", (E404,), REFUSES), ("TRY_CAST((s + 1) AS VARCHAR)", (E404,), REFUSES),
     ("CAST((a + 1) AS VARCHAR)", (E404,), REFUSES), ("TRY_CAST((b * 2) AS VARCHAR)", (E404,), REFUSES),
     ("TRY_CAST((-3 - n) AS DOUBLE)", (), ACCEPTS),
-    # DATE_ADD's days computed: Spark's width of the result (load/typewidths.py), not sqlglot's guess
+    # DATE_ADD's days computed: Spark's width of the result (sql/typewidths.py), not sqlglot's guess
     ("DATE_ADD(ts, id + 1)", (E409,), REFUSES), ("DATE_ADD(ts, COALESCE(n, id))", (E409,), REFUSES),
     ("DATE_ADD(ts, n / 2)", (E409,), REFUSES), ("DATE_ADD(ts, FLOOR(n))", (E409,), REFUSES),
     ("DATE_ADD(ts, n * 2.5)", (E409,), REFUSES), ("DATE_ADD(ts, -id)", (E409,), REFUSES),
@@ -241,7 +241,7 @@ def test_sparks_longest_interval(spark):
 
 OUTPUT_TYPES = [("CONCAT(a, a)", "ARRAY<INT>"), ("a || a", "ARRAY<INT>"), ("-NULL", "DOUBLE"), ("ROUND(n, 1)", "INT"),
                 ("(ROUND(id, 2))", "BIGINT"), ("ROUND(x, 1)", "DOUBLE"), ("CONCAT(userid, 5)", "VARCHAR"),
-                # numbers as Spark types them (load/typewidths.py): DECIMAL literals and arithmetic, widened integers
+                # numbers as Spark types them (sql/typewidths.py): DECIMAL literals and arithmetic, widened integers
                 ("n * 2.5", "DECIMAL(13, 1)"), ("COALESCE(n, 2.5)", "DECIMAL(11, 1)"),
                 ("IF(b, 1, 2.5)", "DECIMAL(11, 1)"), ("id + 2.5", "DECIMAL(22, 1)"), ("2.5 / n", "DECIMAL(13, 12)"),
                 ("(2.5 - id) % 5", "DECIMAL(2, 1)"),

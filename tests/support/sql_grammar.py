@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from dsflow.load.functions import FUNCTIONS
+from dsflow.sql.functions import FUNCTIONS
 
 RELATIONS = ["pageviews", "users", "analytics.public.pageviews", "curated.pageviews_filtered", "nope", "curated.nope",
              "a.b.c.d", "fz_1", "fz_2", "\"pageviews\"", "PAGEVIEWS"]

@@ -26,7 +26,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from dsflow.errors import ProjectError
-from dsflow.load.typecheck import RUNTIME_CODES
+from dsflow.sql.typecheck import RUNTIME_CODES
 
 COLUMNS = {"id": "BIGINT", "userid": "VARCHAR", "n": "INT", "x": "DOUBLE", "ts": "TIMESTAMP", "a": "ARRAY<INT>",
            "m": "MAP<VARCHAR, INT>", "s": "STRUCT<f INT, g VARCHAR>", "b": "BOOLEAN"}
@@ -47,7 +47,7 @@ SUBSCRIPTS = ["a[1]", "a[2]", "m['k']", "s->f", "s->g", "userid[1]", "id[1]", "s
 TYPES = ["BIGINT", "INT", "DOUBLE", "VARCHAR", "BOOLEAN", "TIMESTAMP", "ARRAY<INT>"]
 FUNCTIONS1 = ["UPPER", "LENGTH", "ABS", "SQRT", "YEAR", "HOUR", "CARDINALITY", "TRIM", "FLOOR", "SIGN"]
 FUNCTIONS2 = ["SUBSTRING", "DATE_ADD", "POWER", "REPEAT", "DATEDIFF", "CONCAT_WS", "LEFT", "LOCATE"]
-"""Functions of two arguments: the second is typed too (load/typeargs.py)."""
+"""Functions of two arguments: the second is typed too (sql/typeargs.py)."""
 AGGREGATES = ["SUM", "AVG", "MIN", "MAX", "COUNT"]
 
 
@@ -130,8 +130,8 @@ def untyped_translation(sql: str, view: str) -> str:
     from sqlglot import exp
 
     from dsflow.adapters.spark.translate import array_subscripts
-    from dsflow.load.functions import to_spark
-    from dsflow.load.sql import parse_one_select
+    from dsflow.sql.functions import to_spark
+    from dsflow.sql.parse import parse_one_select
 
     select = to_spark(array_subscripts(parse_one_select(sql), None, None))  # type: ignore[arg-type]
     for table in list(select.find_all(exp.Table)):

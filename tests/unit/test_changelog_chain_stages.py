@@ -1,7 +1,7 @@
 """A chain of changelog joins (adapters/spark/changelog_join.py) run in plain Python, batch by batch as Spark runs
 it: the two stages of the first join, then the rows they emit fed to the next join as its left changelog (keyed by
 the output key, deleted when not alive, the row the JSON of the joined structs, the offset whether it is alive),
-against a nested-loop join of the final snapshots; and the loader's keys for chains (load/changelog_join.py).
+against a nested-loop join of the final snapshots; and the loader's keys for chains (sql/changelog_join.py).
 Pure: no broker, no Spark. The Spark chain itself: tests/integration/test_sql_changelog_chains.py.
 """
 

@@ -13,7 +13,7 @@ from dsflow.core.resources import project_resources
 from dsflow.core.state import State
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.project import check_project, load_project
-from dsflow.load.sql import parse_sql_file
+from dsflow.sql.parse import parse_sql_file
 from dsflow.runtime.metrics import registry
 from support.projects import KAFKA_KINESIS_STORES, PAGEVIEWS, applied, make_project
 

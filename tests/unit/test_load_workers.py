@@ -12,9 +12,9 @@ import pytest
 
 import dsflow.load.queries as queries
 import dsflow.load.workers as workers
-from dsflow.load.filecache import encode_statements
+from dsflow.sql.filecache import encode_statements
 from dsflow.load.project import check_project
-from dsflow.load.sql import parse_sql_file, parse_statement, statement_spans, tokenize_span
+from dsflow.sql.parse import parse_sql_file, parse_statement, statement_spans, tokenize_span
 from support.projects import EXAMPLE_VARIABLES, PAGEVIEWS, copy_example, make_project
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def _check(root: Path, variables: dict, processes: int, monkeypatch) -> tuple:
 
 def _count_local_analyses(monkeypatch) -> list[int]:
     """Counts the SELECTs resolved in this process (a forked worker's calls are not seen here)."""
-    import dsflow.load.select as select
+    import dsflow.sql.select as select
 
     calls = [0]
     real = select.analyse_select

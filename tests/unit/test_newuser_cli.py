@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from dsflow.cli import cli
 from dsflow.load.project import check_project
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 from support.projects import PAGEVIEWS, REPO, copy_example, make_project
 
 

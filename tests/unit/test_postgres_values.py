@@ -8,7 +8,7 @@ import struct
 from dsflow.adapters.postgres import pgoutput
 from dsflow.adapters.postgres.changes import SnapshotFilter
 from dsflow.adapters.postgres.values import fragment, iso_timestamp, row_json
-from dsflow.load.cdc import object_name
+from dsflow.sql.cdc import object_name
 
 
 def test_values_become_the_json_spark_reads() -> None:

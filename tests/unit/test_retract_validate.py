@@ -111,7 +111,7 @@ def test_e157_aggregating_a_changelog_into_a_table(tmp_path):
 def test_a_global_aggregates_touch_is_keyed_like_its_row():
     """retract_state.py keeps its own copy of the global group's key (it imports nothing of load/): it must be
     GLOBAL_KEY, or a batch that changes nothing would emit a row under another key."""
-    from dsflow.load.aggregates import GLOBAL_KEY
+    from dsflow.sql.aggregates import GLOBAL_KEY
 
     assert TOUCH[0] == GLOBAL_KEY
     assert key_changes(["{}", "{}"], [(5, True, "{}", "{}")], touch=True) == (["{}", "{}"], [TOUCH])

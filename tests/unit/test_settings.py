@@ -324,11 +324,11 @@ KINDS = {Kind.STORE: ("store",), Kind.DATABASE: ("database",), Kind.SCHEMA: ("da
 def _accepted() -> set[tuple[str, str]]:
     """Every setting the loader accepts, from its own lists."""
     from dsflow.load import raw
-    from dsflow.load.cdc import CDC_PROPS
+    from dsflow.sql.cdc import CDC_PROPS
     from dsflow.load.queries import (
         OWNER, PREVENT_DESTROY, QUERY_PROPS, RELATION_PROPS, SCHEMA_COMPATIBILITY, TOPIC_CONFIG_PREFIX,
     )
-    from dsflow.load.select import SOURCE_PROPS
+    from dsflow.sql.select import SOURCE_PROPS
     from dsflow.load.tables import TABLE_PROPS
     from dsflow.load.views import VIEW_PROPS
 

@@ -11,7 +11,7 @@ from sqlglot import exp
 from dsflow.adapters.spark.translate import KEY_COLUMN, query_spec, schema_ddl, spark_select, spark_type, view_name
 from dsflow.errors import Location
 from dsflow.load.project import load_project
-from dsflow.load.sql import DIALECT, RawStatement, parse_one_select, parse_sql_file
+from dsflow.sql.parse import DIALECT, RawStatement, parse_one_select, parse_sql_file
 from support.projects import PAGEVIEWS, make_project
 
 

@@ -19,7 +19,7 @@ from dsflow.adapters.kafka.settings_rules import security_diagnostics
 from dsflow.core import stores
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.names import why_invalid
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 from dsflow.load.sizing import report_foreign, size_property
 
 Report = Callable[[Diagnostic], None]

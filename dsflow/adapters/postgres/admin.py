@@ -1,7 +1,7 @@
 """Slots and publications of CDC streams: creating them (apply), dropping them (destroy), observing them.
 
 A CDC stream owns one publication (FOR TABLE each of its tables) and one logical replication slot (pgoutput)
-in the tables' database, both named by load/cdc.py:object_name. apply sets the publication's tables to the
+in the tables' database, both named by sql/cdc.py:object_name. apply sets the publication's tables to the
 stream's (ALTER PUBLICATION ... SET TABLE when the list changed); refresh reports a difference as drift.
 """
 

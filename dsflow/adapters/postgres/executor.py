@@ -27,7 +27,7 @@ class CdcExecutor:
 
     def create(self, ctx, change) -> dict[str, Any]:
         from dsflow.adapters.postgres import admin
-        from dsflow.load.cdc import cdc_tables, image_types
+        from dsflow.sql.cdc import cdc_tables, image_types
 
         relation = ctx.project.relation(Address.parse(change.address).name)
         opts = relation.table_options
@@ -52,7 +52,7 @@ def observe(project, deployed):
     """Refresh: drift when the slot or the publication is gone."""
     from dsflow.adapters.postgres import admin
     from dsflow.core.plan import Observation
-    from dsflow.load.cdc import cdc_tables
+    from dsflow.sql.cdc import cdc_tables
 
     opts = deployed.data.get("table_options") or {}
     try:

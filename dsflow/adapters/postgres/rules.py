@@ -13,7 +13,7 @@ otherwise, named like the relation unless 'postgresql.table.name' says otherwise
 A stream in a postgresql store is the change stream of one table ('postgresql.schema.name' and
 'postgresql.table.name') or of several tables of one database ('postgresql.cdc.table.list' =
 'public.customers,test.users', DeltaStream's property: one slot and one publication for all of them); its
-columns are the fields of a change event (load/cdc.py). The slot and the publication are named from the
+columns are the fields of a change event (sql/cdc.py). The slot and the publication are named from the
 project, the environment and the relation (`object_name`) and shown in plans.
 """
 
@@ -128,7 +128,7 @@ class PostgresRules:
                                store: str, slot_name: str, location: Location | None, prop_location: Where,
                                report: Report) -> Relation | None:
         """The relation of a CDC stream, after checking its properties and columns (DSF-E085, DSF-E086)."""
-        from dsflow.load.cdc import check_event_columns
+        from dsflow.sql.cdc import check_event_columns
 
         ok = _check_props(fqn, props, store, location, prop_location, report)
         tables = _table_list(fqn, props, location, prop_location, report)

@@ -26,7 +26,7 @@ class PostgresSpark:
     def source_fields(self, project: Any, query: Any, store: Any, relation: Any) -> dict[str, Any]:
         """The table's changes instead of a topic; a changelog made of them gets its key fields (spark/cdc.py)."""
         from dsflow.adapters.spark.cdc import key_option
-        from dsflow.load.cdc import cdc_tables, image_types
+        from dsflow.sql.cdc import cdc_tables, image_types
 
         opts = relation.table_options
         return {"kind": "postgres_cdc", "client_config": dict(store.properties), "options": {

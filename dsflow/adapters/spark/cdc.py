@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from dsflow.core.model import Project, Query
-from dsflow.load.cdc import KEY_FIELDS, image_key_fields, is_cdc
+from dsflow.sql.cdc import KEY_FIELDS, image_key_fields, is_cdc
 
 RAW_VALUE = "__raw_value"
 KEY, DELETED = "__key", "__deleted"  # the source view's columns (frames.py)

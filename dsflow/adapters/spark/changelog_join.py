@@ -1,5 +1,5 @@
 """A join of two changelogs on Spark (INNER, LEFT, FULL): the result is a changelog whose rows are upserted and
-deleted as rows of either side change (load/changelog_join.py decides its key).
+deleted as rows of either side change (sql/changelog_join.py decides its key).
 
 Spark's stream-stream joins only append, so two `transformWithStateInPandas` operators chained in one query
 (append mode, state in RocksDB, as adapters/spark/retract.py) do it instead:

@@ -60,7 +60,7 @@ def outputs(rows: dict, side: str, keyed_by_left: bool) -> dict[str, tuple]:
 
 
 def output_key(lpk: str | None, rpk: str | None, keyed_by_left: bool) -> str:
-    # keyed by the left only for INNER and LEFT joins (load/changelog_join.py): every output has a left row
+    # keyed by the left only for INNER and LEFT joins (sql/changelog_join.py): every output has a left row
     return cast(str, lpk) if keyed_by_left else json.dumps([lpk, rpk])
 
 

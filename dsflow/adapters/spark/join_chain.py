@@ -1,4 +1,4 @@
-"""A join of more than two relations on Spark: a left-deep chain (load/join_chain.py), each step a temporal join of
+"""A join of more than two relations on Spark: a left-deep chain (sql/join_chain.py), each step a temporal join of
 the rows so far with one more changelog.
 
 The first join's rows come from `first_sql` (the stream's own rows for a temporal join first, Spark's interval join

@@ -17,7 +17,7 @@ query's state store is RocksDB) do it instead:
        delete when it stops matching.
 
 An aggregate without GROUP BY (a global aggregate) is the same two stages with one group, `{}` (the record key
-GLOBAL_KEY of load/aggregates.py), and its row is never deleted: when its last source row goes it becomes what
+GLOBAL_KEY of sql/aggregates.py), and its row is never deleted: when its last source row goes it becomes what
 SQL gives over an empty table (COUNT 0, the others NULL). Stage 1 touches the group (sign 0, `TOUCH`) for every
 key a batch read even when nothing changed, so a batch whose rows WHERE drops still emits that row. Before the
 first source record there is no row (a streaming query emits nothing without input).
@@ -41,8 +41,8 @@ from sqlglot import exp
 from dsflow.adapters.spark.frames import DELETED, KEEP, KEY, OFFSET
 from dsflow.adapters.spark.retract_state import ROCKSDB, STATE_PROVIDER, processors
 from dsflow.adapters.spark.spec import RetractSpec
-from dsflow.load.aggregates import GLOBAL_KEY
-from dsflow.load.fields import group_key_sql
+from dsflow.sql.aggregates import GLOBAL_KEY
+from dsflow.sql.fields import group_key_sql
 
 PK = "__pk"
 STAGE1_OUTPUT = "g string, sign int, a string"

@@ -16,7 +16,7 @@ STAGE1_STATE = "g string, a string"
 STAGE2_STATE = "acc string"
 MULTISETS = ("min", "max", "count_distinct")
 TOUCH = ("{}", 0, "{}")
-"""Stage 1's change of a global aggregate's group (its key is GLOBAL_KEY of load/aggregates.py, "{}") when a key's
+"""Stage 1's change of a global aggregate's group (its key is GLOBAL_KEY of sql/aggregates.py, "{}") when a key's
 batch changed nothing: emit the row anyway."""
 
 

@@ -19,9 +19,9 @@ from dsflow.adapters.spark.spec import (
     SinkSpec, SourceSpec, TemporalSpec,
 )
 from dsflow.adapters.spark.unions import union_select
-from dsflow.load.aggregates import GLOBAL_KEY
-from dsflow.load.functions import to_spark
-from dsflow.load.sql import parse_one_select
+from dsflow.sql.aggregates import GLOBAL_KEY
+from dsflow.sql.functions import to_spark
+from dsflow.sql.parse import parse_one_select
 
 KEY_COLUMN = "__key"
 EVENT_TIME = "__ts"
@@ -166,7 +166,7 @@ def _annotated(select: exp.Query, query: Query, project: Project) -> exp.Query:
     from sqlglot.optimizer.annotate_types import annotate_types
     from sqlglot.schema import MappingSchema
 
-    from dsflow.load.sql import DIALECT
+    from dsflow.sql.parse import DIALECT
 
     mapping: dict = {}
     for source in query.sources:
@@ -232,7 +232,7 @@ def _join_range(select: exp.Select, query: Query) -> None:
 
 
 def _carried_key(query: Query) -> exp.Expr:
-    if query.output_mode == "update":  # an aggregate without GROUP BY (load/aggregates.py): its one row's key
+    if query.output_mode == "update":  # an aggregate without GROUP BY (sql/aggregates.py): its one row's key
         return exp.Literal.string(GLOBAL_KEY)
     if query.temporal_join is not None or _stream_chain(query):
         return exp.column(KEY_COLUMN, table=TEMPORAL_ALIAS)
@@ -246,14 +246,14 @@ def _carried_key(query: Query) -> exp.Expr:
 
 def spark_duration(text: str) -> str:
     """A duration as Spark reads it everywhere (window, watermark, INTERVAL): whole milliseconds."""
-    from dsflow.load.dialect import milliseconds
+    from dsflow.sql.dialect import milliseconds
 
     return f"{milliseconds(text)} milliseconds"
 
 
 def spark_interval(text: str) -> str:
     """A trigger interval Spark parses: '500 ms' (accepted by dsflow) becomes '500 milliseconds'."""
-    from dsflow.load.select import normalized_duration
+    from dsflow.sql.select import normalized_duration
 
     duration = normalized_duration(text)
     unit = text.strip().lstrip("0123456789. ").lower()

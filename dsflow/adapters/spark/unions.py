@@ -1,4 +1,4 @@
-"""A UNION ALL of streams in Spark (load/unions.py): each branch translated as a query of its own source, over
+"""A UNION ALL of streams in Spark (sql/unions.py): each branch translated as a query of its own source, over
 that source's view, carrying its own record key; Spark unions the streams and checkpoints each source's offsets."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sqlglot
 from sqlglot import exp
 
 from dsflow.core.model import Project, Query
-from dsflow.load.sql import DIALECT, parse_one_select
-from dsflow.load.unions import union_branches
+from dsflow.sql.parse import DIALECT, parse_one_select
+from dsflow.sql.unions import union_branches
 
 
 def union_select(query: Query, project: Project | None, translate: Callable[[Query, Project | None], str],

@@ -1,4 +1,4 @@
-"""The GROUP BY forms beyond plain columns (load/select.py asks these):
+"""The GROUP BY forms beyond plain columns (sql/select.py asks these):
 
     GROUP BY UPPER(userid), CAST(amount / 10 AS INT)   an expression, selected (its output column keys the result)
     SELECT COUNT(*) AS n, SUM(x) AS s FROM rel         a global aggregate: one row, keyed by nothing (GLOBAL_KEY)
@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from dsflow.core.model import Window
 from dsflow.errors import Diagnostic
-from dsflow.load.fields import base_column, group_key_sql, is_access, references
+from dsflow.sql.fields import base_column, group_key_sql, is_access, references
 
 Report = Callable[[Diagnostic], None]
 GLOBAL_KEY = "{}"

@@ -2,14 +2,14 @@
 
     FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..) | FROM SESSION(rel, GAP ..)
     [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
-    stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, load/temporal.py)
-    ... [LEFT] JOIN stream3 WITHIN <duration> ON ...                (more interval joins, load/join_chain.py)
-    ... [LEFT] JOIN changelog2 ON x.k = c2.pk ...                  (more temporal joins, load/join_chain.py)
-    changelog [INNER | LEFT | FULL] JOIN changelog ON a.x = b.y  (a changelog, load/changelog_join.py)
-    ... [INNER | LEFT | FULL] JOIN changelog3 ON x.a = c3.b ...   (more changelogs, load/changelog_join.py)
+    stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, sql/temporal.py)
+    ... [LEFT] JOIN stream3 WITHIN <duration> ON ...                (more interval joins, sql/join_chain.py)
+    ... [LEFT] JOIN changelog2 ON x.k = c2.pk ...                  (more temporal joins, sql/join_chain.py)
+    changelog [INNER | LEFT | FULL] JOIN changelog ON a.x = b.y  (a changelog, sql/changelog_join.py)
+    ... [INNER | LEFT | FULL] JOIN changelog3 ON x.a = c3.b ...   (more changelogs, sql/changelog_join.py)
     GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog or a changelog join:
                                                                      with retractions)
-    GROUP BY expressions, and aggregates without GROUP BY (one row)  (load/aggregates.py)
+    GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
 """
@@ -30,26 +30,26 @@ from dsflow.core.model import (
     ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Relation, Source, TemporalJoin, Window,
 )
 from dsflow.errors import Diagnostic
-from dsflow.load.cdc import SLOT_KEY
-from dsflow.load.dialect import (
+from dsflow.sql.cdc import SLOT_KEY
+from dsflow.sql.dialect import (
     MAX_MILLISECONDS, SOURCE_PROPERTIES, WITHIN, duration_text, is_window, milliseconds, normalized_duration,
     window_call,
 )
-from dsflow.load.filecache import DeferredSelect
-from dsflow.load.fields import base_column, check_fields, group_key_sql, type_map_subscripts
-from dsflow.load.functions import check_functions, declare_result_types
-from dsflow.load.sql import DIALECT, RawStatement, node_location, type_sql
-from dsflow.load.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
-from dsflow.load.suggest import did_you_mean, relation_hint
-from dsflow.load.typecheck import check_types
-from dsflow.load.temporal import check_shape, system_time, temporal_join
-from dsflow.load import aggregates as grouping
-from dsflow.load import changelog_join as cj
-from dsflow.load import join_chain as chain
-from dsflow.load.unsupported import check_select_surface, is_cte_name
-from dsflow.load.ctes import inline_ctes
-from dsflow.load.unions import analyse_union
-from dsflow.load.unnest import extract_unnest, restore_unnest
+from dsflow.sql.filecache import DeferredSelect
+from dsflow.sql.fields import base_column, check_fields, group_key_sql, type_map_subscripts
+from dsflow.sql.functions import check_functions, declare_result_types
+from dsflow.sql.parse import DIALECT, RawStatement, node_location, type_sql
+from dsflow.sql.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
+from dsflow.core.suggest import did_you_mean, relation_hint
+from dsflow.sql.typecheck import check_types
+from dsflow.sql.temporal import check_shape, system_time, temporal_join
+from dsflow.sql import aggregates as grouping
+from dsflow.sql import changelog_join as cj
+from dsflow.sql import join_chain as chain
+from dsflow.sql.unsupported import check_select_surface, is_cte_name
+from dsflow.sql.ctes import inline_ctes
+from dsflow.sql.unions import analyse_union
+from dsflow.sql.unnest import extract_unnest, restore_unnest
 
 Report = Callable[[Diagnostic], None]
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
@@ -82,7 +82,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     if isinstance(select, exp.Union):  # UNION ALL of streams: each branch resolved as its own SELECT
         return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
-    unnested = extract_unnest(select, relations, qualify_name, where, report)  # load/unnest.py
+    unnested = extract_unnest(select, relations, qualify_name, where, report)  # sql/unnest.py
     if unnested is False or not check_select_surface(select, where, report):
         return None
     unsupported = _first_unsupported(select)
@@ -149,7 +149,7 @@ def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join
                report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None,
                                         tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...]] | None:
     """The temporal join or the changelog join the SELECT makes first (both None for an interval join or no join),
-    and the joins chained after it (load/join_chain.py); None if a problem was reported."""
+    and the joins chained after it (sql/join_chain.py); None if a problem was reported."""
     if not join:
         return None, None, ()
     aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
@@ -291,7 +291,7 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
     if len(tables) != len(joins) + 1:
         report(Diagnostic("DSF-E045", "a join reads one relation per JOIN", where(joins[-1]), hint=SUPPORTED_HINT))
         return False
-    if len(joins) > 1 and not chain.check_chain(joins, tables, found, where, report):  # load/join_chain.py
+    if len(joins) > 1 and not chain.check_chain(joins, tables, found, where, report):  # sql/join_chain.py
         return False
     join = joins[0]
     side = (join.side or "").upper() or "INNER"
@@ -305,7 +305,7 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
                           hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
         return False
     left, right = (found[id(t)] for t in tables[:2])
-    if left.kind == "changelog" and right.kind == "changelog":  # load/changelog_join.py
+    if left.kind == "changelog" and right.kind == "changelog":  # sql/changelog_join.py
         return (cj.CHANGELOG_JOIN, side) if cj.check_shape(join, side, where, report) else False
     if left.kind == "changelog" or right.kind == "changelog":
         return (TEMPORAL, side) if check_shape(join, side, left, right, where, report) else False
@@ -393,7 +393,7 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
 
 
 def _column_types(tables: list[exp.Table], found: dict, window: Window | None) -> dict[tuple[str, str], exp.DataType]:
-    """{(alias, column) in lower case: type} of the relations read: the type checker's (load/typecheck.py) for a
+    """{(alias, column) in lower case: type} of the relations read: the type checker's (sql/typecheck.py) for a
     column sqlglot's annotation leaves untyped (inside a CAST, which it types without typing what it casts)."""
     types: dict[tuple[str, str], exp.DataType] = {}
     for table in tables:

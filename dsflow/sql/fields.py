@@ -1,6 +1,6 @@
 """Struct field access `col->field` (nested `a->b->c`) in a SELECT: checking the fields, and grouping by them.
 
-The dialect (load/dialect.py) parses `col->field` as exp.Dot(col, field); sqlglot's type annotation gives
+The dialect (sql/dialect.py) parses `col->field` as exp.Dot(col, field); sqlglot's type annotation gives
 each access the field's declared type, and its output name is the field's name (`after->id` is `id`).
 An access to a field the STRUCT does not declare, or `->` on a column that is not a STRUCT, is DSF-E048
 at its file:line:col, with the struct's fields as the hint.

@@ -5,12 +5,12 @@
     col TYPE NOT NULL (DEFAULT, CHECK, ...)  DSF-E152  nothing would enforce it (COMMENT and PRIMARY KEY are kept)
     SELECT DISTINCT ...                      DSF-E153  Spark cannot run it on a stream; GROUP BY into a changelog can
     ... (WITH x AS (...) SELECT ...) ...      DSF-E154  a CTE inside a subquery (not DSF-E040 for the CTE's name);
-                                                       a top-level CTE is inlined (load/ctes.py)
+                                                       a top-level CTE is inlined (sql/ctes.py)
     JOIN c FOR SYSTEM_TIME AS OF s.col       DSF-E155  unless it is a temporal join's changelog at a stream column
-                                                       (load/temporal.py: then it sets the stream's event time)
+                                                       (sql/temporal.py: then it sets the stream's event time)
 
-Statement-level checks run when a statement is parsed (load/sql.py), SELECT-level ones when it is resolved
-(load/select.py). See docs/errors.md.
+Statement-level checks run when a statement is parsed (sql/parse.py), SELECT-level ones when it is resolved
+(sql/select.py). See docs/errors.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ Where = Callable[[exp.Expr], Location]
 REPLACEMENT_HINT = ("remove it: dsflow plan compares the statement with what is deployed and decides whether to "
                     "create, update or replace it; dsflow apply carries that out")
 KEPT_CONSTRAINTS = (exp.CommentColumnConstraint, exp.PrimaryKeyColumnConstraint)
-"""Column constraints that mean something to dsflow: a comment, and an inline PRIMARY KEY (load/sql.py)."""
+"""Column constraints that mean something to dsflow: a comment, and an inline PRIMARY KEY (sql/parse.py)."""
 
 
 def meaningless_clauses(create: exp.Expr | None, start: Location, where: Where) -> list[Diagnostic]:

@@ -128,7 +128,7 @@ def is_cdc(relation: Relation) -> bool:
 def image_key_fields(select_sql: str, primary_key: tuple[str, ...]) -> list[tuple[str, str]] | str:
     """The `after` field each key column of a changelog made from a change stream projects, in key order:
     [(output column, field)], or why not (a key column that is not a plain `after`->field)."""
-    from dsflow.load.sql import parse_one_select
+    from dsflow.sql.parse import parse_one_select
 
     projected = {p.alias_or_name.lower(): p.unalias() for p in parse_one_select(select_sql).selects}
     found = []

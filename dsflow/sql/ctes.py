@@ -3,7 +3,7 @@
 A CTE that projects and filters one relation (or an earlier CTE) is inlined into each place that reads it: the
 reference `x [AS a]` becomes `s AS a` (the reference's name kept as the alias), each column of x read there
 becomes the CTE's expression for it, and the CTE's WHERE joins the reading SELECT's WHERE. The result is an
-ordinary query of the forms load/select.py resolves (projection, filter, window, GROUP BY, joins).
+ordinary query of the forms sql/select.py resolves (projection, filter, window, GROUP BY, joins).
 
 Refused with DSF-E173: a CTE that joins, groups, aggregates, windows, unnests, orders, limits, uses DISTINCT or
 a UNION, or names its columns (`WITH x(a, b) AS`); WITH RECURSIVE. DSF-E174: a CTE with a WHERE read on a side
@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from dsflow.core.model import Relation
 from dsflow.errors import Diagnostic
-from dsflow.load.dialect import SOURCE_PROPERTIES, is_window
+from dsflow.sql.dialect import SOURCE_PROPERTIES, is_window
 
 Report = Callable[[Diagnostic], None]
 HINT = ("a CTE is inlined when it projects and filters one relation; write anything else as its own "
@@ -197,6 +197,6 @@ def _other_columns(scope: exp.Select, alias: str, relations: dict[str, Relation]
             continue
         relation = relations.get(qualify_name([p.name for p in table.parts]))
         names |= {c.name.lower() for c in relation.columns} if relation is not None else set()
-    for unnest in scope.find_all(exp.Unnest):  # load/unnest.py: its element column
+    for unnest in scope.find_all(exp.Unnest):  # sql/unnest.py: its element column
         names |= {c.name.lower() for c in unnest.args["alias"].columns} if unnest.args.get("alias") else set()
     return names

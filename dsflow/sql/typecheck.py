@@ -1,7 +1,7 @@
 """The type checker of a continuous query: every expression of a resolved SELECT typed, and what Spark would refuse
 for its types refused here, at its file:line:col (DSF-E400..E409).
 
-It reads the tree load/select.py resolved and annotated (sqlglot's annotate_types, the same typed tree the Spark
+It reads the tree sql/select.py resolved and annotated (sqlglot's annotate_types, the same typed tree the Spark
 translator rewrites subscripts with): columns, struct fields, casts and the results of functions keep the types
 sqlglot gives them; operators, comparisons, subscripts, CASE branches and aggregates are typed here, as Spark's
 analyzer types them under ANSI mode (its default). Two kinds of problem:
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from dsflow.errors import Diagnostic
-from dsflow.load.typekinds import (
+from dsflow.sql.typekinds import (
     ARRAY, INTERVAL, NULL, NUM, RUNTIME_CODES, STR, UNKNOWN, Problem, Typed, kind_of, text,
 )
-from dsflow.load.typerules import Checker
+from dsflow.sql.typerules import Checker
 
 __all__ = ["RUNTIME_CODES", "check_types"]
 
@@ -45,7 +45,7 @@ def check_types(select: exp.Select, columns: dict[tuple[str, str], exp.DataType]
                 "result column cannot be one: no sink column type holds an INTERVAL",
                 "give a number, e.g. TIMESTAMPDIFF(SECOND, a, b), or a TIMESTAMP, e.g. ts + INTERVAL 5 MINUTES"))
         corrected = _result_type(projection, found, checker.number(projection) if found.kind == NUM else None)
-        if corrected is not None:  # the type the result column is declared with (load/select.py)
+        if corrected is not None:  # the type the result column is declared with (sql/select.py)
             projection.type = corrected
     for key in ("where", "having"):
         clause = select.args.get(key)
@@ -66,7 +66,7 @@ def _result_type(projection: exp.Expr, found: Typed, width: exp.DataType | None)
     """The type of a result column where sqlglot's differs from what Spark computes (tests/integration/test_typecheck.py
     compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), LEFT/SUBSTRING/... of a number
     a VARCHAR (sqlglot: the number's type), a number Spark's type
-    (`width`, load/typewidths.py: `n * 2.5` DECIMAL(13, 1), sqlglot DOUBLE; `COALESCE(NULL, 1)` INT, sqlglot BIGINT),
+    (`width`, sql/typewidths.py: `n * 2.5` DECIMAL(13, 1), sqlglot DOUBLE; `COALESCE(NULL, 1)` INT, sqlglot BIGINT),
     -NULL a DOUBLE (sqlglot: NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type
     stands."""
     node = projection.this if isinstance(projection, exp.Alias) else projection

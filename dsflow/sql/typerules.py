@@ -1,15 +1,15 @@
-"""How each kind of expression is typed, and which types Spark refuses for it (load/typecheck.py)."""
+"""How each kind of expression is typed, and which types Spark refuses for it (sql/typecheck.py)."""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from dsflow.load.typekinds import (
+from dsflow.sql.typekinds import (
     ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
     Typed, converts, kind_of, number_literal, text, typed,
 )
-from dsflow.load.typeargs import INTEGERS, check_arguments, concat_ws_part
-from dsflow.load.typewidths import number_type
+from dsflow.sql.typeargs import INTEGERS, check_arguments, concat_ws_part
+from dsflow.sql.typewidths import number_type
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
@@ -66,7 +66,7 @@ class Checker:
         return found
 
     def number(self, node: exp.Expr) -> exp.DataType | None:
-        """The number type Spark computes for `node` (load/typewidths.py); None if not known."""
+        """The number type Spark computes for `node` (sql/typewidths.py); None if not known."""
         return number_type(node, self.infer)
 
     def condition(self, node: exp.Expr, clause: str) -> None:

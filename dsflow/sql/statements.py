@@ -1,7 +1,7 @@
 """The data of a SQL statement before and after its SELECT is resolved, free of sqlglot.
 
-Kept apart from the parser (load/sql.py) and the resolver (load/select.py) so that a load whose files and
-SELECTs all come from the load cache (load/cache.py, load/filecache.py) does not import sqlglot at all.
+Kept apart from the parser (sql/parse.py) and the resolver (sql/select.py) so that a load whose files and
+SELECTs all come from the load cache (load/cache.py, sql/filecache.py) does not import sqlglot at all.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class RawStatement:
     properties: tuple[RawProperty, ...] = ()
     select: Any = None  # an sqlglot exp.Query
     """The SELECT's tree; for a statement read from the load cache a stand-in that parses its file when first
-    used (load/filecache.py)."""
+    used (sql/filecache.py)."""
     text: str = ""
     extra: dict = field(default_factory=dict)
     source_parts: tuple[tuple[str, ...], ...] = ()

@@ -1,4 +1,4 @@
-"""The number type Spark computes for an expression, where its rules are known (load/typerules.py reads it).
+"""The number type Spark computes for an expression, where its rules are known (sql/typerules.py reads it).
 
 sqlglot's annotation of a computed number is a guess (`n * 2.5` DOUBLE, `COALESCE(NULL, 1)` BIGINT, `id + 1` left as
 is); Spark's analyzer, under ANSI, computes it exactly: integers widen (TINYINT < SMALLINT < INT < BIGINT), `/` of
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dsflow.load.typekinds import NULL, NUM, STR, Typed, literal_type
+from dsflow.sql.typekinds import NULL, NUM, STR, Typed, literal_type
 
 T = exp.DataType.Type
 Infer = Callable[[exp.Expr], Typed]

@@ -1,7 +1,7 @@
 """`FROM s CROSS JOIN UNNEST(s.arr) AS t(x)`: one row per element of a stream's ARRAY column (Flink/DeltaStream).
 
 An empty or NULL array gives no row (as Flink's CROSS JOIN UNNEST; Spark's `explode`). While the SELECT is
-resolved (load/select.py) the UNNEST join is taken out and each reference to its column (`t.x`, or `x`) stands
+resolved (sql/select.py) the UNNEST join is taken out and each reference to its column (`t.x`, or `x`) stands
 as `arr[1]`, which types it as the array's element; once resolved, the references and the join are put back,
 and Spark runs it as `LATERAL VIEW EXPLODE(arr) t AS x` (sqlglot's Spark generator).
 

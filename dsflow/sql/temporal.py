@@ -20,7 +20,7 @@ HINT = "write FROM stream s [LEFT] JOIN changelog c ON s.col = c.primary_key_col
 
 def check_shape(join: exp.Join, side: str, left: Relation, right: Relation, where, report: Report) -> bool:
     """False (reported) unless `left` is a stream, `right` a changelog, the join INNER or LEFT, and no WITHIN
-    (two changelogs: load/changelog_join.py)."""
+    (two changelogs: sql/changelog_join.py)."""
     if left.kind == "changelog":
         report(Diagnostic("DSF-E131", f"the changelog '{left.fqn}' must be the right side of a temporal join",
                           where(join), hint="swap the relations: " + HINT))
@@ -40,7 +40,7 @@ def system_time(tables: list[exp.Table], found: dict, options: dict[int, dict], 
                 report: Report) -> bool:
     """`JOIN changelog c FOR SYSTEM_TIME AS OF s.col`: the stream's records join the changelog as of `col`, so `col`
     becomes the stream's event time (its source 'timestamp'), and the clause is taken off the tree (also on the
-    changelogs chained after a temporal join: load/join_chain.py, all AS OF the same column). Anywhere else,
+    changelogs chained after a temporal join: sql/join_chain.py, all AS OF the same column). Anywhere else,
     or AS OF anything but a column of the stream, it is DSF-E155 (False): never accepted and ignored."""
     ok = True
     for index, table in enumerate(tables):

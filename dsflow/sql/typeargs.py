@@ -1,4 +1,4 @@
-"""What Spark's analyzer takes in each argument of a function, past the first (load/typerules.py checks the first).
+"""What Spark's analyzer takes in each argument of a function, past the first (sql/typerules.py checks the first).
 
 Each entry names an argument (sqlglot's arg key, or its position for a function sqlglot parses as an anonymous call)
 and what it takes, as Spark's ANSI analyzer types it (tests/integration/test_typecheck.py holds Spark's verdict on
@@ -22,7 +22,7 @@ from typing import Protocol
 
 from sqlglot import exp
 
-from dsflow.load.typekinds import (
+from dsflow.sql.typekinds import (
     ARRAY, COMPLEX, DATE, NULL, NUM, STR, TIME, UNKNOWN, Problem, Typed, text,
 )
 
@@ -65,7 +65,7 @@ ARGUMENTS: dict[type | str, tuple[tuple[Place, str], ...]] = {
 """Function (sqlglot class, or the name of an anonymous call) -> (argument, what it takes)."""
 DECLARED = (exp.Column, exp.Literal, exp.Cast, exp.Dot, exp.Bracket)
 """The values whose number type is declared or written (a column, a field, a literal, a CAST; TRY_CAST is a Cast).
-A computed number's width is Spark's (load/typewidths.py: `DATE_ADD(ts, id + 1)` is a BIGINT of days, refused;
+A computed number's width is Spark's (sql/typewidths.py: `DATE_ADD(ts, id + 1)` is a BIGINT of days, refused;
 `DATE_ADD(ts, COALESCE(n, 0))` an INT); where that is not known, an INT or an integer is not required."""
 LOOKED_THROUGH = (exp.TsOrDsToDate, exp.TimeStrToTime)
 """The conversions sqlglot wraps an argument in when parsing (DATEDIFF(x, ...) is DATEDIFF(TO_DATE(x), ...)): the
@@ -130,7 +130,7 @@ def _fits(checker: Typing, found: Typed, wanted: str, value: exp.Expr) -> bool:
         return True
     width = found.data_type if isinstance(value, DECLARED) else checker.number(value)
     if width is None:
-        return True  # a width Spark's rules give and load/typewidths.py does not follow: let through
+        return True  # a width Spark's rules give and sql/typewidths.py does not follow: let through
     return width.this in (SMALL_INTS if wanted == SMALL_INT else INTEGERS)
 
 

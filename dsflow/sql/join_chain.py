@@ -5,12 +5,12 @@
       [LEFT] JOIN changelog b ON t.y = b.pk ...
     FROM changelog a [LEFT | FULL] JOIN changelog b ON ... [LEFT | FULL] JOIN changelog c ON ...
 
-The first join is a temporal join or an interval join (load/temporal.py, load/select.py). After an interval join,
+The first join is a temporal join or an interval join (sql/temporal.py, sql/select.py). After an interval join,
 more streams may be joined, INNER or LEFT, each WITHIN a bound of its event time against the first stream's (the
 event time of every joined row) and ON an equality with an earlier relation (IntervalJoin). Then changelogs may be
 joined, each as a temporal join ON its whole primary key equated with columns of one earlier relation
 (TemporalJoin). The result is a stream (adapters/spark/join_chain.py). A join of two changelogs may be followed
-by more changelogs only, joined INNER, LEFT or FULL (load/changelog_join.py: ChainedChangelogJoin; the result is a
+by more changelogs only, joined INNER, LEFT or FULL (sql/changelog_join.py: ChainedChangelogJoin; the result is a
 changelog). Refused, each at the join's file:line:
 
     DSF-E194  a stream (or anything but a changelog) joined after a join of two changelogs
@@ -28,11 +28,11 @@ from sqlglot import exp
 
 from dsflow.core.model import IntervalJoin, Relation, TemporalJoin
 from dsflow.errors import Diagnostic
-from dsflow.load.changelog_join import chained_pair, conjuncts
-from dsflow.load.changelog_join import check_chain as changelog_chain
-from dsflow.load.dialect import MAX_MILLISECONDS, WITHIN, duration_text, milliseconds, normalized_duration
-from dsflow.load.fields import base_column
-from dsflow.load.temporal import HINT, check_shape
+from dsflow.sql.changelog_join import chained_pair, conjuncts
+from dsflow.sql.changelog_join import check_chain as changelog_chain
+from dsflow.sql.dialect import MAX_MILLISECONDS, WITHIN, duration_text, milliseconds, normalized_duration
+from dsflow.sql.fields import base_column
+from dsflow.sql.temporal import HINT, check_shape
 
 Report = Callable[[Diagnostic], None]
 SPLIT = "write the first joins into a stream (CREATE STREAM ... AS SELECT), then join that stream in another query"
@@ -64,10 +64,10 @@ def check_chain(joins: list[exp.Join], tables: list[exp.Table], found: dict, whe
     """The shape of each join after the first: streams joined INNER or LEFT WITHIN after a non-FULL interval join,
     then changelogs joined INNER or LEFT without WITHIN; False if a problem was reported."""
     first, second = found[id(tables[0])], found[id(tables[1])]
-    if first.kind == "changelog" and second.kind == "changelog":  # more changelogs (load/changelog_join.py)
+    if first.kind == "changelog" and second.kind == "changelog":  # more changelogs (sql/changelog_join.py)
         return changelog_chain(joins[1:], tables[2:], found, where, report)
     if first.kind != "stream" or second.kind not in ("stream", "changelog"):
-        return True  # the first join's own checks report it (load/select.py, load/temporal.py)
+        return True  # the first join's own checks report it (sql/select.py, sql/temporal.py)
     if second.kind == "stream" and not _not_full(joins[0], where(joins[1]), report):
         return False
     temporal = second.kind == "changelog"

@@ -1,6 +1,6 @@
 """UNION ALL of streams: `SELECT ... FROM a [WHERE ..] UNION ALL SELECT ... FROM b [WHERE ..] ...`.
 
-Each branch is resolved as a query of its own (load/select.py) and must be a projection/filter of one stream
+Each branch is resolved as a query of its own (sql/select.py) and must be a projection/filter of one stream
 (DSF-E171); the branches' columns must match in count and type (DSF-E172, at the branch that differs); the
 result takes the first branch's column names. UNION without ALL would deduplicate, which needs state
 (DSF-E170). The resolved SQL is the branches' SQL joined by UNION ALL, their sources in branch order
@@ -16,9 +16,9 @@ from sqlglot import exp
 
 from dsflow.core.model import Relation
 from dsflow.errors import Diagnostic
-from dsflow.load.cdc import SLOT_KEY
-from dsflow.load.sql import node_location
-from dsflow.load.statements import Analysed, RawStatement
+from dsflow.sql.cdc import SLOT_KEY
+from dsflow.sql.parse import node_location
+from dsflow.sql.statements import Analysed, RawStatement
 
 Report = Callable[[Diagnostic], None]
 

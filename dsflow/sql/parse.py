@@ -15,11 +15,11 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.access_sql import is_access, parse_access
-from dsflow.load.dialect import DeltaStream, is_window
-from dsflow.load.expect_sql import take_expectations
-from dsflow.load.statements import RawColumn, RawProperty, RawStatement
-from dsflow.load.unsupported import is_cte_name, meaningless_clauses
+from dsflow.sql.access_sql import is_access, parse_access
+from dsflow.sql.dialect import DeltaStream, is_window
+from dsflow.sql.expect_sql import take_expectations
+from dsflow.sql.statements import RawColumn, RawProperty, RawStatement
+from dsflow.sql.unsupported import is_cte_name, meaningless_clauses
 
 DIALECT = DeltaStream()
 TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP"}  # sqlglot's name for Spark's TIMESTAMP -> the name users write
@@ -120,10 +120,10 @@ def _split(tokens: list[Token]) -> list[list[Token]]:
 def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawStatement | None, list[Diagnostic]]:
     start = Location(path, tokens[0].line, max(1, tokens[0].col - len(tokens[0].text) + 1))
     snippet = text[tokens[0].start: tokens[-1].end + 1]
-    if is_access(tokens):  # GRANT, REVOKE, CREATE ROLE: load/access_sql.py
+    if is_access(tokens):  # GRANT, REVOKE, CREATE ROLE: sql/access_sql.py
         return parse_access(tokens, path, start, snippet)
     tokens, partition_by = _partition_by(tokens, path)
-    tokens, expectations, problems = take_expectations(tokens, text, path)  # CONSTRAINT ... EXPECT: load/expect_sql.py
+    tokens, expectations, problems = take_expectations(tokens, text, path)  # CONSTRAINT ... EXPECT: sql/expect_sql.py
     if problems:
         return None, problems
     if nesting(tokens) > MAX_NESTING:  # refused before the parser: its RecursionError depends on the stack left

@@ -1,4 +1,4 @@
-"""The kinds of types the type checker (load/typecheck.py) tells apart, and what a string converts to."""
+"""The kinds of types the type checker (sql/typecheck.py) tells apart, and what a string converts to."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ class Problem(Exception):
 
 def text(node: exp.Expr) -> str:
     """An expression as the user wrote it, more or less: without the quotes qualification added."""
-    from dsflow.load.sql import DIALECT
+    from dsflow.sql.parse import DIALECT
 
     bare = node.copy()
     for identifier in bare.find_all(exp.Identifier):

@@ -5,7 +5,7 @@ name produces, and it is what docs/project.md lists), and, when Spark spells it 
 A function not in the list is DSF-E143 at its file:line:col, with the closest allowed names as the
 hint: it never reaches Spark. Operators (+ - * / %, ||, comparisons, AND/OR/NOT, LIKE, IN, BETWEEN,
 IS [NOT] NULL), CASE and CAST are part of the grammar and always allowed. Aggregates are checked
-with GROUP BY (load/select.py).
+with GROUP BY (sql/select.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import cast
 from sqlglot import exp, parse_one
 
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.suggest import did_you_mean
+from dsflow.core.suggest import did_you_mean
 
 Report = Callable[[Diagnostic], None]
 
@@ -115,7 +115,7 @@ ARITY: dict[str, tuple[int, int]] = {
 @cache
 def _allowed() -> tuple[frozenset[type], frozenset[str]]:
     """The sqlglot expression classes and the anonymous function names the examples produce."""
-    from dsflow.load.sql import DIALECT
+    from dsflow.sql.parse import DIALECT
 
     classes: set[type] = {exp.Cast, exp.TryCast, exp.Case, exp.If}  # grammar, not calls
     names: set[str] = set()
@@ -131,7 +131,7 @@ def _allowed() -> tuple[frozenset[type], frozenset[str]]:
 @cache
 def _result_types() -> tuple[dict[str, exp.DataType], dict[type, exp.DataType]]:
     """RESULT_TYPES by the anonymous function name or the sqlglot class each example call produces."""
-    from dsflow.load.sql import DIALECT
+    from dsflow.sql.parse import DIALECT
 
     names: dict[str, exp.DataType] = {}
     classes: dict[type, exp.DataType] = {}
@@ -162,14 +162,14 @@ def _written_name(node: exp.Func) -> str:
 
 def check_functions(select: exp.Expr, where: Callable[[exp.Expr], Location | None], report: Report) -> bool:
     """Report every function call outside the allow-list (DSF-E143); True if there is none."""
-    from dsflow.load.dialect import is_window
+    from dsflow.sql.dialect import is_window
 
     classes, names = _allowed()
     OPERATORS = (exp.AggFunc, exp.Binary, exp.Connector, exp.Unary)  # noqa: N806
     ok = True
     for node in select.find_all(exp.Func):
         if isinstance(node, OPERATORS) or is_window(node) or any(map(is_window, _ancestors(node))) \
-                or node.find_ancestor(exp.Version):  # FOR SYSTEM_TIME AS OF f(): DSF-E155 (load/temporal.py)
+                or node.find_ancestor(exp.Version):  # FOR SYSTEM_TIME AS OF f(): DSF-E155 (sql/temporal.py)
             continue
         if isinstance(node, exp.Anonymous) and node.name.upper() in names:
             ok = _check_arguments(node, where, report) and ok

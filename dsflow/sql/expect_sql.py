@@ -6,7 +6,7 @@
     INSERT INTO name [CONSTRAINT ...] ... SELECT ...
 
 The clauses come after the WITH clause and before AS (INSERT INTO: before its SELECT), outside parentheses. They are
-taken out of the statement's tokens (as PARTITION BY is, load/sql.py) and kept as plain data (`RawExpectation`); the
+taken out of the statement's tokens (as PARTITION BY is, sql/parse.py) and kept as plain data (`RawExpectation`); the
 condition is parsed and checked against the query's result columns when the query is resolved (load/expectations.py).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlglot.tokens import Token, TokenType
 
 from dsflow.errors import Diagnostic, Location
-from dsflow.load.statements import RawExpectation
+from dsflow.sql.statements import RawExpectation
 
 ACTIONS = {("WARN",): "warn", ("DROP", "ROW"): "drop", ("DEAD", "LETTER"): "dead_letter", ("FAIL", "QUERY"): "fail"}
 """The words of ON VIOLATION -> the action's name in the model."""

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dsflow.errors import Location
-from dsflow.load.statements import RawColumn, RawProperty, RawStatement
+from dsflow.sql.statements import RawColumn, RawProperty, RawStatement
 
 
 def file_key(path: str, text: str) -> str:
