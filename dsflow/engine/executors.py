@@ -306,26 +306,36 @@ Handoff = Callable[[Path, dict[str, str], Path], tuple[int | None, str]]
 
 def relaunch_driver(project: Project | None, deployed: DeployedResource, handoff: Handoff | None = None) -> int:
     """Start a deployed query's driver again on its recorded spec and checkpoint (the runtime supervisor's restart:
-    same version, resuming from the checkpoint's last commit); the secrets it names come from the project. With
+    same version, resuming from the checkpoint's last commit); the secrets it names come from the project as loaded
+    now, each from the same setting of the same store (DSF-E275 when the project no longer gives one). With
     `handoff`, a warm standby driver is offered the spec first (runtime/standby.py)."""
     run_dir = Path(deployed.outputs["run_dir"])
     spec_path = run_dir / "spec.json"
     text = spec_path.read_text()
-    env: dict[str, str] = {}
-    if ENV_REF in text and project is not None:
-        from dsflow.adapters.spark.translate import query_spec
-
-        name = Address.parse(deployed.address).name
-        query = next(q for q in project.queries if q.fqn == name)
-        fresh = query_spec(project, query, deployed.outputs.get("version", "v"), deployed.outputs["checkpoint"],
-                           str(run_dir / "status.json"), StartAt())
-        _, env = _secrets_to_env(fresh, project)
+    env = _restart_secrets(project, deployed, text) if ENV_REF in text else {}
     (run_dir / "status.json").unlink(missing_ok=True)
     if handoff is not None:
         pid, _ = handoff(spec_path, env, run_dir / "driver.log")
         if pid is not None:
             return pid
     return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", driver_identity(run_dir), env=env)
+
+
+def _restart_secrets(project: Project | None, deployed: DeployedResource, text: str) -> dict[str, str]:
+    """The secrets a recorded spec (`text`) names, from the project: its query's spec made again, in clear."""
+    from dsflow.adapters.spark.spec import QuerySpec, restart_env
+    from dsflow.adapters.spark.translate import query_spec
+
+    recorded = QuerySpec.model_validate_json(text)
+    name = Address.parse(deployed.address).name
+    query = next((q for q in project.queries if q.fqn == name), None) if project is not None else None
+    if project is None or query is None:
+        return restart_env(recorded, None, [], name)  # DSF-E275: nothing gives its secrets now
+    run_dir = deployed.outputs["run_dir"]
+    fresh = query_spec(project, query, deployed.outputs.get("version", "v"), deployed.outputs["checkpoint"],
+                       str(Path(run_dir) / "status.json"), StartAt())
+    relations = [project.relation(s.relation) for s in query.sources] + [project.relation(query.sink)]
+    return restart_env(recorded, fresh, [r.store if r is not None and r.store else "?" for r in relations], name)
 
 
 def source_logs(project: Project, query) -> dict[str, str]:

@@ -1,14 +1,17 @@
 """Secured Kafka end to end, on the run's Apache Kafka (its SASL, TLS and mutual-TLS listeners;
-dsflow/adapters/kafka/kraft.py): the store's settings carry apply, `topic produce|print`, a running query and its
-dead letters; a wrong password, an untrusted certificate or a missing client certificate is DSF-E255 naming the
-store within seconds, never a hang or a traceback; and the principals are what the broker authenticated (a SASL user
-without ACLs is refused by the broker's authorizer).
+dsflow/adapters/kafka/kraft.py): the store's settings carry apply, `topic produce|print`, a query in its own
+driver and its dead letters, the runtime supervisor's restart of that driver after a SIGKILL (its password from the
+environment, never from disk) and `dsflow serve`'s tail of the store's topic; a wrong password, an untrusted
+certificate or a missing client certificate is DSF-E255 naming the store within seconds, never a hang or a
+traceback; and the principals are what the broker authenticated (a SASL user without ACLs is refused by the
+broker's authorizer).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from dsflow.load.project import load_project
+from dsflow.engine import operations
 from support.projects import make_project
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -29,9 +33,16 @@ default:
   schema: public
   store: kafka_main
 default_environment: dev
+runtime:
+  standby: false
 environments:
   dev:
     topic_prefix: "{prefix}"
+"""
+USERS = """\
+users:
+  - name: root
+    roles: [orgadmin]
 """
 STORE = """\
 stores:
@@ -70,7 +81,8 @@ def tls(kafka_broker, client_certificate: bool, trusted: bool = True) -> dict[st
 def project(tmp_path: Path, port: int, settings: dict[str, str]) -> Path:
     prefix = f"sec{uuid.uuid4().hex[:6]}_"
     return make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=prefix), "sql/all.sql": SQL,
-                                   "stores/kafka.yml": STORE.format(port=port, properties=_properties(settings))})
+                                   "stores/kafka.yml": STORE.format(port=port, properties=_properties(settings)),
+                                   "security/roles.yml": USERS})
 
 
 class Ran:
@@ -81,11 +93,14 @@ class Ran:
                                                                    done.stdout + done.stderr, seconds)
 
 
-def dsflow(root: Path, *args: str, stdin: str = "", password: str = "admin-secret") -> Ran:
+def dsflow(root: Path, *args: str, stdin: str = "", password: str = "admin-secret", runtime: bool = False) -> Ran:
+    """`dsflow -C root ARGS`; with `runtime`, an apply starts the runtime supervisor (in this environment: the
+    password's variable with it)."""
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "dsflow.cli", "-C", str(root), *args], input=stdin,
                           capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "COLUMNS": "300", "KAFKA_TEST_PASSWORD": password})
+                          env={**os.environ, "COLUMNS": "300", "KAFKA_TEST_PASSWORD": password,
+                               "DSFLOW_RUNTIME": "on" if runtime else "off"})
     return Ran(done, time.monotonic() - started)
 
 
@@ -111,30 +126,106 @@ def _printed(ran: Ran) -> list[dict]:
     return [json.loads(line) for line in ran.stdout.splitlines() if line.startswith("{")]
 
 
-def test_sasl_scram_carries_apply_produce_print_a_query_and_its_dead_letters(tmp_path, kafka_broker, spark) -> None:
-    from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
-    from dsflow.adapters.spark.driver import start_query
-    from dsflow.adapters.spark.translate import query_spec
-
+def test_sasl_scram_carries_apply_produce_print_a_restarted_query_its_dead_letters_and_the_servers_tail(
+        tmp_path, kafka_broker, monkeypatch) -> None:
+    """apply creates the topics and starts the query in its own driver and the runtime supervisor; `topic produce`
+    feeds it, `topic print` shows its dead letter; after a SIGKILL the supervisor restarts the driver from its
+    checkpoint, the password again from the environment (never from disk), and every id produced after the kill
+    reaches the sink; then the server tails the store's topic (and a wrong password is DSF-E255 there)."""
     root = project(tmp_path, kafka_broker.listeners["sasl"], scram())
-    _round_trip(root)
-    bad = dsflow(root, "topic", "produce", "events", stdin=json.dumps(MALFORMED) + "\n")
-    assert bad.exit_code == 0, bad.output
-    loaded = load_project(root, environ={"KAFKA_TEST_PASSWORD": "admin-secret"})
-    query = loaded.queries[0]
-    store = loaded.store("kafka_main")
-    dead_letters = loaded.dlq_topic(query)
-    for topic in (loaded.relation("analytics.public.kept").topic, dead_letters):
-        ensure_topic(store.bootstrap_servers, TopicSpec(topic, 1), dict(store.properties))
-    spec = query_spec(loaded, query, "v1", str(tmp_path / "ckpt"), str(tmp_path / "status"))
-    assert spec.sources[0].client_config["security.protocol"] == "SASL_PLAINTEXT"
-    start_query(spark, spec, available_now=True).awaitTermination(240)
-    printed = dsflow(root, "topic", "print", "kept", "--limit", str(len(RECORDS)), "--timeout", "60")
-    assert printed.exit_code == 0, printed.output
-    assert sorted(r["value"]["id"] for r in _printed(printed)) == [r["id"] for r in RECORDS]
+    try:
+        applied = dsflow(root, "apply", "--auto-approve", runtime=True)
+        assert applied.exit_code == 0, applied.output
+        lines = "".join(json.dumps(r) + "\n" for r in [*RECORDS, MALFORMED])
+        produced = dsflow(root, "topic", "produce", "events", stdin=lines)
+        assert produced.exit_code == 0, produced.output
+        monkeypatch.setenv("KAFKA_TEST_PASSWORD", "admin-secret")
+        options = operations.Options(root)
+        _restarted_by_the_supervisor(operations.load(options), options)
+        _dead_letters(root, operations.load(options))
+        _tail_through_the_server(root, options, monkeypatch)
+    finally:
+        destroyed = dsflow(root, "destroy", "--auto-approve")
+        assert destroyed.exit_code == 0, destroyed.output
+
+
+def _sink_ids(loaded) -> list[int]:
+    from dsflow.engine import topics
+
+    return [r["value"]["id"] for r in topics.records(topics.resolve(loaded.project, "kept"), True, None, 1.5)]
+
+
+def _restarted_by_the_supervisor(loaded, options) -> None:
+    """SIGKILL the query's driver; records produced after the kill reach the sink through the restarted driver
+    (the Kafka sink is at least once: every id is there, some may be twice)."""
+    from dsflow.adapters import process
+    from dsflow.engine import topics
+    from dsflow.engine.executors import query_identity
+
+    wait_for(lambda: set(_sink_ids(loaded)) == {r["id"] for r in RECORDS}, 240, "the applied query's output")
+    address = f"query.{loaded.project.queries[0].fqn}"
+    outputs = loaded.workspace.state_backend().read().resources[address].outputs
+    spec = (Path(outputs["run_dir"]) / "spec.json").read_text()
+    assert "admin-secret" not in spec and "@env:DSFLOW_SECRET_" in spec  # the secret stays off disk
+    old_pid, identity = outputs["pid"], query_identity(outputs)
+    os.kill(old_pid, signal.SIGKILL)
+    wait_for(lambda: not process.is_running(old_pid, identity), 30, "the driver to die")
+    later = [{"id": i, "name": f"n{i}"} for i in range(len(RECORDS), 2 * len(RECORDS))]
+    topics.produce(topics.resolve(loaded.project, "events"), [json.dumps(r) for r in later], None)
+    new_pid = wait_for(lambda: (p := loaded.workspace.state_backend().read().resources[address].outputs["pid"])
+                       != old_pid and p, 120, "the supervisor to restart the query")
+    assert process.is_running(new_pid, identity)
+    wait_for(lambda: set(_sink_ids(loaded)) == set(range(2 * len(RECORDS))), 240,
+             "every id produced after the kill in the sink, through the restarted driver")
+
+
+def _dead_letters(root: Path, loaded) -> None:
+    dead_letters = loaded.project.dlq_topic(loaded.project.queries[0])
     dead = dsflow(root, "topic", "print", dead_letters, "--limit", "1", "--timeout", "60", "--raw")
     assert dead.exit_code == 0, dead.output
     assert [json.loads(r["value"]) for r in _printed(dead)] == [MALFORMED]
+
+
+def _tail_through_the_server(root: Path, options, monkeypatch) -> None:
+    """A tail of the SASL store's topic through `dsflow serve` reads what is produced after it is ready; with a
+    wrong password the tail is an error event, DSF-E255 naming the store (the records endpoint reads the same way
+    and answers it as HTTP 502: server/app.py)."""
+    import requests
+
+    from dsflow.engine import topics
+    from support.serving import LiveServer
+
+    with LiveServer(root) as server:
+        server.identity.add_user("root", "root-password")
+        headers = {"Authorization": f"Bearer {server.identity.create_token('root', 'tests')[0]}"}
+        with requests.get(f"{server.url}/api/v1/topics/events/tail", headers=headers, stream=True,
+                          timeout=60) as stream:
+            events = _events(stream.iter_lines(decode_unicode=True))
+            assert next(events) == ("ready", {"topic": server.app.state.server.loaded().project.relation(
+                "analytics.public.events").topic, "store": "kafka_main"})
+            topics.produce(topics.resolve(operations.load(options).project, "events"),
+                           [json.dumps({"id": 99, "name": "tailed"})], None)
+            event, data = next(e for e in events if e[0] != "ping")
+            assert (event, data["value"]) == ("record", {"id": 99, "name": "tailed"})
+        monkeypatch.setenv("KAFKA_TEST_PASSWORD", "wrong-password")
+        server.app.state.server.reload()
+        started = time.monotonic()
+        with requests.get(f"{server.url}/api/v1/topics/events/tail", headers=headers, stream=True,
+                          timeout=60) as stream:
+            event, data = next(e for e in _events(stream.iter_lines(decode_unicode=True)) if e[0] != "ping")
+        assert event == "error" and data["code"] == "DSF-E255" and "'kafka_main'" in data["message"], (event, data)
+        assert "wrong-password" not in json.dumps(data) and time.monotonic() - started < 60
+
+
+def _events(lines):
+    """(event, data) of Server-Sent Events lines."""
+    event = None
+    for line in lines:
+        if line.startswith("event:"):
+            event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:") and event:
+            yield event, json.loads(line.split(":", 1)[1])
+            event = None
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
@@ -169,7 +260,8 @@ def test_a_refused_client_is_a_clear_error_naming_the_store_never_a_hang(tmp_pat
     else:
         root, summary = (project(tmp_path, kafka_broker.listeners["mtls"],
                                  tls(kafka_broker, client_certificate=False)), "security.protocol=SSL")
-    for args in (["topic", "list"], ["topic", "print", "events", "--limit", "1", "--timeout", "5"]):
+    printed = [] if case == "wrong password" else [["topic", "print", "events", "--limit", "1", "--timeout", "5"]]
+    for args in [["topic", "list"], *printed]:  # a wrong password's print: the server's tail (the same reader) above
         ran = dsflow(root, *args, password=password)
         assert_e255(ran, summary)
         assert ran.seconds < 60, f"{args} took {ran.seconds:.0f} s"

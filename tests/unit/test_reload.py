@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dsflow.adapters.spark import driver, reload
-from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec
+from dsflow.adapters.spark.spec import QuerySpec, SinkSpec, SourceSpec, restart_env
+from dsflow.errors import DsflowError
 
 
 @pytest.fixture(autouse=True)
@@ -146,3 +147,23 @@ def test_a_driver_started_before_dsflow_changed_refuses_the_spec(tmp_path: Path)
     assert reload.code_fingerprint() == reload.code_fingerprint()
     why, resumed = _resume(tmp_path, built, built, {}, code="before the upgrade")
     assert why == "dsflow's code changed since this driver started" and resumed is None
+
+
+def test_a_supervisor_restart_takes_each_secret_from_the_same_setting_of_the_project_now(tmp_path: Path) -> None:
+    """spec.restart_env: a recorded spec's '@env:NAME' gets the value the project gives now at the same place (not
+    by number: a store that gained a secret setting since the apply numbers its secrets otherwise); DSF-E275 naming
+    the store and the setting when the project gives none."""
+    recorded = _spec(tmp_path, secret="DSFLOW_SECRET_1")
+    now = {"bootstrap.servers": "127.0.0.1:9", "ssl.key.password": "other", "sasl.password": "now-secret"}
+    fresh = recorded.model_copy(update={
+        "sources": [recorded.sources[0].model_copy(update={"client_config": now})],
+        "sink": recorded.sink.model_copy(update={"client_config": now})})
+    stores = ["kafka_main", "kafka_out"]
+    assert restart_env(recorded, fresh, stores, "analytics.public.q") == {"DSFLOW_SECRET_1": "now-secret"}
+    changed = fresh.model_copy(update={"sink": recorded.sink.model_copy(update={"client_config": {}})})
+    with pytest.raises(DsflowError) as refused:
+        restart_env(recorded, changed, stores, "analytics.public.q")
+    assert refused.value.code == "DSF-E275" and "store 'kafka_out' setting sasl.password" in refused.value.message
+    assert "kafka_main" not in refused.value.message and "now-secret" not in refused.value.message
+    with pytest.raises(DsflowError, match="no longer in the project files"):
+        restart_env(recorded, None, [], "analytics.public.q")

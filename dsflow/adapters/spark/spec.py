@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from dsflow.errors import DsflowError
+
 DRIVER_MODULE = "dsflow.adapters.spark.driver"
 
 
@@ -248,3 +250,41 @@ class QuerySpec(BaseModel):
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
                                                       "(Spark's async progress tracking; stateless sinks that tolerate "
                                                       "replays only)")
+
+
+def secret_refs(spec: QuerySpec) -> dict[tuple[int, str, str], str]:
+    """Where the spec names a secret: {(part, field, setting): NAME} for each '@env:NAME' value, part 0..n-1 its
+    sources in order and n its sink, field 'client_config' or 'registry'."""
+    return {place: value[len(ENV_REF):] for place, value in _settings(spec).items() if value.startswith(ENV_REF)}
+
+
+def restart_env(recorded: QuerySpec, fresh: QuerySpec | None, stores: list[str], query: str) -> dict[str, str]:
+    """The environment a driver restarted on its `recorded` spec needs: each secret the recorded spec names, with
+    the value the project gives now at the same place in `fresh` (the query's spec made again from the project,
+    secrets in clear; None when the query left the project files). `stores` names the store of each part (its
+    sources', then its sink's). DSF-E275 naming the store and the setting when the project no longer gives one, so
+    a driver never starts without it (it would connect with an empty password)."""
+    now = _settings(fresh) if fresh is not None else {}
+    env: dict[str, str] = {}
+    missing: list[str] = []
+    for (part, field, key), name in sorted(secret_refs(recorded).items()):
+        value = now.get((part, field, key))
+        if value is not None and not value.startswith(ENV_REF):
+            env[name] = value
+            continue
+        store = f"store '{stores[part]}' " if part < len(stores) else ""
+        missing.append(f"{store}{'schema registry ' if field == 'registry' else ''}setting {key}")
+    if missing:
+        why = ("its store's settings changed since the query was applied" if fresh is not None
+               else "the query is no longer in the project files")
+        raise DsflowError("DSF-E275", f"query {query} cannot be restarted on its recorded spec: the project as loaded "
+                          f"now gives no value for {', '.join(missing)}, a secret never written to disk ({why})",
+                          hint="apply the project again (`dsflow apply`): it starts or stops the query with the "
+                               "settings as they are now")
+    return env
+
+
+def _settings(spec: QuerySpec) -> dict[tuple[int, str, str], str]:
+    parts = [*spec.sources, spec.sink]
+    return {(index, field, key): value for index, part in enumerate(parts)
+            for field in ("client_config", "registry") for key, value in getattr(part, field).items()}
