@@ -84,14 +84,15 @@ STOP_GRACE_SECONDS = 30
 stop_between_batches); REPEATS says it."""
 REPEATS = (f"; a crash, or a micro-batch still running {STOP_GRACE_SECONDS} s after the stop, may write the last "
            "batch again")
-"""Added to a restart's effect when the query writes a stream (its records appended to a log, at-least-once): a
+"""Added to a restart's effect when the query writes a stream at-least-once (its records appended to a log): a
 planned stop comes between two micro-batches (adapters/spark/driver.py, `stop_between_batches`), but nothing
-undoes the records of a batch that a crash, or a stop after the wait, interrupts, and that batch runs again."""
+undoes the records of a batch that a crash, or a stop after the wait, interrupts, and that batch runs again. Not
+added for an exactly-once stream resuming on its checkpoint (core/plan.py `may_repeat`)."""
 RESUMING = (Category.IN_PLACE, Category.KEEP_CHECKPOINT, Category.CARRY_OFFSETS)
 
 
 def effect_text(category: Category, override: str | None, repeats: bool = False) -> str:
-    """The plan's words for what the change does to the query's data; `repeats`: its sink is at-least-once."""
+    """The plan's words for what the change does to the query's data; `repeats`: its sink may get a batch again."""
     if category is Category.REPLAY:
         position = "the earliest offset" if override in (None, "earliest") else f"timestamp {override} (epoch ms)"
         return EFFECTS[category].format(position=position)

@@ -489,13 +489,16 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
     stores = {s: (restarting or {})[s] for s in _stores_of(deployed.depends_on, state) if s in (restarting or {})}
     decided = decide_query(deployed.data, resource.data, deployed.metadata, resource.metadata, override, upstream,
                            stores)
-    repeats = writes_a_stream(resource, state)
+    stream = writes_a_stream(resource, state)
     if upstream is None and deployed.data == resource.data and access_only(deployed.metadata, resource.metadata):
         return Change(action=Action.UPDATE, reason="owner changed (in place)", effect=OWNERSHIP_EFFECT, **common)
     if decided is None:
         if observed is not None and not observed.healthy:
             return Change(action=Action.UPDATE, reason=f"drift: {observed.detail}", drift=True,
-                          category=Category.IN_PLACE, effect=effect_text(Category.IN_PLACE, None, repeats), **common)
+                          category=Category.IN_PLACE,
+                          effect=effect_text(Category.IN_PLACE, None, stream and may_repeat(deployed, resource,
+                                                                                             Category.IN_PLACE)),
+                          **common)
         return Change(action=Action.NOOP, reason="up to date", **common)
     action, category, reason, used_override = decided
     foreign = category is Category.CARRY_OFFSETS and key in seen.foreign_logs
@@ -507,7 +510,8 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
     rebuilt = any(f"relation.{s[0]}" in (replaced or {}) for s in resource.data.get("sources", []))
     estimate = seen.estimates.get(key) if category is Category.REPLAY and (foreign or not rebuilt) else None
     return Change(action=action, reason=reason, category=category, override=used_override, estimate=estimate,
-                  rollback_of=rollback, effect=effect_text(category, used_override, repeats), **common)
+                  rollback_of=rollback, effect=effect_text(category, used_override, stream and may_repeat(
+                      deployed, resource, category)), **common)
 
 
 def writes_a_stream(query: Resource, state: State) -> bool:
@@ -515,6 +519,15 @@ def writes_a_stream(query: Resource, state: State) -> bool:
     are upserts by key, a view's and a table's batches are recorded with their rows)."""
     sink = state.resources.get(str(Address(Kind.RELATION, query.data.get("sink", ""))))
     return sink is not None and sink.data.get("kind") == "stream"
+
+
+def may_repeat(deployed: Any, resource: Resource, category: Category) -> bool:
+    """A restart of a query writing a stream may write a batch again: unless both versions are exactly-once (each
+    task's records and the batch id in one transaction of its log store, a replayed batch skipped) and the new one
+    resumes on the same checkpoint. Carried offsets start a new checkpoint, and with it a new ledger of written
+    batches: a batch the old version wrote but did not commit in its checkpoint is read and written again."""
+    exactly = all(r.data.get("delivery_guarantee") == "exactly-once" for r in (deployed, resource))
+    return not exactly or category is Category.CARRY_OFFSETS
 
 
 def decide_query(before: dict[str, Any], after: dict[str, Any], before_meta: dict[str, Any],

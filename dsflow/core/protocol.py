@@ -41,8 +41,9 @@ class StoreRules(Protocol):
     """Logs: the WITH properties sizing its logs (another kind's are DSF-E110)."""
     config_prefix: str
     """Logs: the prefix of its log configs ('<prefix><config>' WITH properties are configs of the log)."""
-    transactions_why: str
-    """Logs: why its transactions would not make a stream sink exactly-once (DSF-E047's hint)."""
+    transactional_streams: bool
+    """Logs: a stream sink may be 'exactly-once' (its writes are transactions recording the batch id); absent: it
+    may not (DSF-E047)."""
     row_dead_letters: bool
     """Dead letters (Capability.DEAD_LETTERS): a query's DEAD LETTER expectations may send rows to its dead-letter
     log (absent: they may not, DSF-E864)."""

@@ -269,6 +269,9 @@ def _relation(st: RawStatement, fqn: str, columns: tuple[Column, ...], ns: Names
                           st.prop_location("topic.gaps"), hint="'topic.gaps' = 'count' for a topic written in "
                           "transactions or compacted; 'fail' (the default for streams) otherwise"))
         gaps = None
+    if gaps is None and st.kind == "stream" and (_prop(st, "delivery.guarantee") or "").strip().lower() == \
+            "exactly-once":
+        gaps = "count"  # its query writes in transactions: a marker offset per transaction
     key = primary_key if primary_key is not None else st.primary_key
     _check_scalar_key(st, fqn, columns, key, report)
     topic = ns.topic_prefix + (_prop(st, "topic") or fqn.rsplit(".", 1)[-1])

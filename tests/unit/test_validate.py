@@ -398,12 +398,13 @@ def test_e046_query_shape_does_not_fit(tmp_path, sql, message):
     assert d.message == message
 
 
-def test_e047_exactly_once_on_a_stream_explains_why(tmp_path):
+def test_exactly_once_on_a_kafka_stream_is_accepted(tmp_path):
+    """Kafka transactions record each batch id (adapters/kafka/transactions.py); DSF-E047 on a store without them:
+    tests/unit/test_exactly_once_streams.py."""
     sql = "CREATE STREAM f WITH ('delivery.guarantee' = 'exactly-once') AS SELECT id FROM pageviews;\n"
-    d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E047")
-    assert at(d, "sql/q.sql", 1, 23)
-    assert d.message == "'exactly-once' is not available for the stream 'analytics.public.f'"
-    assert "at-least-once" in d.hint and "idempotent upserts" in d.hint
+    result = check_project(make_project(tmp_path, {**SOURCES, "sql/q.sql": sql}))
+    assert result.diagnostics == []
+    assert [q.delivery_guarantee for q in result.project.queries] == ["exactly-once"]
 
 
 def test_exactly_once_is_accepted_for_changelogs_and_views(tmp_path):

@@ -74,7 +74,7 @@ def test_view_store_mistakes_are_reported_at_their_property(tmp_path) -> None:
     assert "postgresql 'store'" in found[("DSF-E141", 3, 34)].message
 
 
-def test_delivery_guarantee_where_it_is_real_and_why_not_on_a_stream(tmp_path) -> None:
+def test_delivery_guarantee_where_it_is_real(tmp_path) -> None:
     sql = ("CREATE STREAM s WITH ('delivery.guarantee' = 'exactly-once') AS SELECT id FROM pageviews;\n"
            "CREATE STREAM s2 AS SELECT id FROM pageviews;\n"
            "CREATE CHANGELOG c WITH ('delivery.guarantee' = 'exactly-once') AS\n"
@@ -86,15 +86,11 @@ def test_delivery_guarantee_where_it_is_real_and_why_not_on_a_stream(tmp_path) -
            "CREATE STREAM s3 WITH ('delivery.guarantee' = 'at-most-once') AS SELECT id FROM pageviews;\n")
     result = _check(tmp_path, sql)
     by_code = {(d.code, d.location.line): d for d in result.diagnostics}
-    assert sorted(by_code) == [("DSF-E032", 9), ("DSF-E047", 1)]
-    hint = by_code[("DSF-E047", 1)].hint
-    for why in ("cannot commit its records atomically with the query's checkpoint", "tansu",
-                "read_committed consumers see aborted records", "changelog with a PRIMARY KEY"):
-        assert why in hint
-    result = _check(tmp_path, "\n".join(sql.splitlines()[1:8]) + "\n")
+    assert sorted(by_code) == [("DSF-E032", 9)]  # a Kafka stream takes exactly-once (kafka/transactions.py)
+    result = _check(tmp_path, "\n".join(sql.splitlines()[:8]) + "\n")
     assert result.diagnostics == []
     assert {q.fqn.rsplit(".", 1)[-1]: q.delivery_guarantee for q in result.project.queries} == {
-        "s2": "at-least-once", "c": "exactly-once", "v": "exactly-once", "t": "exactly-once"}
+        "s": "exactly-once", "s2": "at-least-once", "c": "exactly-once", "v": "exactly-once", "t": "exactly-once"}
 
 
 def test_query_takes_one_output_format(tmp_path) -> None:

@@ -54,6 +54,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.offset.store": False,
     "auto.offset.reset": "earliest",
     "fetch.wait.max.ms": 100,
+    "isolation.level": "read_committed",  # librdkafka's default, said here: exactly-once sinks' readers rely on it
 }
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -505,18 +506,21 @@ def print_records(
 
 
 def read_to_end(bootstrap: str, topic: str, extra: Mapping[str, str] | None = None,
-                convert: Callable[[Any], Any] | None = None, stall_timeout: float = STALL_TIMEOUT) -> list[Any]:
+                convert: Callable[[Any], Any] | None = None, stall_timeout: float = STALL_TIMEOUT,
+                allow_gaps: bool = False) -> list[Any]:
     """Every record the topic holds now, in partition and offset order, as `convert` makes it (default
     `record_dict`): from the first offset still held to the true end found at the call (`end_offsets`).
     Unlike `print_records`, it never stops early because records are slow to arrive; DSF-E704 if a
-    partition makes no progress for `stall_timeout` seconds."""
+    partition makes no progress for `stall_timeout` seconds. `allow_gaps`: offsets without records (transaction
+    markers, aborted records, compaction) are counted, not DSF-E709 (ranges.py)."""
     assert_reachable(bootstrap)
     make = convert or record_dict
     with consumer(client_config(bootstrap, extra)) as c:
         parts = topic_partitions(c, topic)
         starts, ends = start_offsets(c, topic, parts), end_offsets(c, topic, parts)
         return [make(m) for p in parts
-                for batch in read_range(c, topic, p, starts[p], ends[p], stall_timeout=stall_timeout)
+                for batch in read_range(c, topic, p, starts[p], ends[p], stall_timeout=stall_timeout,
+                                        allow_gaps=allow_gaps)
                 for m in batch]
 
 

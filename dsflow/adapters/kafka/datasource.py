@@ -24,6 +24,9 @@ Options (keys are case-insensitive):
     kafka.<setting>        passed to librdkafka without the prefix, e.g. kafka.security.protocol
     secret.options         comma-separated names of the options above whose values are secrets: scrubbed
                            from the tasks' log lines (core/secrets.py)
+    transaction.ledger     writing (batch writer) exactly-once: each task writes its records and the batch id in one
+                           Kafka transaction of this ledger and skips a batch the ledger holds (transactions.py)
+    transaction.batch      with transaction.ledger: the micro-batch id
 
 Reading yields key, value, topic, partition, offset, timestamp (see SCHEMA). Offsets are
 {"<partition>": next offset}; a partition missing from the start offset is read from 0.
@@ -33,7 +36,8 @@ Spark checkpoint is the only record of progress.
 Writing takes a `value` column (STRING or BINARY), optional `key` (STRING or BINARY) and
 optional `partition` (INT); other columns are ignored, and a `topic` column never picks
 the target: the `topic` option does. The sink is at-least-once: a task retried or a query
-restarted after a failure can write the same records again.
+restarted after a failure can write the same records again; but with `transaction.ledger` (an exactly-once
+query's foreachBatch) a batch written again is skipped.
 
 Writing lives in writing.py. Nothing here holds a Kafka client when pickled: clients are made where they are used.
 """

@@ -49,6 +49,11 @@ class KafkaOptions:
     clients with `config` (a task runs in another process than the driver that parsed the options)."""
     run: str = ""
     """A streaming query run's own id: its tasks' pooled clients are never handed to another run (pool.py)."""
+    ledger: str | None = None
+    """Writing exactly-once (`transaction.ledger`): each task writes in a transaction recording the batch id in this
+    ledger (transactions.py)."""
+    batch_id: int = -1
+    """Writing exactly-once (`transaction.batch`): the micro-batch the records belong to."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -79,6 +84,8 @@ class KafkaOptions:
             key_schema=opts.get("key.schema") or None,
             key_subject=opts.get("key.subject") or None,
             secret_values=secrets,
+            ledger=opts.get("transaction.ledger") or None,
+            batch_id=_batch_id(opts),
         )
 
     @property
@@ -95,6 +102,16 @@ def _offsets_option(text: str | None) -> dict[int, int] | None:
         return {int(p): int(o) for p, o in json.loads(text).items()}
     except (ValueError, AttributeError) as err:
         raise _bad_option("starting.offsets", text, 'JSON like {"0": 42, "1": 17}') from err
+
+
+def _batch_id(opts: dict[str, str]) -> int:
+    """`transaction.batch`, required with `transaction.ledger`."""
+    if not opts.get("transaction.ledger"):
+        return -1
+    text = _required(opts, "transaction.batch")
+    if not text.isdigit():
+        raise _bad_option("transaction.batch", text, "a micro-batch id (0, 1, ...)")
+    return int(text)
 
 
 def _required(opts: dict[str, str], key: str) -> str:

@@ -36,6 +36,13 @@ COUNTED_GAP_WAITS = (0.05,)
 """Where gaps are allowed (compacted topics, transaction markers: many gaps by design), one quick re-read: the
 broker's out-of-order window lasts milliseconds, and a gap per transaction must not cost seconds."""
 
+CONSUME_WAIT = 0.5
+"""Seconds one consume waits for the records asked for (fewer may come)."""
+
+COUNTED_CONSUME_WAIT = 0.05
+"""The same where gaps are allowed: a range holding offsets without records (a transaction marker per transaction
+of an exactly-once sink) never delivers all it asks for, so each consume would wait its whole time."""
+
 PROBE_TIMEOUT_S = 2.0
 """How long one re-read waits for the broker's first answer."""
 
@@ -82,8 +89,9 @@ class _RangeReader:
 
     def batches(self, allow_gaps: bool, on_gap: OnGap | None) -> Iterator[list]:
         progressed_at = time.monotonic()
+        wait = COUNTED_CONSUME_WAIT if allow_gaps else CONSUME_WAIT
         while self.pos < self.end:
-            messages = self.consumer.consume(min(self.end - self.pos, self.max_batch), 0.5)
+            messages = self.consumer.consume(min(self.end - self.pos, self.max_batch), wait)
             batch, jump, error = take_contiguous(messages, self.pos, self.end, self.where)
             self.last_error = error or self.last_error
             if batch:

@@ -44,9 +44,9 @@ class KafkaRules:
     row_dead_letters = True
     """A query's DEAD LETTER expectations send rows to its dead-letter topic (adapters/spark/expectations.py)."""
     """A relation's 'kafka.topic.<config>' properties are configs of its topic."""
-    transactions_why = ("Kafka transactions cannot close the gap here, because the embedded broker (tansu) does not "
-                        "isolate them (read_committed consumers see aborted records)")
-    """Why a stream sink's transactions would not make it exactly-once (DSF-E047's hint)."""
+    transactional_streams = True
+    """A stream sink may be 'exactly-once': each write task's records in a Kafka transaction with the batch id
+    (adapters/kafka/transactions.py; a broker that does not isolate transactions, tansu, is DSF-E870 at start)."""
 
     def store_diagnostics(self, name: str, store_type: str, bootstrap: str, properties: dict[str, str],
                           location: Location | None, where: Callable[[str], Location | None]) -> list[Diagnostic]:

@@ -1,6 +1,7 @@
 """Kafka's side of the query driver (the `spark` facet, adapters/spark/facets.py): a topic read by the
 `dsflow_kafka` data source, a query writing a topic (append through the data source, updates through
-foreachBatch), and the topics' end offsets for the query's lag (in records)."""
+foreachBatch, an exactly-once stream through foreachBatch in Kafka transactions: transactions.py), and the topics'
+end offsets for the query's lag (in records)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def client_option(setting: str) -> str:
 
 class KafkaSpark:
     kinds: tuple[str, ...] = ("kafka",)
-    async_checkpoint = True  # dsflow's sink is at-least-once like Spark's own Kafka sink (spark/driver.py)
+    async_checkpoint = True  # dsflow's sink is at-least-once like Spark's own Kafka sink (spark/driver.py), unless
+    # the query is exactly-once: then its batches must be re-planned as they ran (translate.py turns it off)
 
     def client_option(self, setting: str) -> str:
         return client_option(setting)
@@ -35,8 +37,10 @@ class KafkaSpark:
         from dsflow.adapters.spark.spec import SinkSpec
         from dsflow.adapters.spark.translate import sink_format, sink_key_format
 
+        exactly_once = query.delivery_guarantee == "exactly-once" and relation.kind == "stream"
         return SinkSpec(topic=relation.topic, client_config=store.client_config(), columns=columns,
                         output_mode=query.output_mode, key_columns=list(query.key_columns),
+                        exactly_once=exactly_once, declared_at=str(query.location) if query.location else None,
                         **sink_format(project, relation), **sink_key_format(relation, query))
 
     def data_sources(self) -> list[type]:
@@ -73,6 +77,8 @@ class KafkaSpark:
     def start(self, spec: Any, frame: Any, trigger: dict[str, Any], options: dict[str, str]) -> Any:
         from dsflow.adapters.spark.frames import sink_format_options
 
+        if spec.sink.exactly_once:
+            return _start_transactional(spec, frame, trigger)
         if spec.sink.output_mode == "update":
             return _start_updates(spec, frame, trigger)
         writer = (frame.writeStream.format("dsflow_kafka")
@@ -110,14 +116,34 @@ def batch_writer(spec: Any):
     Spark's Python data source sinks take append mode only; an aggregation's updates go through
     foreachBatch and the batch writer instead (at-least-once; the records are upserts by key).
     """
+    sink = spec.sink
+
+    def write(batch, batch_id: int) -> None:
+        _batch_save(batch, sink, {})
+
+    return write
+
+
+def _batch_save(batch: Any, sink: Any, options: dict[str, str]) -> None:
     from dsflow.adapters.spark.frames import sink_format_options
+
+    writer = (batch.write.format("dsflow_kafka").mode("append")
+              .option(BOOTSTRAP, sink.client_config[BOOTSTRAP]).option("topic", sink.topic))
+    _with_client(writer, sink.client_config).options(**sink_format_options(sink), **options).save()
+
+
+def transactional_writer(spec: Any, query_id: Any):
+    """The foreachBatch function of an exactly-once stream sink: the batch written by the data source's batch writer
+    with the query's ledger and the batch id, so that each write task commits its records and the batch id in one
+    Kafka transaction and skips a batch its ledger holds (adapters/kafka/transactions.py). `query_id()` is the
+    checkpoint's query id (known once the query runs)."""
+    from dsflow.adapters.kafka.transactions import ledger_name
 
     sink = spec.sink
 
     def write(batch, batch_id: int) -> None:
-        writer = (batch.write.format("dsflow_kafka").mode("append")
-                  .option(BOOTSTRAP, sink.client_config[BOOTSTRAP]).option("topic", sink.topic))
-        _with_client(writer, sink.client_config).options(**sink_format_options(sink)).save()
+        _batch_save(batch, sink, {"transaction.ledger": ledger_name(spec.name, query_id()),
+                                  "transaction.batch": str(batch_id)})
 
     return write
 
@@ -127,6 +153,26 @@ def _start_updates(spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
             .outputMode("update")
             .option("checkpointLocation", spec.checkpoint)
             .queryName(spark_query_name(spec.name))
+            .trigger(**trigger)
+            .start())
+
+
+def _start_transactional(spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
+    """An exactly-once stream sink, on a broker that isolates transactions (DSF-E870); the checkpoint's query id,
+    which names the ledger, is Spark's id of the running query (the same after a restart on the checkpoint)."""
+    from dsflow.adapters.kafka.transactions import check_isolates
+
+    sink = spec.sink
+    check_isolates(sink.client_config[BOOTSTRAP], sink.client_config, spec.name, sink.declared_at)
+    session, name = frame.sparkSession, spark_query_name(spec.name)
+
+    def query_id() -> str:
+        return next(str(q.id) for q in session.streams.active if q.name == name)
+
+    return (frame.writeStream.foreachBatch(transactional_writer(spec, query_id))
+            .outputMode(sink.output_mode)
+            .option("checkpointLocation", spec.checkpoint)
+            .queryName(name)
             .trigger(**trigger)
             .start())
 

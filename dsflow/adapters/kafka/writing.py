@@ -2,7 +2,9 @@
 
 Writing takes a `value` column (STRING, BINARY or a struct for registry formats), optional `key` and optional
 `partition`; the `topic` option picks the target. At-least-once: a retried task or a restarted query can write
-the same records again.
+the same records again; but with `transaction.ledger` (an exactly-once query's foreachBatch, adapters/kafka/spark.py)
+each task writes in one transaction that records the batch id, and a batch written already is skipped
+(transactions.py).
 """
 
 from __future__ import annotations
@@ -141,11 +143,29 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 
 class KafkaBatchWriter(DataSourceArrowWriter):
-    """df.write.format("dsflow_kafka").mode("append"): same delivery as the stream writer."""
+    """df.write.format("dsflow_kafka").mode("append"): same delivery as the stream writer, or, with a
+    `transaction.ledger`, each task's records in one transaction with the batch id (transactions.py)."""
 
     def __init__(self, options: KafkaOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
 
     def write(self, iterator: Iterator[Any]) -> KafkaCommit:
-        return KafkaCommit(produce_batches(self.options, iterator))
+        if self.options.ledger is None:
+            return KafkaCommit(produce_batches(self.options, iterator))
+        return KafkaCommit(produce_in_transaction(self.options, iterator))
+
+
+def produce_in_transaction(options: KafkaOptions, batches: Iterator[Any]) -> int:
+    """This task's records of batch `options.batch_id` in one transaction with the batch id (0 for a batch the
+    ledger holds already)."""
+    from pyspark import TaskContext
+
+    from dsflow.adapters.kafka.transactions import write_task
+
+    context = TaskContext.get()
+    if context is None:
+        raise DsflowError("DSF-E707", "dsflow_kafka: 'transaction.ledger' is for the write tasks of a micro-batch")
+    with unchained(lambda err: DsflowError("DSF-E705", f"writing to topic '{options.topic}' failed: "
+                                           f"{type(err).__name__}: {err}")):
+        return write_task(options, batches, context.partitionId(), _produce_all)

@@ -125,6 +125,10 @@ class SinkSpec(BaseModel):
                                    "protobuf: Confluent wire-format keys of key_schema")
     key_schema: str | None = Field(None, description="avro/protobuf keys: the schema registered under key_subject")
     key_subject: str | None = None
+    exactly_once: bool = Field(False, description="a Kafka stream written with 'delivery.guarantee' = "
+                               "'exactly-once': each task's records in a transaction with the batch id "
+                               "(adapters/kafka/transactions.py)")
+    declared_at: str | None = Field(None, description="where the query is declared (file:line), for errors")
 
 
 class TemporalSpec(BaseModel):

@@ -405,6 +405,7 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
         expectations=expectation_specs(query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
+        and not sink.exactly_once  # a replayed batch must be re-planned as it ran (its ledger skips it)
         and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )
 
