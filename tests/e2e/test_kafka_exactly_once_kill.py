@@ -23,7 +23,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,10 +30,9 @@ from pathlib import Path
 import pytest
 
 from dsflow.adapters.kafka import client
-from dsflow.adapters.kafka.client import produce_json_lines
 from dsflow.adapters.spark.translate import query_spec
 from support.brokers import kafka_only
-from support.streaming import streaming_project, topic
+from support.streaming import Feed, streaming_project, topic
 from support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, kafka_only]
@@ -44,30 +42,6 @@ SQL = ("CREATE STREAM events (id BIGINT) WITH ('value.format' = 'json', 'topic.p
        "SELECT id FROM events;\n")
 KILLS = 1
 """Each restart costs a Spark driver's start (~15-30 s on two shared cores): one kill, at the worst moment, in CI."""
-
-
-class Feed:
-    """Produces ids 0, 1, 2, ... to a topic, ~100 a second, until stopped."""
-
-    def __init__(self, broker: str, topic: str) -> None:
-        self.broker, self.topic, self.sent = broker, topic, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            chunk = range(self.sent, self.sent + 10)
-            produce_json_lines(self.broker, self.topic, [json.dumps({"id": i}) for i in chunk])
-            self.sent += len(chunk)
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> Feed:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
 
 
 def _latest(folder: Path) -> int:
@@ -141,7 +115,7 @@ def test_an_exactly_once_query_killed_mid_stream_writes_each_id_once(tmp_path: P
     spec_path.write_text(spec.model_dump_json())
     sink, log, rng = topic(project, "copied"), run / "driver.log", random.Random(39)
     mid_write = []
-    with Feed(broker, topic(project, "events")) as feed:
+    with Feed(broker, topic(project, "events"), pause=0.1) as feed:
         for kill in range(KILLS):
             driver = _start(spec_path, log)
             try:

@@ -22,6 +22,7 @@ import pytest
 
 from dsflow.engine import operations
 from support.projects import make_project
+from support.serving import sse_events
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -200,7 +201,7 @@ def _tail_through_the_server(root: Path, options, monkeypatch) -> None:
         headers = {"Authorization": f"Bearer {server.identity.create_token('root', 'tests')[0]}"}
         with requests.get(f"{server.url}/api/v1/topics/events/tail", headers=headers, stream=True,
                           timeout=60) as stream:
-            events = _events(stream.iter_lines(decode_unicode=True))
+            events = sse_events(stream.iter_lines(decode_unicode=True))
             assert next(events) == ("ready", {"topic": server.app.state.server.loaded().project.relation(
                 "analytics.public.events").topic, "store": "kafka_main"})
             topics.produce(topics.resolve(operations.load(options).project, "events"),
@@ -212,20 +213,10 @@ def _tail_through_the_server(root: Path, options, monkeypatch) -> None:
         started = time.monotonic()
         with requests.get(f"{server.url}/api/v1/topics/events/tail", headers=headers, stream=True,
                           timeout=60) as stream:
-            event, data = next(e for e in _events(stream.iter_lines(decode_unicode=True)) if e[0] != "ping")
+            event, data = next(e for e in sse_events(stream.iter_lines(decode_unicode=True)) if e[0] != "ping")
         assert event == "error" and data["code"] == "DSF-E255" and "'kafka_main'" in data["message"], (event, data)
         assert "wrong-password" not in json.dumps(data) and time.monotonic() - started < 60
 
-
-def _events(lines):
-    """(event, data) of Server-Sent Events lines."""
-    event = None
-    for line in lines:
-        if line.startswith("event:"):
-            event = line.split(":", 1)[1].strip()
-        elif line.startswith("data:") and event:
-            yield event, json.loads(line.split(":", 1)[1])
-            event = None
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])

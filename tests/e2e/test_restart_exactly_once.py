@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
+from dsflow.adapters.kafka.client import read_to_end
 from dsflow.adapters.spark.driver import start_query, stop_between_batches
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.engine import operations
-from support.streaming import streaming_project, topic
+from support.streaming import Feed, streaming_project, topic
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -37,29 +37,8 @@ SQL = ("CREATE STREAM events (id BIGINT, a VARCHAR, b VARCHAR, c VARCHAR) "
 COLUMNS = ["id", "id, a", "id, a, b", "id, a, b, c"]
 
 
-class Feed:
-    """Produces ids 0, 1, 2, ... to a topic, ~50 a second, until stopped."""
-
-    def __init__(self, broker: str, topic: str) -> None:
-        self.broker, self.topic, self.sent = broker, topic, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            chunk = range(self.sent, self.sent + 10)
-            produce_json_lines(self.broker, self.topic, [json.dumps({"id": i, "a": f"a{i}", "b": f"b{i}",
-                                                                     "c": f"c{i}"}) for i in chunk])
-            self.sent += len(chunk)
-            self._stop.wait(0.2)
-
-    def __enter__(self) -> Feed:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
+def _record(i: int) -> dict:
+    return {"id": i, "a": f"a{i}", "b": f"b{i}", "c": f"c{i}"}
 
 
 def _ids(broker: str, topic: str) -> list[int]:
@@ -84,7 +63,7 @@ def test_a_query_restarted_with_new_sql_while_records_flow_writes_each_id_once(t
     sink = f"{prefix}_copied"
     try:
         apply(COLUMNS[0])
-        with Feed(broker, f"{prefix}_events") as feed:
+        with Feed(broker, f"{prefix}_events", _record) as feed:
             for columns in COLUMNS[1:]:
                 seen = feed.sent
                 wait_for(lambda seen=seen: len(set(_ids(broker, sink))) > seen, 240, "the query to catch up",
@@ -125,7 +104,7 @@ def test_a_stop_between_batches_leaves_no_batch_planned_but_uncommitted(tmp_path
     checkpoint = tmp_path / "checkpoint"
     spec = query_spec(project, query, "test", str(checkpoint), str(tmp_path / "status.json"))
     rng = random.Random(39)
-    with Feed(broker, topic(project, "events")) as feed:
+    with Feed(broker, topic(project, "events"), _record) as feed:
         for cycle in range(6):
             running = start_query(spark, spec)
             before = _latest(checkpoint / "commits")

@@ -11,7 +11,7 @@ import threading
 import pytest
 import requests
 from support.projects import make_project
-from support.serving import SERVER_FILES, LiveServer, add_users, deploy_recorded, server_config
+from support.serving import SERVER_FILES, LiveServer, add_users, deploy_recorded, server_config, sse_events
 from support.waiting import wait_for
 
 from dsflow.engine import operations, topics
@@ -129,7 +129,7 @@ def test_topic_records_and_tail(live) -> None:
     denied(call(live, "GET", "/api/v1/topics/pageviews/tail", "nobody"), "USAGE", "database.analytics")
     with call(live, "GET", "/api/v1/topics/pageviews/tail?from_beginning=true", "alice", stream=True) as stream:
         assert stream.headers["content-type"].startswith("text/event-stream")
-        events = _events(stream.iter_lines(decode_unicode=True))
+        events = sse_events(stream.iter_lines(decode_unicode=True))
         assert next(events)[0] == "ready"
         event, data = next(events)  # the record produced before: the consumer reads now, so no later one is missed
         assert event == "record" and data["value"] == {"id": 1, "userid": "u1"}
@@ -137,7 +137,7 @@ def test_topic_records_and_tail(live) -> None:
         event, data = next(e for e in events if e[0] != "ping")
         assert event == "record" and data["value"] == {"id": 2, "userid": "u2"}
     with call(live, "GET", "/api/v1/topics/pageviews/tail", "alice", stream=True) as stream:
-        events = _events(stream.iter_lines(decode_unicode=True))
+        events = sse_events(stream.iter_lines(decode_unicode=True))
         assert next(events)[0] == "ready"  # sent once the reader is positioned at the end: what follows is read
         topics.produce(target, [json.dumps({"id": 3, "userid": "u3"})], None)
         event, data = next(e for e in events if e[0] != "ping")
@@ -145,15 +145,6 @@ def test_topic_records_and_tail(live) -> None:
     wait_for(lambda: not any(t.name == "dsflow-serve-stream" for t in threading.enumerate()), 60,
              "the tail's reader to stop once the client left")  # the server runs in this process
 
-
-def _events(lines):
-    event = None
-    for line in lines:
-        if line.startswith("event:"):
-            event = line.split(":", 1)[1].strip()
-        elif line.startswith("data:") and event:
-            yield event, json.loads(line.split(":", 1)[1])
-            event = None
 
 
 def test_follow_is_refused_without_select_on_its_sources(live) -> None:

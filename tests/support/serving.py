@@ -8,6 +8,7 @@ for the server tests; and a deployed state recorded the way apply records it, fo
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -112,3 +113,14 @@ def add_users(server: LiveServer, names=USERS) -> dict[str, str]:
         server.identity.add_user(name, f"{name}-password")
         tokens[name] = server.identity.create_token(name, "tests")[0]
     return tokens
+
+
+def sse_events(lines):
+    """(event, data) of Server-Sent Events lines, data parsed as JSON."""
+    event = None
+    for line in lines:
+        if line.startswith("event:"):
+            event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:") and event:
+            yield event, json.loads(line.split(":", 1)[1])
+            event = None

@@ -9,7 +9,9 @@ translation and driver functions, and reading a sink's final content.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
@@ -78,3 +80,29 @@ def latest_by_key(broker: str, project: Project, name: str) -> dict[str, dict]:
         if record["key"] not in latest or record["offset"] > latest[record["key"]][0]:
             latest[record["key"]] = (record["offset"], json.loads(record["value"]))
     return {k: v for k, (_, v) in latest.items()}
+
+
+class Feed:
+    """Produces the records `make(0)`, `make(1)`, ... to a topic, 10 every `pause` seconds, until stopped; `sent`
+    counts them."""
+
+    def __init__(self, broker: str, topic: str, make: Callable[[int], dict] = lambda i: {"id": i},
+                 pause: float = 0.2) -> None:
+        self.broker, self.topic, self.make, self.pause, self.sent = broker, topic, make, pause, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            chunk = range(self.sent, self.sent + 10)
+            produce_json_lines(self.broker, self.topic, [json.dumps(self.make(i)) for i in chunk])
+            self.sent += len(chunk)
+            self._stop.wait(self.pause)
+
+    def __enter__(self) -> Feed:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
