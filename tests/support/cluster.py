@@ -101,7 +101,7 @@ def _wait(cluster: Cluster, workers: int, folder: Path) -> None:
         try:
             if sum(w["state"] == "ALIVE" for w in cluster.state()["workers"]) >= workers:
                 return
-        except OSError:
+        except (OSError, ValueError):  # not listening yet, or its web UI up before its JSON: an empty answer
             pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"the standalone cluster did not start in {START_SECONDS:.0f} s; see {folder}")

@@ -186,18 +186,25 @@ def stop_between_batches(query, name: str, grace: float = STOP_GRACE_SECONDS) ->
     """
     hold(name)
     try:
-        deadline = time.monotonic() + grace
-        while query.isActive and not _between_batches(query.status, held_twice(name)) \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
-        status = query.status
-        between = not query.isActive or _between_batches(status, held_twice(name)) \
-            or not status.get("isTriggerActive")
+        between = _wait_between_batches(query, name, time.monotonic() + grace)
         if query.isActive:
             query.stop()
         return between
     finally:
         release(name)
+
+
+def _wait_between_batches(query, name: str, deadline: float) -> bool:
+    """Poll until the query is between batches (True) or the deadline passes (True only if no trigger runs then).
+    The answer comes from the same status that ended the wait: a second read could see the next trigger, which
+    finds the sources held and runs no batch, and call that stop interrupted (the CI failure of stop 52)."""
+    while True:
+        status = query.status
+        if not query.isActive or _between_batches(status, held_twice(name)):
+            return True
+        if time.monotonic() >= deadline:
+            return not status.get("isTriggerActive")
+        time.sleep(0.05)
 
 
 BATCH_MESSAGES = ("Processing new data", "No new data but cleaning up state")
