@@ -15,7 +15,7 @@ then plans and applies it, produces new records and checks in the data that what
 - the source topic never loses a record (a move keeps it), and aggregation results equal a plain Python reference
   over the records each version read.
 
-    python bench/change_model.py --steps 200 --seed 1        # by hand (docs/benchmarks.md): starts its own broker
+    python bench/change_model.py --steps 200 --seed 1        # by hand (docs/benchmarks.md): starts Apache Kafka
 
 tests/e2e/test_change_model.py runs a bounded slice of it in the suite with a fixed seed.
 """
@@ -428,13 +428,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--broker", help="bootstrap servers (default: start an embedded broker)")
+    parser.add_argument("--broker", help="bootstrap servers (default: start a broker of --broker-kind)")
+    parser.add_argument("--broker-kind", choices=("kafka", "tansu"), default="kafka",
+                        help="the broker started when --broker is not given: Apache Kafka (KRaft), or tansu")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dsflow-change-model"))
     parser.add_argument("--budget-minutes", type=float, default=None, help="stop after the step that passes it")
     parser.add_argument("--isolation", choices=("query", "shared"), default="query",
                         help="runtime.isolation: a driver per query, or one shared application")
     args = parser.parse_args()
-    broker, stop = _broker(args.broker, args.workdir)
+    broker, stop = _broker(args.broker, args.workdir, args.broker_kind)
     try:
         def show(report: StepReport) -> None:
             print(json.dumps({"step": report.number, "edit": report.edit, "actions": report.actions,
@@ -452,14 +454,14 @@ def main() -> int:
     return 1 if bad else 0
 
 
-def _broker(given: str | None, workdir: Path):
+def _broker(given: str | None, workdir: Path, kind: str):
     if given:
         return given, lambda: None
     from dsflow.adapters.kafka import devbroker
 
     run_dir = workdir / f"broker-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True)
-    return devbroker.start(run_dir, port=devbroker.free_port()).bootstrap, lambda: devbroker.stop(run_dir)
+    return devbroker.start(run_dir, port=devbroker.free_port(), kind=kind).bootstrap, lambda: devbroker.stop(run_dir)
 
 
 if __name__ == "__main__":
