@@ -29,6 +29,7 @@ import functools
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -42,6 +43,33 @@ from dsflow.errors import DsflowError
 
 LOG = logging.getLogger("dsflow.kafka")
 LOG.addFilter(ScrubFilter())  # librdkafka's log lines (routed here by "logger": LOG) name client.id and brokers
+
+
+class _Demoted(logging.Filter):
+    """Makes INFO the log lines a thread's client serves while `_demoted` holds (its poll or close while a secured
+    client's first request fails): the error raised then tells the failure they do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(self.local, "on", False) and record.levelno > logging.INFO:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_DEMOTED = _Demoted()
+LOG.addFilter(_DEMOTED)
+
+
+@contextmanager
+def _demoted() -> Iterator[None]:
+    _DEMOTED.local.on = True
+    try:
+        yield
+    finally:
+        _DEMOTED.local.on = False
 
 REQUEST_TIMEOUT = 10.0
 """Seconds to wait for one metadata / offsets request before giving up."""
@@ -129,7 +157,8 @@ def new_consumer(config: Mapping[str, Any]) -> Any:
     try:
         return connected(c, c.dsflow_bootstrap, watch)
     except BaseException:
-        c.close()
+        with _demoted():
+            c.close()
         raise
 
 
@@ -203,7 +232,8 @@ def _first_metadata(client: Any, bootstrap: str, watch: AuthWatch, timeout: floa
             client.list_topics(timeout=max(0.01, min(AUTH_SLICE * attempt, deadline - time.monotonic())))
             return
         except KafkaException as exc:
-            client.poll(0)  # a new client: a consumer has no assignment yet, so this takes no record
+            with _demoted():
+                client.poll(0)  # a new client: a consumer has no assignment yet, so this takes no record
             if watch.failure is not None:
                 raise unreachable(bootstrap, f"connecting: {reason(watch.failure.str())}") from exc
             if time.monotonic() >= deadline or _name(exc) not in _UNREACHABLE:
