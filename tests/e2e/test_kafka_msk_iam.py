@@ -19,6 +19,7 @@ import pytest
 from dsflow.adapters.kafka import client, msk
 from dsflow.adapters.kafka.options import KafkaOptions
 from dsflow.adapters.spark.translate import query_spec
+from dsflow.errors import DsflowError
 from dsflow.load.project import load_project
 from test_kafka_security import dsflow, project
 
@@ -60,7 +61,8 @@ def test_every_client_gets_oauthbearer_with_a_token_for_the_region(tmp_path, bro
 
 
 def test_librdkafka_asks_the_callback_for_a_token_when_a_client_starts(broker, aws_keys, monkeypatch) -> None:
-    """A consumer made the way every dsflow consumer is (client.new_consumer) calls the real callback."""
+    """A consumer made the way every dsflow consumer is (client.new_consumer) calls the real callback; its first
+    request then fails at the TLS handshake (the broker has no TLS), as DSF-E702 (DSF-E255 where a store is named)."""
     tokens: list[tuple[str, float]] = []
     signer = msk.TokenSource.__call__
 
@@ -71,10 +73,9 @@ def test_librdkafka_asks_the_callback_for_a_token_when_a_client_starts(broker, a
     monkeypatch.setattr(msk.TokenSource, "__call__", recorded)
     config = {"bootstrap.servers": broker, "security.protocol": "SASL_SSL", "sasl.mechanism": "AWS_MSK_IAM",
               "aws.region": "us-east-1"}
-    with client.consumer(config) as consumer:
-        deadline = time.monotonic() + 10
-        while not tokens and time.monotonic() < deadline:
-            consumer.poll(0.2)
+    with pytest.raises(DsflowError) as failed:
+        client.new_consumer(config)
+    assert failed.value.code == "DSF-E702" and "connecting: " in failed.value.message, failed.value
     assert tokens, "librdkafka never asked the token callback"
     assert _signed_request(tokens[0][0])[0] == "https://kafka.us-east-1.amazonaws.com"
 

@@ -2,9 +2,9 @@
 dsflow/adapters/kafka/kraft.py): the store's settings carry apply, `topic produce|print`, a query in its own
 driver and its dead letters, the runtime supervisor's restart of that driver after a SIGKILL (its password from the
 environment, never from disk) and `dsflow serve`'s tail of the store's topic; a wrong password, an untrusted
-certificate or a missing client certificate is DSF-E255 naming the store within seconds, never a hang or a
-traceback; and the principals are what the broker authenticated (a SASL user without ACLs is refused by the
-broker's authorizer).
+certificate or a missing client certificate is DSF-E255 naming the store (`topic list|print`, apply, the server's
+records and tail), at the first TLS or SASL failure, never a hang or a traceback; and the principals are what the
+broker authenticated (a SASL user without ACLs is refused by the broker's authorizer).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_sasl_scram_carries_apply_produce_print_a_restarted_query_its_dead_lette
     """apply creates the topics and starts the query in its own driver and the runtime supervisor; `topic produce`
     feeds it, `topic print` shows its dead letter; after a SIGKILL the supervisor restarts the driver from its
     checkpoint, the password again from the environment (never from disk), and every id produced after the kill
-    reaches the sink; then the server tails the store's topic (and a wrong password is DSF-E255 there)."""
+    reaches the sink; then the server tails the store's topic."""
     root = project(tmp_path, kafka_broker.listeners["sasl"], scram())
     try:
         applied = dsflow(root, "apply", "--auto-approve", runtime=True)
@@ -144,7 +144,7 @@ def test_sasl_scram_carries_apply_produce_print_a_restarted_query_its_dead_lette
         options = operations.Options(root)
         _restarted_by_the_supervisor(operations.load(options), options)
         _dead_letters(root, operations.load(options))
-        _tail_through_the_server(root, options, monkeypatch)
+        _tail_through_the_server(root, options)
     finally:
         destroyed = dsflow(root, "destroy", "--auto-approve")
         assert destroyed.exit_code == 0, destroyed.output
@@ -187,18 +187,15 @@ def _dead_letters(root: Path, loaded) -> None:
     assert [json.loads(r["value"]) for r in _printed(dead)] == [MALFORMED]
 
 
-def _tail_through_the_server(root: Path, options, monkeypatch) -> None:
-    """A tail of the SASL store's topic through `dsflow serve` reads what is produced after it is ready; with a
-    wrong password the tail is an error event, DSF-E255 naming the store (the records endpoint reads the same way
-    and answers it as HTTP 502: server/app.py)."""
+def _tail_through_the_server(root: Path, options) -> None:
+    """A tail of the SASL store's topic through `dsflow serve` reads what is produced after it is ready."""
     import requests
 
     from dsflow.engine import topics
     from support.serving import LiveServer
 
     with LiveServer(root) as server:
-        server.identity.add_user("root", "root-password")
-        headers = {"Authorization": f"Bearer {server.identity.create_token('root', 'tests')[0]}"}
+        headers = _root_token(server)
         with requests.get(f"{server.url}/api/v1/topics/events/tail", headers=headers, stream=True,
                           timeout=60) as stream:
             events = sse_events(stream.iter_lines(decode_unicode=True))
@@ -208,15 +205,44 @@ def _tail_through_the_server(root: Path, options, monkeypatch) -> None:
                            [json.dumps({"id": 99, "name": "tailed"})], None)
             event, data = next(e for e in events if e[0] != "ping")
             assert (event, data["value"]) == ("record", {"id": 99, "name": "tailed"})
-        monkeypatch.setenv("KAFKA_TEST_PASSWORD", "wrong-password")
-        server.app.state.server.reload()
-        started = time.monotonic()
-        with requests.get(f"{server.url}/api/v1/topics/events/tail", headers=headers, stream=True,
-                          timeout=60) as stream:
-            event, data = next(e for e in sse_events(stream.iter_lines(decode_unicode=True)) if e[0] != "ping")
-        assert event == "error" and data["code"] == "DSF-E255" and "'kafka_main'" in data["message"], (event, data)
-        assert "wrong-password" not in json.dumps(data) and time.monotonic() - started < 60
 
+
+def _root_token(server) -> dict[str, str]:
+    """The headers of a request by the project's orgadmin `root`."""
+    server.identity.add_user("root", "root-password")
+    return {"Authorization": f"Bearer {server.identity.create_token('root', 'tests')[0]}"}
+
+
+def test_the_servers_records_and_tail_of_a_store_with_a_wrong_password_are_dsf_e255(
+        tmp_path, kafka_broker, monkeypatch) -> None:
+    """`dsflow serve` over a SASL store whose password is wrong: the records endpoint answers HTTP 502 with
+    DSF-E255 naming the store and its security settings (server/app.py), the tail an `error` event with the same;
+    never a 500, a traceback or the password."""
+    import requests
+
+    from support.serving import LiveServer
+
+    root = project(tmp_path, kafka_broker.listeners["sasl"], scram())
+    applied = dsflow(root, "apply", "--auto-approve", "--target", "relation.analytics.public.events",
+                     "--target", "binding.root")
+    assert applied.exit_code == 0, applied.output
+    monkeypatch.setenv("KAFKA_TEST_PASSWORD", "wrong-password")
+    store = "Kafka store 'kafka_main' (security.protocol=SASL_PLAINTEXT, sasl.mechanism=SCRAM-SHA-512)"
+    try:
+        with LiveServer(root) as server:
+            headers = _root_token(server)
+            answer = requests.get(f"{server.url}/api/v1/topics/events/records", headers=headers, timeout=60)
+            assert answer.status_code == 502, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "DSF-E255" and error["message"].startswith(store), error
+            with requests.get(f"{server.url}/api/v1/topics/events/tail", headers=headers, stream=True,
+                              timeout=60) as stream:
+                event, data = next(e for e in sse_events(stream.iter_lines(decode_unicode=True)) if e[0] != "ping")
+            assert event == "error" and data["code"] == "DSF-E255" and data["message"].startswith(store), data
+            assert "wrong-password" not in answer.text + json.dumps(data)
+    finally:
+        destroyed = dsflow(root, "destroy", "--auto-approve")
+        assert destroyed.exit_code == 0, destroyed.output
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
@@ -251,8 +277,7 @@ def test_a_refused_client_is_a_clear_error_naming_the_store_never_a_hang(tmp_pat
     else:
         root, summary = (project(tmp_path, kafka_broker.listeners["mtls"],
                                  tls(kafka_broker, client_certificate=False)), "security.protocol=SSL")
-    printed = [] if case == "wrong password" else [["topic", "print", "events", "--limit", "1", "--timeout", "5"]]
-    for args in [["topic", "list"], *printed]:  # a wrong password's print: the server's tail (the same reader) above
+    for args in [["topic", "list"], ["topic", "print", "events", "--limit", "1", "--timeout", "5"]]:
         ran = dsflow(root, *args, password=password)
         assert_e255(ran, summary)
         assert ran.seconds < 60, f"{args} took {ran.seconds:.0f} s"

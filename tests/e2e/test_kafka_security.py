@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -143,7 +144,9 @@ def test_a_query_writing_to_a_tls_store_fails_in_its_write_task(tmp_path, broker
     root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"s{uuid.uuid4().hex[:8]}_"),
                                    "sql/all.sql": sql, "stores/kafka.yml": TWO_STORES.format(security="")})
     loaded = load_project(root, variables={"bootstrap": broker})
-    events = loaded.relation("analytics.public.events").topic
+    relation = loaded.relation("analytics.public.events")
+    assert relation is not None
+    events = relation.topic
     ensure_topic(broker, TopicSpec(events, 1))
     produce_json_lines(broker, events, ['{"id": 1, "name": "a"}'])
     spec = query_spec(loaded, loaded.queries[0], "v1", str(tmp_path / "ckpt"), str(tmp_path / "status"))
@@ -152,4 +155,4 @@ def test_a_query_writing_to_a_tls_store_fails_in_its_write_task(tmp_path, broker
     with pytest.raises(Exception) as failed:  # a plaintext producer would have written the record
         running.awaitTermination(240)
     assert "DSF-E702: cannot reach Kafka broker" in str(failed.value)
-    assert "connecting: Failed to get metadata: Local: Broker transport failure" in str(failed.value)
+    assert re.search(r"connecting: [^\n]*SSL", str(failed.value)), str(failed.value)  # the TLS failure it ended at

@@ -1,7 +1,8 @@
 """Kafka topics through the AdminClient: describe, ensure (create), delete, list.
 
 Every call checks first that the broker accepts connections (a dead broker is DSF-E702
-at once, not after librdkafka's retries) and waits at most `TIMEOUT` seconds per request.
+at once, not after librdkafka's retries) and waits at most `TIMEOUT` seconds per request; a client of a store
+with TLS or SASL first asks for metadata, which ends at its first TLS or SASL failure (client.py's `connected`).
 
 Topic configs are written on create but not read back: tansu answers DescribeConfigs
 with nothing, so `describe_topic` reports `configs={}`. A deleted topic is waited for until the broker stops
@@ -18,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsflow.adapters.kafka.client import LOG, assert_reachable, client_config, request_failed
+from dsflow.adapters.kafka.client import (LOG, assert_reachable, auth_watch, client_config, connected, error_cb,
+                                          request_failed)
 from dsflow.adapters.kafka.msk import librdkafka_config
 from dsflow.errors import DsflowError
 
@@ -138,8 +140,10 @@ def _admin(bootstrap: str, extra: Mapping[str, str] | None) -> Any:
     from confluent_kafka.admin import AdminClient
 
     assert_reachable(bootstrap)
-    config: dict[str, Any] = {**librdkafka_config(client_config(bootstrap, extra)), "logger": LOG}
-    return AdminClient(config)
+    watch = auth_watch(extra or {})
+    config: dict[str, Any] = {**librdkafka_config(client_config(bootstrap, extra)), "logger": LOG,
+                              **error_cb(watch)}
+    return connected(AdminClient(config), bootstrap, watch)
 
 
 def _metadata(admin: Any, bootstrap: str) -> Any:

@@ -29,6 +29,7 @@ import functools
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -36,11 +37,39 @@ from typing import Any
 
 from dsflow.adapters.kafka.ranges import read_range
 from dsflow.adapters.kafka.msk import librdkafka_config
+from dsflow.adapters.kafka.security import AuthWatch, reason, secured
 from dsflow.core.secrets import ScrubFilter
 from dsflow.errors import DsflowError
 
 LOG = logging.getLogger("dsflow.kafka")
 LOG.addFilter(ScrubFilter())  # librdkafka's log lines (routed here by "logger": LOG) name client.id and brokers
+
+
+class _Demoted(logging.Filter):
+    """Makes INFO the log lines a thread's client serves while `_demoted` holds (its poll or close while a secured
+    client's first request fails): the error raised then tells the failure they do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(self.local, "on", False) and record.levelno > logging.INFO:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_DEMOTED = _Demoted()
+LOG.addFilter(_DEMOTED)
+
+
+@contextmanager
+def _demoted() -> Iterator[None]:
+    _DEMOTED.local.on = True
+    try:
+        yield
+    finally:
+        _DEMOTED.local.on = False
 
 REQUEST_TIMEOUT = 10.0
 """Seconds to wait for one metadata / offsets request before giving up."""
@@ -87,10 +116,8 @@ def unreachable(bootstrap: str, detail: str) -> DsflowError:
 
 def request_failed(bootstrap: str, what: str, exc: BaseException) -> DsflowError:
     """Wrap a KafkaException: unreachable brokers get DSF-E702, anything else DSF-E703."""
-    err: Any = exc.args[0] if exc.args else None  # a KafkaError
-    name = err.name() if hasattr(err, "name") else ""
-    if name in _UNREACHABLE:
-        return unreachable(bootstrap, f"{what}: {err.str()}")
+    if _name(exc) in _UNREACHABLE:
+        return unreachable(bootstrap, f"{what}: {exc.args[0].str()}")
     return DsflowError("DSF-E703", f"Kafka request failed at {bootstrap}: {what}: {exc}")
 
 
@@ -122,10 +149,17 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
 
 
 def new_consumer(config: Mapping[str, Any]) -> Any:
-    """A Consumer with dsflow's defaults under `config`; the caller must close it."""
-    c = _consumer_type()({**CONSUMER_DEFAULTS, **librdkafka_config(config), "logger": LOG})
-    c.dsflow_bootstrap = str(config.get("bootstrap.servers", "the configured broker"))
-    return c
+    """A Consumer with dsflow's defaults under `config`, checked to talk to the broker (`connected`); the caller
+    must close it."""
+    watch = auth_watch(config)
+    c = _consumer_type()({**CONSUMER_DEFAULTS, **librdkafka_config(config), "logger": LOG, **error_cb(watch)})
+    c.dsflow_bootstrap = servers(config)
+    try:
+        return connected(c, c.dsflow_bootstrap, watch)
+    except BaseException:
+        with _demoted():
+            c.close()
+        raise
 
 
 @functools.cache
@@ -151,29 +185,65 @@ def new_producer(config: Mapping[str, Any], errors: DeliveryErrors) -> Any:
     to the broker (`connected`)."""
     from confluent_kafka import Producer
 
+    watch = auth_watch(config)
     producer = Producer({
-        **PRODUCER_DEFAULTS, **librdkafka_config(config), "logger": LOG,
+        **PRODUCER_DEFAULTS, **librdkafka_config(config), "logger": LOG, **error_cb(watch),
         "on_delivery": errors, "delivery.report.only.error": True,
     })
-    return connected(producer, config)
+    return connected(producer, servers(config), watch)
 
 
-def connected(client: Any, config: Mapping[str, Any], timeout: float = REQUEST_TIMEOUT) -> Any:
-    """`client`, after one metadata request (all topics: naming one creates it on tansu) answered when `config`
-    asks for TLS or SASL. A producer sends nothing before its first record, so a broker its security settings cannot
-    talk to would show only as records undelivered after message.timeout.ms; this fails at once with DSF-E702/E703
-    instead (which adapters/kafka/security.py turns into DSF-E255 naming the store). A plaintext client is not
-    asked: the TCP check (`assert_reachable`) covers it, and a producer per task would pay a round trip."""
+def auth_watch(config: Mapping[str, Any]) -> AuthWatch | None:
+    """A new AuthWatch for a client of `config` when it asks for TLS or SASL; None for a plaintext one."""
+    return AuthWatch() if secured(config) else None
+
+
+def error_cb(watch: AuthWatch | None) -> dict[str, Any]:
+    """The client setting that reports librdkafka's errors to `watch` (none without one)."""
+    return {} if watch is None else {"error_cb": watch}
+
+
+def connected(client: Any, bootstrap: str, watch: AuthWatch | None, timeout: float = REQUEST_TIMEOUT) -> Any:
+    """`client` (admin, consumer or producer), after one metadata request (all topics: naming one creates it on
+    tansu) answered when it has a `watch` (it asks for TLS or SASL). A producer sends nothing before its first
+    record, so a broker its security settings cannot talk to would show only as records undelivered after
+    message.timeout.ms; this fails with DSF-E702/E703 instead (which adapters/kafka/security.py turns into DSF-E255
+    naming the store), at the first TLS or SASL failure the watch saw (`_first_metadata`). A plaintext client is
+    not asked: the TCP check (`assert_reachable`) covers it, and a producer per task would pay a round trip."""
+    if watch is not None:
+        _first_metadata(client, bootstrap, watch, timeout)
+    return client
+
+
+AUTH_SLICE = 0.5
+"""Seconds of `_first_metadata`'s first wait; each next wait is this much longer."""
+
+
+def _first_metadata(client: Any, bootstrap: str, watch: AuthWatch, timeout: float) -> None:
+    """One metadata request answered within `timeout`, asked in growing slices: between two the client's poll
+    serves its `error_cb` (nothing else does during a request), and the first TLS or SASL failure ends the wait
+    as DSF-E702. A refused or slow connection is retried until `timeout`, as one long request would be."""
     from confluent_kafka import KafkaException
 
-    if str(config.get("security.protocol", "PLAINTEXT")).upper() == "PLAINTEXT":
-        return client
-    bootstrap = str(config.get("bootstrap.servers", "the configured broker"))
-    try:
-        client.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise request_failed(bootstrap, "connecting", exc) from exc
-    return client
+    deadline, attempt = time.monotonic() + timeout, 0
+    while True:
+        attempt += 1
+        try:
+            client.list_topics(timeout=max(0.01, min(AUTH_SLICE * attempt, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            with _demoted():
+                client.poll(0)  # a new client: a consumer has no assignment yet, so this takes no record
+            if watch.failure is not None:
+                raise unreachable(bootstrap, f"connecting: {reason(watch.failure.str())}") from exc
+            if time.monotonic() >= deadline or _name(exc) not in _UNREACHABLE:
+                raise request_failed(bootstrap, "connecting", exc) from exc
+
+
+def _name(exc: BaseException) -> str:
+    """The KafkaError name of a KafkaException ('' when it has none)."""
+    err: Any = exc.args[0] if exc.args else None
+    return err.name() if hasattr(err, "name") else ""
 
 
 @contextmanager
@@ -400,6 +470,11 @@ def _note_offsets(messages: list, seen: dict[int, int]) -> int:
 def _bootstrap_of(client: Any) -> str:
     """Best-effort broker address for messages (the client does not expose its config)."""
     return getattr(client, "dsflow_bootstrap", "the configured broker")
+
+
+def servers(config: Mapping[str, Any]) -> str:
+    """A client config's bootstrap servers, for messages."""
+    return str(config.get("bootstrap.servers", "the configured broker"))
 
 
 # --- producing JSON lines / printing records -------------------------------------------------

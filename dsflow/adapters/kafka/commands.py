@@ -135,12 +135,14 @@ class JsonProducer:
     def __init__(self, bootstrap: str, topic: str, config: Mapping[str, str] | None, flush_interval: float):
         from confluent_kafka import Producer
 
-        from dsflow.adapters.kafka.client import LOG, connected
+        from dsflow.adapters.kafka.client import LOG, auth_watch, connected, error_cb
         from dsflow.adapters.kafka.msk import librdkafka_config
 
+        watch = auth_watch(config or {})
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
-                    "message.timeout.ms": 60_000, **librdkafka_config(config or {}), "logger": LOG}  # LOG scrubs
-        self.producer = connected(Producer(settings), settings)  # TLS/SASL failures at once, not after a timeout
+                    "message.timeout.ms": 60_000, **librdkafka_config(config or {}), "logger": LOG,  # LOG scrubs
+                    **error_cb(watch)}
+        self.producer = connected(Producer(settings), bootstrap, watch)  # TLS/SASL failures at once
         self.topic = topic
         self.error: str | None = None
         self.flush_interval = flush_interval

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dsflow.adapters.kafka import acls
-from dsflow.adapters.kafka.client import LOG, assert_reachable, client_config, request_failed
+from dsflow.adapters.kafka.client import (LOG, assert_reachable, auth_watch, client_config, connected, error_cb,
+                                          request_failed)
 from dsflow.adapters.kafka.msk import librdkafka_config
 from dsflow.adapters.kafka.security import for_store, secured
 from dsflow.errors import DsflowError
@@ -172,9 +173,10 @@ def _admin(store: Any) -> Any:
                           "offer DeleteAcls: the embedded broker, tansu), so its grants cannot be pushed down",
                           hint=f"remove the store's {acls.PRINCIPALS}* settings (its grants are then enforced by "
                           "`dsflow serve` only), or use a broker with an authorizer (`dsflow dev up --broker kafka`)")
+    watch = auth_watch(store.properties)
     config: dict[str, Any] = {**librdkafka_config(client_config(store.bootstrap_servers, store.properties)),
-                              "logger": LOG}
-    return AdminClient(config)
+                              "logger": LOG, **error_cb(watch)}
+    return connected(AdminClient(config), store.bootstrap_servers, watch)
 
 
 def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
