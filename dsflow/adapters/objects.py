@@ -143,6 +143,13 @@ def executor(data: Mapping[str, Any] | None, outputs: Mapping[str, Any] | None, 
     return None
 
 
+def local_views() -> Any:
+    """Apply's executor of a materialized view without a store (core/stores.py LOCAL_VIEWS: its `objects` facet)."""
+    objects = stores.local_views("objects")
+    assert objects is not None  # dsflow's own views have an `objects` facet
+    return objects.executor({"kind": "materialized_view"}, {}, None)
+
+
 def observe(project: Any, deployed: Any, cache: dict[str, Any]) -> Any:
     """Refresh's observation of a deployed object (a topic, stream, slot, view table, grant), asked of the store
     kinds' `objects` facets; None when no kind observes it. `cache` is shared by the calls of one refresh."""

@@ -138,6 +138,17 @@ def facet(store_type: str, name: str) -> Any | None:
     return found.facet(name) if found is not None else None
 
 
+LOCAL_VIEWS = "dsflow.adapters.sqlite"
+"""The package of the materialized views dsflow keeps itself (a view declared without a store: a snapshot table in
+the environment's SQLite file beside the state). Not a store type users name; it has the facets a store kind has
+(`objects`: apply's executor, `commands`: `dsflow query`, `spark`: the driver's writer)."""
+
+
+def local_views(name: str) -> Any | None:
+    """The facet `name` of the views without a store (LOCAL_VIEWS); None if it has none."""
+    return _facet(LOCAL_VIEWS, name)
+
+
 def listing(types: list[str]) -> str:
     """'s3, filesystem or iceberg': store types listed for a message."""
     return types[0] if len(types) == 1 else f"{', '.join(types[:-1])} or {types[-1]}"

@@ -8,12 +8,8 @@
 
 from __future__ import annotations
 
-import shutil
-import signal
-import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +20,7 @@ from dsflow.core.model import Project, Query, Relation
 from dsflow.errors import Diagnostic, DsflowError, Location, ProjectError
 from dsflow.core.suggest import did_you_mean
 
-Rows = Callable[[list[str], list[tuple]], None]
+from dsflow.core.engines import Rows
 
 
 def _parse(sql: str) -> exp.Select:
@@ -64,8 +60,6 @@ def relations_read(project: Project, sql: str) -> list[Relation]:
 def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:
     """Run SQL over materialized views (their snapshot tables, in SQLite or one store that keeps views):
     column names and rows."""
-    from dsflow.adapters.sqlite import mv
-
     select = _parse(sql)
     places: set[tuple[str, str]] = set()
     for table in list(select.find_all(exp.Table)):
@@ -83,16 +77,16 @@ def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:
                           + ", ".join(sorted(f"{s or 'sqlite'}{'/' + d if d else ''}" for s, d in places)),
                           hint="query the views of one store (and one database) at a time")
     store, database = next(iter(places)) if places else ("", "")
-    if store:
-        return _view_commands(project, store).query_views(project, store, database, select)
-    path = mv.database_path(project.root, project.state_path, project.environment)
-    return mv.run_query(path, select.sql(dialect="sqlite"))
+    return _view_commands(project, store).query_views(project, store, database, select)
 
 
 def _view_commands(project: Project, store: str) -> Any:
-    """The `commands` facet of the kind of the store that keeps views (core/stores.py)."""
+    """The `commands` facet of the kind of the store that keeps views (core/stores.py), or of the views without a
+    store (`LOCAL_VIEWS`: SQLite) when `store` is empty."""
     from dsflow.core import stores
 
+    if not store:
+        return stores.local_views("commands")
     found = project.store(store)
     return stores.facet(found.type, "commands") if found is not None else None
 
@@ -144,106 +138,9 @@ def follow(project: Project, sql: str, on_rows: Rows, stop: threading.Event, pos
            on_started: Callable[[Path], None] = lambda _: None) -> None:
     """Run the query until `stop` is set (or Ctrl-C), handing each micro-batch's rows to `on_rows`.
 
-    The checkpoint is a temporary folder, removed at the end; the query runs in a session of its own, on a Spark
-    context stopped (with its JVM) when no other followed query of this process uses it.
+    The checkpoint is a temporary folder, removed at the end; the engine runs the query in this process
+    (core/engines.py, `follow`; Spark: adapters/spark/follow.py).
     """
-    from dsflow.adapters.spark.spec import QuerySpec, SinkSpec
-    from dsflow.adapters.spark.translate import chain_spec, source_specs, spark_select, temporal_spec
+    from dsflow.core.engines import engine
 
-    query = follow_query(project, sql, position)
-    checkpoint = Path(tempfile.mkdtemp(prefix="dsflow-follow-"))
-    columns = [c.name for c in query.output_columns]
-    spec = QuerySpec(name="dsflow_follow", version="adhoc", master=project.runtime.spark_master,
-                     spark_conf=dict(project.runtime.spark_conf), checkpoint=str(checkpoint / "ck"),
-                     status_path=str(checkpoint / "status.json"), trigger_interval="1 second",
-                     sources=source_specs(project, query), select_sql=spark_select(query, project),
-                     temporal=temporal_spec(project, query), chain=chain_spec(project, query),
-                     sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
-                                   output_mode=query.output_mode))
-    try:
-        on_started(checkpoint)
-        with _follow_session(spec.master, spec.spark_conf) as spark:
-            if threading.current_thread() is threading.main_thread():  # Spark installed its own Ctrl-C handler
-                signal.signal(signal.SIGINT, lambda *_: stop.set())
-            _run_followed(spark, spec, query, columns, on_rows, stop)
-    finally:
-        shutil.rmtree(checkpoint, ignore_errors=True)
-
-
-def _run_followed(spark: Any, spec: Any, query: Query, columns: list[str], on_rows: Rows,
-                  stop: threading.Event) -> None:
-    from dsflow.adapters.spark.driver import build_dataframe
-
-    frame = build_dataframe(spark, spec).select(*[f"`{c}`" for c in columns])
-
-    def batch(df, _batch_id: int) -> None:
-        rows = [tuple(r) for r in df.collect()]
-        if rows:
-            on_rows(columns, rows)
-
-    running = (frame.writeStream.foreachBatch(batch).outputMode(query.output_mode)
-               .option("checkpointLocation", spec.checkpoint).trigger(processingTime="1 second").start())
-    try:
-        while not stop.is_set() and running.isActive:
-            running.awaitTermination(0.5)
-    finally:
-        if running.isActive:
-            running.stop()
-    error = running.exception()
-    if error is not None:
-        raise DsflowError("DSF-E723", f"the query failed: {str(error).splitlines()[0]}")
-
-
-_FOLLOWING: dict[str, Any] = {"spark": None, "users": 0}
-_FOLLOWING_LOCK = threading.Lock()
-
-
-@contextmanager
-def _follow_session(master: str, conf: dict[str, str]) -> Iterator[Any]:
-    """A session of its own for one followed query, on the one Spark context of this process (`dsflow serve`
-    follows several at once): the context starts with the first and stops, with its JVM, after the last."""
-    from dsflow.adapters.spark.session import build_session, isolated_session
-
-    with _FOLLOWING_LOCK:
-        if _FOLLOWING["spark"] is None:
-            _FOLLOWING["spark"] = build_session(master, "dsflow:follow", conf)
-        _FOLLOWING["users"] += 1
-        try:
-            session = isolated_session(_FOLLOWING["spark"])
-        except BaseException:
-            _release_follow_session()
-            raise
-    try:
-        yield session
-    finally:
-        with _FOLLOWING_LOCK:
-            _release_follow_session()
-
-
-def _release_follow_session() -> None:
-    _FOLLOWING["users"] -= 1
-    if _FOLLOWING["users"] == 0:
-        spark, _FOLLOWING["spark"] = _FOLLOWING["spark"], None
-        _stop_spark(spark)
-
-
-def _stop_spark(spark: Any) -> None:
-    if spark is None:
-        return
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    spark.stop()
-    proc = getattr(gateway, "proc", None) if gateway is not None else None
-    try:
-        if gateway is not None:
-            gateway.shutdown()
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001 - last resort
-                proc.kill()
-        SparkContext._gateway = None
-        SparkContext._jvm = None
+    engine().follow(project, follow_query(project, sql, position), on_rows, stop, on_started)

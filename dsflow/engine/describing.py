@@ -17,7 +17,7 @@ STATUS_FIELDS = ("state", "batch_id", "watermark", "state_rows", "state_bytes", 
 
 def describe(state: State, address: str) -> dict[str, Any]:
     """The deployed query at `address`, described (DSF-E431 when the state has no such query)."""
-    from dsflow.adapters.spark.checkpoint import committed_offsets, last_committed_batch
+    from dsflow.core.engines import engine
     from dsflow.engine.refresh import query_status
 
     deployed = state.resources.get(address)
@@ -26,7 +26,7 @@ def describe(state: State, address: str) -> dict[str, Any]:
                           hint="'dsflow apply' deploys it; 'dsflow history' lists versions that ran before")
     checkpoint = Path(deployed.outputs.get("checkpoint") or "")
     there = bool(deployed.outputs.get("checkpoint")) and checkpoint.is_dir()
-    committed = (committed_offsets(checkpoint) if there else None) or []
+    committed = (engine().committed_offsets(checkpoint) if there else None) or []
     logs = list(deployed.outputs.get("topics") or [])
     sources = []
     for index, source in enumerate(deployed.data.get("sources") or []):
@@ -41,7 +41,7 @@ def describe(state: State, address: str) -> dict[str, Any]:
         "paused": bool(deployed.outputs.get("paused")), "sink": deployed.data.get("sink"),
         "sql": deployed.data.get("select"), "sources": sources,
         "checkpoint": str(checkpoint) if deployed.outputs.get("checkpoint") else None,
-        "last_committed_batch": last_committed_batch(checkpoint) if there else None,
+        "last_committed_batch": engine().last_committed_batch(checkpoint) if there else None,
         "status": {key: status.get(key) for key in STATUS_FIELDS},
     }
 

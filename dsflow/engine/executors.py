@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from dsflow.adapters import process
-from dsflow.adapters.spark import apps
-from dsflow.adapters.spark.spec import DRIVER_MODULE, ENV_REF, driver_identity
-from dsflow.adapters.spark.translate import StartAt
 from dsflow.core.address import Address, Kind
 from dsflow.core.categories import STOP_GRACE_SECONDS, Category
+from dsflow.core.engines import Handoff, StartAt, engine
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change
 from dsflow.core.resources import access_only
@@ -34,11 +32,14 @@ DATAGEN_MODULE = "dsflow.datagen"
 
 
 def query_identity(outputs: dict[str, Any]) -> process.Identity:
-    """The identity of the process running a deployed query (adapters/process.py): its shared application's host,
-    or its own driver (a cold one or a standby that took it over)."""
-    if outputs.get("app_dir"):
-        return apps.host_identity(outputs["app_dir"])
-    return driver_identity(outputs.get("run_dir"))
+    """The identity of the process running a deployed query (adapters/process.py), as its engine knows it: its
+    shared application's host, or its own driver (a cold one or a standby that took it over)."""
+    return engine().identity(outputs)
+
+
+def driver_identity(run_dir: str | Path | None) -> process.Identity:
+    """The identity of the driver process of a query's run folder (its engine's)."""
+    return engine().driver_identity(run_dir)
 
 
 def datagen_identity(run_dir: str | Path | None) -> process.Identity:
@@ -126,43 +127,10 @@ class BindingExecutor(PushedDown):
     facet = "logins"
 
 
-class ViewExecutor:
-    """A materialized view's snapshot table in the environment's SQLite file (a view kept in a store: its kind's
-    executor); deleting it drops the table."""
-
-    def create(self, ctx: Context, change: Change) -> dict[str, Any]:
-        from dsflow.adapters.sqlite import mv
-
-        relation = ctx.project.relation(Address.parse(change.address).name)
-        assert relation is not None  # the change is of one of the project's relations
-        database = mv.database_path(ctx.project.root, ctx.project.state_path, ctx.project.environment)
-        mv.ensure_table(database, relation.topic, [(c.name, c.type) for c in relation.columns], relation.primary_key)
-        return {"database": str(database), "table": relation.topic}
-
-    def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
-        """Ensured, and the columns the change adds added in place (ALTER TABLE ADD COLUMN: rows kept, NULL)."""
-        from dsflow.adapters.sqlite import mv
-        from dsflow.adapters.tables import added_columns
-
-        outputs = self.create(ctx, change)
-        added = added_columns(change.before, change.after)
-        if added:
-            mv.add_columns(outputs["database"], outputs["table"], added)
-        return outputs
-
-    def delete(self, ctx: Context, deployed: DeployedResource) -> None:
-        from dsflow.adapters.sqlite import mv
-
-        if deployed.outputs.get("database") and deployed.outputs.get("table"):
-            mv.drop_table(deployed.outputs["database"], deployed.outputs["table"])
-
-
 class RelationExecutor:
     """Relations by their store's kind: the executor its `objects` facet gives (a topic, a stream, a table, a
-    slot, a view's table in a store); a view without a store is a snapshot table in SQLite."""
-
-    def __init__(self) -> None:
-        self.views = ViewExecutor()
+    slot, a view's table in a store); a view without a store is kept by the local views' `objects` facet
+    (core/stores.py LOCAL_VIEWS: a snapshot table in SQLite)."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         return self._pick(ctx, change.after).create(ctx, change)
@@ -183,12 +151,12 @@ class RelationExecutor:
               outputs: dict[str, Any] | None = None) -> Executor:
         """Asked of the store kinds (adapters/objects.py) with the store's type in the project (None when
         deleting: the store may be gone, and what was recorded decides)."""
-        from dsflow.adapters.objects import executor
+        from dsflow.adapters.objects import executor, local_views
 
         store = ctx.project.store((data or {}).get("store") or "") if ctx is not None else None
         found = executor(data, outputs, store.type if store is not None else None)
         if found is None and (data or {}).get("kind") == "materialized_view":
-            return self.views
+            return local_views()
         if found is None:
             raise DsflowError("DSF-E810", f"no store kind carries out relations of kind {(data or {}).get('kind')} "
                               f"in store '{(data or {}).get('store')}'")
@@ -196,7 +164,8 @@ class RelationExecutor:
 
 
 class QueryExecutor:
-    """A continuous query: one background Spark driver process per query, started as its category says."""
+    """A continuous query: run by the engine (core/engines.py; Spark: one background driver process per query, or a
+    shared application), started as its category says."""
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
@@ -235,9 +204,7 @@ class QueryExecutor:
     def _start(self, ctx: Context, change: Change, checkpoint: Path, start: StartAt,
                category: Category, parked: int | None = None) -> dict[str, Any]:
         """Start the query's new version: in its parked driver (`parked`, its PID) if that driver takes it, else
-        in a driver of its own or its shared application."""
-        from dsflow.adapters.spark.translate import query_spec
-
+        in a driver of its own or its shared application (the engine's `start`)."""
         name = Address.parse(change.address).name
         query = next(q for q in ctx.project.queries if q.fqn == name)
         run_dir = ctx.workspace.query_dir(name)
@@ -246,96 +213,49 @@ class QueryExecutor:
             _stop_orphan(run_dir)
         if ctx.resumed.get("pid") != parked:
             process.stop(ctx.resumed.get("pid"), driver_identity(run_dir))
-        spec = query_spec(ctx.project, query, change.data_hash or "v", str(checkpoint), str(run_dir / "status.json"),
-                          start)
-        spec, secrets = _secrets_to_env(spec, ctx.project)
-        spec_path = run_dir / "spec.json"
-        spec_path.write_text(spec.model_dump_json(indent=2))
-        (run_dir / "status.json").unlink(missing_ok=True)
-        shared = _shared(ctx, name, spec, spec_path, secrets) if apps.isolation(ctx.project, query) == "shared" else {}
-        pid = shared.get("pid") or _launch_driver(run_dir, spec_path, secrets, parked)
+        shared = engine().start(ctx.project, ctx.workspace.run_dir / "apps", query, change.data_hash or "v",
+                                checkpoint, run_dir, start, parked)
+        pid, topics = shared.pop("pid"), shared.pop("topics")
         ctx.note({"pid": pid})
         logs = source_logs(ctx.project, query)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
                    "source_logs": logs or None, "forced": change.forced}
         return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),
-                "topics": [s.topic for s in spec.sources], "logs": logs, LEDGER_STARTED: started, **shared}
+                "topics": topics, "logs": logs, LEDGER_STARTED: started, **shared}
 
     def _park(self, ctx: Context, change: Change, deployed: DeployedResource) -> int | None:
-        """Ask the deployed version's own driver to stop its query and wait for the new version
-        (adapters/spark/reload.py): its PID if it did, None if the new version starts elsewhere (a shared
-        application, another run folder) or the driver did not answer."""
-        from dsflow.adapters.spark import reload
-
+        """Ask the deployed version's own driver to stop its query between batches and wait for the new version
+        (the engine's `park`; Spark: adapters/spark/reload.py): its PID if it did, None if the new version starts
+        elsewhere (a shared application, another run folder) or the driver did not answer."""
         outputs, name = deployed.outputs, Address.parse(change.address).name
         query = next((q for q in ctx.project.queries if q.fqn == name), None)
         if outputs.get("app_dir") or not outputs.get("run_dir") or query is None \
-                or apps.isolation(ctx.project, query) == "shared" \
+                or engine().isolation(ctx.project, query) == "shared" \
                 or Path(outputs["run_dir"]) != ctx.workspace.query_dir(name):
             return None
         pid, identity = outputs.get("pid"), driver_identity(outputs["run_dir"])
-        reply = reload.park(Path(outputs["run_dir"]), pid, lambda: process.is_running(pid, identity),
-                            STOP_GRACE_SECONDS + 30)
+        reply = engine().park(Path(outputs["run_dir"]), pid, lambda: process.is_running(pid, identity),
+                              STOP_GRACE_SECONDS + 30)
         return pid if reply is not None else None
 
     def _stop(self, deployed: DeployedResource, parked: int | None = None) -> dict[str, Any]:
         """Stop the deployed version (already stopped when its driver is `parked`); its version and the offsets its
         checkpoint committed last."""
-        from dsflow.adapters.spark.checkpoint import committed_offsets
-
-        if deployed.outputs.get("app_dir"):
-            apps.stop_shared(deployed.outputs)  # its application's other queries go on
-        elif parked is None:
-            process.stop(deployed.outputs.get("pid"), driver_identity(deployed.outputs.get("run_dir")))
+        engine().stop(dict(deployed.outputs), parked)
         checkpoint = Path(deployed.outputs.get("checkpoint", ""))
-        offsets = committed_offsets(checkpoint) if checkpoint.is_dir() else None
+        offsets = engine().committed_offsets(checkpoint) if checkpoint.is_dir() else None
         topics = deployed.outputs.get("topics", [])
         by_topic = dict(zip(topics, offsets, strict=False)) if offsets else None
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
 
 
-def _shared(ctx: Context, name: str, spec, spec_path: Path, secrets: dict[str, str]) -> dict[str, Any]:
-    """`runtime.isolation: shared`: the query joins a shared Spark application (adapters/spark/apps.py)."""
-    return apps.start_shared(ctx.project, ctx.workspace.run_dir / "apps", name, spec, spec_path, secrets)
-
-
-Handoff = Callable[[Path, dict[str, str], Path], tuple[int | None, str]]
-"""(spec path, secrets, log path) -> the PID of a warm standby now running that spec, or None to start cold."""
-
-
 def relaunch_driver(project: Project | None, deployed: DeployedResource, handoff: Handoff | None = None) -> int:
     """Start a deployed query's driver again on its recorded spec and checkpoint (the runtime supervisor's restart:
-    same version, resuming from the checkpoint's last commit); the secrets it names come from the project as loaded
-    now, each from the same setting of the same store (DSF-E275 when the project no longer gives one). With
-    `handoff`, a warm standby driver is offered the spec first (runtime/standby.py)."""
-    run_dir = Path(deployed.outputs["run_dir"])
-    spec_path = run_dir / "spec.json"
-    text = spec_path.read_text()
-    env = _restart_secrets(project, deployed, text) if ENV_REF in text else {}
-    (run_dir / "status.json").unlink(missing_ok=True)
-    if handoff is not None:
-        pid, _ = handoff(spec_path, env, run_dir / "driver.log")
-        if pid is not None:
-            return pid
-    return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", driver_identity(run_dir), env=env)
-
-
-def _restart_secrets(project: Project | None, deployed: DeployedResource, text: str) -> dict[str, str]:
-    """The secrets a recorded spec (`text`) names, from the project: its query's spec made again, in clear."""
-    from dsflow.adapters.spark.spec import QuerySpec, restart_env
-    from dsflow.adapters.spark.translate import query_spec
-
-    recorded = QuerySpec.model_validate_json(text)
-    name = Address.parse(deployed.address).name
-    query = next((q for q in project.queries if q.fqn == name), None) if project is not None else None
-    if project is None or query is None:
-        return restart_env(recorded, None, [], name)  # DSF-E275: nothing gives its secrets now
-    run_dir = deployed.outputs["run_dir"]
-    fresh = query_spec(project, query, deployed.outputs.get("version", "v"), deployed.outputs["checkpoint"],
-                       str(Path(run_dir) / "status.json"), StartAt())
-    relations = [project.relation(s.relation) for s in query.sources] + [project.relation(query.sink)]
-    return restart_env(recorded, fresh, [r.store if r is not None and r.store else "?" for r in relations], name)
+    same version, resuming from the checkpoint's last commit; the engine's `relaunch`); the secrets it names come
+    from the project as loaded now, each from the same setting of the same store (DSF-E275 when the project no
+    longer gives one). With `handoff`, a warm standby driver is offered the spec first (runtime/standby.py)."""
+    return engine().relaunch(project, deployed, handoff)
 
 
 def source_logs(project: Project, query) -> dict[str, str]:
@@ -351,30 +271,6 @@ def source_logs(project: Project, query) -> dict[str, str]:
     return identities(project, topics)
 
 
-def _secrets_to_env(spec, project: Project):
-    """Secret values leave the spec file: it names environment variables the driver is started with."""
-    secret_values = {v for store in project.stores for k, v in store.client_config().items()
-                     if k in store.sensitive or (k == "bootstrap.servers" and "bootstrap_servers" in store.sensitive)}
-    secret_values |= {v for registry in project.schema_registries for v in registry.secret_values()}
-    env: dict[str, str] = {}
-
-    def hide(config: dict[str, str]) -> dict[str, str]:
-        out = {}
-        for key, value in config.items():
-            if value in secret_values:
-                name = f"DSFLOW_SECRET_{len(env)}"
-                env[name] = value
-                value = f"{ENV_REF}{name}"
-            out[key] = value
-        return out
-
-    sources = [s.model_copy(update={"client_config": hide(s.client_config), "registry": hide(s.registry)})
-               for s in spec.sources]
-    sink = spec.sink.model_copy(update={"client_config": hide(spec.sink.client_config),
-                                        "registry": hide(spec.sink.registry)})
-    return spec.model_copy(update={"sources": sources, "sink": sink}), env
-
-
 def _fresh_version_dir(change: Change) -> str:
     return f"{change.data_hash or 'v'}-{uuid.uuid4().hex[:8]}"
 
@@ -385,19 +281,6 @@ def _start_at(change: Change, carried: dict[str, dict[str, int]]) -> StartAt:
     if change.override and change.override.isdigit():
         return StartAt(timestamp=int(change.override))
     return StartAt(position="earliest")
-
-
-def _launch_driver(run_dir: Path, spec_path: Path, secrets: dict[str, str], parked: int | None) -> int:
-    """The new version's driver: the parked one if it runs the spec, else a cold one (the parked one, refusing,
-    exits)."""
-    from dsflow.adapters.spark import reload
-
-    identity = driver_identity(run_dir)
-    if parked is not None:
-        if reload.resume(run_dir, parked, spec_path, secrets, lambda: process.is_running(parked, identity)) is None:
-            return parked
-        process.stop(parked, identity)
-    return process.launch(DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", identity, env=secrets)
 
 
 def _at_end(ctx: Context, deployed: DeployedResource) -> StartAt:

@@ -275,13 +275,13 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
 def _standby(loaded: Loaded, state) -> dict[str, Any] | None:
     """The environment's waiting standby driver (runtime.standby: PID and state), when a query runs in its own
     driver and one waits."""
-    from dsflow.adapters.spark import standby
+    from dsflow.core.engines import engine
 
     root = loaded.workspace.run_dir / "standby"
     if not root.is_dir() or not any(Address.parse(k).kind is Kind.QUERY and not r.outputs.get("app_dir")
                                     for k, r in state.resources.items()):
         return None
-    found = standby.describe(root)
+    found = engine().standby(root)
     return {"pid": found["pid"], "state": found["state"]} if found else None
 
 

@@ -12,7 +12,6 @@ restart does: it resumes from the last committed batch, so nothing is read twice
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from dsflow.core.address import Address, Kind
@@ -57,16 +56,11 @@ def resume(project: Project, workspace: Workspace, address: str) -> DeployedReso
 def _start_again(project: Project, workspace: Workspace, deployed: DeployedResource) -> dict[str, Any]:
     """The recorded spec started again: in a shared application (placed again: its old one may have stopped with
     its last query), else in its own driver."""
-    from dsflow.adapters.spark import apps
-    from dsflow.adapters.spark.spec import QuerySpec
+    from dsflow.core.engines import engine
     from dsflow.engine.executors import relaunch_driver
 
     if deployed.outputs.get("app_dir"):
-        spec_path = Path(deployed.outputs["run_dir"]) / "spec.json"
-        spec = QuerySpec.model_validate_json(spec_path.read_text())
-        (spec_path.parent / "status.json").unlink(missing_ok=True)
-        return apps.start_shared(project, workspace.run_dir / "apps", deployed.outputs["app_query"], spec, spec_path,
-                                 {})
+        return engine().start_again(project, workspace.run_dir / "apps", deployed)
     return {"pid": relaunch_driver(project, deployed)}
 
 

@@ -167,14 +167,14 @@ def skipped_records(project, deployed: DeployedResource) -> int | None:
     they hold when nothing was committed): what a reset of its checkpoint to their end offsets skips; None when a
     source's store cannot say its offsets."""
     from dsflow.adapters.objects import positions
-    from dsflow.adapters.spark.checkpoint import committed_offsets
+    from dsflow.core.engines import engine
 
     topics = list(deployed.outputs.get("topics") or [])
     now = positions(project, topics) if topics else None
     if now is None:
         return None
     checkpoint = Path(deployed.outputs.get("checkpoint") or "")
-    committed = (committed_offsets(checkpoint) if checkpoint.is_dir() else None) or []
+    committed = (engine().committed_offsets(checkpoint) if checkpoint.is_dir() else None) or []
     done = dict(zip(topics, committed, strict=False))
     total = 0
     for topic in topics:
@@ -230,11 +230,11 @@ def schema_refusals(project, evolving: tuple[str, ...]) -> dict[str, str]:
 
 def _refusal(project, relation, address: str) -> str | None:
     from dsflow.formats import registry
-    from dsflow.adapters.spark.translate import sink_format
+    from dsflow.core.engines import engine
     from dsflow.core.evolution import DEFAULT_RULE, incompatibility
     from dsflow.core.formats import columns_from_avro
 
-    settings = sink_format(project, relation)
+    settings = engine().sink_format(project, relation)
     config, subject = settings["registry"], settings["value_subject"]
     rule = relation.schema_compatibility or DEFAULT_RULE
     columns = [(c.name, c.type) for c in relation.columns]

@@ -11,7 +11,7 @@ import time
 
 from dsflow.engine import operations
 from dsflow.core.state import DeployedResource, PendingChange, State
-from dsflow.engine.executors import DRIVER_MODULE
+from dsflow.adapters.spark.spec import DRIVER_MODULE
 from dsflow.runtime import control, endpoint
 from dsflow.runtime.records import read_record
 from dsflow.runtime.supervisor import Supervisor

@@ -15,7 +15,7 @@ from functools import cache
 from dsflow.core import stores
 from dsflow.core.protocol import SparkFacet
 
-LOCAL_VIEWS = "dsflow.adapters.sqlite.spark"
+LOCAL_VIEWS = f"{stores.LOCAL_VIEWS}.spark"
 """The facet of a materialized view without a store: a table in dsflow's own SQLite file beside the state."""
 TERMINAL = "console"
 """The sink kind of a query followed in the terminal (`dsflow query --follow`): no facet, the rows are printed."""

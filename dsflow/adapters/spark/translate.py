@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import cast
 
 from sqlglot import exp
 
+from dsflow.core.engines import StartAt
 from dsflow.core.model import (
     ChainedChangelogJoin, Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin,
 )
@@ -33,15 +33,6 @@ TEMPORAL_ALIAS = "__tj"
 ROWS = "__rows"
 SOURCE_PARTITION, SOURCE_OFFSET = "__src_partition", "__src_offset"
 """The source record's place, carried to the rows of a query whose DEAD LETTER expectations name it."""
-
-
-@dataclass(frozen=True)
-class StartAt:
-    """Where a new checkpoint's sources start: carried offsets per topic, a position, or a timestamp."""
-
-    offsets: dict[str, dict[str, int]] = field(default_factory=dict)
-    position: str | None = None
-    timestamp: int | None = None
 
 
 def spark_type(sql_type: str) -> str:

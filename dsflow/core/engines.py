@@ -1,0 +1,103 @@
+"""The engine protocol and the engine registry: what the engine layer (dsflow/engine/) asks of the system that runs
+continuous queries, and where each engine's implementation lives.
+
+Like the store registry (core/stores.py) and the state backend registry (core/backends.py), the registry names a
+module path, not a module: `engine()` imports the implementation when first asked, so the engine layer never imports
+an engine's package (an import-linter contract keeps dsflow.engine off adapters/spark). Spark is the one engine;
+adding another is one package under adapters/ with a module exposing `ENGINE` (an object with the members of
+`Engine` below) plus one entry in `ENGINES` (docs/architecture.md, "Adding an engine").
+
+The members are the operations the engine layer uses: start a query's version, stop it between batches (park),
+stop it, adopt it again after a restart (relaunch), its identity and status, the progress its checkpoint committed,
+the warm standby, and the in-process run behind `dsflow query --follow`. Types the engine layer does not look into
+(a query's spec, a process identity) are `Any` here: core does not import adapters.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class StartAt:
+    """Where a new checkpoint's sources start: carried offsets per topic, a position, or a timestamp."""
+
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    position: str | None = None
+    timestamp: int | None = None
+
+
+Handoff = Callable[[Path, dict[str, str], Path], tuple[int | None, str]]
+"""(spec path, secrets, log path) -> the PID of a warm standby now running that spec, or None to start cold."""
+
+Rows = Callable[[list[str], list[tuple]], None]
+
+
+class Engine(Protocol):
+    """What runs continuous queries: one implementation per engine (Spark: adapters/spark/engine.py)."""
+
+    driver_module: str
+    """The module a query's own driver process runs (`python -m MODULE SPEC`)."""
+
+    def driver_identity(self, run_dir: str | Path | None) -> Any:
+        """The identity (adapters/process.py) of the driver process of a query's run folder."""
+
+    def identity(self, outputs: dict[str, Any]) -> Any:
+        """The identity of the process running a deployed query (its outputs): its own driver or its shared host."""
+
+    def isolation(self, project: Any, query: Any) -> str:
+        """Where a query runs: 'query' (a driver of its own) or 'shared' (an application with other queries)."""
+
+    def start(self, project: Any, apps_root: Path, query: Any, version: str, checkpoint: Path, run_dir: Path,
+              start: StartAt, parked: int | None) -> dict[str, Any]:
+        """Start a query's version (its spec written into run_dir): in its parked driver, a shared application or a
+        driver of its own; the outputs to record (`pid`, `topics`, and a shared application's `app*` keys)."""
+
+    def park(self, run_dir: Path, pid: int | None, alive: Callable[[], bool], timeout: float) -> dict[str, Any] | None:
+        """Stop a running driver's query between batches and keep the driver waiting for a new spec; its reply, or
+        None when it did not park."""
+
+    def stop(self, outputs: dict[str, Any], parked: int | None) -> None:
+        """Stop a deployed query (nothing to do for a parked one; a shared application's other queries go on)."""
+
+    def relaunch(self, project: Any, deployed: Any, handoff: Handoff | None) -> int:
+        """Start a deployed query again on its recorded spec and checkpoint (adopted by the supervisor); its PID."""
+
+    def start_again(self, project: Any, apps_root: Path, deployed: Any) -> dict[str, Any]:
+        """A paused query of a shared application placed again in one; the outputs to record."""
+
+    def committed_offsets(self, checkpoint: Path) -> list[dict[str, Any]] | None:
+        """Progress: the offsets per source the checkpoint's last committed batch ended at (None: nothing)."""
+
+    def last_committed_batch(self, checkpoint: Path) -> int | None:
+        """Progress: the id of the checkpoint's last committed batch."""
+
+    def standby(self, root: Path) -> dict[str, Any] | None:
+        """The warm standby driver waiting under `root` (its PID and state, ...); None when none waits."""
+
+    def sink_format(self, project: Any, relation: Any) -> dict[str, Any]:
+        """How a query writes a relation's values (its format, schema and registry subject)."""
+
+    def follow(self, project: Any, query: Any, on_rows: Rows, stop: threading.Event,
+               on_started: Callable[[Path], None]) -> None:
+        """Run an ad hoc continuous query in this process until `stop` is set, handing each batch's rows on."""
+
+
+ENGINES: dict[str, str] = {
+    "spark": "dsflow.adapters.spark.engine",
+}
+"""Engine name -> the module whose `ENGINE` implements it. Spark is the one engine (and the default)."""
+
+DEFAULT = "spark"
+
+
+@cache
+def engine(name: str = DEFAULT) -> Engine:
+    """The engine `name`, its module imported when first asked."""
+    return importlib.import_module(ENGINES[name]).ENGINE
