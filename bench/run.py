@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -169,29 +168,11 @@ def verify_sink(bootstrap: str, query: str, loaded: Preloaded) -> bool:
     from dsflow.adapters.kafka.client import read_to_end
 
     records = read_to_end(bootstrap, P.sink_topic(query))
-    events = list(nexmark.events(0, loaded.events))
-    if query in P.STATELESS:
-        expected = P.canonical(P.expected_records(query, [(k, r) for kind, k, r in events if kind == "bid"]))
-    else:
-        expected = P.canonical(P.expected_stateful(query, events))
-    if query in P.CHANGELOGS:
-        got = P.canonical(P.final_content(records))
-    else:
-        got = P.canonical([(r["key"], json.loads(r["value"])) for r in records])
+    expected = P.expected_canonical(query, list(nexmark.events(0, loaded.events)))
+    got = P.sink_canonical(query, records)
     if got != expected:
-        print(f"  {query}: {sink_difference(got, expected, len(records))}", flush=True)
+        print(f"  {query}: {P.sink_difference(got, expected, len(records))}", flush=True)
     return got == expected
-
-
-def sink_difference(got: list[tuple], expected: list[tuple], read: int) -> str:
-    """What a sink holds that it should not and what it lacks, for the report of a failed check."""
-    missing = Counter(expected) - Counter(got)
-    unexpected = Counter(got) - Counter(expected)
-    parts = [f"sink differs from the expected records ({len(got)} vs {len(expected)}, from {read} records read)"]
-    for label, rows in (("missing", missing), ("unexpected", unexpected)):
-        if rows:
-            parts.append(f"{sum(rows.values())} {label}, first {min(rows, key=repr)}")
-    return "; ".join(parts)
 
 
 # --- latency ----------------------------------------------------------------------------------
