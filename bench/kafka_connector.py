@@ -67,6 +67,8 @@ class Config:
     """Before every topic name: runs sharing a broker keep apart."""
     smoke: bool = False
     """Tiny sizes, no warm-up: a check of values, not a measurement."""
+    rss_skip: tuple[int, ...] = ()
+    """PIDs whose process trees the peak RSS leaves out: the broker the harness started."""
 
     @classmethod
     def smoke_config(cls) -> Config:
@@ -136,7 +138,7 @@ def one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: 
     ensure_topic(bootstrap, TopicSpec(topic, cfg.partitions))
     checkpoint = str(work / f"ckpt-{query}-{system}-{run_id}")
     update = query in P.CHANGELOGS
-    with PeakRss() as peak:
+    with PeakRss(skip=frozenset(cfg.rss_skip)) as peak:
         started = time.monotonic()
         if system == "dsflow":
             seconds, records_in = P.run_dsflow_available_now(spark, retargeted(specs[query], cfg.prefix, topic),
@@ -400,6 +402,8 @@ def _measured(cfg: Config, bootstrap: str | None, work: Path, connector: spark_k
 
     broker = None if bootstrap else devbroker.start(work / "broker", port=devbroker.free_port(), kind="kafka")
     spark = None
+    if broker is not None:
+        cfg.rss_skip = (broker.pid,)
     try:
         spark = build_session("local[2]", "dsflow-bench-connector", {"spark.jars": connector.spark_jars})
         results = run_all(cfg, bootstrap or broker.bootstrap, spark, work)
