@@ -150,17 +150,10 @@ def one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: 
         else:
             seconds, records_in = run_spark(spark_frame(spark, query, bootstrap, cfg.prefix), bootstrap, topic,
                                             checkpoint, started, update)
-    run = P.Run(query, system, records_in, _sink_count(bootstrap, topic), seconds)
+    run = P.Run(query, system, records_in, P.sink_count(bootstrap, topic), seconds)
     values_ok = values_match(bootstrap, topic, query, expected)
     delete_topic(bootstrap, topic)
     return Outcome(run, values_ok, peak.result.as_dict())
-
-
-def _sink_count(bootstrap: str, topic: str) -> int:
-    from dsflow.adapters.kafka import client
-
-    with client.consumer(client.client_config(bootstrap)) as c:
-        return sum(client.end_offsets(c, topic, client.topic_partitions(c, topic)).values())
 
 
 def values_match(bootstrap: str, topic: str, query: str, expected: list[tuple]) -> bool:
@@ -176,22 +169,6 @@ def values_match(bootstrap: str, topic: str, query: str, expected: list[tuple]) 
 
 
 # --- the measurement --------------------------------------------------------------------------
-
-
-def expected_in(query: str, loaded: Preloaded) -> int:
-    """Records a run reads: the bids, or for the joins the persons and auctions."""
-    if query in ("q3", "q8"):
-        return loaded.counts["person"] + loaded.counts["auction"]
-    return loaded.counts["bid"]
-
-
-def expected_out(query: str, loaded: Preloaded) -> int | None:
-    """Records the sink must hold; None for the changelogs (how often a window is written depends on batching)."""
-    if query in P.CHANGELOGS:
-        return None
-    if query == "q2":
-        return loaded.q2_matches
-    return loaded.expected.get(query, loaded.counts["bid"])
 
 
 def measure(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded) -> list[dict]:
@@ -220,8 +197,8 @@ def summary(query: str, system: str, outcomes: list[Outcome], loaded: Preloaded,
     """One table row: rates (median, best), counts and values checked, peak RSS (the highest of the runs)."""
     runs = [o.run for o in outcomes]
     rates = [r.rate for r in runs]
-    row: dict[str, Any] = {"query": query, "system": system, "expected_in": expected_in(query, loaded),
-           "expected_out": expected_out(query, loaded), "expected_records": expected_records,
+    row: dict[str, Any] = {"query": query, "system": system, "expected_in": P.expected_in(query, loaded),
+           "expected_out": P.expected_out(query, loaded), "expected_records": expected_records,
            "records_in": [r.records_in for r in runs], "records_out": [r.records_out for r in runs],
            "seconds": [round(r.seconds, 2) for r in runs],
            "median_rate": statistics.median(rates), "best_rate": max(rates),

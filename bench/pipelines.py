@@ -379,6 +379,32 @@ def canonical(records: Iterable[tuple[str | None, dict]]) -> list[tuple]:
     return sorted(rows, key=repr)
 
 
+def expected_in(query: str, loaded: Any) -> int:
+    """Records a run over the preload (a bench.preload.Preloaded) reads: every bid, or for the joins every person
+    and auction."""
+    if query in ("q3", "q8"):
+        return loaded.counts["person"] + loaded.counts["auction"]
+    return loaded.counts["bid"]
+
+
+def expected_out(query: str, loaded: Any) -> int | None:
+    """Records the sink must hold after a run over the preload; None for the changelogs (their update count
+    depends on the batching)."""
+    if query == "q2":
+        return loaded.q2_matches
+    if query in STATELESS:
+        return loaded.counts["bid"]
+    return loaded.expected.get(query)
+
+
+def sink_count(bootstrap: str, topic: str) -> int:
+    """Records in a topic, by its end offsets."""
+    from dsflow.adapters.kafka import client
+
+    with client.consumer(client.client_config(bootstrap)) as c:
+        return sum(client.end_offsets(c, topic, client.topic_partitions(c, topic)).values())
+
+
 def expected_canonical(query: str, events: list[tuple[str, str, dict]]) -> list[tuple]:
     """What the query's sink must hold for these (kind, key, record) events, canonical: every record of q0-q3 and
     q8, q5/q7's final content (one record per window key)."""
