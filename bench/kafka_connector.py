@@ -1,22 +1,28 @@
-"""dsflow beside Spark's own Kafka connector (spark-sql-kafka-0-10): records/s over a preload, availableNow.
+"""dsflow beside Spark's own Kafka connector (spark-sql-kafka-0-10): records/s and peak RSS over a preload.
 
-    python bench/kafka_connector.py                         # 200,000 Nexmark events, q0-q2, 3 reps
+    python bench/kafka_connector.py                         # 200,000 Nexmark events, q0-q3, q5, q7, q8, 3 reps
     python bench/kafka_connector.py --events 500000 --reps 5
     python bench/kafka_connector.py --smoke                 # tiny, seconds (tests/integration/test_bench_connector.py)
 
 Starts its own Apache Kafka (the dev broker, dsflow/adapters/kafka/kraft.py; stopped by its PID at the end) unless
-`--bootstrap` names a running one, preloads Nexmark events (bench/preload.py), and runs q0, q1 and q2 three ways
-over the bids, each with a fresh checkpoint and a freshly created sink topic:
+`--bootstrap` names a running one, preloads Nexmark events (bench/preload.py), and runs q0-q3, q5, q7 and q8 three ways
+over them (availableNow), each with a fresh checkpoint and a freshly created sink topic:
 
 - `dsflow`: the bench project (bench/nexmark_project) through dsflow's loader and translator, started by the query
   driver's own `start_query` (availableNow), reading and writing through dsflow's Python source and sink;
 - `pyspark`: the query hand-written in PySpark on the same `dsflow_kafka` source and sink (bench/pipelines.py);
 - `spark`: the query hand-written as a Spark user writes it, on Spark's own connector: `format("kafka")` in
-  (`subscribe`, `startingOffsets=earliest`) and out, the value parsed with `from_json` and written with `to_json`.
+  (`subscribe`, `startingOffsets=earliest`) and out, the value parsed with `from_json` and an explicit schema,
+  event time watermarked for the windows and joins, the result written with `to_json` (update mode for the
+  aggregations q5 and q7).
 
-Every run's sink must hold exactly the records the query makes of the preload (counted by end offsets; with
---smoke every value is compared as well). The connector's jars come from bench/spark_kafka.py. The table goes
-into docs/benchmarks.md between the SECTION markers (replaced on each run; `--out` writes elsewhere).
+The queries are written once (bench/pipelines.py, over a "reader" of topics); the two hand-written ways differ
+only in the reader and the writer. Every run's sink is read back and compared, record by record, with what the
+plain-Python reference makes of the preload (q5 and q7: the final value per window key, as their update-mode
+changelogs can write a key several times); its record count is checked too, except for those changelogs. The
+peak RSS of this process tree (the Python driver, the Spark driver JVM, Spark's Python workers; bench/rss.py)
+is sampled during each run. The connector's jars come from bench/spark_kafka.py. The table goes into
+docs/benchmarks.md between the SECTION markers (replaced on each run; `--out` writes elsewhere).
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import pipelines as P  # noqa: E402
 from bench import report, spark_kafka  # noqa: E402
+from bench.rss import PeakRss  # noqa: E402
 from bench.preload import Preloaded, preload  # noqa: E402
 
 SYSTEMS = ("dsflow", "pyspark", "spark")
@@ -53,12 +61,14 @@ END = "<!-- end of bench/kafka_connector.py's section -->"
 class Config:
     events: int = 200_000
     reps: int = 3
-    queries: tuple[str, ...] = P.STATELESS
+    queries: tuple[str, ...] = P.QUERIES
     partitions: int = 2
     prefix: str = ""
     """Before every topic name: runs sharing a broker keep apart."""
     smoke: bool = False
-    """Tiny sizes, no warm-up, every sink value compared with the reference."""
+    """Tiny sizes, no warm-up: a check of values, not a measurement."""
+    rss_skip: tuple[int, ...] = ()
+    """PIDs whose process trees the peak RSS leaves out: the broker the harness started."""
 
     @classmethod
     def smoke_config(cls) -> Config:
@@ -68,21 +78,34 @@ class Config:
 # --- Spark's own connector --------------------------------------------------------------------
 
 
-def spark_frame(spark, query: str, bootstrap: str, prefix: str = "") -> object:
-    """The query as a Spark user writes it: Kafka's bytes cast to strings, the value parsed with from_json."""
+def spark_reader(spark, bootstrap: str, prefix: str = "") -> P.Reader:
+    """Topics as a Spark user reads them: Kafka's bytes cast to strings, the value parsed with from_json and an
+    explicit schema, event time watermarked where the query needs it."""
     from pyspark.sql import functions as F
 
-    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-           .option("subscribe", prefix + P.SOURCE_TOPIC).option("startingOffsets", "earliest").load())
-    bids = raw.select(F.col("key").cast("string").alias("key"),
-                      F.from_json(F.col("value").cast("string"), P.BID_DDL).alias("v")).select("key", "v.*")
-    return P.stateless_select(bids, query)
+    def read(topic: str, ddl: str, timed: bool = False) -> object:
+        raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", prefix + topic).option("startingOffsets", "earliest").load())
+        rows = raw.select(F.col("key").cast("string").alias("key"),
+                          F.from_json(F.col("value").cast("string"), ddl).alias("v")).select("key", "v.*")
+        return P.with_event_time(rows) if timed else rows
+
+    return read
 
 
-def run_spark(frame, bootstrap: str, topic: str, checkpoint: str, started: float) -> tuple[float, int]:
-    query = (frame.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    return P.finish(query, started)
+def spark_frame(spark, query: str, bootstrap: str, prefix: str = "") -> object:
+    """The query (bench/pipelines.py's, as the `pyspark` way runs it) over Spark's own Kafka source."""
+    return P.query_frame(spark_reader(spark, bootstrap, prefix), query)
+
+
+def run_spark(frame, bootstrap: str, topic: str, checkpoint: str, started: float, update: bool) -> tuple[float, int]:
+    """Spark's own Kafka sink, availableNow; the aggregations in update mode (each batch writes the windows it
+    changed), which Spark's Kafka sink takes as it is."""
+    writer = (frame.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+              .option("checkpointLocation", checkpoint))
+    if update:
+        writer = writer.outputMode("update")
+    return P.finish(writer.trigger(availableNow=True).start(), started)
 
 
 # --- one run ----------------------------------------------------------------------------------
@@ -94,89 +117,101 @@ def retargeted(spec, prefix: str, sink: str):
     return spec.model_copy(update={"sources": sources, "sink": spec.sink.model_copy(update={"topic": sink})})
 
 
-def one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str,
-            cfg: Config) -> tuple[P.Run, bool | None]:
+@dataclass(frozen=True)
+class Outcome:
+    """One run, whether its sink held exactly the expected records, and its peak RSS."""
+
+    run: P.Run
+    values_ok: bool
+    rss: dict[str, float]
+
+
+def one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: str, cfg: Config,
+            expected: list[tuple]) -> Outcome:
     """One availableNow run over the preload, from a new checkpoint into a sink topic of its own (deleted after
-    it is counted and, with --smoke, its values checked: the second item); the time includes building the
-    DataFrame, as dsflow's start_query builds its own."""
+    it is counted and its values compared with `expected`); the time includes building the DataFrame, as
+    dsflow's start_query builds its own."""
     from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, ensure_topic
 
     run_id = time.time_ns()
     topic = f"{cfg.prefix}{P.sink_topic(query)}_{system}_{run_id}"
     ensure_topic(bootstrap, TopicSpec(topic, cfg.partitions))
     checkpoint = str(work / f"ckpt-{query}-{system}-{run_id}")
-    started = time.monotonic()
-    if system == "dsflow":
-        seconds, records_in = P.run_dsflow_available_now(spark, retargeted(specs[query], cfg.prefix, topic),
-                                                         checkpoint)
-    elif system == "pyspark":
-        frame = P.pyspark_frame(spark, query, bootstrap, prefix=cfg.prefix)
-        seconds, records_in = P.run_available_now(frame, bootstrap, topic, checkpoint, started=started)
-    else:
-        seconds, records_in = run_spark(spark_frame(spark, query, bootstrap, cfg.prefix), bootstrap, topic,
-                                        checkpoint, started)
-    run = P.Run(query, system, records_in, _sink_count(bootstrap, topic), seconds)
-    values_ok = values_match(bootstrap, topic, query, cfg.events) if cfg.smoke else None
+    update = query in P.CHANGELOGS
+    with PeakRss(skip=frozenset(cfg.rss_skip)) as peak:
+        started = time.monotonic()
+        if system == "dsflow":
+            seconds, records_in = P.run_dsflow_available_now(spark, retargeted(specs[query], cfg.prefix, topic),
+                                                             checkpoint)
+        elif system == "pyspark":
+            frame = P.pyspark_frame(spark, query, bootstrap, prefix=cfg.prefix)
+            seconds, records_in = P.run_available_now(frame, bootstrap, topic, checkpoint, update=update,
+                                                      started=started)
+        else:
+            seconds, records_in = run_spark(spark_frame(spark, query, bootstrap, cfg.prefix), bootstrap, topic,
+                                            checkpoint, started, update)
+    run = P.Run(query, system, records_in, P.sink_count(bootstrap, topic), seconds)
+    values_ok = values_match(bootstrap, topic, query, expected)
     delete_topic(bootstrap, topic)
-    return run, values_ok
+    return Outcome(run, values_ok, peak.result.as_dict())
 
 
-def _sink_count(bootstrap: str, topic: str) -> int:
-    from dsflow.adapters.kafka import client
-
-    with client.consumer(client.client_config(bootstrap)) as c:
-        return sum(client.end_offsets(c, topic, client.topic_partitions(c, topic)).values())
-
-
-def values_match(bootstrap: str, topic: str, query: str, events: int) -> bool:
-    """The sink holds exactly the (key, value) records the plain-Python reference makes of the bids."""
-    from dsflow.datagen import nexmark
+def values_match(bootstrap: str, topic: str, query: str, expected: list[tuple]) -> bool:
+    """The sink holds exactly the `expected` records (bench/pipelines.py's canonical form); a difference is
+    printed."""
     from dsflow.adapters.kafka.client import read_to_end
 
-    bids = [(key, record) for kind, key, record in nexmark.events(0, events) if kind == "bid"]
-    got = P.canonical([(r["key"], json.loads(r["value"])) for r in read_to_end(bootstrap, topic)])
-    return got == P.canonical(P.expected_records(query, bids))
+    records = read_to_end(bootstrap, topic)
+    got = P.sink_canonical(query, records)
+    if got != expected:
+        print(f"  {query} {topic}: {P.sink_difference(got, expected, len(records))}", flush=True)
+    return got == expected
 
 
 # --- the measurement --------------------------------------------------------------------------
 
 
-def expected_out(query: str, loaded: Preloaded) -> int:
-    return loaded.q2_matches if query == "q2" else loaded.counts["bid"]
-
-
 def measure(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded) -> list[dict]:
     """Per query and system: `reps` runs, the systems' order reversed every other run (and query)."""
+    from dsflow.datagen import nexmark
+
     specs = P.load_specs(bootstrap, work, cfg.partitions)
+    events = list(nexmark.events(0, loaded.events))
     if not cfg.smoke:  # JIT, the first Python workers and first imports are not what is measured
         for system in SYSTEMS:
-            one_run(spark, bootstrap, work, specs, cfg.queries[0], system, cfg)
+            one_run(spark, bootstrap, work, specs, cfg.queries[0], system, cfg,
+                    P.expected_canonical(cfg.queries[0], events))
     rows = []
     for index, query in enumerate(cfg.queries):
-        runs: dict[str, list[P.Run]] = {s: [] for s in SYSTEMS}
-        checked: dict[str, list[bool | None]] = {s: [] for s in SYSTEMS}
+        expected = P.expected_canonical(query, events)
+        outcomes: dict[str, list[Outcome]] = {s: [] for s in SYSTEMS}
         for rep in range(cfg.reps):
             for system in SYSTEMS if (rep + index) % 2 == 0 else SYSTEMS[::-1]:
-                run, values_ok = one_run(spark, bootstrap, work, specs, query, system, cfg)
-                runs[system].append(run)
-                checked[system].append(values_ok)
+                outcomes[system].append(one_run(spark, bootstrap, work, specs, query, system, cfg, expected))
         for system in SYSTEMS:
-            rates = [r.rate for r in runs[system]]
-            row = {"query": query, "system": system, "expected_in": loaded.counts["bid"],
-                   "expected_out": expected_out(query, loaded),
-                   "records_in": [r.records_in for r in runs[system]],
-                   "records_out": [r.records_out for r in runs[system]],
-                   "seconds": [round(r.seconds, 2) for r in runs[system]],
-                   "median_rate": statistics.median(rates), "best_rate": max(rates)}
-            row["counts_ok"] = (set(row["records_in"]) == {row["expected_in"]}
-                                and set(row["records_out"]) == {row["expected_out"]})
-            if cfg.smoke:
-                row["values_ok"] = all(checked[system])
-            rows.append(row)
-            print(f"  {query} {system:<8} {row['median_rate']:>10,.0f} rec/s (best {row['best_rate']:,.0f}) "
-                  f"in {row['records_in']} out {row['records_out']} of {row['expected_out']}"
-                  f"{'' if row['counts_ok'] else '  COUNT MISMATCH'}", flush=True)
+            rows.append(summary(query, system, outcomes[system], loaded, len(expected)))
     return rows
+
+
+def summary(query: str, system: str, outcomes: list[Outcome], loaded: Preloaded, expected_records: int) -> dict:
+    """One table row: rates (median, best), counts and values checked, peak RSS (the highest of the runs)."""
+    runs = [o.run for o in outcomes]
+    rates = [r.rate for r in runs]
+    row: dict[str, Any] = {"query": query, "system": system, "expected_in": P.expected_in(query, loaded),
+           "expected_out": P.expected_out(query, loaded), "expected_records": expected_records,
+           "records_in": [r.records_in for r in runs], "records_out": [r.records_out for r in runs],
+           "seconds": [round(r.seconds, 2) for r in runs],
+           "median_rate": statistics.median(rates), "best_rate": max(rates),
+           "values_ok": all(o.values_ok for o in outcomes),
+           "rss": [o.rss for o in outcomes],
+           "rss_peak_mib": max(o.rss["rss_peak_mib"] for o in outcomes)}
+    row["counts_ok"] = (set(row["records_in"]) == {row["expected_in"]}
+                        and (row["expected_out"] is None or set(row["records_out"]) == {row["expected_out"]}))
+    print(f"  {query} {system:<8} {row['median_rate']:>10,.0f} rec/s (best {row['best_rate']:,.0f}) "
+          f"in {row['records_in']} out {row['records_out']} of {row['expected_out'] or 'changelog'}, "
+          f"values {'ok' if row['values_ok'] else 'DIFFER'}, peak RSS {row['rss_peak_mib']:,} MiB"
+          f"{'' if row['counts_ok'] else '  COUNT MISMATCH'}", flush=True)
+    return row
 
 
 def run_all(cfg: Config, bootstrap: str, spark, work: Path) -> dict:
@@ -206,12 +241,16 @@ def render(results: dict, machine: dict, versions: dict) -> str:
         f"{pre['events']:,} events, {cfg['reps']} run(s))",
         "",
         "`python bench/kafka_connector.py" + (" --smoke" if cfg["smoke"] else "")
-        + f" --events {pre['events']} --reps {cfg['reps']}`: records/s over the preloaded bids, availableNow, median "
-        "of the runs (best in brackets), wall time from building the DataFrame to the end of the run, query start "
-        "included; the systems take turns going first" + (", after an untimed q0 run of each." if not cfg["smoke"]
-                                                          else "; smoke run, no warm-up: the rates mean nothing."),
-        "Every run: a fresh checkpoint, a new sink topic, and the sink's record count checked against the preload "
-        "(q2: the bids it selects).",
+        + f" --events {pre['events']} --reps {cfg['reps']}`: records/s over the preload (the records each query reads: "
+        "bids, or persons and auctions for the joins), availableNow, median of the runs (best in brackets), wall time "
+        "from building the DataFrame to the end of the run, query start included; the systems take turns going first"
+        + (", after an untimed run of each of the first query." if not cfg["smoke"]
+           else "; smoke run, no warm-up: the rates mean nothing."),
+        "Every run: a fresh checkpoint, a new sink topic, its records read back and compared with the plain-Python "
+        "reference (q5, q7: update-mode changelogs, compared by their final value per window key; their record "
+        "count depends on the batching), its record count checked for the others. Peak RSS: the highest sum over "
+        "the Python driver, the Spark driver JVM and Spark's Python workers sampled every 0.25 s during a run "
+        "(bench/rss.py); all systems share one Spark session, so the JVM's heap carries over from run to run.",
         "",
         f"- machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory_gib']} GiB; load average (1/5/15 "
         f"min) {load(results['load_before'])} before, {load(results['load_after'])} after: other engineers' runs "
@@ -226,25 +265,34 @@ def render(results: dict, machine: dict, versions: dict) -> str:
         f"{results['wall_seconds'] / 60:.1f} min",
         "",
         "| query | dsflow | hand-written PySpark, `dsflow_kafka` | hand-written PySpark, Spark's `kafka` "
-        "| dsflow ÷ Spark's connector | records in | records out |",
-        "|---|---|---|---|---|---|---|",
+        "| dsflow ÷ Spark's connector | peak RSS MiB, dsflow / `dsflow_kafka` / `kafka` | records in | records out |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     by = {(r["query"], r["system"]): r for r in results["rows"]}
     met = []
     for query in cfg["queries"]:
-        cells = [f"{report._n(by[(query, s)]['median_rate'])} ({report._n(by[(query, s)]['best_rate'])})"  # noqa: SLF001
-                 for s in SYSTEMS]
-        d, s = by[(query, "dsflow")], by[(query, "spark")]
-        ratio = d["median_rate"] / s["median_rate"] if s["median_rate"] else float("nan")
-        ok = all(by[(query, x)]["counts_ok"] for x in SYSTEMS)
-        values = "" if "values_ok" not in d else (", values checked" if all(by[(query, x)]["values_ok"]
-                                                                            for x in SYSTEMS) else ", VALUES DIFFER")
-        lines.append(f"| {query} {report.QUERY_NAMES[query]} | {' | '.join(cells)} | {ratio:.2f}x | "
-                     f"{d['expected_in']:,} | {d['expected_out']:,}{'' if ok else ' (COUNT MISMATCH)'}{values} |")
+        line, ratio = table_row(query, [by[(query, s)] for s in SYSTEMS])
+        lines.append(line)
         met.append(f"{query} {'yes' if ratio >= TARGET else 'no'}")
     lines += ["", f"Issue 39's throughput target, dsflow ≥ {TARGET}x Spark's connector (medians): {', '.join(met)}.",
               "", END]
     return "\n".join(lines) + "\n"
+
+
+def table_row(query: str, rows: list[dict]) -> tuple[str, float]:
+    """One query's line of the table (rows in SYSTEMS order) and dsflow's rate over Spark's connector's."""
+    n = report._n  # noqa: SLF001 - the generated tables' number format
+    d, s = rows[0], rows[-1]
+    ratio = d["median_rate"] / s["median_rate"] if s["median_rate"] else float("nan")
+    rates = " | ".join(f"{n(r['median_rate'])} ({n(r['best_rate'])})" for r in rows)
+    rss = " / ".join(f"{r['rss_peak_mib']:,}" if "rss_peak_mib" in r else "?" for r in rows)
+    out = (f"{d['expected_out']:,}" if d["expected_out"] is not None
+           else f"changelog, {d['expected_records']:,} window keys")
+    counts = "" if all(r["counts_ok"] for r in rows) else " (COUNT MISMATCH)"
+    values = "" if "values_ok" not in d else (", values checked" if all(r["values_ok"] for r in rows)
+                                              else ", VALUES DIFFER")
+    return (f"| {query} {report.QUERY_NAMES[query]} | {rates} | {ratio:.2f}x | {rss} | {d['expected_in']:,} | "
+            f"{out}{counts}{values} |"), ratio
 
 
 def replace_section(doc: str, section: str) -> str:
@@ -271,8 +319,8 @@ def config_from(args: argparse.Namespace) -> Config:
         cfg.reps = args.reps
     if args.queries:
         cfg.queries = tuple(q.strip() for q in args.queries.split(","))
-        if bad := [q for q in cfg.queries if q not in P.STATELESS]:
-            raise SystemExit(f"--queries: {', '.join(bad)} not among {', '.join(P.STATELESS)}")
+        if bad := [q for q in cfg.queries if q not in P.QUERIES]:
+            raise SystemExit(f"--queries: {', '.join(bad)} not among {', '.join(P.QUERIES)}")
     cfg.prefix = args.prefix
     return cfg
 
@@ -281,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=None, help="Nexmark events to preload (default 200,000)")
     parser.add_argument("--reps", type=int, default=None, help="measured runs per query and system (default 3)")
-    parser.add_argument("--queries", default=None, help="comma-separated among q0,q1,q2 (default all three)")
+    parser.add_argument("--queries", default=None, help="comma-separated among q0-q3,q5,q7,q8 (default all)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, values checked; seconds, not a measurement")
     parser.add_argument("--bootstrap", default=None, help="use this running broker instead of starting one")
     parser.add_argument("--prefix", default="", help="before every topic name (a shared broker)")
@@ -331,6 +379,8 @@ def _measured(cfg: Config, bootstrap: str | None, work: Path, connector: spark_k
 
     broker = None if bootstrap else devbroker.start(work / "broker", port=devbroker.free_port(), kind="kafka")
     spark = None
+    if broker is not None:
+        cfg.rss_skip = (broker.pid,)
     try:
         spark = build_session("local[2]", "dsflow-bench-connector", {"spark.jars": connector.spark_jars})
         results = run_all(cfg, bootstrap or broker.bootstrap, spark, work)

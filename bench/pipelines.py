@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,33 +88,47 @@ def run_dsflow_available_now(spark, spec, checkpoint: str) -> tuple[float, int]:
 # --- hand-written PySpark ---------------------------------------------------------------------
 
 
-def _events(spark, bootstrap: str, topic: str, ddl: str, starting_position: str, timed: bool = False) -> Any:
-    """key + the value's columns; with `timed`, event time `ts` from date_time (epoch ms), watermarked."""
+Reader = Callable[[str, str, bool], Any]
+"""(topic, value DDL, timed) -> a source's rows: key + the value's columns, and with `timed` event time `ts` from
+date_time (epoch ms), watermarked. The queries below are written once over a reader; which source reads the topic
+(dsflow_kafka here, Spark's own `kafka` in bench/kafka_connector.py) is the reader's business."""
+
+
+def with_event_time(rows) -> Any:
+    """`ts` from date_time (epoch ms), watermarked by dsflow's default delay."""
     from pyspark.sql import functions as F
 
-    raw = (spark.readStream.format("dsflow_kafka").option("bootstrap.servers", bootstrap)
-           .option("topic", topic).option("starting.position", starting_position).load())
-    rows = raw.select("key", F.from_json("value", ddl).alias("v")).select("key", "v.*")
-    if timed:
-        rows = rows.withColumn("ts", F.timestamp_millis("date_time")).withWatermark("ts", WATERMARK_DELAY)
-    return rows
+    return rows.withColumn("ts", F.timestamp_millis("date_time")).withWatermark("ts", WATERMARK_DELAY)
 
 
-def _bids(spark, bootstrap: str, starting_position: str, timed: bool = False, prefix: str = "") -> Any:
-    return _events(spark, bootstrap, prefix + SOURCE_TOPIC, BID_DDL, starting_position, timed)
+def dsflow_reader(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Reader:
+    """Topics read through dsflow's `dsflow_kafka` source (its value is already a string)."""
+    from pyspark.sql import functions as F
+
+    def read(topic: str, ddl: str, timed: bool = False) -> Any:
+        raw = (spark.readStream.format("dsflow_kafka").option("bootstrap.servers", bootstrap)
+               .option("topic", prefix + topic).option("starting.position", starting_position).load())
+        rows = raw.select("key", F.from_json("value", ddl).alias("v")).select("key", "v.*")
+        return with_event_time(rows) if timed else rows
+
+    return read
 
 
 def pyspark_frame(spark, query: str, bootstrap: str, starting_position: str = "earliest", prefix: str = "") -> Any:
     """Each query written directly against the DataFrame API: (key, value) rows for the sink. `prefix` names
     other source topics (`<prefix>nexmark_bid` ...): each latency run has its own."""
+    return query_frame(dsflow_reader(spark, bootstrap, starting_position, prefix), query)
+
+
+def query_frame(read: Reader, query: str) -> Any:
+    """The query's (key, value JSON) rows for the sink over the topics `read` reads."""
     if query in STATEFUL:
-        return STATEFUL_FRAMES[query](spark, bootstrap, starting_position, prefix)
-    return stateless_select(_bids(spark, bootstrap, starting_position, prefix=prefix), query)
+        return STATEFUL_FRAMES[query](read)
+    return stateless_select(read(SOURCE_TOPIC, BID_DDL, False), query)
 
 
 def stateless_select(bids, query: str) -> Any:
-    """q0-q2 over bid rows (key + the value's columns): (key, value JSON) rows for the sink, whichever source
-    read them (bench/kafka_connector.py writes the same over Spark's own Kafka connector)."""
+    """q0-q2 over bid rows (key + the value's columns): (key, value JSON) rows for the sink."""
     from pyspark.sql import functions as F
 
     cols = ["auction", "bidder", "price", "channel", "url", "date_time", "extra"]
@@ -126,12 +140,11 @@ def stateless_select(bids, query: str) -> Any:
     return bids.select("key", F.to_json(F.struct(*cols)).alias("value"))
 
 
-def _q3_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
+def _q3_frame(read: Reader) -> Any:
     from pyspark.sql import functions as F
 
-    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position,
-                       timed=True).alias("a")
-    persons = _events(spark, bootstrap, prefix + "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
+    auctions = read("nexmark_auction", AUCTION_DDL, True).alias("a")
+    persons = read("nexmark_person", PERSON_DDL, True).alias("p")
     joined = auctions.join(persons, F.expr("a.seller = p.id AND p.ts BETWEEN a.ts - INTERVAL 10 SECONDS "
                                            "AND a.ts + INTERVAL 10 SECONDS"))
     joined = joined.where("a.category = 10 AND (p.state = 'OR' OR p.state = 'ID' OR p.state = 'CA')")
@@ -139,10 +152,10 @@ def _q3_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -
                          F.to_json(F.struct("p.name", "p.city", "p.state", "a.id")).alias("value"))
 
 
-def _q5_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
+def _q5_frame(read: Reader) -> Any:
     from pyspark.sql import functions as F
 
-    counts = (_bids(spark, bootstrap, starting_position, timed=True, prefix=prefix)
+    counts = (read(SOURCE_TOPIC, BID_DDL, True)
               .groupBy(F.window("ts", "10 seconds", "2 seconds").alias("w"), "auction")
               .agg(F.count(F.lit(1)).alias("num"))
               .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "auction", "num"))
@@ -150,10 +163,10 @@ def _q5_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -
                          F.to_json(F.struct("window_start", "window_end", "auction", "num")).alias("value"))
 
 
-def _q7_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
+def _q7_frame(read: Reader) -> Any:
     from pyspark.sql import functions as F
 
-    highest = (_bids(spark, bootstrap, starting_position, timed=True, prefix=prefix)
+    highest = (read(SOURCE_TOPIC, BID_DDL, True)
                .groupBy(F.window("ts", "10 seconds").alias("w"))
                .agg(F.max("price").alias("maxprice"), F.count(F.lit(1)).alias("bids"))
                .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"), "maxprice", "bids"))
@@ -161,12 +174,11 @@ def _q7_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -
                           F.to_json(F.struct("window_start", "window_end", "maxprice", "bids")).alias("value"))
 
 
-def _q8_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -> Any:
+def _q8_frame(read: Reader) -> Any:
     from pyspark.sql import functions as F
 
-    persons = _events(spark, bootstrap, prefix + "nexmark_person", PERSON_DDL, starting_position, timed=True).alias("p")
-    auctions = _events(spark, bootstrap, prefix + "nexmark_auction", AUCTION_DDL, starting_position,
-                       timed=True).alias("a")
+    persons = read("nexmark_person", PERSON_DDL, True).alias("p")
+    auctions = read("nexmark_auction", AUCTION_DDL, True).alias("a")
     joined = persons.join(auctions, F.expr(
         "p.id = a.seller AND FLOOR(p.date_time / 10000) = FLOOR(a.date_time / 10000) "
         "AND a.ts BETWEEN p.ts - INTERVAL 10 SECONDS AND p.ts + INTERVAL 10 SECONDS"))
@@ -176,7 +188,7 @@ def _q8_frame(spark, bootstrap: str, starting_position: str, prefix: str = "") -
     return joined.select(F.col("p.key").alias("key"), F.to_json(value).alias("value"))
 
 
-STATEFUL_FRAMES: dict[str, Callable[[Any, str, str, str], Any]] = {
+STATEFUL_FRAMES: dict[str, Callable[[Reader], Any]] = {
     "q3": _q3_frame, "q5": _q5_frame, "q7": _q7_frame, "q8": _q8_frame,
 }
 
@@ -359,12 +371,66 @@ def final_content(records: list[dict]) -> list[tuple[None, dict]]:
     return [(None, v) for _, v in latest.values()]
 
 
-def canonical(records: list[tuple[str | None, dict]]) -> list[tuple]:
+def canonical(records: Iterable[tuple[str | None, dict]]) -> list[tuple]:
     """Records as sortable tuples, floats rounded (q1's price is a double on every path)."""
     rows = []
     for key, record in records:
         rows.append((key, tuple(sorted((k, round(v, 6) if isinstance(v, float) else v) for k, v in record.items()))))
     return sorted(rows, key=repr)
+
+
+def expected_in(query: str, loaded: Any) -> int:
+    """Records a run over the preload (a bench.preload.Preloaded) reads: every bid, or for the joins every person
+    and auction."""
+    if query in ("q3", "q8"):
+        return loaded.counts["person"] + loaded.counts["auction"]
+    return loaded.counts["bid"]
+
+
+def expected_out(query: str, loaded: Any) -> int | None:
+    """Records the sink must hold after a run over the preload; None for the changelogs (their update count
+    depends on the batching)."""
+    if query == "q2":
+        return loaded.q2_matches
+    if query in STATELESS:
+        return loaded.counts["bid"]
+    return loaded.expected.get(query)
+
+
+def sink_count(bootstrap: str, topic: str) -> int:
+    """Records in a topic, by its end offsets."""
+    from dsflow.adapters.kafka import client
+
+    with client.consumer(client.client_config(bootstrap)) as c:
+        return sum(client.end_offsets(c, topic, client.topic_partitions(c, topic)).values())
+
+
+def expected_canonical(query: str, events: list[tuple[str, str, dict]]) -> list[tuple]:
+    """What the query's sink must hold for these (kind, key, record) events, canonical: every record of q0-q3 and
+    q8, q5/q7's final content (one record per window key)."""
+    if query in STATELESS:
+        return canonical(expected_records(query, [(k, r) for kind, k, r in events if kind == "bid"]))
+    return canonical(expected_stateful(query, events))
+
+
+def sink_canonical(query: str, records: list[dict]) -> list[tuple]:
+    """A sink's records as read (`read_to_end`), canonical, comparable with `expected_canonical`."""
+    if query in CHANGELOGS:
+        return canonical(final_content(records))
+    return canonical([(r["key"], json.loads(r["value"])) for r in records])
+
+
+def sink_difference(got: list[tuple], expected: list[tuple], read: int) -> str:
+    """What a sink holds that it should not and what it lacks, for the report of a failed check."""
+    from collections import Counter
+
+    missing = Counter(expected) - Counter(got)
+    unexpected = Counter(got) - Counter(expected)
+    parts = [f"sink differs from the expected records ({len(got)} vs {len(expected)}, from {read} records read)"]
+    for label, rows in (("missing", missing), ("unexpected", unexpected)):
+        if rows:
+            parts.append(f"{sum(rows.values())} {label}, first {min(rows, key=repr)}")
+    return "; ".join(parts)
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -78,7 +77,7 @@ def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded
         _warm_up(spark, bootstrap, work, specs)
     for index, query in enumerate(cfg.queries):
         systems = systems_of(query)
-        expected_out = _expected_out(query, loaded)
+        expected_out = P.expected_out(query, loaded)
         by_system: dict[str, list[P.Run]] = {s: [] for s in systems}
         verified = {s: True for s in systems}
         if not cfg.smoke and query in P.STATEFUL:
@@ -93,7 +92,7 @@ def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded
             runs = by_system[system]
             rates = [r.rate for r in runs]
             row = {"query": query, "system": system, "records_in": runs[-1].records_in,
-                   "expected_in": _expected_in(query, loaded),
+                   "expected_in": P.expected_in(query, loaded),
                    "records_out": runs[-1].records_out, "expected_out": expected_out,
                    "median_rate": statistics.median(rates), "best_rate": max(rates),
                    "seconds": [round(r.seconds, 2) for r in runs]}
@@ -108,22 +107,6 @@ def throughput(spark, bootstrap: str, work: Path, cfg: Config, loaded: Preloaded
 def systems_of(query: str) -> tuple[str, ...]:
     """The plain loop exists for the stateless queries only (a join or window in it would be a stream processor)."""
     return SYSTEMS if query in P.STATELESS else ("dsflow", "pyspark")
-
-
-def _expected_in(query: str, loaded: Preloaded) -> int:
-    """Records a run reads: every bid, or for the joins every person and auction."""
-    if query in ("q3", "q8"):
-        return loaded.counts["person"] + loaded.counts["auction"]
-    return loaded.counts["bid"]
-
-
-def _expected_out(query: str, loaded: Preloaded) -> int | None:
-    """Records the sink must hold; None for the changelogs (their update count depends on the batching)."""
-    if query == "q2":
-        return loaded.q2_matches
-    if query in P.STATELESS:
-        return loaded.counts["bid"]
-    return loaded.expected.get(query)
 
 
 def _warm_up(spark, bootstrap: str, work: Path, specs: dict, query: str = "q0") -> None:
@@ -148,14 +131,7 @@ def _one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system:
         frame = P.pyspark_frame(spark, query, bootstrap)
         seconds, records_in = P.run_available_now(frame, bootstrap, topic, checkpoint, update=query in P.CHANGELOGS,
                                                   started=started)
-    return P.Run(query, system, records_in, sink_count(bootstrap, topic), seconds)
-
-
-def sink_count(bootstrap: str, topic: str) -> int:
-    from dsflow.adapters.kafka import client
-
-    with client.consumer(client.client_config(bootstrap)) as c:
-        return sum(client.end_offsets(c, topic, client.topic_partitions(c, topic)).values())
+    return P.Run(query, system, records_in, P.sink_count(bootstrap, topic), seconds)
 
 
 def verify_sink(bootstrap: str, query: str, loaded: Preloaded) -> bool:
@@ -169,29 +145,11 @@ def verify_sink(bootstrap: str, query: str, loaded: Preloaded) -> bool:
     from dsflow.adapters.kafka.client import read_to_end
 
     records = read_to_end(bootstrap, P.sink_topic(query))
-    events = list(nexmark.events(0, loaded.events))
-    if query in P.STATELESS:
-        expected = P.canonical(P.expected_records(query, [(k, r) for kind, k, r in events if kind == "bid"]))
-    else:
-        expected = P.canonical(P.expected_stateful(query, events))
-    if query in P.CHANGELOGS:
-        got = P.canonical(P.final_content(records))
-    else:
-        got = P.canonical([(r["key"], json.loads(r["value"])) for r in records])
+    expected = P.expected_canonical(query, list(nexmark.events(0, loaded.events)))
+    got = P.sink_canonical(query, records)
     if got != expected:
-        print(f"  {query}: {sink_difference(got, expected, len(records))}", flush=True)
+        print(f"  {query}: {P.sink_difference(got, expected, len(records))}", flush=True)
     return got == expected
-
-
-def sink_difference(got: list[tuple], expected: list[tuple], read: int) -> str:
-    """What a sink holds that it should not and what it lacks, for the report of a failed check."""
-    missing = Counter(expected) - Counter(got)
-    unexpected = Counter(got) - Counter(expected)
-    parts = [f"sink differs from the expected records ({len(got)} vs {len(expected)}, from {read} records read)"]
-    for label, rows in (("missing", missing), ("unexpected", unexpected)):
-        if rows:
-            parts.append(f"{sum(rows.values())} {label}, first {min(rows, key=repr)}")
-    return "; ".join(parts)
 
 
 # --- latency ----------------------------------------------------------------------------------

@@ -117,6 +117,6 @@ def test_the_bench_projects_are_valid(tmp_path: Path, shape: str) -> None:
 def test_a_sink_difference_names_what_is_missing_and_what_is_not_expected() -> None:
     expected = pipelines.canonical([("k1", {"num": 1}), ("k2", {"num": 2}), ("k3", {"num": 3})])
     got = pipelines.canonical([("k1", {"num": 1}), ("k2", {"num": 5})])
-    text = run.sink_difference(got, expected, read=2)
+    text = pipelines.sink_difference(got, expected, read=2)
     assert "(2 vs 3, from 2 records read)" in text
     assert "2 missing, first ('k2', (('num', 2),))" in text and "1 unexpected, first ('k2', (('num', 5),))" in text
