@@ -176,6 +176,9 @@ class Run:
     reports: list[StepReport] = field(default_factory=list)
     isolation: str = "query"
     """runtime.isolation: each query in its own driver, or all in one shared application"""
+    supervised: bool = False
+    """Each apply starts the runtime supervisor when none runs, as `dsflow apply` does: a query that fails is
+    restarted from its checkpoint, as it is for users"""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -206,6 +209,10 @@ class Run:
 
         loaded = operations.load(self._options())
         operations.apply(loaded, operations.plan(loaded, destroy=True), allowance=Allowance(everything=True))
+        if self.supervised:
+            from dsflow.runtime import control
+
+            control.down(loaded)
 
     def _options(self):
         from dsflow.engine import operations
@@ -266,6 +273,10 @@ class Run:
         result = operations.apply(loaded, plan, allowance=allowance)
         if not result.ok:
             mismatches.append(f"apply failed: {result.failed}")
+        if self.supervised:
+            from dsflow.runtime import control
+
+            control.ensure_started(loaded, self._options())
         self._follow(plan, model)
         return plan, model, refused
 
@@ -408,10 +419,10 @@ def _ids(rows: Counter) -> str:
 
 def run_steps(broker: str, workdir: Path, seed: int, steps: int, budget_s: float | None = None,
               on_step: Callable[[StepReport], None] = lambda _: None, min_steps: int = 1,
-              isolation: str = "query") -> Run:
+              isolation: str = "query", supervised: bool = False) -> Run:
     """A run of `steps` random steps after the first apply (fewer once `budget_s` is spent, never fewer than
-    `min_steps`), the queries run in `isolation` (runtime.isolation)."""
-    run = Run(broker, workdir, seed, isolation=isolation)
+    `min_steps`), the queries run in `isolation` (runtime.isolation), with the runtime supervisor if `supervised`."""
+    run = Run(broker, workdir, seed, isolation=isolation, supervised=supervised)
     started = time.monotonic()
     try:
         on_step(run.start())
@@ -435,6 +446,8 @@ def main() -> int:
     parser.add_argument("--budget-minutes", type=float, default=None, help="stop after the step that passes it")
     parser.add_argument("--isolation", choices=("query", "shared"), default="query",
                         help="runtime.isolation: a driver per query, or one shared application")
+    parser.add_argument("--no-supervisor", action="store_true",
+                        help="apply as the library does, without starting the runtime supervisor `dsflow apply` starts")
     args = parser.parse_args()
     broker, stop = _broker(args.broker, args.workdir, args.broker_kind)
     try:
@@ -445,7 +458,7 @@ def main() -> int:
 
         budget = args.budget_minutes * 60 if args.budget_minutes else None
         run = run_steps(broker, args.workdir, args.seed, args.steps, budget_s=budget, on_step=show,
-                        isolation=args.isolation)
+                        isolation=args.isolation, supervised=not args.no_supervisor)
     finally:
         stop()
     bad = [r for r in run.reports if r.mismatches]
