@@ -3,6 +3,7 @@
     python bench/kafka_connector.py                         # 200,000 Nexmark events, q0-q3, q5, q7, q8, 3 reps
     python bench/kafka_connector.py --events 500000 --reps 5
     python bench/kafka_connector.py --smoke                 # tiny, seconds (tests/integration/test_bench_connector.py)
+    python bench/kafka_connector.py --latency-seconds 20    # and p50/p99 at 10,000 events/s beside the connector
 
 Starts its own Apache Kafka (the dev broker, dsflow/adapters/kafka/kraft.py; stopped by its PID at the end) unless
 `--bootstrap` names a running one, preloads Nexmark events (bench/preload.py), and runs q0-q3, q5, q7 and q8 three ways
@@ -52,6 +53,8 @@ SYSTEM_NAMES = {"dsflow": "dsflow", "pyspark": "hand-written PySpark, dsflow_kaf
                 "spark": "hand-written PySpark, Spark's connector"}
 TARGET = 0.9
 """dsflow's records/s at least this share of Spark's connector's (issue 39)."""
+LATENCY_TARGET = 1.1
+"""dsflow's p99 at most this multiple of Spark's connector's at a fixed rate (issue 39)."""
 DOC = REPO / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench/kafka_connector.py writes from here to its end marker; edits in between are replaced -->"
 END = "<!-- end of bench/kafka_connector.py's section -->"
@@ -69,23 +72,30 @@ class Config:
     """Tiny sizes, no warm-up: a check of values, not a measurement."""
     rss_skip: tuple[int, ...] = ()
     """PIDs whose process trees the peak RSS leaves out: the broker the harness started."""
+    latency_seconds: float = 0
+    """Seconds of each latency probe after its warm-up (0: no latency section)."""
+    latency_warmup: float = 10
+    rate: float = 10_000
+    """Events/s of the latency probe."""
+    latency_queries: tuple[str, ...] = ()
+    """The queries probed (none given: every query of the run)."""
 
     @classmethod
     def smoke_config(cls) -> Config:
-        return cls(events=3_000, reps=1, smoke=True)
+        return cls(events=3_000, reps=1, smoke=True, latency_warmup=0.5, rate=200)
 
 
 # --- Spark's own connector --------------------------------------------------------------------
 
 
-def spark_reader(spark, bootstrap: str, prefix: str = "") -> P.Reader:
+def spark_reader(spark, bootstrap: str, prefix: str = "", starting: str = "earliest") -> P.Reader:
     """Topics as a Spark user reads them: Kafka's bytes cast to strings, the value parsed with from_json and an
     explicit schema, event time watermarked where the query needs it."""
     from pyspark.sql import functions as F
 
     def read(topic: str, ddl: str, timed: bool = False) -> object:
         raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-               .option("subscribe", prefix + topic).option("startingOffsets", "earliest").load())
+               .option("subscribe", prefix + topic).option("startingOffsets", starting).load())
         rows = raw.select(F.col("key").cast("string").alias("key"),
                           F.from_json(F.col("value").cast("string"), ddl).alias("v")).select("key", "v.*")
         return P.with_event_time(rows) if timed else rows
@@ -93,19 +103,28 @@ def spark_reader(spark, bootstrap: str, prefix: str = "") -> P.Reader:
     return read
 
 
-def spark_frame(spark, query: str, bootstrap: str, prefix: str = "") -> object:
+def spark_frame(spark, query: str, bootstrap: str, prefix: str = "", starting: str = "earliest") -> object:
     """The query (bench/pipelines.py's, as the `pyspark` way runs it) over Spark's own Kafka source."""
-    return P.query_frame(spark_reader(spark, bootstrap, prefix), query)
+    return P.query_frame(spark_reader(spark, bootstrap, prefix, starting), query)
+
+
+def spark_writer(frame, bootstrap: str, topic: str, checkpoint: str, update: bool) -> Any:
+    """Spark's own Kafka sink; the aggregations in update mode (each batch writes the windows it changed), which
+    Spark's Kafka sink takes as it is."""
+    writer = (frame.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+              .option("checkpointLocation", checkpoint))
+    return writer.outputMode("update") if update else writer
 
 
 def run_spark(frame, bootstrap: str, topic: str, checkpoint: str, started: float, update: bool) -> tuple[float, int]:
-    """Spark's own Kafka sink, availableNow; the aggregations in update mode (each batch writes the windows it
-    changed), which Spark's Kafka sink takes as it is."""
-    writer = (frame.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-              .option("checkpointLocation", checkpoint))
-    if update:
-        writer = writer.outputMode("update")
-    return P.finish(writer.trigger(availableNow=True).start(), started)
+    """availableNow into Spark's own Kafka sink: (seconds, records read)."""
+    return P.finish(spark_writer(frame, bootstrap, topic, checkpoint, update).trigger(availableNow=True).start(),
+                    started)
+
+
+def start_spark(frame, bootstrap: str, topic: str, checkpoint: str, interval: str, update: bool) -> Any:
+    """The query running on Spark's own Kafka sink, a micro-batch every `interval` (bench/run.py's latency probe)."""
+    return spark_writer(frame, bootstrap, topic, checkpoint, update).trigger(processingTime=interval).start()
 
 
 # --- one run ----------------------------------------------------------------------------------
@@ -222,9 +241,23 @@ def run_all(cfg: Config, bootstrap: str, spark, work: Path) -> dict:
     loaded = preload(bootstrap, cfg.events, cfg.partitions, prefix=cfg.prefix)
     results["preload"] = asdict(loaded)
     results["rows"] = measure(spark, bootstrap, work, cfg, loaded)
+    if cfg.latency_seconds > 0:
+        results["latency"] = latency(spark, bootstrap, work, cfg)
     results["load_after"] = os.getloadavg()
     results["wall_seconds"] = time.monotonic() - started
     return results
+
+
+def latency(spark, bootstrap: str, work: Path, cfg: Config) -> list[dict]:
+    """bench/run.py's latency probe, dsflow and Spark's connector in turn on each query (the session is warm from
+    the throughput runs)."""
+    from bench import run
+
+    probe = run.Config(rate=cfg.rate, latency_seconds=cfg.latency_seconds, latency_warmup=cfg.latency_warmup,
+                       partitions=cfg.partitions, sections=("throughput", "latency"),
+                       latency_queries=cfg.latency_queries or cfg.queries,
+                       latency_systems=("dsflow", *run.SPARK_CONNECTOR))
+    return run.latency(spark, bootstrap, work, probe)
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -274,9 +307,36 @@ def render(results: dict, machine: dict, versions: dict) -> str:
         line, ratio = table_row(query, [by[(query, s)] for s in SYSTEMS])
         lines.append(line)
         met.append(f"{query} {'yes' if ratio >= TARGET else 'no'}")
-    lines += ["", f"Issue 39's throughput target, dsflow ≥ {TARGET}x Spark's connector (medians): {', '.join(met)}.",
-              "", END]
-    return "\n".join(lines) + "\n"
+    lines += ["", f"Issue 39's throughput target, dsflow ≥ {TARGET}x Spark's connector (medians): {', '.join(met)}."]
+    if results.get("latency"):
+        lines += latency_lines(results["latency"], cfg)
+    return "\n".join([*lines, "", END]) + "\n"
+
+
+def latency_lines(rows: list[dict], cfg: dict) -> list[str]:
+    """The latency table: p50/p99 per query, dsflow beside Spark's connector at one fixed rate (bench/run.py's
+    probe, bench/latency.py), and issue 39's p99 target."""
+    by = {(r["query"], r["system"]): r for r in rows}
+    lines = ["", f"End-to-end latency at {cfg['rate']:,.0f} events/s (`--latency-seconds {cfg['latency_seconds']:g}`"
+             f", after {cfg['latency_warmup']:g} s of warm-up; bench/run.py's probe, each query from the tail of "
+             "topics of its own, both on the bench project's trigger interval):", "",
+             "| query | dsflow p50 / p99 ms | Spark's connector p50 / p99 ms | p99 dsflow ÷ connector | measured |",
+             "|---|---|---|---|---|"]
+    met = []
+    for query in cfg.get("latency_queries") or cfg["queries"]:
+        ours, theirs = by.get((query, "dsflow"), {}), by.get((query, "spark"), {})
+        ratio = (ours["p99_ms"] / theirs["p99_ms"]) if ours.get("p99_ms") and theirs.get("p99_ms") else None
+        lines.append(f"| {query} | {_p(ours)} | {_p(theirs)} | {f'{ratio:.2f}x' if ratio else '—'} | "
+                     f"{ours.get('arrived', '—')} / {theirs.get('arrived', '—')} |")
+        met.append(f"{query} {'yes' if ratio is not None and ratio <= LATENCY_TARGET else 'no'}")
+    return [*lines, "", f"Issue 39's latency target, dsflow's p99 ≤ {LATENCY_TARGET}x Spark's connector's: "
+            f"{', '.join(met)}."]
+
+
+def _p(row: dict) -> str:
+    if "error" in row:
+        return f"error: {' '.join(row['error'])[:80]}"
+    return f"{row.get('p50_ms', '—')} / {row.get('p99_ms', '—')}"
 
 
 def table_row(query: str, rows: list[dict]) -> tuple[str, float]:
@@ -322,6 +382,12 @@ def config_from(args: argparse.Namespace) -> Config:
         if bad := [q for q in cfg.queries if q not in P.QUERIES]:
             raise SystemExit(f"--queries: {', '.join(bad)} not among {', '.join(P.QUERIES)}")
     cfg.prefix = args.prefix
+    if args.latency_seconds is not None:
+        cfg.latency_seconds = args.latency_seconds
+    if args.rate:
+        cfg.rate = args.rate
+    if args.latency_queries:
+        cfg.latency_queries = tuple(q.strip() for q in args.latency_queries.split(","))
     return cfg
 
 
@@ -333,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, values checked; seconds, not a measurement")
     parser.add_argument("--bootstrap", default=None, help="use this running broker instead of starting one")
     parser.add_argument("--prefix", default="", help="before every topic name (a shared broker)")
+    parser.add_argument("--latency-seconds", type=float, default=None,
+                        help="also probe p50/p99 at --rate for this long per query and system (default: no probe)")
+    parser.add_argument("--rate", type=float, default=None, help="events/s of the latency probe (default 10,000)")
+    parser.add_argument("--latency-queries", default=None, help="the queries probed (default: those of --queries)")
     parser.add_argument("--out", type=Path, default=None,
                         help="the report (default docs/benchmarks.md; with --smoke a file in the temp folder)")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")

@@ -37,6 +37,8 @@ from bench import plan_scale, report  # noqa: E402
 from bench.preload import TOPICS, Preloaded, delete_topics, preload, recreate_topics  # noqa: E402
 
 SYSTEMS = ("dsflow", "pyspark", "loop")
+SPARK_CONNECTOR = ("spark",)
+"""The way bench/kafka_connector.py adds: the query on Spark's own Kafka connector (its session has the jars)."""
 LATENCY_MEASURE = {"q3": "join", "q8": "join", "q5": "window", "q7": "window"}
 """How bench/latency.py times a stateful query's results (q0-q2: each record)."""
 DOC = REPO / "docs" / "benchmarks.md"
@@ -162,7 +164,7 @@ def latency(spark, bootstrap: str, work: Path, cfg: Config) -> list[dict]:
         _warm_up(spark, bootstrap, work, specs)  # the first streaming query of a session starts cold
     results = []
     for index, query in enumerate(cfg.latency_queries):
-        order = [s for s in cfg.latency_systems if s in systems_of(query)]
+        order = [s for s in cfg.latency_systems if s in systems_of(query) or s in SPARK_CONNECTOR]
         if index % 2:  # dsflow and hand-written PySpark take turns going first
             order.reverse()
         for system in order:
@@ -236,6 +238,12 @@ def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system
         sources = [s.model_copy(update={"starting_position": "latest", "topic": prefix + s.topic})
                    for s in spec.sources]
         handle = start_query(spark, spec.model_copy(update={"sources": sources, "checkpoint": checkpoint}))
+    elif system in SPARK_CONNECTOR:
+        from bench import kafka_connector
+
+        frame = kafka_connector.spark_frame(spark, query, bootstrap, prefix, starting="latest")
+        handle = kafka_connector.start_spark(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval,
+                                             update=query in P.CHANGELOGS)
     else:
         frame = P.pyspark_frame(spark, query, bootstrap, starting_position="latest", prefix=prefix)
         handle = P.start_processing(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval,

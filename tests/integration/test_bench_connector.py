@@ -31,6 +31,7 @@ def test_dsflow_and_both_hand_written_queries_write_what_the_preload_makes(kafka
     results_file, section_file = tmp_path / "results.json", tmp_path / "section.md"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "kafka_connector.py"), "--smoke", "--queries", "q2,q5",
+         "--latency-seconds", "4", "--latency-queries", "q5",
          "--bootstrap", kafka_broker.bootstrap, "--prefix", f"connector_{os.getpid()}_",
          "--json", str(results_file), "--out", str(section_file)],
         capture_output=True, text=True, timeout=420, cwd=REPO, stdin=subprocess.DEVNULL)
@@ -54,6 +55,11 @@ def test_dsflow_and_both_hand_written_queries_write_what_the_preload_makes(kafka
     assert section.startswith(kafka_connector.BEGIN) and section.rstrip().endswith(kafka_connector.END)
     assert "| q2 selection |" in section and "| q5 hot items (HOP window) |" in section
     assert section.count("values checked") == 2 and "MISMATCH" not in section and "DIFFER" not in section
+    probes = {r["system"]: r for r in results["latency"]}  # q5 at 200 events/s, dsflow beside the connector
+    assert set(probes) == {"dsflow", "spark"} and all(r["query"] == "q5" for r in results["latency"]), probes
+    for r in probes.values():
+        assert "error" not in r and r["arrived"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"], r
+    assert "| q5 | " in section and "latency target" in section
 
 
 def test_the_section_is_replaced_in_place_or_put_under_the_hand_written_marker() -> None:
