@@ -88,45 +88,6 @@ class Config:
 # --- Spark's own connector --------------------------------------------------------------------
 
 
-def spark_reader(spark, bootstrap: str, prefix: str = "", starting: str = "earliest") -> P.Reader:
-    """Topics as a Spark user reads them: Kafka's bytes cast to strings, the value parsed with from_json and an
-    explicit schema, event time watermarked where the query needs it."""
-    from pyspark.sql import functions as F
-
-    def read(topic: str, ddl: str, timed: bool = False) -> object:
-        raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-               .option("subscribe", prefix + topic).option("startingOffsets", starting).load())
-        rows = raw.select(F.col("key").cast("string").alias("key"),
-                          F.from_json(F.col("value").cast("string"), ddl).alias("v")).select("key", "v.*")
-        return P.with_event_time(rows) if timed else rows
-
-    return read
-
-
-def spark_frame(spark, query: str, bootstrap: str, prefix: str = "", starting: str = "earliest") -> object:
-    """The query (bench/pipelines.py's, as the `pyspark` way runs it) over Spark's own Kafka source."""
-    return P.query_frame(spark_reader(spark, bootstrap, prefix, starting), query)
-
-
-def spark_writer(frame, bootstrap: str, topic: str, checkpoint: str, update: bool) -> Any:
-    """Spark's own Kafka sink; the aggregations in update mode (each batch writes the windows it changed), which
-    Spark's Kafka sink takes as it is."""
-    writer = (frame.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-              .option("checkpointLocation", checkpoint))
-    return writer.outputMode("update") if update else writer
-
-
-def run_spark(frame, bootstrap: str, topic: str, checkpoint: str, started: float, update: bool) -> tuple[float, int]:
-    """availableNow into Spark's own Kafka sink: (seconds, records read)."""
-    return P.finish(spark_writer(frame, bootstrap, topic, checkpoint, update).trigger(availableNow=True).start(),
-                    started)
-
-
-def start_spark(frame, bootstrap: str, topic: str, checkpoint: str, interval: str, update: bool) -> Any:
-    """The query running on Spark's own Kafka sink, a micro-batch every `interval` (bench/run.py's latency probe)."""
-    return spark_writer(frame, bootstrap, topic, checkpoint, update).trigger(processingTime=interval).start()
-
-
 # --- one run ----------------------------------------------------------------------------------
 
 
@@ -167,7 +128,7 @@ def one_run(spark, bootstrap: str, work: Path, specs: dict, query: str, system: 
             seconds, records_in = P.run_available_now(frame, bootstrap, topic, checkpoint, update=update,
                                                       started=started)
         else:
-            seconds, records_in = run_spark(spark_frame(spark, query, bootstrap, cfg.prefix), bootstrap, topic,
+            seconds, records_in = P.run_spark(P.spark_frame(spark, query, bootstrap, cfg.prefix), bootstrap, topic,
                                             checkpoint, started, update)
     run = P.Run(query, system, records_in, P.sink_count(bootstrap, topic), seconds)
     values_ok = values_match(bootstrap, topic, query, expected)

@@ -91,7 +91,8 @@ def run_dsflow_available_now(spark, spec, checkpoint: str) -> tuple[float, int]:
 Reader = Callable[[str, str, bool], Any]
 """(topic, value DDL, timed) -> a source's rows: key + the value's columns, and with `timed` event time `ts` from
 date_time (epoch ms), watermarked. The queries below are written once over a reader; which source reads the topic
-(dsflow_kafka here, Spark's own `kafka` in bench/kafka_connector.py) is the reader's business."""
+(dsflow_kafka: `dsflow_reader`; Spark's own `kafka`: `spark_reader`, bench/kafka_connector.py's third way) is
+the reader's business."""
 
 
 def with_event_time(rows) -> Any:
@@ -125,6 +126,45 @@ def query_frame(read: Reader, query: str) -> Any:
     if query in STATEFUL:
         return STATEFUL_FRAMES[query](read)
     return stateless_select(read(SOURCE_TOPIC, BID_DDL, False), query)
+
+
+def spark_reader(spark, bootstrap: str, prefix: str = "", starting: str = "earliest") -> Reader:
+    """Topics as a Spark user reads them: Kafka's bytes cast to strings, the value parsed with from_json and an
+    explicit schema, event time watermarked where the query needs it."""
+    from pyspark.sql import functions as F
+
+    def read(topic: str, ddl: str, timed: bool = False) -> object:
+        raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", prefix + topic).option("startingOffsets", starting).load())
+        rows = raw.select(F.col("key").cast("string").alias("key"),
+                          F.from_json(F.col("value").cast("string"), ddl).alias("v")).select("key", "v.*")
+        return with_event_time(rows) if timed else rows
+
+    return read
+
+
+def spark_frame(spark, query: str, bootstrap: str, prefix: str = "", starting: str = "earliest") -> object:
+    """The query (as the `pyspark` way runs it) over Spark's own Kafka source (bench/kafka_connector.py)."""
+    return query_frame(spark_reader(spark, bootstrap, prefix, starting), query)
+
+
+def spark_writer(frame, bootstrap: str, topic: str, checkpoint: str, update: bool) -> Any:
+    """Spark's own Kafka sink; the aggregations in update mode (each batch writes the windows it changed), which
+    Spark's Kafka sink takes as it is."""
+    writer = (frame.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+              .option("checkpointLocation", checkpoint))
+    return writer.outputMode("update") if update else writer
+
+
+def run_spark(frame, bootstrap: str, topic: str, checkpoint: str, started: float, update: bool) -> tuple[float, int]:
+    """availableNow into Spark's own Kafka sink: (seconds, records read)."""
+    return finish(spark_writer(frame, bootstrap, topic, checkpoint, update).trigger(availableNow=True).start(),
+                    started)
+
+
+def start_spark(frame, bootstrap: str, topic: str, checkpoint: str, interval: str, update: bool) -> Any:
+    """The query running on Spark's own Kafka sink, a micro-batch every `interval` (bench/run.py's latency probe)."""
+    return spark_writer(frame, bootstrap, topic, checkpoint, update).trigger(processingTime=interval).start()
 
 
 def stateless_select(bids, query: str) -> Any:

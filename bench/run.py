@@ -239,11 +239,9 @@ def _start_streaming(spark, bootstrap: str, work: Path, spec, query: str, system
                    for s in spec.sources]
         handle = start_query(spark, spec.model_copy(update={"sources": sources, "checkpoint": checkpoint}))
     elif system in SPARK_CONNECTOR:
-        from bench import kafka_connector
-
-        frame = kafka_connector.spark_frame(spark, query, bootstrap, prefix, starting="latest")
-        handle = kafka_connector.start_spark(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval,
-                                             update=query in P.CHANGELOGS)
+        frame = P.spark_frame(spark, query, bootstrap, prefix, starting="latest")
+        handle = P.start_spark(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval,
+                               update=query in P.CHANGELOGS)
     else:
         frame = P.pyspark_frame(spark, query, bootstrap, starting_position="latest", prefix=prefix)
         handle = P.start_processing(frame, bootstrap, P.sink_topic(query), checkpoint, spec.trigger_interval,
