@@ -7,10 +7,11 @@ an engine's package (an import-linter contract keeps dsflow.engine off adapters/
 adding another is one package under adapters/ with a module exposing `ENGINE` (an object with the members of
 `Engine` below) plus one entry in `ENGINES` (docs/architecture.md, "Adding an engine").
 
-The members are the operations the engine layer uses: start a query's version, stop it between batches (park),
-stop it, adopt it again after a restart (relaunch), its identity and status, the progress its checkpoint committed,
-the warm standby, and the in-process run behind `dsflow query --follow`. Types the engine layer does not look into
-(a query's spec, a process identity) are `Any` here: core does not import adapters.
+The members are the operations the engine and runtime layers use: start a query's version, stop it between
+batches (park), stop it, adopt it again after a restart (relaunch), its identity and status, the progress its
+checkpoint committed, the warm standbys and shared applications the supervisor (dsflow/runtime/) keeps, and the
+in-process run behind `dsflow query --follow`. Types the engine layer does not look into (a query's spec, a process
+identity) are `Any` here: core does not import adapters.
 """
 
 from __future__ import annotations
@@ -37,6 +38,75 @@ Handoff = Callable[[Path, dict[str, str], Path], tuple[int | None, str]]
 """(spec path, secrets, log path) -> the PID of a warm standby now running that spec, or None to start cold."""
 
 Rows = Callable[[list[str], list[tuple]], None]
+
+
+class StandbyDriver(Protocol):
+    """A warm standby driver a supervisor started and keeps (Spark: adapters/spark/standby.py's `Standby`)."""
+
+    @property
+    def folder(self) -> Path: ...
+    @property
+    def popen(self) -> Any: ...
+    @property
+    def master(self) -> str: ...
+    @property
+    def spark_conf(self) -> dict[str, str]: ...
+    @property
+    def pid(self) -> int: ...
+
+    def ready(self) -> bool:
+        """Alive and waiting for a query."""
+
+    def alive(self) -> bool: ...
+
+    def hand_over(self, spec_path: Path, env: dict[str, str], log_path: Path, timeout: float = 10.0) -> dict:
+        """Send it a query's spec; its answer (`ok`, `pid`, `reason`, `answered`)."""
+
+    def release(self) -> None:
+        """Let go of it (after a handoff it is a query's driver)."""
+
+    def stop(self, timeout: float = 15.0) -> None: ...
+
+
+class Standbys(Protocol):
+    """An engine's warm standby drivers, which the supervisor's keeper (runtime/standby.py) starts and hands
+    queries to."""
+
+    def start(self, folder: Path, master: str, spark_conf: dict[str, str]) -> StandbyDriver: ...
+
+    def describe(self, root: Path) -> dict[str, Any] | None:
+        """The standby waiting under `root` (its PID and state, ...); None when none waits."""
+
+    def stop_all(self, root: Path, timeout: float = 15.0) -> list[int]:
+        """Stop every standby under `root` (one a killed supervisor left); their PIDs."""
+
+    def sweep(self, root: Path) -> None:
+        """Remove the folders of standbys that ended."""
+
+    def misfit(self, master: str, conf: dict[str, str], spec_master: str, spec_conf: dict[str, str]) -> str | None:
+        """Why a spec cannot run in a standby built for this master and conf, or None."""
+
+    def read_status(self, folder: Path) -> dict[str, Any]: ...
+
+
+class SharedApps(Protocol):
+    """An engine's shared applications (`runtime.isolation: shared`), as the supervisor watches and restarts them
+    (runtime/shared.py)."""
+
+    def host_identity(self, app_dir: str | Path) -> Any:
+        """The identity of the application's host process."""
+
+    def failure(self, app_dir: Path, name: str) -> str | None:
+        """Why the query `name` failed inside its live host (its current generation), or None."""
+
+    def reported(self, app_dir: Path) -> dict[str, dict[str, Any]]:
+        """What the host reports of each of its queries."""
+
+    def restart(self, app_dir: Path, name: str) -> bool:
+        """Start one failed query again in its live host; False when the application no longer lists it."""
+
+    def ensure_host(self, app_dir: Path) -> int:
+        """Start the application's host again if it is gone (every query it lists, from its checkpoint); its PID."""
 
 
 class Engine(Protocol):
@@ -78,8 +148,11 @@ class Engine(Protocol):
     def last_committed_batch(self, checkpoint: Path) -> int | None:
         """Progress: the id of the checkpoint's last committed batch."""
 
-    def standby(self, root: Path) -> dict[str, Any] | None:
-        """The warm standby driver waiting under `root` (its PID and state, ...); None when none waits."""
+    standbys: Standbys
+    """Its warm standby drivers (the supervisor's keeper)."""
+
+    shared: SharedApps
+    """Its shared applications, as the supervisor watches them."""
 
     def sink_format(self, project: Any, relation: Any) -> dict[str, Any]:
         """How a query writes a relation's values (its format, schema and registry subject)."""

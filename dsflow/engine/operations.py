@@ -281,7 +281,7 @@ def _standby(loaded: Loaded, state) -> dict[str, Any] | None:
     if not root.is_dir() or not any(Address.parse(k).kind is Kind.QUERY and not r.outputs.get("app_dir")
                                     for k, r in state.resources.items()):
         return None
-    found = engine().standby(root)
+    found = engine().standbys.describe(root)
     return {"pid": found["pid"], "state": found["state"]} if found else None
 
 

@@ -97,12 +97,12 @@ def run_in_foreground(loaded: Loaded, options: Options, port: int = 0) -> None:
 
 def down(loaded: Loaded) -> int | None:
     """Stop the supervisor (the queries keep running) and its standby driver; its PID, or None if none ran."""
-    from dsflow.adapters.spark import standby
+    from dsflow.core.engines import engine
 
     running = info(loaded)
     if running is not None:
         process.stop(running["pid"], _identity(loaded), timeout=30)  # it stops its standby on its way out
-    standby.stop_all(standby_root(loaded))  # one a killed supervisor left (it would end with its pipe anyway)
+    engine().standbys.stop_all(standby_root(loaded))  # one a killed supervisor left (it would end with its pipe anyway)
     return running["pid"] if running else None
 
 
@@ -114,15 +114,14 @@ def standby_root(loaded: Loaded) -> Path:
 def standby_info(loaded: Loaded) -> dict[str, Any]:
     """What `dsflow runtime status` shows of the standby: the setting, and the waiting standby (PID, state,
     master, ready since, RSS with its JVM and Python workers) or None."""
-    from dsflow.adapters.spark import standby
-
+    from dsflow.core.engines import engine
     from dsflow.runtime.standby import RECORD_FILE
 
     try:
         kept = json.loads((standby_root(loaded) / RECORD_FILE).read_text())
     except (OSError, ValueError):
         kept = {}
-    return {"enabled": loaded.project.runtime.standby, "standby": standby.describe(standby_root(loaded)),
+    return {"enabled": loaded.project.runtime.standby, "standby": engine().standbys.describe(standby_root(loaded)),
             "standby_keeper": {k: kept.get(k) for k in ("note", "failures", "last_error", "handoffs", "last_handoff")}
             if info(loaded) is not None else None}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dsflow.adapters import process
-from dsflow.adapters.spark import apps
+from dsflow.core.engines import engine
 from dsflow.core.state import DeployedResource
 from dsflow.runtime.records import STABLE_SECONDS, RuntimeRecord, backoff, last_error, write_record
 
@@ -24,6 +24,7 @@ from dsflow.runtime.records import STABLE_SECONDS, RuntimeRecord, backoff, last_
 def watch(supervisor: Any, deployed: DeployedResource, run_dir: Path, record: RuntimeRecord) -> None:
     """One look at one shared query: running, failed in its host, or its host gone."""
     app_dir, name = Path(deployed.outputs["app_dir"]), deployed.outputs["app_query"]
+    apps = engine().shared
     pid, identity = deployed.outputs.get("pid"), apps.host_identity(deployed.outputs["app_dir"])
     code = supervisor._reap(pid)
     alive = process.is_running(pid, identity)
@@ -70,7 +71,7 @@ def _failed(run_dir: Path, record: RuntimeRecord, pid: int | None, app_dir: Path
 
 
 def _restart_in_host(run_dir: Path, record: RuntimeRecord, app_dir: Path, name: str, address: str) -> None:
-    if not apps.restart(app_dir, name):
+    if not engine().shared.restart(app_dir, name):
         return  # apply removed it meanwhile
     record.restarts, record.next_retry, record.updated_at = record.restarts + 1, None, time.time()
     write_record(run_dir, record)
@@ -80,7 +81,7 @@ def _restart_in_host(run_dir: Path, record: RuntimeRecord, app_dir: Path, name: 
 def relaunch(deployed: DeployedResource) -> int:
     """The supervisor's start of a dead host: the host's PID (one already started for another of its queries is
     reused)."""
-    return apps.ensure_host(Path(deployed.outputs["app_dir"]))
+    return engine().shared.ensure_host(Path(deployed.outputs["app_dir"]))
 
 
 def _log(message: str) -> None:

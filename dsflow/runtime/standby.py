@@ -1,4 +1,5 @@
-"""The supervisor's warm standby driver (`runtime.standby: true`; the process: adapters/spark/standby.py).
+"""The supervisor's warm standby driver (`runtime.standby: true`; the process: the engine's `standbys`,
+adapters/spark/standby.py for Spark).
 
 While the setting is on and the state records at least one query in `query` isolation on a local master, the
 supervisor keeps one standby per environment under `<run>/standby/sb-<id>/`, started with the master and Spark
@@ -26,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from dsflow.adapters import process
-from dsflow.adapters.spark import standby as process_side
-from dsflow.adapters.spark.spec import driver_identity
 from dsflow.core.address import Address, Kind
+from dsflow.core.engines import StandbyDriver, engine
 from dsflow.core.state import State
 from dsflow.runtime.records import backoff
 
@@ -77,7 +77,7 @@ class Keeper:
         self.root = root
         self.enabled = enabled
         self.log = log
-        self.current: process_side.Standby | None = None
+        self.current: StandbyDriver | None = None
         self.failures = 0
         self.next_start = 0.0
         self.settle_by: float | None = None
@@ -89,11 +89,12 @@ class Keeper:
         self.record: dict[str, Any] = {"enabled": enabled, "note": None, "failures": 0, "last_error": None,
                                        "next_start": None, "handoffs": 0, "last_handoff": None}
         if root.is_dir():
-            process_side.sweep(root)
+            engine().standbys.sweep(root)
 
     def info(self) -> dict[str, Any]:
         """What `dsflow runtime status` shows of the standby (control.standby_info), from the keeper itself."""
-        return {"enabled": self.enabled, "standby": process_side.describe(self.root), "standby_keeper": self.record}
+        return {"enabled": self.enabled, "standby": engine().standbys.describe(self.root),
+                "standby_keeper": self.record}
 
     def tick(self, state: State) -> None:
         """Start, replace or stop the standby as the state and the setting want."""
@@ -126,8 +127,8 @@ class Keeper:
 
     def start(self, master: str, conf: dict[str, str]) -> None:
         folder = self.root / f"sb-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
-        process_side.sweep(self.root)
-        self.current = process_side.start(folder, master, conf)
+        engine().standbys.sweep(self.root)
+        self.current = engine().standbys.start(folder, master, conf)
         self.log(f"standby driver starting (pid {self.current.pid}, {master}) in {folder}")
         self._save(next_start=None)
 
@@ -139,13 +140,13 @@ class Keeper:
             return None, "cold start (no standby ready)" if self.enabled else "cold start"
         try:
             spec = json.loads(spec_path.read_text())
-            reason = process_side.misfit(current.master, current.spark_conf, spec.get("master") or "",
+            reason = engine().standbys.misfit(current.master, current.spark_conf, spec.get("master") or "",
                                          spec.get("spark_conf") or {})
         except (OSError, ValueError, AttributeError) as err:
             reason = f"its spec cannot be read: {err}"
         if reason is not None:
             return None, f"cold start ({reason})"
-        ready_for = time.time() - float(process_side.read_status(current.folder).get("ready_at") or time.time())
+        ready_for = time.time() - float(engine().standbys.read_status(current.folder).get("ready_at") or time.time())
         answer = current.hand_over(spec_path, env, log_path)
         if answer.get("ok") and answer.get("pid") == current.pid:
             current.release()
@@ -167,12 +168,12 @@ class Keeper:
             self.log(f"standby driver stopped (pid {current.pid}): {why}")
             self._save()
 
-    def _died(self, current: process_side.Standby) -> None:
+    def _died(self, current: StandbyDriver) -> None:
         self.current = None
         current.release()
         self.failures += 1
         self.next_start = time.time() + backoff(self.failures)
-        error = process_side.read_status(current.folder).get("error")
+        error = engine().standbys.read_status(current.folder).get("error")
         message = (f"DSF-E257: the standby driver (pid {current.pid}) ended with exit code "
                    f"{current.popen.returncode} before a query was handed to it{': ' + error if error else ''}")
         self.log(f"{message}; another in {backoff(self.failures):.0f} s")
@@ -209,4 +210,4 @@ def _before_first_progress(status_path: Path) -> bool:
     if not isinstance(status, dict) or not (status.get("state") == "starting" or
                                             (status.get("state") == "running" and status.get("batch_id") is None)):
         return False
-    return process.is_running(status.get("pid"), driver_identity(status_path.parent))
+    return process.is_running(status.get("pid"), engine().driver_identity(status_path.parent))

@@ -26,10 +26,10 @@ from pathlib import Path
 from dsflow.engine import operations
 from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
+from dsflow.core.engines import engine
 from dsflow.core.forcing import is_paused
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
-from dsflow.adapters.spark.spec import driver_identity
 from dsflow.engine.executors import datagen_identity, launch_datagen, relaunch_driver
 from dsflow.runtime import endpoint, shared
 from dsflow.runtime.locking import RESTART_OPERATION
@@ -114,7 +114,7 @@ class Supervisor:
     def watch(self, deployed: DeployedResource) -> None:
         is_query = Address.parse(deployed.address).kind is Kind.QUERY
         run_dir = self.run_dir(deployed)
-        identity = driver_identity(deployed.outputs.get("run_dir")) if is_query else datagen_identity(run_dir)
+        identity = engine().driver_identity(deployed.outputs.get("run_dir")) if is_query else datagen_identity(run_dir)
         pid = deployed.outputs.get("pid")
         version = str(deployed.outputs.get("version", "")) if is_query else ""
         record = read_record(run_dir)

@@ -20,16 +20,35 @@ def _members(cls: type) -> set[str]:
 
 def test_every_registered_engine_has_every_member_of_the_protocol() -> None:
     wanted = _members(Engine)
-    assert {"start", "park", "stop", "relaunch", "identity", "committed_offsets", "standby"} <= wanted
+    assert {"start", "park", "stop", "relaunch", "identity", "committed_offsets", "standbys", "shared"} <= wanted
     for name, module in engines.ENGINES.items():
         engine = importlib.import_module(module).ENGINE
-        missing = sorted(m for m in wanted if not hasattr(engine, m))
-        assert not missing, f"engine {name} lacks {missing}"
-        for member in wanted:
-            declared = getattr(Engine, member, None)
-            if callable(declared):  # the same parameters as the protocol's
-                assert list(inspect.signature(declared).parameters)[1:] \
-                    == list(inspect.signature(getattr(engine, member)).parameters), (name, member)
+        _assert_implements(engine, Engine, name)
+        _assert_implements(engine.standbys, engines.Standbys, f"{name}.standbys")
+        _assert_implements(engine.shared, engines.SharedApps, f"{name}.shared")
+
+
+def _assert_implements(found: object, protocol: type, name: str) -> None:
+    wanted = _members(protocol)
+    missing = sorted(m for m in wanted if not hasattr(found, m))
+    assert not missing, f"engine {name} lacks {missing}"
+    for member in wanted:
+        declared = getattr(protocol, member, None)
+        if callable(declared):  # the same parameters as the protocol's
+            assert list(inspect.signature(declared).parameters)[1:] \
+                == list(inspect.signature(getattr(found, member)).parameters), (name, member)
+
+
+def test_the_runtime_asks_the_engine_for_its_standbys_and_shared_applications() -> None:
+    """dsflow/runtime/ (the supervisor) imports no engine package: the import contract in pyproject.toml, and here
+    the modules as loaded."""
+    import sys
+
+    for module in ("dsflow.runtime.standby", "dsflow.runtime.shared", "dsflow.runtime.supervisor",
+                   "dsflow.runtime.control"):
+        importlib.import_module(module)
+        source = Path(sys.modules[module].__file__ or "").read_text()
+        assert "dsflow.adapters.spark" not in source and "adapters.sqlite" not in source, module
 
 
 def test_the_default_engine_is_spark_and_is_asked_once() -> None:

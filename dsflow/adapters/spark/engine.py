@@ -15,7 +15,7 @@ from typing import Any
 from dsflow.adapters import process
 from dsflow.adapters.spark import apps, checkpoint as checkpoints, reload, spec as specs, standby
 from dsflow.core.address import Address
-from dsflow.core.engines import Handoff, Rows, StartAt
+from dsflow.core.engines import Engine, Handoff, Rows, SharedApps, StartAt, Standbys
 
 
 class SparkEngine:
@@ -23,6 +23,10 @@ class SparkEngine:
     shared application's host (`runtime.isolation: shared`)."""
 
     driver_module = specs.DRIVER_MODULE
+
+    def __init__(self) -> None:
+        self.standbys: Standbys = SparkStandbys()
+        self.shared: SharedApps = SparkSharedApps()
 
     def driver_identity(self, run_dir: str | Path | None) -> process.Identity:
         return specs.driver_identity(run_dir)
@@ -89,9 +93,6 @@ class SparkEngine:
     def last_committed_batch(self, checkpoint: Path) -> int | None:
         return checkpoints.last_committed_batch(checkpoint)
 
-    def standby(self, root: Path) -> dict[str, Any] | None:
-        return standby.describe(root)
-
     def sink_format(self, project: Any, relation: Any) -> dict[str, Any]:
         from dsflow.adapters.spark.translate import sink_format
 
@@ -102,6 +103,48 @@ class SparkEngine:
         from dsflow.adapters.spark.follow import follow
 
         follow(project, query, on_rows, stop, on_started)
+
+
+class SparkStandbys:
+    """Warm standby drivers: a driver process with its SparkSession built, waiting for a spec on its stdin
+    (adapters/spark/standby.py)."""
+
+    def start(self, folder: Path, master: str, spark_conf: dict[str, str]) -> standby.Standby:
+        return standby.start(folder, master, spark_conf)
+
+    def describe(self, root: Path) -> dict[str, Any] | None:
+        return standby.describe(root)
+
+    def stop_all(self, root: Path, timeout: float = 15.0) -> list[int]:
+        return standby.stop_all(root, timeout)
+
+    def sweep(self, root: Path) -> None:
+        standby.sweep(root)
+
+    def misfit(self, master: str, conf: dict[str, str], spec_master: str, spec_conf: dict[str, str]) -> str | None:
+        return specs.misfit(master, conf, spec_master, spec_conf)
+
+    def read_status(self, folder: Path) -> dict[str, Any]:
+        return standby.read_status(folder)
+
+
+class SparkSharedApps:
+    """Shared applications: one host process running several queries (adapters/spark/apps.py)."""
+
+    def host_identity(self, app_dir: str | Path) -> process.Identity:
+        return apps.host_identity(app_dir)
+
+    def failure(self, app_dir: Path, name: str) -> str | None:
+        return apps.failure(app_dir, name)
+
+    def reported(self, app_dir: Path) -> dict[str, dict[str, Any]]:
+        return apps.reported(app_dir)
+
+    def restart(self, app_dir: Path, name: str) -> bool:
+        return apps.restart(app_dir, name)
+
+    def ensure_host(self, app_dir: Path) -> int:
+        return apps.ensure_host(app_dir)
 
 
 def _restart_secrets(project: Any, deployed: Any, text: str) -> dict[str, str]:
@@ -155,4 +198,4 @@ def _launch_driver(run_dir: Path, spec_path: Path, secrets: dict[str, str], park
     return process.launch(specs.DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log", identity, env=secrets)
 
 
-ENGINE = SparkEngine()
+ENGINE: Engine = SparkEngine()  # mypy checks it has every member of the protocol
