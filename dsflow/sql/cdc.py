@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dsflow.sql.dialect import SPARK
 from dsflow.core import stores
 from dsflow.core.model import Column, Relation
 from dsflow.errors import Diagnostic, Location
@@ -108,7 +109,7 @@ def image_types(relation: Relation) -> dict[str, str]:
         column = relation.column(name)
         if column is not None and struct_fields(column.type) is not None:
             built = exp.DataType.build(column.type)
-            return {f.name: f.args["kind"].sql(dialect="spark") for f in built.expressions}
+            return {f.name: f.args["kind"].sql(dialect=SPARK) for f in built.expressions}
     return {}
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from dsflow.sql.dialect import SPARK
 from dsflow.errors import Diagnostic
 
 Report = Callable[[Diagnostic], None]
@@ -80,7 +81,7 @@ def _failed(dot: exp.Dot) -> bool:
 
 def group_key_sql(node: exp.Expr) -> str:
     """How a GROUP BY item and a projection are matched: their normalized SQL."""
-    return node.sql(dialect="spark")
+    return node.sql(dialect=SPARK)
 
 
 def type_map_subscripts(select: exp.Expr, annotate: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:

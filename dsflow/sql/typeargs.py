@@ -23,7 +23,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from dsflow.sql.typekinds import (
-    ARRAY, COMPLEX, DATE, NULL, NUM, STR, TIME, UNKNOWN, Problem, Typed, text,
+    ARRAY, COMPLEX, DATE, NULL, NUM, STR, TIME, UNKNOWN, Later, Problem, Typed, text,
 )
 
 T = exp.DataType.Type
@@ -75,7 +75,7 @@ argument Spark sees is the one inside."""
 class Typing(Protocol):
     def infer(self, node: exp.Expr) -> Typed: ...
 
-    def _wanted(self, node: exp.Expr, found: Typed, kind: str, what: str) -> None: ...
+    def _wanted(self, node: exp.Expr, found: Typed, kind: str, what: str | Later) -> None: ...
 
     def number(self, node: exp.Expr) -> exp.DataType | None: ...
 
@@ -98,14 +98,14 @@ def arguments(node: exp.Expr) -> list[tuple[exp.Expr, str]]:
     return found
 
 
-def check_arguments(checker: Typing, node: exp.Expr, name: str) -> None:
+def check_arguments(checker: Typing, node: exp.Expr, name: str | Later) -> None:
     """Each argument ARGUMENTS names against what it takes; a Problem (DSF-E409, or E402/E403 for a string cast
     when the query runs) for the first that does not fit."""
     for value, wanted in arguments(node):
         found = checker.infer(value)
         if found.kind in (UNKNOWN, NULL):
             continue
-        what = f"{name}'s argument '{text(value)}'"
+        what = Later(lambda name, value: f"{name}'s argument '{text(value)}'", name, value)
         if _fits(checker, found, wanted, value):
             continue
         if found.kind == STR and wanted in (NUMBER, SMALL_INT, TEMPORAL):

@@ -22,9 +22,10 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from dsflow.sql.dialect import SPARK
 from dsflow.errors import Diagnostic
 from dsflow.sql.typekinds import (
-    ARRAY, INTERVAL, NULL, NUM, RUNTIME_CODES, STR, UNKNOWN, Problem, Typed, kind_of, text,
+    ARRAY, INTERVAL, NULL, NUM, RUNTIME_CODES, STR, UNKNOWN, Problem, Typed, built, kind_of, text,
 )
 from dsflow.sql.typerules import Checker
 
@@ -78,10 +79,11 @@ def _result_type(projection: exp.Expr, found: Typed, width: exp.DataType | None)
     if found.kind == STR and found.data_type is not None and declared not in (STR, UNKNOWN):
         return found.data_type.copy()  # LEFT(x, 2) is a string (sqlglot: x's DOUBLE)
     if width is not None:
-        same = projection.type is not None and projection.type.sql(dialect="spark") == width.sql(dialect="spark")
+        same = projection.type is not None and (projection.type == width or
+                                                projection.type.sql(dialect=SPARK) == width.sql(dialect=SPARK))
         return None if same else width.copy()
     if isinstance(node, exp.Neg) and declared == NULL:
-        return exp.DataType.build("DOUBLE")
+        return built("DOUBLE")
     if isinstance(node, exp.Round) and found.data_type is not None and projection.type is not None and \
             declared == NUM and found.data_type.this != projection.type.this:
         return found.data_type.copy()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 from sqlglot import exp
 
+from dsflow.sql.dialect import SPARK
 T = exp.DataType.Type
 
 NUM, STR, BOOL, TIME, DATE, ARRAY, MAP, STRUCT, NULL, BINARY, INTERVAL, UNKNOWN = (
@@ -35,7 +39,7 @@ class Typed:
         if self.literal is not None:
             return f"the string '{self.literal}'"
         if self.data_type is not None and not self.data_type.is_type(T.UNKNOWN):
-            return self.data_type.sql(dialect="spark").upper()
+            return self.data_type.sql(dialect=SPARK).upper()
         return self.kind.upper()
 
 
@@ -71,19 +75,30 @@ def number_literal(node: exp.Literal) -> Typed:
     return Typed(NUM, literal_type(node.name))
 
 
+@cache
+def _parsed_type(written: str) -> exp.DataType:
+    return exp.DataType.build(written)
+
+
+def built(written: str) -> exp.DataType:
+    """`exp.DataType.build(written)`, parsed once per text (a build parses SQL: a tenth of a cold plan's time when
+    done for every node typed); a copy, the caller's to change."""
+    return _parsed_type(written).copy()
+
+
 def literal_type(written: str) -> exp.DataType:
     """A number literal's type in Spark: INT, BIGINT past 32 bits, a DECIMAL of its digits (an integer past 64
     bits, or one with a fraction: 2.5 is DECIMAL(2, 1)), DOUBLE with an exponent."""
     digits = written.lstrip("+-")
     if "e" in digits.lower():
-        return exp.DataType.build("DOUBLE")
+        return built("DOUBLE")
     if digits.isdigit():
         value = abs(int(digits))
-        return exp.DataType.build("INT" if value < 2**31 else "BIGINT" if value < 2**63 else
+        return built("INT" if value < 2**31 else "BIGINT" if value < 2**63 else
                                   f"DECIMAL({min(len(str(value)), 38)}, 0)")
     whole, _, fraction = digits.partition(".")
     unscaled = (whole + fraction).lstrip("0")
-    return exp.DataType.build(f"DECIMAL({min(max(len(unscaled), len(fraction), 1), 38)}, {min(len(fraction), 38)})")
+    return built(f"DECIMAL({min(max(len(unscaled), len(fraction), 1), 38)}, {min(len(fraction), 38)})")
 
 
 def converts(text: str, kind: str) -> bool:
@@ -105,6 +120,21 @@ class Problem(Exception):
     def __init__(self, code: str, node: exp.Expr, message: str, hint: str) -> None:
         super().__init__(message)
         self.code, self.node, self.message, self.hint = code, node, message, hint
+
+
+class Later:
+    """Message text made only when a message is: `text()` writes SQL, too slow to run for every node typed."""
+
+    __slots__ = ("make", "args")
+
+    def __init__(self, make: Callable[..., str], *args: Any) -> None:
+        self.make, self.args = make, args
+
+    def __str__(self) -> str:
+        return self.make(*self.args)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def text(node: exp.Expr) -> str:

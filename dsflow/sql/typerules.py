@@ -6,7 +6,7 @@ from sqlglot import exp
 
 from dsflow.sql.typekinds import (
     ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
-    Typed, converts, kind_of, number_literal, text, typed,
+    Later, Typed, built, converts, kind_of, number_literal, text, typed,
 )
 from dsflow.sql.typeargs import INTEGERS, check_arguments, concat_ws_part
 from dsflow.sql.typewidths import number_type
@@ -82,12 +82,12 @@ class Checker:
         if isinstance(node, (exp.Alias, exp.Paren)):
             return self.infer(node.this)
         if isinstance(node, exp.Literal):
-            return Typed(STR, exp.DataType.build("VARCHAR"), literal=node.name) if node.is_string else \
+            return Typed(STR, built("VARCHAR"), literal=node.name) if node.is_string else \
                 number_literal(node)
         if isinstance(node, exp.Null):
             return Typed(NULL)
         if isinstance(node, exp.Boolean):
-            return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+            return Typed(BOOL, built("BOOLEAN"))
         if isinstance(node, exp.Column):
             return typed(node.type) if kind_of(node.type) != UNKNOWN else \
                 typed(self.columns.get((node.table.lower(), node.name.lower())))
@@ -152,7 +152,7 @@ class Checker:
     def _cast(self, node: exp.Cast) -> Typed:
         source = self.infer(node.this)
         target = typed(node.to)
-        strict = not node.sql(dialect="spark").upper().startswith("TRY_CAST")
+        strict = not (isinstance(node, exp.TryCast) and node.args.get("safe") is True)  # Spark writes TRY_CAST
         if source.kind in (UNKNOWN, NULL) or target.kind == UNKNOWN:
             return target
         if target.kind not in CASTABLE.get(source.kind, {target.kind}):
@@ -168,13 +168,13 @@ class Checker:
     def _compare(self, node: exp.Binary) -> Typed:
         left, right = self.infer(node.this), self.infer(node.expression)
         self._comparable(node, [(node.this, left), (node.expression, right)])
-        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+        return Typed(BOOL, built("BOOLEAN"))
 
     def _in(self, node: exp.In) -> Typed:
         items = [(node.this, self.infer(node.this))] + [(e, self.infer(e)) for e in node.expressions]
         if items[0][1].kind != NULL:  # NULL IN (...) is NULL: Spark folds it without casting the list
             self._comparable(node, items)
-        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+        return Typed(BOOL, built("BOOLEAN"))
 
     def _between(self, node: exp.Between) -> Typed:
         items = [(node.this, self.infer(node.this)), (node.args["low"], self.infer(node.args["low"])),
@@ -182,7 +182,7 @@ class Checker:
         if items[0][1].kind != NULL:  # NULL BETWEEN ... is NULL, as NULL IN (...)
             for bound in items[1:]:  # Spark compares x >= low and x <= high: low and high need no common type
                 self._comparable(node, [items[0], bound])
-        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+        return Typed(BOOL, built("BOOLEAN"))
 
     def _comparable(self, node: exp.Expr, items: list[tuple[exp.Expr, Typed]]) -> Typed:
         """The common type of values compared (or of branches); a Problem if Spark has none."""
@@ -197,13 +197,14 @@ class Checker:
             if found.kind == target[1].kind or {found.kind, target[1].kind} == {TIME, DATE}:
                 continue
             if found.kind == STR and not isinstance(node, STRICT_BRANCHES):
-                self._wanted(other, found, target[1].kind, f"{text(other)} compared with {target[1].show()}")
+                self._wanted(other, found, target[1].kind,
+                             Later(lambda other, to: f"{text(other)} compared with {to.show()}", other, target[1]))
                 continue
             raise Problem("DSF-E401", node, f"{text(node)}: {target[1].show()} and {found.show()} cannot be "
                           "compared or combined", "CAST one side to the other's type")
         return target[1]
 
-    def _wanted(self, node: exp.Expr, found: Typed, kind: str, what: str) -> None:
+    def _wanted(self, node: exp.Expr, found: Typed, kind: str, what: str | Later) -> None:
         """`node` (typed `found`) is where Spark needs a `kind`: a string converts at run time, or fails."""
         if found.kind in (kind, UNKNOWN, NULL) or {found.kind, kind} == {TIME, DATE}:
             return
@@ -235,7 +236,7 @@ class Checker:
             raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on NULL and {'/'.join(sorted(kinds - {NULL}))}",
                           "arithmetic takes numbers")
         if kinds == {NULL}:
-            return Typed(NUM, exp.DataType.build("DOUBLE"))  # Spark casts both NULLs to DOUBLE
+            return Typed(NUM, built("DOUBLE"))  # Spark casts both NULLs to DOUBLE
         if kinds & {UNKNOWN, NULL}:
             return typed(node.type) if not kinds - {UNKNOWN, NULL, NUM} else UNTYPED
         temporal = self._temporal_arithmetic(node, left, right)
@@ -248,7 +249,7 @@ class Checker:
                 raise Problem("DSF-E404", node, f"{text(node)}: arithmetic on {found.show()} '{text(side)}'",
                               "arithmetic takes numbers (and TIMESTAMP/DATE plus or minus an INTERVAL)")
         for side, found in ((node.this, left), (node.expression, right)):
-            self._wanted(side, found, NUM, f"'{text(node)}'")
+            self._wanted(side, found, NUM, Later(lambda: f"'{text(node)}'"))
         return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM)
 
     def _temporal_arithmetic(self, node: exp.Binary, left: Typed, right: Typed) -> Typed | None:
@@ -260,7 +261,7 @@ class Checker:
         if isinstance(node, exp.Sub) and set(kinds) <= {TIME, DATE}:
             return Typed(INTERVAL)
         if DATE in kinds and NUM in kinds and (isinstance(node, exp.Add) or left.kind == DATE):
-            return Typed(DATE, exp.DataType.build("DATE"))
+            return Typed(DATE, built("DATE"))
         return None
 
     def _interval_arithmetic(self, node: exp.Binary, left: Typed, right: Typed) -> Typed:
@@ -275,7 +276,7 @@ class Checker:
         if isinstance(node, exp.Mul) and set(kinds) == {INTERVAL, STR} or \
                 isinstance(node, exp.Div) and kinds == (INTERVAL, STR):
             side = node.this if left.kind == STR else node.expression
-            self._wanted(side, left if left.kind == STR else right, NUM, f"'{text(node)}'")
+            self._wanted(side, left if left.kind == STR else right, NUM, Later(lambda: f"'{text(node)}'"))
             return Typed(INTERVAL)  # the string is cast to a number (Spark: (ts - ts) * '2' is an INTERVAL)
         if not set(kinds) <= {INTERVAL, NUM}:
             return UNTYPED
@@ -290,24 +291,24 @@ class Checker:
         if found.kind in (NUM, INTERVAL, UNKNOWN):
             return found
         if found.kind == STR:
-            self._wanted(node.this, found, NUM, f"'{text(node)}'")
+            self._wanted(node.this, found, NUM, Later(lambda: f"'{text(node)}'"))
             return Typed(NUM)
         raise Problem("DSF-E404", node, f"{text(node)}: negating {found.show()}", "negate a number")
 
     def _connector(self, node: exp.Connector) -> Typed:
         for side in (node.this, node.expression):
             self._boolean(side, self.infer(side), type(node).__name__.upper())
-        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+        return Typed(BOOL, built("BOOLEAN"))
 
     def _not(self, node: exp.Not) -> Typed:
         self._boolean(node.this, self.infer(node.this), "NOT")
-        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+        return Typed(BOOL, built("BOOLEAN"))
 
     def _boolean(self, node: exp.Expr, found: Typed, clause: str) -> None:
         if found.kind in (BOOL, UNKNOWN, NULL):
             return
         if found.kind == STR:
-            self._wanted(node, found, BOOL, f"{clause} '{text(node)}'")
+            self._wanted(node, found, BOOL, Later(lambda: f"{clause} '{text(node)}'"))
             return
         raise Problem("DSF-E405", node, f"{clause} needs a BOOLEAN condition, but '{text(node)}' is {found.show()}",
                       "compare it, e.g. x > 0, or x IS NOT NULL")
@@ -392,7 +393,7 @@ class Checker:
             if found.kind in COMPLEX and (index == 0 or not concat_ws_part(found)):
                 raise Problem("DSF-E409", node, f"{text(node)}: CONCAT_WS joins strings (and ARRAYs of them), not "
                               f"{found.show()} '{text(part)}'", "CAST it to VARCHAR, or read one of its fields")
-        return Typed(STR, exp.DataType.build("VARCHAR"))
+        return Typed(STR, built("VARCHAR"))
 
     def _joined(self, node: exp.Expr, parts: list[tuple[exp.Expr, Typed]]) -> Typed:
         kinds = {t.kind for _, t in parts}
@@ -405,7 +406,7 @@ class Checker:
             if found.kind in COMPLEX:
                 raise Problem("DSF-E409", node, f"{text(node)}: CONCAT (||) joins strings, not {found.show()} "
                               f"'{text(side)}'", "CAST it to VARCHAR, or read one of its elements or fields")
-        return Typed(STR, exp.DataType.build("VARCHAR"))
+        return Typed(STR, built("VARCHAR"))
 
     def _like(self, node: exp.Binary) -> Typed:
         for side in (node.this, node.expression):
@@ -413,7 +414,7 @@ class Checker:
             if found.kind in COMPLEX:
                 raise Problem("DSF-E409", node, f"{text(node)}: LIKE matches strings, not {found.show()}",
                               "CAST it to VARCHAR, or read one of its elements or fields")
-        return Typed(BOOL, exp.DataType.build("BOOLEAN"))
+        return Typed(BOOL, built("BOOLEAN"))
 
     def _function(self, node: exp.Expr) -> Typed:
         """A function's first argument against what it takes; its result as sqlglot types it (or RESULT_TYPES)."""
@@ -429,20 +430,19 @@ class Checker:
             if decimals.find(exp.Column) is not None:  # NON_FOLDABLE_INPUT
                 raise Problem("DSF-E409", node, f"{text(node)}: ROUND's scale '{text(decimals)}' reads a column; "
                               "Spark takes a constant there", "write the number of decimals, e.g. ROUND(x, 2)")
-            self._wanted(decimals, self.infer(decimals), NUM, f"ROUND's scale '{text(decimals)}'")
-        check_arguments(self, node, _name(node))
+            self._wanted(decimals, self.infer(decimals), NUM, Later(lambda: f"ROUND's scale '{text(decimals)}'"))
+        check_arguments(self, node, Later(lambda: _name(node)))
         if isinstance(node, exp.Round) and first is not None:  # Spark's ROUND of an integer keeps its type
             argument = self.infer(first)
             if argument.data_type is not None and argument.data_type.this in INTEGERS:
                 return argument
         if isinstance(node, STRING_RESULTS) and (first is None or self.infer(first).kind != BINARY):
-            return Typed(STR, exp.DataType.build("VARCHAR"))
+            return Typed(STR, built("VARCHAR"))
         width = self.number(node)  # FLOOR(2.5) is a DECIMAL(2, 0) (sqlglot: VARCHAR), LENGTH(s) an INT, ...
         return Typed(NUM, width) if width is not None else typed(node.type)
 
     def _argument(self, node: exp.Expr, first: exp.Expr, found: Typed) -> None:
-        name = _name(node)
-        what = f"{name}'s argument '{text(first)}'"
+        what = Later(lambda: f"{_name(node)}'s argument '{text(first)}'")
         if isinstance(node, NUMERIC_ARGS):
             if found.kind not in (NUM, STR, UNKNOWN, NULL):
                 raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a number",
@@ -453,8 +453,8 @@ class Checker:
                 raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a TIMESTAMP or DATE",
                               "pass a TIMESTAMP, e.g. TO_TIMESTAMP_LTZ(ms, 3) of epoch milliseconds")
             self._wanted(first, found, TIME, what)
-        elif isinstance(node, STRING_ARGS) or name in COLLECTION_ARGS or isinstance(node, exp.ArraySize):
-            wants_collection = name in COLLECTION_ARGS or isinstance(node, exp.ArraySize)
+        elif isinstance(node, STRING_ARGS) or _collection(node):
+            wants_collection = _collection(node)
             if wants_collection:
                 if found.kind not in (ARRAY, MAP, UNKNOWN, NULL):
                     raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not an ARRAY or MAP",
@@ -463,6 +463,11 @@ class Checker:
             if found.kind in (MAP, STRUCT) or (found.kind == ARRAY and not isinstance(node, (exp.Concat, exp.Reverse))):
                 raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a string",
                               "CAST it to VARCHAR, or read one of its elements or fields")
+
+
+def _collection(node: exp.Expr) -> bool:
+    """A function whose argument is an ARRAY or MAP (CARDINALITY is no sqlglot function: an Anonymous)."""
+    return isinstance(node, exp.ArraySize) or isinstance(node, exp.Anonymous) and node.name.upper() in COLLECTION_ARGS
 
 
 def _name(node: exp.Expr) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dsflow.sql.typekinds import NULL, NUM, STR, Typed, literal_type
+from dsflow.sql.typekinds import NULL, NUM, STR, Typed, built, literal_type
 
 T = exp.DataType.Type
 Infer = Callable[[exp.Expr], Typed]
@@ -35,7 +35,7 @@ BRANCHES = (exp.Coalesce, exp.Greatest, exp.Least, exp.If, exp.Case)
 
 
 def build(name: str) -> exp.DataType:
-    return exp.DataType.build(name)
+    return built(name)
 
 
 def decimal(precision: int, scale: int) -> exp.DataType:
