@@ -8,12 +8,15 @@ an object, or of a namespace it lives in, has every privilege on it; ALL is ever
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 ORGANIZATION = "organization"
+ACCESS_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,99}")
+"""A role or user name, in YAML (load/raw.py) and in GRANT/REVOKE/CREATE ROLE statements (sql/access_sql.py)."""
 
 
 class Privilege(str, Enum):

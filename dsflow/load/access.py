@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, PRIVILEGES, Binding, Grant, Role, object_type
 from dsflow.errors import Diagnostic, Location, Severity
 from dsflow.core.suggest import did_you_mean
-from dsflow.sql.access_sql import ALL_PRIVILEGES, OBJECT_TYPES, RELATION_KINDS, AccessStatement
+from dsflow.sql.statements import ALL_PRIVILEGES, OBJECT_TYPES, RELATION_KINDS, AccessStatement
 
 @dataclass(frozen=True)
 class Target:

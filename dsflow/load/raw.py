@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from dsflow.core.backends import SETTINGS, problems
-from dsflow.sql.access_sql import ACCESS_NAME
+from dsflow.core.access import ACCESS_NAME
 from dsflow.core.model import RuntimeSettings, StoreType
 
 ENVIRONMENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")

@@ -4,40 +4,11 @@ them): GRANT/REVOKE privileges ON an object TO/FROM ROLE, GRANT/REVOKE ROLE TO/F
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 from sqlglot.tokens import Token, TokenType
 
-from dsflow.core.model import ORGANIZATION, PRIVILEGES
+from dsflow.core.access import ACCESS_NAME
 from dsflow.errors import Diagnostic, Location
-from dsflow.sql.statements import RawStatement
-
-ACCESS_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,99}")
-"""A role or user name (load/raw.py checks them in YAML, this module in SQL)."""
-
-RELATION_KINDS = {"RELATION": None, "STREAM": "stream", "CHANGELOG": "changelog",
-                  "MATERIALIZED VIEW": "materialized_view", "TABLE": "table"}
-"""The object types of GRANT ... ON <type> that name a relation, and the kind each one requires."""
-OBJECT_TYPES = {"DATABASE": "database", "SCHEMA": "schema", "STORE": "store", "QUERY": "query",
-                "ORGANIZATION": ORGANIZATION, **{k: "relation" for k in RELATION_KINDS}}
-ALL_PRIVILEGES = tuple(dict.fromkeys(p for names in PRIVILEGES.values() for p in names))
-
-
-@dataclass(frozen=True)
-class AccessStatement:
-    """One GRANT, REVOKE, GRANT ROLE, REVOKE ROLE or CREATE ROLE statement of a .sql file."""
-
-    action: str  # "grant" | "revoke" | "grant_role" | "revoke_role" | "create_role"
-    location: Location
-    role: str = ""
-    privileges: tuple[tuple[str, Location], ...] = ()
-    object_type: str = ""  # as written: DATABASE, STREAM, MATERIALIZED VIEW, ...
-    object_name: tuple[str, ...] = ()
-    object_location: Location | None = None
-    user: str = ""
-    inherits: tuple[str, ...] = ()
-
+from dsflow.sql.statements import OBJECT_TYPES, AccessStatement, RawStatement
 
 OBJECTS = "DATABASE|SCHEMA|STORE|RELATION|STREAM|CHANGELOG|MATERIALIZED VIEW|TABLE|QUERY|ORGANIZATION"
 SYNTAX = {"GRANT": f"GRANT <privilege>[, ...] ON <{OBJECTS}> <name> TO ROLE <role>",

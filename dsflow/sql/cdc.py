@@ -20,9 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlglot import exp
-
-from dsflow.sql.dialect import SPARK
 from dsflow.core import stores
 from dsflow.core.model import Column, Relation
 from dsflow.errors import Diagnostic, Location
@@ -46,6 +43,8 @@ Report = Callable[[Diagnostic], None]
 
 def struct_fields(type_text: str) -> list[str] | None:
     """The field names of a STRUCT<...> type, or None if it is not a STRUCT."""
+    from sqlglot import exp  # imported when used: a warm load of a project without change streams needs no sqlglot
+
     try:
         built = exp.DataType.build(type_text)
     except Exception:  # noqa: BLE001 - an unparsable type is reported by the caller as not a STRUCT
@@ -105,6 +104,10 @@ def image_fields(relation: Relation) -> list[str]:
 
 def image_types(relation: Relation) -> dict[str, str]:
     """The table columns a CDC relation declares in `after` (or `before`), with their Spark types; {} for VARCHAR."""
+    from sqlglot import exp
+
+    from dsflow.sql.dialect import SPARK
+
     for name in ("after", "before"):
         column = relation.column(name)
         if column is not None and struct_fields(column.type) is not None:
@@ -129,6 +132,8 @@ def is_cdc(relation: Relation) -> bool:
 def image_key_fields(select_sql: str, primary_key: tuple[str, ...]) -> list[tuple[str, str]] | str:
     """The `after` field each key column of a changelog made from a change stream projects, in key order:
     [(output column, field)], or why not (a key column that is not a plain `after`->field)."""
+    from sqlglot import exp
+
     from dsflow.sql.parse import parse_one_select
 
     projected = {p.alias_or_name.lower(): p.unalias() for p in parse_one_select(select_sql).selects}

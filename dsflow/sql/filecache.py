@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dsflow.errors import Location
-from dsflow.sql.statements import RawColumn, RawProperty, RawStatement
+from dsflow.sql.statements import AccessStatement, RawColumn, RawProperty, RawStatement
 
 
 def file_key(path: str, text: str) -> str:
@@ -63,15 +63,17 @@ def encode_statements(statements: list[RawStatement], path: str) -> list[list] |
     """Plain JSON data for a file's statements, or None when one carries something this module cannot encode."""
     out = []
     for st in statements:
+        access = st.extra.get("access")
         locations = [st.location, *(c.location for c in st.columns), *(p.location for p in st.properties),
-                     *(loc for _, loc in st.extra.get("partition_by", ()))]
-        if set(st.extra) - {"partition_by"} or any(loc.file != path for loc in locations):
+                     *(loc for _, loc in st.extra.get("partition_by", ())), *_access_locations(access)]
+        if set(st.extra) - {"partition_by", "access"} or any(loc.file != path for loc in locations):
             return None
         out.append([st.kind, list(st.name), _loc(st.location),
                     [[c.name, c.type, *_loc(c.location)] for c in st.columns],
                     list(st.primary_key), [[p.key, p.value, *_loc(p.location)] for p in st.properties],
                     st.select is not None, st.text, [list(parts) for parts in st.source_parts],
-                    [[name, *_loc(loc)] for name, loc in st.extra.get("partition_by", ())]])
+                    [[name, *_loc(loc)] for name, loc in st.extra.get("partition_by", ())],
+                    _encode_access(access)])
     return out
 
 
@@ -83,9 +85,11 @@ def decode_statements(data: list[list], path: str, parse: Callable[[], list[RawS
 
 def decode_statement(item: list, path: str, file: FileParse, index: int) -> RawStatement:
     """One statement of `encode_statements`, the `index`-th of its file (whose parse `file` defers)."""
-    kind, name, loc, columns, pk, props, is_query, text, sources, partition_by = item
-    extra = {"partition_by": tuple((n, Location(path, line, col)) for n, line, col in partition_by)} \
+    kind, name, loc, columns, pk, props, is_query, text, sources, partition_by, access = item
+    extra: dict[str, Any] = {"partition_by": tuple((n, Location(path, line, col)) for n, line, col in partition_by)} \
         if partition_by else {}
+    if access is not None:
+        extra["access"] = _decode_access(access, path)
     return RawStatement(
         kind, tuple(name), Location(path, *loc),
         columns=tuple(RawColumn(n, t, Location(path, line, col)) for n, t, line, col in columns),
@@ -93,6 +97,31 @@ def decode_statement(item: list, path: str, file: FileParse, index: int) -> RawS
         properties=tuple(RawProperty(k, v, Location(path, line, col)) for k, v, line, col in props),
         select=DeferredSelect(file, index) if is_query else None, text=text, extra=extra,
         source_parts=tuple(tuple(parts) for parts in sources))
+
+
+def _access_locations(access: AccessStatement | None) -> list[Location]:
+    if access is None:
+        return []
+    return [access.location, *(loc for _, loc in access.privileges),
+            *([access.object_location] if access.object_location is not None else [])]
+
+
+def _encode_access(access: AccessStatement | None) -> list | None:
+    """A GRANT/REVOKE/CREATE ROLE statement (sql/access_sql.py) as plain data."""
+    if access is None:
+        return None
+    return [access.action, _loc(access.location), access.role,
+            [[privilege, *_loc(loc)] for privilege, loc in access.privileges], access.object_type,
+            list(access.object_name), _loc(access.object_location) if access.object_location is not None else None,
+            access.user, list(access.inherits)]
+
+
+def _decode_access(item: list, path: str) -> AccessStatement:
+    action, loc, role, privileges, object_type, object_name, object_loc, user, inherits = item
+    return AccessStatement(
+        action, Location(path, *loc), role,
+        tuple((privilege, Location(path, line, col)) for privilege, line, col in privileges), object_type,
+        tuple(object_name), Location(path, *object_loc) if object_loc is not None else None, user, tuple(inherits))
 
 
 def _loc(location: Location) -> list[int]:

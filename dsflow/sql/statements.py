@@ -9,8 +9,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsflow.core.model import ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Source, TemporalJoin, Window
+from dsflow.core.model import (
+    ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Source, TemporalJoin, Window,
+)
 from dsflow.errors import Location
+
+RELATION_KINDS = {"RELATION": None, "STREAM": "stream", "CHANGELOG": "changelog",
+                  "MATERIALIZED VIEW": "materialized_view", "TABLE": "table"}
+"""The object types of GRANT ... ON <type> that name a relation, and the kind each one requires."""
+OBJECT_TYPES = {"DATABASE": "database", "SCHEMA": "schema", "STORE": "store", "QUERY": "query",
+                "ORGANIZATION": ORGANIZATION, **{k: "relation" for k in RELATION_KINDS}}
+ALL_PRIVILEGES = tuple(dict.fromkeys(p for names in PRIVILEGES.values() for p in names))
+
+
+@dataclass(frozen=True)
+class AccessStatement:
+    """One GRANT, REVOKE, GRANT ROLE, REVOKE ROLE or CREATE ROLE statement of a .sql file."""
+
+    action: str  # "grant" | "revoke" | "grant_role" | "revoke_role" | "create_role"
+    location: Location
+    role: str = ""
+    privileges: tuple[tuple[str, Location], ...] = ()
+    object_type: str = ""  # as written: DATABASE, STREAM, MATERIALIZED VIEW, ...
+    object_name: tuple[str, ...] = ()
+    object_location: Location | None = None
+    user: str = ""
+    inherits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,18 @@ from plan_scale import write_dsflow_project  # noqa: E402
 def _projects(tmp_path: Path) -> list[tuple[Path, dict]]:
     nexmark = tmp_path / "nexmark"
     shutil.copytree(REPO / "bench" / "nexmark_project", nexmark, ignore=shutil.ignore_patterns(".dsflow"))
-    return [(copy_example(tmp_path), EXAMPLE_VARIABLES), (nexmark, {}),
-            (write_dsflow_project(tmp_path / "scale", 60), {})]
+    example = copy_example(tmp_path)
+    with (example / "sql" / "pipelines.sql").open("a") as sql:
+        sql.write(ACCESS_SQL)
+    return [(example, EXAMPLE_VARIABLES), (nexmark, {}), (write_dsflow_project(tmp_path / "scale", 60), {})]
+
+
+ACCESS_SQL = """
+CREATE ROLE writer WITH ('inherits' = 'analyst');
+GRANT SELECT, INSERT ON STREAM curated.pageviews_enriched TO ROLE writer;
+GRANT ROLE writer TO USER "carol@example.com";
+"""
+"""Access statements in SQL (sql/access_sql.py): the file cache keeps them too (sql/filecache.py)."""
 
 
 def _count_analyses(monkeypatch) -> list[int]:
@@ -164,3 +174,22 @@ def test_graph_matches_networkx(seed):
         assert ours.dependencies(node) == sorted(ref.predecessors(node))
         assert ours.dependents(node) == sorted(ref.successors(node))
     assert ours.roots() == sorted(n for n in ref.nodes if ref.in_degree(n) == 0)
+
+
+def test_a_warm_load_imports_no_sqlglot(tmp_path: Path) -> None:
+    """With every file and SELECT in the cache, a load (each warm `plan` and `validate`) never imports sqlglot, which
+    costs ~0.3 s of every such run: grants in YAML and SQL, a changelog and CREATE STREAM AS SELECT included."""
+    import os
+    import subprocess
+
+    root = copy_example(tmp_path)
+    with (root / "sql" / "pipelines.sql").open("a") as sql:
+        sql.write(ACCESS_SQL)
+    load_project(root, variables=EXAMPLE_VARIABLES)  # fills the cache
+    code = ("import sys; from pathlib import Path; from dsflow.load.project import load_project; "
+            f"load_project(Path({str(root)!r}), variables={EXAMPLE_VARIABLES!r}); "
+            "print(sorted(m for m in ('sqlglot', 'pyspark') if m in sys.modules))")
+    env = {k: v for k, v in os.environ.items() if k != "DSFLOW_CACHE"}
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"
