@@ -163,6 +163,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("query", "dlq.topic", ("dlq_topic",), _R),
     Setting("query", "CONSTRAINT ... EXPECT", ("expectations",), _R, "a rule added, changed or dropped: the same "
             "checkpoint"),
+    Setting("query", "functions", ("functions",), _R, "a function it calls changed its code (its module file) or "
+            "signature: the same checkpoint"),
     Setting("query", "source.deserialization.error.handling", ("deserialization_errors",), _R),
     Setting("query", "runtime.isolation", ("isolation",), _R, "its own driver or a shared application"),
     Setting("query", "owner", ("owner",), _P, "CREATE ... AS SELECT: owns the relation and its query"),
@@ -253,9 +255,20 @@ def named_query_settings(fields: list[str], before: dict, after: dict, stores: M
             named.append("the settings of its schema registry")
         elif name == "expectations":
             named += changed_expectations(before.get(name) or [], after.get(name) or [])
+        elif name == "functions":
+            named += changed_functions(before.get(name) or {}, after.get(name) or {})
         else:
             named.append(name)
     return named or fields
+
+
+def changed_functions(before: dict, after: dict) -> list[str]:
+    """How a restarted query's reason names the functions it calls that changed, from two query metadata dicts of
+    {name: identity hash}: ["function count_char changed", "calls function f now"]."""
+    words = [f"function {n} changed (code or signature)" for n in sorted(after) if n in before and before[n] != after[n]]
+    words += [f"calls function {n} now" for n in sorted(after) if n not in before]
+    words += [f"no longer calls function {n}" for n in sorted(before) if n not in after]
+    return words or ["functions"]
 
 
 def changed_expectations(before: list, after: list) -> list[str]:
