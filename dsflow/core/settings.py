@@ -163,13 +163,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("query", "dlq.topic", ("dlq_topic",), _R),
     Setting("query", "CONSTRAINT ... EXPECT", ("expectations",), _R, "a rule added, changed or dropped: the same "
             "checkpoint"),
-    Setting("query", "functions", ("functions",), _R, "a function it calls changed its code (its module file) or "
-            "signature: the same checkpoint"),
     Setting("query", "source.deserialization.error.handling", ("deserialization_errors",), _R),
     Setting("query", "runtime.isolation", ("isolation",), _R, "its own driver or a shared application"),
     Setting("query", "owner", ("owner",), _P, "CREATE ... AS SELECT: owns the relation and its query"),
     Setting("query", "start.position", ("start_position",), _O),
     Setting("source", "starting.position", ("sources",), _Q, "FROM relation WITH (...)"),
+    Setting("function", "AS 'module:function'", ("target", "path", "source_hash"), _R, "the module file's code "
+            "included: every query calling the function restarts on its checkpoint"),
+    Setting("function", "parameters", ("parameters",), _R, "their names; a type changes the calls' SQL (the query's "
+            "own change)"),
+    Setting("function", "RETURNS", ("returns",), _SC, "the type of the columns its calls compute: the relations "
+            "written with them"),
+    Setting("function", "LANGUAGE", ("language",), _I, "PYTHON only"),
     Setting("source", "timestamp", ("sources",), _Q, "FROM relation WITH (...)"),
     Setting("runtime", "spark_master", ("spark_master",), _R),
     Setting("runtime", "spark_conf", ("runtime_spark_conf",), _R),
@@ -185,7 +190,8 @@ SETTINGS: tuple[Setting, ...] = (
 )
 """Every setting of every kind; tests/unit/test_settings.py fails for a setting the loader accepts that is not here."""
 
-QUERY_SETTINGS_OF = {"relation_settings": "relation", "store_config": "store", "schema_registry": "schema_registry"}
+QUERY_SETTINGS_OF = {"relation_settings": "relation", "store_config": "store", "schema_registry": "schema_registry",
+                     "functions": "function"}
 """Query metadata fields that mirror settings of the relations, stores and registries the query uses."""
 
 
@@ -264,11 +270,9 @@ def named_query_settings(fields: list[str], before: dict, after: dict, stores: M
 
 def changed_functions(before: dict, after: dict) -> list[str]:
     """How a restarted query's reason names the functions it calls that changed, from two query metadata dicts of
-    {name: identity hash}: ["function count_char changed", "calls function f now"]."""
-    words = [f"function {n} changed (code or signature)" for n in sorted(after) if n in before and before[n] != after[n]]
-    words += [f"calls function {n} now" for n in sorted(after) if n not in before]
-    words += [f"no longer calls function {n}" for n in sorted(before) if n not in after]
-    return words or ["functions"]
+    {name: identity hash}: ["function count_char's code or signature"] (the reason adds "changed")."""
+    words = [f"function {n}'s code or signature" for n in sorted(after) if n in before and before[n] != after[n]]
+    return words or ["the functions it calls"]
 
 
 def changed_expectations(before: list, after: list) -> list[str]:

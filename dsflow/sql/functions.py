@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
+from types import MappingProxyType
 from typing import cast
 
 from sqlglot import exp, parse_one
@@ -96,7 +97,7 @@ class Declared:
     returns: str
 
 
-DECLARED: ContextVar[Mapping[str, Declared]] = ContextVar("declared_functions", default={})
+DECLARED: ContextVar[Mapping[str, Declared]] = ContextVar("declared_functions", default=MappingProxyType({}))
 """The user-defined functions the SELECTs being resolved may call, by upper-case name (set by `declared_functions`)."""
 
 
@@ -225,7 +226,7 @@ def check_functions(select: exp.Expr, where: Callable[[exp.Expr], Location | Non
             ok = _check_arguments(node, where, report) and ok
             continue
         user = declared(node)
-        if user is not None:
+        if user is not None and isinstance(node, exp.Anonymous):
             ok = _check_count(node, user, where, report) and ok
             continue
         if not isinstance(node, exp.Anonymous) and type(node) in classes:
