@@ -345,7 +345,7 @@ def _accepted() -> set[tuple[str, str]]:
     found = {("relation", p) for p in RELATION_PROPS | every | {"CREATE STREAM or CHANGELOG", "columns", "PRIMARY KEY"}}
     found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ...", "CONSTRAINT ... EXPECT"}}
     found |= {("cdc", p) for p in CDC_PROPS} | {("source", p) for p in SOURCE_PROPS}
-    found |= {("function", p) for p in ("AS 'module:function'", "parameters", "RETURNS", "LANGUAGE")}  # load/functions.py
+    found |= {("function", p) for p in ("AS 'module:function'", "parameters", "RETURNS", "LANGUAGE")}
     found |= {("table", p) for p in TABLE_PROPS | every} | {("materialized_view", p) for p in VIEW_PROPS | every}
     for kind, model in [("store", raw.RawStore), ("schema_registry", raw.RawSchemaRegistry),
                         ("runtime", raw.RawRuntime), ("database", raw.RawDatabase), ("role", raw.RawRole),

@@ -154,3 +154,41 @@ def test_removing_functions(tmp_path) -> None:
         "relation.analytics.public.loud": (Action.DELETE, "no longer in the project"),
         "function.shout": (Action.DELETE, "no longer in the project"),
     }
+
+
+def test_the_driver_spec_carries_the_functions_and_casts_their_arguments(tmp_path) -> None:
+    from dsflow.adapters.spark.translate import query_spec
+
+    root = make_project(tmp_path, _files())
+    project = load_project(root)
+    loud = next(q for q in project.queries if q.fqn.endswith(".loud"))
+    spec = query_spec(project, loud, "v1", str(tmp_path / "cp"), str(tmp_path / "status"))
+    assert [(f.name, f.path, f.module, f.function, f.parameters, f.returns) for f in spec.functions] == [
+        ("count_char", str(root / "udfs.py"), "udfs", "count_char", ["VARCHAR", "VARCHAR"], "BIGINT"),
+        ("shout", str(root / "lib" / "text.py"), "lib.text", "shout", ["VARCHAR"], "VARCHAR")]
+    assert "COUNT_CHAR(CAST(" in spec.select_sql and "SHOUT(CAST(" in spec.select_sql
+
+
+def test_the_function_runs_row_by_row_and_only_as_planned(tmp_path) -> None:
+    import pandas as pd
+    import pytest
+
+    from dsflow.adapters.spark.udfs import load_function, vectorized
+    from dsflow.adapters.spark.translate import function_specs
+    from dsflow.errors import DsflowError
+
+    root = make_project(tmp_path, _files())
+    project = load_project(root)
+    loud = next(q for q in project.queries if q.fqn.endswith(".loud"))
+    count_char, shout = function_specs(project, loud)
+    assert shout.module == "lib.text"
+    call = vectorized(load_function(count_char))
+    got = call(pd.Series(["banana", None, "cc"]), pd.Series(["a", "a", "c"]))
+    assert got.tolist() == [3, 0, 2]
+    (root / "lib" / "text.py").write_text(TEXT.replace("!", "?"))  # changed after the plan: not run
+    with pytest.raises(DsflowError) as refused:
+        load_function(shout)
+    assert refused.value.code == "DSF-E444"
+    (root / "lib" / "text.py").write_text(TEXT)
+    assert vectorized(load_function(shout))(pd.Series(["a", None])).tolist() == ["A!", None]
+
