@@ -77,7 +77,8 @@ def test_example_plan_after_changing_a_functions_code(example):
         "CREATE FUNCTION count_char(s VARCHAR, c VARCHAR) RETURNS BIGINT LANGUAGE PYTHON AS 'udfs:count_char';\n"
         "CREATE STREAM curated.page_parts AS SELECT id, count_char(pageid, '_') AS parts FROM pageviews;\n")
     state = applied(plan_of(example, State()))
-    (example / "udfs.py").write_text("def count_char(s: str, c: str) -> int:\n    return 0 if s is None else s.count(c)\n")
+    (example / "udfs.py").write_text("def count_char(s: str, c: str) -> int:\n"
+                                     "    return 0 if s is None else s.count(c)\n")
     check_plan("example_plan_function_changed", plan_of(example, state))
 
 
