@@ -192,3 +192,17 @@ def test_the_function_runs_row_by_row_and_only_as_planned(tmp_path) -> None:
     (root / "lib" / "text.py").write_text(TEXT)
     assert vectorized(load_function(shout))(pd.Series(["a", None])).tolist() == ["A!", None]
 
+
+
+def test_only_the_admins_create_or_change_a_function() -> None:
+    """A function runs code in the query drivers: its create and update need its ownership, which sysadmin holds."""
+    from dsflow.core.access import AccessModel
+
+    model = AccessModel.from_records([
+        ("binding.sys", {"user": "sys", "roles": ["sysadmin"]}), ("binding.ann", {"user": "ann", "roles": ["analyst"]}),
+        ("role.analyst", {"name": "analyst", "inherits": []}), ("function.f", {"language": "python"})])
+    plan = {"changes": [{"address": "function.g", "action": "create", "after": {"language": "python"}},
+                        {"address": "function.f", "action": "update", "before": {}, "after": {"language": "python"}}]}
+    assert model.authorize_plan("sys", plan) == []
+    assert [(r.address, r.decision.missing) for r in model.authorize_plan("ann", plan)] == [
+        ("function.g", (("OWNERSHIP", "function.g"),)), ("function.f", (("OWNERSHIP", "function.f"),))]
