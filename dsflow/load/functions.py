@@ -16,13 +16,14 @@ import sys
 import traceback
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from dsflow.core.model import Column, Function
 from dsflow.errors import Diagnostic, Location
+from dsflow.sql.functions import Declared
 from dsflow.sql.statements import RawStatement
 
 Report = Callable[[Diagnostic], None]
@@ -212,3 +213,19 @@ def _is_union(hint: Any) -> bool:
 
 def _type_name(hint: Any) -> str:
     return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
+def signatures(functions: Iterable[Function]) -> dict[str, Declared]:
+    """sql/functions.py's Declared of each Function, by name."""
+    return {f.name: Declared(f.name, tuple(c.type for c in f.parameters), f.returns) for f in functions}
+
+
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
+
+
+def called_functions(select_sql: str, functions: dict[str, Function]) -> tuple[str, ...]:
+    """The names of `functions` that the normalized SELECT calls, sorted (its string literals left out)."""
+    if not functions:
+        return ()
+    code = _STRING.sub("''", select_sql)
+    return tuple(sorted(n for n in functions if re.search(rf"(?<![\w.`\"]){re.escape(n)}\s*\(", code, re.I)))

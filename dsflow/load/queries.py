@@ -543,7 +543,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
-                 functions=called_functions(analysed.select_sql, ns.functions), location=st.location)
+                 functions=_called(analysed, ns), location=st.location)
 
 
 def _expectations(st: RawStatement, analysed: Analysed, sources: tuple[Source, ...], ns: Namespace,
@@ -708,28 +708,19 @@ def _analyse_calling(path: str, st: RawStatement, ns: Namespace, report: Report)
     """analyse_select with the project's functions known (sql/functions.py `declared_functions`)."""
     if not ns.functions:
         return analyse_select(path, st, ns.relations, ns.qualify_name, report)
+    from dsflow.load.functions import signatures
     from dsflow.sql.functions import declared_functions
 
     with declared_functions(signatures(ns.functions.values())):
         return analyse_select(path, st, ns.relations, ns.qualify_name, report)
 
 
-def signatures(functions) -> dict:
-    """sql/functions.py's Declared of each Function, by name."""
-    from dsflow.sql.functions import Declared
-
-    return {f.name: Declared(f.name, tuple(c.type for c in f.parameters), f.returns) for f in functions}
-
-
-_STRING = re.compile(r"'(?:[^'\\]|\\.)*'")
-
-
-def called_functions(select_sql: str, functions: dict[str, Function]) -> tuple[str, ...]:
-    """The names of `functions` that the normalized SELECT calls, sorted (its string literals left out)."""
-    if not functions:
+def _called(analysed: Analysed, ns: Namespace) -> tuple[str, ...]:
+    if not ns.functions:
         return ()
-    code = _STRING.sub("''", select_sql)
-    return tuple(sorted(n for n in functions if re.search(rf"(?<![\w.`\"]){re.escape(n)}\s*\(", code, re.I)))
+    from dsflow.load.functions import called_functions
+
+    return called_functions(analysed.select_sql, ns.functions)
 
 
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:
