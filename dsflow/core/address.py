@@ -13,6 +13,7 @@ class Kind(str, Enum):
     DATABASE = "database"
     SCHEMA = "schema"
     RELATION = "relation"
+    FUNCTION = "function"
     QUERY = "query"
     DATAGEN = "datagen"
     ROLE = "role"

@@ -283,7 +283,28 @@ class Query(Frozen):
         None, description="'runtime.isolation': where it runs, overriding the project's runtime.isolation; None: as "
                           "that says")
     owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
+    functions: tuple[str, ...] = Field((), description="the names of the user-defined functions its SELECT calls")
     location: Location | None = None
+
+
+class Function(Frozen):
+    """A user-defined scalar function: CREATE FUNCTION name(params) RETURNS type LANGUAGE PYTHON AS 'module:function'.
+    The module is a Python file of the project (load/functions.py); Spark runs it as a pandas UDF."""
+
+    name: str = Field(description="its name in SQL, in lower case")
+    parameters: tuple[Column, ...] = Field(description="the declared parameters, in order")
+    returns: str = Field(description="the declared SQL result type")
+    module: str = Field(description="the dotted module name, resolved from the project root")
+    function: str = Field(description="the function's name in its module")
+    path: str = Field(description="the module's file, relative to the project root")
+    source_hash: str = Field(description="sha256 of the module file's bytes (first 16 hex digits)")
+    location: Location | None = None
+
+    @property
+    def identity(self) -> dict[str, object]:
+        """What a query calling it runs with: its signature, where it is and its code's hash."""
+        return {"parameters": [[c.name, c.type] for c in self.parameters], "returns": self.returns,
+                "target": f"{self.module}:{self.function}", "source_hash": self.source_hash}
 
 
 class Datagen(Frozen):
@@ -432,6 +453,7 @@ class Project(Frozen):
     schemas: tuple[Schema, ...] = ()
     relations: tuple[Relation, ...] = ()
     queries: tuple[Query, ...] = ()
+    functions: tuple[Function, ...] = Field((), description="the CREATE FUNCTION declarations")
     datagens: tuple[Datagen, ...] = ()
     roles: tuple[Role, ...] = ()
     grants: tuple[Grant, ...] = ()

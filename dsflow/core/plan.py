@@ -292,6 +292,9 @@ def _change_for(resource: Resource, state: State, options: PlanOptions, replaced
                       effect=_effect(kind, Action.UPDATE, resource.data), **common)
     if deployed.metadata_hash != resource.metadata_hash and access_only(deployed.metadata, resource.metadata):
         return Change(action=Action.UPDATE, reason="owner changed (in place)", effect=OWNERSHIP_EFFECT, **common)
+    if deployed.metadata_hash != resource.metadata_hash and kind is Kind.FUNCTION:
+        return Change(action=Action.UPDATE, reason=function_reason(deployed.metadata, resource.metadata),
+                      effect=_effect(kind, Action.UPDATE), **common)
     if deployed.metadata_hash != resource.metadata_hash:
         fields = _changed_fields(deployed.metadata, resource.metadata)
         if kind is Kind.RELATION and resource.data.get("kind") == "changelog" and "key_format" in fields:
@@ -442,6 +445,18 @@ def _with_data_loss(change: Change, state: State, options: PlanOptions) -> Chang
     return change.model_copy(update={"destroys": loss})
 
 
+def function_reason(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Why a user-defined function changed, in words: its code (module file), its signature, or where it is."""
+    what = []
+    if before.get("source_hash") != after.get("source_hash"):
+        what.append(f"code of {after.get('path')} changed")
+    if (before.get("parameters"), before.get("returns")) != (after.get("parameters"), after.get("returns")):
+        what.append("signature changed")
+    if (before.get("target"), before.get("path")) != (after.get("target"), after.get("path")):
+        what.append(f"now {after.get('target')}")
+    return f"{'; '.join(what) or 'definition changed'} (in place)"
+
+
 def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     keys = sorted(set(before) | set(after))
     return [k for k in keys if before.get(k) != after.get(k)] or ["definition"]
@@ -465,6 +480,12 @@ def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> s
             Action.UPDATE: "restarted on the same checkpoint; resumes from its committed offsets",
             Action.DELETE: "query stopped; its checkpoint is kept on disk",
         }[action]
+    if kind is Kind.FUNCTION:
+        return {
+            Action.CREATE: "recorded; each query calling it registers it in its Spark session",
+            Action.UPDATE: "recorded; the queries calling it restart on their checkpoints with the new version",
+            Action.DELETE: "forgotten (no query calls it)",
+        }.get(action)
     if kind is Kind.RELATION:
         return {
             Action.CREATE: "topic created unless it already exists",

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Project, Relation, Store
+from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Function, Project, Relation, Store
 from dsflow.core.secrets import LegacyRedactor, Redactor
 from dsflow.core.state import State
 from dsflow.core.settings import SettingClass, fields_of
@@ -55,6 +55,7 @@ def project_resources(project: Project, redactor: Redactor = Redactor()) -> list
     resources += [Resource(Address(Kind.SCHEMA, s.fqn), (Address(Kind.DATABASE, s.database),), {"name": s.fqn},
                            _owner(s)) for s in project.schemas]
     resources += [_relation(r) for r in project.relations]
+    resources += [_function(f) for f in project.functions]
     store_configs: dict[tuple[str, ...], str] = {}  # many queries use the same stores: hashed once per set
     resources += [_query(project, q, store_configs, redactor) for q in project.queries]
     resources += [
@@ -140,9 +141,17 @@ def _relation(relation: Relation) -> Resource:
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata, relation.inferred_size)
 
 
+def _function(function: Function) -> Resource:
+    """A user-defined function: nothing is deployed for it (each query's driver registers it); its signature and
+    code are metadata, so a change updates it in place and restarts the queries that call it."""
+    return Resource(Address(Kind.FUNCTION, function.name), (), {"language": "python"},
+                    {**function.identity, "path": function.path})
+
+
 def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], redactor: Redactor) -> Resource:
     deps = [Address(Kind.RELATION, s.relation) for s in query.sources]
     deps.append(Address(Kind.RELATION, query.sink))
+    deps += [Address(Kind.FUNCTION, name) for name in query.functions]
     data = {
         "statement": query.statement,
         "sink": query.sink,
@@ -165,6 +174,9 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], r
         metadata["dlq_topic"] = query.dlq_topic
     if query.expectations:  # metadata: a rule added, changed or dropped restarts the query on its checkpoint
         metadata["expectations"] = [[e.name, e.condition, e.action] for e in query.expectations]
+    if query.functions:  # metadata: a called function's code or signature changed restarts it on its checkpoint
+        called = {f.name: f for f in project.functions}
+        metadata["functions"] = {name: fingerprint(called[name].identity) for name in query.functions}
     if query.deserialization_errors:
         metadata["deserialization_errors"] = query.deserialization_errors
     if (query.isolation or project.runtime.isolation) == "shared":

@@ -168,6 +168,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("query", "owner", ("owner",), _P, "CREATE ... AS SELECT: owns the relation and its query"),
     Setting("query", "start.position", ("start_position",), _O),
     Setting("source", "starting.position", ("sources",), _Q, "FROM relation WITH (...)"),
+    Setting("function", "AS 'module:function'", ("target", "path", "source_hash"), _R, "the module file's code "
+            "included: every query calling the function restarts on its checkpoint"),
+    Setting("function", "parameters", ("parameters",), _R, "their names; a type changes the calls' SQL (the query's "
+            "own change)"),
+    Setting("function", "RETURNS", ("returns",), _SC, "the type of the columns its calls compute: the relations "
+            "written with them"),
+    Setting("function", "LANGUAGE", ("language",), _I, "PYTHON only"),
     Setting("source", "timestamp", ("sources",), _Q, "FROM relation WITH (...)"),
     Setting("runtime", "spark_master", ("spark_master",), _R),
     Setting("runtime", "spark_conf", ("runtime_spark_conf",), _R),
@@ -183,7 +190,8 @@ SETTINGS: tuple[Setting, ...] = (
 )
 """Every setting of every kind; tests/unit/test_settings.py fails for a setting the loader accepts that is not here."""
 
-QUERY_SETTINGS_OF = {"relation_settings": "relation", "store_config": "store", "schema_registry": "schema_registry"}
+QUERY_SETTINGS_OF = {"relation_settings": "relation", "store_config": "store", "schema_registry": "schema_registry",
+                     "functions": "function"}
 """Query metadata fields that mirror settings of the relations, stores and registries the query uses."""
 
 
@@ -253,9 +261,18 @@ def named_query_settings(fields: list[str], before: dict, after: dict, stores: M
             named.append("the settings of its schema registry")
         elif name == "expectations":
             named += changed_expectations(before.get(name) or [], after.get(name) or [])
+        elif name == "functions":
+            named += changed_functions(before.get(name) or {}, after.get(name) or {})
         else:
             named.append(name)
     return named or fields
+
+
+def changed_functions(before: dict, after: dict) -> list[str]:
+    """How a restarted query's reason names the functions it calls that changed, from two query metadata dicts of
+    {name: identity hash}: ["function count_char's code or signature"] (the reason adds "changed")."""
+    words = [f"function {n}'s code or signature" for n in sorted(after) if n in before and before[n] != after[n]]
+    return words or ["the functions it calls"]
 
 
 def changed_expectations(before: list, after: list) -> list[str]:

@@ -372,6 +372,7 @@ EXECUTORS: dict[Kind, Executor] = {
     Kind.BINDING: BindingExecutor(),
     Kind.GRANT: GrantExecutor(),
     Kind.RELATION: RelationExecutor(),
+    Kind.FUNCTION: RecordOnly(),  # code in the project's files, registered by each query's driver
     Kind.QUERY: QueryExecutor(),
     Kind.DATAGEN: DatagenExecutor(),
 }

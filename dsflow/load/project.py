@@ -319,7 +319,7 @@ class _Loader:
                        self.context.secrets, cfg.runtime.trigger_interval,
                        topic_prefix=cfg.environments[self.env_name].topic_prefix, project=cfg.name,
                        environment=self.env_name, cache=self.cache, default_view_store=cfg.default.view_store,
-                       workers=self.workers)
+                       workers=self.workers, functions=self._functions(statements))
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
         self._check_topic_clashes(list(ns.relations.values()))
@@ -334,14 +334,25 @@ class _Loader:
         self.existing = {f"relation.{r}" for r in ns.relations} | {f"store.{s}" for s in stores}
         self.existing |= {f"schema_registry.{r.name}" for r in objects.schema_registries}
         self.existing |= {f"database.{d.name}" for d in databases} | {f"schema.{s.fqn}" for s in schemas}
+        self.existing |= {f"function.{name}" for name in ns.functions}
         return Project(
             **self.settings(), default_store=default_store,
             stores=tuple(objects.stores), schema_registries=tuple(objects.schema_registries),
             databases=tuple(databases), schemas=tuple(schemas),
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
+            functions=tuple(ns.functions.values()),
             roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
             removals=tuple(removals), imports=tuple(imports),
         )
+
+    def _functions(self, statements: list[tuple[str, RawStatement]]) -> dict:
+        """The CREATE FUNCTIONs, checked against their Python code (load/functions.py); {} if there is none."""
+        if not any(st.kind == "function" for _, st in statements):
+            return {}
+        from dsflow.load.functions import resolve_functions
+        from dsflow.sql.functions import is_builtin
+
+        return resolve_functions(statements, self.root, is_builtin, self.report)
 
     def settings(self) -> dict[str, Any]:
         """The project's fields that come from dsflow.yml alone: its name, environment, state and runtime."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from dsflow.core import stores as registry
 from dsflow.core.evolution import RULES
-from dsflow.core.model import Column, Query, Relation, Source, Store
+from dsflow.core.model import Column, Function, Query, Relation, Source, Store
 from dsflow.core.nested import parse_type
 from dsflow.errors import Diagnostic
 from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
@@ -57,6 +57,8 @@ class Namespace:
     default_view_store: str | None = None
     cache: Any = None  # a load.cache.SelectCache: resolved SELECTs reused between runs, or None
     workers: Any = None  # load.workers.Workers: the processes that parsed some of the files resolve their SELECTs
+    functions: dict[str, Function] = field(default_factory=dict)
+    """The CREATE FUNCTIONs by lower-case name (load/functions.py): SELECTs may call them."""
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
         return qualified_name(parts, self.default_db, self.default_schema)
@@ -540,7 +542,8 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  deserialization_errors=_deserialization_errors(st, report),
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain,
-                 isolation=_isolation(st, report), owner=_prop(st, OWNER), location=st.location)
+                 isolation=_isolation(st, report), owner=_prop(st, OWNER),
+                 functions=_called(analysed, ns), location=st.location)
 
 
 def _expectations(st: RawStatement, analysed: Analysed, sources: tuple[Source, ...], ns: Namespace,
@@ -701,16 +704,35 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     return analyse(path, st, relations, qualify_name, report, copy=False)
 
 
+def _analyse_calling(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:
+    """analyse_select with the project's functions known (sql/functions.py `declared_functions`)."""
+    if not ns.functions:
+        return analyse_select(path, st, ns.relations, ns.qualify_name, report)
+    from dsflow.load.functions import signatures
+    from dsflow.sql.functions import declared_functions
+
+    with declared_functions(signatures(ns.functions.values())):
+        return analyse_select(path, st, ns.relations, ns.qualify_name, report)
+
+
+def _called(analysed: Analysed, ns: Namespace) -> tuple[str, ...]:
+    if not ns.functions:
+        return ()
+    from dsflow.load.functions import called_functions
+
+    return called_functions(analysed.select_sql, ns.functions)
+
+
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:
     """analyse_select, or its stored result if the statement and what it reads are unchanged (load/cache.py), or
     the result of the worker that parsed it (load/workers.py)."""
     key, cached = _cached(st, ns)
     if cached is not None:
         return cached
-    done = ns.workers.resolved(st) if ns.workers is not None else None
-    if done is None:
+    done = ns.workers.resolved(st) if ns.workers is not None and not ns.functions else None
+    if done is None:  # workers know no functions: with functions, each SELECT is resolved here
         reported: list[Diagnostic] = []
-        analysed = analyse_select(path, st, ns.relations, ns.qualify_name, reported.append)
+        analysed = _analyse_calling(path, st, ns, reported.append)
     else:
         analysed, reported = done
     for diagnostic in reported:
@@ -727,14 +749,16 @@ def _cached(st: RawStatement, ns: Namespace) -> tuple[str | None, Analysed | Non
     read = read_relations(st.source_parts, ns.relations, ns.qualify_name) if cacheable else None  # no secret on disk
     if read is None:
         return None, None
-    key = ns.cache.key(st.text, read)
+    text = st.text if not ns.functions else st.text + "\0" + repr(sorted(
+        (f.name, f.identity["parameters"], f.returns) for f in ns.functions.values()))  # a signature changes types
+    key = ns.cache.key(text, read)
     return key, ns.cache.get(key, Analysed)
 
 
 def _prefetch(statements: list[RawStatement], ns: Namespace) -> None:
     """Ask the workers to resolve those of these SELECTs that are not in the load cache and whose relations are
     all known, while this process resolves its own."""
-    if ns.workers is None:
+    if ns.workers is None or ns.functions:
         return
     items = []
     for st in statements:

@@ -10,8 +10,12 @@ with GROUP BY (sql/select.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import cache
+from types import MappingProxyType
 from typing import cast
 
 from sqlglot import exp, parse_one
@@ -83,6 +87,48 @@ RESULT_TYPES: dict[str, str] = {
 another width); tests/integration/test_function_types.py compares every function's type with Spark's."""
 
 
+@dataclass(frozen=True)
+class Declared:
+    """A user-defined function's signature as a query's SQL sees it (CREATE FUNCTION, load/functions.py)."""
+
+    name: str
+    parameters: tuple[str, ...]
+    """The parameters' SQL types, in order."""
+    returns: str
+
+
+DECLARED: ContextVar[Mapping[str, Declared]] = ContextVar("declared_functions", default=MappingProxyType({}))
+"""The user-defined functions the SELECTs being resolved may call, by upper-case name (set by `declared_functions`)."""
+
+
+@contextmanager
+def declared_functions(functions: Mapping[str, Declared]) -> Iterator[None]:
+    """Resolve SELECTs knowing these user-defined functions (by any case of name): known calls with their types."""
+    token = DECLARED.set({name.upper(): f for name, f in functions.items()})
+    try:
+        yield
+    finally:
+        DECLARED.reset(token)
+
+
+def declared(node: exp.Expr) -> Declared | None:
+    """The user-defined function `node` calls, None if it is no call of one."""
+    return DECLARED.get().get(node.name.upper()) if isinstance(node, exp.Anonymous) else None
+
+
+def is_builtin(name: str) -> bool:
+    """Whether `name` is a function of dsflow's list, or one sqlglot knows (it would not reach Spark as written)."""
+    from dsflow.sql.parse import DIALECT
+
+    if name.upper() in FUNCTIONS:
+        return True
+    try:
+        call = cast(exp.Select, parse_one(f"SELECT {name}(1)", dialect=DIALECT)).selects[0]
+    except Exception:  # noqa: BLE001  a name that is a keyword: not callable as a user function either
+        return True
+    return not isinstance(call, exp.Anonymous)
+
+
 def _split_index(args: list[exp.Expr]) -> exp.Expr:
     """SPLIT_INDEX(s, sep, i): the i-th (0-based) part, NULL when there is none (Spark's SPLIT_PART is 1-based
     and gives '' instead)."""
@@ -149,10 +195,15 @@ def declare_result_types(select: exp.Expr) -> exp.Expr:
     """Type the calls of RESULT_TYPES (in place, before sqlglot's annotate_types, which keeps the types it finds
     and derives the enclosing expressions' types from them); returns `select`."""
     names, classes = _result_types()
+    users = DECLARED.get()
     for node in select.find_all(exp.Func):
-        declared = names.get(node.name.upper()) if isinstance(node, exp.Anonymous) else classes.get(type(node))
-        if declared is not None:
-            node.type = declared.copy()
+        user = users.get(node.name.upper()) if users and isinstance(node, exp.Anonymous) else None
+        if user is not None:
+            node.type = exp.DataType.build(user.returns)
+            continue
+        known = names.get(node.name.upper()) if isinstance(node, exp.Anonymous) else classes.get(type(node))
+        if known is not None:
+            node.type = known.copy()
     return select
 
 
@@ -174,16 +225,31 @@ def check_functions(select: exp.Expr, where: Callable[[exp.Expr], Location | Non
         if isinstance(node, exp.Anonymous) and node.name.upper() in names:
             ok = _check_arguments(node, where, report) and ok
             continue
+        user = declared(node)
+        if user is not None and isinstance(node, exp.Anonymous):
+            ok = _check_count(node, user, where, report) and ok
+            continue
         if not isinstance(node, exp.Anonymous) and type(node) in classes:
             ok = _check_required(node, where, report) and ok
             continue
         name = _written_name(node)
-        close = did_you_mean(name, FUNCTIONS) or ""
+        close = did_you_mean(name, [*FUNCTIONS, *DECLARED.get()]) or ""
         report(Diagnostic("DSF-E143", f"function {name} is not supported in continuous queries", where(node),
                           hint=(close + " " if close.startswith("did you mean") else "") +
                           "the supported functions are listed in docs/project.md (Functions)"))
         ok = False
     return ok
+
+
+def _check_count(node: exp.Anonymous, user: Declared, where: Callable[[exp.Expr], Location | None],
+                 report: Report) -> bool:
+    """A call of a user-defined function with as many arguments as it declares parameters (DSF-E443)."""
+    if len(node.expressions) == len(user.parameters):
+        return True
+    report(Diagnostic("DSF-E443", f"function {user.name} takes {len(user.parameters)} argument(s) "
+                      f"({', '.join(user.parameters)}), got {len(node.expressions)}", where(node),
+                      hint=f"call it as declared by its CREATE FUNCTION: {user.name}({', '.join(user.parameters)})"))
+    return False
 
 
 def _ancestors(node: exp.Expr) -> Iterator[exp.Expr]:
@@ -220,9 +286,15 @@ def _check_arguments(node: exp.Anonymous, where: Callable[[exp.Expr], Location |
     return False
 
 
-def to_spark(select: exp.Expr) -> exp.Expr:
-    """Rewrite the DeltaStream names Spark spells differently (in place); returns `select`."""
+def to_spark(select: exp.Expr, functions: Mapping[str, Declared] | None = None) -> exp.Expr:
+    """Rewrite the DeltaStream names Spark spells differently (in place); returns `select`. Each argument of a call
+    of one of `functions` (user-defined) is cast to its declared type: the function gets the types it declares."""
     for node in list(select.find_all(exp.Anonymous)):
+        user = (functions or {}).get(node.name.lower())
+        if user is not None:
+            node.set("expressions", [exp.cast(a, exp.DataType.build(t)) for a, t in
+                                     zip(node.expressions, user.parameters, strict=True)])
+            continue
         rewrite = SPARK_REWRITES.get(node.name.upper())
         if rewrite is not None:
             node.replace(rewrite(list(node.expressions)))

@@ -153,7 +153,7 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
         return None, [too_deep(start)]
     except _Unsupported as err:
         return None, [Diagnostic("DSF-E005", str(err), start,
-                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, "
+                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE FUNCTION, "
                                       "CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
                                       "INSERT INTO ... SELECT, GRANT, REVOKE, CREATE ROLE")]
 
@@ -241,6 +241,8 @@ def _to_raw(expression: exp.Expr | None, path: str, start: Location, snippet: st
 
 def _create(create: exp.Create, path: str, start: Location, snippet: str) -> RawStatement:
     kind = str(create.args.get("kind") or "").upper()
+    if kind == "FUNCTION" and isinstance(create.this, exp.UserDefinedFunction):
+        return _function(create, create.this, path, start, snippet)
     properties = create.args.get("properties")
     materialized = bool(properties and properties.find(exp.MaterializedProperty))
     if kind == "VIEW" and materialized:
@@ -261,6 +263,31 @@ def _create(create: exp.Create, path: str, start: Location, snippet: str) -> Raw
     return RawStatement(kind_name, _table_parts(table), node_location(path, table, start), columns=columns,
                         primary_key=primary_key, properties=_properties(properties, path, start),
                         select=select, text=snippet, source_parts=_source_parts(select))
+
+
+def _function(create: exp.Create, udf: exp.UserDefinedFunction, path: str, start: Location,
+              snippet: str) -> RawStatement:
+    """CREATE FUNCTION name(p type, ...) RETURNS type LANGUAGE PYTHON AS 'module:function' (load/functions.py)."""
+    properties = create.args.get("properties")
+    returns = properties.find(exp.ReturnsProperty) if properties is not None else None
+    language = properties.find(exp.LanguageProperty) if properties is not None else None
+    body = create.expression
+    columns = tuple(RawColumn(p.name, _sql_type(p.args.get("kind")), node_location(path, p.this, start))
+                    for p in udf.expressions if isinstance(p, exp.ColumnDef))
+    extra = {
+        "returns": _sql_type(returns.this) if returns is not None and isinstance(returns.this, exp.DataType) else "",
+        "language": language.this.name.upper() if language is not None else "",
+        "target": body.name if isinstance(body, exp.Literal) and body.is_string else "",
+        "target_location": node_location(path, body, start) if body is not None else start,
+        "replace": bool(create.args.get("replace")),
+    }
+    return RawStatement("function", _table_parts(udf.this), node_location(path, udf.this, start), columns=columns,
+                        text=snippet, extra=extra)
+
+
+def _sql_type(kind: exp.DataType | None) -> str:
+    """A function's parameter or result type as written in the dialect (VARCHAR, not sqlglot's TEXT)."""
+    return re.sub(r"\bTEXT\b", "VARCHAR", _type_text(kind))
 
 
 def _source_parts(select: exp.Query | None) -> tuple[tuple[str, ...], ...]:

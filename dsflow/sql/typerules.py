@@ -8,6 +8,7 @@ from dsflow.sql.typekinds import (
     ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
     Later, Typed, built, converts, kind_of, number_literal, text, typed,
 )
+from dsflow.sql.functions import Declared, declared
 from dsflow.sql.typeargs import INTEGERS, check_arguments, concat_ws_part
 from dsflow.sql.typewidths import number_type
 
@@ -93,6 +94,9 @@ class Checker:
                 typed(self.columns.get((node.table.lower(), node.name.lower())))
         if isinstance(node, exp.Dot):
             return self._field(node)
+        user = declared(node)
+        if user is not None:
+            return self._user_call(node, user)
         for kinds, method in self._rules():
             if isinstance(node, kinds):
                 return method(node)
@@ -107,6 +111,16 @@ class Checker:
                 (exp.Case, self._case), (exp.If, self._if), (BRANCHES, self._branches), (exp.Concat, self._concat),
                 ((exp.Sum, exp.Avg), self._sum), ((exp.Min, exp.Max), self._min_max), (exp.DPipe, self._dpipe),
                 ((exp.Like, exp.ILike), self._like))
+
+    def _user_call(self, node: exp.Expr, user: Declared) -> Typed:
+        """A call of a user-defined function: each argument of its parameter's kind (DSF-E443), its declared result."""
+        for argument, wanted in zip(node.expressions, user.parameters, strict=False):
+            found = self.infer(argument)
+            kind = kind_of(exp.DataType.build(wanted))
+            if found.kind not in (kind, UNKNOWN, NULL):
+                raise Problem("DSF-E443", argument, f"{text(node)}: the argument '{text(argument)}' is {found.show()}, "
+                              f"but {user.name} declares a {wanted} there", f"pass a {wanted}, or CAST it")
+        return typed(exp.DataType.build(user.returns))
 
     # --- subscripts and casts ---------------------------------------------------------------------------------
 

@@ -41,9 +41,10 @@ environments:
 """
 
 
-def streaming_project(tmp_path: Path, broker: str, sql: str) -> Project:
+def streaming_project(tmp_path: Path, broker: str, sql: str, files: dict[str, str] | None = None) -> Project:
+    """The project of `sql` (and other `files`, {name: content}) on the broker, its topics created."""
     prefix = f"t{uuid.uuid4().hex[:8]}_"
-    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=prefix), "sql/all.sql": sql})
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=prefix), "sql/all.sql": sql, **(files or {})})
     project = load_project(root, variables={"bootstrap": broker})
     for relation in project.relations:
         if relation.kind != "materialized_view":

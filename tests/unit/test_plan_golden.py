@@ -70,8 +70,20 @@ def test_example_plan_after_editing_a_where_clause(example):
     check_plan("example_plan_where_edited", plan_of(example, state))
 
 
+def test_example_plan_after_changing_a_functions_code(example):
+    """A user-defined function's module changed: the function is updated and only the query calling it restarts."""
+    (example / "udfs.py").write_text("def count_char(s: str, c: str) -> int:\n    return s.count(c)\n")
+    (example / "sql" / "functions.sql").write_text(
+        "CREATE FUNCTION count_char(s VARCHAR, c VARCHAR) RETURNS BIGINT LANGUAGE PYTHON AS 'udfs:count_char';\n"
+        "CREATE STREAM curated.page_parts AS SELECT id, count_char(pageid, '_') AS parts FROM pageviews;\n")
+    state = applied(plan_of(example, State()))
+    (example / "udfs.py").write_text("def count_char(s: str, c: str) -> int:\n"
+                                     "    return 0 if s is None else s.count(c)\n")
+    check_plan("example_plan_function_changed", plan_of(example, state))
+
+
 def test_golden_text_is_rendered_from_the_golden_json():
     """The text golden is a pure function of the JSON golden: plan_text(json) reproduces it."""
-    for stem in ("example_plan", "example_plan_where_edited"):
+    for stem in ("example_plan", "example_plan_where_edited", "example_plan_function_changed"):
         data = json.loads((GOLDEN / f"{stem}.json").read_text())
         assert plan_text(data) + "\n" == (GOLDEN / f"{stem}.txt").read_text()

@@ -138,7 +138,10 @@ CREATE TABLE pg_t WITH ('store' = 'pg', 'postgresql.db.name' = 'wh', 'postgresql
   'postgresql.table.name' = 'pgt') AS SELECT id, name FROM events;
 CREATE MATERIALIZED VIEW user_names WITH ('store' = 'pg', 'postgresql.table.name' = 'user_names') AS
   SELECT uid, name FROM users;
+CREATE FUNCTION later(t BIGINT) RETURNS BIGINT LANGUAGE PYTHON AS 'udfs:later';
+CREATE STREAM loud WITH ('topic' = 'loud') AS SELECT id, later(ts) AS ts FROM events;
 """,
+    "udfs.py": "def later(t):\n    return t + 1\n",
 }
 
 EVENTS, USERS, CDC = "relation.db.s.events", "relation.db.s.users", "relation.db.s.orders_cdc"
@@ -287,6 +290,10 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("source", "starting.position"): (COPIED, [(Q, "FROM events WHERE", "FROM events WITH ('starting.position' = "
                                                                         "'latest') WHERE")]),
     ("source", "timestamp"): (COPIED, [(Q, "FROM events WHERE", "FROM events WITH ('timestamp' = 'id') WHERE")]),
+    ("function", "AS 'module:function'"): ("function.later", [("udfs.py", "t + 1", "t + 2")]),
+    ("function", "parameters"): ("function.later", [(Q, "later(t BIGINT)", "later(at BIGINT)")]),
+    ("function", "RETURNS"): ("relation.db.s.loud", [(Q, "RETURNS BIGINT", "RETURNS VARCHAR")]),
+    ("function", "LANGUAGE"): ("function.later", []),
     ("runtime", "spark_master"): (None, [("dsflow.yml", "local[2]", "local[3]")]),
     ("runtime", "spark_conf"): (None, [("dsflow.yml", "partitions: \"2\"", "partitions: \"3\"")]),
     ("runtime", "trigger_interval"): (None, [("dsflow.yml", "trigger_interval: 1 second",
@@ -318,7 +325,7 @@ UNSET_FIELDS = {"spark_conf"}
 KINDS = {Kind.STORE: ("store",), Kind.DATABASE: ("database",), Kind.SCHEMA: ("database", "schema"),
          Kind.BINDING: ("user",),
          Kind.RELATION: ("relation", "cdc", "table", "materialized_view"), Kind.QUERY: ("query", "source", "runtime"),
-         Kind.DATAGEN: ("datagen",), Kind.ROLE: ("role",), Kind.GRANT: ("role", "grant")}
+         Kind.DATAGEN: ("datagen",), Kind.ROLE: ("role",), Kind.GRANT: ("role", "grant"), Kind.FUNCTION: ("function",)}
 
 
 def _accepted() -> set[tuple[str, str]]:
@@ -338,6 +345,7 @@ def _accepted() -> set[tuple[str, str]]:
     found = {("relation", p) for p in RELATION_PROPS | every | {"CREATE STREAM or CHANGELOG", "columns", "PRIMARY KEY"}}
     found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ...", "CONSTRAINT ... EXPECT"}}
     found |= {("cdc", p) for p in CDC_PROPS} | {("source", p) for p in SOURCE_PROPS}
+    found |= {("function", p) for p in ("AS 'module:function'", "parameters", "RETURNS", "LANGUAGE")}
     found |= {("table", p) for p in TABLE_PROPS | every} | {("materialized_view", p) for p in VIEW_PROPS | every}
     for kind, model in [("store", raw.RawStore), ("schema_registry", raw.RawSchemaRegistry),
                         ("runtime", raw.RawRuntime), ("database", raw.RawDatabase), ("role", raw.RawRole),
@@ -403,7 +411,8 @@ def _users(entry: Setting, owner: str | None, state: State) -> set[str]:
         name = Address.parse(owner).name
         relations = {k for k, v in state.resources.items() if k.startswith("relation.") and v.data["store"] == name}
         return {k for k, v in queries.items() if relations & set(v.depends_on)}
-    return {k for k, v in queries.items() if owner in v.depends_on} if owner.startswith("relation.") else set()
+    return {k for k, v in queries.items() if owner in v.depends_on} \
+        if owner.startswith(("relation.", "function.")) else set()
 
 
 def _check_restarts(entry: Setting, owner: str | None, plan: Plan, state: State) -> None:
@@ -429,6 +438,8 @@ def _named(entry: Setting) -> str:
     """How a restarted query's reason names the setting."""
     if "registry" in entry.kind + entry.name:
         return "schema registry"
+    if entry.kind == "function":
+        return "function later's code or signature"
     if entry.kind in ("store", "relation", "cdc"):
         noun = "store" if entry.kind == "store" else "relation"
         return f"'{entry.name[:-1]}" if entry.name.endswith("*") else f"'{entry.name}' of {noun} "

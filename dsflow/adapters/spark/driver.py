@@ -50,6 +50,10 @@ STOP_GRACE_SECONDS = float(PLANNED_STOP_GRACE)  # the plan's wording says it (co
 def build_dataframe(spark, spec: QuerySpec):
     """The streaming DataFrame the sink writes: each source read by its store's facet into its view, the SELECT
     over them, then the rows the sink's facet writes ((key, value) for a log, the SELECT's columns otherwise)."""
+    if spec.functions:  # the user-defined functions the SQL calls, known to the session before it is planned
+        from dsflow.adapters.spark.udfs import register_functions
+
+        register_functions(spark, spec.functions)
     for source in spec.sources:
         facet = for_kind(source.kind)
         if facet is None:

@@ -230,6 +230,20 @@ class RetractSpec(BaseModel):
     post_sql: str = Field(description="the query's projections (and HAVING, into __keep) over `view`")
 
 
+class FunctionSpec(BaseModel):
+    """A user-defined function the query calls (adapters/spark/udfs.py registers it before the SELECT is planned)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    path: str = Field(description="the module's file, absolute")
+    module: str
+    function: str
+    parameters: list[str] = Field(description="the parameters' SQL types (each argument is cast to it)")
+    returns: str = Field(description="the SQL result type")
+    source_hash: str
+
+
 class QuerySpec(BaseModel):
     """A continuous query ready to run in a Spark driver."""
 
@@ -251,6 +265,7 @@ class QuerySpec(BaseModel):
     chain: JoinChainSpec | None = None
     expectations: list[ExpectationSpec] = Field(default_factory=list, description="checked on every result row "
                                                 "(adapters/spark/expectations.py)")
+    functions: list[FunctionSpec] = Field(default_factory=list, description="the user-defined functions it calls")
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
                                                       "(Spark's async progress tracking; stateless sinks that tolerate "
                                                       "replays only)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 from sqlglot import exp
@@ -14,13 +15,14 @@ from dsflow.adapters.spark import facets
 from dsflow.adapters.spark.changelog_join import aggregated_source, joined_select, view_name as changelog_join_view
 from dsflow.adapters.spark.retract import changelog_source, rewrite
 from dsflow.adapters.spark.spec import (
-    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, ExpectationSpec, JoinChainSpec, QuerySpec,
+    RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, ExpectationSpec, FunctionSpec, JoinChainSpec,
+    QuerySpec,
     RetractSpec,
     SinkSpec, SourceSpec, TemporalSpec,
 )
 from dsflow.adapters.spark.unions import union_select
 from dsflow.sql.aggregates import GLOBAL_KEY
-from dsflow.sql.functions import to_spark
+from dsflow.sql.functions import Declared, to_spark
 from dsflow.sql.parse import parse_one_select
 
 KEY_COLUMN = "__key"
@@ -107,7 +109,7 @@ def _stream_chain(query: Query) -> bool:
 
 def _over_views(query: Query, project: Project | None) -> exp.Select:
     """The query's SELECT in Spark's function names, each source table replaced by its view."""
-    select = to_spark(array_subscripts(parse_one_select(query.select_sql), query, project))
+    select = to_spark(array_subscripts(parse_one_select(query.select_sql), query, project), _declared(query, project))
     for index, table in enumerate(list(select.find_all(exp.Table))):
         alias = table.alias_or_name
         table.replace(exp.Table(this=exp.to_identifier(view_name(index, query)),
@@ -394,11 +396,27 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         select_sql=retract[0] if retract else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
-        expectations=expectation_specs(query),
+        expectations=expectation_specs(query), functions=function_specs(project, query),
         async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
         and not sink.exactly_once  # a replayed batch must be re-planned as it ran (its ledger skips it)
         and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )
+
+
+def function_specs(project: Project, query: Query) -> list[FunctionSpec]:
+    """The user-defined functions the query calls, with their module files' absolute paths."""
+    found = {f.name: f for f in project.functions}
+    return [FunctionSpec(name=f.name, path=str(Path(project.root) / f.path), module=f.module, function=f.function,
+                         parameters=[c.type for c in f.parameters], returns=f.returns, source_hash=f.source_hash)
+            for f in (found[name] for name in query.functions)]
+
+
+def _declared(query: Query, project: Project | None) -> dict[str, Declared]:
+    """The signatures of the user-defined functions the query calls (their arguments are cast to them)."""
+    if project is None or not query.functions:
+        return {}
+    return {f.name: Declared(f.name, tuple(c.type for c in f.parameters), f.returns) for f in project.functions
+            if f.name in query.functions}
 
 
 def expectation_specs(query: Query) -> list[ExpectationSpec]:
