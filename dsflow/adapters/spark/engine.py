@@ -103,6 +103,11 @@ class SparkEngine:
 
         follow(project, query, on_rows, stop, on_started)
 
+    def unit_tests(self, project: Any, tests: list[Any], on_outcome: Callable[[Any], None]) -> list[Any]:
+        from dsflow.adapters.spark.unittest_run import run_tests
+
+        return run_tests(project, tests, on_outcome)
+
 
 def _restart_secrets(project: Any, deployed: Any, text: str) -> dict[str, str]:
     """The secrets a recorded spec (`text`) names, from the project: its query's spec made again, in clear."""
