@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
 
 KIND = "dsflow_test"
 SCHEMA = "key string, value string, timestamp timestamp, partition int, offset long"
@@ -53,7 +54,7 @@ class _Reader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         return {"batch": 0}
 
-    def latestOffset(self) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         released = int((self.folder / RELEASED).read_text() or 0)
         return {"batch": released}
 
