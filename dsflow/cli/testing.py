@@ -55,16 +55,25 @@ def _print_outcome(outcome: Outcome) -> None:
 
 
 def _print_mismatch(mismatch: Mismatch) -> None:
-    """Missing rows (-, red) and unexpected ones (+, green), sorted so the rows of one key stand together."""
+    """Missing rows (-, red) and unexpected ones (+, green): per key for a state, else sorted so that like rows
+    stand together."""
     title = f"{mismatch.what}: {mismatch.message}" if mismatch.message else f"{mismatch.what} differ " \
         f"({len(mismatch.missing)} missing, {len(mismatch.unexpected)} unexpected)"
     console.print(f"  {escape_markup(title)}")
-    lines = [(_order(r), "-", r) for r in mismatch.missing] + [(_order(r), "+", r) for r in mismatch.unexpected]
-    for _, sign, row in sorted(lines, key=lambda line: (line[0], line[1])):
+    lines = [(_order(r, mismatch.keys), "-", r) for r in mismatch.missing] + \
+        [(_order(r, mismatch.keys), "+", r) for r in mismatch.unexpected]
+    shown_key = None
+    for key, sign, row in sorted(lines, key=lambda line: (line[0], line[1] == "+")):
+        if mismatch.keys and key != shown_key:
+            console.print(f"    key {escape_markup(key)}")
+            shown_key = key
         color = "red" if sign == "-" else "green"
         label = "missing   " if sign == "-" else "unexpected"
-        console.print(f"    [{color}]{sign} {label} {escape_markup(json.dumps(row, default=str))}[/{color}]")
+        indent = "      " if mismatch.keys else "    "
+        console.print(f"{indent}[{color}]{sign} {label} {escape_markup(json.dumps(row, default=str))}[/{color}]")
 
 
-def _order(row: dict) -> str:
+def _order(row: dict, keys: tuple[str, ...]) -> str:
+    if keys:
+        return json.dumps({k: row.get(k) for k in keys}, default=str)
     return json.dumps(list(row.values()), default=str)

@@ -96,6 +96,8 @@ class Mismatch:
     missing: tuple[Row, ...] = ()
     unexpected: tuple[Row, ...] = ()
     message: str = ""
+    keys: tuple[str, ...] = ()
+    """A state's key columns (when the expected rows name them all): the diff is shown per key."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,8 @@ def compare(test: UnitTest, observed: Observed) -> list[Mismatch]:
     if expected.rows is not None:
         found += _rows("rows", list(expected.rows), emitted_rows(observed), expected.ordered)
     if expected.state is not None:
-        found += _rows("state", list(expected.state), final_state(observed), False)
+        keys = tuple(k for k in observed.key_columns if not k.startswith("__"))
+        found += _rows("state", list(expected.state), final_state(observed), False, keys)
     if expected.dead_letters is not None:
         found += _rows("dead letters", list(expected.dead_letters), observed.dead_letters, False)
     if expected.expectations is not None:
@@ -190,7 +193,8 @@ def compare(test: UnitTest, observed: Observed) -> list[Mismatch]:
     return found
 
 
-def _rows(what: str, expected: list[Row], actual: list[Row], ordered: bool) -> list[Mismatch]:
+def _rows(what: str, expected: list[Row], actual: list[Row], ordered: bool,
+          keys: tuple[str, ...] = ()) -> list[Mismatch]:
     """Rows compared on the columns the expected rows name (a column left out of every expected row is not
     compared)."""
     named = sorted({k for row in expected for k in row}) or sorted({k for row in actual for k in row})
@@ -205,7 +209,7 @@ def _rows(what: str, expected: list[Row], actual: list[Row], ordered: bool) -> l
         return []
     missing = [json.loads(k) for k in (want - got).elements()]
     unexpected = [json.loads(k) for k in (got - want).elements()]
-    return [Mismatch(what, tuple(missing), tuple(unexpected))]
+    return [Mismatch(what, tuple(missing), tuple(unexpected), keys=keys if set(keys) <= set(named) else ())]
 
 
 def _counts(expected: dict[str, dict[str, int]], actual: dict[str, dict[str, int]]) -> list[Mismatch]:

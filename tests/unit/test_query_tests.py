@@ -76,3 +76,22 @@ def test_values_fit_their_declared_types(sql_type: str, value, ok: bool) -> None
 def test_timestamps_compare_in_utc_whatever_their_spelling() -> None:
     assert normal("2024-01-01T00:00:05Z") == normal("2024-01-01 00:00:05") == normal("2024-01-01T01:00:05+01:00")
     assert normal(1.0) == normal(1)
+
+
+def test_the_test_source_releases_batches_and_never_goes_back(tmp_path) -> None:
+    import json
+
+    from dsflow.adapters.spark.testsource import TestInputSource, release
+
+    (tmp_path / "0.json").write_text(json.dumps([[["k", '{"a": 1}', 1000, 0]], [], [["k", None, 2000, 0]]]))
+    release(tmp_path, 0)
+    reader = TestInputSource(options={"dir": str(tmp_path), "input": "0.json"}).streamReader(None)
+    assert reader.latestOffset({"batch": 0}, None) == {"batch": 0}
+    release(tmp_path, 3)
+    end = reader.latestOffset({"batch": 0}, None)
+    assert end == {"batch": 3} and reader.latestOffset({"batch": 3}, None) == end
+    release(tmp_path, 1)  # a count below what was read already: the offset stays where it is
+    assert reader.latestOffset({"batch": 3}, None) == {"batch": 3}
+    [part] = reader.partitions({"batch": 1}, end)
+    rows = list(reader.read(part))
+    assert [(r[0], r[1], r[2].timestamp()) for r in rows] == [("k", None, 2.0)]

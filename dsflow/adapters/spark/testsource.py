@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,8 @@ class _Reader(DataSourceStreamReader):
         return {"batch": 0}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        released = int((self.folder / RELEASED).read_text() or 0)
-        return {"batch": released}
+        released = int((self.folder / RELEASED).read_text())  # replaced whole (`release`), never read half-written
+        return {"batch": max(released, int((start or {}).get("batch", 0)))}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [_Batches(int(start["batch"]), int(end["batch"]))]
@@ -70,6 +71,13 @@ class _Reader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         pass
+
+
+def release(folder: Path, batches: int) -> None:
+    """Let `batches` arrival batches be read: the count file replaced at once, so a reader never sees it empty."""
+    partial = folder / f"{RELEASED}.tmp"
+    partial.write_text(str(batches))
+    os.replace(partial, folder / RELEASED)
 
 
 class TestSpark:

@@ -40,6 +40,9 @@ def run_test(spark: Any, project: Project, query: Query, test: UnitTest) -> Obse
     try:
         spec = _test_spec(project, query, test, folder)
         session = isolated_session(spark)
+        for key, value in spec.spark_conf.items():  # the project's and the query's SQL settings, in this session only
+            if key.startswith("spark.sql."):
+                session.conf.set(key, value)
         return _run(session, spec, test, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -48,7 +51,7 @@ def run_test(spark: Any, project: Project, query: Query, test: UnitTest) -> Obse
 def _test_spec(project: Project, query: Query, test: UnitTest, folder: Path) -> QuerySpec:
     """The query's spec as apply makes it, each source reading its relation's batches from `folder`."""
     spec = query_spec(project, query, "test", str(folder / "checkpoint"), str(folder / "status.json"))
-    (folder / testsource.RELEASED).write_text("0")
+    testsource.release(folder, 0)
     sources = []
     for index, (source, read) in enumerate(zip(spec.sources, query.sources, strict=True)):
         relation = project.relation(read.relation)
@@ -105,7 +108,7 @@ def _run(spark: Any, spec: QuerySpec, test: UnitTest, folder: Path) -> Observed:
                .option("checkpointLocation", spec.checkpoint).trigger(processingTime=TRIGGER).start())
     try:
         for released in range(1, len(test.batches) + 1):
-            (folder / testsource.RELEASED).write_text(str(released))
+            testsource.release(folder, released)
             _process(running, released, len(spec.sources))
             progress = running.lastProgress or {}
             observed.watermarks.append((progress.get("eventTime") or {}).get("watermark"))
@@ -153,8 +156,7 @@ def run_tests(project: Project, tests: list[UnitTest], on_outcome: Callable[[Out
 
     had = SparkSession.getActiveSession() is not None
     master = project.runtime.spark_master if project.runtime.spark_master.startswith("local") else "local[2]"
-    spark = build_session(master, "dsflow:test", {k: v for k, v in project.runtime.spark_conf.items()
-                                                  if k.startswith("spark.sql.")})
+    spark = build_session(master, "dsflow:test", {})
     outcomes = []
     try:
         queries = {q.fqn: q for q in project.queries}
