@@ -61,7 +61,8 @@ SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic"
                "runtime": "dsflow.cli.runtime:runtime", "pause": "dsflow.cli.pausing:pause",
                "resume": "dsflow.cli.pausing:resume", "serve": "dsflow.cli.server:serve",
                "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens",
-               "import": "dsflow.cli.adopting:import_", "describe": "dsflow.cli.describing:describe"}
+               "import": "dsflow.cli.adopting:import_", "describe": "dsflow.cli.describing:describe",
+               "test": "dsflow.cli.testing:test"}
 """Sub-commands that live apart, imported on first use."""
 
 

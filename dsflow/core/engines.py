@@ -161,6 +161,9 @@ class Engine(Protocol):
                on_started: Callable[[Path], None]) -> None:
         """Run an ad hoc continuous query in this process until `stop` is set, handing each batch's rows on."""
 
+    def unit_tests(self, project: Any, tests: list[Any], on_outcome: Callable[[Any], None]) -> list[Any]:
+        """Run `dsflow test`'s tests (core/unittests.py UnitTest) in this process, each outcome handed on."""
+
 
 ENGINES: dict[str, str] = {
     "spark": "dsflow.adapters.spark.engine",

@@ -41,6 +41,8 @@ from dsflow.load.yamlpos import Positioned, parse_yaml
 
 PROJECT_FILE = "dsflow.yml"
 SKIP_DIRS = {".dsflow", ".git", "target", "__pycache__", ".venv"}
+TESTS_DIR = "tests"
+"""The project's query tests (`dsflow test`, load/unittests.py): not part of what the project declares."""
 
 
 @dataclass
@@ -144,11 +146,13 @@ def read_project_file(path: Path, rel: str) -> tuple[str | None, Diagnostic | No
 
 
 def discover(root: Path) -> list[Path]:
-    """Project files: every .yml/.yaml/.sql outside hidden and build folders, sorted."""
+    """Project files: every .yml/.yaml/.sql outside hidden and build folders and the top-level tests/ folder
+    (`dsflow test`'s), sorted."""
     found = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
+        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]) \
+                or (len(rel.parts) > 1 and rel.parts[0] == TESTS_DIR):
             continue
         if path.is_file() and path.suffix in (".yml", ".yaml", ".sql") and rel.as_posix() != PROJECT_FILE:
             found.append(path)

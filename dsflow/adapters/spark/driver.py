@@ -48,8 +48,16 @@ STOP_GRACE_SECONDS = float(PLANNED_STOP_GRACE)  # the plan's wording says it (co
 
 
 def build_dataframe(spark, spec: QuerySpec):
-    """The streaming DataFrame the sink writes: each source read by its store's facet into its view, the SELECT
-    over them, then the rows the sink's facet writes ((key, value) for a log, the SELECT's columns otherwise)."""
+    """The streaming DataFrame the sink writes: the query's result (`build_result`), then the rows the sink's facet
+    writes ((key, value) for a log, the SELECT's columns otherwise)."""
+    result = build_result(spark, spec)
+    sink = for_kind(spec.sink.kind)
+    return result if sink is None else sink.sink_rows(result, spec.sink)
+
+
+def build_result(spark, spec: QuerySpec):
+    """The query's result rows: each source read by its facet into its view, the SELECT over them, the
+    expectations applied (`dsflow test` collects these rows itself: adapters/spark/unittest_run.py)."""
     if spec.functions:  # the user-defined functions the SQL calls, known to the session before it is planned
         from dsflow.adapters.spark.udfs import register_functions
 
@@ -75,9 +83,7 @@ def build_dataframe(spark, spec: QuerySpec):
     if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
         retracted_view(spark, spec.retract, result)
         result = spark.sql(spec.retract.post_sql)
-    result = guarded(result, spec)  # the expectations (adapters/spark/expectations.py)
-    sink = for_kind(spec.sink.kind)
-    return result if sink is None else sink.sink_rows(result, spec.sink)
+    return guarded(result, spec)  # the expectations (adapters/spark/expectations.py)
 
 
 def counted_gaps(spec: QuerySpec) -> int:

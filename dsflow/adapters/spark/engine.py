@@ -104,6 +104,11 @@ class SparkEngine:
 
         follow(project, query, on_rows, stop, on_started)
 
+    def unit_tests(self, project: Any, tests: list[Any], on_outcome: Callable[[Any], None]) -> list[Any]:
+        from dsflow.adapters.spark.unittest_run import run_tests
+
+        return run_tests(project, tests, on_outcome)
+
 
 class SparkStandbys:
     """Warm standby drivers: a driver process with its SparkSession built, waiting for a spec on its stdin

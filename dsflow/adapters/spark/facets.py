@@ -17,6 +17,8 @@ from dsflow.core.protocol import SparkFacet
 
 LOCAL_VIEWS = f"{stores.LOCAL_VIEWS}.spark"
 """The facet of a materialized view without a store: a table in dsflow's own SQLite file beside the state."""
+TEST_SOURCES = "dsflow.adapters.spark.testsource"
+"""The facet of `dsflow test`'s input: a test's records fed batch by batch, no store behind them."""
 TERMINAL = "console"
 """The sink kind of a query followed in the terminal (`dsflow query --follow`): no facet, the rows are printed."""
 
@@ -28,8 +30,8 @@ def _by_kind() -> dict[str, SparkFacet]:
         facet = kind.facet("spark")
         if facet is not None:
             found.update(dict.fromkeys(facet.kinds, facet))
-    local = importlib.import_module(LOCAL_VIEWS).SPARK
-    return found | dict.fromkeys(local.kinds, local)
+    local, tests = (importlib.import_module(name).SPARK for name in (LOCAL_VIEWS, TEST_SOURCES))
+    return found | dict.fromkeys(local.kinds, local) | dict.fromkeys(tests.kinds, tests)
 
 
 def for_kind(kind: str) -> SparkFacet | None:
