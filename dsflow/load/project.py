@@ -146,13 +146,13 @@ def read_project_file(path: Path, rel: str) -> tuple[str | None, Diagnostic | No
 
 
 def discover(root: Path) -> list[Path]:
-    """Project files: every .yml/.yaml/.sql outside hidden and build folders and the top-level tests/ folder
-    (`dsflow test`'s), sorted."""
+    """Project files: every .yml/.yaml/.sql outside hidden and build folders, sorted; not the YAML of the top-level
+    tests/ folder (`dsflow test`'s files: a .sql file there is still read, never dropped unseen)."""
     found = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]) \
-                or (len(rel.parts) > 1 and rel.parts[0] == TESTS_DIR):
+                or (len(rel.parts) > 1 and rel.parts[0] == TESTS_DIR and path.suffix != ".sql"):
             continue
         if path.is_file() and path.suffix in (".yml", ".yaml", ".sql") and rel.as_posix() != PROJECT_FILE:
             found.append(path)

@@ -95,3 +95,15 @@ def test_the_test_source_releases_batches_and_never_goes_back(tmp_path) -> None:
     [part] = reader.partitions({"batch": 1}, end)
     rows = list(reader.read(part))
     assert [(r[0], r[1], r[2].timestamp()) for r in rows] == [("k", None, 2.0)]
+
+
+def test_the_tests_folder_hides_its_yaml_but_no_sql(tmp_path) -> None:
+    """`tests/*.yml` are `dsflow test`'s files, not declarations; a `.sql` file there is still a project file (a
+    project that kept declarations there loses none unseen)."""
+    from dsflow.load.project import discover
+
+    for rel in ("dsflow.yml", "sql/a.sql", "tests/t.yml", "tests/kept.sql", "sub/tests/x.yml"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    found = [p.relative_to(tmp_path).as_posix() for p in discover(tmp_path)]
+    assert found == ["sql/a.sql", "sub/tests/x.yml", "tests/kept.sql"]
