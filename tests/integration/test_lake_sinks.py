@@ -25,7 +25,7 @@ from dsflow.engine.executors import query_identity
 from dsflow.load.project import load_project
 from support.lake import S3_KEYS, create_bucket, lake_project, snowflake_setup, start_fakesnow, stores_yaml
 from support.projects import make_project
-from support.streaming import CONFIG, produce, run
+from support.streaming import CONFIG, produce, run, running
 from support.waiting import wait_for
 from support import pgserver
 
@@ -164,12 +164,12 @@ def test_stream_into_local_and_s3_delta_tables_equals_reference(tmp_path, broker
     """, stores_yaml(s3_endpoint, "lake-append"))
     rng = random.Random(5)
     events = []
-    for first in (0, 700):
-        batch = _events(first, 700, rng)
-        produce(broker, project, "pageviews", batch, "userid")
-        events += batch
-        run(spark, project, "pv_local", tmp_path)
-        run(spark, project, "pv_s3", tmp_path)
+    with running(spark, project, ("pv_local", "pv_s3"), tmp_path) as caught_up:  # two rounds, one start each
+        for first in (0, 700):
+            batch = _events(first, 700, rng)
+            produce(broker, project, "pageviews", batch, "userid")
+            events += batch
+            caught_up()
     local = sorted(_delta_rows(project, "pv_local"), key=lambda r: r["id"])
     assert local == [{k: e[k] for k in ("id", "userid", "pageid", "viewtime")} for e in events
                      if e["pageid"] != "Page_0"]
@@ -188,16 +188,16 @@ def test_aggregation_and_changelog_merge_into_delta_keep_the_latest_per_key(tmp_
     """, stores_yaml())
     rng = random.Random(8)
     events, users = [], {}
-    for round_ in range(3):
-        batch = _events(round_ * 500, 500, rng)
-        produce(broker, project, "pageviews", batch, "userid")
-        events += batch
-        changes = [{"userid": f"User_{rng.randrange(1, 15)}", "name": f"n{round_}_{i}", "level": i}
-                   for i in range(40)]
-        produce(broker, project, "users", changes, "userid")
-        users.update({c["userid"]: c for c in changes})
-        run(spark, project, "user_counts", tmp_path)
-        run(spark, project, "users_lake", tmp_path)
+    with running(spark, project, ("user_counts", "users_lake"), tmp_path) as caught_up:  # three rounds
+        for round_ in range(3):
+            batch = _events(round_ * 500, 500, rng)
+            produce(broker, project, "pageviews", batch, "userid")
+            events += batch
+            changes = [{"userid": f"User_{rng.randrange(1, 15)}", "name": f"n{round_}_{i}", "level": i}
+                       for i in range(40)]
+            produce(broker, project, "users", changes, "userid")
+            users.update({c["userid"]: c for c in changes})
+            caught_up()
     views = Counter(e["userid"] for e in events)
     expected = {u: {"userid": u, "views": n, "id_sum": sum(e["id"] for e in events if e["userid"] == u),
                     "last_view": max(e["viewtime"] for e in events if e["userid"] == u)} for u, n in views.items()}
@@ -229,21 +229,21 @@ def test_snowflake_sink_appends_and_merges(tmp_path, broker, spark, fakesnow_por
     """, stores_yaml(snowflake_port=fakesnow_port))
     rng = random.Random(3)
     events, snapshot, deleted, left = [], {}, False, False
-    for first in (0, 300):
-        batch = _events(first, 300, rng)
-        produce(broker, project, "pageviews", batch, "userid")
-        events += batch
-        changes = [(f"u{rng.randrange(6)}", None if rng.random() < 0.25 else
-                    {"name": rng.choice(["ann", "bob", "cy"]), "level": rng.randrange(10)}) for _ in range(25)]
-        changes = [(k, None if v is None else {"userid": k, **v}) for k, v in changes]
-        produce_changes(broker, project, "users", changes)
-        deleted = deleted or any(v is None and k in snapshot for k, v in changes)
-        for key, value in changes:
-            left = left or (key in snapshot and snapshot[key]["level"] < 8
-                            and value is not None and value["level"] >= 8)
-            snapshot.pop(key, None) if value is None else snapshot.__setitem__(key, value)
-        for name in ("pv_sf", "counts_sf", "users_sf", "levels_sf"):
-            run(spark, project, name, tmp_path)
+    with running(spark, project, ("pv_sf", "counts_sf", "users_sf", "levels_sf"), tmp_path) as caught_up:
+        for first in (0, 300):  # two rounds, each query started once
+            batch = _events(first, 300, rng)
+            produce(broker, project, "pageviews", batch, "userid")
+            events += batch
+            changes = [(f"u{rng.randrange(6)}", None if rng.random() < 0.25 else
+                        {"name": rng.choice(["ann", "bob", "cy"]), "level": rng.randrange(10)}) for _ in range(25)]
+            changes = [(k, None if v is None else {"userid": k, **v}) for k, v in changes]
+            produce_changes(broker, project, "users", changes)
+            deleted = deleted or any(v is None and k in snapshot for k, v in changes)
+            for key, value in changes:
+                left = left or (key in snapshot and snapshot[key]["level"] < 8
+                                and value is not None and value["level"] >= 8)
+                snapshot.pop(key, None) if value is None else snapshot.__setitem__(key, value)
+            caught_up()
     fmt = table_format("snowflake")
     settings = dict(project.store("snow").properties)
     _, raw = fmt.rows(TableRef("snowflake", "DEMO_DB.PUBLIC.PAGEVIEWS_RAW", settings), 10_000)

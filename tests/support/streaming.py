@@ -3,6 +3,8 @@ translation and driver functions, and reading a sink's final content.
 
     project = streaming_project(tmp_path, broker, SQL)      # topics created, names prefixed per test
     run(spark, project, "counts", tmp_path)                 # one availableNow run (same checkpoint each time)
+    with running(spark, project, ["counts"], tmp_path) as caught_up:   # started once, on the same checkpoint
+        produce(...); caught_up()                           # each round processed, in the one running query
     latest_by_key(broker, project, "counts")                # {key: value} (last record per key)
 """
 
@@ -11,7 +13,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
@@ -60,13 +63,35 @@ def produce(broker: str, project: Project, relation: str, records: list[dict], k
     produce_json_lines(broker, topic(project, relation), [json.dumps(r) for r in records], key_field=key)
 
 
+def _spec(project: Project, name: str, work: Path):
+    query = next(q for q in project.queries if q.fqn == f"analytics.public.{name}")
+    return query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
+
+
 def run(spark, project: Project, name: str, work: Path, timeout: float = 120) -> None:
     """One availableNow run of the query `name` on its checkpoint under `work` (kept between runs)."""
-    query = next(q for q in project.queries if q.fqn == f"analytics.public.{name}")
-    spec = query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
-    running = start_query(spark, spec, available_now=True)
-    assert running.awaitTermination(timeout), f"{name} did not finish in {timeout} s"
-    assert running.exception() is None, running.exception()
+    query = start_query(spark, _spec(project, name, work), available_now=True)
+    assert query.awaitTermination(timeout), f"{name} did not finish in {timeout} s"
+    assert query.exception() is None, query.exception()
+
+
+@contextmanager
+def running(spark, project: Project, names, work: Path) -> Iterator[Callable[[], None]]:
+    """The queries `names` started once with their trigger, on the checkpoints `run` uses, and stopped when the
+    block ends. The function it yields returns when each has processed everything its sources held when it was
+    called (`processAllAvailable`): one query start for several rounds of input instead of one per round."""
+    started = [start_query(spark, _spec(project, name, work)) for name in names]
+
+    def caught_up() -> None:
+        for query in started:
+            query.processAllAvailable()  # raises the query's error if it failed
+            assert query.exception() is None, query.exception()
+
+    try:
+        yield caught_up
+    finally:
+        for query in started:
+            query.stop()
 
 
 def records(broker: str, project: Project, name: str) -> list[dict]:
