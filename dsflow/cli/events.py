@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -89,6 +90,7 @@ def _show(found: list[dict[str, Any]], as_json: bool, table: bool) -> None:
     else:
         for e in found:
             click.echo(scrub(line(e)))
+    sys.stdout.flush()  # a follower's reader (a pipe, `| grep`) sees each event as it comes
 
 
 def line(e: dict[str, Any]) -> str:
