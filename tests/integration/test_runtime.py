@@ -174,6 +174,6 @@ def _events_say_what_the_supervisor_did(options, old_pid: int, new_pid: int, bro
     broken = [(e.kind, e.detail) for e in by_supervisor if e.object == BROKEN]
     kinds = [kind for kind, _ in broken]
     assert kinds[:2] == ["crash", "restart"] and kinds.count("restart") >= broken_restarts
-    assert all(a != b for a, b in zip(kinds, kinds[1:])), "a crash, then its restart, in turn"
+    assert all(a != b for a, b in zip(kinds, kinds[1:], strict=False)), "a crash, then its restart, in turn"
     assert any(d.get("exit") == "exit code 1" and "ValidationError" in d.get("error", "") for k, d in broken
                if k == "crash")

@@ -58,7 +58,8 @@ def test_selected_filters_by_time_object_and_visibility() -> None:
 def _state() -> State:
     query = DeployedResource(address=QUERY, data_hash="d1", metadata_hash="m", data={
         "sink": "analytics.public.counts", "sources": [["analytics.public.pageviews", "p", None]],
-        "statement": "CREATE MATERIALIZED VIEW counts AS ..."}, outputs={"version": "v2", "checkpoint": "/c2", "pid": 7})
+        "statement": "CREATE MATERIALIZED VIEW counts AS ..."},
+        outputs={"version": "v2", "checkpoint": "/c2", "pid": 7})
     view = DeployedResource(address=VIEW, data_hash="d", metadata_hash="m", data={
         "kind": "materialized_view", "store": "", "topic": "t_counts", "columns": [["n", "BIGINT"]]})
     ledger = [LedgerEntry(query=QUERY, version="v1", category="new", checkpoint="/c1", started_at="t1",
@@ -72,7 +73,7 @@ def test_system_tables_hold_the_state_and_the_log_and_answer_sql() -> None:
            _at("2026-11-30T09:30:00", VIEW, "apply", action="create")]
     tables = system_tables(_state(), log)
     [query] = tables["queries"][1]
-    assert dict(zip(tables["queries"][0], query)) == {
+    assert dict(zip(tables["queries"][0], query, strict=True)) == {
         "address": QUERY, "name": "analytics.public.counts", "version": "v2", "category": "in_place",
         "started_at": "t2", "checkpoint": "/c2", "pid": 7, "paused": False, "sink": "analytics.public.counts",
         "sources": '["analytics.public.pageviews"]', "statement": "CREATE MATERIALIZED VIEW counts AS ...",
