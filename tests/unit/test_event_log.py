@@ -144,3 +144,33 @@ def test_follow_prints_what_is_appended_until_interrupted(project) -> None:
         follower.send_signal(signal.SIGINT)
         out, err = follower.communicate(timeout=60)
     assert follower.returncode == 0 and out == "" and "Traceback" not in err
+
+
+def test_the_supervisor_logs_new_gaps_and_dead_letter_bursts_once(tmp_path) -> None:
+    from dsflow.runtime import observed
+    from dsflow.runtime.records import RuntimeRecord
+
+    emitted: list[tuple[str, dict]] = []
+
+    def emit(kind: str, **detail) -> None:
+        emitted.append((kind, detail))
+
+    record = RuntimeRecord(address=QUERY)
+    gaps = tmp_path / observed.GAP_LOG
+    assert not observed.new_gaps(tmp_path, record, emit)  # no log yet
+    gaps.write_text('{"topic": "t", "partition": 0, "start": 5, "end": 7}\n{"topic": "t", "partition": 1, "start": 1,'
+                    ' "end": 2}\n{"topic": "t", "partition": 0, "sta')  # the last line still being written
+    assert observed.new_gaps(tmp_path, record, emit) and record.gaps_seen == 2
+    assert emitted == [("gap", {"gaps": 2, "offsets": 3, "first": [
+        {"topic": "t", "partition": 0, "start": 5, "end": 7}, {"topic": "t", "partition": 1, "start": 1, "end": 2}]})]
+    assert not observed.new_gaps(tmp_path, record, emit)
+    gaps.write_text(gaps.read_text() + 'rt": 9, "end": 19}\n')
+    assert observed.new_gaps(tmp_path, record, emit) and emitted[-1][1]["offsets"] == 10 and record.gaps_seen == 3
+
+    emitted.clear()
+    counts = iter([{"dlq_topic": "d", "dead_letters": 0}, {"dlq_topic": "d", "dead_letters": 4},
+                   {"dlq_topic": "d", "dead_letters": 4}, {"dlq_topic": "d"}, {"dlq_topic": "d", "dead_letters": 6}])
+    looks = [observed.dead_letter_burst(record, lambda: next(counts), emit, now=t) for t in (0, 10, 31, 62, 93, 124)]
+    assert looks == [True, False, True, True, True, True]
+    assert emitted == [("dead_letters", {"new": 4, "total": 4, "topic": "d"}),
+                       ("dead_letters", {"new": 2, "total": 6, "topic": "d"})]
