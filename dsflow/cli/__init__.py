@@ -62,7 +62,7 @@ SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic"
                "resume": "dsflow.cli.pausing:resume", "serve": "dsflow.cli.server:serve",
                "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens",
                "import": "dsflow.cli.adopting:import_", "describe": "dsflow.cli.describing:describe",
-               "test": "dsflow.cli.testing:test"}
+               "test": "dsflow.cli.testing:test", "events": "dsflow.cli.events:events"}
 """Sub-commands that live apart, imported on first use."""
 
 
@@ -72,7 +72,8 @@ SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic"
 @click.option("--env", "environment", default=None, help="environment from dsflow.yml (default: default_environment)")
 @click.option("--var", "variables", multiple=True, metavar="KEY=VALUE", help="override an environment variable")
 @click.option("--server", envvar="DSFLOW_SERVER", metavar="URL", default=None,
-              help="run plan, apply PLANFILE, status, query and topic print on a `dsflow serve` (token: DSFLOW_TOKEN)")
+              help="run plan, apply PLANFILE, status, query, events and topic print on a `dsflow serve` "
+                   "(token: DSFLOW_TOKEN)")
 @click.version_option(package_name="dsflow")
 @click.pass_context
 def cli(ctx: click.Context, project_dir: Path, environment: str | None, variables: tuple[str, ...],
@@ -447,7 +448,8 @@ def force_unlock(ctx: click.Context, lock_id: str) -> None:
 @click.option("--csv", "as_csv", is_flag=True, help="print rows as CSV")
 @click.pass_context
 def query_command(ctx: click.Context, sql: str, follow: bool, position: str, as_json: bool, as_csv: bool) -> None:
-    """Query materialized views (a snapshot), or follow a stream or changelog with --follow."""
+    """Query materialized views or the system tables sys.events, sys.queries and sys.relations (a snapshot), or
+    follow a stream or changelog with --follow."""
     from dsflow.engine import adhoc
 
     if as_json and as_csv:
@@ -457,7 +459,18 @@ def query_command(ctx: click.Context, sql: str, follow: bool, position: str, as_
 
         return remote_query(ctx, sql, follow, position,
                             lambda columns, rows, **kw: _print_rows(columns, rows, as_json, as_csv, **kw))
-    project = _load(ctx).project
+    loaded = _load(ctx)
+    project = loaded.project
+    system = adhoc.system_select(sql)
+    if system is not None:
+        if follow:
+            raise click.UsageError("the system tables are a snapshot: leave out --follow ('dsflow events --follow' "
+                                   "follows the event log)")
+        from dsflow.adapters.sqlite import systables
+
+        columns, rows = systables.query(loaded.workspace.state_backend(), system)
+        _print_rows(columns, rows, as_json, as_csv, header=True)
+        return
     if not follow:
         columns, rows = adhoc.view_query(project, sql)
         _print_rows(columns, rows, as_json, as_csv, header=True)

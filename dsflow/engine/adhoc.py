@@ -57,6 +57,30 @@ def relations_read(project: Project, sql: str) -> list[Relation]:
     return [_relation(project, table) for table in _parse(sql).find_all(exp.Table)]
 
 
+SYSTEM_SCHEMA = "sys"
+SYSTEM_TABLES = ("events", "queries", "relations")
+
+
+def system_select(sql: str) -> exp.Select | None:
+    """The SELECT when it reads the read-only system tables (sys.events, sys.queries, sys.relations) and only
+    them, None when it reads none; DSF-E720 for an unknown sys table, DSF-E725 for sys tables mixed with views."""
+    select = _parse(sql)
+    tables = list(select.find_all(exp.Table))
+    system = [t for t in tables if t.db.lower() == SYSTEM_SCHEMA and not t.catalog]
+    if not system:
+        return None
+    if len(system) != len(tables):
+        raise DsflowError("DSF-E725", "the query reads system tables and views together",
+                          hint="query sys.events, sys.queries and sys.relations apart from the views")
+    for table in system:
+        if table.name.lower() not in SYSTEM_TABLES:
+            raise DsflowError("DSF-E720", f"unknown system table '{table.sql()}'",
+                              hint="the system tables are " + ", ".join(f"sys.{n}" for n in SYSTEM_TABLES))
+        table.set("db", exp.to_identifier(SYSTEM_SCHEMA))
+        table.set("this", exp.to_identifier(table.name.lower()))
+    return select
+
+
 def view_query(project: Project, sql: str) -> tuple[list[str], list[tuple]]:
     """Run SQL over materialized views (their snapshot tables, in SQLite or one store that keeps views):
     column names and rows."""

@@ -13,15 +13,16 @@ from datetime import datetime, timezone
 
 from dsflow.adapters.state import redactor
 from dsflow.core.address import Address
+from dsflow.core.events import event
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change, Plan, pinned, pinned_to, recreates
 from dsflow.core.plan import desired_fingerprint
 from dsflow.core.resources import fingerprint, has_secrets, project_resources, with_current_markers
-from dsflow.core.secrets import Redactor
+from dsflow.core.secrets import Redactor, scrub
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
-from dsflow.engine import failpoints
+from dsflow.engine import eventlog, failpoints
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
@@ -69,12 +70,14 @@ def check_plan_is_current(plan: Plan, state: State, project: Project, redactor: 
 
 def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                on_event: Callable[[str, Change], None] = lambda *_: None,
-               allowance: Allowance = Allowance()) -> ApplyResult:
+               allowance: Allowance = Allowance(), actor: str | None = None) -> ApplyResult:
     """Carry out every actionable change in order, saving state after each one; nothing at all when the plan
-    destroys records the user did not allow (check_data_loss)."""
+    destroys records the user did not allow (check_data_loss). Each change applied or failed, and each query version
+    started or stopped, is an event of the environment's log, by `actor` (the OS user when None)."""
     check_data_loss(plan, allowance)
     backend = workspace.state_backend()
     result = ApplyResult()
+    log = _EventWriter(backend, project.environment, actor or eventlog.local_actor())
     with lock_patiently(backend, "destroy" if plan.mode == "destroy" else "apply"):  # a supervisor's restart ends
         state = backend.read()
         markers = redactor(project, backend)
@@ -93,6 +96,7 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             writer.write(state)
             holder = _IntentRecorder(writer, state)
             ctx = Context(project, workspace, note=holder.note, resumed=resumed)
+            before = state
             try:
                 state = _apply_one(ctx, change, holder.state).with_pending(None)
             except (DsflowError, Exception) as err:  # noqa: BLE001 - reported with the change that failed
@@ -103,6 +107,7 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                 break
             finally:
                 writer.write(state)
+                log.changed(change, before, state, result.failed)
             result.done.append(change)
             on_event("done", change)
         writer.write(state)
@@ -157,6 +162,40 @@ class _StateWriter:
     def write(self, state: State) -> None:
         self.backend.write(state, expected_serial=self.serial)
         self.serial = state.serial
+
+
+class _EventWriter:
+    """The events of one apply: a change applied or failed, and the query versions it started and stopped."""
+
+    def __init__(self, backend, environment: str, actor: str):
+        self.backend, self.environment, self.actor = backend, environment, actor
+
+    def changed(self, change: Change, before: State, after: State,
+                failed: tuple[Change, DsflowError | Exception] | None) -> None:
+        made = [event(change.address, "apply", self.actor, self.environment, action=change.action.value,
+                      moved_from=change.moved_from, state_serial=after.serial)]
+        if failed is not None:
+            error = failed[1]
+            made = [event(change.address, "apply_failed", self.actor, self.environment, action=change.action.value,
+                          error=scrub(str(error))[:2000], code=getattr(error, "code", None))]
+        made += _version_events(change, before, after, self.actor, self.environment)
+        eventlog.record(self.backend, made)
+
+
+def _version_events(change: Change, before: State, after: State, actor: str, environment: str) -> list:
+    """'stop' for a query version the change closed in the ledger, 'start' for one it opened."""
+    made = []
+    old = {(e.query, e.version, e.started_at): e for e in before.ledger}
+    for entry in after.history(change.address):
+        was = old.get((entry.query, entry.version, entry.started_at))
+        if was is None:
+            made.append(event(entry.query, "start", actor, environment, version=entry.version,
+                              category=entry.category, checkpoint=entry.checkpoint, forced=entry.forced,
+                              start_offsets=entry.start_offsets, skipped_records=entry.skipped_records))
+        elif was.stopped_at is None and entry.stopped_at is not None:
+            made.append(event(entry.query, "stop", actor, environment, version=entry.version,
+                              stop_offsets=entry.stop_offsets, forgotten=bool(entry.forgotten_at) or None))
+    return sorted(made, key=lambda e: e.kind != "stop")
 
 
 class _IntentRecorder:

@@ -219,11 +219,13 @@ def _check_forced(forced: Forced, resources, state, targets: frozenset[str], exc
                                        "query.db.schema.name ('dsflow status' lists them)")
 
 
-def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None, allowance: Allowance | None = None) -> ApplyResult:
-    """Apply the plan; `allowance` is the data loss the user acknowledged (core/safety.py; none by default)."""
+def apply(loaded: Loaded, the_plan: Plan, on_event=lambda *_: None, allowance: Allowance | None = None,
+          actor: str | None = None) -> ApplyResult:
+    """Apply the plan; `allowance` is the data loss the user acknowledged (core/safety.py; none by default);
+    `actor` is who the event log names (the OS user when None)."""
     from dsflow.engine.apply import apply_plan
 
-    return apply_plan(the_plan, loaded.project, loaded.workspace, on_event, allowance or Allowance())
+    return apply_plan(the_plan, loaded.project, loaded.workspace, on_event, allowance or Allowance(), actor)
 
 
 def migrate_state(loaded: Loaded) -> bool:

@@ -19,6 +19,7 @@ from dsflow.core.forcing import is_paused
 from dsflow.core.model import Project
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
+from dsflow.engine import eventlog
 from dsflow.engine.workspace import Workspace
 from dsflow.runtime.locking import lock_patiently
 
@@ -38,7 +39,10 @@ def pause(project: Project, workspace: Workspace, address: str) -> DeployedResou
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         outputs = {**deployed.outputs, "pid": None, "paused": True, "paused_at": now,
                    "paused_offsets": stopped["stop_offsets"]}
-        return _record(backend, state, deployed.model_copy(update={"outputs": outputs}))
+        entry = _record(backend, state, deployed.model_copy(update={"outputs": outputs}))
+    eventlog.emit(backend, project.environment, address, "pause", eventlog.local_actor(),
+                  stop_offsets=stopped["stop_offsets"], checkpoint=deployed.outputs.get("checkpoint"))
+    return entry
 
 
 def resume(project: Project, workspace: Workspace, address: str) -> DeployedResource:
@@ -50,7 +54,10 @@ def resume(project: Project, workspace: Workspace, address: str) -> DeployedReso
         deployed = _deployed(state, address, want_paused=True)
         started = _start_again(project, workspace, deployed)
         outputs = {k: v for k, v in deployed.outputs.items() if k not in PAUSED_KEYS} | started
-        return _record(backend, state, deployed.model_copy(update={"outputs": outputs}))
+        entry = _record(backend, state, deployed.model_copy(update={"outputs": outputs}))
+    eventlog.emit(backend, project.environment, address, "resume", eventlog.local_actor(), pid=started.get("pid"),
+                  checkpoint=deployed.outputs.get("checkpoint"))
+    return entry
 
 
 def _start_again(project: Project, workspace: Workspace, deployed: DeployedResource) -> dict[str, Any]:

@@ -48,6 +48,12 @@ class RuntimeRecord(BaseModel):
     it, 'cold start (why)' otherwise (a query in its own driver; None for others)."""
     next_retry: float | None = None
     """When the supervisor restarts it (epoch seconds); None while it runs."""
+    gaps_seen: int = 0
+    """Lines of the query's gaps.jsonl already logged as 'gap' events (runtime/observed.py)."""
+    dead_letters_seen: int | None = None
+    """Records of its dead-letter topic at the last look (None: not looked yet)."""
+    dead_letters_looked: float | None = None
+    """When the supervisor last counted its dead letters (epoch seconds)."""
     updated_at: float = 0.0
 
 

@@ -34,11 +34,13 @@ def watch(supervisor: Any, deployed: DeployedResource, run_dir: Path, record: Ru
         _running(run_dir, record, pid, apps.reported(app_dir).get(name) or {})
     elif record.next_retry is None or record.pid != pid:
         _failed(run_dir, record, pid, app_dir, error, code)
-    elif time.time() >= record.next_retry:
-        if alive:
-            _restart_in_host(run_dir, record, app_dir, name, deployed.address)
-        else:
-            supervisor._restart(run_dir, record, deployed, identity)
+        supervisor.emit(record.address, "crash", pid=pid, exit=record.last_exit, error=record.last_error,
+                        failures=record.failures, restart_in_seconds=backoff(record.failures))
+    elif time.time() >= record.next_retry and not alive:
+        supervisor._restart(run_dir, record, deployed, identity)
+    elif time.time() >= record.next_retry and _restart_in_host(run_dir, record, app_dir, name, deployed.address):
+        supervisor.emit(deployed.address, "restart", pid=pid, restarts=record.restarts,
+                        how=f"in its shared application {app_dir.name}")
 
 
 def _running(run_dir: Path, record: RuntimeRecord, pid: int, seen: dict[str, Any]) -> None:
@@ -70,12 +72,13 @@ def _failed(run_dir: Path, record: RuntimeRecord, pid: int | None, app_dir: Path
          f"(failure {record.failures} in a row)")
 
 
-def _restart_in_host(run_dir: Path, record: RuntimeRecord, app_dir: Path, name: str, address: str) -> None:
+def _restart_in_host(run_dir: Path, record: RuntimeRecord, app_dir: Path, name: str, address: str) -> bool:
     if not engine().shared.restart(app_dir, name):
-        return  # apply removed it meanwhile
+        return False  # apply removed it meanwhile
     record.restarts, record.next_retry, record.updated_at = record.restarts + 1, None, time.time()
     write_record(run_dir, record)
     _log(f"{address} restarted in its shared application {app_dir.name} (restart {record.restarts})")
+    return True
 
 
 def relaunch(deployed: DeployedResource) -> int:

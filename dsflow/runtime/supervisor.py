@@ -31,7 +31,8 @@ from dsflow.core.forcing import is_paused
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
 from dsflow.engine.executors import datagen_identity, launch_datagen, relaunch_driver
-from dsflow.runtime import endpoint, shared
+from dsflow.engine import eventlog
+from dsflow.runtime import endpoint, observed, shared
 from dsflow.runtime.locking import RESTART_OPERATION
 from dsflow.runtime.standby import Keeper
 from dsflow.runtime.records import (STABLE_SECONDS, RuntimeRecord, backoff, last_error, read_record, recorded_state,
@@ -119,13 +120,18 @@ class Supervisor:
         version = str(deployed.outputs.get("version", "")) if is_query else ""
         record = read_record(run_dir)
         if record is None or record.version != version or record.address != deployed.address:
+            earlier = record if record is not None and record.address == deployed.address else None
             record = RuntimeRecord(address=deployed.address, version=version, pid=pid)
+            if earlier is not None:  # what was seen of the same logs stays seen
+                record.gaps_seen, record.dead_letters_seen = earlier.gaps_seen, earlier.dead_letters_seen
         if is_query and deployed.outputs.get("app_dir"):
             return shared.watch(self, deployed, run_dir, record)  # several queries share its host's PID
         code = self._reap(pid)
         if process.is_running(pid, identity):
             assert pid is not None  # is_running: a PID
             self._running(run_dir, record, pid)
+            if is_query:
+                self._observe(run_dir, record, deployed.address)
         elif not is_query and self._finished(deployed):
             return
         elif record.next_retry is None or record.pid != pid:
@@ -144,6 +150,24 @@ class Supervisor:
             record.updated_at = time.time()
             write_record(run_dir, record)
 
+    def _observe(self, run_dir: Path, record: RuntimeRecord, address: str) -> None:
+        """Counted gaps and dead-letter bursts of a running query, as events."""
+        def emit(kind, **detail) -> None:
+            self.emit(address, kind, **detail)
+
+        try:
+            changed = observed.new_gaps(run_dir, record, emit)
+            changed = observed.dead_letter_burst(record, lambda: operations.dead_letters(
+                self.loaded.project, Address.parse(address).name), emit) or changed
+        except Exception as err:  # noqa: BLE001 - watching the process goes on
+            log(f"{address}: {err}")
+            return
+        if changed:
+            write_record(run_dir, record)
+
+    def emit(self, address: str, kind, **detail) -> None:
+        eventlog.emit(self.backend, self.loaded.project.environment, address, kind, eventlog.SUPERVISOR, **detail)
+
     def _died(self, run_dir: Path, record: RuntimeRecord, pid: int | None, code: int | None, log_name: str) -> None:
         now = time.time()
         record.pid, record.failures, record.died_at = pid, record.failures + 1, now
@@ -155,6 +179,8 @@ class Supervisor:
         write_record(run_dir, record)
         log(f"{record.address} (pid {pid}) is not running: {record.last_exit}; "
             f"restart in {backoff(record.failures):.0f} s (failure {record.failures} in a row)")
+        self.emit(record.address, "crash", pid=pid, exit=record.last_exit, error=record.last_error,
+                  failures=record.failures, restart_in_seconds=backoff(record.failures))
 
     def _restart(self, run_dir: Path, record: RuntimeRecord, deployed: DeployedResource,
                  identity: process.Identity) -> None:
@@ -166,6 +192,7 @@ class Supervisor:
             record.next_retry = time.time() + backoff(record.failures)
             write_record(run_dir, record)
             log(f"{deployed.address}: {record.last_error}")
+            self.emit(deployed.address, "restart_failed", error=record.last_error, failures=record.failures)
             return
         if pid is None:
             return  # the state changed under us, or someone holds the lock: looked at again next tick
@@ -174,6 +201,7 @@ class Supervisor:
         write_record(run_dir, record)
         log(f"{deployed.address} restarted as pid {pid} (restart {record.restarts}"
             f"{'; ' + self.start_note if self.start_note else ''})")
+        self.emit(deployed.address, "restart", pid=pid, restarts=record.restarts, how=self.start_note)
 
     def _restart_locked(self, deployed: DeployedResource, identity: process.Identity) -> int | None:
         """Start the process again and record its PID in the state, under the state lock; None if the state no

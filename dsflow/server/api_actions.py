@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from dsflow.engine import operations
+from dsflow.engine import eventlog, operations
 from dsflow.core.access import Privilege
 from dsflow.core.secrets import scrub
 from dsflow.server.context import API, ApiError, Caller, Server, caller, server_of
@@ -95,7 +95,7 @@ def apply(body: ApplyRequest, me: Caller = Depends(caller), server: Server = Dep
         return {"ok": True, "done": [], "failed": None, "skipped": []}
     allowance = Allowance(everything=body.allow_data_loss, addresses=frozenset(body.allow_destroy))
     check_data_loss(the_plan, allowance)
-    result = operations.apply(loaded, the_plan, allowance=allowance)
+    result = operations.apply(loaded, the_plan, allowance=allowance, actor=eventlog.api_actor(me.user))
     failed = None
     if result.failed:
         change, error = result.failed
@@ -136,9 +136,17 @@ def json_value(value: Any) -> Any:
 
 @router.post("/views/query", tags=["views"])
 def view_query(body: ViewQuery, me: Caller = Depends(caller), server: Server = Depends(server_of)) -> dict[str, Any]:
-    """Run one SELECT over materialized views (SELECT needed on every view it reads)."""
+    """Run one SELECT over materialized views (SELECT needed on every view it reads), or over the system tables
+    sys.events, sys.queries and sys.relations (rows of the objects the caller may see)."""
     from dsflow.engine import adhoc
 
+    system = adhoc.system_select(body.sql)
+    if system is not None:
+        from dsflow.adapters.sqlite import systables
+
+        backend = server.loaded().workspace.state_backend()
+        columns, rows = systables.query(backend, system, lambda address: me.access.can_see(me.user, address))
+        return {"columns": list(columns), "rows": [[json_value(v) for v in row] for row in rows]}
     project = server.loaded().project
     for relation in adhoc.relations_read(project, body.sql):
         me.require(Privilege.SELECT, f"relation.{relation.fqn}")

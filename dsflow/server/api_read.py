@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from dsflow.core.events import Event
 from dsflow.errors import DsflowError
 from dsflow.server import catalog as cat
 from dsflow.server.context import API, ApiError, Caller, Server, caller, server_of
@@ -125,6 +126,22 @@ def query(name: str, me: Caller = Depends(caller), server: Server = Depends(serv
 def lineage(me: Caller = Depends(caller), server: Server = Depends(server_of)) -> dict[str, Any]:
     """The data flow between the relations and queries the caller may see."""
     return cat.lineage_for(inputs(server, me), me.access, me.user).model_dump(mode="json")
+
+
+@router.get("/events", tags=["runtime"], response_model=list[Event],
+            responses={400: {"description": "`since` is not a time (DSF-E724)"}})
+def events(object: str | None = None, since: str | None = None, me: Caller = Depends(caller),
+           server: Server = Depends(server_of)) -> list[dict[str, Any]]:
+    """The environment's event log (`dsflow events --json`), oldest first: only events of objects the caller may
+    see; `object` narrows it to one object, `since` (ISO 8601) to the events after that time."""
+    from dsflow.engine import eventlog
+
+    backend = server.loaded().workspace.state_backend()
+    try:
+        found = eventlog.read(backend, since, object, lambda address: me.access.can_see(me.user, address))
+    except DsflowError as err:
+        raise ApiError(400, err.code, err.message, err.hint) from None
+    return [e.model_dump(mode="json") for e in found]
 
 
 @router.get("/status", tags=["runtime"])

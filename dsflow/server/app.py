@@ -64,9 +64,13 @@ def create_app(options: operations.Options | None = None) -> FastAPI:
 
 def graphql_context(me: Caller = Depends(caller), server: Server = Depends(server_of)) -> dict[str, Any]:
     """What dsflow/server/graphql.py's resolvers get: the caller, its access model and the catalog's inputs."""
+    from dsflow.engine import eventlog
     from dsflow.server.api_read import inputs
 
-    return {"user": me.user, "access": me.access, "inputs": lambda: inputs(server, me)}
+    def events(since: str | None, object_: str | None) -> list:
+        return eventlog.read(server.loaded().workspace.state_backend(), since, object_)
+
+    return {"user": me.user, "access": me.access, "inputs": lambda: inputs(server, me), "events": events}
 
 
 def openapi_document() -> dict:

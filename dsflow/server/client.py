@@ -73,6 +73,10 @@ class Client:
     def status(self) -> list[dict[str, Any]]:
         return self.request("GET", "/status")
 
+    def events(self, since: str | None = None, object: str | None = None) -> list[dict[str, Any]]:
+        params = {k: v for k, v in (("since", since), ("object", object)) if v}
+        return self.request("GET", "/events", params=params)
+
     def view_query(self, sql: str) -> tuple[list[str], list[tuple]]:
         answer = self.request("POST", "/views/query", {"sql": sql})
         return answer["columns"], [tuple(row) for row in answer["rows"]]

@@ -34,6 +34,8 @@ class GraphQLContext:
     user: str | None
     access: Any
     inputs: Callable[[], cat.Inputs]
+    events: Callable[[str | None, str | None], list[Any]] | None = None
+    """(since, object) -> the event log's core.events.Event list, unfiltered by access (None: no log served)."""
     _catalog: cat.Catalog | None = None
     _inputs: cat.Inputs | None = None
 
@@ -54,7 +56,8 @@ def _as_context(base: Any) -> GraphQLContext:
     if isinstance(base, dict) and isinstance(base.get("_graphql"), GraphQLContext):
         return base["_graphql"]
     base = base if isinstance(base, dict) else {}
-    return GraphQLContext(user=base.get("user"), access=base.get("access"), inputs=_as_callable(base.get("inputs")))
+    return GraphQLContext(user=base.get("user"), access=base.get("access"), inputs=_as_callable(base.get("inputs")),
+                          events=base.get("events"))
 
 
 def _context(info: Info) -> tuple[GraphQLContext, str]:
@@ -109,6 +112,17 @@ class Schema:
     name: str
     database: str
     owner: str
+
+
+@strawberry.type(description="One entry of the environment's event log (`dsflow events`)")
+class Event:
+    time: str
+    id: str
+    environment: str
+    object: str
+    kind: str
+    actor: str
+    detail: JSON
 
 
 @strawberry.type(description="A relation column")
@@ -281,6 +295,23 @@ class Root:
         context, user = _context(info)
         entries = cat.visible_status(context.loaded_inputs().statuses, context.access, user)
         return [_status_entry(e) for e in entries]
+
+    @strawberry.field(description="the event log, oldest first: events of objects the caller may see, of `object` "
+                                  "only when given, after `since` (ISO 8601) when given")
+    async def events(self, info: Info, object: str | None = None, since: str | None = None) -> list[Event]:
+        from starlette.concurrency import run_in_threadpool
+
+        from dsflow.errors import DsflowError
+
+        context, user = _context(info)
+        if context.events is None:
+            return []
+        try:
+            found = await run_in_threadpool(context.events, since, object)
+        except DsflowError as err:
+            raise GraphQLError(err.message, extensions={"code": err.code}) from None
+        return [Event(time=e.time, id=e.id, environment=e.environment, object=e.object, kind=e.kind, actor=e.actor,
+                      detail=_scrubbed(e.detail)) for e in found if context.access.can_see(user, e.object)]
 
     @strawberry.field
     def whoami(self, info: Info) -> WhoAmI:

@@ -22,6 +22,8 @@ from dsflow.engine import operations, pausing
 from dsflow.errors import DsflowError
 from test_data_loss import _ids, _project, _wait_ids
 
+from dsflow.engine.eventlog import local_actor
+
 pytestmark = pytest.mark.integration
 
 CONFIG = ("name: {name}\ndefault:\n  store: k\nruntime:\n  isolation: shared\n"
@@ -59,6 +61,7 @@ def test_pause_resume_replace_and_reset_checkpoint_keep_their_promises_in_the_da
         _pause_and_resume(options, broker, source, sink)
         _replace(options, broker, sink)
         _reset_checkpoint(options, broker, source, sink)
+        _events_tell_what_happened(root, broker, options)
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
@@ -123,3 +126,49 @@ def _reset_checkpoint(options: operations.Options, broker: str, source: str, sin
     last = _state(options).history(QUERY)[-1]
     assert (last.forced, last.category, last.skipped_records) == ("reset_checkpoint", "reset_checkpoint", 10)
     assert "paused" not in _state(options).resources[QUERY].outputs
+
+
+def _events_tell_what_happened(root: Path, broker: str, options: operations.Options) -> None:
+    """The event log (issue 42 item 6) beside the local state: each step above as an event by this OS user, the query
+    versions it started and stopped as the ledger records them, and the same log through `dsflow query` on
+    sys.events, sys.queries and sys.relations."""
+    from click.testing import CliRunner
+
+    from dsflow.cli import cli
+
+    def dsflow(*args: str):
+        ran = CliRunner().invoke(cli, ["-C", str(root), "--var", f"bootstrap={broker}", *args])
+        assert ran.exit_code == 0, ran.output
+        return ran.stdout
+
+    events = [json.loads(line) for line in dsflow("events", "--json").splitlines()]
+    mine = [json.loads(line) for line in dsflow("events", "--json", "--object", QUERY).splitlines()]
+    assert mine == [e for e in events if e["object"] == QUERY]
+    named = [json.loads(line) for line in dsflow("events", "--json", "--object", "copied").splitlines()]
+    assert named == [e for e in events if e["object"] in (QUERY, SINK)], "a name: the query and its sink"
+    assert [e["kind"] for e in mine] == ["apply", "start", "pause", "resume", "apply", "stop", "start", "pause",
+                                         "apply", "stop", "start"], [(e["kind"], e["detail"]) for e in mine]
+    assert {e["actor"] for e in events} == {local_actor()} and "apply_failed" not in {e["kind"] for e in events}
+    state = _state(options)
+    history = state.history(QUERY)
+    assert [(e["detail"]["version"], e["detail"]["checkpoint"], e["detail"].get("forced")) for e in mine
+            if e["kind"] == "start"] == [(h.version, h.checkpoint, h.forced) for h in history]
+    assert [e["detail"]["stop_offsets"] for e in mine if e["kind"] == "stop"] == [
+        h.stop_offsets for h in history if h.stopped_at is not None]
+    created = {e["object"] for e in events if e["kind"] == "apply" and e["detail"]["action"] == "create"}
+    assert created == set(state.resources), "the first apply created every object"
+    assert [e["detail"]["action"] for e in mine if e["kind"] == "apply"] == ["create", "replace", "replace"]
+    later = dsflow("events", "--json", "--since", mine[7]["time"]).splitlines()
+    assert [json.loads(line) for line in later] == [e for e in events if e["time"] > mine[7]["time"]]
+
+    by_kind = json.loads(dsflow("query", "--json", f"SELECT kind, COUNT(*) AS n FROM sys.events WHERE object = "
+                                f"'{QUERY}' GROUP BY kind ORDER BY kind"))
+    assert {r["kind"]: r["n"] for r in by_kind} == Counter(e["kind"] for e in mine)
+    [row] = json.loads(dsflow("query", "--json", "SELECT address, version, category, checkpoint, paused "
+                              f"FROM sys.queries WHERE name = '{QUERY.removeprefix('query.')}'"))
+    deployed = state.resources[QUERY]
+    assert row == {"address": QUERY, "version": deployed.outputs["version"], "category": history[-1].category,
+                   "checkpoint": deployed.outputs["checkpoint"], "paused": 0}
+    relations = json.loads(dsflow("query", "--json", "SELECT address, topic FROM sys.relations ORDER BY address"))
+    assert [r["address"] for r in relations] == sorted(a for a in state.resources if a.startswith("relation."))
+    assert all(r["topic"] for r in relations)

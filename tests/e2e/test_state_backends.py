@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 from dsflow.engine import operations
 from dsflow.adapters.state import BACKENDS, StateBackend, make_backend
-from dsflow.adapters.state.postgres import keys_table, locks_table
+from dsflow.adapters.state.postgres import events_table, keys_table, locks_table
 from dsflow.cli import cli
+from dsflow.core.events import event
 from dsflow.core.model import StateSettings
 from dsflow.core.state import DeployedResource, LedgerEntry, State
 from dsflow.errors import DsflowError
@@ -55,7 +56,7 @@ def pg_table() -> Iterator[str]:
     table = f"t{uuid.uuid4().hex[:10]}_state"
     yield table
     with psycopg2.connect(PG_DSN) as conn, conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {table}, {locks_table(table)}, {keys_table(table)}")
+        cur.execute(f"DROP TABLE IF EXISTS {table}, {locks_table(table)}, {keys_table(table)}, {events_table(table)}")
     conn.close()
 
 
@@ -94,6 +95,40 @@ def test_read_empty_write_read_back(target) -> None:
     later = _state(target[2], 2, marker="y")
     backend.write(later)  # without expected_serial: no check, as before
     assert make_backend(*target).read() == later
+
+
+def _append(target, marker: str, count: int, results) -> None:
+    backend = make_backend(*target)
+    for i in range(count):
+        backend.append_events([event(f"query.db.public.{marker}", "restart", "supervisor", target[2], n=i)])
+    results.put(count)
+
+
+def test_event_log_is_appended_beside_the_state_and_read_since(target) -> None:
+    backend = make_backend(*target)
+    assert backend.read_events() == []
+    state = _state(target[2], 1)
+    backend.write(state, expected_serial=0)
+    first = event("query.db.public.q", "apply", "alice@h", target[2], action="create", state_serial=1)
+    second = event("relation.db.public.s", "apply_failed", "api:bob", target[2], error="boom")
+    backend.append_events([first, second])
+    assert make_backend(*target).read() == state  # the state is not rewritten by the log
+    assert make_backend(*target).read_events() == [first, second]
+    assert make_backend(*target).read_events(since=first.time) == ([second] if second.time > first.time else [])
+    assert make_backend(*target).read_events(since=second.time) == []
+    queue = FORK.Queue()
+    writers = [FORK.Process(target=_append, args=(target, name, 5, queue)) for name in ("a", "b")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert [queue.get(timeout=5) for _ in writers] == [5, 5]
+    found = make_backend(*target).read_events()
+    assert len(found) == 12 and len({e.id for e in found}) == 12
+    assert [e.key for e in found] == sorted(e.key for e in found)
+    for name in ("a", "b"):  # each writer's events, in its order
+        assert [e.detail["n"] for e in found if e.object.endswith("." + name)] == list(range(5))
+    assert make_backend(*target).read() == state
 
 
 def test_stale_write_is_refused(target) -> None:

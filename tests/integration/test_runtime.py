@@ -157,3 +157,23 @@ def _run(root, options, project, broker, supervisor) -> None:
             f'topic="{project.topic_prefix}events"}} 0.0') in text
     assert 'dsflow_query_restarts_total{query="analytics.public.id_counts"} 1.0' in text
     assert 'dsflow_query_last_error_info{error="pydantic_core._pydantic_core.ValidationError' in text
+    _events_say_what_the_supervisor_did(options, old_pid, new_pid, again["restarts"])
+
+
+def _events_say_what_the_supervisor_did(options, old_pid: int, new_pid: int, broken_restarts: int) -> None:
+    """The event log (issue 42 item 6): the kill as a crash and the cold restart, by the supervisor, as status says
+    them; `copy`'s crash loop as a crash with its error before each restart."""
+    from dsflow.engine import eventlog
+
+    backend = operations.load(options).workspace.state_backend()
+    by_supervisor = [e for e in eventlog.read(backend) if e.actor == eventlog.SUPERVISOR]
+    counts = [(e.kind, e.detail) for e in by_supervisor if e.object == COUNTS]
+    assert [kind for kind, _ in counts] == ["crash", "restart"], counts
+    assert counts[0][1]["pid"] == old_pid and counts[0][1]["exit"].startswith("gone without recording a failure")
+    assert counts[1][1] == {"pid": new_pid, "restarts": 1, "how": "cold start"}
+    broken = [(e.kind, e.detail) for e in by_supervisor if e.object == BROKEN]
+    kinds = [kind for kind, _ in broken]
+    assert kinds[:2] == ["crash", "restart"] and kinds.count("restart") >= broken_restarts
+    assert all(a != b for a, b in zip(kinds, kinds[1:], strict=False)), "a crash, then its restart, in turn"
+    assert any(d.get("exit") == "exit code 1" and "ValidationError" in d.get("error", "") for k, d in broken
+               if k == "crash")

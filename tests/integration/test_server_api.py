@@ -282,3 +282,64 @@ def test_a_caller_with_the_grants_applies_what_they_cover_and_nothing_more(broke
     assert answer.status_code == 403 and f"delete {PAYMENTS}" in answer.json()["error"]["message"]
     assert PAYMENTS in operations.load(operations.Options(broker_live.root, None, {})).workspace \
         .state_backend().read().resources
+
+
+def test_events_are_served_under_the_grants(broker_live, broker) -> None:
+    """The event log (issue 42 item 6) through REST, GraphQL, `dsflow query` on sys.events and `dsflow --server
+    events`: erin's apply through the API is an event by api:erin; each caller sees only the events of objects it
+    may see (alice: the query writing into a view she may read, not payments nor erin's new stream)."""
+    from click.testing import CliRunner
+
+    from dsflow.cli import cli
+    from dsflow.core.events import event
+
+    clicks = "relation.analytics.public.clicks"
+    pipeline = broker_live.root / "sql" / "pipeline.sql"
+    pipeline.write_text(pipeline.read_text() + "CREATE STREAM clicks (id BIGINT) WITH ('topic' = 'clicks', "
+                                               "'value.format' = 'json');\n")
+    applied = call(broker_live, "POST", "/api/v1/apply", "erin",
+                   json={"plan": _saved_plan(broker_live, "erin")["plan"], "start_runtime": False})
+    assert applied.status_code == 200, applied.text
+    backend = operations.load(operations.Options(broker_live.root, None, {})).workspace.state_backend()
+    crash = event(QUERY, "crash", "supervisor", "dev", pid=1, exit="killed by signal 9")
+    burst = event(PAYMENTS, "dead_letters", "supervisor", "dev", new=3, total=3)
+    backend.append_events([crash, burst])
+
+    def rest(user: str, **params) -> list[dict]:
+        answer = call(broker_live, "GET", "/api/v1/events", user, params=params)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    everything = rest("root")
+    assert [(e["object"], e["kind"], e["actor"]) for e in everything] == [
+        (clicks, "apply", "api:erin"), (QUERY, "crash", "supervisor"), (PAYMENTS, "dead_letters", "supervisor")]
+    assert everything[0]["detail"]["action"] == "create" and everything[1] == crash.model_dump(mode="json")
+    assert rest("alice") == [everything[1]]
+    assert rest("root", object="payments") == [everything[2]]
+    assert rest("root", since=crash.time) == [everything[2]]
+    bad = call(broker_live, "GET", "/api/v1/events", "root", params={"since": "yesterday"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "DSF-E724"
+    assert call(broker_live, "GET", "/api/v1/events", None).status_code == 401
+
+    def graphql(user: str) -> list[dict]:
+        answer = call(broker_live, "POST", "/graphql", user,
+                      json={"query": "{ events { time id environment object kind actor detail } }"})
+        assert answer.status_code == 200 and "errors" not in answer.json(), answer.text
+        return answer.json()["data"]["events"]
+
+    assert graphql("root") == everything and graphql("alice") == [everything[1]]
+    assert call(broker_live, "POST", "/graphql", "erin", json={"query": f'{{ events(object: "{QUERY}") {{ kind }} }}'}
+                ).json()["data"]["events"] == [{"kind": "crash"}]  # MANAGE on the query
+
+    def sys_events(user: str) -> list[list]:
+        answer = call(broker_live, "POST", "/api/v1/views/query", user,
+                      json={"sql": "SELECT object, kind FROM sys.events ORDER BY time"})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["rows"]
+
+    assert sys_events("root") == [[e["object"], e["kind"]] for e in everything]
+    assert sys_events("alice") == [[QUERY, "crash"]]
+    env = {"DSFLOW_TOKEN": broker_live.tokens["alice"], "DSFLOW_SERVER": broker_live.url}
+    ran = CliRunner().invoke(cli, ["events", "--json"], env=env)
+    assert ran.exit_code == 0, ran.output
+    assert [json.loads(line) for line in ran.stdout.splitlines()] == [everything[1]]

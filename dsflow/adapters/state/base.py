@@ -11,6 +11,8 @@ A backend reads and writes one environment's State and holds one lock for it:
   a stored document without a lineage (`{}`) is refused (DSF-E910), never taken as empty.
 - `redaction_key` is the random key of the markers that stand for secret values (core/secrets.py), kept
   beside the state and never in it: created once, by whichever command needs it first.
+- `append_events` adds to the environment's event log (core/events.py) without reading or rewriting the state or
+  earlier events; `read_events` returns the log oldest first, from just after `since` when given.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 from typing import Protocol, runtime_checkable
 
+from dsflow.core.events import Event
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
 
@@ -119,6 +122,12 @@ class StateBackend(Protocol):
 
     def redaction_key(self) -> bytes:
         """The key of this environment's secret markers, made (once, atomically) if there is none yet."""
+
+    def append_events(self, events: list[Event]) -> None:
+        """Add `events` to the environment's event log (append only: nothing stored is read or rewritten)."""
+
+    def read_events(self, since: str | None = None) -> list[Event]:
+        """The event log, oldest first; with `since` (the log's time text) only events after it."""
 
 
 def locked_error(holder: LockInfo | None, where: str) -> DsflowError:

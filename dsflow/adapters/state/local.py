@@ -1,5 +1,5 @@
-"""The local state backend: a JSON file per environment, a lock file holding who/when/what, and the
-environment's redaction key in a file of its own (mode 0600)."""
+"""The local state backend: a JSON file per environment, a lock file holding who/when/what, the
+environment's redaction key in a file of its own (mode 0600), and its event log as JSON lines (<env>.events.jsonl)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from dsflow.adapters.state.base import (
     new_redaction_key,
     parse_redaction_key,
 )
+from dsflow.core.events import Event
 from dsflow.core.model import StateSettings
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
@@ -97,6 +98,36 @@ class LocalStateBackend:
             pid = path.name.rpartition("tmp")[2]
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 path.unlink(missing_ok=True)
+
+    @property
+    def events_path(self) -> Path:
+        return self.directory / f"{self.environment}.events.jsonl"
+
+    def append_events(self, events: list[Event]) -> None:
+        """One write of whole lines under an flock on the log: appenders never interleave."""
+        if not events:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        text = "".join(e.model_dump_json() + "\n" for e in events)
+        with open(self.events_path, "a", encoding="utf-8") as log:
+            fcntl.flock(log, fcntl.LOCK_EX)
+            log.write(text)
+            log.flush()
+            os.fsync(log.fileno())
+
+    def read_events(self, since: str | None = None) -> list[Event]:
+        """The log's events; a line cut short by a killed writer is passed over."""
+        try:
+            lines = self.events_path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        found = []
+        for line in lines:
+            try:
+                found.append(Event.model_validate_json(line))
+            except ValueError:
+                continue
+        return sorted((e for e in found if since is None or e.time > since), key=lambda e: e.key)
 
     def redaction_key(self) -> bytes:
         if not self.key_path.exists():

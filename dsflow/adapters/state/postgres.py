@@ -6,6 +6,8 @@ trailing `_state` and adds `_locks`, so dsflow_state pairs with dsflow_locks):
     <table>(project, environment, lineage, serial, body jsonb, updated_at)   primary key (project, environment)
     <locks>(project, environment, lock_id, who, operation, created, pid, backend_pid, host, command)
     <keys>(project, environment, key)    the redaction key of the secret markers (dsflow_state: dsflow_keys)
+    <events>(project, environment, time, id, object, kind, actor, detail jsonb)   the event log, insert only
+                                         (dsflow_state: dsflow_events)
 
 A write is one transaction. A compare-and-swap write first takes the row `FOR UPDATE`, compares serial
 and lineage, then updates it; a concurrent writer waits on the row and then sees the new serial (DSF-E804).
@@ -39,6 +41,7 @@ from dsflow.adapters.state.base import (
     parse_redaction_key,
     stale_error,
 )
+from dsflow.core.events import Event
 from dsflow.core.model import StateSettings
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
@@ -54,6 +57,9 @@ CREATE TABLE IF NOT EXISTS {locks} (
     backend_pid integer NOT NULL, PRIMARY KEY (project, environment));
 CREATE TABLE IF NOT EXISTS {keys} (
     project text NOT NULL, environment text NOT NULL, key text NOT NULL, PRIMARY KEY (project, environment));
+CREATE TABLE IF NOT EXISTS {events} (
+    project text NOT NULL, environment text NOT NULL, time text NOT NULL, id text NOT NULL, object text NOT NULL,
+    kind text NOT NULL, actor text NOT NULL, detail jsonb NOT NULL, PRIMARY KEY (project, environment, time, id));
 """
 _MIGRATE = """
 ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS host text NOT NULL DEFAULT '',
@@ -100,6 +106,11 @@ def keys_table(table: str) -> str:
     return table.removesuffix("_state") + "_keys" if table.endswith("_state") else table + "_keys"
 
 
+def events_table(table: str) -> str:
+    """The event log table paired with a state table: dsflow_state -> dsflow_events, other -> other_events."""
+    return table.removesuffix("_state") + "_events" if table.endswith("_state") else table + "_events"
+
+
 def _key(*parts: str) -> int:
     """A signed 64-bit advisory lock key."""
     digest = hashlib.blake2b(":".join(parts).encode(), digest_size=8).digest()
@@ -118,7 +129,8 @@ class PostgresStateBackend:
         self.environment = environment
         self._names = {"state": sql.Identifier(*table.split(".")),
                        "locks": sql.Identifier(*locks_table(table).split(".")),
-                       "keys": sql.Identifier(*keys_table(table).split("."))}
+                       "keys": sql.Identifier(*keys_table(table).split(".")),
+                       "events": sql.Identifier(*events_table(table).split("."))}
         self.lock_key = _key("dsflow", table, project, environment)
         self._conn: Any = None
 
@@ -216,6 +228,26 @@ class PostgresStateBackend:
             cur.execute(self._sql("SELECT key FROM {keys} WHERE project = %s AND environment = %s"), key)
             row = cur.fetchone()
         return parse_redaction_key(row[0].strip() if row else "", f"of {self.where}")
+
+    def append_events(self, events: list[Event]) -> None:
+        if not events:
+            return
+        from psycopg2.extras import Json
+
+        rows = [(self.project, self.environment, e.time, e.id, e.object, e.kind, e.actor, Json(e.detail))
+                for e in events]
+        with self._transaction() as cur:
+            cur.executemany(self._sql("INSERT INTO {events} (project, environment, time, id, object, kind, actor, "
+                                      "detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"), rows)
+
+    def read_events(self, since: str | None = None) -> list[Event]:
+        with self._transaction() as cur:
+            cur.execute(self._sql("SELECT time, id, object, kind, actor, detail FROM {events} WHERE project = %s "
+                                  "AND environment = %s AND time COLLATE \"C\" > %s ORDER BY time COLLATE \"C\", id"),
+                        (self.project, self.environment, since or ""))
+            rows = cur.fetchall()
+        return [Event(time=r[0], id=r[1], environment=self.environment, object=r[2], kind=r[3], actor=r[4],
+                      detail=r[5]) for r in rows]
 
     def write(self, state: State, *, expected_serial: int | None = None) -> None:
         check_writable(state, self.where)

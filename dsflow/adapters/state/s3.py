@@ -6,6 +6,8 @@ object (body and ETag), compares its serial and lineage, and PUTs with `If-Match
 reported as DSF-E804. The lock is an object created with `If-None-Match: *` holding the LockInfo JSON;
 it is deleted with `If-Match` on its own ETag, so a lock taken over after a force-unlock is left alone.
 The redaction key of the secret markers is the object <prefix>/<env>.key, created once with `If-None-Match: *`.
+The event log is one object per event under <prefix>/<env>.events/, named by its time and id so that a listing
+is in time order and `since` is a `StartAfter`.
 
 Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, an instance role, ...).
 """
@@ -28,6 +30,7 @@ from dsflow.adapters.state.base import (
     parse_redaction_key,
     stale_error,
 )
+from dsflow.core.events import Event
 from dsflow.core.model import StateSettings
 from dsflow.core.state import State
 from dsflow.errors import DsflowError
@@ -94,6 +97,32 @@ class S3StateBackend:
             raise DsflowError("DSF-E801", f"state object {self.where} is unreadable: {err}",
                               hint="restore an earlier version of the object (enable bucket versioning)") from err
         return check_lineage(state, self.where)
+
+    @property
+    def events_prefix(self) -> str:
+        return self.key.removesuffix(".json") + ".events/"
+
+    def append_events(self, events: list[Event]) -> None:
+        for e in events:
+            try:
+                self._put(f"{self.events_prefix}{e.time}_{e.id}.json", e.model_dump_json())
+            except Exception as err:  # noqa: BLE001
+                raise self._unreachable(err) from err
+
+    def read_events(self, since: str | None = None) -> list[Event]:
+        extra = {"StartAfter": f"{self.events_prefix}{since}_~"} if since else {}  # '~' sorts after any id
+        found = []
+        try:
+            pages = self._client().get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.events_prefix, **extra)
+            keys = [item["Key"] for page in pages for item in page.get("Contents", ())]
+        except Exception as err:  # noqa: BLE001
+            raise self._unreachable(err) from err
+        for key in sorted(keys):
+            body = self._get(key)
+            if body is not None:
+                found.append(Event.model_validate_json(body[0]))
+        return found
 
     @property
     def key_key(self) -> str:

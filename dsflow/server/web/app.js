@@ -7,7 +7,7 @@ const POLL_MS = 2000;
 const TAIL_MAX = 200;
 
 const page = {catalog: null, lineage: null, status: new Map(), selected: null, timer: null, session: 0,
-              tail: null, states: new Map(), plan: null};
+              tail: null, states: new Map(), plan: null, events: []};
 
 const $ = (id) => document.getElementById(id);
 
@@ -99,14 +99,15 @@ function logout(message = "") {
 
 function clearView() {
   // nothing of one user's session stays on the page for the next one
-  Object.assign(page, {catalog: null, lineage: null, status: new Map(), selected: null, states: new Map(), plan: null});
+  Object.assign(page, {catalog: null, lineage: null, status: new Map(), selected: null, states: new Map(), plan: null,
+    events: []});
   ["graph", "tail-records", "detail-history"].forEach((id) => $(id).replaceChildren());
-  ["query-table", "plan-table", "view-table"].forEach((id) => $(id).tBodies[0].replaceChildren());
+  ["query-table", "plan-table", "view-table", "event-table"].forEach((id) => $(id).tBodies[0].replaceChildren());
   ["plan-table", "view-table", "detail-body"].forEach((id) => { $(id).hidden = true; });
   ["whoami", "plan-summary", "view-summary", "tail-summary", "status-updated"].forEach((id) => {
     $(id).textContent = "";
   });
-  ["graph-error", "status-error", "plan-error", "view-error", "tail-error"].forEach((id) => showError(id, null));
+  ["graph-error", "status-error", "plan-error", "view-error", "tail-error", "events-error"].forEach((id) => showError(id, null));
   $("detail-sql").textContent = "";
   $("detail-title").textContent = "Details";
   $("detail-empty").hidden = false;
@@ -130,7 +131,32 @@ async function pollLoop(session) {
   // the next poll is scheduled when this one is answered: a slow server never gets requests piling up
   if (session !== page.session) return;
   await pollStatus(session);
+  await pollEvents(session);
   if (session === page.session) page.timer = window.setTimeout(() => pollLoop(session), POLL_MS);
+}
+
+// ---- Event log ------------------------------------------------------------------------------------------------
+
+const EVENTS_SHOWN = 200;
+
+async function pollEvents(session) {
+  try {
+    const last = page.events.length ? page.events[page.events.length - 1] : null;
+    // 30 s behind the newest one shown: an event of another process can be appended a moment after a later one
+    const since = last ? new Date(Date.parse(last.time) - 30000).toISOString() : null;
+    const fresh = await api(since ? `events?since=${encodeURIComponent(since)}` : "events");
+    if (session !== page.session) return;
+    const seen = new Set(page.events.map((e) => e.id));
+    page.events = page.events.concat(fresh.filter((e) => !seen.has(e.id)))
+      .sort((a, b) => (a.time < b.time ? -1 : a.time > b.time ? 1 : 0)).slice(-EVENTS_SHOWN);
+    $("event-table").tBodies[0].replaceChildren(...page.events.slice().reverse().map((e) => el("tr", {},
+      el("td", {text: e.time}), el("td", {text: e.kind}), el("td", {text: e.object}), el("td", {text: e.actor}),
+      el("td", {text: Object.entries(e.detail || {}).map(([k, v]) =>
+        `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`).join(", ")}))));
+    showError("events-error", null);
+  } catch (error) {
+    if (session === page.session) showError("events-error", error);
+  }
 }
 
 // ---- Catalog and lineage graph ---------------------------------------------------------------------------------

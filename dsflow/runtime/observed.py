@@ -1,0 +1,64 @@
+"""What the supervisor notices in a running query besides its process: counted gaps and dead-letter bursts.
+
+Each is an event of the environment's log (engine/eventlog.py), made when the supervisor sees more than at its last
+look, which its record keeps (records.RuntimeRecord `gaps_seen`, `dead_letters_seen`):
+
+    gap            new lines in the query's gaps.jsonl (offsets the broker holds no record for, counted under
+                   'topic.gaps' = 'count'), with how many offsets they span
+    dead_letters   records added to the query's dead-letter topic since the last look (asked of its store every
+                   DEAD_LETTER_LOOK_SECONDS, as `dsflow status` counts them)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dsflow.runtime.records import RuntimeRecord
+
+GAP_LOG = "gaps.jsonl"
+DEAD_LETTER_LOOK_SECONDS = 30.0
+Emit = Callable[..., None]
+
+
+def new_gaps(run_dir: Path, record: RuntimeRecord, emit: Emit) -> bool:
+    """Emit one 'gap' event for the gap log's lines the record has not seen; True if the record changed."""
+    try:
+        lines = [line for line in (run_dir / GAP_LOG).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except OSError:
+        return False
+    seen = record.gaps_seen if record.gaps_seen <= len(lines) else 0  # a new log (a new checkpoint)
+    fresh = []
+    for line in lines[seen:]:
+        try:
+            fresh.append(json.loads(line))
+        except ValueError:
+            break  # a line still being written: read on the next look
+    if not fresh:
+        return False
+    offsets = sum(int(g.get("end", 0)) - int(g.get("start", 0)) for g in fresh if isinstance(g, dict))
+    emit("gap", gaps=len(fresh), offsets=offsets, first=fresh[:10])
+    record.gaps_seen = seen + len(fresh)
+    return True
+
+
+def dead_letter_burst(record: RuntimeRecord, count: Callable[[], dict[str, Any]], emit: Emit,
+                      now: float | None = None) -> bool:
+    """Emit a 'dead_letters' event when the query's dead-letter topic grew since the last look (at most one look per
+    DEAD_LETTER_LOOK_SECONDS); True if the record changed."""
+    now = time.time() if now is None else now
+    if record.dead_letters_looked is not None and now - record.dead_letters_looked < DEAD_LETTER_LOOK_SECONDS:
+        return False
+    found = count()
+    record.dead_letters_looked = now
+    total = found.get("dead_letters")
+    if not isinstance(total, int):
+        return True
+    before = record.dead_letters_seen or 0
+    if total > before:
+        emit("dead_letters", new=total - before, total=total, topic=found.get("dlq_topic"))
+    record.dead_letters_seen = total
+    return True
