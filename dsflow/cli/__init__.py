@@ -293,10 +293,27 @@ def _ask_runtime_to_look(loaded: operations.Loaded, by: str) -> None:
     try:
         answer = control.look_now(loaded, by)
     except DsflowError as err:  # the change is done: the supervisor reads the state at its next tick anyway
+        if _ended(loaded):  # its own tick saw nothing left to run (after a destroy) and it stopped meanwhile
+            console.print(f"Runtime supervisor (pid {running['pid']}) stopped: nothing is deployed any more.")
+            return
         err_console.print(f"Warning: {err}", markup=False)
         return
     if answer.get("looked"):
         console.print(f"Runtime supervisor (pid {running['pid']}) looked at the new state.")
+
+
+def _ended(loaded: operations.Loaded, seconds: float = 3.0) -> bool:
+    """The supervisor stops within `seconds` (one that is stopping closes its endpoint first)."""
+    import time
+
+    from dsflow.runtime import control
+
+    deadline = time.monotonic() + seconds
+    while control.info(loaded) is not None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 @cli.command()
