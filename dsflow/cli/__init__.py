@@ -242,8 +242,8 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
           allow_destroy: tuple[str, ...], allow_data_loss: bool, no_runtime: bool, targets: tuple[str, ...],
           excludes: tuple[str, ...], replaces: tuple[str, ...], resets: tuple[str, ...]) -> None:
     """Carry out the plan (a saved PLANFILE, or a fresh one). A plan that destroys records (DESTROYS in the
-    plan) or skips them (SKIPS: --reset-checkpoint) is refused unless --allow-destroy names each such change or
-    --allow-data-loss is given."""
+    plan), skips them (SKIPS: --reset-checkpoint) or replays without records its sources no longer hold (GONE)
+    is refused unless --allow-destroy names each such change or --allow-data-loss is given."""
     from dsflow.core.safety import Allowance
 
     forced = _forced(ctx, replaces, resets)

@@ -76,7 +76,11 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
         seconds = estimate.get("seconds")
         timing = f", about {_duration(seconds)} at {estimate['rate_per_second']:.0f} rows/s" if seconds else \
             " (no measured rate yet)"
-        details.append(("replay", f"~{estimate['records']:,} records to reprocess{timing}"))
+        per_log = estimate.get("sources") or {}
+        each = f" ({', '.join(f'{log}: ~{n:,}' for log, n in sorted(per_log.items()))})" if len(per_log) > 1 else ""
+        details.append(("replay", f"~{estimate['records']:,} records to reprocess{each}{timing}"))
+        if any((estimate.get("gone") or {}).values()):
+            details.append(("GONE", gone_text(change)))
     elif change.get("category") == "replay" and change["action"] != "no-op":
         details.append(("replay", "records to reprocess not counted: a source is replaced in this plan (it is "
                                   "rebuilt first), or the plan was made without a refresh"))
@@ -99,6 +103,14 @@ def destroys_text(change: dict[str, Any]) -> str:
     if loss.get("prevented"):
         return f"{held} ({loss['object']}); refused: 'lifecycle.prevent_destroy' = 'true'"
     return f"{held} ({loss['object']}); apply needs --allow-destroy {change['address']} or --allow-data-loss"
+
+
+def gone_text(change: dict[str, Any]) -> str:
+    """What a replay cannot re-read: records the deployed version read that its source logs no longer hold."""
+    gone = change["estimate"]["gone"]
+    lost = "; ".join(f"~{n:,} records of {log}" for log, n in sorted(gone.items()) if n)
+    return (f"{lost}, read by the deployed version, are no longer held (deleted by retention or on request): the "
+            f"replay rebuilds without them; apply needs --allow-destroy {change['address']} or --allow-data-loss")
 
 
 def skips_text(change: dict[str, Any]) -> str:
@@ -139,6 +151,9 @@ def summary_line(plan: dict[str, Any]) -> str:
     skipping = [c for c in actionable if c.get("skips")]
     if skipping:
         line += f" {len(skipping)} change(s) SKIP records."
+    losing = [c for c in actionable if any(((c.get("estimate") or {}).get("gone") or {}).values())]
+    if losing:
+        line += f" {len(losing)} replay(s) rebuild without records their sources no longer hold (GONE)."
     return line
 
 

@@ -38,6 +38,11 @@ class Estimate(BaseModel):
     records: int = Field(description="records the replay re-reads: the sources' end offsets minus the start")
     rate_per_second: float | None = Field(None, description="the query's measured input rate; null if unknown")
     seconds: float | None = Field(None, description="records / rate_per_second; null if the rate is unknown")
+    sources: dict[str, int] = Field(default_factory=dict, description="records the replay re-reads, by source log "
+                                    "(empty when a store cannot say them apart)")
+    gone: dict[str, int] = Field(default_factory=dict, description="by source log: records the deployed version "
+                                 "read that the log no longer holds (deleted by retention or on request since), so "
+                                 "the replay rebuilds without them; apply needs --allow-destroy or --allow-data-loss")
 
 
 class DataLoss(BaseModel):

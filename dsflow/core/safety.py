@@ -57,6 +57,8 @@ def check_data_loss(plan: Plan, allowance: Allowance) -> None:
     refused = [(c.address, _destroyed(c)) for c in plan.destroying if not allowance.allows(c.address)]
     refused += [(c.address, _skipped(c)) for c in plan.changes
                 if c.skips is not None and not allowance.allows(c.address)]
+    refused += [(c.address, gone_text(c.estimate.gone)) for c in plan.changes
+                if c.estimate is not None and any(c.estimate.gone.values()) and not allowance.allows(c.address)]
     if refused:
         raise DsflowError("DSF-E822", "the plan loses records and nothing was applied: " + "; ".join(
             f"{address} {words}" for address, words in refused),
@@ -75,6 +77,12 @@ def _skipped(change: Change) -> str:
     records = change.skips.records if change.skips is not None else None
     now = f": ~{records:,} records now" if records is not None else ""
     return f"(--reset-checkpoint) never reads what its sources hold past its last committed batch{now}"
+
+
+def gone_text(gone: dict[str, int]) -> str:
+    """What a replay cannot re-read, in words: '(replay) rebuilds without ~300 records topic t no longer holds ...'."""
+    lost = ", ".join(f"~{n:,} records {log} no longer holds" for log, n in sorted(gone.items()) if n)
+    return f"(replay) rebuilds without {lost} (deleted since the deployed version read them)"
 
 
 def check_same_logs(address: str, recorded: dict[str, str], current: dict[str, str]) -> None:

@@ -169,14 +169,15 @@ class QueryExecutor:
 
     def create(self, ctx: Context, change: Change) -> dict[str, Any]:
         checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
-        return self._start(ctx, change, checkpoint, StartAt(), Category.NEW)
+        return self._start(ctx, change, checkpoint, StartAt(), Category.NEW, read_from=None)
 
     def update(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
         """In place, keep checkpoint, or drift repair: the new version resumes from the same checkpoint."""
         parked = self._park(ctx, change, deployed)
         stopped = self._stop(deployed, parked)
         category = change.category or Category.IN_PLACE
-        outputs = self._start(ctx, change, Path(deployed.outputs["checkpoint"]), StartAt(), category, parked)
+        outputs = self._start(ctx, change, Path(deployed.outputs["checkpoint"]), StartAt(), category, parked,
+                              read_from=deployed.outputs.get("read_from") or {})
         return {**outputs, LEDGER_STOPPED: stopped}
 
     def replace(self, ctx: Context, change: Change, deployed: DeployedResource) -> dict[str, Any]:
@@ -193,7 +194,9 @@ class QueryExecutor:
         if change.category is Category.RESET_CHECKPOINT:
             start = _at_end(ctx, deployed)
         checkpoint = ctx.workspace.checkpoint(Address.parse(change.address).name, _fresh_version_dir(change))
-        outputs = self._start(ctx, change, checkpoint, start, change.category or Category.REPLAY, parked)
+        carried = change.category is Category.CARRY_OFFSETS  # its sink holds what the versions before it read
+        read_from = deployed.outputs.get("read_from") or {} if carried else start.offsets or None
+        outputs = self._start(ctx, change, checkpoint, start, change.category or Category.REPLAY, parked, read_from)
         if change.category is Category.RESET_CHECKPOINT:
             outputs[LEDGER_STARTED]["skipped_records"] = _skipped(stopped["stop_offsets"], start.offsets)
         return {**outputs, LEDGER_STOPPED: stopped}
@@ -201,12 +204,19 @@ class QueryExecutor:
     def delete(self, ctx: Context, deployed: DeployedResource) -> dict[str, Any]:
         return {LEDGER_STOPPED: self._stop(deployed)}
 
-    def _start(self, ctx: Context, change: Change, checkpoint: Path, start: StartAt,
-               category: Category, parked: int | None = None) -> dict[str, Any]:
+    def _start(self, ctx: Context, change: Change, checkpoint: Path, start: StartAt, category: Category,
+               parked: int | None = None, read_from: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
         """Start the query's new version: in its parked driver (`parked`, its PID) if that driver takes it, else
-        in a driver of its own or its shared application (the engine's `start`)."""
+        in a driver of its own or its shared application (the engine's `start`). `read_from`: the first offsets
+        its result was read from, by source log (kept from the version before); None: asked now of the sources
+        that start at their earliest offset (what a later replay checks is still held: engine/refresh.py)."""
         name = Address.parse(change.address).name
         query = next(q for q in ctx.project.queries if q.fqn == name)
+        if read_from is None:
+            read_from = ctx.resumed.get("read_from")
+        if read_from is None:
+            read_from = first_offsets(ctx.project, query, start)
+            ctx.note({"read_from": read_from})
         run_dir = ctx.workspace.query_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
         if parked is None:
@@ -222,7 +232,8 @@ class QueryExecutor:
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
                    "source_logs": logs or None, "forced": change.forced}
         return {"pid": pid, "version": change.data_hash or "v", "checkpoint": str(checkpoint), "run_dir": str(run_dir),
-                "topics": topics, "logs": logs, LEDGER_STARTED: started, **shared}
+                "topics": topics, "logs": logs, **({"read_from": read_from} if read_from else {}),
+                LEDGER_STARTED: started, **shared}
 
     def _park(self, ctx: Context, change: Change, deployed: DeployedResource) -> int | None:
         """Ask the deployed version's own driver to stop its query between batches and wait for the new version
@@ -269,6 +280,24 @@ def source_logs(project: Project, query) -> dict[str, str]:
         assert relation is not None  # a loaded project's sources name its relations
         topics.append(relation.topic)
     return identities(project, topics)
+
+
+def first_offsets(project: Project, query, start: StartAt) -> dict[str, dict[str, int]]:
+    """The first offset of each partition now, of the sources that start at their earliest offset (not at given
+    offsets or a timestamp), by log; {} when none does or a store cannot say its offsets. Asked before the query
+    starts: a record retention deletes in between is counted as read."""
+    from dsflow.adapters.objects import positions
+
+    if start.offsets or start.timestamp is not None:
+        return {}
+    logs = set()
+    for source in query.sources:
+        relation = project.relation(source.relation)
+        assert relation is not None  # a loaded project's sources name its relations
+        if (start.position or source.starting_position) == "earliest":
+            logs.add(relation.topic)
+    now = positions(project, sorted(logs)) if logs else None
+    return {log: {p: first for p, (first, _) in parts.items()} for log, parts in (now or {}).items()}
 
 
 def _fresh_version_dir(change: Change) -> str:

@@ -151,15 +151,37 @@ def replay_estimate(project, address: str, since: str | None, deployed: Deployed
     query = next((q for q in project.queries if f"query.{q.fqn}" == address), None)
     if query is None:
         return None
-    total = 0
+    by_log: dict[str, int] = {}
     for source in query.sources:
         relation = project.relation(source.relation)
         count = held_records(project, {"store": relation.store, "topic": relation.topic}, {}, since)
         if count is None:
             return None
-        total += count
+        by_log[relation.topic] = by_log.get(relation.topic, 0) + count
+    total = sum(by_log.values())
     rate = (query_status(deployed).get("processed_rows_per_second") if deployed else None) or None
-    return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None)
+    read_from = (deployed.outputs.get("read_from") if deployed else None) or {}
+    gone = gone_records(project, read_from) if since in (None, "earliest") else {}
+    return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None,
+                    sources=by_log, gone=gone)
+
+
+def gone_records(project, read_from: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """By source log: records the deployed version read, from the first offsets it started at (`read_from`,
+    recorded by engine/executors.py), that the log no longer holds: its first offsets now are past them (deleted by
+    retention, or on request). Logs whose store cannot say their offsets are left out."""
+    from dsflow.adapters.objects import positions
+
+    now = positions(project, list(read_from)) if read_from else None
+    if now is None:
+        return {}
+    gone = {}
+    for log, starts in read_from.items():
+        lost = sum(max(0, now[log][partition][0] - int(first)) for partition, first in starts.items()
+                   if partition in now.get(log, {}))
+        if lost:
+            gone[log] = lost
+    return gone
 
 
 def skipped_records(project, deployed: DeployedResource) -> int | None:
