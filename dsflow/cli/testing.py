@@ -19,12 +19,25 @@ console = LazyConsole(markup=True)
 @click.argument("names", nargs=-1)
 @click.option("--junit-xml", "junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write the results as JUnit XML to PATH (for CI)")
+@click.option("--record", "recorded", metavar="QUERY", default=None,
+              help="write a test of QUERY from the environment: its sources' first records as inputs, what the query "
+                   "computes from them as the expected output (tests/NAME.yml)")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="with --record: records to take from each source")
+@click.option("--name", "test_name", default=None, help="with --record: the test's name (default recorded_QUERY)")
+@click.option("--timeout", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="with --record: stop reading a source after this many idle seconds")
 @click.pass_context
-def test(ctx: click.Context, names: tuple[str, ...], junit: Path | None) -> None:
-    """Run the project's query tests (tests/*.yml), or those NAMES, on Spark without a broker; exit 1 if one fails."""
+def test(ctx: click.Context, names: tuple[str, ...], junit: Path | None, recorded: str | None, limit: int,
+         test_name: str | None, timeout: float) -> None:
+    """Run the project's query tests (tests/*.yml), or those NAMES, on Spark without a broker; exit 1 if one fails.
+    With --record QUERY, write a new test of QUERY from the environment instead (then run it once)."""
     from dsflow.engine import unittests
 
     project = operations.load(ctx.find_root().obj).project
+    if recorded is not None:
+        _record(ctx, project, recorded, limit, timeout, test_name)
+        return
     outcomes = unittests.run(project, names, _print_outcome)
     if junit is not None:
         unittests.junit_xml(outcomes, junit)
@@ -37,6 +50,21 @@ def test(ctx: click.Context, names: tuple[str, ...], junit: Path | None) -> None
     console.print(f"\n{passed} passed, {len(failed)} failed in {seconds:.1f} s"
                   + ("" if not failed else ": " + ", ".join(escape_markup(o.test.name) for o in failed)))
     if failed:
+        ctx.exit(1)
+
+
+def _record(ctx: click.Context, project, query: str, limit: int, timeout: float, name: str | None) -> None:
+    from dsflow.engine.recording import record
+
+    done = record(project, query, limit, timeout, name)
+    shown = done.path.relative_to(project.root) if done.path.is_relative_to(project.root) else done.path
+    left = f"; {done.left_out} record(s) left out (not decoded into a row, or tombstones)" if done.left_out else ""
+    console.print(escape_markup(f"Recorded {shown}: {done.inputs} input record(s), {done.expected} expected "
+                                f"row(s){left}."))
+    _print_outcome(done.outcome)
+    if not done.outcome.passed:
+        console.print("The query gave another output from the same inputs when run again: it is not deterministic "
+                      "(processing time, random, or arrival order); edit the expected output by hand.")
         ctx.exit(1)
 
 

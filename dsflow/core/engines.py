@@ -164,6 +164,10 @@ class Engine(Protocol):
     def unit_tests(self, project: Any, tests: list[Any], on_outcome: Callable[[Any], None]) -> list[Any]:
         """Run `dsflow test`'s tests (core/unittests.py UnitTest) in this process, each outcome handed on."""
 
+    def observe_test(self, project: Any, test: Any) -> Any:
+        """Run one test's batches through its query in this process: what it produced (core/unittests.py
+        Observed), compared with nothing (`dsflow test --record`)."""
+
 
 ENGINES: dict[str, str] = {
     "spark": "dsflow.adapters.spark.engine",

@@ -109,6 +109,11 @@ class SparkEngine:
 
         return run_tests(project, tests, on_outcome)
 
+    def observe_test(self, project: Any, test: Any) -> Any:
+        from dsflow.adapters.spark.unittest_run import observe
+
+        return observe(project, test)
+
 
 class SparkStandbys:
     """Warm standby drivers: a driver process with its SparkSession built, waiting for a spec on its stdin

@@ -13,7 +13,8 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,25 @@ def _dead_letters(folder: Path) -> list[dict[str, Any]]:
 def run_tests(project: Project, tests: list[UnitTest], on_outcome: Callable[[Outcome], None]) -> list[Outcome]:
     """Every test in one Spark session: the process's own if it has one (pytest's), else one built for the run
     and stopped after it."""
+    outcomes = []
+    with _session(project) as spark:
+        queries = {q.fqn: q for q in project.queries}
+        for test in tests:
+            outcome = _outcome(spark, project, queries[test.query], test)
+            on_outcome(outcome)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def observe(project: Project, test: UnitTest) -> Observed:
+    """One test's run, uncompared (`dsflow test --record`), in a session as `run_tests` has one."""
+    with _session(project) as spark:
+        return run_test(spark, project, next(q for q in project.queries if q.fqn == test.query), test)
+
+
+@contextmanager
+def _session(project: Project) -> Iterator[Any]:
+    """The process's Spark session if it has one (pytest's), else one built for the run and stopped after it."""
     from pyspark.sql import SparkSession
 
     from dsflow.adapters.spark.session import build_session
@@ -157,17 +177,11 @@ def run_tests(project: Project, tests: list[UnitTest], on_outcome: Callable[[Out
     had = SparkSession.getActiveSession() is not None
     master = project.runtime.spark_master if project.runtime.spark_master.startswith("local") else "local[2]"
     spark = build_session(master, "dsflow:test", {})
-    outcomes = []
     try:
-        queries = {q.fqn: q for q in project.queries}
-        for test in tests:
-            outcome = _outcome(spark, project, queries[test.query], test)
-            on_outcome(outcome)
-            outcomes.append(outcome)
+        yield spark
     finally:
         if not had:
             spark.stop()
-    return outcomes
 
 
 def _outcome(spark: Any, project: Project, query: Query, test: UnitTest) -> Outcome:
