@@ -164,6 +164,10 @@ class Engine(Protocol):
     def unit_tests(self, project: Any, tests: list[Any], on_outcome: Callable[[Any], None]) -> list[Any]:
         """Run `dsflow test`'s tests (core/unittests.py UnitTest) in this process, each outcome handed on."""
 
+    def state_sample(self, checkpoint: Path, limit: int) -> list[dict[str, Any]]:
+        """A query's state after its last committed batch, per stateful operator: rows, bytes on disk and up to
+        `limit` rows {key, value} (`dsflow describe --state-sample`); [] for a stateless query."""
+
     def observe_test(self, project: Any, test: Any) -> Any:
         """Run one test's batches through its query in this process: what it produced (core/unittests.py
         Observed), compared with nothing (`dsflow test --record`)."""

@@ -1,9 +1,11 @@
 """`dsflow describe QUERY`: a deployed query as it runs, from the state, its checkpoint and its driver's status file:
 its SQL and version, its sources with the offsets its last committed batch ended at, its watermark and the size of
-its state (rows, bytes) after its last batch. Nothing is asked of the stores or of Spark."""
+its state (rows, bytes) after its last batch. Nothing is asked of the stores; Spark only for `--state-sample N`,
+which reads the checkpoint's state (its rows per operator and a sample of them) with Spark's state data source."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,9 @@ STATUS_FIELDS = ("state", "batch_id", "watermark", "state_rows", "state_bytes", 
 """What the driver's status file says that describe shows (adapters/spark/driver.py `progress_status`)."""
 
 
-def describe(state: State, address: str) -> dict[str, Any]:
-    """The deployed query at `address`, described (DSF-E431 when the state has no such query)."""
+def describe(state: State, address: str, sample: int = 0) -> dict[str, Any]:
+    """The deployed query at `address`, described (DSF-E431 when the state has no such query); with `sample`, its
+    state read from its checkpoint by the engine: per stateful operator its rows and up to `sample` of them."""
     from dsflow.core.engines import engine
     from dsflow.engine.refresh import query_status
 
@@ -43,6 +46,7 @@ def describe(state: State, address: str) -> dict[str, Any]:
         "checkpoint": str(checkpoint) if deployed.outputs.get("checkpoint") else None,
         "last_committed_batch": engine().last_committed_batch(checkpoint) if there else None,
         "status": {key: status.get(key) for key in STATUS_FIELDS},
+        **({"state": engine().state_sample(checkpoint, sample) if there else []} if sample else {}),
     }
 
 
@@ -63,4 +67,19 @@ def describe_text(described: dict[str, Any]) -> str:
     size = "- (stateless, or no batch yet)" if rows is None else f"{rows:,} rows, {held:,} bytes"
     lines += [f"  state: {status.get('state') or 'no status yet'}; batch {status.get('batch_id', '-')}",
               f"  watermark: {status.get('watermark') or '-'}", f"  state store: {size}"]
+    for operator in described.get("state") or []:
+        lines += _operator_lines(operator)
+    if "state" in described and not described["state"]:
+        lines.append("  state sample: none (a stateless query, or no batch committed yet)")
     return "\n".join(lines)
+
+
+def _operator_lines(operator: dict[str, Any]) -> list[str]:
+    """A stateful operator of the state sample: what it is, its rows and bytes, then its sample rows."""
+    title = (f"  state of operator {operator['operator_id']} ({operator.get('operator') or '-'}, store "
+             f"{operator.get('store') or '-'}, {operator.get('partitions') or '-'} partitions, batch "
+             f"{operator.get('batch')}, {operator.get('disk_bytes', 0):,} bytes on disk)")
+    if operator.get("error"):
+        return [title, f"    not readable as key and value rows: {operator['error']}"]
+    shown = [f"    {json.dumps(row, default=str)}" for row in operator.get("sample") or []]
+    return [f"{title}: {operator.get('rows', 0):,} rows", *shown]

@@ -50,6 +50,9 @@ def test_describe_shows_the_sql_the_committed_offsets_the_watermark_and_the_stat
     assert "source analytics.public.pageviews (pageviews): 0: 41, 1: 17" in text
     assert "watermark: 2026-11-29T16:00:00.000Z" in text and "state store: 1,200 rows, 65,536 bytes" in text
     assert "new since 2026-11-29T15:00:00+00:00" in text
+    assert "state" not in described  # read only when asked (--state-sample), with Spark
+    stateless = describe(state, FILTERED, sample=3)  # a checkpoint without state/: nothing to read, Spark not started
+    assert stateless["state"] == [] and "state sample: none" in describe_text(stateless)
 
 
 def test_a_query_that_is_not_deployed_has_nothing_to_describe(tmp_path):

@@ -109,6 +109,11 @@ class SparkEngine:
 
         return run_tests(project, tests, on_outcome)
 
+    def state_sample(self, checkpoint: Path, limit: int) -> list[dict[str, Any]]:
+        from dsflow.adapters.spark.statesample import state_sample
+
+        return state_sample(checkpoint, limit)
+
     def observe_test(self, project: Any, test: Any) -> Any:
         from dsflow.adapters.spark.unittest_run import observe
 

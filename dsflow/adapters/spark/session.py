@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 """How Spark writes checkpoint files (offset and commit logs, state store files): through Hadoop's FileSystem API
@@ -124,3 +126,18 @@ def isolated_session(spark):
     session._jvm.SparkSession.setActiveSession(session._jsparkSession)
     register_data_sources(session)
     return session
+
+
+@contextmanager
+def borrowed_session(master: str, app_name: str) -> Iterator[Any]:
+    """The process's Spark session if it has one (pytest's), else a local one built for the caller and stopped after
+    (a cluster master is not asked: `local[2]` then)."""
+    from pyspark.sql import SparkSession
+
+    had = SparkSession.getActiveSession() is not None
+    spark = build_session(master if master.startswith("local") else "local[2]", app_name, {})
+    try:
+        yield spark
+    finally:
+        if not had:
+            spark.stop()

@@ -13,8 +13,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from dsflow.adapters.spark import testsource
 from dsflow.adapters.spark.driver import build_result
 from dsflow.adapters.spark.expectations import counts
-from dsflow.adapters.spark.session import isolated_session
+from dsflow.adapters.spark.session import borrowed_session, isolated_session
 from dsflow.adapters.spark.spec import QuerySpec
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.core.model import Project, Query, Relation
@@ -152,7 +151,7 @@ def run_tests(project: Project, tests: list[UnitTest], on_outcome: Callable[[Out
     """Every test in one Spark session: the process's own if it has one (pytest's), else one built for the run
     and stopped after it."""
     outcomes = []
-    with _session(project) as spark:
+    with borrowed_session(project.runtime.spark_master, "dsflow:test") as spark:
         queries = {q.fqn: q for q in project.queries}
         for test in tests:
             outcome = _outcome(spark, project, queries[test.query], test)
@@ -163,25 +162,8 @@ def run_tests(project: Project, tests: list[UnitTest], on_outcome: Callable[[Out
 
 def observe(project: Project, test: UnitTest) -> Observed:
     """One test's run, uncompared (`dsflow test --record`), in a session as `run_tests` has one."""
-    with _session(project) as spark:
+    with borrowed_session(project.runtime.spark_master, "dsflow:test") as spark:
         return run_test(spark, project, next(q for q in project.queries if q.fqn == test.query), test)
-
-
-@contextmanager
-def _session(project: Project) -> Iterator[Any]:
-    """The process's Spark session if it has one (pytest's), else one built for the run and stopped after it."""
-    from pyspark.sql import SparkSession
-
-    from dsflow.adapters.spark.session import build_session
-
-    had = SparkSession.getActiveSession() is not None
-    master = project.runtime.spark_master if project.runtime.spark_master.startswith("local") else "local[2]"
-    spark = build_session(master, "dsflow:test", {})
-    try:
-        yield spark
-    finally:
-        if not had:
-            spark.stop()
 
 
 def _outcome(spark: Any, project: Project, query: Query, test: UnitTest) -> Outcome:

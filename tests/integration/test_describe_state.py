@@ -1,0 +1,59 @@
+"""`dsflow describe QUERY --state-sample N` (issue 42, item 7): a query's state read from its checkpoint with Spark's
+state data source, on Apache Kafka and the session's Spark. A count per user and a count per tumbling window and
+page run (availableNow) over generated pageviews; the state must hold one row per group with the count a
+plain-Python reading of the records makes, the sample must be rows of it, and a stateless query has none."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dsflow.core.engines import engine
+from dsflow.engine.describing import describe_text
+from support.streaming import produce, run, streaming_project
+
+pytestmark = pytest.mark.integration
+
+SQL = """\
+CREATE STREAM pageviews (id BIGINT, ts BIGINT, userid VARCHAR, pageid VARCHAR)
+  WITH ('value.format' = 'json', 'timestamp' = 'ts', 'topic.partitions' = 2);
+CREATE CHANGELOG per_user AS SELECT userid, COUNT(*) AS n FROM pageviews GROUP BY userid;
+CREATE CHANGELOG per_page WITH ('watermark.delay' = '1 hour') AS
+  SELECT window_start, window_end, pageid, COUNT(*) AS views
+  FROM TUMBLE(pageviews, SIZE 10 SECONDS) GROUP BY window_start, window_end, pageid;
+CREATE STREAM copied AS SELECT id, userid FROM pageviews;
+"""
+
+
+def test_the_state_sample_is_the_groups_a_python_reading_counts(spark, tmp_path, broker):
+    project = streaming_project(tmp_path, broker, SQL)
+    rng = random.Random(5)
+    events = [{"id": i, "ts": 1_700_000_000_000 + rng.randrange(60_000), "userid": f"u{rng.randrange(9)}",
+               "pageid": f"p{rng.randrange(4)}"} for i in range(300)]
+    produce(broker, project, "pageviews", events, "userid")
+    for name in ("per_user", "per_page", "copied"):
+        run(spark, project, name, tmp_path)
+    checkpoints = Path(tmp_path) / "checkpoints"
+
+    users = engine().state_sample(checkpoints / "per_user", 5)
+    assert len(users) == 1 and "error" not in users[0], users
+    per_user = Counter(e["userid"] for e in events)
+    assert users[0]["rows"] == len(per_user) and users[0]["disk_bytes"] > 0
+    assert len(users[0]["sample"]) == 5
+    for row in users[0]["sample"]:
+        (user,) = row["key"].values()
+        assert per_user[user] in row["value"].values(), row  # the count kept for the user is the user's count
+
+    pages = engine().state_sample(checkpoints / "per_page", 100)
+    windows = Counter(((e["ts"] // 10_000), e["pageid"]) for e in events)
+    assert [op["rows"] for op in pages] == [len(windows)], pages  # one row per open window and page
+    assert len(pages[0]["sample"]) == len(windows)
+
+    assert engine().state_sample(checkpoints / "copied", 5) == []  # stateless: no state
+    text = describe_text({"address": "query.x", "version": "v", "started_at": None, "category": None,
+                          "paused": False, "sink": "s", "sql": "SELECT", "sources": [], "checkpoint": "c",
+                          "last_committed_batch": 0, "status": {}, "state": users})
+    assert f"{len(per_user):,} rows" in text and text.count('"key"') == 5
