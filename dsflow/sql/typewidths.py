@@ -195,7 +195,7 @@ def _function(node: exp.Expr, infer: Infer) -> exp.DataType | None:
     if argument is None:
         return None
     digits = decimal_of(argument) if argument.this == T.DECIMAL else None
-    if isinstance(node, (exp.Abs, exp.Min, exp.Max)):
+    if isinstance(node, (exp.Abs, exp.Min, exp.Max, exp.ArgMax, exp.ArgMin)):  # MAX_BY: its value's type
         return argument
     if isinstance(node, (exp.Floor, exp.Ceil)) and not node.args.get("decimals"):
         return decimal(digits[0] - digits[1] + 1, 0) if digits else build("BIGINT")

@@ -12,9 +12,10 @@ query's state store is RocksDB) do it instead:
        differs from the state, the stage emits (old group, -1, old inputs) and (new group, +1, new inputs).
     2. keyed by the group: the state is the group's row count and, per aggregate, what retracting a row needs:
        COUNT a count, SUM and AVG a sum and a count, MIN, MAX and COUNT(DISTINCT) the multiset of values (so
-       deleting the current extreme finds the next one). Each group a batch touched is emitted once: its new
-       row, or a delete (__keep false) when no row is left in it; HAVING, applied to that row, turns it into a
-       delete when it stops matching.
+       deleting the current extreme finds the next one), MAX_BY and MIN_BY the multiset of (ordering,
+       value) pairs (an ordering that is a TIMESTAMP as its epoch microseconds: `_exact_orderings`). Each
+       group a batch touched is emitted once: its new row, or a delete (__keep false) when no row is left in
+       it; HAVING, applied to that row, turns it into a delete when it stops matching.
 
 An aggregate without GROUP BY (a global aggregate) is the same two stages with one group, `{}` (the record key
 GLOBAL_KEY of sql/aggregates.py), and its row is never deleted: when its last source row goes it becomes what
