@@ -6,7 +6,7 @@ arg_min_null over the same records.
     win_tumble CHANGELOG  the same per auction and 10-second TUMBLE window
     low_hop    CHANGELOG  the lowest bidder per auction and 20-second HOP window (advance 10 s)
     best_now   CHANGELOG  over a changelog of bids (updated and deleted: retractions), MAX_BY and MIN_BY by price and
-                          MIN_BY by a TIMESTAMP, after every batch
+                          MIN_BY by a TIMESTAMP, after every batch (the last after a restart)
 
 Ties: Spark's MAX_BY gives the value of any of the rows that tie on the ordering, so every ordering here is
 tie-free (prices and event times are drawn without repetition); the comparison is then exact. NULLs: some bids
@@ -26,7 +26,7 @@ import pytest
 
 from dsflow.adapters.spark.retract import STATE_PROVIDER
 from support.changelogs import changelog_content, duckdb_answer, keyed_rows, produce_changes
-from support.streaming import latest_by_key, produce, running, streaming_project
+from support.streaming import latest_by_key, produce, run, running, streaming_project
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ CREATE CHANGELOG low_hop WITH ('watermark.delay' = '5 seconds') AS
 
 CREATE CHANGELOG best_now AS
   SELECT auction, MAX_BY(bidder, price) AS winner, MIN_BY(bidder, price) AS loser,
-         MIN_BY(bidder, TO_TIMESTAMP_LTZ(placed, 3)) AS earliest, COUNT(*) AS n
+         MIN_BY(bidder, TO_TIMESTAMP_LTZ(placed / 1000000.0, 0)) AS earliest, COUNT(*) AS n
   FROM bids_now GROUP BY auction;
 """
 WINNING = ("SELECT auction, arg_max_null(bidder, price) AS winner, MAX(price) AS top, "
@@ -110,19 +110,24 @@ def test_max_by_and_min_by_of_streams_and_windows_equal_duckdb(broker, spark):
         assert actual == expected, relation
 
 
-def _bid(key: int, auction: int, bidder: int | None, price: int | None, placed: int) -> tuple[str, dict]:
+def _bid(key: int, auction: int, bidder: int | None, price: int | None, micros: int) -> tuple[str, dict]:
+    """A bid `placed` (epoch microseconds) `micros` after T0: the bids' times differ by microseconds only, within
+    one millisecond (a TIMESTAMP ordering kept to the millisecond would tie them all)."""
+    placed = T0 * 1000 + 500 + micros
     return str(key), {"id": key, "auction": auction, "bidder": bidder, "price": price, "placed": placed}
 
 
 CHANGES = [
-    [_bid(1, 1, 101, 50, T0 + 5), _bid(2, 1, 102, 70, T0 + 3), _bid(3, 1, 103, 20, T0 + 9), _bid(4, 2, 201, 10, T0 + 1),
-     _bid(5, 2, None, 90, T0 + 2), _bid(6, 2, 203, None, T0), _bid(7, 3, 301, 5, T0 + 4)],
+    [_bid(1, 1, 101, 50, 5), _bid(2, 1, 102, 70, 3), _bid(3, 1, 103, 20, 9), _bid(4, 2, 201, 10, 1),
+     _bid(5, 2, None, 90, 2), _bid(6, 2, 203, None, 0), _bid(7, 3, 301, 5, 4)],
     # the winner of auction 1 (2: 70) deleted, its loser (3: 20) raised above everything; the NULL-bidder winner of
     # auction 2 (5) moved to auction 3; the ordering-less bid (6) given a price; the earliest bid of 1 updated later
-    [("2", None), _bid(3, 1, 103, 95, T0 + 9), _bid(5, 3, None, 90, T0 + 2), _bid(6, 2, 203, 12, T0),
-     _bid(1, 1, 101, 50, T0 + 20), _bid(8, 1, 108, 1, T0 + 30)],
+    [("2", None), _bid(3, 1, 103, 95, 9), _bid(5, 3, None, 90, 2), _bid(6, 2, 203, 12, 0),
+     _bid(1, 1, 101, 50, 20), _bid(8, 1, 108, 1, 30)],
     # auction 3 emptied (a tombstone of its group), auction 1's extremes deleted, an unknown key deleted
-    [("5", None), ("7", None), ("3", None), ("8", None), ("99", None), _bid(9, 2, 209, 11, T0 + 40)],
+    [("5", None), ("7", None), ("3", None), ("8", None), ("99", None), _bid(9, 2, 209, 11, 40)],
+    # after a restart (the pairs read back from the checkpoint): auction 2's winner deleted, a new low in 1
+    [("9", None), _bid(10, 1, 110, 3, 2), _bid(6, 2, 203, 12, -5)],
 ]
 
 
@@ -132,15 +137,25 @@ def test_max_by_and_min_by_over_a_changelog_are_retracted_as_duckdb_after_every_
     snapshot: dict[str, dict] = {}
     try:
         with running(spark, project, ["best_now"], work) as caught_up:
-            for changes in CHANGES:
-                produce_changes(broker, project, "bids_now", changes)
-                for key, value in changes:
-                    snapshot.pop(key, None) if value is None else snapshot.__setitem__(key, value)
+            for changes in CHANGES[:-1]:
+                _produce(broker, project, snapshot, changes)
                 caught_up()
-                content, _ = changelog_content(broker, project, "best_now")
-                expected = duckdb_answer({"bids_now": "id BIGINT, auction BIGINT, bidder BIGINT, price BIGINT, "
-                                                      "placed BIGINT"}, {"bids_now": snapshot.values()}, BEST_NOW,
-                                         ("auction",))
-                assert keyed_rows(content.values(), ("auction",)) == expected, changes
+                _check_best_now(broker, project, snapshot, changes)
+        _produce(broker, project, snapshot, CHANGES[-1])
+        run(spark, project, "best_now", work)  # one availableNow run: the state read back from the checkpoint
+        _check_best_now(broker, project, snapshot, CHANGES[-1])
     finally:  # the stages set the session's state store to RocksDB: later tests' new checkpoints keep Spark's default
         spark.conf.unset(STATE_PROVIDER)
+
+
+def _produce(broker, project, snapshot: dict[str, dict], changes) -> None:
+    produce_changes(broker, project, "bids_now", changes)
+    for key, value in changes:
+        snapshot.pop(key, None) if value is None else snapshot.__setitem__(key, value)
+
+
+def _check_best_now(broker, project, snapshot: dict[str, dict], changes) -> None:
+    content, _ = changelog_content(broker, project, "best_now")
+    expected = duckdb_answer({"bids_now": "id BIGINT, auction BIGINT, bidder BIGINT, price BIGINT, placed BIGINT"},
+                             {"bids_now": snapshot.values()}, BEST_NOW, ("auction",))
+    assert keyed_rows(content.values(), ("auction",)) == expected, changes
