@@ -1,6 +1,7 @@
 """MAX_BY / MIN_BY (arg-max, arg-min) on real Spark and a real broker, against DuckDB's arg_max_null /
 arg_min_null over the same records.
 
+    top_all    CHANGELOG  without GROUP BY (one row): the auction of the highest bid, the time of the lowest
     winning    CHANGELOG  per auction: the winning bidder (MAX_BY price), the first bidder (MIN_BY event time), the
                           channel of the lowest bid, beside MAX(price) (a Nexmark-style winning bid)
     win_tumble CHANGELOG  the same per auction and 10-second TUMBLE window
@@ -41,6 +42,8 @@ CREATE CHANGELOG winning AS
   SELECT auction, MAX_BY(bidder, price) AS winner, MAX(price) AS top, MIN_BY(bidder, dt) AS first_bidder,
          MIN_BY(channel, price) AS cheap_channel
   FROM bids GROUP BY auction;
+
+CREATE CHANGELOG top_all AS SELECT MAX_BY(auction, price) AS auction, MIN_BY(dt, price) AS dt, COUNT(*) AS n FROM bids;
 
 CREATE CHANGELOG win_tumble WITH ('watermark.delay' = '5 seconds') AS
   SELECT window_start, window_end, auction, MAX_BY(bidder, price) AS winner
@@ -89,7 +92,7 @@ def test_max_by_and_min_by_of_streams_and_windows_equal_duckdb(broker, spark):
     work = Path(tempfile.mkdtemp(prefix="dsflow-maxby-"))
     project = streaming_project(work, broker, SQL)
     feed = phases()
-    with running(spark, project, ["winning", "win_tumble", "low_hop"], work) as caught_up:
+    with running(spark, project, ["winning", "top_all", "win_tumble", "low_hop"], work) as caught_up:
         for batch in feed:
             produce(broker, project, "bids", batch, "auction")
             caught_up()
@@ -98,6 +101,9 @@ def test_max_by_and_min_by_of_streams_and_windows_equal_duckdb(broker, spark):
     tables = {"bids": BIDS}
     expected = duckdb_answer(tables, {"bids": events}, WINNING, ("auction",))
     assert "winner" not in expected[(1,)]
+    top = duckdb_answer(tables, {"bids": events}, "SELECT arg_max_null(auction, price) AS auction, "
+                        "arg_min_null(dt, price) AS dt, COUNT(*) AS n FROM bids", ())
+    assert keyed_rows(latest_by_key(broker, project, "top_all").values(), ()) == top
     assert keyed_rows(latest_by_key(broker, project, "winning").values(), ("auction",)) == expected
     for name, agg, size, slide in (("winner", "arg_max_null", 10_000, 10_000), ("low", "arg_min_null", 20_000, 10_000)):
         relation = "win_tumble" if name == "winner" else "low_hop"
