@@ -7,8 +7,8 @@ precision rules (DecimalPrecision, with precision loss allowed: its default), a 
 BIGINT next to an integer and to a DOUBLE otherwise. `number_type` follows them for literals, declared values
 (columns, fields, elements, CASTs), arithmetic, negation, CASE/IF/COALESCE/NULLIF/GREATEST/LEAST, ABS, FLOOR/CEIL,
 ROUND, the functions whose result is always an INT or a DOUBLE, and SUM/AVG/MIN/MAX/COUNT/MAX_BY/MIN_BY; elsewhere
-it answers None (not known), and the checker does not rely on a width. tests/integration/test_typecheck.py compares its answers
-with Spark's.
+it answers None (not known), and the checker does not rely on a width. tests/integration/test_typecheck.py compares
+its answers with Spark's.
 """
 
 from __future__ import annotations
