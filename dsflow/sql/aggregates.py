@@ -141,3 +141,18 @@ def check_retracted_by(qualified: exp.Select, where, report: Report) -> bool:
                                "a stream, where Spark orders it itself"))
         ok = False
     return ok
+
+
+def top_row_hint(node: exp.Expr) -> str | None:
+    """The rewrite of ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) (the top row per key, refused with DSF-E045) as
+    an aggregation with MAX_BY/MIN_BY; None for another construct."""
+    if not (isinstance(node, exp.Window) and isinstance(node.this, exp.RowNumber)):
+        return None
+    keys = ", ".join(p.sql() for p in node.args.get("partition_by") or []) or "k"
+    order = node.args.get("order")
+    first = order.expressions[0] if order is not None and order.expressions else None
+    ordering = first.this.sql() if isinstance(first, exp.Ordered) else "t"
+    by = "MAX_BY" if isinstance(first, exp.Ordered) and first.args.get("desc") else "MIN_BY"
+    return (f"the top row per key (WHERE rn = 1) is an aggregation: SELECT {keys}, {by}(c, {ordering}) AS c, ... "
+            f"GROUP BY {keys}, one {by} per column; with an ordering without ties, each column comes from the same "
+            "row (see MAX_BY in docs/project.md)")

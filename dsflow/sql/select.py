@@ -89,7 +89,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if unsupported is not None:
         node, what = unsupported
         report(Diagnostic("DSF-E045", f"{what} in continuous queries are not supported yet", where(node),
-                          hint=SUPPORTED_HINT))
+                          hint=grouping.top_row_hint(node) or SUPPORTED_HINT))
         return None
     window = _extract_window(select, where, report)
     if window is False or not check_functions(select, where, report) \
