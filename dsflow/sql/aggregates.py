@@ -96,3 +96,63 @@ def global_aggregate_into_table(fqn: str, location) -> Diagnostic:
     return Diagnostic("DSF-E163", f"'{fqn}' aggregates without GROUP BY into a table: its one row is updated, and a "
                       "table without key columns would append every update", location,
                       hint="aggregate into a CHANGELOG or a MATERIALIZED VIEW (one row), or GROUP BY a column")
+
+
+
+def check_by_calls(select: exp.Expr, where, report: Report) -> bool:
+    """MAX_BY and MIN_BY take two arguments, the value and its ordering (DSF-E143 for each call that does not);
+    Spark's third, a count that makes the result an ARRAY, is not taken: the result is the value's type."""
+    ok = True
+    for call in select.find_all(exp.ArgMax, exp.ArgMin):
+        given = sum(call.args.get(k) is not None for k in ("this", "expression", "count"))
+        if given == 2 and call.args.get("expression") is not None:
+            continue
+        name, most = ("MAX_BY", "highest") if isinstance(call, exp.ArgMax) else ("MIN_BY", "lowest")
+        report(Diagnostic("DSF-E143", f"function {name} takes 2 arguments (the value, its ordering), got {given}",
+                          where(call), hint=f"e.g. {name}(bidder, price): the bidder of the {most} price"))
+        ok = False
+    return ok
+
+
+EXACT_ORDERINGS = ("number", "string", "timestamp", "date", "boolean", "null", "unknown")
+"""The kinds (sql/typekinds.py) of a MAX_BY/MIN_BY ordering a retracting aggregation compares as Spark does: its
+stage 2 keeps the (ordering, value) pairs as JSON and compares them in Python (adapters/spark/retract_state.py)."""
+DOUBLE_DIGITS = 15
+"""A DECIMAL ordering of at most this many digits keeps its order exactly as a double (its JSON number in Python)."""
+
+
+def check_retracted_by(qualified: exp.Select, where, report: Report) -> bool:
+    """MAX_BY/MIN_BY over a changelog (retracted, adapters/spark/retract.py) ordered by a type whose order stage 2
+    keeps exactly (DSF-E165 otherwise: an ARRAY, a STRUCT, a BINARY, an INTERVAL, a DECIMAL of more than 15 digits)."""
+    from dsflow.sql.typekinds import kind_of
+
+    ok = True
+    for call in qualified.find_all(exp.ArgMax, exp.ArgMin):
+        ordering = call.expression.type
+        digits = ordering.expressions[0].name if ordering is not None and ordering.this == exp.DType.DECIMAL \
+            and ordering.expressions else None
+        if kind_of(ordering) in EXACT_ORDERINGS and not (digits and digits.isdigit() and int(digits) > DOUBLE_DIGITS):
+            continue
+        name = "MAX_BY" if isinstance(call, exp.ArgMax) else "MIN_BY"
+        report(Diagnostic("DSF-E165", f"{name} over a changelog ordered by {ordering.sql(dialect='spark').upper()}: "
+                          "its retractions compare orderings that are numbers (DECIMALs of up to 15 digits), "
+                          "strings, TIMESTAMPs, DATEs or BOOLEANs", where(call),
+                          hint="order by one of those, e.g. a field or an element of it, or CAST it; or aggregate "
+                               "a stream, where Spark orders it itself"))
+        ok = False
+    return ok
+
+
+def top_row_hint(node: exp.Expr) -> str | None:
+    """The rewrite of ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) (the top row per key, refused with DSF-E045) as
+    an aggregation with MAX_BY/MIN_BY; None for another construct."""
+    if not (isinstance(node, exp.Window) and isinstance(node.this, exp.RowNumber)):
+        return None
+    keys = ", ".join(p.sql() for p in node.args.get("partition_by") or []) or "k"
+    order = node.args.get("order")
+    first = order.expressions[0] if order is not None and order.expressions else None
+    ordering = first.this.sql() if isinstance(first, exp.Ordered) else "t"
+    by = "MAX_BY" if isinstance(first, exp.Ordered) and first.args.get("desc") else "MIN_BY"
+    return (f"the top row per key (WHERE rn = 1) is an aggregation: SELECT {keys}, {by}(c, {ordering}) AS c, ... "
+            f"GROUP BY {keys}, one {by} per column; with an ordering without ties, each column comes from the same "
+            "row (see MAX_BY in docs/project.md)")

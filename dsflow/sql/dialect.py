@@ -414,6 +414,11 @@ def _needs_rewrite(node: exp.Expr) -> bool:
 class DeltaStream(Spark):
     """`CREATE STREAM|CHANGELOG name (...) WITH (...)`, `... AS SELECT`, `INSERT INTO ... SELECT`."""
 
+    EXPRESSION_METADATA = {  # MAX_BY(value, ordering) is of the value's type (sqlglot: unknown)
+        **Spark.EXPRESSION_METADATA,
+        **{by: {"annotator": lambda self, e: self._annotate_by_args(e, "this")} for by in (exp.ArgMax, exp.ArgMin)},
+    }
+
     def parse(self, sql: str, **opts: Any) -> list[exp.Expr | None]:
         return self.parse_tokens(self.tokenize(sql), sql, **opts)
 

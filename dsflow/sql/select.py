@@ -7,8 +7,8 @@
     ... [LEFT] JOIN changelog2 ON x.k = c2.pk ...                  (more temporal joins, sql/join_chain.py)
     changelog [INNER | LEFT | FULL] JOIN changelog ON a.x = b.y  (a changelog, sql/changelog_join.py)
     ... [INNER | LEFT | FULL] JOIN changelog3 ON x.a = c3.b ...   (more changelogs, sql/changelog_join.py)
-    GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT)   (over a changelog or a changelog join:
-                                                                     with retractions)
+    GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT),   (over a changelog or a changelog join:
+        MAX_BY(value, ordering), MIN_BY(value, ordering)            with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
@@ -57,10 +57,10 @@ UNSUPPORTED = {
     exp.Window: "window functions (OVER)", exp.Union: "UNION", exp.Subquery: "subqueries",
     exp.Limit: "LIMIT", exp.Order: "ORDER BY",
 }
-AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.ArgMax, exp.ArgMin)
 WINDOW_COLUMNS = ("window_start", "window_end")
 TEMPORAL = "temporal"
-SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT), "
+SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT)/MAX_BY/MIN_BY, "
                   "TUMBLE/HOP/SESSION windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
                   "stream [LEFT] JOIN changelog ON its primary key, followed by more [LEFT] JOIN stream WITHIN ... ON "
                   "(after an interval join), then more [LEFT] JOIN changelog ON its key")
@@ -89,10 +89,11 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if unsupported is not None:
         node, what = unsupported
         report(Diagnostic("DSF-E045", f"{what} in continuous queries are not supported yet", where(node),
-                          hint=SUPPORTED_HINT))
+                          hint=grouping.top_row_hint(node) or SUPPORTED_HINT))
         return None
     window = _extract_window(select, where, report)
-    if window is False or not check_functions(select, where, report):
+    if window is False or not check_functions(select, where, report) \
+            or not grouping.check_by_calls(select, where, report):
         return None
     tables = source_tables(select)
     if not tables:
@@ -127,7 +128,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     temporal, chained, later = joined
     shape = _aggregation(qualified, window, where, st, report)
-    if shape is None:
+    if shape is None or (shape[0] and found[id(tables[0])].kind == "changelog"  # retracted (retract.py)
+                         and not grouping.check_retracted_by(qualified, where, report)):
         return None
     if join and shape[0] and not chained:  # a changelog join is aggregated with retractions (retract.py)
         report(Diagnostic("DSF-E045", "aggregating the result of a join is not supported yet", st.location,
@@ -441,7 +443,8 @@ def _aggregation(qualified: exp.Select, window: Window | None, where, st: RawSta
         if not isinstance(agg, AGGREGATES) or (isinstance(agg.this, exp.Distinct) and
                                                   (not isinstance(agg, exp.Count) or len(agg.this.expressions) != 1)):
             report(Diagnostic("DSF-E045", f"aggregate {agg.sql(dialect=DIALECT)} is not supported yet", where(agg),
-                              hint="supported: COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, MIN, MAX, AVG"))
+                              hint="supported: COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, MIN, MAX, AVG, "
+                                   "MAX_BY(value, ordering), MIN_BY(value, ordering)"))
             return None
     if group is None:
         if window:

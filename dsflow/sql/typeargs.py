@@ -23,7 +23,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from dsflow.sql.typekinds import (
-    ARRAY, COMPLEX, DATE, NULL, NUM, STR, TIME, UNKNOWN, Later, Problem, Typed, text,
+    ARRAY, COMPLEX, DATE, MAP, NULL, NUM, STR, TIME, UNKNOWN, Later, Problem, Typed, text, typed,
 )
 
 T = exp.DataType.Type
@@ -138,3 +138,15 @@ def concat_ws_part(found: Typed) -> bool:
     """Whether CONCAT_WS takes a value of this type after its separator: a string, or an ARRAY (of strings, or of
     what Spark casts to one), not a MAP or a STRUCT."""
     return found.kind == ARRAY or found.kind not in COMPLEX
+
+
+def by_ordering(checker: Typing, node: exp.ArgMax | exp.ArgMin) -> Typed:
+    """MAX_BY(value, ordering) and MIN_BY: the ordering is one Spark can order (RowOrdering.isOrderable: no MAP,
+    nor an ARRAY or STRUCT that holds one; DSF-E408); the result is the value's type."""
+    value, ordering = checker.infer(node.this), checker.infer(node.expression)
+    if ordering.kind == MAP or (ordering.data_type is not None and
+                               any(d.this == T.MAP for d in ordering.data_type.find_all(exp.DataType))):
+        name = "MAX_BY" if isinstance(node, exp.ArgMax) else "MIN_BY"
+        raise Problem("DSF-E408", node, f"{text(node)}: {name} ordered by {ordering.show()} (maps are not ordered)",
+                      f"order by a value Spark compares, e.g. one of the map's values: {name}(x, m['key'])")
+    return value if value.kind != UNKNOWN else typed(node.type)

@@ -9,7 +9,7 @@ from dsflow.sql.typekinds import (
     Later, Typed, built, converts, kind_of, number_literal, text, typed,
 )
 from dsflow.sql.functions import Declared, declared
-from dsflow.sql.typeargs import INTEGERS, check_arguments, concat_ws_part
+from dsflow.sql.typeargs import INTEGERS, by_ordering, check_arguments, concat_ws_part
 from dsflow.sql.typewidths import number_type
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
@@ -110,7 +110,7 @@ class Checker:
                 (exp.Neg, self._negate), ((exp.And, exp.Or), self._connector), (exp.Not, self._not),
                 (exp.Case, self._case), (exp.If, self._if), (BRANCHES, self._branches), (exp.Concat, self._concat),
                 ((exp.Sum, exp.Avg), self._sum), ((exp.Min, exp.Max), self._min_max), (exp.DPipe, self._dpipe),
-                ((exp.Like, exp.ILike), self._like))
+                ((exp.Like, exp.ILike), self._like), ((exp.ArgMax, exp.ArgMin), lambda n: by_ordering(self, n)))
 
     def _user_call(self, node: exp.Expr, user: Declared) -> Typed:
         """A call of a user-defined function: each argument of its parameter's kind (DSF-E443), its declared result."""

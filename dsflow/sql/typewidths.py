@@ -6,9 +6,9 @@ non-decimals is a DOUBLE, a number literal with a fraction is a DECIMAL of its d
 precision rules (DecimalPrecision, with precision loss allowed: its default), a string in arithmetic is cast to a
 BIGINT next to an integer and to a DOUBLE otherwise. `number_type` follows them for literals, declared values
 (columns, fields, elements, CASTs), arithmetic, negation, CASE/IF/COALESCE/NULLIF/GREATEST/LEAST, ABS, FLOOR/CEIL,
-ROUND, the functions whose result is always an INT or a DOUBLE, and SUM/AVG/MIN/MAX/COUNT; elsewhere it answers None
-(not known), and the checker does not rely on a width. tests/integration/test_typecheck.py compares its answers
-with Spark's.
+ROUND, the functions whose result is always an INT or a DOUBLE, and SUM/AVG/MIN/MAX/COUNT/MAX_BY/MIN_BY; elsewhere
+it answers None (not known), and the checker does not rely on a width. tests/integration/test_typecheck.py compares
+its answers with Spark's.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def _function(node: exp.Expr, infer: Infer) -> exp.DataType | None:
     if argument is None:
         return None
     digits = decimal_of(argument) if argument.this == T.DECIMAL else None
-    if isinstance(node, (exp.Abs, exp.Min, exp.Max)):
+    if isinstance(node, (exp.Abs, exp.Min, exp.Max, exp.ArgMax, exp.ArgMin)):  # MAX_BY: its value's type
         return argument
     if isinstance(node, (exp.Floor, exp.Ceil)) and not node.args.get("decimals"):
         return decimal(digits[0] - digits[1] + 1, 0) if digits else build("BIGINT")

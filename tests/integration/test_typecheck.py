@@ -171,6 +171,30 @@ def test_spark_agrees(spark):
     assert wrong == []
 
 
+BY_CASES = [("MAX_BY(id, m)", ("DSF-E408",), REFUSES), ("MIN_BY(userid, m)", ("DSF-E408",), REFUSES),
+            ("MAX_BY(id, s)", (), ACCEPTS), ("MIN_BY(id, a)", (), ACCEPTS), ("MAX_BY(m, ts)", (), ACCEPTS),
+            ("MIN_BY(s, userid)", (), ACCEPTS), ("MAX_BY(NULL, x)", (), ACCEPTS), ("MAX_BY(b, b)", (), ACCEPTS)]
+"""MAX_BY/MIN_BY per id (a CHANGELOG grouped by id): any value; an ordering Spark can order (RowOrdering.isOrderable:
+a STRUCT or an ARRAY is, a MAP is not)."""
+
+
+def _by_query(expression: str) -> str:
+    return f"SELECT id, {expression} AS o FROM v GROUP BY id"
+
+
+def test_max_by_orderings_are_refused_as_spark_refuses_them():
+    codes, _accepted, _project = tq.dsflow_verdicts([("CHANGELOG", _by_query(e)) for e, _, _ in BY_CASES])
+    assert [(e, tuple(c)) for (e, _, _), c in zip(BY_CASES, codes, strict=True)] == [(e, c) for e, c, _ in BY_CASES]
+
+
+@pytest.mark.integration
+def test_spark_agrees_on_max_by_orderings(spark):
+    tq.prepare(spark)
+    found = [(e, REFUSES if tq.spark_verdict(spark, tq.untyped_translation(_by_query(e), "__types_empty"))
+              else ACCEPTS) for e, _, _ in BY_CASES]
+    assert found == [(e, verdict) for e, _, verdict in BY_CASES]
+
+
 def test_a_problem_inside_a_function_is_reported_once(tmp_path):
     sql = ("CREATE STREAM v (b BOOLEAN, x DOUBLE) WITH ('value.format' = 'json');\n"
            "CREATE STREAM out AS SELECT ABS(b + 1) AS o, SUBSTRING('abc', b + 1) AS p FROM v;\n")
@@ -253,10 +277,12 @@ OUTPUT_TYPES = [("CONCAT(a, a)", "ARRAY<INT>"), ("a || a", "ARRAY<INT>"), ("-NUL
                 ("NULL + NULL", "DOUBLE"), ("LENGTH(userid) + 1", "INT"), ("LEFT(x, 2)", "VARCHAR"),
                 ("SUBSTRING(n, 1)", "VARCHAR"),
                 ("SUM(n * 2.5)", "DECIMAL(23, 1)"), ("AVG(2.5)", "DECIMAL(6, 5)"), ("SUM(n)", "BIGINT"),
-                ("AVG(n)", "DOUBLE")]
+                ("AVG(n)", "DOUBLE"), ("MAX_BY(userid, x)", "VARCHAR"), ("MIN_BY(x, id)", "DOUBLE"),
+                ("MAX_BY(a, n)", "ARRAY<INT>"), ("MIN_BY(ts, s)", "TIMESTAMP"),
+                ("MAX_BY(n * 2.5, id)", "DECIMAL(13, 1)")]
 """A result column's declared type where sqlglot's annotation differs from Spark's (typecheck._result_type); an
 aggregate's is read from a CHANGELOG grouped by id."""
-AGGREGATES = ("SUM(", "AVG(")
+AGGREGATES = ("SUM(", "AVG(", "MAX_BY(", "MIN_BY(")
 
 
 def _output_query(expression: str) -> tuple[str, str]:

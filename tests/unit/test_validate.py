@@ -368,7 +368,8 @@ CLICKS = ("CREATE STREAM clicks (cid BIGINT, cts BIGINT, userid VARCHAR) "
      "a join needs an equality between the two relations in ON", "e.g. ON a.userid = b.userid"),
     ("CREATE CHANGELOG f AS\nSELECT userid, STDDEV(id) AS s\nFROM pageviews\nGROUP BY userid;\n", (2, 16),
      "aggregate STDDEV(`pageviews`.`id`) is not supported yet",
-     "supported: COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, MIN, MAX, AVG"),
+     "supported: COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, MIN, MAX, AVG, MAX_BY(value, ordering), "
+     "MIN_BY(value, ordering)"),
     ("CREATE STREAM f AS\nSELECT id FROM pageviews\nORDER BY id;\n", (3, 10),
      "ORDER BY in continuous queries are not supported yet", None),
 ], ids=["right-join", "join-without-within", "join-without-equality", "aggregate", "order-by"])

@@ -12,9 +12,10 @@ query's state store is RocksDB) do it instead:
        differs from the state, the stage emits (old group, -1, old inputs) and (new group, +1, new inputs).
     2. keyed by the group: the state is the group's row count and, per aggregate, what retracting a row needs:
        COUNT a count, SUM and AVG a sum and a count, MIN, MAX and COUNT(DISTINCT) the multiset of values (so
-       deleting the current extreme finds the next one). Each group a batch touched is emitted once: its new
-       row, or a delete (__keep false) when no row is left in it; HAVING, applied to that row, turns it into a
-       delete when it stops matching.
+       deleting the current extreme finds the next one), MAX_BY and MIN_BY the multiset of (ordering,
+       value) pairs (an ordering that is a TIMESTAMP as its epoch microseconds: `_exact_orderings`). Each
+       group a batch touched is emitted once: its new row, or a delete (__keep false) when no row is left in
+       it; HAVING, applied to that row, turns it into a delete when it stops matching.
 
 An aggregate without GROUP BY (a global aggregate) is the same two stages with one group, `{}` (the record key
 GLOBAL_KEY of sql/aggregates.py), and its row is never deleted: when its last source row goes it becomes what
@@ -47,8 +48,9 @@ from dsflow.sql.fields import group_key_sql
 PK = "__pk"
 STAGE1_OUTPUT = "g string, sign int, a string"
 STAGE2_OUTPUT = "g string, keep boolean, r string"
-KINDS = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
+KINDS = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.ArgMax: "max_by", exp.ArgMin: "min_by"}
 SPARK_FUNCTION = {"count": "count", "sum": "sum", "avg": "avg", "min": "min", "max": "max"}
+BY_KINDS = ("max_by", "min_by")
 
 
 # --- SQL: the query's SELECT split around the two stages ------------------------------------------------------
@@ -105,7 +107,18 @@ def _kind(agg: exp.AggFunc) -> tuple[str, exp.Expr]:
         if isinstance(agg.this, exp.Distinct):
             return "count_distinct", agg.this.expressions[0].copy()
         return "count", agg.this.copy()
+    if isinstance(agg, (exp.ArgMax, exp.ArgMin)):
+        return KINDS[type(agg)], _by_input(agg)
     return KINDS[type(agg)], agg.this.copy()
+
+
+def _by_input(agg: exp.ArgMax | exp.ArgMin) -> exp.Expr:
+    """MAX_BY/MIN_BY's input: NAMED_STRUCT('o', ordering, 'v', value), NULL when the ordering is (Spark skips
+    those rows; a NULL value is kept, and can be the result)."""
+    ordering = agg.expression.copy()
+    pair = exp.Anonymous(this="NAMED_STRUCT", expressions=[exp.Literal.string("o"), ordering.copy(),
+                                                           exp.Literal.string("v"), agg.this.copy()])
+    return exp.If(this=exp.Is(this=ordering, expression=exp.Null()), true=exp.Null(), false=pair)
 
 
 def _per_change(select: exp.Select, source: tuple[exp.Expr, exp.Expr, exp.Expr], groups: list[exp.Expr],
@@ -136,6 +149,7 @@ def retracted_view(spark, spec: RetractSpec, changes) -> None:
     def as_json(columns: list[str]):
         return F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])) if columns else F.lit("{}")
 
+    changes = _exact_orderings(changes, spec.aggregates)
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
     by_key, by_group = processors(spec.aggregates, global_=not groups)
     rows = changes.select(PK, OFFSET, KEEP, as_json(groups).alias("g"), as_json(inputs).alias("a"))
@@ -160,4 +174,22 @@ def _result_type(frame, kind: str, index: int) -> str:
     """Spark's own result type of the aggregate over the input column (asked of the analyzer, not run)."""
     if kind in ("count_star", "count_distinct", "count"):
         return "bigint"
+    if kind in BY_KINDS:
+        column = f"`__a{index}`"
+        return frame.selectExpr(f"{kind}({column}.v, {column}.o) AS r").schema.fields[0].dataType.simpleString()
     return frame.selectExpr(f"{SPARK_FUNCTION[kind]}(`__a{index}`) AS r").schema.fields[0].dataType.simpleString()
+
+
+def _exact_orderings(changes, kinds: list[str]):
+    """`changes` with each MAX_BY/MIN_BY ordering that is a TIMESTAMP as its epoch microseconds: stage 2 compares
+    the JSON of the pairs, and JSON keeps a TIMESTAMP to the millisecond only."""
+    from pyspark.sql import functions as F
+
+    for index, kind in enumerate(kinds):
+        column = f"__a{index}"
+        ordering = changes.schema[column].dataType["o"].dataType if kind in BY_KINDS else None
+        if ordering is not None and ordering.typeName() in ("timestamp", "timestamp_ntz"):
+            pair = F.struct(F.unix_micros(F.col(f"`{column}`.o").cast("timestamp")).alias("o"),
+                            F.col(f"`{column}`.v").alias("v"))
+            changes = changes.withColumn(column, F.when(F.col(f"`{column}`").isNull(), None).otherwise(pair))
+    return changes

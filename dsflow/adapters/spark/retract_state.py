@@ -14,7 +14,8 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 STATE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 STAGE1_STATE = "g string, a string"
 STAGE2_STATE = "acc string"
-MULTISETS = ("min", "max", "count_distinct")
+MULTISETS = ("min", "max", "count_distinct", "max_by", "min_by")
+BY = ("max_by", "min_by")
 TOUCH = ("{}", 0, "{}")
 """Stage 1's change of a global aggregate's group (its key is GLOBAL_KEY of sql/aggregates.py, "{}") when a key's
 batch changed nothing: emit the row anyway."""
@@ -56,7 +57,7 @@ def apply_changes(acc: dict, kinds: list[str], changes: Iterable[tuple[int, dict
                 continue
             slot = acc["v"][index]
             if kind in MULTISETS:
-                text = json.dumps(value)
+                text = json.dumps([value["o"], value.get("v")] if kind in BY else value)
                 slot[text] = slot.get(text, 0) + sign
                 if slot[text] == 0:
                     del slot[text]
@@ -87,12 +88,23 @@ def results(acc: dict, kinds: list[str]) -> dict[str, Any]:
         elif kind in ("min", "max"):
             values = [json.loads(t) for t in slot]
             value = (min if kind == "min" else max)(values) if values else None
+        elif kind in BY:
+            value = by_result(slot, kind)
         elif kind == "count":
             value = slot[1]
         else:
             value = None if slot[1] == 0 else slot[0] if kind == "sum" else slot[0] / slot[1]
         out[f"__r{index}"] = value
     return out
+
+
+def by_result(pairs: dict[str, int], kind: str) -> Any:
+    """MAX_BY/MIN_BY from the multiset of its [ordering, value] pairs (JSON): the value of the highest (lowest)
+    ordering; of tied orderings, the pair first kept (Spark's own MAX_BY picks any of them); None if none is left."""
+    if not pairs:
+        return None
+    best = (max if kind == "max_by" else min)(pairs, key=lambda text: json.loads(text)[0])
+    return json.loads(best)[1]
 
 
 # --- Spark: the two operators and the view -------------------------------------------------------------------
