@@ -160,11 +160,14 @@ def topic_print(ctx: click.Context, name: str, from_beginning: bool, limit: int 
               help="stop reading after this many idle seconds")
 @click.option("--store", help=STORE_HELP)
 @click.option("--bootstrap", help=BOOTSTRAP_HELP)
+@click.option("--subject", help="the schema registry subject of its values (default TOPIC-value, when the store has "
+                                "a registry)")
 @click.pass_context
 def infer(ctx: click.Context, topic_name: str, relation: str | None, sample: int, timeout: float, store: str | None,
-          bootstrap: str | None) -> None:
-    """Print a CREATE STREAM statement for TOPIC, with columns, key and event time inferred from its first records
-    (JSON values), to paste into the project's SQL."""
+          bootstrap: str | None, subject: str | None) -> None:
+    """Print a CREATE STREAM statement for TOPIC, to paste into the project's SQL: with the columns of its values'
+    schema registry subject (Avro, Protobuf) when its store has a registry that holds one, else with columns, key
+    and event time inferred from its first records (JSON values)."""
     from dsflow.core.inference import infer_stream
 
     if bootstrap:
@@ -180,11 +183,38 @@ def infer(ctx: click.Context, topic_name: str, relation: str | None, sample: int
                 for r in topics.records(target, True, sample, timeout, raw=True)]
     unprefixed = target.name[len(prefix):] if prefix and target.name.startswith(prefix) else target.name
     name = relation or (re.sub(r"\W", "_", unprefixed).strip("_") or "inferred")
-    inferred = infer_stream(name, target.name, read, unprefixed)
+    inferred = _from_registry(target, name, unprefixed, subject, any(key is not None for key, _ in read)) \
+        or infer_stream(name, target.name, read, unprefixed)
     if prefix and not target.name.startswith(prefix):
         click.echo(f"-- the environment's topic_prefix '{prefix}' is prepended to 'topic': this topic is outside it",
                    err=True)
     click.echo(inferred.text(), nl=False)
+
+
+def _from_registry(target: topics.Target, name: str, unprefixed: str, subject: str | None, keyed: bool):
+    """The statement from the registry subject of the topic's values, or None when its store has no registry or
+    the registry has no such subject (and none was named: a named one that is missing is DSF-E123)."""
+    from dsflow.core.inference import infer_from_schema
+    from dsflow.formats.registry import latest_columns
+
+    if not target.registry:
+        if subject:
+            raise DsflowError("DSF-E123", f"--subject '{subject}': the store '{target.store}' names no schema registry")
+        return None
+    wanted = subject or f"{target.name}-value"
+    try:
+        version, value_format, columns = latest_columns(target.registry, wanted)
+    except DsflowError as err:
+        if subject or "is not in the registry" not in err.message:
+            raise
+        return None
+    key_format = None
+    if keyed:
+        try:
+            key_format = latest_columns(target.registry, f"{target.name}-key")[1]
+        except DsflowError:
+            key_format = "string"
+    return infer_from_schema(name, target.name, columns, value_format, wanted, version, key_format, unprefixed)
 
 
 def _text(raw: object) -> str | None:

@@ -146,3 +146,24 @@ def _event_time(shape: _Shape) -> str | None:
                 and all(EPOCH_MS[0] <= n < EPOCH_MS[1] for n in field_shape.numbers):
             return name
     return None
+
+
+def infer_from_schema(relation: str, topic: str, columns: list[tuple[str, str]], value_format: str,
+                      subject: str, version: int | None, key_format: str | None = None,
+                      topic_property: str | None = None) -> Inferred:
+    """The CREATE STREAM of `relation` over `topic` from the columns of a registry subject's latest schema (Avro or
+    Protobuf): the value format is the schema's, the event time its first TIMESTAMP column, `key_format` as found
+    (a '-key' subject's format, 'string' for keys without one, None without keys)."""
+    notes = [f"inferred by dsflow infer from the schema registry: subject '{subject}'"
+             + (f", version {version}" if version is not None else "") + f" ({value_format})"]
+    body = ",\n  ".join(f"{_name(n)} {t}" for n, t in columns) if columns else "-- columns"
+    properties = [("topic", topic_property or topic), ("value.format", value_format)]
+    if key_format:
+        properties.append(("key.format", key_format))
+    time = next((n for n, t in columns if t.upper() == "TIMESTAMP"), None)
+    if time is not None:
+        properties.append(("timestamp", time))
+        notes.append(f"'timestamp' = '{time}': the schema's first TIMESTAMP column")
+    notes.append("the columns pin the schema as it is now; leave them out to take the subject's latest at each load")
+    with_clause = ", ".join(f"{_quoted(k)} = {_quoted(v)}" for k, v in properties)
+    return Inferred(f"CREATE STREAM {relation} (\n  {body}\n) WITH ({with_clause});", tuple(notes), 0)

@@ -104,6 +104,31 @@ def subject_columns(registry: SchemaRegistry, subject: str, value_format: str) -
         raise DsflowError("DSF-E123", f"subject '{subject}': {err}") from err
 
 
+def latest_columns(config: Mapping[str, str], subject: str) -> tuple[int | None, str, list[tuple[str, str]]]:
+    """(version, value format, columns) of the subject's latest schema, Avro or Protobuf (`dsflow infer`);
+    DSF-E123 when the subject is not there or holds another kind of schema."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        found = client(config).get_latest_version(subject)
+    except SchemaRegistryError as err:
+        if err.http_status_code == 404:
+            raise DsflowError("DSF-E123", f"subject '{subject}' is not in the registry") from err
+        raise _failure(config, f"reading subject '{subject}'", err) from err
+    except Exception as err:  # noqa: BLE001 - httpx connection errors and the like
+        raise _failure(config, f"reading subject '{subject}'", err) from err
+    value_format = (found.schema.schema_type or "AVRO").lower()
+    if value_format not in ("avro", "protobuf"):
+        raise DsflowError("DSF-E123", f"subject '{subject}' holds a {value_format.upper()} schema: dsflow reads "
+                          "Avro and Protobuf values through the registry")
+    text = found.schema.schema_str if value_format == "avro" else latest_schema(config, subject, "serialized")[1]
+    try:
+        columns = columns_from_avro(text) if value_format == "avro" else columns_from_proto(text)
+    except ValueError as err:
+        raise DsflowError("DSF-E123", f"subject '{subject}': {err}") from err
+    return found.version, value_format, columns
+
+
 def register(config: Mapping[str, str], subject: str, schema_text: str, schema_type: str = "AVRO") -> int:
     """Register the schema under the subject (idempotent: the same schema keeps its id); returns the id."""
     from confluent_kafka.schema_registry import Schema

@@ -53,3 +53,43 @@ def test_a_missing_topic_is_an_error_naming_it(tmp_path: Path, broker: str) -> N
                            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
     assert shown.returncode == 1 and "DSF-E767" in shown.stderr and "no topic 'no_such_topic'" in shown.stderr, \
         shown.stderr
+
+
+ORDER_SCHEMA = json.dumps({"type": "record", "name": "Order", "fields": [
+    {"name": "id", "type": "long"}, {"name": "amount", "type": "double"}, {"name": "item", "type": "string"},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}}]})
+
+
+def test_a_topic_with_a_registry_subject_is_inferred_from_its_schema(tmp_path: Path, broker: str, spark,
+                                                                     schema_registry) -> None:
+    """The statement's columns are the subject's (Avro, with its TIMESTAMP as event time), and a query reading the
+    topic through it on Spark returns every record as produced."""
+    from datetime import datetime, timezone
+
+    from support.registry_projects import (ENVIRON, avro_values, new_prefix, produce_raw, registry_project,
+                                           write_project)
+
+    prefix = new_prefix()
+    orders = [{"id": i, "amount": i * 1.5, "item": f"item-{i % 3}",
+               "ts": datetime(2026, 1, 1, 0, 0, i, tzinfo=timezone.utc)} for i in range(15)]
+    ensure_topic(broker, TopicSpec(f"{prefix}orders", 1, 1, {}))
+    produce_raw(broker, f"{prefix}orders", avro_values(schema_registry, f"{prefix}orders", ORDER_SCHEMA, orders))
+    root = write_project(tmp_path, "", prefix)
+    shown = CliRunner(env=ENVIRON).invoke(cli, ["-C", str(root), "--var", f"bootstrap={broker}", "--var",
+                                                f"registry={schema_registry}", "infer", f"{prefix}orders"])
+    assert shown.exit_code == 0, shown.output
+    assert f"subject '{prefix}orders-value', version 1 (avro)" in shown.output
+    assert "id BIGINT,\n  amount DOUBLE,\n  item VARCHAR,\n  ts TIMESTAMP" in shown.output
+    assert "'value.format' = 'avro'" in shown.output and "'timestamp' = 'ts'" in shown.output
+    assert "'key.format' = 'string'" in shown.output  # keys without a -key subject
+
+    sql = shown.output + "CREATE STREAM copied WITH ('value.format' = 'json') AS SELECT id, item, amount FROM orders;\n"
+    project = registry_project(tmp_path / "again", broker, schema_registry, sql, prefix=prefix)
+    run(spark, project, "copied", tmp_path)
+    out = sorted((json.loads(r["value"]) for r in records(broker, project, "copied")), key=lambda v: v["id"])
+    assert out == [{"id": o["id"], "item": o["item"], "amount": o["amount"]} for o in orders]
+
+    named = CliRunner(env=ENVIRON).invoke(cli, ["-C", str(root), "--var", f"bootstrap={broker}", "--var",
+                                                f"registry={schema_registry}", "infer", f"{prefix}orders",
+                                                "--subject", "nowhere-value"])
+    assert getattr(named.exception, "code", None) == "DSF-E123"  # a named subject that is missing is an error
