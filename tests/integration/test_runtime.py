@@ -5,7 +5,8 @@ its checkpoint); its driver is killed with SIGKILL while records keep arriving, 
 cold from its checkpoint (a new PID, recorded in the state) so that every id produced before and after the kill is
 counted exactly once. `copy`'s recorded spec is made unreadable and its driver killed: every restart fails (fast:
 before Spark starts), and `dsflow status --json` must show a crash loop (growing restarts, the last error, a next
-retry). The metrics endpoint is scraped once. Destroy, with the supervisor still up, must not be undone by it.
+retry). The metrics endpoint is scraped once; two malformed records make one dead-letter event by the supervisor.
+Destroy, with the supervisor still up, must not be undone by it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dsflow.runtime import control
 from dsflow.runtime.records import backoff
 from support.identities import running as running_processes
 from support.projects import make_project
-from support.streaming import CONFIG, latest_by_key, produce
+from support.registry_projects import produce_raw
+from support.streaming import CONFIG, latest_by_key, produce, topic
 from support.waiting import wait_for
 
 SQL = """\
@@ -50,6 +52,10 @@ def _events(first: int, count: int) -> list[dict]:
 
 def _state(options):
     return operations.load(options).workspace.state_backend().read()
+
+
+def _state_events(options):
+    return operations.load(options).workspace.state_backend().read_events()
 
 
 def _status(root, broker) -> dict[str, dict]:
@@ -94,6 +100,7 @@ def _destroy_is_not_undone(root, options) -> None:
 
 
 def _run(root, options, project, broker, supervisor) -> None:
+    produce_raw(broker, topic(project, "events"), [b"not json", b"{cut"])  # dead letters of both queries
     produce(broker, project, "events", _events(0, 1_000))
     wait_for(lambda: len(_counts(broker, project)) == 1_000, 300, "the first counts")
     state = _state(options)
@@ -160,6 +167,11 @@ def _run(root, options, project, broker, supervisor) -> None:
             f'topic="{project.topic_prefix}events"}} 0.0') in text
     assert 'dsflow_query_restarts_total{query="analytics.public.id_counts"} 1.0' in text
     assert 'dsflow_query_last_error_info{error="pydantic_core._pydantic_core.ValidationError' in text
+    # the two malformed records: one dead-letter event for id_counts (looked for every 30 s: by now at least once)
+    burst = wait_for(lambda: [e for e in _state_events(options) if e.kind == "dead_letters" and e.object == COUNTS],
+                     120, "the supervisor's event for id_counts' dead letters")
+    assert burst[0].actor == "supervisor" and burst[0].detail["total"] == 2 and burst[0].detail["new"] == 2
+    assert burst[0].detail["topic"] == restarted["dlq_topic"]
     _events_say_what_the_supervisor_did(options, old_pid, new_pid, again["restarts"])
 
 
@@ -170,11 +182,11 @@ def _events_say_what_the_supervisor_did(options, old_pid: int, new_pid: int, bro
 
     backend = operations.load(options).workspace.state_backend()
     by_supervisor = [e for e in eventlog.read(backend) if e.actor == eventlog.SUPERVISOR]
-    counts = [(e.kind, e.detail) for e in by_supervisor if e.object == COUNTS]
+    counts = [(e.kind, e.detail) for e in by_supervisor if e.object == COUNTS and e.kind != "dead_letters"]
     assert [kind for kind, _ in counts] == ["crash", "restart"], counts
     assert counts[0][1]["pid"] == old_pid and counts[0][1]["exit"].startswith("gone without recording a failure")
     assert counts[1][1] == {"pid": new_pid, "restarts": 1, "how": "cold start"}
-    broken = [(e.kind, e.detail) for e in by_supervisor if e.object == BROKEN]
+    broken = [(e.kind, e.detail) for e in by_supervisor if e.object == BROKEN and e.kind != "dead_letters"]
     kinds = [kind for kind, _ in broken]
     assert kinds[:2] == ["crash", "restart"] and kinds.count("restart") >= broken_restarts
     assert all(a != b for a, b in zip(kinds, kinds[1:], strict=False)), "a crash, then its restart, in turn"
