@@ -331,6 +331,29 @@ def test_a_viewer_sees_only_what_was_granted_and_which_changes_are_refused(serve
     _shot(page, tmp_path, "viewer-plan")
 
 
+def test_the_events_section_shows_the_event_log_newest_first_and_only_what_each_user_may_see(
+        served: Served, page, tmp_path: Path) -> None:
+    """The Events section (issue 42 item 6) against the API's answer for the same user: alice sees the apply of
+    every object, newest first; bob sees the events of what his grants let him see (the view and its query), none
+    of the stream's."""
+    _log_in(page, served)
+    page.wait_for_selector("#event-table tbody tr")
+    logged = served.api("GET", "events").json()
+    rows = page.eval_on_selector_all("#event-table tbody tr", "rows => rows.map(r => [...r.cells].map(c => "
+                                                               "c.textContent))")
+    assert [(r[1], r[2]) for r in rows] == [(e["kind"], e["object"]) for e in reversed(logged)]
+    assert {QUERY, "relation.analytics.public.pageviews"} <= {r[2] for r in rows}
+    _shot(page, tmp_path, "events")
+    page.click("#logout")
+    _log_in(page, served, VIEWER, VIEWER_PASSWORD)
+    page.wait_for_selector("#event-table tbody tr")
+    objects = page.eval_on_selector_all("#event-table tbody tr", "rows => rows.map(r => r.cells[2].textContent)")
+    token = httpx.post(f"{served.url}api/v1/auth/login", json={"username": VIEWER, "password": VIEWER_PASSWORD})
+    his = httpx.get(f"{served.url}api/v1/events", headers={"Authorization": f"Bearer {token.json()['token']}"})
+    assert objects == [e["object"] for e in reversed(his.json())]
+    assert VIEW in objects and "relation.analytics.public.pageviews" not in objects
+
+
 def test_the_page_is_served_without_credentials_under_a_strict_content_security_policy(served: Served) -> None:
     for path in ("", "web/app.js", "web/graph.js", "web/style.css"):
         answer = httpx.get(f"{served.url}{path}", timeout=30)
