@@ -31,18 +31,36 @@ def new_gaps(run_dir: Path, record: RuntimeRecord, emit: Emit) -> bool:
     except OSError:
         return False
     seen = record.gaps_seen if record.gaps_seen <= len(lines) else 0  # a new log (a new checkpoint)
-    fresh = []
+    fresh, read = [], seen
+    known = {_gap_key(line) for line in lines[:seen]}
     for line in lines[seen:]:
         try:
-            fresh.append(json.loads(line))
+            gap = json.loads(line)
         except ValueError:
             break  # a line still being written: read on the next look
-    if not fresh:
+        read += 1
+        if _gap_key(line) not in known:  # a replayed micro-batch logs its gaps again: one event each
+            known.add(_gap_key(line))
+            fresh.append(gap)
+    if read == seen:
         return False
+    record.gaps_seen = read
+    if not fresh:
+        return True
     offsets = sum(int(g.get("end", 0)) - int(g.get("start", 0)) for g in fresh if isinstance(g, dict))
     emit("gap", gaps=len(fresh), offsets=offsets, first=fresh[:10])
-    record.gaps_seen = seen + len(fresh)
     return True
+
+
+def _gap_key(line: str) -> tuple:
+    """A gap's log, partition and offsets (what tells it apart), from its line; the line itself if it does not
+    parse."""
+    try:
+        gap = json.loads(line)
+    except ValueError:
+        return (line,)
+    return (gap.get("topic"), gap.get("partition"), gap.get("start"), gap.get("end")) if isinstance(gap, dict) \
+        else (line,)
 
 
 def dead_letter_burst(record: RuntimeRecord, count: Callable[[], dict[str, Any]], emit: Emit,

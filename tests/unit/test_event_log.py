@@ -166,6 +166,9 @@ def test_the_supervisor_logs_new_gaps_and_dead_letter_bursts_once(tmp_path) -> N
     assert not observed.new_gaps(tmp_path, record, emit)
     gaps.write_text(gaps.read_text() + 'rt": 9, "end": 19}\n')
     assert observed.new_gaps(tmp_path, record, emit) and emitted[-1][1]["offsets"] == 10 and record.gaps_seen == 3
+    count = len(emitted)  # a replayed micro-batch logs a gap again: read, no event
+    gaps.write_text(gaps.read_text() + '{"topic": "t", "partition": 0, "start": 5, "end": 7}\n')
+    assert observed.new_gaps(tmp_path, record, emit) and record.gaps_seen == 4 and len(emitted) == count
 
     emitted.clear()
     counts = iter([{"dlq_topic": "d", "dead_letters": 0}, {"dlq_topic": "d", "dead_letters": 4},
@@ -174,3 +177,16 @@ def test_the_supervisor_logs_new_gaps_and_dead_letter_bursts_once(tmp_path) -> N
     assert looks == [True, False, True, True, True, True]
     assert emitted == [("dead_letters", {"new": 4, "total": 4, "topic": "d"}),
                        ("dead_letters", {"new": 2, "total": 6, "topic": "d"})]
+
+
+def test_a_gap_a_replayed_batch_logs_again_is_counted_once(tmp_path) -> None:
+    """`gap_offsets` in the status: the offsets of each gap once, though a replayed micro-batch logged it twice."""
+    from types import SimpleNamespace
+
+    from dsflow.adapters.spark.driver import counted_gaps
+
+    spec = SimpleNamespace(status_path=str(tmp_path / "status.json"))
+    (tmp_path / "gaps.jsonl").write_text('{"topic": "t", "partition": 0, "start": 2, "end": 3}\n'
+                                         '{"topic": "t", "partition": 1, "start": 2, "end": 3}\n'
+                                         '{"topic": "t", "partition": 0, "start": 2, "end": 3}\n')
+    assert counted_gaps(spec) == 2  # type: ignore[arg-type]

@@ -87,12 +87,14 @@ def build_result(spark, spec: QuerySpec):
 
 
 def counted_gaps(spec: QuerySpec) -> int:
-    """Offsets the query's reads found empty and counted (gaps.jsonl), 0 if none."""
+    """Offsets the query's reads found empty and counted (gaps.jsonl), 0 if none; a gap a replayed micro-batch
+    logged again (the same log, partition and offsets) is counted once."""
     try:
         lines = gap_log_path(spec).read_text(encoding="utf-8").splitlines()
     except OSError:
         return 0
-    return sum(entry["end"] - entry["start"] for entry in map(json.loads, filter(None, lines)))
+    gaps = {(e.get("topic"), e.get("partition"), e["start"], e["end"]) for e in map(json.loads, filter(None, lines))}
+    return sum(end - start for _, _, start, end in gaps)
 
 
 def start_query(spark, spec: QuerySpec, available_now: bool = False):
