@@ -92,3 +92,11 @@ def test_an_offline_folder_without_the_connector_is_a_clear_error(tmp_path: Path
     monkeypatch.setenv(spark_kafka.OFFLINE_ENV, str(tmp_path))
     with pytest.raises(spark_kafka.ResolveError, match="holds no spark-sql-kafka-0-10_2.13 jar"):
         spark_kafka.jars()
+
+
+def test_the_first_query_and_every_stateful_one_are_warmed_up_untimed_unless_smoke() -> None:
+    cfg = kafka_connector.Config(queries=("q1", "q0", "q3", "q5", "q7", "q8", "q2"))
+    warmed = [q for index, q in enumerate(cfg.queries) if kafka_connector.warms_up(cfg, index, q)]
+    assert warmed == ["q1", "q3", "q5", "q7", "q8"]
+    smoke = kafka_connector.Config.smoke_config()
+    assert not any(kafka_connector.warms_up(smoke, index, q) for index, q in enumerate(smoke.queries))
