@@ -87,7 +87,8 @@ class Change(BaseModel):
     category: Category | None = Field(None, description="for queries: what happens to running state")
     override: str | None = Field(None, description="the 'start.position' override that decided the category")
     estimate: Estimate | None = Field(None, description="for replays: what will be re-read")
-    affected: list[str] = Field(default_factory=list, description="for relation replacements: downstream queries")
+    affected: list[str] = Field(default_factory=list, description="for a relation updated, replaced, deleted or "
+                                "moved: the queries downstream of it, its readers in the project")
     rollback_of: str | None = Field(None, description="the earlier version this change returns to")
     observed: str | None = Field(None, description="what the refresh saw: drift (refresh-only), or the log a new "
                                                    "relation names (exists with N partitions, or does not exist)")
