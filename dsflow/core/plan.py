@@ -145,7 +145,8 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     forward = [with_import(c, options.imports, sizes, options.store_types) for c in forward]
     deletes = _delete_changes(wanted, state, options)
     forward = [_with_replay_note(c, wanted) for c in forward]
-    changes = [_with_version(_with_object(_with_data_loss(c, state, options), state, graph, options), wanted, state)
+    changes = [_with_version(_with_object(_with_data_loss(c, state, options), state, graph, options, wanted),
+                             wanted, state)
                for c in deletes + forward]
     common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
                               if c.action is Action.NOOP and is_paused(state.resources.get(c.address)))
@@ -414,7 +415,8 @@ def _with_replay_note(change: Change, wanted: dict[str, Resource]) -> Change:
     return change.model_copy(update={"effect": f"{change.effect}; {note}"}) if note else change
 
 
-def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions) -> Change:
+def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions,
+                 wanted: Mapping[str, Resource]) -> Change:
     """A relation change names its physical object; a delete or move lists the queries it affects."""
     address = Address.parse(change.address)
     if address.kind is not Kind.RELATION or change.action is Action.FORGET or (
@@ -424,10 +426,20 @@ def _with_object(change: Change, state: State, graph: Graph, options: PlanOption
     if change.action is Action.DELETE:
         update["affected"] = sorted(k for k, v in state.resources.items()
                                     if k.startswith("query.") and change.address in v.depends_on)
-    elif change.moved_from is not None or change.action in (Action.UPDATE, Action.REPLACE):
-        update["affected"] = change.affected or sorted(str(a) for a in graph.descendants(address)
-                                                       if a.kind is Kind.QUERY)  # the project's readers downstream
+    elif change.moved_from is not None:
+        update["affected"] = sorted(str(a) for a in graph.descendants(address) if a.kind is Kind.QUERY)
+    elif change.action in (Action.UPDATE, Action.REPLACE):
+        update["affected"] = change.affected or readers(address, graph, wanted)
     return change.model_copy(update=update)
+
+
+def readers(address: Address, graph: Graph, wanted: Mapping[str, Resource]) -> list[str]:
+    """The project's queries downstream of a relation that read it, or read what those write: not the queries that
+    only write it."""
+    name = address.name
+    return sorted(str(a) for a in graph.descendants(address) if a.kind is Kind.QUERY and not (
+        (found := wanted.get(str(a))) is not None and found.data.get("sink") == name
+        and name not in {s[0] for s in found.data.get("sources", [])}))
 
 
 def _with_version(change: Change, wanted: Mapping[str, Resource], state: State) -> Change:
