@@ -434,7 +434,7 @@ def _with_object(change: Change, state: State, graph: Graph, options: PlanOption
 
 
 def readers(address: Address, graph: Graph, wanted: Mapping[str, Resource]) -> list[str]:
-    """The project's queries downstream of a relation that read it, or read what those write: not the queries that
+    """The project's queries downstream of a relation in the dependency graph that read it: not the queries that
     only write it."""
     name = address.name
     return sorted(str(a) for a in graph.descendants(address) if a.kind is Kind.QUERY and not (

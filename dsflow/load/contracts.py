@@ -71,10 +71,10 @@ def check_query_contract(st: RawStatement, path: str, fqn: str, output: Sequence
     """A CREATE ... AS SELECT with 'contract' = 'enforced': its column list is the contract, and the SELECT must
     produce exactly those columns (any order) with those types (DSF-E891 to DSF-E894). False if it does not."""
     if not st.columns:
+        made = ", ".join(f"{c.name} {c.type}" for c in output[:3]) + (", ..." if len(output) > 3 else "")
         report(Diagnostic("DSF-E891", f"'{fqn}' enforces a contract but declares no columns", st.location,
                           hint=f"list the columns the query must produce: CREATE {st.kind.upper()} {st.name[-1]} "
-                               f"({', '.join(f'{c.name} {c.type}' for c in output[:3])}{', ...' if len(output) > 3 else ''}) "
-                               f"WITH ('{CONTRACT}' = '{ENFORCED}', ...) AS SELECT ..."))
+                               f"({made}) WITH ('{CONTRACT}' = '{ENFORCED}', ...) AS SELECT ..."))
         return False
     declared = [Column(name=c.name, type=c.type) for c in st.columns]
     where = {c.name.lower(): c.location for c in st.columns}
@@ -109,7 +109,7 @@ def _columns_fit(st: RawStatement, path: str, fqn: str, declared: Sequence[Colum
         elif not same_type(column.type, got.type):
             report(Diagnostic("DSF-E893", f"the query writing '{fqn}' produces '{got.name}' as {got.type}, but the "
                               f"contract says {column.type}", output_location(st, path, got.name),
-                              hint=f"CAST({got.name} AS {column.type}) AS {column.name}, or change the contract"))
+                              hint=f"cast it: CAST(... AS {column.type}) AS {column.name}, or change the contract"))
             fits = False
     for column in output:
         if column.name.lower() not in promised:
