@@ -430,6 +430,8 @@ def _with_object(change: Change, state: State, graph: Graph, options: PlanOption
         update["affected"] = sorted(str(a) for a in graph.descendants(address) if a.kind is Kind.QUERY)
     elif change.action in (Action.UPDATE, Action.REPLACE):
         update["affected"] = change.affected or readers(address, graph, wanted)
+    if change.action in (Action.UPDATE, Action.REPLACE, Action.DELETE):
+        update["consumers"] = options.observations.consumer_groups.get(change.address, [])
     return change.model_copy(update=update)
 
 
