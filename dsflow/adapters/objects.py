@@ -58,7 +58,7 @@ def log_sizes(project: Any, relations: Iterable[Any]) -> dict[str, int | None]:
 
 def consumer_groups(project: Any, relations: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
     """relation address -> the consumer groups registered on its log, for each relation (address -> deployed data)
-    whose store kind can tell (Kafka). One call per store; a store that cannot be reached, or that cannot list
+    whose store kind can tell. One call per store; a store that cannot be reached, or that cannot list
     groups, is left out."""
     by_store: dict[str, dict[str, str]] = {}
     for address, data in relations.items():

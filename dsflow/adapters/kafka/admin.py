@@ -191,7 +191,8 @@ def consumer_groups(bootstrap: str, topics: list[str], extra: Mapping[str, str] 
     except KafkaException as exc:
         raise request_failed(bootstrap, "listing consumer groups", exc) from exc
     groups = sorted(g.group_id for g in listed.valid if not g.group_id.startswith(OWN_GROUPS))
-    wanted, found = set(topics), {t: set() for t in topics}
+    wanted = set(topics)
+    found: dict[str, set[str]] = {t: set() for t in topics}
     if not groups:
         return {}
     for group, future in admin.describe_consumer_groups(groups, request_timeout=TIMEOUT).items():
