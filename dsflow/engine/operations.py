@@ -93,7 +93,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     _check_targets(excludes, loaded.project, state, "--exclude")
     _check_forced(forced, resources, state, targets, excludes)
     if not destroy and not refresh_only:
-        _check_contracts(loaded.project, resources, state, excludes)
+        _check_contracts(loaded.project, resources, state, targets, excludes)
     options = PlanOptions(destroy=destroy, refresh_only=refresh_only, targets=targets, excludes=excludes,
                           replace=forced.replace, reset_checkpoint=forced.reset_checkpoint,
                           store_types={s.name: s.type for s in loaded.project.stores},
@@ -116,12 +116,19 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     return the_plan
 
 
-def _check_contracts(project: Project, resources, state, excludes: frozenset[str] = frozenset()) -> None:
+def _check_contracts(project: Project, resources, state, targets: frozenset[str] = frozenset(),
+                     excludes: frozenset[str] = frozenset()) -> None:
     """DSF-E896..E898, every one at once and before the refresh: the project breaks the enforced contract of a
-    deployed relation (core/contracts.py). --exclude leaves a relation as deployed, so it breaks nothing."""
+    deployed relation (core/contracts.py). What --exclude leaves as deployed (and what is downstream of it), or
+    --target does not reach, breaks nothing."""
+    from dsflow.core.plan import wanted_resources
     from dsflow.errors import ProjectError
 
-    found = contract_diagnostics(project, resources, state, excludes)
+    wanted, graph = wanted_resources(resources, PlanOptions(targets=targets))
+    skip = {k for k in (r.address for r in resources) if str(k) not in wanted} if targets else set()
+    for address in excludes:
+        skip |= {Address.parse(address)} | set(graph.descendants(Address.parse(address)))
+    found = contract_diagnostics(project, resources, state, frozenset(str(a) for a in skip))
     if found:
         raise ProjectError(diagnostics=found)
 

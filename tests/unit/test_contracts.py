@@ -251,3 +251,21 @@ def test_plan_lists_the_readers_a_relation_change_reaches(tmp_path):
     assert change.action is Action.UPDATE and "id added" in change.reason
     assert change.affected == ["query.analytics.public.readers"]  # its reader; `further` reads what that writes
     assert "affects: query.analytics.public.readers" in " ".join(plan_text(plan.model_dump(mode="json")).split())
+
+
+def test_what_target_does_not_reach_or_exclude_leaves_breaks_nothing(tmp_path):
+    from dsflow.engine.operations import _check_contracts
+
+    sql = "CREATE STREAM s (a BIGINT, b VARCHAR) WITH ('contract' = 'enforced', 'value.format' = 'json');\n"
+    root, state = deployed(tmp_path, sql + "CREATE STREAM t AS SELECT a, b FROM s;\n")
+    (root / "sql/q.sql").write_text(sql.replace("b VARCHAR", "b BIGINT") + "CREATE STREAM t AS SELECT a FROM s;\n")
+    project = load_project(root)
+    resources = project_resources(project)
+    with pytest.raises(ProjectError) as refused:
+        _check_contracts(project, resources, state)
+    assert [d.code for d in refused.value.diagnostics] == ["DSF-E897"]
+    with pytest.raises(ProjectError):
+        _check_contracts(project, resources, state, targets=frozenset({"query.analytics.public.t"}))  # t reads s
+    _check_contracts(project, resources, state, targets=frozenset({"relation.analytics.public.pageviews"}))
+    _check_contracts(project, resources, state, excludes=frozenset({"relation.analytics.public.s"}))
+    _check_contracts(project, resources, state, excludes=frozenset({"store.kafka_main"}))  # s is downstream of it
