@@ -56,6 +56,28 @@ def log_sizes(project: Any, relations: Iterable[Any]) -> dict[str, int | None]:
     return found
 
 
+def consumer_groups(project: Any, relations: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """relation address -> the consumer groups registered on its log, for each relation (address -> deployed data)
+    whose store kind can tell. One call per store; a store that cannot be reached, or that cannot list
+    groups, is left out."""
+    by_store: dict[str, dict[str, str]] = {}
+    for address, data in relations.items():
+        if data.get("topic"):
+            by_store.setdefault(data.get("store") or "", {})[address] = data["topic"]
+    found: dict[str, list[str]] = {}
+    for name, topics in sorted(by_store.items()):
+        store = project.store(name)
+        objects = objects_for(store.type) if store is not None else None
+        if objects is None or not hasattr(objects, "consumer_groups"):
+            continue
+        try:
+            groups = objects.consumer_groups(store, sorted(set(topics.values())))
+        except DsflowError:
+            continue
+        found.update({address: groups[topic] for address, topic in topics.items() if topic in groups})
+    return found
+
+
 def positions(project: Any, names: Iterable[str]) -> dict[str, dict[str, tuple[int, int]]] | None:
     """For each named log of the project's relations: partition -> (first offset held, end offset) now, asked of
     the store of the relation that names it (a `positions` facet, one call per store); None when one of them cannot

@@ -107,12 +107,16 @@ def validate(ctx: click.Context, as_json: bool) -> None:
     options: operations.Options = ctx.obj
     with gcpause.command():  # dsflow/core/gcpause.py
         result = check_project(options.project_dir, options.environment, options.variables)
-    diagnostics = [d.to_dict() for d in result.diagnostics]
+    found = list(result.diagnostics)
+    if result.project is not None and not result.errors:
+        found += operations.deployed_contracts(result.project)  # DSF-E896..E898 against the recorded state
+    diagnostics = [d.to_dict() for d in found]
+    errors = [d for d in diagnostics if d["severity"] == "error"]
     if as_json:
-        click.echo(json.dumps({"valid": not result.errors, "diagnostics": diagnostics}, indent=2))
+        click.echo(json.dumps({"valid": not errors, "diagnostics": diagnostics}, indent=2))
     else:
         click.echo(diagnostics_text(diagnostics))
-    if result.errors:
+    if errors:
         sys.exit(1)
 
 

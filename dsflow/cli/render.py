@@ -86,6 +86,9 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
                                   "rebuilt first), or the plan was made without a refresh"))
     if change.get("affected"):
         details.append(("affects", ", ".join(change["affected"])))
+    if change.get("consumers"):
+        details.append(("consumers", f"{', '.join(change['consumers'])} (consumer groups on its log, outside the "
+                                     "project)"))
     if change.get("duplicates"):
         verb = "receives" if len(change["duplicates"]) == 1 else "receive"
         details.append(("duplicates", f"{', '.join(change['duplicates'])} {verb} the replayed records again"))

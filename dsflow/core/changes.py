@@ -87,7 +87,10 @@ class Change(BaseModel):
     category: Category | None = Field(None, description="for queries: what happens to running state")
     override: str | None = Field(None, description="the 'start.position' override that decided the category")
     estimate: Estimate | None = Field(None, description="for replays: what will be re-read")
-    affected: list[str] = Field(default_factory=list, description="for relation replacements: downstream queries")
+    affected: list[str] = Field(default_factory=list, description="for a relation updated, replaced, deleted or "
+                                "moved: the queries downstream of it, its readers in the project")
+    consumers: list[str] = Field(default_factory=list, description="for a relation updated, replaced or deleted: the "
+                                 "consumer groups outside the project the refresh saw on its log")
     rollback_of: str | None = Field(None, description="the earlier version this change returns to")
     observed: str | None = Field(None, description="what the refresh saw: drift (refresh-only), or the log a new "
                                                    "relation names (exists with N partitions, or does not exist)")
@@ -160,3 +163,7 @@ class Observations(BaseModel):
     schema_refusals: dict[str, str] = Field(default_factory=dict, description="by relation address: why the "
                                                                               "registry would reject a query sink's "
                                                                               "new columns (DSF-E841)")
+    consumer_groups: dict[str, list[str]] = Field(default_factory=dict, description="by relation address: the "
+                                                  "consumer groups outside the project registered on the log of a "
+                                                  "relation the plan changes or deletes (committed offsets or "
+                                                  "assigned members), sorted")

@@ -132,6 +132,11 @@ class Relation(Frozen):
                                                      "replace its topic or table (like Terraform's lifecycle)")
     schema_compatibility: str | None = Field(None, description="'value.schema.compatibility': the rule its columns "
                                              "evolve by (BACKWARD when unset; core/evolution.py)")
+    contract: bool = Field(False, description="'contract' = 'enforced': the query writing it produces exactly its "
+                           "declared columns and types, and a breaking change to what is deployed is refused "
+                           "(core/contracts.py)")
+    version: int | None = Field(None, description="'version': the version of its model it is (dbt's model versions): "
+                                "version N >= 2 is named <model>_v<N> and deployed beside the earlier ones")
     owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     location: Location | None = None
 

@@ -44,9 +44,13 @@ class Questions:
     skipping: Mapping[str, DeployedResource] = field(default_factory=dict)
     """Query address -> deployed entry of a query whose checkpoint is reset (--reset-checkpoint): how many records do
     its sources hold past its last committed batch?"""
+    consumed: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    """Relation address -> deployed data of a relation the plan may update, replace or delete: which consumer groups
+    outside the project read its log?"""
 
     def __bool__(self) -> bool:
-        return bool(self.growing or self.replays or self.carried or self.counted or self.evolving or self.skipping)
+        return bool(self.growing or self.replays or self.carried or self.counted or self.evolving or self.skipping
+                    or self.consumed)
 
 
 def questions(desired: list[Resource], state: State, options: PlanOptions, counting: bool = True) -> Questions:
@@ -73,8 +77,10 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
     maybe_gone = {**deployed, **deleted(wanted, moved, options.targets)}
     counted = {key: entry for key, entry in sorted(maybe_gone.items())
                if Address.parse(key).kind is Kind.RELATION and recreates(entry)}
+    consumed = {key: entry.data for key, entry in sorted(maybe_gone.items())
+                if Address.parse(key).kind is Kind.RELATION and (key in changed or key not in wanted)}
     return Questions(growing=growing, replays=replays, carried=carried, counted=counted, evolving=evolving,
-                     skipping=skipping)
+                     skipping=skipping, consumed=consumed)
 
 
 def _changed(resource: Resource, deployed: DeployedResource | None) -> bool:

@@ -19,6 +19,7 @@ from dsflow.core.graph import Graph
 from dsflow.core.imports import imported_state, importable, with_import
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.removals import forget_change
+from dsflow.core.contracts import version_reason
 from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
                                  Skipped)  # (re-exported)
@@ -144,7 +145,9 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     forward = [with_import(c, options.imports, sizes, options.store_types) for c in forward]
     deletes = _delete_changes(wanted, state, options)
     forward = [_with_replay_note(c, wanted) for c in forward]
-    changes = [_with_object(_with_data_loss(c, state, options), state, graph, options) for c in deletes + forward]
+    changes = [_with_version(_with_object(_with_data_loss(c, state, options), state, graph, options, wanted),
+                             wanted, state)
+               for c in deletes + forward]
     common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
                               if c.action is Action.NOOP and is_paused(state.resources.get(c.address)))
     return Plan(changes=changes, **common)
@@ -412,7 +415,8 @@ def _with_replay_note(change: Change, wanted: dict[str, Resource]) -> Change:
     return change.model_copy(update={"effect": f"{change.effect}; {note}"}) if note else change
 
 
-def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions) -> Change:
+def _with_object(change: Change, state: State, graph: Graph, options: PlanOptions,
+                 wanted: Mapping[str, Resource]) -> Change:
     """A relation change names its physical object; a delete or move lists the queries it affects."""
     address = Address.parse(change.address)
     if address.kind is not Kind.RELATION or change.action is Action.FORGET or (
@@ -424,7 +428,34 @@ def _with_object(change: Change, state: State, graph: Graph, options: PlanOption
                                     if k.startswith("query.") and change.address in v.depends_on)
     elif change.moved_from is not None:
         update["affected"] = sorted(str(a) for a in graph.descendants(address) if a.kind is Kind.QUERY)
+    elif change.action in (Action.UPDATE, Action.REPLACE):
+        update["affected"] = change.affected or readers(address, graph, wanted)
+    if change.action in (Action.UPDATE, Action.REPLACE, Action.DELETE):
+        update["consumers"] = options.observations.consumer_groups.get(change.address, [])
     return change.model_copy(update=update)
+
+
+def readers(address: Address, graph: Graph, wanted: Mapping[str, Resource]) -> list[str]:
+    """The project's queries downstream of a relation in the dependency graph that read it: not the queries that
+    only write it."""
+    name = address.name
+    return sorted(str(a) for a in graph.descendants(address) if a.kind is Kind.QUERY and not (
+        (found := wanted.get(str(a))) is not None and found.data.get("sink") == name
+        and name not in {s[0] for s in found.data.get("sources", [])}))
+
+
+def _with_version(change: Change, wanted: Mapping[str, Resource], state: State) -> Change:
+    """A relation created or deleted beside other versions of its model says so (dbt's model versions)."""
+    if not change.address.startswith("relation.") or change.action not in (Action.CREATE, Action.DELETE):
+        return change
+    if change.action is Action.CREATE:
+        if (change.after_metadata or {}).get("version") is None:
+            return change
+        note = version_reason(change.address, True, {k: v.metadata for k, v in state.resources.items()})
+    else:
+        note = version_reason(change.address, False, {k: r.metadata for k, r in wanted.items()
+                                                      if r.metadata.get("version") is not None})
+    return change.model_copy(update={"reason": f"{change.reason}; {note}"}) if note else change
 
 
 def _with_data_loss(change: Change, state: State, options: PlanOptions) -> Change:

@@ -151,6 +151,11 @@ class PhysicalObjects(Protocol):
         """name -> partition -> (first offset held, end offset), for the named logs that exist: where a reset
         checkpoint starts and what it skips (core/forcing.py); absent where the store cannot say."""
 
+    def consumer_groups(self, store: Any, names: list[str]) -> dict[str, list[str]]:
+        """name -> the consumer groups outside the project registered on the named log (committed offsets, assigned
+        members), sorted; a log no group reads is absent. Optional: refresh asks a kind that offers it (plan's
+        `consumers`)."""
+
     def can_grow(self, store: Any, name: str, total: int) -> bool:
         """Whether the object can take `total` partitions (shards) in place, keeping its records."""
 

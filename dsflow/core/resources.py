@@ -137,6 +137,10 @@ def _relation(relation: Relation) -> Resource:
         metadata["prevent_destroy"] = True
     if relation.schema_compatibility:
         metadata["schema_compatibility"] = relation.schema_compatibility
+    if relation.contract:  # only when set: a project without contracts plans as before
+        metadata["contract"] = "enforced"
+    if relation.version is not None:
+        metadata["version"] = relation.version
     metadata.update(_owner(relation))
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata, relation.inferred_size)
 

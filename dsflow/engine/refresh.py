@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
@@ -26,12 +27,14 @@ def observe(project, state: State, asked: Questions, refresh: bool) -> Observati
     sizes: dict[str, int | None] = {}
     growable: list[str] = []
     refusals: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
     if refresh:
         seen = refresh_resources(state, project)
         new_logs, sizes = observe_logs(state, project, asked.growing)
         seen |= new_logs
         growable = sorted(key for key, (data, total) in asked.growing.items() if _can_grow(project, data, total))
         refusals = schema_refusals(project, asked.evolving)
+        groups = consumer_groups(project, asked.consumed)
     estimates = {key: found for key, (deployed, since) in asked.replays.items()
                  if (found := replay_estimate(project, key, since, deployed)) is not None}
     counts = {key: count for key, deployed in asked.counted.items()
@@ -42,7 +45,14 @@ def observe(project, state: State, asked: Questions, refresh: bool) -> Observati
                         resources=seen, log_sizes=sizes, growable=growable, estimates=estimates,
                         record_counts=counts, foreign_logs=foreign_logs(project, asked.carried),
                         skipped=skipped,
-                        schema_refusals=refusals)
+                        schema_refusals=refusals, consumer_groups=groups)
+
+
+def consumer_groups(project, consumed: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """The consumer groups outside the project on the logs of the relations the plan may change or delete."""
+    from dsflow.adapters.objects import consumer_groups as registered
+
+    return registered(project, consumed) if consumed else {}
 
 
 def _can_grow(project, data, total: int) -> bool:

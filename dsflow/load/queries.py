@@ -15,6 +15,8 @@ from dsflow.errors import Diagnostic
 from dsflow.load.formats import FORMAT_PROPS, check_formats, value_subject
 from dsflow.load.names import check_name_parts
 from dsflow.load.cleartext import clear_text_secret
+from dsflow.load.contracts import CONTRACT, VERSION, check_insert_contract, check_query_contract, check_versions, \
+    with_contract
 from dsflow.load.cache import read_relations
 from dsflow.sql.statements import Analysed, RawStatement
 from dsflow.core.suggest import did_you_mean, relation_hint
@@ -97,6 +99,7 @@ def resolve_statements(statements: list[tuple[str, RawStatement]], ns: Namespace
             query = _insert(path, st, ns, report, counts)
             if query is not None:
                 queries.append(query)
+    check_versions(list(ns.relations.values()), report)  # DSF-E895
     return queries
 
 
@@ -108,7 +111,7 @@ def _declare(ns: Namespace, relation: Relation | None, st: RawStatement, report:
         report(Diagnostic("DSF-E020", f"relation '{relation.fqn}' is defined twice", st.location,
                           hint=f"first defined at {first}"))
         return
-    relation = _with_compatibility(_with_lifecycle(relation, st, report), st, report)
+    relation = with_contract(_with_compatibility(_with_lifecycle(relation, st, report), st, report), st, report)
     ns.relations[relation.fqn] = relation.model_copy(update={"owner": _prop(st, OWNER)}) if st.prop(OWNER) else relation
 
 
@@ -217,7 +220,7 @@ def _check_duplicate_columns(names: list[str], st: RawStatement, report: Report)
 
 def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
     for prop in st.properties:
-        if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER) \
+        if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, CONTRACT, VERSION) \
                 or prop.key.startswith(TOPIC_CONFIG_PREFIX):
             if why := clear_text_secret(prop.key, prop.value, ()):
                 report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL: {why}",
@@ -396,6 +399,8 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     primary_key = _cdc_changelog_key(st, fqn, first, analysed, report)
     if primary_key is None:
         return None
+    if _enforces_contract(st):  # DSF-E891..E894: reported; the relation still gets the query's columns
+        check_query_contract(st, path, fqn, analysed.columns, primary_key, report)
     if mv:
         relation = view_relation(fqn, analysed.columns, primary_key or (), {p.key: p.value for p in st.properties},
                                  ns.stores, st.location, st.prop_location,
@@ -413,6 +418,11 @@ def _ctas(path: str, st: RawStatement, ns: Namespace, report: Report) -> Query |
     _declare(ns, relation, st, report)
     statement = {"stream": "csas", "changelog": "ctas", "table": "table"}.get(st.kind, "mv")
     return _query(st, fqn, statement, relation, analysed, ns, report)
+
+
+def _enforces_contract(st: RawStatement) -> bool:
+    prop = st.prop(CONTRACT)
+    return prop is not None and prop.value.strip().lower() == "enforced"
 
 
 def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) -> bool:
@@ -492,6 +502,8 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
                           f"but the relation has ({', '.join(c.name for c in sink.columns)})", st.location,
                           hint="select the target's columns, in order, with the same names (use AS)"))
         return None
+    if sink.contract:
+        check_insert_contract(st, path, sink, columns, report)  # DSF-E893
     keys = {k.lower() for k in analysed.group_keys}
     if analysed.aggregated and (sink.kind == "stream" or keys != {k.lower() for k in sink.primary_key}):
         report(Diagnostic("DSF-E046", f"INSERT INTO '{target}' aggregates by ({', '.join(analysed.group_keys)}), "

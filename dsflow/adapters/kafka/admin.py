@@ -173,3 +173,45 @@ def topic_ids(bootstrap: str, topics: list[str], extra: Mapping[str, str] | None
         LOG.info("topic ids not available from %s: %s", bootstrap, exc)
         return {}
     return {name: str(d.topic_id) for name, d in described.items() if d.topic_id is not None}
+
+
+OWN_GROUPS = ("dsflow.", "dsflow-")
+"""Consumer groups of dsflow's own clients: the ledgers of exactly-once writers (transactions.py, `dsflow.<query>.`),
+which commit an offset on the topic they write, and readers that never commit (`dsflow-reader`)."""
+
+
+def consumer_groups(bootstrap: str, topics: list[str], extra: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """topic -> the sorted ids of the consumer groups registered on it: a committed offset on one of its partitions,
+    or a member assigned one. dsflow's own groups (OWN_GROUPS) are left out; topics no group reads are absent."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+    admin = _admin(bootstrap, extra)
+    try:
+        listed = admin.list_consumer_groups(request_timeout=TIMEOUT).result()
+    except KafkaException as exc:
+        raise request_failed(bootstrap, "listing consumer groups", exc) from exc
+    groups = sorted(g.group_id for g in listed.valid if not g.group_id.startswith(OWN_GROUPS))
+    wanted = set(topics)
+    found: dict[str, set[str]] = {t: set() for t in topics}
+    if not groups:
+        return {}
+    for group, future in admin.describe_consumer_groups(groups, request_timeout=TIMEOUT).items():
+        try:
+            members = future.result().members
+        except KafkaException:
+            continue
+        for member in members:
+            for part in (member.assignment.topic_partitions if member.assignment else []):
+                if part.topic in wanted:
+                    found[part.topic].add(group)
+    for group in groups:  # one group per OffsetFetch request (the client takes one at a time)
+        for future in admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                        request_timeout=TIMEOUT).values():
+            try:
+                parts = future.result().topic_partitions or []
+            except KafkaException:
+                continue
+            for part in parts:
+                if part.topic in wanted and part.offset >= 0:
+                    found[part.topic].add(group)
+    return {topic: sorted(ids) for topic, ids in found.items() if ids}

@@ -40,6 +40,15 @@ class KafkaObjects:
         client.assert_reachable(bootstrap)
         return held_records(client.client_config(bootstrap, store.properties), topic, since)
 
+    def consumer_groups(self, store: Any, names: list[str]) -> dict[str, list[str]]:
+        """topic -> the consumer groups registered on it (committed offsets or assigned members), dsflow's own left
+        out: the readers outside the project that a change of its relation reaches."""
+        from dsflow.adapters.kafka.admin import consumer_groups
+        from dsflow.adapters.kafka.security import for_store
+
+        with for_store(store.name, store.properties):
+            return consumer_groups(store.bootstrap_servers, names, store.properties)
+
     def positions(self, store: Any, names: list[str]) -> dict[str, dict[str, tuple[int, int]]]:
         """topic -> partition -> (first offset held, true end offset), for each named topic that exists."""
         from dsflow.adapters.kafka import client
