@@ -78,7 +78,10 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
             " (no measured rate yet)"
         per_log = estimate.get("sources") or {}
         each = f" ({', '.join(f'{log}: ~{n:,}' for log, n in sorted(per_log.items()))})" if len(per_log) > 1 else ""
-        details.append(("replay", f"~{estimate['records']:,} records to reprocess{each}{timing}"))
+        again = estimate.get("read_again")
+        seen = f"; ~{again:,} of them read already by the deployed version: what they produced is written again" \
+            if again else ""
+        details.append(("replay", f"~{estimate['records']:,} records to reprocess{each}{timing}{seen}"))
         if any((estimate.get("gone") or {}).values()):
             details.append(("GONE", gone_text(change)))
     elif change.get("category") == "replay" and change["action"] != "no-op":

@@ -40,6 +40,9 @@ class Estimate(BaseModel):
     seconds: float | None = Field(None, description="records / rate_per_second; null if the rate is unknown")
     sources: dict[str, int] = Field(default_factory=dict, description="records the replay re-reads, by source log "
                                     "(empty when a store cannot say them apart)")
+    read_again: int | None = Field(None, description="of `records`, those the deployed version read already (its last "
+                                   "committed offsets): what they produced reaches the sink's readers again; null "
+                                   "when not known")
     gone: dict[str, int] = Field(default_factory=dict, description="by source log: records the deployed version "
                                  "read that the log no longer holds (deleted by retention or on request since), so "
                                  "the replay rebuilds without them; apply needs --allow-destroy or --allow-data-loss")

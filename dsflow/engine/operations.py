@@ -160,10 +160,13 @@ def contract_diagnostics(project: Project, resources, state, skip: frozenset[str
 
 
 def deployed_contracts(project: Project) -> list:
-    """For `validate`: the breaking changes to deployed contracted relations, read from the state as plan reads it
-    (no store is asked); a state that cannot be read is a warning, and no contract is compared."""
+    """For `validate`: the breaking changes to deployed contracted relations, read from a local state file as plan
+    reads it (no store is asked); a state kept on a server is not read by validate, which touches none (plan
+    compares it), and a state that cannot be read is a warning: no contract is compared then."""
     from dsflow.errors import Diagnostic, DsflowError, Severity
 
+    if project.state.backend != "local":
+        return []
     try:
         state = Workspace.of(project).state_backend().read()
     except DsflowError as err:

@@ -171,9 +171,32 @@ def replay_estimate(project, address: str, since: str | None, deployed: Deployed
     total = sum(by_log.values())
     rate = (query_status(deployed).get("processed_rows_per_second") if deployed else None) or None
     read_from = (deployed.outputs.get("read_from") if deployed else None) or {}
-    gone = gone_records(project, read_from) if since in (None, "earliest") else {}
+    earliest = since in (None, "earliest")
+    gone = gone_records(project, read_from) if earliest else {}
+    again = read_again(project, deployed) if earliest and deployed is not None else None
     return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None,
-                    sources=by_log, gone=gone)
+                    sources=by_log, gone=gone, read_again=again)
+
+
+def read_again(project, deployed: DeployedResource) -> int | None:
+    """Of what a replay from the earliest offsets re-reads, the records the deployed version read already (its
+    checkpoint's last committed offsets, down to each partition's first offset held now): what they produced reaches
+    the sink's readers again. None when a source's offsets cannot be said (a store without offsets, no checkpoint)."""
+    from dsflow.adapters.objects import positions
+    from dsflow.core.engines import engine
+
+    topics = list(deployed.outputs.get("topics") or [])
+    checkpoint = Path(deployed.outputs.get("checkpoint") or "")
+    committed = (engine().committed_offsets(checkpoint) if topics and checkpoint.is_dir() else None) or []
+    now = positions(project, topics) if topics else None
+    if now is None:
+        return None
+    total = 0
+    for topic, offsets in zip(topics, committed, strict=False):
+        for partition, (first, _) in now.get(topic, {}).items():
+            done = offsets.get(partition)
+            total += max(0, int(done) - first) if isinstance(done, int) else 0
+    return total
 
 
 def gone_records(project, read_from: Mapping[str, Mapping[str, int]]) -> dict[str, int]:

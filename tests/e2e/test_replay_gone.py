@@ -100,6 +100,7 @@ def test_a_replay_that_cannot_reread_what_was_read_is_refused_unless_allowed_and
         assert change.estimate is not None
         assert change.estimate.gone == {log: 2 * DELETED_PER_PARTITION}
         assert change.estimate.sources == {log: len(held)} and change.estimate.records == len(held)
+        assert change.estimate.read_again == len(held)  # the deployed version counted every event it still holds
         shown = CliRunner().invoke(cli, ["-C", str(root), "--var", f"bootstrap={broker}", "plan"])
         assert shown.exit_code == 0, shown.output
         assert "GONE" in shown.output and f"~{2 * DELETED_PER_PARTITION:,} records of {log}" in shown.output
@@ -123,6 +124,7 @@ def test_a_replay_that_cannot_reread_what_was_read_is_refused_unless_allowed_and
         _write(root, ", MAX(id) AS top, MIN(id) AS low")
         _, _, again = _replay_change(options)
         assert again.estimate is not None and again.estimate.gone == {}, "the new version read the log as it is"
+        assert again.estimate.read_again == len(held)
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
