@@ -20,7 +20,7 @@ from dsflow.core.address import Address, Kind
 from dsflow.core.state import State
 
 EventKind = Literal["apply", "apply_failed", "start", "stop", "crash", "restart", "restart_failed", "dead_letters",
-                    "gap", "pause", "resume"]
+                    "gap", "pause", "resume", "expectation_failed"]
 KINDS: tuple[str, ...] = EventKind.__args__  # type: ignore[attr-defined]
 
 

@@ -7,6 +7,9 @@ look, which its record keeps (records.RuntimeRecord `gaps_seen`, `dead_letters_s
                    'topic.gaps' = 'count'), with how many offsets they span
     dead_letters   records added to the query's dead-letter topic since the last look (asked of its store every
                    DEAD_LETTER_LOOK_SECONDS, as `dsflow status` counts them)
+    expectation_failed
+                   rows an expectation rule (CONSTRAINT ... EXPECT) counted failed since the last look, per rule,
+                   from the driver's status file (its totals since the driver started)
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from dsflow.runtime.records import RuntimeRecord
 
 GAP_LOG = "gaps.jsonl"
+STATUS_FILE = "status.json"
 DEAD_LETTER_LOOK_SECONDS = 30.0
 Emit = Callable[..., None]
 
@@ -80,3 +84,24 @@ def dead_letter_burst(record: RuntimeRecord, count: Callable[[], dict[str, Any]]
         emit("dead_letters", new=total - before, total=total, topic=found.get("dlq_topic"))
     record.dead_letters_seen = total
     return True
+
+
+def failed_rows(run_dir: Path, record: RuntimeRecord, emit: Emit) -> bool:
+    """Emit one 'expectation_failed' event per rule whose failed rows grew since the last look (a driver that
+    started again counts from 0: all it counted is new); True if the record changed."""
+    try:
+        rules = json.loads((run_dir / STATUS_FILE).read_text(encoding="utf-8")).get("expectations") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    changed = False
+    for rule, counts in sorted(rules.items()):
+        failed = int(counts.get("failed") or 0) if isinstance(counts, dict) else 0
+        before = record.failed_seen.get(rule, 0)
+        new = failed - before if failed >= before else failed
+        if new > 0:
+            emit("expectation_failed", rule=rule, action=counts.get("action"), new=new, failed=failed,
+                 passed=int(counts.get("passed") or 0))
+        if failed != before:
+            record.failed_seen[rule] = failed
+            changed = True
+    return changed

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, Field, ConfigDict
 
 RECORD_FILE = "runtime.json"
 BACKOFF_BASE_SECONDS = 1.0
@@ -54,6 +54,8 @@ class RuntimeRecord(BaseModel):
     """Records of its dead-letter topic at the last look (None: not looked yet)."""
     dead_letters_looked: float | None = None
     """When the supervisor last counted its dead letters (epoch seconds)."""
+    failed_seen: dict[str, int] = Field(default_factory=dict)
+    """Per expectation rule, the rows its driver had counted failed at the last look (runtime/observed.py)."""
     updated_at: float = 0.0
 
 

@@ -151,7 +151,7 @@ class Supervisor:
             write_record(run_dir, record)
 
     def _observe(self, run_dir: Path, record: RuntimeRecord, address: str) -> None:
-        """Counted gaps and dead-letter bursts of a running query, as events."""
+        """Counted gaps, dead-letter bursts and rows failing expectations of a running query, as events."""
         def emit(kind, **detail) -> None:
             self.emit(address, kind, **detail)
 
@@ -159,6 +159,7 @@ class Supervisor:
             changed = observed.new_gaps(run_dir, record, emit)
             changed = observed.dead_letter_burst(record, lambda: operations.dead_letters(
                 self.loaded.project, Address.parse(address).name), emit) or changed
+            changed = observed.failed_rows(run_dir, record, emit) or changed
         except Exception as err:  # noqa: BLE001 - watching the process goes on
             log(f"{address}: {err}")
             return

@@ -58,8 +58,9 @@ SQL = """\
 CREATE STREAM pageviews (id BIGINT, viewtime BIGINT, userid VARCHAR, pageid VARCHAR)
   WITH ('value.format' = 'json', 'topic.partitions' = 1);
 
-CREATE MATERIALIZED VIEW user_counts AS
-  SELECT userid, COUNT(*) AS views FROM pageviews GROUP BY userid;
+CREATE MATERIALIZED VIEW user_counts
+  CONSTRAINT rare EXPECT (views < 15) ON VIOLATION WARN
+  AS SELECT userid, COUNT(*) AS views FROM pageviews GROUP BY userid;
 """
 VIEWER, VIEWER_PASSWORD = "bob", "bob's own password"
 ACCESS = f"""\
@@ -241,6 +242,10 @@ def test_keyboard_from_login_to_a_querys_status_through_the_graph(served: Served
     page.keyboard.press("Enter")  # the list selects the query too
     assert page.evaluate("document.activeElement.id") == "detail-title"
     expect(page.locator("#detail-sql")).to_contain_text("COUNT(*)")
+    rule = next(e for e in served.api("GET", "status").json() if e["address"] == QUERY)["expectations"]["rare"]
+    assert rule["action"] == "warn" and rule["failed"] >= 3  # users 1, 2 and 4 reach 20 views, past the rule
+    expect(page.locator("#detail-expectations")).to_have_text(
+        f"rare (WARN): {rule['passed']} passed, {rule['failed']} failed")
     updated = page.text_content("#status-updated")
     expect(page.locator("#status-updated")).not_to_have_text(updated, timeout=10_000)  # polled, not reloaded
     _shot(page, tmp_path, "query-status")

@@ -6,7 +6,8 @@ cold from its checkpoint (a new PID, recorded in the state) so that every id pro
 counted exactly once. `copy`'s recorded spec is made unreadable and its driver killed: every restart fails (fast:
 before Spark starts), and `dsflow status --json` must show a crash loop (growing restarts, the last error, a next
 retry). The metrics endpoint is scraped once; two malformed records, written in a transaction, make one dead-letter
-event and one gap event (the commit marker's offset) by the supervisor.
+event and one gap event (the commit marker's offset) by the supervisor; ids from 2,500 fail an expectation (WARN),
+which the supervisor logs too.
 Destroy, with the supervisor still up, must not be undone by it.
 """
 
@@ -36,8 +37,9 @@ SQL = """\
 CREATE STREAM events (id BIGINT, ts BIGINT)
   WITH ('value.format' = 'json', 'topic.partitions' = 2, 'topic.gaps' = 'count');
 
-CREATE CHANGELOG id_counts WITH ('trigger.interval' = '500 ms') AS
-  SELECT id, COUNT(*) AS n FROM events GROUP BY id;
+CREATE CHANGELOG id_counts WITH ('trigger.interval' = '500 ms')
+  CONSTRAINT early EXPECT (id < 2500) ON VIOLATION WARN
+  AS SELECT id, COUNT(*) AS n FROM events GROUP BY id;
 CREATE STREAM copy WITH ('trigger.interval' = '500 ms') AS SELECT id, ts FROM events;
 """
 COUNTS = "query.analytics.public.id_counts"
@@ -190,6 +192,12 @@ def _run(root, options, project, broker, supervisor) -> None:
     assert {r["value"] for r in held} == {"not json", "{cut"} and len(held) in (2, 4)
     assert all(e.actor == "supervisor" and e.detail["topic"] == restarted["dlq_topic"] for e in burst)
     assert sum(e.detail["new"] for e in burst) == burst[-1].detail["total"] <= len(held)
+    # ids 2,500 to 2,999 (all produced after the kill) fail 'early': events by the supervisor, as the driver counts
+    entry = _status(root, broker)[COUNTS]
+    failing = [e for e in _state_events(options) if e.kind == "expectation_failed" and e.object == COUNTS]
+    assert entry["expectations"]["early"]["failed"] >= 500 and {e.detail["rule"] for e in failing} == {"early"}
+    assert sum(e.detail["new"] for e in failing) == failing[-1].detail["failed"] <= entry["expectations"]["early"][
+        "failed"]
     gaps = [e for e in _state_events(options) if e.kind == "gap" and e.object == COUNTS]
     assert len(gaps) == 1 and gaps[0].detail["offsets"] == 1 and gaps[0].actor == "supervisor", gaps  # the marker
     _events_say_what_the_supervisor_did(options, old_pid, new_pid, again["restarts"])

@@ -190,3 +190,30 @@ def test_a_gap_a_replayed_batch_logs_again_is_counted_once(tmp_path) -> None:
                                          '{"topic": "t", "partition": 1, "start": 2, "end": 3}\n'
                                          '{"topic": "t", "partition": 0, "start": 2, "end": 3}\n')
     assert counted_gaps(spec) == 2  # type: ignore[arg-type]
+
+
+def test_the_supervisor_logs_rows_failing_an_expectation_once_per_look(tmp_path) -> None:
+    """'expectation_failed' per rule whose failed rows grew since the last look; a driver started again counts from 0."""
+    import json
+
+    from dsflow.runtime import observed
+    from dsflow.runtime.records import RuntimeRecord
+
+    emitted: list[tuple[str, dict]] = []
+    record, status = RuntimeRecord(address=QUERY), tmp_path / observed.STATUS_FILE
+
+    def look(rules: dict) -> bool:
+        status.write_text(json.dumps({"state": "running", "expectations": rules}))
+        return observed.failed_rows(tmp_path, record, lambda kind, **detail: emitted.append((kind, detail)))
+
+    assert not observed.failed_rows(tmp_path, record, lambda *a, **k: None)  # no status file yet
+    assert not look({"positive": {"action": "warn", "passed": 5, "failed": 0}})
+    assert look({"positive": {"action": "warn", "passed": 8, "failed": 2}, "known": {"action": "drop", "failed": 1,
+                                                                                   "passed": 9}})
+    assert not look({"positive": {"action": "warn", "passed": 9, "failed": 2}, "known": {"action": "drop",
+                                                                                       "failed": 1, "passed": 10}})
+    assert look({"positive": {"action": "warn", "passed": 1, "failed": 1}})  # a new driver: its 1 is new
+    assert emitted == [
+        ("expectation_failed", {"rule": "known", "action": "drop", "new": 1, "failed": 1, "passed": 9}),
+        ("expectation_failed", {"rule": "positive", "action": "warn", "new": 2, "failed": 2, "passed": 8}),
+        ("expectation_failed", {"rule": "positive", "action": "warn", "new": 1, "failed": 1, "passed": 1})]

@@ -383,6 +383,13 @@ function renderQueryFacts(address) {
   $("detail-lag").textContent = lagDetail(entry);
   $("detail-batch").textContent = entry.batch_id ?? "-";
   $("detail-error").textContent = entry.error || entry.last_error || "-";
+  $("detail-expectations").textContent = expectationsDetail(entry.expectations);
+}
+
+function expectationsDetail(rules) {
+  const entries = Object.entries(rules || {});
+  return entries.length ? entries.map(([rule, c]) =>
+    `${rule} (${String(c.action || "").toUpperCase()}): ${c.passed ?? 0} passed, ${c.failed ?? 0} failed`).join("; ") : "-";
 }
 
 function showRelation(relation) {
@@ -393,7 +400,9 @@ function showRelation(relation) {
   $("detail-body").hidden = false;
   $("detail-name").textContent = relation.address;
   $("detail-state").textContent = relation.kind || "-";
-  ["detail-rate", "detail-lag", "detail-batch", "detail-error"].forEach((id) => { $(id).textContent = "-"; });
+  ["detail-rate", "detail-lag", "detail-batch", "detail-error", "detail-expectations"].forEach((id) => {
+    $(id).textContent = "-";
+  });
   $("detail-sink").textContent = relation.topic ? `topic ${relation.topic}` : (relation.store || "-");
   $("detail-sources").textContent = "-";
   $("sql-title").textContent = "Columns";
