@@ -77,17 +77,22 @@ def _failure(config: Mapping[str, str], what: str, err: Exception) -> DsflowErro
 def latest_schema(config: Mapping[str, str], subject: str, fmt: str | None = None) -> tuple[int, str, str]:
     """(id, schema text, schema type) of the subject's latest version (`fmt='serialized'`: protobuf as a
     base64 FileDescriptorProto)."""
+    found = _latest_version(config, subject, fmt)
+    return found.schema_id, found.schema.schema_str, found.schema.schema_type or "AVRO"
+
+
+def _latest_version(config: Mapping[str, str], subject: str, fmt: str | None = None) -> Any:
+    """The registry's latest version of the subject; DSF-E123 when it has none or cannot be asked."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     try:
-        found = client(config).get_latest_version(subject, fmt=fmt)
+        return client(config).get_latest_version(subject, fmt=fmt)
     except SchemaRegistryError as err:
         if err.http_status_code == 404:
             raise DsflowError("DSF-E123", f"subject '{subject}' is not in the registry") from err
         raise _failure(config, f"reading subject '{subject}'", err) from err
     except Exception as err:  # noqa: BLE001 - httpx connection errors and the like
         raise _failure(config, f"reading subject '{subject}'", err) from err
-    return found.schema_id, found.schema.schema_str, found.schema.schema_type or "AVRO"
 
 
 def subject_columns(registry: SchemaRegistry, subject: str, value_format: str) -> list[tuple[str, str]]:
@@ -107,16 +112,7 @@ def subject_columns(registry: SchemaRegistry, subject: str, value_format: str) -
 def latest_columns(config: Mapping[str, str], subject: str) -> tuple[int | None, str, list[tuple[str, str]]]:
     """(version, value format, columns) of the subject's latest schema, Avro or Protobuf (`dsflow infer`);
     DSF-E123 when the subject is not there or holds another kind of schema."""
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    try:
-        found = client(config).get_latest_version(subject)
-    except SchemaRegistryError as err:
-        if err.http_status_code == 404:
-            raise DsflowError("DSF-E123", f"subject '{subject}' is not in the registry") from err
-        raise _failure(config, f"reading subject '{subject}'", err) from err
-    except Exception as err:  # noqa: BLE001 - httpx connection errors and the like
-        raise _failure(config, f"reading subject '{subject}'", err) from err
+    found = _latest_version(config, subject)
     value_format = (found.schema.schema_type or "AVRO").lower()
     if value_format not in ("avro", "protobuf"):
         raise DsflowError("DSF-E123", f"subject '{subject}' holds a {value_format.upper()} schema: dsflow reads "
