@@ -83,7 +83,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if isinstance(select, exp.Union):  # UNION ALL of streams: each branch resolved as its own SELECT
         return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
     unnested = extract_unnest(select, relations, qualify_name, where, report)  # sql/unnest.py
-    if unnested is False or not check_select_surface(select, where, report):
+    if unnested is False or not check_select_surface(select, where, report) \
+            or not grouping.rewrite_filters(select, where, report):
         return None
     unsupported = _first_unsupported(select)
     if unsupported is not None:
