@@ -1,5 +1,5 @@
-"""The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q14, q15, q16, q17, q21,
-q22), each as its adapted file (the published query text, only its DDL adapted), on real Spark and a real broker,
+"""The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q10, q14, q15, q16, q17,
+q21, q22), each as its adapted file (the published query text, only its DDL adapted), on real Spark and a real broker,
 against DuckDB running the same published SELECT over the same generated events.
 
 Events: dsflow's Nexmark generator (dsflow.datagen.nexmark, seed 0, the first EVENTS events, SPACING_MS apart in
@@ -35,7 +35,7 @@ from support.streaming import latest_by_key, produce, records, run, streaming_pr
 pytestmark = pytest.mark.integration
 
 FOLDER = Path(__file__).resolve().parents[2] / "bench" / "nexmark_published"
-STREAMS = ("q0", "q1", "q2", "q14", "q21", "q22")
+STREAMS = ("q0", "q1", "q2", "q10", "q14", "q21", "q22")
 CHANGELOGS = {"q15": 1, "q16": 2, "q17": 2}  # query -> how many leading columns key it (its GROUP BY)
 RUNS = STREAMS + tuple(CHANGELOGS)
 EVENTS = 4_000
