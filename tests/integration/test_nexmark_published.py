@@ -38,6 +38,7 @@ FOLDER = Path(__file__).resolve().parents[2] / "bench" / "nexmark_published"
 STREAMS = ("q0", "q1", "q2", "q10", "q14", "q21", "q22")
 CHANGELOGS = {"q15": 1, "q16": 2, "q17": 2}  # query -> how many leading columns key it (its GROUP BY)
 RUNS = STREAMS + tuple(CHANGELOGS)
+RERUN = ("q0", "q16")  # run a second time on their checkpoints: the same records (q0), the same state (q16)
 EVENTS = 4_000
 SPACING_MS = 45_000  # 4,000 events over 50 hours: every hour of the day (q14's CASE), three days
 RENAMED = {"email_address": "emailAddress", "credit_card": "creditCard", "item_name": "itemName",
@@ -157,12 +158,14 @@ def loaded(broker, tmp_path_factory, generated):
 @pytest.mark.parametrize("name", RUNS)
 def test_published_query_equals_duckdb(spark, broker, loaded, generated, name):
     project, work = loaded
-    run(spark, project, f"nexmark_{name}_insert_1", work)
-    expected, got = duckdb_rows(generated, name), dsflow_rows(broker, project, name)
+    expected = duckdb_rows(generated, name)
     assert expected, f"{name}: the reference is empty, the comparison would prove nothing"
-    if name in CHANGELOGS:
-        width = CHANGELOGS[name]
-        assert len({row[:width] for row in got}) == len(got)
-        assert {row[:width]: row for row in got} == {row[:width]: row for row in expected}
-    else:
-        assert Counter(got) == Counter(expected)
+    for _ in range(2 if name in RERUN else 1):  # a second run on the checkpoint finds nothing new to write
+        run(spark, project, f"nexmark_{name}_insert_1", work)
+        got = dsflow_rows(broker, project, name)
+        if name in CHANGELOGS:
+            width = CHANGELOGS[name]
+            assert len({row[:width] for row in got}) == len(got)
+            assert {row[:width]: row for row in got} == {row[:width]: row for row in expected}
+        else:
+            assert Counter(got) == Counter(expected)
