@@ -496,6 +496,7 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
 
         check_sink("INSERT INTO", target, st.location, report)
         return None
+    analysed = _named_by_position(analysed, sink)
     columns = analysed.columns
     if [c.name.lower() for c in columns] != [c.name.lower() for c in sink.columns]:
         report(Diagnostic("DSF-E043", f"INSERT INTO '{target}' selects ({', '.join(c.name for c in columns)}) "
@@ -512,6 +513,28 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
         return None
     counts[target] = counts.get(target, 0) + 1
     return _query(st, f"{target}_insert_{counts[target]}", "insert", sink, analysed, ns, report)
+
+
+def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
+    """An INSERT's computed column without AS (`DATE_FORMAT(t, 'HH:mm')`, Nexmark q10) takes the name of the target's
+    column at its place, as SQL's INSERT maps columns by position; a named one must still match its name."""
+    from dataclasses import replace
+
+    from sqlglot import exp
+
+    from dsflow.sql.parse import DIALECT, parse_one_select
+    from dsflow.sql.select import UNNAMED
+
+    columns = analysed.columns
+    if len(columns) != len(sink.columns) or not any(c.name.startswith(UNNAMED) for c in columns):
+        return analysed
+    select = parse_one_select(analysed.select_sql)
+    for index, projection in enumerate(select.selects):
+        if isinstance(projection, exp.Alias) and projection.alias.startswith(UNNAMED):
+            projection.set("alias", exp.to_identifier(sink.columns[index].name))
+    named = tuple(c.model_copy(update={"name": s.name}) if c.name.startswith(UNNAMED) else c
+                  for c, s in zip(columns, sink.columns, strict=True))
+    return replace(analysed, columns=named, select_sql=select.sql(dialect=DIALECT))
 
 
 def _insertable(target: str, sink: Relation, st: RawStatement, ns: Namespace, report: Report) -> bool:

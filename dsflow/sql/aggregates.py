@@ -156,3 +156,38 @@ def top_row_hint(node: exp.Expr) -> str | None:
     return (f"the top row per key (WHERE rn = 1) is an aggregation: SELECT {keys}, {by}(c, {ordering}) AS c, ... "
             f"GROUP BY {keys}, one {by} per column; with an ordering without ties, each column comes from the same "
             "row (see MAX_BY in docs/project.md)")
+
+
+FILTERABLE = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.ArgMax, exp.ArgMin)
+"""The aggregates that take FILTER (WHERE ...): each skips NULL inputs, so a filter is a CASE around its input."""
+
+
+def rewrite_filters(select: exp.Expr, where, report: Report) -> bool:
+    """`AGG(x) FILTER (WHERE c)` becomes `AGG(CASE WHEN c THEN x END)` (the rows where c is not true give NULL,
+    which the aggregate skips): COUNT(*) counts `CASE WHEN c THEN 1 END`, COUNT(DISTINCT x) its CASE, MAX_BY and
+    MIN_BY filter their ordering. Every later stage (types, Spark, retractions) then sees plain aggregates.
+    DSF-E166 for a FILTER on anything else, or whose condition holds an aggregate."""
+    ok = True
+    for node in list(select.find_all(exp.Filter)):
+        call, condition = node.this, node.expression.this if isinstance(node.expression, exp.Where) else None
+        if not isinstance(call, FILTERABLE) or condition is None or condition.find(exp.AggFunc) is not None:
+            report(Diagnostic("DSF-E166", f"{node.sql(dialect='spark')}: FILTER (WHERE ...) applies to the aggregates "
+                              "COUNT, SUM, MIN, MAX, AVG, MAX_BY and MIN_BY, with a condition on the row",
+                              where(node), hint="e.g. COUNT(*) FILTER (WHERE price < 10000) AS cheap_bids"))
+            ok = False
+            continue
+        node.replace(_filtered(call, condition))
+    return ok
+
+
+def _filtered(call: exp.Expr, condition: exp.Expr) -> exp.Expr:
+    def when(value: exp.Expr) -> exp.Expr:
+        return exp.Case(ifs=[exp.If(this=condition.copy(), true=value)])
+
+    if isinstance(call, exp.ArgMax | exp.ArgMin):
+        call.set("expression", when(call.expression))
+    elif isinstance(call.this, exp.Distinct):
+        call.this.set("expressions", [when(e) for e in call.this.expressions])
+    else:
+        call.set("this", when(exp.Literal.number(1) if isinstance(call.this, exp.Star) else call.this))
+    return call

@@ -60,6 +60,8 @@ UNSUPPORTED = {
 AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.ArgMax, exp.ArgMin)
 WINDOW_COLUMNS = ("window_start", "window_end")
 TEMPORAL = "temporal"
+UNNAMED = "_col_"
+"""sqlglot's name of a computed column without AS (`_col_3`): an INSERT INTO names it after its target's column."""
 SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT)/MAX_BY/MIN_BY, "
                   "TUMBLE/HOP/SESSION windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
                   "stream [LEFT] JOIN changelog ON its primary key, followed by more [LEFT] JOIN stream WITHIN ... ON "
@@ -83,7 +85,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if isinstance(select, exp.Union):  # UNION ALL of streams: each branch resolved as its own SELECT
         return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
     unnested = extract_unnest(select, relations, qualify_name, where, report)  # sql/unnest.py
-    if unnested is False or not check_select_surface(select, where, report):
+    if unnested is False or not check_select_surface(select, where, report) \
+            or not grouping.rewrite_filters(select, where, report):
         return None
     unsupported = _first_unsupported(select)
     if unsupported is not None:
@@ -494,7 +497,7 @@ def _output_columns(qualified: exp.Select, st: RawStatement, report: Report) -> 
         type_ = (type_sql(projection.type) if projection.type and not projection.is_type(exp.DType.UNKNOWN)
                  else "VARCHAR")
         columns.append(Column(name=projection.alias_or_name, type=TYPE_ALIASES.get(type_, type_)))
-    if any(c.name.startswith("_col_") for c in columns):
+    if st.kind != "insert" and any(c.name.startswith(UNNAMED) for c in columns):  # INSERT: named by position
         report(Diagnostic("DSF-E044", "every computed column needs a name", st.location,
                           hint="add AS name to each expression in the SELECT"))
         return None

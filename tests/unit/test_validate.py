@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from dsflow.cli import cli, main
+from dsflow.adapters.spark.translate import query_spec
 from dsflow.core.plan import make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.secrets import Redactor
@@ -330,6 +331,19 @@ def test_e043_insert_column_mismatch(tmp_path):
     assert at(d, "sql/q.sql", 3, 13)
     assert d.message == ("INSERT INTO 'analytics.public.f' selects (id, pageid) but the relation has (id, userid)")
     assert "in order, with the same names" in d.hint
+
+
+def test_insert_names_an_unnamed_column_by_its_place(tmp_path):
+    """SQL's INSERT maps by position: a computed column without AS takes the target's name (Nexmark q10); a named
+    column that is not the target's is still DSF-E043, and more columns than the target has too."""
+    sql = ("CREATE STREAM f (id BIGINT, shout VARCHAR, n BIGINT) WITH ('value.format' = 'json');\n"
+           "INSERT INTO f SELECT id, UPPER(userid), id + 1 FROM pageviews;\n")
+    project = load_project(make_project(tmp_path, {**SOURCES, "sql/q.sql": sql}))
+    spec = query_spec(project, project.queries[0], "v1", "/tmp/checkpoint", "/tmp/status")
+    assert "UPPER(`pageviews`.`userid`) AS shout, `pageviews`.`id` + 1 AS n" in spec.select_sql
+    for select in ("id, UPPER(userid) AS loud, id + 1", "id, UPPER(userid), id + 1, id"):
+        wrong = sql.replace("id, UPPER(userid), id + 1", select)
+        assert only(diagnostics(tmp_path / select[-4:], {**SOURCES, "sql/q.sql": wrong}), "DSF-E043")
 
 
 def test_e145_insert_into_a_view(tmp_path):
