@@ -193,7 +193,7 @@ def test_a_gap_a_replayed_batch_logs_again_is_counted_once(tmp_path) -> None:
 
 
 def test_the_supervisor_logs_rows_failing_an_expectation_once_per_look(tmp_path) -> None:
-    """'expectation_failed' per rule whose failed rows grew since the last look; a driver started again counts from 0."""
+    """'expectation_failed' per rule whose failed rows grew since the last look; a restarted driver counts from 0."""
     import json
 
     from dsflow.runtime import observed
