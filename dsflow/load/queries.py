@@ -505,6 +505,8 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
         return None
     if sink.contract:
         check_insert_contract(st, path, sink, columns, report)  # DSF-E893
+    else:
+        analysed = _stored_as_declared(analysed, sink)
     keys = {k.lower() for k in analysed.group_keys}
     if analysed.aggregated and (sink.kind == "stream" or keys != {k.lower() for k in sink.primary_key}):
         report(Diagnostic("DSF-E046", f"INSERT INTO '{target}' aggregates by ({', '.join(analysed.group_keys)}), "
@@ -535,6 +537,44 @@ def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
     named = tuple(c.model_copy(update={"name": s.name}) if c.name.startswith(UNNAMED) else c
                   for c, s in zip(columns, sink.columns, strict=True))
     return replace(analysed, columns=named, select_sql=select.sql(dialect=DIALECT))
+
+
+NUMBERS = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL"})
+"""Numeric types an INSERT writes into a column of another numeric type the way SQL's store assignment does: cast
+to the column's type (Spark's ANSI store assignment; Flink's INSERT too), not the SELECT's own type."""
+
+
+def _stored_as_declared(analysed: Analysed, sink: Relation) -> Analysed:
+    """An INSERT's numeric column of another numeric type than the target's declared one (Nexmark q17's AVG, a
+    DOUBLE, into a BIGINT) is cast to the declared type, so that readers get what the relation declares."""
+    from dataclasses import replace
+
+    from sqlglot import exp
+
+    from dsflow.sql.parse import DIALECT, parse_one_select
+
+    wanted = [(index, target.type) for index, (column, target) in enumerate(zip(analysed.columns, sink.columns,
+                                                                                  strict=True))
+              if _number(column.type) and _number(target.type) and _normal(column.type) != _normal(target.type)]
+    if not wanted:
+        return analysed
+    select = parse_one_select(analysed.select_sql)
+    for index, sql_type in wanted:
+        projection = select.selects[index]
+        inner = projection.this if isinstance(projection, exp.Alias) else projection
+        cast_to = exp.Cast(this=inner.copy(), to=exp.DataType.build(sql_type, dialect=DIALECT))
+        projection.replace(exp.alias_(cast_to, sink.columns[index].name, quoted=True))
+    columns = tuple(c.model_copy(update={"type": sink.columns[i].type}) if any(i == w for w, _ in wanted) else c
+                    for i, c in enumerate(analysed.columns))
+    return replace(analysed, columns=columns, select_sql=select.sql(dialect=DIALECT))
+
+
+def _normal(sql_type: str) -> str:
+    return " ".join(sql_type.upper().replace("INTEGER", "INT").split())
+
+
+def _number(sql_type: str) -> bool:
+    return _normal(sql_type).split("(")[0].strip() in NUMBERS
 
 
 def _insertable(target: str, sink: Relation, st: RawStatement, ns: Namespace, report: Report) -> bool:

@@ -346,6 +346,21 @@ def test_insert_names_an_unnamed_column_by_its_place(tmp_path):
         assert only(diagnostics(tmp_path / select[-4:], {**SOURCES, "sql/q.sql": wrong}), "DSF-E043")
 
 
+def test_insert_stores_a_number_in_the_declared_type_of_its_column(tmp_path):
+    """An INSERT's numeric column of another numeric type is cast to the declared one (SQL's store assignment, Nexmark
+    q17's AVG into a BIGINT): the query's column is the declared type, Spark casts; other columns are left as they
+    are."""
+    sql = ("CREATE STREAM f (id BIGINT, half BIGINT, shout VARCHAR) WITH ('value.format' = 'json');\n"
+           "INSERT INTO f SELECT id, id / 2 AS half, UPPER(userid) AS shout FROM pageviews;\n")
+    project = load_project(make_project(tmp_path, {**SOURCES, "sql/q.sql": sql}))
+    query = project.queries[0]
+    assert [(c.name, c.type) for c in query.output_columns] == [("id", "BIGINT"), ("half", "BIGINT"),
+                                                                ("shout", "VARCHAR")]
+    spec = query_spec(project, query, "v1", "/tmp/checkpoint", "/tmp/status")
+    assert "CAST(`pageviews`.`id` / 2 AS BIGINT) AS `half`" in spec.select_sql
+    assert "UPPER(`pageviews`.`userid`) AS `shout`" in spec.select_sql and spec.select_sql.count("CAST(") == 1
+
+
 def test_e145_insert_into_a_view(tmp_path):
     sql = ("CREATE MATERIALIZED VIEW v AS SELECT id, userid FROM pageviews;\n\n"
            "INSERT INTO v\nSELECT id, userid FROM pageviews;\n")
