@@ -109,7 +109,9 @@ def validate(ctx: click.Context, as_json: bool) -> None:
         result = check_project(options.project_dir, options.environment, options.variables)
     found = list(result.diagnostics)
     if result.project is not None and not result.errors:
-        found += operations.deployed_contracts(result.project)  # DSF-E896..E898 against the recorded state
+        from dsflow.engine.contracts import deployed_contracts
+
+        found += deployed_contracts(result.project)  # DSF-E896..E898 against the recorded state
     diagnostics = [d.to_dict() for d in found]
     errors = [d for d in diagnostics if d["severity"] == "error"]
     if as_json:

@@ -18,6 +18,7 @@ from dsflow.core.resources import project_resources, with_current_markers
 from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
 from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
+from dsflow.engine.contracts import check_contracts
 from dsflow.engine.workspace import Workspace
 
 if TYPE_CHECKING:  # apply and executors bring the Spark translation (sqlglot), which plan does not need
@@ -93,7 +94,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     _check_targets(excludes, loaded.project, state, "--exclude")
     _check_forced(forced, resources, state, targets, excludes)
     if not destroy and not refresh_only:
-        _check_contracts(loaded.project, resources, state, targets, excludes)
+        check_contracts(loaded.project, resources, state, targets, excludes)
     options = PlanOptions(destroy=destroy, refresh_only=refresh_only, targets=targets, excludes=excludes,
                           replace=forced.replace, reset_checkpoint=forced.reset_checkpoint,
                           store_types={s.name: s.type for s in loaded.project.stores},
@@ -114,67 +115,6 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
     check_table_places(the_plan, state)
     _check_schema_evolution(loaded.project, the_plan)
     return the_plan
-
-
-def _check_contracts(project: Project, resources, state, targets: frozenset[str] = frozenset(),
-                     excludes: frozenset[str] = frozenset()) -> None:
-    """DSF-E896..E898, every one at once and before the refresh: the project breaks the enforced contract of a
-    deployed relation (core/contracts.py). What --exclude leaves as deployed (and what is downstream of it), or
-    --target does not reach, breaks nothing."""
-    from dsflow.core.plan import wanted_resources
-    from dsflow.errors import ProjectError
-
-    wanted, graph = wanted_resources(resources, PlanOptions(targets=targets))
-    skip = {k for k in (r.address for r in resources) if str(k) not in wanted} if targets else set()
-    for address in excludes:
-        skip |= {Address.parse(address)} | set(graph.descendants(Address.parse(address)))
-    found = contract_diagnostics(project, resources, state, frozenset(str(a) for a in skip))
-    if found:
-        raise ProjectError(diagnostics=found)
-
-
-def contract_diagnostics(project: Project, resources, state, skip: frozenset[str] = frozenset()) -> list:
-    """The breaking changes the project makes to deployed relations with an enforced contract, as diagnostics at
-    each relation's declaration, each naming the column (or the key) and how to ship the change as a new version."""
-    from dsflow.core.contracts import contract_breaks, model_of
-    from dsflow.errors import Diagnostic
-
-    desired = {str(r.address): (r.data, r.metadata) for r in resources if r.address.kind is Kind.RELATION}
-    deployed = {k: (v.data, v.metadata) for k, v in state.resources.items() if k.startswith("relation.")}
-    found = []
-    for broken in contract_breaks(desired, deployed):
-        if broken.address in skip:
-            continue
-        relation = project.relation(Address.parse(broken.address).name)
-        name = broken.address.rsplit(".", 1)[-1]
-        model, named = model_of(name)
-        version = (relation.version if relation is not None else None) or named or 1
-        found.append(Diagnostic(
-            broken.code, f"'{Address.parse(broken.address).name}' enforces a contract and its readers rely on it as "
-            f"deployed: {broken.message}", relation.location if relation is not None else None,
-            hint=f"keep '{name}' as it is deployed and make the change in a new version beside it: "
-                 f"CREATE ... {model}_v{version + 1} (...) WITH ('contract' = 'enforced', 'version' = '{version + 1}') "
-                 f"...; move its readers over, then remove '{name}' (or drop its 'contract' first, in a plan of its "
-                 "own)"))
-    return found
-
-
-def deployed_contracts(project: Project) -> list:
-    """For `validate`: the breaking changes to deployed contracted relations, read from a local state file as plan
-    reads it (no store is asked); a state kept on a server is not read by validate, which touches none (plan
-    compares it), and a state that cannot be read is a warning: no contract is compared then."""
-    from dsflow.errors import Diagnostic, DsflowError, Severity
-
-    if project.state.backend != "local":
-        return []
-    try:
-        state = Workspace.of(project).state_backend().read()
-    except DsflowError as err:
-        return [Diagnostic(err.code, f"the deployed state was not read, so enforced contracts were not compared with "
-                           f"it: {err.message}", hint=err.hint, severity=Severity.WARNING)]
-    if not state.resources:
-        return []
-    return contract_diagnostics(project, project_resources(project), state)
 
 
 def _check_schema_evolution(project: Project, the_plan: Plan) -> None:

@@ -19,7 +19,7 @@ from dsflow.core.contracts import Break, breaks, model_of, same_type
 from dsflow.core.plan import Action, PlanOptions, make_plan
 from dsflow.core.resources import project_resources
 from dsflow.core.state import State
-from dsflow.engine.operations import contract_diagnostics
+from dsflow.engine.contracts import contract_diagnostics
 from dsflow.errors import Diagnostic, Location, ProjectError
 from dsflow.load.project import check_project, load_project
 from support.projects import PAGEVIEWS, applied, make_project
@@ -254,7 +254,7 @@ def test_plan_lists_the_readers_a_relation_change_reaches(tmp_path):
 
 
 def test_what_target_does_not_reach_or_exclude_leaves_breaks_nothing(tmp_path):
-    from dsflow.engine.operations import _check_contracts
+    from dsflow.engine.contracts import check_contracts
 
     sql = "CREATE STREAM s (a BIGINT, b VARCHAR) WITH ('contract' = 'enforced', 'value.format' = 'json');\n"
     root, state = deployed(tmp_path, sql + "CREATE STREAM t AS SELECT a, b FROM s;\n")
@@ -262,10 +262,10 @@ def test_what_target_does_not_reach_or_exclude_leaves_breaks_nothing(tmp_path):
     project = load_project(root)
     resources = project_resources(project)
     with pytest.raises(ProjectError) as refused:
-        _check_contracts(project, resources, state)
+        check_contracts(project, resources, state)
     assert [d.code for d in refused.value.diagnostics] == ["DSF-E897"]
     with pytest.raises(ProjectError):
-        _check_contracts(project, resources, state, targets=frozenset({"query.analytics.public.t"}))  # t reads s
-    _check_contracts(project, resources, state, targets=frozenset({"relation.analytics.public.pageviews"}))
-    _check_contracts(project, resources, state, excludes=frozenset({"relation.analytics.public.s"}))
-    _check_contracts(project, resources, state, excludes=frozenset({"store.kafka_main"}))  # s is downstream of it
+        check_contracts(project, resources, state, targets=frozenset({"query.analytics.public.t"}))  # t reads s
+    check_contracts(project, resources, state, targets=frozenset({"relation.analytics.public.pageviews"}))
+    check_contracts(project, resources, state, excludes=frozenset({"relation.analytics.public.s"}))
+    check_contracts(project, resources, state, excludes=frozenset({"store.kafka_main"}))  # s is downstream of it
