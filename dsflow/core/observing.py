@@ -44,9 +44,13 @@ class Questions:
     skipping: Mapping[str, DeployedResource] = field(default_factory=dict)
     """Query address -> deployed entry of a query whose checkpoint is reset (--reset-checkpoint): how many records do
     its sources hold past its last committed batch?"""
+    adopting: tuple[str, ...] = ()
+    """Relation addresses of the tables an import adopts (declared, not deployed): does each exist, with which
+    columns, and can it take the declaration's rows as it is?"""
 
     def __bool__(self) -> bool:
-        return bool(self.growing or self.replays or self.carried or self.counted or self.evolving or self.skipping)
+        return bool(self.growing or self.replays or self.carried or self.counted or self.evolving or self.skipping
+                    or self.adopting)
 
 
 def questions(desired: list[Resource], state: State, options: PlanOptions, counting: bool = True) -> Questions:
@@ -67,14 +71,17 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
     growing = {key: (entry.data, pinned(wanted[key], entry).data["partitions"]) for key, entry in deployed.items()
                if key in changed and key.startswith("relation.") and _grows(wanted[key], entry)}
     growing |= {key: (wanted[key].data, wanted[key].data["partitions"]) for key in sorted(options.imports)
-                if key in wanted and key not in moved.resources and "partitions" in wanted[key].data}
+                if key in wanted and key not in moved.resources and "partitions" in wanted[key].data
+                and wanted[key].data.get("kind") != "table"}
     evolving = tuple(key for key, entry in deployed.items() if key in changed and _evolves(wanted[key], entry))
     carried = {key: entry for key, entry in queries.items() if entry.outputs.get("logs")}
     maybe_gone = {**deployed, **deleted(wanted, moved, options.targets)}
     counted = {key: entry for key, entry in sorted(maybe_gone.items())
                if Address.parse(key).kind is Kind.RELATION and recreates(entry)}
+    adopting = tuple(key for key in sorted(options.imports)
+                     if key in wanted and key not in moved.resources and wanted[key].data.get("kind") == "table")
     return Questions(growing=growing, replays=replays, carried=carried, counted=counted, evolving=evolving,
-                     skipping=skipping)
+                     skipping=skipping, adopting=adopting)
 
 
 def _changed(resource: Resource, deployed: DeployedResource | None) -> bool:

@@ -29,7 +29,7 @@ def observe(project, state: State, asked: Questions, refresh: bool) -> Observati
     if refresh:
         seen = refresh_resources(state, project)
         new_logs, sizes = observe_logs(state, project, asked.growing)
-        seen |= new_logs
+        seen |= new_logs | observe_tables(project, asked.adopting)
         growable = sorted(key for key, (data, total) in asked.growing.items() if _can_grow(project, data, total))
         refusals = schema_refusals(project, asked.evolving)
     estimates = {key: found for key, (deployed, since) in asked.replays.items()
@@ -98,6 +98,34 @@ def observe_logs(state: State, project, growing: Mapping[str, object] = {}) -> t
         observations[f"relation.{relation.fqn}"] = Observation(address=f"relation.{relation.fqn}", healthy=True,
                                                                detail=detail, size=size)
     return observations, {f"relation.{fqn}": size for fqn, size in sorted(sizes.items())}
+
+
+def observe_tables(project, addresses: tuple[str, ...]) -> dict[str, Observation]:
+    """One observation per table an import adopts whose store kind can read its catalog (Capability.IMPORT_TABLES):
+    whether it exists, its columns and types as the catalog has them, and the store's verdict on taking the
+    declaration's rows as it is (`refused`). A store that cannot be reached: not seen, and its message says why."""
+    from dsflow.adapters.objects import existing_tables
+    from dsflow.core.physical import physical_object
+
+    relations = [r for key in addresses if (r := project.relation(Address.parse(key).name)) is not None]
+    if not relations:
+        return {}
+    found = existing_tables(project, relations)
+    types = {s.name: s.type for s in project.stores}
+    observations = {}
+    for relation in relations:
+        if relation.fqn not in found:
+            continue
+        columns, refused = found[relation.fqn]
+        where = physical_object({"kind": "table", "store": relation.store, "topic": relation.topic}, types)
+        if columns is None:
+            detail = refused or f"{where} does not exist"
+            refused = None
+        else:
+            detail = f"{where} exists with columns " + ", ".join(f"{name} {type_}" for name, type_ in columns)
+        observations[f"relation.{relation.fqn}"] = Observation(
+            address=f"relation.{relation.fqn}", healthy=True, detail=detail, columns=columns, refused=refused)
+    return observations
 
 
 def query_status(deployed: DeployedResource) -> dict:

@@ -1,9 +1,10 @@
 """`removed:` and `import:` entries (Terraform's removed and import blocks): a deployed relation or query dsflow stops
-managing, kept as it is; an existing log a declared stream or changelog takes into the state as it is.
+managing, kept as it is; an existing log or table a declared relation takes into the state as it is.
 
 An address is written as for `moved:` (load/moves.py). Checked once the project's relations and queries are known:
-DSF-E856..DSF-E858 (removed), DSF-E866..DSF-E867 (import). An entry whose address is not deployed (forgotten
-already, or never applied) plans nothing; nor does an import of what is deployed already.
+DSF-E856..DSF-E858 (removed), DSF-E866..DSF-E867 (import: a stream, changelog or table of a store kind that
+imports tables; its id the log's name or the table's [database.]schema.table). An entry whose address is not
+deployed (forgotten already, or never applied) plans nothing; nor does an import of what is deployed already.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Callable
 
 from collections.abc import Mapping
 
-from dsflow.core.model import Import, Move, Relation, Removal
+from dsflow.core.imports import can_import, names_object
+from dsflow.core.model import Import, Move, Relation, Removal, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.moves import HINT, parse_address
 
@@ -44,24 +46,35 @@ def resolve_removals(entries: list[tuple[str, bool, Location]], declared: set[st
 
 
 def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: Mapping[str, Relation],
-                    qualify: Callable[[list[str]], str]) -> tuple[list[Import], list[Diagnostic]]:
-    """The valid imports (address -> the log's name), and a diagnostic for every entry that is not one."""
+                    qualify: Callable[[list[str]], str],
+                    stores_: Mapping[str, Store]) -> tuple[list[Import], list[Diagnostic]]:
+    """The valid imports (address -> the log's or table's name), and a diagnostic for every entry that is not one."""
     problems: list[Diagnostic] = []
     imports: dict[str, Import] = {}
     for text, given, where in entries:
         address = parse_address(text, qualify)
         relation = relations.get(address.partition(".")[2]) if address and address.startswith("relation.") else None
-        if relation is None or relation.kind not in ("stream", "changelog"):
-            problems.append(Diagnostic("DSF-E866", f"import: 'to: {text}' is not a stream or changelog declared in the "
-                                       "project", where, hint="declare it (CREATE STREAM|CHANGELOG, or write it with "
-                                       "'dsflow infer'), then import the log it names"))
-        elif given is not None and given != relation.topic:
-            problems.append(Diagnostic("DSF-E867", f"import: 'id: {given}' is not the log {address} names "
-                                       f"('{relation.topic}')", where,
-                                       hint=f"set its 'topic' to '{given}', or write 'id: {relation.topic}'"))
+        if relation is None or not can_import(relation, stores_.get(relation.store)):
+            problems.append(Diagnostic("DSF-E866", f"import: 'to: {text}' is not a stream, changelog or PostgreSQL "
+                                       "table declared in the project", where, hint="declare it (CREATE "
+                                       "STREAM|CHANGELOG, or write it with 'dsflow infer'; CREATE TABLE ... WITH "
+                                       "('store' = a postgresql store)), then import the log or table it names"))
+        elif given is not None and not names_object(relation, given):
+            problems.append(Diagnostic("DSF-E867", f"import: 'id: {given}' is not the {_noun(relation)} {address} "
+                                       f"names ('{relation.topic}')", where,
+                                       hint=f"set its {_where(relation)} to '{given}', or write 'id: "
+                                            f"{relation.topic}'"))
         elif (key := f"relation.{relation.fqn}") in imports:
             problems.append(Diagnostic("DSF-E867", f"import: '{key}' is imported twice (at "
                                        f"{imports[key].location})", where, hint="keep one entry"))
         else:
             imports[key] = Import(address=key, id=relation.topic, location=where)
     return list(imports.values()), problems
+
+
+def _noun(relation: Relation) -> str:
+    return "table" if relation.kind == "table" else "log"
+
+
+def _where(relation: Relation) -> str:
+    return "'postgresql.*.name' properties" if relation.kind == "table" else "'topic'"

@@ -106,3 +106,98 @@ def test_an_import_needs_what_a_create_needs(not_yet_imported):
     needs = change_requirements(change.model_dump(mode="json"))
     assert needs and all(privilege.value != "OWNERSHIP" for privilege, _ in needs)
     assert ("store.kafka_main" in [on for _, on in needs])
+
+
+USER_VIEWS = "relation.analytics.public.user_views"
+PG_STORE = """\
+stores:
+  - name: pg
+    type: postgresql
+    properties: {host: 127.0.0.1, port: 5432, user: postgres, database: shop}
+"""
+PG_TABLE = """\
+CREATE TABLE user_views WITH ('store' = 'pg', 'postgresql.table.name' = 'user_views') AS
+  SELECT userid, COUNT(*) AS views, MAX(viewtime) AS last_seen FROM pageviews GROUP BY userid;
+"""
+
+
+def _table(columns: list[tuple[str, str]], refused: str | None = None) -> Observations:
+    seen = Observation(address=USER_VIEWS, healthy=True, detail="postgresql table exists",
+                       columns=[list(c) for c in columns], refused=refused)
+    return Observations(resources={USER_VIEWS: seen})
+
+
+@pytest.fixture()
+def table_not_yet_imported(tmp_path) -> tuple[Path, State]:
+    """The example with a PostgreSQL table written by a CTAS, deployed but for the table, which an `import:` entry
+    adopts."""
+    root = copy_example(tmp_path)
+    (root / "stores" / "pg.yml").write_text(PG_STORE)
+    (root / "sql" / "tables.sql").write_text(PG_TABLE)
+    state = applied(plan_with_imports(root, State()))
+    (root / "import.yml").write_text("import:\n  - to: user_views\n    id: public.user_views\n")
+    return root, state.without(USER_VIEWS)
+
+
+ALL = [("userid", "text"), ("views", "bigint"), ("last_seen", "bigint")]
+
+
+def test_an_imported_table_with_the_declared_columns_is_only_recorded(table_not_yet_imported):
+    root, state = table_not_yet_imported
+    plan = plan_with_imports(root, state, observations=_table(ALL))
+    [change] = [c for c in plan.actionable if c.address == USER_VIEWS]
+    assert (change.action, change.imported) == (Action.NOOP, "shop.public.user_views")
+    assert "exists with columns userid text, views bigint, last_seen bigint); matches" in change.reason
+    assert "its rows kept" in (change.effect or "")
+    state = applied(plan, state)
+    assert not [c for c in plan_with_imports(root, state, observations=_table(ALL)).actionable
+                if c.address == USER_VIEWS]
+
+
+def test_an_imported_table_lacking_the_last_declared_columns_gains_them_in_place(table_not_yet_imported):
+    root, state = table_not_yet_imported
+    plan = plan_with_imports(root, state, observations=_table(ALL[:1] + [("views", "numeric"), ("extra", "text")]))
+    [change] = [c for c in plan.actionable if c.address == USER_VIEWS]
+    assert (change.action, change.imported) == (Action.UPDATE, "shop.public.user_views")
+    assert [c[0] for c in change.before["columns"]] == ["userid", "views"]
+    assert [c[0] for c in change.after["columns"]] == ["userid", "views", "last_seen"]
+    assert "column(s) last_seen added (in place: ALTER TABLE ADD COLUMN)" in change.reason, change.reason
+
+
+@pytest.mark.parametrize(("columns", "refused", "why"), [
+    ([("userid", "text"), ("last_seen", "bigint")], None, "lacks the declared column(s) views before others"),
+    (ALL, "column views is text", "column views is text"),
+])
+def test_an_imported_table_that_cannot_take_the_rows_is_refused(table_not_yet_imported, columns, refused, why):
+    from dsflow.core.imports import refusals
+    from dsflow.core.resources import project_resources
+
+    root, state = table_not_yet_imported
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    wanted = {str(r.address): r for r in project_resources(project)}
+    found = refusals({USER_VIEWS: "shop.public.user_views"}, wanted, state, _table(columns, refused))
+    assert why in found[USER_VIEWS]
+
+
+def test_the_refresh_is_asked_about_an_imported_table(table_not_yet_imported):
+    root, state = table_not_yet_imported
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    asked = questions(project_resources(project), state, PlanOptions(imports={USER_VIEWS: "shop.public.user_views"}))
+    assert asked.adopting == (USER_VIEWS,) and USER_VIEWS not in asked.growing
+
+
+@pytest.mark.parametrize(("entry", "code"), [
+    ("import:\n  - to: user_views\n    id: public.other\n", "DSF-E867"),
+    ("import:\n  - to: user_views\n    id: shop.public.user_views\n", None),
+])
+def test_a_table_import_names_its_table_with_or_without_the_database(tmp_path, entry, code):
+    root = copy_example(tmp_path)
+    (root / "stores" / "pg.yml").write_text(PG_STORE)
+    (root / "sql" / "tables.sql").write_text(PG_TABLE)
+    (root / "import.yml").write_text(entry)
+    if code is None:
+        assert [i.id for i in load_project(root, variables=EXAMPLE_VARIABLES).imports] == ["shop.public.user_views"]
+        return
+    with pytest.raises(DsflowError) as raised:
+        load_project(root, variables=EXAMPLE_VARIABLES)
+    assert [d.code for d in raised.value.diagnostics] == [code]
