@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from dsflow.cli import _apply, _load
-from dsflow.core.imports import can_import, names_object
+from dsflow.core.imports import can_import, names_object, not_importable
 from dsflow.engine import operations
 from dsflow.errors import DsflowError
 
@@ -17,16 +17,15 @@ from dsflow.errors import DsflowError
 @click.option("--auto-approve", is_flag=True, help="do not ask for confirmation")
 @click.pass_context
 def import_(ctx: click.Context, address: str, id_: str, auto_approve: bool) -> None:
-    """Adopt the existing log (a topic, a stream) or PostgreSQL table ID ([DATABASE.]SCHEMA.TABLE) that the declared
-    stream, changelog or table ADDRESS names: the plan shows it imported, then what its declaration changes in it;
-    apply records it (dsflow never deletes it)."""
+    """Adopt the existing log (a topic, a stream) or table ID ([DATABASE.]SCHEMA.TABLE, in a store kind that imports
+    tables) that the declared stream, changelog or table ADDRESS names: the plan shows it imported, then what its
+    declaration changes in it; apply records it (dsflow never deletes it)."""
     loaded = _load(ctx)
     name = address.removeprefix("relation.")
     found = [r for r in loaded.project.relations if r.fqn == name or r.fqn.endswith(f".{name}")]
     if len(found) != 1 or not can_import(found[0], loaded.project.store(found[0].store)):
-        raise DsflowError("DSF-E866", f"import: '{address}' is not a stream, changelog or PostgreSQL table declared "
-                          "in the project", hint="declare it (CREATE STREAM|CHANGELOG, or write it with 'dsflow "
-                          "infer'; CREATE TABLE ... WITH ('store' = a postgresql store)), then import what it names")
+        message, hint = not_importable(address)
+        raise DsflowError("DSF-E866", message, hint=hint)
     relation = found[0]
     if not names_object(relation, id_):
         noun = "table" if relation.kind == "table" else "log"

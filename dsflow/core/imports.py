@@ -1,6 +1,6 @@
 """Adopting what exists: an `import:` entry (Terraform's `import {}`) or `dsflow import ADDRESS ID` takes an existing
 log (a topic, a stream) that a declared stream or changelog names, or an existing table a declared table names (a
-store kind with Capability.IMPORT_TABLES: PostgreSQL), into the state as it is.
+store kind with Capability.IMPORT_TABLES), into the state as it is.
 
 The refresh sees the log (its partitions or shards, engine/refresh.py `observe_logs`) or the table (its columns in
 the catalog, `observe_tables`); the plan is made as if it had been deployed as the declaration with the size seen,
@@ -34,6 +34,14 @@ def names_object(relation: Any, id_: str) -> bool:
     store's database, SCHEMA.TABLE."""
     parts = relation.topic.split(".")
     return id_ == relation.topic or (relation.kind == "table" and len(parts) == 3 and id_ == ".".join(parts[1:]))
+
+
+def not_importable(text: str) -> tuple[str, str]:
+    """DSF-E866's message and hint for `text`, which names no relation that can be imported."""
+    where = stores.listing(stores.kinds_that(stores.Capability.IMPORT_TABLES))
+    return (f"import: '{text}' is not a stream, changelog or {where} table declared in the project",
+            f"declare it (CREATE STREAM|CHANGELOG, or write it with 'dsflow infer'; CREATE TABLE ... WITH ('store' = "
+            f"a {where} store) AS SELECT ...), then import the log or table it names")
 
 
 ADOPTED = {"created_by_dsflow": False}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from collections.abc import Mapping
 
-from dsflow.core.imports import can_import, names_object
+from dsflow.core.imports import can_import, names_object, not_importable
 from dsflow.core.model import Import, Move, Relation, Removal, Store
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.moves import HINT, parse_address
@@ -55,10 +55,8 @@ def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: 
         address = parse_address(text, qualify)
         relation = relations.get(address.partition(".")[2]) if address and address.startswith("relation.") else None
         if relation is None or not can_import(relation, stores_.get(relation.store)):
-            problems.append(Diagnostic("DSF-E866", f"import: 'to: {text}' is not a stream, changelog or PostgreSQL "
-                                       "table declared in the project", where, hint="declare it (CREATE "
-                                       "STREAM|CHANGELOG, or write it with 'dsflow infer'; CREATE TABLE ... WITH "
-                                       "('store' = a postgresql store)), then import the log or table it names"))
+            message, hint = not_importable(f"to: {text}")
+            problems.append(Diagnostic("DSF-E866", message, where, hint=hint))
         elif given is not None and not names_object(relation, given):
             problems.append(Diagnostic("DSF-E867", f"import: 'id: {given}' is not the {_noun(relation)} {address} "
                                        f"names ('{relation.topic}')", where,
@@ -77,4 +75,4 @@ def _noun(relation: Relation) -> str:
 
 
 def _where(relation: Relation) -> str:
-    return "'postgresql.*.name' properties" if relation.kind == "table" else "'topic'"
+    return "table properties (database, schema, table)" if relation.kind == "table" else "'topic'"
