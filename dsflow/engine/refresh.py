@@ -303,17 +303,21 @@ def _refusal(project, relation, address: str) -> str | None:
 def check_still_observed(plan, project) -> None:
     """DSF-E827, before apply changes anything: a fact a change of the plan relies on is no longer what the refresh
     saw when the plan was made (plan.observations). Looked at again, one request per store: the log a new relation
-    names (a plan that creates a topic must not take over one made since, nor adopt one deleted since) and the log
-    a stream grows in place. Record counts, estimates and drift move all the time and decide nothing apply does."""
+    names (a plan that creates a topic must not take over one made since, nor adopt one deleted since), the log
+    a stream grows in place, and the columns of a table an import adopts (altered or dropped since). Record counts,
+    estimates and drift move all the time and decide nothing apply does."""
     from dsflow.core.plan import Action
     from dsflow.errors import DsflowError
 
     seen = plan.observations
     relied = [c for c in plan.actionable if c.address in seen.log_sizes and c.after is not None
               and (c.action is Action.CREATE or (c.action is Action.UPDATE and c.address in seen.growable))]
-    if not seen.refreshed or not relied:
+    tables = [c.address for c in plan.actionable if c.imported is not None
+              and (o := seen.resources.get(c.address)) is not None and o.columns is not None]
+    if not seen.refreshed or not (relied or tables):
         return
-    stale = _changed_logs(project, relied, seen.log_sizes)
+    stale = (_changed_logs(project, relied, seen.log_sizes) if relied else []) + \
+        _changed_tables(project, tables, seen.resources)
     if stale:
         raise DsflowError("DSF-E827", "the live systems changed since the plan was made; nothing was applied: "
                           + "; ".join(stale), hint="run 'dsflow plan' again: a new plan is made from what they "
@@ -337,6 +341,23 @@ def _changed_logs(project, relied: list, observed: Mapping[str, int | None]) -> 
         then, current = (_size_words(change.after, size, types) for size in (observed[change.address], now[fqn]))
         found.append(f"{change.address} ({change.action.value}): {physical_object(change.after, types)} was "
                      f"{then} when the plan was made, and is {current} now")
+    return found
+
+
+def _changed_tables(project, addresses: list[str], observed: Mapping[str, Observation]) -> list[str]:
+    """Each imported table whose columns (or existence) differ now from what the plan was made against, in words; a
+    table whose store cannot be asked now is left out (apply meets that store anyway)."""
+    if not addresses:
+        return []
+    now = observe_tables(project, tuple(addresses))
+    found = []
+    for address in addresses:
+        current = now.get(address)
+        if current is None or current.detail.startswith("cannot look at") or \
+                (current.columns, current.refused) == (observed[address].columns, observed[address].refused):
+            continue
+        found.append(f"{address} (import): {observed[address].detail} when the plan was made, and {current.detail} "
+                     "now")
     return found
 
 

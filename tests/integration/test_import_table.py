@@ -6,7 +6,8 @@ CREATE TABLE ... AS SELECT names, taken into the state as it is by an `import:` 
   reference of the rows); the next plan has nothing to do; destroy keeps it (dsflow did not create it);
 - the declaration's last column missing: added in place (ALTER TABLE ADD COLUMN), the rows kept;
 - a table that cannot take the rows (a column's type, no unique index on the key, a NOT NULL column the query does
-  not write) or that does not exist: refused at plan time (DSF-E869, DSF-E868), nothing applied.
+  not write, a view) or that does not exist: refused at plan time (DSF-E869, DSF-E868), nothing applied; one
+  altered between the plan and apply: refused by apply before anything is applied (DSF-E827).
 """
 
 from __future__ import annotations
@@ -143,6 +144,20 @@ def test_dsflow_import_adds_the_declarations_last_column_in_place(tmp_path, brok
     assert [c[0] for c in entry.data["columns"]] == ["userid", "views", "last_seen"]
     _, again = _plan(options)
     assert not [c for c in again.actionable if c.address == COUNTS]
+
+
+def test_a_table_altered_between_the_plan_and_apply_is_refused_before_anything_is_applied(tmp_path, broker, pgdb):
+    psql(pgdb, "CREATE TABLE pv_counts (userid TEXT PRIMARY KEY, views BIGINT)")
+    root, options = _project(tmp_path, broker, pgdb, entries="import:\n  - to: pv_counts\n")
+    loaded, plan = _plan(options)
+    assert [(c.address, c.action) for c in plan.actionable if c.imported] == [(COUNTS, Action.NOOP)]
+    psql(pgdb, "ALTER TABLE pv_counts ALTER COLUMN views TYPE TEXT")
+    with pytest.raises(DsflowError) as raised:
+        operations.apply(loaded, plan)
+    assert raised.value.code == "DSF-E827" and "views bigint when the plan was made" in raised.value.message
+    assert "views text now" in raised.value.message
+    assert COUNTS not in operations.load(options).workspace.state_backend().read().resources
+    assert psql(pgdb, "SELECT count(*) FROM pg_class WHERE relname = 'dsflow_mv_batches'") == "0"
 
 
 @pytest.mark.parametrize(("table", "code", "why"), [
