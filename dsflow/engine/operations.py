@@ -132,7 +132,8 @@ def _check_schema_evolution(project: Project, the_plan: Plan) -> None:
 
 
 def _check_imports(project: Project, the_plan: Plan, state, options: PlanOptions) -> None:
-    """DSF-E868, every one at once: an import of a log the refresh did not see (it does not exist, or --no-refresh)."""
+    """DSF-E868, every one at once: an import of a log or table the refresh did not see (it does not exist, or
+    --no-refresh)."""
     from dsflow.core.imports import missing
     from dsflow.errors import Diagnostic, ProjectError
 
@@ -147,7 +148,7 @@ def _check_imports(project: Project, the_plan: Plan, state, options: PlanOptions
         found.append(Diagnostic("DSF-E868", f"import {address} ({options.imports[address]}): nothing to import: {why}",
                                 relation.location if relation is not None else None,
                                 hint="check the store and the name, run the plan with a refresh, or drop the import "
-                                     "to create the log instead"))
+                                     "to create the log or table instead"))
     if found:
         raise ProjectError(diagnostics=found)
 
