@@ -124,8 +124,8 @@ def with_import(change: Change, imports: Mapping[str, str], seen: Mapping[str, O
     declaration changes in the log or table as it is."""
     if change.address not in seen or change.before is None:
         return change
-    where = physical_object(change.before, store_types)
     observed = seen[change.address]
+    where = physical_object({k: v for k, v in change.before.items() if k != "table_options"}, store_types)
     what = log_size(change.before, store_types) if observed.columns is None else \
         "columns " + ", ".join(f"{name} {type_}" for name, type_ in observed.columns)
     then = "matches the declaration" if change.action is Action.NOOP else change.reason
