@@ -22,6 +22,7 @@ from dsflow.core.physical import log_size, physical_object
 from dsflow.core.resources import Resource, fingerprint
 from dsflow.core.state import DeployedResource, State
 
+
 def can_import(relation: Any, store: Any) -> bool:
     """Whether a declared relation can be imported: a stream or changelog (its log), or a table in a store whose
     kind reads existing tables' columns (Capability.IMPORT_TABLES)."""

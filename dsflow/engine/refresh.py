@@ -103,7 +103,7 @@ def observe_logs(state: State, project, growing: Mapping[str, object] = {}) -> t
 def observe_tables(project, addresses: tuple[str, ...]) -> dict[str, Observation]:
     """One observation per table an import adopts whose store kind can read its catalog (Capability.IMPORT_TABLES):
     whether it exists, its columns and types as the catalog has them, and the store's verdict on taking the
-    declaration's rows as it is (`refused`). A store that cannot be reached: not seen, and its message says why."""
+    declaration's rows as it is (`refused`). A store that cannot be reached: no columns, and the detail says why."""
     from dsflow.adapters.objects import existing_tables
     from dsflow.core.physical import physical_object
 
