@@ -128,6 +128,10 @@ class Observation(BaseModel):
                                             "as its store's catalog has them, [name, type], in order; null otherwise")
     refused: str | None = Field(None, description="a table an import adopts: why it cannot take the declaration's "
                                 "rows as it is (DSF-E869 at plan time); null when it can")
+    running: dict[str, Any] | None = Field(None, description="a running query an import adopts: as its run folder "
+                                           "records it, `outputs` (pid, version, checkpoint, run_dir, topics) and "
+                                           "the declaration it was started from (`data`, `metadata`, their hashes); "
+                                           "null otherwise")
 
 
 class Observations(BaseModel):

@@ -57,7 +57,7 @@ def importable(imports: Mapping[str, str], wanted: Collection[str], state: State
     for address in sorted(imports):
         seen = observations.resources.get(address)
         if address in wanted and address not in state.resources and seen is not None and \
-                (seen.size is not None or seen.columns is not None):
+                (seen.size is not None or seen.columns is not None or seen.running is not None):
             found[address] = seen
     return found
 
@@ -78,11 +78,27 @@ def imported_state(state: State, wanted: Mapping[str, Resource], seen: Mapping[s
     resources = dict(state.resources)
     for address, observed in seen.items():
         resource = wanted[address]
+        if observed.running is not None:
+            resources[address] = _running(resource, observed.running)
+            continue
         data = {**resource.data, **_as_seen(resource.data, observed)}
         resources[address] = DeployedResource(
             address=address, depends_on=[str(d) for d in resource.depends_on], data_hash=fingerprint(data),
             metadata_hash=resource.metadata_hash, data=data, metadata=resource.metadata, outputs=dict(ADOPTED))
     return state.model_copy(update={"resources": resources})
+
+
+def _running(resource: Resource, running: Mapping[str, Any]) -> DeployedResource:
+    """A running query's entry as its run folder records it: the declaration its version was started from (the
+    declared one where the folder does not say: `refusal` refuses that import) and its driver's outputs."""
+    recorded = running.get("data") is not None and running.get("data_hash") == running["outputs"]["version"]
+    return DeployedResource(
+        address=str(resource.address), depends_on=[str(d) for d in resource.depends_on],
+        data_hash=running["data_hash"] if recorded else resource.data_hash,
+        metadata_hash=running.get("metadata_hash") or resource.metadata_hash if recorded else resource.metadata_hash,
+        data=running["data"] if recorded else resource.data,
+        metadata=(running.get("metadata") or {}) if recorded else resource.metadata,
+        outputs=dict(running["outputs"]))
 
 
 def _as_seen(data: Mapping[str, Any], observed: Observation) -> dict[str, Any]:
@@ -99,7 +115,7 @@ def refusal(resource: Resource, observed: Observation) -> str | None:
     not all at the end of the declaration (a table gains columns at its end only: the plan would replace a table
     dsflow did not create, and so would not drop)."""
     if observed.refused is not None or observed.columns is None:
-        return observed.refused
+        return observed.refused  # a running query: only its store's (engine's) verdict
     names = {column[0] for column in observed.columns}
     present = [c[0] in names for c in resource.data.get("columns", [])]
     if all(present) or not any(present[present.index(False):]):
@@ -126,14 +142,23 @@ def with_import(change: Change, imports: Mapping[str, str], seen: Mapping[str, O
     if change.address not in seen or change.before is None:
         return change
     observed = seen[change.address]
-    where = physical_object({k: v for k, v in change.before.items() if k != "table_options"}, store_types)
-    what = log_size(change.before, store_types) if observed.columns is None else \
-        "columns " + ", ".join(f"{name} {type_}" for name, type_ in observed.columns)
     then = "matches the declaration" if change.action is Action.NOOP else change.reason
     update = {"imported": imports[change.address] or str(change.before.get("topic")),
-              "reason": f"imported ({where} exists with {what}); {then}"}
-    if change.action is Action.NOOP:
+              "reason": f"imported ({_seen_words(change.before, observed, store_types)}); {then}"}
+    if change.action is Action.NOOP and observed.running is not None:
+        update["effect"] = "taken into the state as it is: its driver runs on untouched, on its checkpoint"
+    elif change.action is Action.NOOP:
         held = "rows" if observed.columns is not None else "records"
         update["effect"] = f"taken into the state as it is: nothing touched, its {held} kept; dsflow did not create " \
                            "it, so no plan deletes it"
     return change.model_copy(update=update)
+
+
+def _seen_words(before: Mapping[str, Any], observed: Observation, store_types: Mapping[str, str]) -> str:
+    """What an import found, in words: a log and its size, a table and its columns, a query's driver."""
+    if observed.running is not None:
+        return observed.detail
+    where = physical_object({k: v for k, v in before.items() if k != "table_options"}, store_types)
+    what = log_size(dict(before), store_types) if observed.columns is None else \
+        "columns " + ", ".join(f"{name} {type_}" for name, type_ in observed.columns)
+    return f"{where} exists with {what}"

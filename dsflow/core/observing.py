@@ -47,10 +47,13 @@ class Questions:
     adopting: tuple[str, ...] = ()
     """Relation addresses of the tables an import adopts (declared, not deployed): does each exist, with which
     columns, and can it take the declaration's rows as it is?"""
+    running: Mapping[str, str] = field(default_factory=dict)
+    """Query address -> the run folder an import names (declared, not deployed): does a driver of its own run the
+    query there, which version, on which checkpoint?"""
 
     def __bool__(self) -> bool:
         return bool(self.growing or self.replays or self.carried or self.counted or self.evolving or self.skipping
-                    or self.adopting)
+                    or self.adopting or self.running)
 
 
 def questions(desired: list[Resource], state: State, options: PlanOptions, counting: bool = True) -> Questions:
@@ -80,8 +83,10 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
                if Address.parse(key).kind is Kind.RELATION and recreates(entry)}
     adopting = tuple(key for key in sorted(options.imports)
                      if key in wanted and key not in moved.resources and wanted[key].data.get("kind") == "table")
+    running = {key: options.imports[key] for key in sorted(options.imports)
+               if key.startswith("query.") and key in wanted and key not in moved.resources}
     return Questions(growing=growing, replays=replays, carried=carried, counted=counted, evolving=evolving,
-                     skipping=skipping, adopting=adopting)
+                     skipping=skipping, adopting=adopting, running=running)
 
 
 def _changed(resource: Resource, deployed: DeployedResource | None) -> bool:

@@ -156,7 +156,8 @@ def _check_imports(project: Project, the_plan: Plan, state, options: PlanOptions
 def _check_imported_tables(project: Project, the_plan: Plan, wanted: Mapping[str, Resource], state,
                            options: PlanOptions) -> None:
     """DSF-E869, every one at once and before anything is applied: an imported table that cannot take the
-    declaration's rows as it is (a column type, the key, a required column; core/imports.py `refusal`)."""
+    declaration's rows as it is (a column type, the key, a required column; core/imports.py `refusal`), or a
+    running query whose run folder does not record the declaration it was started from."""
     from dsflow.core.imports import refusals
     from dsflow.errors import Diagnostic, ProjectError
 
@@ -166,8 +167,8 @@ def _check_imported_tables(project: Project, the_plan: Plan, wanted: Mapping[str
         if address not in planned:
             continue
         relation = project.relation(Address.parse(address).name)
-        found.append(Diagnostic("DSF-E869", f"import {address} ({options.imports[address]}): the existing table "
-                                f"cannot be imported as it is: {why}", relation.location if relation else None,
+        found.append(Diagnostic("DSF-E869", f"import {address} ({options.imports[address]}): it cannot be "
+                                f"imported as it is: {why}", relation.location if relation else None,
                                 hint="change the declaration to fit the table, or change the table (ALTER TABLE); "
                                      "then plan again"))
     if found:

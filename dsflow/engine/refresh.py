@@ -29,7 +29,7 @@ def observe(project, state: State, asked: Questions, refresh: bool) -> Observati
     if refresh:
         seen = refresh_resources(state, project)
         new_logs, sizes = observe_logs(state, project, asked.growing)
-        seen |= new_logs | observe_tables(project, asked.adopting)
+        seen |= new_logs | observe_tables(project, asked.adopting) | observe_drivers(project, asked.running)
         growable = sorted(key for key, (data, total) in asked.growing.items() if _can_grow(project, data, total))
         refusals = schema_refusals(project, asked.evolving)
     estimates = {key: found for key, (deployed, since) in asked.replays.items()
@@ -126,6 +126,46 @@ def observe_tables(project, addresses: tuple[str, ...]) -> dict[str, Observation
         observations[f"relation.{relation.fqn}"] = Observation(
             address=f"relation.{relation.fqn}", healthy=True, detail=detail, columns=columns, refused=refused)
     return observations
+
+
+def observe_drivers(project, running: Mapping[str, str]) -> dict[str, Observation]:
+    """One observation per running query an import adopts (query address -> its run folder, relative to the
+    project's root or absolute): the live driver of
+    the folder (its engine's `running_driver`: known by its identity), the version and checkpoint it runs, and the
+    declaration it was started from (executors.DECLARED). A folder without a live driver of that query: not
+    seen (DSF-E868); a driver whose declaration is not recorded: `refused` (DSF-E869)."""
+    from dsflow.core.engines import engine
+    from dsflow.engine.executors import DECLARED
+
+    found = {}
+    for address, folder in sorted(running.items()):
+        run_dir = (Path(project.root) / folder).resolve()
+        driver = engine().running_driver(run_dir)
+        name = Address.parse(address).name
+        if driver is None or driver["name"] != name:
+            whose = "" if driver is None else f" (it runs {driver['name']})"
+            found[address] = Observation(address=address, healthy=False,
+                                         detail=f"no driver of {name} runs in {run_dir}{whose}")
+            continue
+        declared = _json(run_dir / DECLARED)
+        refused = None
+        if declared is None or declared.get("address") != address or declared.get("data_hash") != driver["version"]:
+            refused = f"{run_dir} does not record the declaration version {driver['version'][:12]} was started " \
+                      "from (a driver started before dsflow recorded it)"
+        outputs = {k: driver[k] for k in ("pid", "version", "checkpoint", "topics")} | {"run_dir": str(run_dir)}
+        found[address] = Observation(
+            address=address, healthy=True, refused=refused, running={**(declared or {}), "outputs": outputs},
+            detail=f"driver pid {driver['pid']} runs version {driver['version'][:12]} on checkpoint "
+                   f"{driver['checkpoint']}")
+    return found
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def query_status(deployed: DeployedResource) -> dict:
@@ -304,7 +344,8 @@ def check_still_observed(plan, project) -> None:
     """DSF-E827, before apply changes anything: a fact a change of the plan relies on is no longer what the refresh
     saw when the plan was made (plan.observations). Looked at again, one request per store: the log a new relation
     names (a plan that creates a topic must not take over one made since, nor adopt one deleted since), the log
-    a stream grows in place, and the columns of a table an import adopts (altered or dropped since). Record counts,
+    a stream grows in place, the columns of a table an import adopts (altered or dropped since), and the driver of a
+    query an import adopts (stopped, or running another version since). Record counts,
     estimates and drift move all the time and decide nothing apply does."""
     from dsflow.core.plan import Action
     from dsflow.errors import DsflowError
@@ -314,10 +355,12 @@ def check_still_observed(plan, project) -> None:
               and (c.action is Action.CREATE or (c.action is Action.UPDATE and c.address in seen.growable))]
     tables = [c.address for c in plan.actionable if c.imported is not None
               and (o := seen.resources.get(c.address)) is not None and o.columns is not None]
-    if not seen.refreshed or not (relied or tables):
+    drivers = {c.address: c.imported for c in plan.actionable if c.imported is not None
+               and (o := seen.resources.get(c.address)) is not None and o.running is not None}
+    if not seen.refreshed or not (relied or tables or drivers):
         return
     stale = (_changed_logs(project, relied, seen.log_sizes) if relied else []) + \
-        _changed_tables(project, tables, seen.resources)
+        _changed_tables(project, tables, seen.resources) + _changed_drivers(project, drivers, seen.resources)
     if stale:
         raise DsflowError("DSF-E827", "the live systems changed since the plan was made; nothing was applied: "
                           + "; ".join(stale), hint="run 'dsflow plan' again: a new plan is made from what they "
@@ -358,6 +401,19 @@ def _changed_tables(project, addresses: list[str], observed: Mapping[str, Observ
             continue
         found.append(f"{address} (import): {observed[address].detail} when the plan was made, and {current.detail} "
                      "now")
+    return found
+
+
+def _changed_drivers(project, drivers: Mapping[str, str], observed: Mapping[str, Observation]) -> list[str]:
+    """Each imported query whose driver is no longer the one (or runs no longer the version) the plan was made
+    against, in words."""
+    now = observe_drivers(project, drivers) if drivers else {}
+    found = []
+    for address in sorted(drivers):
+        then, current = observed[address].running or {}, now[address].running or {}
+        if current.get("outputs") != then.get("outputs"):
+            found.append(f"{address} (import): {observed[address].detail} when the plan was made, and "
+                         f"{now[address].detail} now")
     return found
 
 

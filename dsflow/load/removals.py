@@ -9,7 +9,7 @@ deployed (forgotten already, or never applied) plans nothing; nor does an import
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from collections.abc import Mapping
 
@@ -46,13 +46,17 @@ def resolve_removals(entries: list[tuple[str, bool, Location]], declared: set[st
 
 
 def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: Mapping[str, Relation],
-                    qualify: Callable[[list[str]], str],
-                    stores_: Mapping[str, Store]) -> tuple[list[Import], list[Diagnostic]]:
-    """The valid imports (address -> the log's or table's name), and a diagnostic for every entry that is not one."""
+                    qualify: Callable[[list[str]], str], stores_: Mapping[str, Store],
+                    queries: Collection[str] = ()) -> tuple[list[Import], list[Diagnostic]]:
+    """The valid imports (address -> the log's or table's name, or a running query's run folder), and a diagnostic
+    for every entry that is not one."""
     problems: list[Diagnostic] = []
     imports: dict[str, Import] = {}
     for text, given, where in entries:
         address = parse_address(text, qualify)
+        if address in queries:
+            problems += _query_import(address, given, where, imports)
+            continue
         relation = relations.get(address.partition(".")[2]) if address and address.startswith("relation.") else None
         if relation is None or not can_import(relation, stores_.get(relation.store)):
             message, hint = not_importable(f"to: {text}")
@@ -68,6 +72,19 @@ def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: 
         else:
             imports[key] = Import(address=key, id=relation.topic, location=where)
     return list(imports.values()), problems
+
+
+def _query_import(address: str, given: str | None, where: Location, imports: dict[str, Import]) -> list[Diagnostic]:
+    """A running query's import: its `id` is the run folder of its driver (required)."""
+    if not given:
+        return [Diagnostic("DSF-E867", f"import: '{address}' has no 'id': a running query is imported from the run "
+                           "folder of its driver", where, hint="write 'id: .dsflow/run/queries/<db.schema.name>' (the "
+                           "folder holding its spec.json)")]
+    if address in imports:
+        return [Diagnostic("DSF-E867", f"import: '{address}' is imported twice (at {imports[address].location})", where,
+                           hint="keep one entry")]
+    imports[address] = Import(address=address, id=given, location=where)
+    return []
 
 
 def _noun(relation: Relation) -> str:

@@ -85,7 +85,8 @@ def test_an_import_of_what_is_deployed_already_plans_nothing(not_yet_imported, t
 
 @pytest.mark.parametrize(("entries", "code"), [
     ("import:\n  - to: nothing_here\n", "DSF-E866"),
-    ("import:\n  - to: query.analytics.curated.pageviews_filtered\n", "DSF-E866"),
+    ("import:\n  - to: query.analytics.curated.nothing_here\n    id: .dsflow/run/queries/x\n", "DSF-E866"),
+    ("import:\n  - to: query.analytics.curated.pageviews_filtered\n", "DSF-E867"),
     ("import:\n  - to: pageviews\n    id: other_topic\n", "DSF-E867"),
     ("import:\n  - to: pageviews\n  - to: public.pageviews\n", "DSF-E867"),
 ])
@@ -201,3 +202,72 @@ def test_a_table_import_names_its_table_with_or_without_the_database(tmp_path, e
     with pytest.raises(DsflowError) as raised:
         load_project(root, variables=EXAMPLE_VARIABLES)
     assert [d.code for d in raised.value.diagnostics] == [code]
+
+
+FILTERED = "query.analytics.curated.pageviews_filtered"
+
+
+def _query_plan(root: Path, state: State, seen: Observations):
+    from dsflow.core.plan import make_plan
+
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    return make_plan(project.name, project.environment, project_resources(project), state,
+                     PlanOptions(imports={FILTERED: "/run/q"}, observations=seen,
+                                 store_types={s.name: s.type for s in project.stores}))
+
+
+def _driver(entry, data: dict | None = None, declared: bool = True) -> Observations:
+    """What the refresh sees of the driver in /run/q: the version it runs and the declaration it started from."""
+    from dsflow.core.resources import fingerprint
+
+    data = data or entry.data
+    outputs = {"pid": 4242, "version": fingerprint(data), "checkpoint": "/ck/v1", "run_dir": "/run/q",
+               "topics": ["pageviews"]}
+    running: dict = {"outputs": outputs}
+    if declared:
+        running |= {"address": FILTERED, "data_hash": fingerprint(data), "metadata_hash": entry.metadata_hash,
+                    "data": data, "metadata": entry.metadata}
+    detail = f"driver pid 4242 runs version {outputs['version'][:12]} on checkpoint /ck/v1"
+    return Observations(resources={FILTERED: Observation(address=FILTERED, healthy=True, detail=detail,
+                                                         running=running)})
+
+
+@pytest.fixture()
+def query_lost(tmp_path) -> tuple[Path, State, object]:
+    """The example deployed, then its state without the filter query's entry (an older copy put back)."""
+    root = copy_example(tmp_path)
+    state = applied(plan_with_imports(root, State()))
+    return root, state.without(FILTERED), state.resources[FILTERED]
+
+
+def test_a_running_query_of_the_declared_version_is_only_recorded(query_lost):
+    root, state, entry = query_lost
+    plan = _query_plan(root, state, _driver(entry))
+    [change] = plan.actionable
+    assert (change.address, change.action, change.imported) == (FILTERED, Action.NOOP, "/run/q")
+    assert change.reason.startswith("imported (driver pid 4242 runs version") and "untouched" in (change.effect or "")
+    asked = questions(project_resources(load_project(root, variables=EXAMPLE_VARIABLES)), state,
+                      PlanOptions(imports={FILTERED: "/run/q"}))
+    assert asked.running == {FILTERED: "/run/q"}
+
+
+def test_a_running_query_of_another_version_is_planned_by_the_usual_categories(query_lost):
+    from dsflow.core.categories import Category
+
+    root, state, entry = query_lost
+    older = {**entry.data, "select": entry.data["select"] + " WHERE TRUE"}  # what the driver was started from
+    [change] = _query_plan(root, state, _driver(entry, older)).actionable
+    assert (change.action, change.imported, change.category) == (Action.UPDATE, "/run/q", Category.KEEP_CHECKPOINT)
+    assert change.before == older and change.after == entry.data
+
+
+def test_a_running_query_whose_declaration_is_not_recorded_is_refused(query_lost):
+    from dsflow.core.imports import refusals
+
+    root, state, entry = query_lost
+    seen = _driver(entry, {**entry.data, "select": "SELECT 1"}, declared=False)
+    seen = seen.model_copy(update={"resources": {FILTERED: seen.resources[FILTERED].model_copy(
+        update={"refused": "/run/q does not record the declaration"})}})
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    wanted = {str(r.address): r for r in project_resources(project)}
+    assert refusals({FILTERED: "/run/q"}, wanted, state, seen) == {FILTERED: "/run/q does not record the declaration"}
