@@ -54,7 +54,7 @@ def resolve_imports(entries: list[tuple[str, str | None, Location]], relations: 
     imports: dict[str, Import] = {}
     for text, given, where in entries:
         address = parse_address(text, qualify)
-        if address in queries:
+        if address is not None and address in queries:
             problems += _query_import(address, given, where, imports)
             continue
         relation = relations.get(address.partition(".")[2]) if address and address.startswith("relation.") else None
