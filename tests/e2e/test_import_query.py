@@ -1,6 +1,6 @@
 """Importing a running query (issue 42 item 4, core/imports.py, engine/refresh.py `observe_drivers`) with a real
 driver on the session's broker: the state loses the query's entry (an older copy of the state file put back), and
-`dsflow import query.NAME RUN_DIR` takes the driver that still runs it back, as it is, known by its identity
+`dsflow import query.NAME CHECKPOINT` (or RUN_DIR) takes the driver that still runs it back, as it is, known by its identity
 (adapters/process.py): nothing stopped or started, the records keep flowing. A changed declaration is then planned
 by the usual categories against what runs (a stateless filter: keep checkpoint, on the running driver's checkpoint),
 checked by id in the sink topic; a run folder whose driver is gone is refused before anything is applied."""
@@ -49,7 +49,8 @@ def test_dsflow_import_takes_a_running_driver_back_and_plans_a_change_against_it
 
         lost = operations.plan(operations.load(options))
         assert [(c.address, c.action) for c in lost.actionable] == [(QUERY, Action.CREATE)], "it lost the entry"
-        result = CliRunner().invoke(cli, [*args, "import", QUERY, run_dir, "--auto-approve"])
+        by_checkpoint = [*args, "import", QUERY, deployed.outputs["checkpoint"], "--auto-approve"]
+        result = CliRunner().invoke(cli, by_checkpoint)  # the checkpoint names the driver of its run folder
         assert result.exit_code == 0, result.output + repr(result.exception)
         assert f"<= {QUERY}  (import {run_dir})" in result.output and "1 to import" in result.output
         assert f"driver pid {pid} runs version {deployed.outputs['version'][:12]}" in result.output
