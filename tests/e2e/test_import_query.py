@@ -1,9 +1,10 @@
 """Importing a running query (issue 42 item 4, core/imports.py, engine/refresh.py `observe_drivers`) with a real
 driver on the session's broker: the state loses the query's entry (an older copy of the state file put back), and
-`dsflow import query.NAME CHECKPOINT` (or RUN_DIR) takes the driver that still runs it back, as it is, known by its identity
-(adapters/process.py): nothing stopped or started, the records keep flowing. A changed declaration is then planned
-by the usual categories against what runs (a stateless filter: keep checkpoint, on the running driver's checkpoint),
-checked by id in the sink topic; a run folder whose driver is gone is refused before anything is applied."""
+`dsflow import query.NAME CHECKPOINT` (or RUN_DIR) takes the driver that still runs it back, as it is, known by its
+identity (adapters/process.py): nothing stopped or started, the records keep flowing. A changed declaration is then
+planned by the usual categories against what runs (a stateless filter: keep checkpoint, on the running driver's
+checkpoint), checked by id in the sink topic; a run folder whose driver is gone is refused before anything is
+applied."""
 
 from __future__ import annotations
 
