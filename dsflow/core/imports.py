@@ -9,6 +9,10 @@ usual rules: the same, and the import only records it; more partitions, raised i
 columns the table lacks at the end of the declaration, added in place; anything else, replaced. A table that cannot
 take the declaration's rows as it is (`refusal`) is refused at plan time (DSF-E869), before anything is applied.
 dsflow did not create it, so no plan deletes it (`created_by_dsflow: false`).
+
+A running query (its driver's run folder, engine/refresh.py `observe_drivers`) is taken back into a state that lost
+its entry as its run folder records it: the declaration its version was started from and its driver's outputs
+(`_running`); the declaration is then compared with that by the usual categories.
 """
 
 from __future__ import annotations
