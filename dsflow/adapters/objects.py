@@ -78,6 +78,23 @@ def consumer_groups(project: Any, relations: Mapping[str, Mapping[str, Any]]) ->
     return found
 
 
+def existing_tables(project: Any, relations: Iterable[Any]) -> dict[str, tuple[list[list[str]] | None, str | None]]:
+    """For each table relation (by fqn) whose store kind can read its catalog (`tables_seen`, Capability.IMPORT_TABLES):
+    (its columns [name, type] as the catalog has them, or None when it does not exist; why it cannot take the
+    relation's rows as it is, or None). A store that cannot be reached: (None, its message)."""
+    found: dict[str, tuple[list[list[str]] | None, str | None]] = {}
+    for relation in relations:
+        store = project.store(relation.store)
+        objects = objects_for(store.type) if store is not None else None
+        if objects is None or not hasattr(objects, "tables_seen"):
+            continue
+        try:
+            found[relation.fqn] = objects.tables_seen(store, relation)
+        except DsflowError as err:
+            found[relation.fqn] = (None, f"cannot look at the table: {err.message}")
+    return found
+
+
 def positions(project: Any, names: Iterable[str]) -> dict[str, dict[str, tuple[int, int]]] | None:
     """For each named log of the project's relations: partition -> (first offset held, end offset) now, asked of
     the store of the relation that names it (a `positions` facet, one call per store); None when one of them cannot

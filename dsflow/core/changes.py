@@ -130,6 +130,14 @@ class Observation(BaseModel):
     detail: str = ""
     size: int | None = Field(None, description="a relation not yet deployed whose log exists already: the log's "
                                                "partitions (open shards) now; null otherwise")
+    columns: list[list[str]] | None = Field(None, description="a table an import adopts, which exists: its columns "
+                                            "as its store's catalog has them, [name, type], in order; null otherwise")
+    refused: str | None = Field(None, description="a table an import adopts: why it cannot take the declaration's "
+                                "rows as it is (DSF-E869 at plan time); null when it can")
+    running: dict[str, Any] | None = Field(None, description="a running query an import adopts: as its run folder "
+                                           "records it, `outputs` (pid, version, checkpoint, run_dir, topics) and "
+                                           "the declaration it was started from (`data`, `metadata`, their hashes); "
+                                           "null otherwise")
 
 
 class Observations(BaseModel):

@@ -397,10 +397,13 @@ class Removal(Frozen):
 
 
 class Import(Frozen):
-    """An `import:` entry (like Terraform's import blocks): an existing log taken into the state as it is."""
+    """An `import:` entry (like Terraform's import blocks): an existing log, table or running query taken into the
+    state as it is."""
 
-    address: str = Field(description="the declared stream or changelog, e.g. relation.default.public.pageviews")
-    id: str = Field(description="the log's name on its store (the declaration's topic or stream)")
+    address: str = Field(description="the declared stream, changelog, table or query, e.g. "
+                                     "relation.default.public.pageviews")
+    id: str = Field(description="the log's name on its store (the declaration's topic or stream), the table's "
+                    "(DATABASE.SCHEMA.TABLE), or a running query's run folder (its driver's spec.json)")
     location: Location | None = None
 
 

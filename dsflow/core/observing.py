@@ -48,9 +48,16 @@ class Questions:
     """Relation address -> deployed data of a relation the plan may update, replace or delete: which consumer groups
     outside the project read its log?"""
 
+    adopting: tuple[str, ...] = ()
+    """Relation addresses of the tables an import adopts (declared, not deployed): does each exist, with which
+    columns, and can it take the declaration's rows as it is?"""
+    running: Mapping[str, str] = field(default_factory=dict)
+    """Query address -> the run folder an import names (declared, not deployed): does a driver of its own run the
+    query there, which version, on which checkpoint?"""
+
     def __bool__(self) -> bool:
         return bool(self.growing or self.replays or self.carried or self.counted or self.evolving or self.skipping
-                    or self.consumed)
+                    or self.consumed or self.adopting or self.running)
 
 
 def questions(desired: list[Resource], state: State, options: PlanOptions, counting: bool = True) -> Questions:
@@ -71,7 +78,8 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
     growing = {key: (entry.data, pinned(wanted[key], entry).data["partitions"]) for key, entry in deployed.items()
                if key in changed and key.startswith("relation.") and _grows(wanted[key], entry)}
     growing |= {key: (wanted[key].data, wanted[key].data["partitions"]) for key in sorted(options.imports)
-                if key in wanted and key not in moved.resources and "partitions" in wanted[key].data}
+                if key in wanted and key not in moved.resources and "partitions" in wanted[key].data
+                and wanted[key].data.get("kind") != "table"}
     evolving = tuple(key for key, entry in deployed.items() if key in changed and _evolves(wanted[key], entry))
     carried = {key: entry for key, entry in queries.items() if entry.outputs.get("logs")}
     maybe_gone = {**deployed, **deleted(wanted, moved, options.targets)}
@@ -79,8 +87,12 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
                if Address.parse(key).kind is Kind.RELATION and recreates(entry)}
     consumed = {key: entry.data for key, entry in sorted(maybe_gone.items())
                 if Address.parse(key).kind is Kind.RELATION and (key in changed or key not in wanted)}
+    adopting = tuple(key for key in sorted(options.imports)
+                     if key in wanted and key not in moved.resources and wanted[key].data.get("kind") == "table")
+    running = {key: options.imports[key] for key in sorted(options.imports)
+               if key.startswith("query.") and key in wanted and key not in moved.resources}
     return Questions(growing=growing, replays=replays, carried=carried, counted=counted, evolving=evolving,
-                     skipping=skipping, consumed=consumed)
+                     skipping=skipping, consumed=consumed, adopting=adopting, running=running)
 
 
 def _changed(resource: Resource, deployed: DeployedResource | None) -> bool:

@@ -139,10 +139,10 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     state = state.model_copy(update={"resources": {k: v for k, v in state.resources.items() if k not in excluded}})
     moves = find_moves(options.moves, wanted, state)
     state, renamed = moved_state(state, moves)  # planned as if each move had been made: see core/moves.py
-    sizes = importable(options.imports, wanted, state, options.observations)
-    state = imported_state(state, wanted, sizes)  # and each import: see core/imports.py
+    adopted = importable(options.imports, wanted, state, options.observations)
+    state = imported_state(state, wanted, adopted)  # and each import: see core/imports.py
     forward = _forward_changes(wanted, graph, state, options, (moves, renamed))
-    forward = [with_import(c, options.imports, sizes, options.store_types) for c in forward]
+    forward = [with_import(c, options.imports, adopted, options.store_types) for c in forward]
     deletes = _delete_changes(wanted, state, options)
     forward = [_with_replay_note(c, wanted) for c in forward]
     changes = [_with_version(_with_object(_with_data_loss(c, state, options), state, graph, options, wanted),

@@ -156,6 +156,11 @@ class PhysicalObjects(Protocol):
         members), sorted; a log no group reads is absent. Optional: refresh asks a kind that offers it (plan's
         `consumers`)."""
 
+    def tables_seen(self, store: Any, relation: Any) -> tuple[list[list[str]] | None, str | None]:
+        """An existing table an import adopts (Capability.IMPORT_TABLES), read from the store's catalog: (its
+        columns [name, type] in order, or None when it does not exist; why it cannot take the relation's rows as it
+        is, or None)."""
+
     def can_grow(self, store: Any, name: str, total: int) -> bool:
         """Whether the object can take `total` partitions (shards) in place, keeping its records."""
 

@@ -33,6 +33,8 @@ class Capability(str, Enum):
     MERGE = "merge"                    # a table with a primary key is merged into (upserts and deletes)
     VIEWS = "views"                    # materialized views can live in it
     CHANGE_STREAM = "change_stream"    # its tables' changes can be read as a stream (CDC)
+    IMPORT_TABLES = "import_tables"    # an existing table can be imported (`import:`): its columns read from the
+                                       # catalog, the plan made against them (`objects` facet `tables_seen`)
     DEAD_LETTERS = "dead_letters"      # a query reading it can send undecodable records to a dead-letter log
     REGISTRY = "registry"              # its relations may use a schema registry (Avro, Protobuf)
     BROKER = "broker"                  # a broker named by its bootstrap address alone: `--bootstrap`, `dsflow dev
@@ -88,7 +90,7 @@ REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream", size_noun="shard",
               description="Amazon Kinesis Data Streams: streams and changelogs as Kinesis streams (shards)"),
     StoreKind("postgresql", "dsflow.adapters.postgres", "PostgreSQL",
-              frozenset({_C.VIEWS, _C.CHANGE_STREAM, _C.TABLES, _C.MERGE}), log_noun="table",
+              frozenset({_C.VIEWS, _C.CHANGE_STREAM, _C.TABLES, _C.MERGE, _C.IMPORT_TABLES}), log_noun="table",
               description="a PostgreSQL database: materialized views, tables written by CREATE TABLE ... AS SELECT, "
                           "and change streams of its tables", table_format="postgresql"),
     StoreKind("s3", "dsflow.adapters.tables", "S3", _TABLES, log_noun="table",

@@ -8,6 +8,7 @@ rely on live facts that are no longer what the plan's observations say (engine/r
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -98,7 +99,8 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             ctx = Context(project, workspace, note=holder.note, resumed=resumed)
             before = state
             try:
-                state = _apply_one(ctx, change, holder.state).with_pending(None)
+                seen = plan.observations.resources.get(change.address)
+                state = _apply_one(ctx, change, holder.state, seen.running if seen else None).with_pending(None)
             except (DsflowError, Exception) as err:  # noqa: BLE001 - reported with the change that failed
                 state = holder.state
                 result.failed = (change, err)
@@ -214,11 +216,12 @@ class _IntentRecorder:
         failpoints.pause_after_note(pending.address)
 
 
-def _apply_one(ctx: Context, change: Change, state: State) -> State:
+def _apply_one(ctx: Context, change: Change, state: State, running: dict[str, Any] | None = None) -> State:
+    """One change carried out and recorded; `running`: what the refresh saw of a running query it imports."""
     if change.moved_from is not None and change.address not in state.resources:  # a move: the entry follows
         state = state.with_move(change.moved_from, change.address)
     if change.imported is not None and change.address not in state.resources:
-        state = _imported(ctx, change, state)
+        state = _imported(ctx, change, state) if running is None else _running_query(change, state, running)
         if change.action is Action.NOOP:
             return state
     deployed = state.resources.get(change.address)
@@ -249,6 +252,16 @@ def _imported(ctx: Context, change: Change, state: State) -> State:
         address=change.address, depends_on=change.depends_on, data_hash=fingerprint(before),
         metadata_hash=change.metadata_hash or "", data=before, metadata=change.after_metadata or {},
         outputs={**outputs, "created_by_dsflow": False, "imported": change.imported}))
+
+
+def _running_query(change: Change, state: State, running: dict[str, Any]) -> State:
+    """The state with a running query recorded as its run folder records it (the declaration its version was
+    started from, its driver's outputs): nothing started or stopped; the change's own action, if any, then runs
+    against it (a new version on its checkpoint, ...)."""
+    return state.with_resource(DeployedResource(
+        address=change.address, depends_on=change.depends_on, data_hash=running["data_hash"],
+        metadata_hash=running.get("metadata_hash") or "", data=running["data"], metadata=running.get("metadata") or {},
+        outputs={**running["outputs"], "imported": change.imported}))
 
 
 def _forgotten(state: State, change: Change) -> State:

@@ -223,6 +223,7 @@ class QueryExecutor:
             _stop_orphan(run_dir)
         if ctx.resumed.get("pid") != parked:
             process.stop(ctx.resumed.get("pid"), driver_identity(run_dir))
+        write_declared(run_dir, change)
         shared = engine().start(ctx.project, ctx.workspace.run_dir / "apps", query, change.data_hash or "v",
                                 checkpoint, run_dir, start, parked)
         pid, topics = shared.pop("pid"), shared.pop("topics")
@@ -259,6 +260,18 @@ class QueryExecutor:
         topics = deployed.outputs.get("topics", [])
         by_topic = dict(zip(topics, offsets, strict=False)) if offsets else None
         return {"version": deployed.outputs.get("version"), "stop_offsets": by_topic}
+
+
+DECLARED = "declared.json"
+"""In a query's run folder: the declaration its running version was started from (address, data and metadata as the
+plan had them, secrets as markers, and their hashes), so `dsflow import` can take a running driver back into a state
+that lost its entry with the plan's usual categories (core/imports.py)."""
+
+
+def write_declared(run_dir: Path, change: Change) -> None:
+    (run_dir / DECLARED).write_text(json.dumps({
+        "address": change.address, "data_hash": change.data_hash, "metadata_hash": change.metadata_hash,
+        "data": change.after, "metadata": change.after_metadata, "depends_on": change.depends_on}, indent=2))
 
 
 def relaunch_driver(project: Project | None, deployed: DeployedResource, handoff: Handoff | None = None) -> int:

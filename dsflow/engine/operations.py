@@ -14,7 +14,7 @@ from dsflow.core.graph import Graph
 from dsflow.core.model import Project
 from dsflow.core.observing import Questions, questions
 from dsflow.core.plan import Action, Plan, PlanOptions, make_plan
-from dsflow.core.resources import project_resources, with_current_markers
+from dsflow.core.resources import Resource, project_resources, with_current_markers
 from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
 from dsflow.errors import ProjectError
 from dsflow.load.project import load_project
@@ -109,6 +109,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
         options = replace(options, observations=observe(loaded.project, state, asked, refreshing))
     the_plan = make_plan(loaded.project.name, loaded.project.environment, resources, state, options)
     _check_imports(loaded.project, the_plan, state, options)
+    _check_imported_tables(loaded.project, the_plan, {str(r.address): r for r in resources}, state, options)
     _check_existing_sizes(loaded.project, the_plan)
     check_prevented(the_plan)
     check_partitions(the_plan)
@@ -134,7 +135,8 @@ def _check_schema_evolution(project: Project, the_plan: Plan) -> None:
 
 
 def _check_imports(project: Project, the_plan: Plan, state, options: PlanOptions) -> None:
-    """DSF-E868, every one at once: an import of a log the refresh did not see (it does not exist, or --no-refresh)."""
+    """DSF-E868, every one at once: an import of a log or table the refresh did not see (it does not exist, or
+    --no-refresh)."""
     from dsflow.core.imports import missing
     from dsflow.errors import Diagnostic, ProjectError
 
@@ -149,7 +151,29 @@ def _check_imports(project: Project, the_plan: Plan, state, options: PlanOptions
         found.append(Diagnostic("DSF-E868", f"import {address} ({options.imports[address]}): nothing to import: {why}",
                                 relation.location if relation is not None else None,
                                 hint="check the store and the name, run the plan with a refresh, or drop the import "
-                                     "to create the log instead"))
+                                     "to create the log or table instead"))
+    if found:
+        raise ProjectError(diagnostics=found)
+
+
+def _check_imported_tables(project: Project, the_plan: Plan, wanted: Mapping[str, Resource], state,
+                           options: PlanOptions) -> None:
+    """DSF-E869, every one at once and before anything is applied: an imported table that cannot take the
+    declaration's rows as it is (a column type, the key, a required column; core/imports.py `refusal`), or a
+    running query whose run folder does not record the declaration it was started from."""
+    from dsflow.core.imports import refusals
+    from dsflow.errors import Diagnostic, ProjectError
+
+    found = []
+    planned = {c.address for c in the_plan.changes if c.imported is not None}
+    for address, why in refusals(options.imports, wanted, state, options.observations).items():
+        if address not in planned:
+            continue
+        relation = project.relation(Address.parse(address).name)
+        found.append(Diagnostic("DSF-E869", f"import {address} ({options.imports[address]}): it cannot be "
+                                f"imported as it is: {why}", relation.location if relation else None,
+                                hint="change the declaration to fit the table, or change the table (ALTER TABLE); "
+                                     "then plan again"))
     if found:
         raise ProjectError(diagnostics=found)
 

@@ -31,7 +31,7 @@ def observe(project, state: State, asked: Questions, refresh: bool) -> Observati
     if refresh:
         seen = refresh_resources(state, project)
         new_logs, sizes = observe_logs(state, project, asked.growing)
-        seen |= new_logs
+        seen |= new_logs | observe_tables(project, asked.adopting) | observe_drivers(project, asked.running)
         growable = sorted(key for key, (data, total) in asked.growing.items() if _can_grow(project, data, total))
         refusals = schema_refusals(project, asked.evolving)
         groups = consumer_groups(project, asked.consumed)
@@ -108,6 +108,74 @@ def observe_logs(state: State, project, growing: Mapping[str, object] = {}) -> t
         observations[f"relation.{relation.fqn}"] = Observation(address=f"relation.{relation.fqn}", healthy=True,
                                                                detail=detail, size=size)
     return observations, {f"relation.{fqn}": size for fqn, size in sorted(sizes.items())}
+
+
+def observe_tables(project, addresses: tuple[str, ...]) -> dict[str, Observation]:
+    """One observation per table an import adopts whose store kind can read its catalog (Capability.IMPORT_TABLES):
+    whether it exists, its columns and types as the catalog has them, and the store's verdict on taking the
+    declaration's rows as it is (`refused`). A store that cannot be reached: no columns, and the detail says why."""
+    from dsflow.adapters.objects import existing_tables
+    from dsflow.core.physical import physical_object
+
+    relations = [r for key in addresses if (r := project.relation(Address.parse(key).name)) is not None]
+    if not relations:
+        return {}
+    found = existing_tables(project, relations)
+    types = {s.name: s.type for s in project.stores}
+    observations = {}
+    for relation in relations:
+        if relation.fqn not in found:
+            continue
+        columns, refused = found[relation.fqn]
+        where = physical_object({"kind": "table", "store": relation.store, "topic": relation.topic}, types)
+        if columns is None:
+            detail = refused or f"{where} does not exist"
+            refused = None
+        else:
+            detail = f"{where} exists with columns " + ", ".join(f"{name} {type_}" for name, type_ in columns)
+        observations[f"relation.{relation.fqn}"] = Observation(
+            address=f"relation.{relation.fqn}", healthy=True, detail=detail, columns=columns, refused=refused)
+    return observations
+
+
+def observe_drivers(project, running: Mapping[str, str]) -> dict[str, Observation]:
+    """One observation per running query an import adopts (query address -> its run folder, relative to the
+    project's root or absolute): the live driver of
+    the folder (its engine's `running_driver`: known by its identity), the version and checkpoint it runs, and the
+    declaration it was started from (executors.DECLARED). A folder without a live driver of that query: not
+    seen (DSF-E868); a driver whose declaration is not recorded: `refused` (DSF-E869)."""
+    from dsflow.core.engines import engine
+    from dsflow.engine.executors import DECLARED
+
+    found = {}
+    for address, folder in sorted(running.items()):
+        run_dir = (Path(project.root) / folder).resolve()
+        driver = engine().running_driver(run_dir)
+        name = Address.parse(address).name
+        if driver is None or driver["name"] != name:
+            whose = "" if driver is None else f" (it runs {driver['name']})"
+            found[address] = Observation(address=address, healthy=False,
+                                         detail=f"no driver of {name} runs in {run_dir}{whose}")
+            continue
+        declared = _json(run_dir / DECLARED)
+        refused = None
+        if declared is None or declared.get("address") != address or declared.get("data_hash") != driver["version"]:
+            refused = f"{run_dir} does not record the declaration version {driver['version'][:12]} was started " \
+                      "from (a driver started before dsflow recorded it)"
+        outputs = {k: driver[k] for k in ("pid", "version", "checkpoint", "topics")} | {"run_dir": str(run_dir)}
+        found[address] = Observation(
+            address=address, healthy=True, refused=refused, running={**(declared or {}), "outputs": outputs},
+            detail=f"driver pid {driver['pid']} runs version {driver['version'][:12]} on checkpoint "
+                   f"{driver['checkpoint']}")
+    return found
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def query_status(deployed: DeployedResource) -> dict:
@@ -308,17 +376,24 @@ def _refusal(project, relation, address: str) -> str | None:
 def check_still_observed(plan, project) -> None:
     """DSF-E827, before apply changes anything: a fact a change of the plan relies on is no longer what the refresh
     saw when the plan was made (plan.observations). Looked at again, one request per store: the log a new relation
-    names (a plan that creates a topic must not take over one made since, nor adopt one deleted since) and the log
-    a stream grows in place. Record counts, estimates and drift move all the time and decide nothing apply does."""
+    names (a plan that creates a topic must not take over one made since, nor adopt one deleted since), the log
+    a stream grows in place, the columns of a table an import adopts (altered or dropped since), and the driver of a
+    query an import adopts (stopped, or running another version since). Record counts,
+    estimates and drift move all the time and decide nothing apply does."""
     from dsflow.core.plan import Action
     from dsflow.errors import DsflowError
 
     seen = plan.observations
     relied = [c for c in plan.actionable if c.address in seen.log_sizes and c.after is not None
               and (c.action is Action.CREATE or (c.action is Action.UPDATE and c.address in seen.growable))]
-    if not seen.refreshed or not relied:
+    tables = [c.address for c in plan.actionable if c.imported is not None
+              and (o := seen.resources.get(c.address)) is not None and o.columns is not None]
+    drivers = {c.address: c.imported for c in plan.actionable if c.imported is not None
+               and (o := seen.resources.get(c.address)) is not None and o.running is not None}
+    if not seen.refreshed or not (relied or tables or drivers):
         return
-    stale = _changed_logs(project, relied, seen.log_sizes)
+    stale = (_changed_logs(project, relied, seen.log_sizes) if relied else []) + \
+        _changed_tables(project, tables, seen.resources) + _changed_drivers(project, drivers, seen.resources)
     if stale:
         raise DsflowError("DSF-E827", "the live systems changed since the plan was made; nothing was applied: "
                           + "; ".join(stale), hint="run 'dsflow plan' again: a new plan is made from what they "
@@ -342,6 +417,36 @@ def _changed_logs(project, relied: list, observed: Mapping[str, int | None]) -> 
         then, current = (_size_words(change.after, size, types) for size in (observed[change.address], now[fqn]))
         found.append(f"{change.address} ({change.action.value}): {physical_object(change.after, types)} was "
                      f"{then} when the plan was made, and is {current} now")
+    return found
+
+
+def _changed_tables(project, addresses: list[str], observed: Mapping[str, Observation]) -> list[str]:
+    """Each imported table whose columns (or existence) differ now from what the plan was made against, in words; a
+    table whose store cannot be asked now is left out (apply meets that store anyway)."""
+    if not addresses:
+        return []
+    now = observe_tables(project, tuple(addresses))
+    found = []
+    for address in addresses:
+        current = now.get(address)
+        if current is None or current.detail.startswith("cannot look at") or \
+                (current.columns, current.refused) == (observed[address].columns, observed[address].refused):
+            continue
+        found.append(f"{address} (import): {observed[address].detail} when the plan was made, and {current.detail} "
+                     "now")
+    return found
+
+
+def _changed_drivers(project, drivers: Mapping[str, str], observed: Mapping[str, Observation]) -> list[str]:
+    """Each imported query whose driver is no longer the one (or runs no longer the version) the plan was made
+    against, in words."""
+    now = observe_drivers(project, drivers) if drivers else {}
+    found = []
+    for address in sorted(drivers):
+        then, current = observed[address].running or {}, now[address].running or {}
+        if current.get("outputs") != then.get("outputs"):
+            found.append(f"{address} (import): {observed[address].detail} when the plan was made, and "
+                         f"{now[address].detail} now")
     return found
 
 

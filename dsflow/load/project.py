@@ -333,7 +333,8 @@ class _Loader:
         declared = {f"relation.{r}" for r in ns.relations} | {f"query.{q.fqn}" for q in queries}
         moves, problems = resolve_moves(objects.moves, declared, ns.qualify_name)
         removals, unremovable = resolve_removals(objects.removals, declared, moves, ns.qualify_name)
-        imports, unimportable = resolve_imports(objects.imports, ns.relations, ns.qualify_name)
+        imports, unimportable = resolve_imports(objects.imports, ns.relations, ns.qualify_name, stores,
+                                                   {f"query.{q.fqn}" for q in queries})
         self.diagnostics += problems + unremovable + unimportable
         self.existing = {f"relation.{r}" for r in ns.relations} | {f"store.{s}" for s in stores}
         self.existing |= {f"schema_registry.{r.name}" for r in objects.schema_registries}

@@ -244,11 +244,14 @@ class RawRemoval(Raw):
 
 
 class RawImport(Raw):
-    """An `import:` entry: an existing log a declared stream or changelog names, taken into the state as it is."""
+    """An `import:` entry: an existing log or table a declared relation names, or a running query, taken into the
+    state as it is."""
 
-    to: str = Field(description="the declared relation, e.g. relation.db.schema.name or schema.name")
-    id: str | None = Field(None, description="the log's name on its store (a topic, a stream); the declaration's "
-                           "'topic' when left out, and it must be that")
+    to: str = Field(description="the declared relation or query, e.g. relation.db.schema.name, schema.name or "
+                                "query.db.schema.name")
+    id: str | None = Field(None, description="the log's name on its store (a topic, a stream) or the table's "
+                           "([DATABASE.]SCHEMA.TABLE): what the declaration names when left out, and it must be that; "
+                           "a running query's run folder (required)")
 
 
 class RawObjectsFile(Raw):

@@ -85,7 +85,8 @@ def test_an_import_of_what_is_deployed_already_plans_nothing(not_yet_imported, t
 
 @pytest.mark.parametrize(("entries", "code"), [
     ("import:\n  - to: nothing_here\n", "DSF-E866"),
-    ("import:\n  - to: query.analytics.curated.pageviews_filtered\n", "DSF-E866"),
+    ("import:\n  - to: query.analytics.curated.nothing_here\n    id: .dsflow/run/queries/x\n", "DSF-E866"),
+    ("import:\n  - to: query.analytics.curated.pageviews_filtered\n", "DSF-E867"),
     ("import:\n  - to: pageviews\n    id: other_topic\n", "DSF-E867"),
     ("import:\n  - to: pageviews\n  - to: public.pageviews\n", "DSF-E867"),
 ])
@@ -106,3 +107,167 @@ def test_an_import_needs_what_a_create_needs(not_yet_imported):
     needs = change_requirements(change.model_dump(mode="json"))
     assert needs and all(privilege.value != "OWNERSHIP" for privilege, _ in needs)
     assert ("store.kafka_main" in [on for _, on in needs])
+
+
+USER_VIEWS = "relation.analytics.public.user_views"
+PG_STORE = """\
+stores:
+  - name: pg
+    type: postgresql
+    properties: {host: 127.0.0.1, port: 5432, user: postgres, database: shop}
+"""
+PG_TABLE = """\
+CREATE TABLE user_views WITH ('store' = 'pg', 'postgresql.table.name' = 'user_views') AS
+  SELECT userid, COUNT(*) AS views, MAX(viewtime) AS last_seen FROM pageviews GROUP BY userid;
+"""
+
+
+def _table(columns: list[tuple[str, str]], refused: str | None = None) -> Observations:
+    seen = Observation(address=USER_VIEWS, healthy=True, detail="postgresql table exists",
+                       columns=[list(c) for c in columns], refused=refused)
+    return Observations(resources={USER_VIEWS: seen})
+
+
+@pytest.fixture()
+def table_not_yet_imported(tmp_path) -> tuple[Path, State]:
+    """The example with a PostgreSQL table written by a CTAS, deployed but for the table, which an `import:` entry
+    adopts."""
+    root = copy_example(tmp_path)
+    (root / "stores" / "pg.yml").write_text(PG_STORE)
+    (root / "sql" / "tables.sql").write_text(PG_TABLE)
+    state = applied(plan_with_imports(root, State()))
+    (root / "import.yml").write_text("import:\n  - to: user_views\n    id: public.user_views\n")
+    return root, state.without(USER_VIEWS)
+
+
+ALL = [("userid", "text"), ("views", "bigint"), ("last_seen", "bigint")]
+
+
+def test_an_imported_table_with_the_declared_columns_is_only_recorded(table_not_yet_imported):
+    root, state = table_not_yet_imported
+    plan = plan_with_imports(root, state, observations=_table(ALL))
+    [change] = [c for c in plan.actionable if c.address == USER_VIEWS]
+    assert (change.action, change.imported) == (Action.NOOP, "shop.public.user_views")
+    assert "exists with columns userid text, views bigint, last_seen bigint); matches" in change.reason
+    assert "its rows kept" in (change.effect or "")
+    state = applied(plan, state)
+    assert not [c for c in plan_with_imports(root, state, observations=_table(ALL)).actionable
+                if c.address == USER_VIEWS]
+
+
+def test_an_imported_table_lacking_the_last_declared_columns_gains_them_in_place(table_not_yet_imported):
+    root, state = table_not_yet_imported
+    plan = plan_with_imports(root, state, observations=_table(ALL[:1] + [("views", "numeric"), ("extra", "text")]))
+    [change] = [c for c in plan.actionable if c.address == USER_VIEWS]
+    assert (change.action, change.imported) == (Action.UPDATE, "shop.public.user_views")
+    assert [c[0] for c in change.before["columns"]] == ["userid", "views"]
+    assert [c[0] for c in change.after["columns"]] == ["userid", "views", "last_seen"]
+    assert "column(s) last_seen added (in place: ALTER TABLE ADD COLUMN)" in change.reason, change.reason
+
+
+@pytest.mark.parametrize(("columns", "refused", "why"), [
+    ([("userid", "text"), ("last_seen", "bigint")], None, "lacks the declared column(s) views before others"),
+    (ALL, "column views is text", "column views is text"),
+])
+def test_an_imported_table_that_cannot_take_the_rows_is_refused(table_not_yet_imported, columns, refused, why):
+    from dsflow.core.imports import refusals
+    from dsflow.core.resources import project_resources
+
+    root, state = table_not_yet_imported
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    wanted = {str(r.address): r for r in project_resources(project)}
+    found = refusals({USER_VIEWS: "shop.public.user_views"}, wanted, state, _table(columns, refused))
+    assert why in found[USER_VIEWS]
+
+
+def test_the_refresh_is_asked_about_an_imported_table(table_not_yet_imported):
+    root, state = table_not_yet_imported
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    asked = questions(project_resources(project), state, PlanOptions(imports={USER_VIEWS: "shop.public.user_views"}))
+    assert asked.adopting == (USER_VIEWS,) and USER_VIEWS not in asked.growing
+
+
+@pytest.mark.parametrize(("entry", "code"), [
+    ("import:\n  - to: user_views\n    id: public.other\n", "DSF-E867"),
+    ("import:\n  - to: user_views\n    id: shop.public.user_views\n", None),
+])
+def test_a_table_import_names_its_table_with_or_without_the_database(tmp_path, entry, code):
+    root = copy_example(tmp_path)
+    (root / "stores" / "pg.yml").write_text(PG_STORE)
+    (root / "sql" / "tables.sql").write_text(PG_TABLE)
+    (root / "import.yml").write_text(entry)
+    if code is None:
+        assert [i.id for i in load_project(root, variables=EXAMPLE_VARIABLES).imports] == ["shop.public.user_views"]
+        return
+    with pytest.raises(DsflowError) as raised:
+        load_project(root, variables=EXAMPLE_VARIABLES)
+    assert [d.code for d in raised.value.diagnostics] == [code]
+
+
+FILTERED = "query.analytics.curated.pageviews_filtered"
+
+
+def _query_plan(root: Path, state: State, seen: Observations):
+    from dsflow.core.plan import make_plan
+
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    return make_plan(project.name, project.environment, project_resources(project), state,
+                     PlanOptions(imports={FILTERED: "/run/q"}, observations=seen,
+                                 store_types={s.name: s.type for s in project.stores}))
+
+
+def _driver(entry, data: dict | None = None, declared: bool = True) -> Observations:
+    """What the refresh sees of the driver in /run/q: the version it runs and the declaration it started from."""
+    from dsflow.core.resources import fingerprint
+
+    data = data or entry.data
+    outputs = {"pid": 4242, "version": fingerprint(data), "checkpoint": "/ck/v1", "run_dir": "/run/q",
+               "topics": ["pageviews"]}
+    running: dict = {"outputs": outputs}
+    if declared:
+        running |= {"address": FILTERED, "data_hash": fingerprint(data), "metadata_hash": entry.metadata_hash,
+                    "data": data, "metadata": entry.metadata}
+    detail = f"driver pid 4242 runs version {outputs['version'][:12]} on checkpoint /ck/v1"
+    return Observations(resources={FILTERED: Observation(address=FILTERED, healthy=True, detail=detail,
+                                                         running=running)})
+
+
+@pytest.fixture()
+def query_lost(tmp_path) -> tuple[Path, State, object]:
+    """The example deployed, then its state without the filter query's entry (an older copy put back)."""
+    root = copy_example(tmp_path)
+    state = applied(plan_with_imports(root, State()))
+    return root, state.without(FILTERED), state.resources[FILTERED]
+
+
+def test_a_running_query_of_the_declared_version_is_only_recorded(query_lost):
+    root, state, entry = query_lost
+    plan = _query_plan(root, state, _driver(entry))
+    [change] = plan.actionable
+    assert (change.address, change.action, change.imported) == (FILTERED, Action.NOOP, "/run/q")
+    assert change.reason.startswith("imported (driver pid 4242 runs version") and "untouched" in (change.effect or "")
+    asked = questions(project_resources(load_project(root, variables=EXAMPLE_VARIABLES)), state,
+                      PlanOptions(imports={FILTERED: "/run/q"}))
+    assert asked.running == {FILTERED: "/run/q"}
+
+
+def test_a_running_query_of_another_version_is_planned_by_the_usual_categories(query_lost):
+    from dsflow.core.categories import Category
+
+    root, state, entry = query_lost
+    older = {**entry.data, "select": entry.data["select"] + " WHERE TRUE"}  # what the driver was started from
+    [change] = _query_plan(root, state, _driver(entry, older)).actionable
+    assert (change.action, change.imported, change.category) == (Action.UPDATE, "/run/q", Category.KEEP_CHECKPOINT)
+    assert change.before == older and change.after == entry.data
+
+
+def test_a_running_query_whose_declaration_is_not_recorded_is_refused(query_lost):
+    from dsflow.core.imports import refusals
+
+    root, state, entry = query_lost
+    seen = _driver(entry, {**entry.data, "select": "SELECT 1"}, declared=False)
+    seen = seen.model_copy(update={"resources": {FILTERED: seen.resources[FILTERED].model_copy(
+        update={"refused": "/run/q does not record the declaration"})}})
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    wanted = {str(r.address): r for r in project_resources(project)}
+    assert refusals({FILTERED: "/run/q"}, wanted, state, seen) == {FILTERED: "/run/q does not record the declaration"}

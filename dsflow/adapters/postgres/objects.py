@@ -36,6 +36,13 @@ class PostgresObjects:
 
         return TABLE_OBJECTS.held_records(store, outputs, data, since)
 
+    def tables_seen(self, store: Any, relation: Any) -> tuple[list[list[str]] | None, str | None]:
+        """An existing table an import adopts, read from the catalog (adopting.py): its columns, and why it cannot
+        take the relation's rows as it is."""
+        from dsflow.adapters.postgres.adopting import table_seen
+
+        return table_seen(store, relation)
+
     def executor(self, data: Mapping[str, Any], outputs: Mapping[str, Any], store_type: str | None) -> Any:
         """A CDC stream (its slot and publication), a view kept in a store (its snapshot table), or a table
         (adapters/tables/executor.py, as every table format's)."""

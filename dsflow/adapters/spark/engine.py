@@ -31,6 +31,17 @@ class SparkEngine:
     def driver_identity(self, run_dir: str | Path | None) -> process.Identity:
         return specs.driver_identity(run_dir)
 
+    def running_driver(self, run_dir: Path) -> dict[str, Any] | None:
+        pid = process.holder(specs.driver_identity(run_dir))
+        try:
+            spec = specs.QuerySpec.model_validate_json((run_dir / "spec.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if pid is None:
+            return None
+        return {"name": spec.name, "pid": pid, "version": spec.version, "checkpoint": spec.checkpoint,
+                "topics": [s.topic for s in spec.sources]}
+
     def identity(self, outputs: dict[str, Any]) -> process.Identity:
         """Its shared application's host, or its own driver (a cold one or a standby that took it over)."""
         if outputs.get("app_dir"):
