@@ -29,13 +29,15 @@ class Address:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.kind._value_}.{self.name}"  # _value_: Enum.value is a Python-level descriptor
+        return self._str  # type: ignore[attr-defined]  # set by __post_init__, on purpose not a field
 
     def __post_init__(self) -> None:
-        # the hash, computed once: a plan hashes each address ~8 times (graph dicts, sets, lookups). Consistent
-        # with the generated __eq__; by the kind's value because Enum.__hash__ is Python code. Not a field, so
+        # the hash and the text, computed once: a plan hashes each address ~8 times (graph dicts, sets, lookups)
+        # and writes it as text ~14 times. The hash is consistent with the generated __eq__; by the kind's value
+        # because Enum.__hash__ is Python code (and Enum.value a Python-level descriptor). Not fields, so
         # equality, ordering and repr are unchanged.
         object.__setattr__(self, "_hash", hash((self.kind._value_, self.name)))
+        object.__setattr__(self, "_str", f"{self.kind._value_}.{self.name}")
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined]  # set by __post_init__, on purpose not a field

@@ -33,7 +33,7 @@ class Action(str, Enum):
 class Estimate(BaseModel):
     """How much a replay re-reads: records from the sources' current offsets, and time at the measured rate."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     records: int = Field(description="records the replay re-reads: the sources' end offsets minus the start")
     rate_per_second: float | None = Field(None, description="the query's measured input rate; null if unknown")
@@ -51,7 +51,7 @@ class Estimate(BaseModel):
 class DataLoss(BaseModel):
     """What a delete or replacement destroys: an object that holds records, and how many it holds now."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     object: str = Field(description="the physical object, e.g. 'topic main/pageviews'")
     records: int | None = Field(None, description="records it holds, counted during the refresh; null if not "
@@ -63,7 +63,7 @@ class DataLoss(BaseModel):
 class Skipped(BaseModel):
     """What a reset checkpoint skips: the records its sources hold past its last committed batch, never read."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     records: int | None = Field(None, description="records its sources hold now past its last committed batch, "
                                                   "counted during planning; null if not counted (a source whose "
@@ -73,7 +73,7 @@ class Skipped(BaseModel):
 class Change(BaseModel):
     """One planned change, with the reason (for display only) and its effect on query state."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     address: str = Field(description="the resource: kind.name, e.g. query.analytics.curated.pageviews_filtered")
     action: Action = Field(description="what apply does: create, update, replace, delete, forget "
@@ -123,7 +123,7 @@ class Observation(BaseModel):
     """What a refresh saw of a resource in the real system: a deployed one (drift), or the log a relation not yet
     deployed names (whether it exists already, and its size)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     address: str
     healthy: bool
@@ -145,7 +145,7 @@ class Observations(BaseModel):
     to look at is derived from the project and the state alone, core/observing.py). The plan is a pure function of
     (project, state, observations), carries them, and apply checks the facts a change relies on against them."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     refreshed: bool = Field(False, description="true when the stores and processes were looked at (false with "
                                                "--no-refresh and for a destroy, where only replays are measured)")

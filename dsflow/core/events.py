@@ -27,7 +27,7 @@ KINDS: tuple[str, ...] = EventKind.__args__  # type: ignore[attr-defined]
 class Event(BaseModel):
     """One thing that happened to one object of an environment."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     time: str = Field(description="when, UTC, ISO 8601 with microseconds (sorts as text)")
     id: str = Field(description="unique: tells apart events of the same microsecond")

@@ -19,7 +19,7 @@ free of pydantic: Spark's Python processes import it (the lake readers), and pyd
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
 
 class Column(Frozen):

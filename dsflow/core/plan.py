@@ -35,7 +35,7 @@ PLAN_FORMAT_VERSION = 1
 class Plan(BaseModel):
     """The ordered changes that bring the deployed state to the desired project."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     format_version: int = Field(PLAN_FORMAT_VERSION, description="the plan JSON format (docs/plan-json.md)")
     project: str = Field(description="the project's name from dsflow.yml")

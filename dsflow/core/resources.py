@@ -41,8 +41,13 @@ class Resource:
         return fingerprint(self.metadata)
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+"""What `json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)` builds on every call, built once: a
+plan fingerprints every resource twice."""
+
+
 def fingerprint(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    text = _ENCODER.encode(value)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

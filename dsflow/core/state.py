@@ -13,7 +13,7 @@ STATE_FORMAT_VERSION = 1
 class DeployedResource(BaseModel):
     """A resource as recorded after it was applied."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     address: str
     depends_on: list[str] = Field(default_factory=list)
@@ -27,7 +27,7 @@ class DeployedResource(BaseModel):
 class LedgerEntry(BaseModel):
     """One version of a continuous query: how it started, where it kept its checkpoint, where it stopped."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     query: str
     version: str = Field(description="the query's data hash")
@@ -54,7 +54,7 @@ class LedgerEntry(BaseModel):
 class ForgottenEntry(BaseModel):
     """An object a `removed:` entry took out of management: its state entry went, the object itself was kept."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     address: str
     forgotten_at: str
@@ -68,7 +68,7 @@ class ForgottenEntry(BaseModel):
 class PendingChange(BaseModel):
     """A change apply started but has not recorded yet, with what the executor noted on the way."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     address: str
     action: str
@@ -78,7 +78,7 @@ class PendingChange(BaseModel):
 class State(BaseModel):
     """All deployed resources of one project environment."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     version: int = STATE_FORMAT_VERSION
     lineage: str = Field("", description="set on the first write; a plan records it")

@@ -19,10 +19,12 @@ def check_contracts(project: Project, resources, state, targets: frozenset[str] 
     from dsflow.core.plan import wanted_resources
     from dsflow.errors import ProjectError
 
-    wanted, graph = wanted_resources(resources, PlanOptions(targets=targets))
-    skip = {k for k in (r.address for r in resources) if str(k) not in wanted} if targets else set()
-    for address in excludes:
-        skip |= {Address.parse(address)} | set(graph.descendants(Address.parse(address)))
+    skip: set[Address] = set()
+    if targets or excludes:  # else nothing is skipped: no graph to build
+        wanted, graph = wanted_resources(resources, PlanOptions(targets=targets))
+        skip = {k for k in (r.address for r in resources) if str(k) not in wanted} if targets else set()
+        for address in excludes:
+            skip |= {Address.parse(address)} | set(graph.descendants(Address.parse(address)))
     found = contract_diagnostics(project, resources, state, frozenset(str(a) for a in skip))
     if found:
         raise ProjectError(diagnostics=found)

@@ -227,6 +227,8 @@ def _check_forced(forced: Forced, resources, state, targets: frozenset[str], exc
     from dsflow.errors import DsflowError
 
     for option, addresses in (("--replace", forced.replace), ("--reset-checkpoint", forced.reset_checkpoint)):
+        if not addresses:
+            continue  # listing the resources' addresses is not free in a big project
         _check_targets(addresses, None, state, option, {str(r.address) for r in resources})
         for address in sorted(addresses):
             why = None

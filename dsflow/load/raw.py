@@ -39,7 +39,7 @@ ObjectName = Annotated[str, AfterValidator(checked_object_name)]
 
 
 class Raw(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class RawDefaults(Raw):

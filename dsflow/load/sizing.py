@@ -10,6 +10,7 @@ as declared.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 from dsflow.core import stores as registry
 from dsflow.core.model import Relation, Store
@@ -42,15 +43,24 @@ def partitions_key(store: Store) -> str:
 
 def foreign_keys(st: RawStatement, store: Store) -> list[str]:
     """The sizing properties `st` declares that size the logs of another store kind, not the store's."""
-    own = rule(store.type, "sizing_keys") or ()
-    own_prefix = rule(store.type, "config_prefix")
-    keys, prefixes = set(), set()
+    keys, prefixes = _foreign_sizing(store.type)
+    return [p.key for p in st.properties if p.key in keys or any(p.key.startswith(x) for x in prefixes)]
+
+
+@cache
+def _foreign_sizing(store_type: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(sizing keys, config prefixes) of the log store kinds other than `store_type`: once per type, not per
+    statement (the registry does not change while a process runs)."""
+    own = rule(store_type, "sizing_keys") or ()
+    own_prefix = rule(store_type, "config_prefix")
+    keys: set[str] = set()
+    prefixes: set[str] = set()
     for type_ in registry.kinds_that(registry.Capability.LOGS):
         keys |= set(rule(type_, "sizing_keys") or ()) - set(own)
         prefix = rule(type_, "config_prefix")
         if prefix and prefix != own_prefix:
             prefixes.add(prefix)
-    return [p.key for p in st.properties if p.key in keys or any(p.key.startswith(x) for x in prefixes)]
+    return frozenset(keys), tuple(sorted(prefixes))
 
 
 def report_foreign(st: RawStatement, store: Store, why: str, report: Report) -> None:

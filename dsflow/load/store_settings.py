@@ -23,7 +23,7 @@ HINT = "see docs/project.md (Table stores)"
 class StoreSettings(BaseModel):
     """The properties of a store of one kind (extra ones are refused)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class AwsCredentials(StoreSettings):
