@@ -215,8 +215,7 @@ class QueryExecutor:
         if read_from is None:
             read_from = ctx.resumed.get("read_from")
         if read_from is None:
-            read_from = first_offsets(ctx.project, query, start)
-            ctx.note({"read_from": read_from})
+            read_from = first_offsets(ctx.project, query, start)  # noted with the PID, the one note of a start
         run_dir = ctx.workspace.query_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
         if parked is None:
@@ -227,7 +226,7 @@ class QueryExecutor:
         shared = engine().start(ctx.project, ctx.workspace.run_dir / "apps", query, change.data_hash or "v",
                                 checkpoint, run_dir, start, parked)
         pid, topics = shared.pop("pid"), shared.pop("topics")
-        ctx.note({"pid": pid})
+        ctx.note({"pid": pid, "read_from": read_from})
         logs = source_logs(ctx.project, query)
         started = {"version": change.data_hash or "v", "category": category.value, "checkpoint": str(checkpoint),
                    "start_offsets": start.offsets or None, "start_timestamp": start.timestamp,
