@@ -25,6 +25,9 @@ CREATE CHANGELOG per_page WITH ('watermark.delay' = '1 hour') AS
   SELECT window_start, window_end, pageid, COUNT(*) AS views
   FROM TUMBLE(pageviews, SIZE 10 SECONDS) GROUP BY window_start, window_end, pageid;
 CREATE STREAM copied AS SELECT id, userid FROM pageviews;
+CREATE CHANGELOG users (userid VARCHAR, tier VARCHAR, PRIMARY KEY (userid))
+  WITH ('value.format' = 'json', 'topic.partitions' = 1);
+CREATE CHANGELOG per_tier AS SELECT tier, COUNT(*) AS n FROM users GROUP BY tier;
 """
 
 
@@ -53,6 +56,16 @@ def test_the_state_sample_is_the_groups_a_python_reading_counts(spark, tmp_path,
     assert len(pages[0]["sample"]) == len(windows)
 
     assert engine().state_sample(checkpoints / "copied", 5) == []  # stateless: no state
+
+    # a GROUP BY over a changelog retracts through transformWithState (adapters/spark/retract.py): its state is read
+    # per state variable; the first operator keeps one row per live user, the second one per tier
+    tier_of = {f"u{i}": f"t{i % 3}" for i in range(10)}
+    produce(broker, project, "users", [{"userid": u, "tier": t} for u, t in tier_of.items()], "userid")
+    run(spark, project, "per_tier", tmp_path)
+    tiers = engine().state_sample(checkpoints / "per_tier", 3)
+    assert tiers and all("error" not in op for op in tiers), tiers
+    assert {len(tier_of), len(set(tier_of.values()))} <= {op["rows"] for op in tiers}, tiers
+    assert all(row["part"].startswith("variable ") for op in tiers for row in op["sample"])
     text = describe_text({"address": "query.x", "version": "v", "started_at": None, "category": None,
                           "paused": False, "sink": "s", "sql": "SELECT", "sources": [], "checkpoint": "c",
                           "last_committed_batch": 0, "status": {}, "state": users})

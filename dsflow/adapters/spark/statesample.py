@@ -30,26 +30,44 @@ def _operator(spark: Any, checkpoint: Path, operator: dict[str, Any], limit: int
     found: dict[str, Any] = {"operator_id": number, "operator": operator.get("operatorName"),
                              "store": operator.get("stateStoreName"), "partitions": operator.get("numPartitions"),
                              "batch": operator.get("maxBatchId"), "disk_bytes": _disk_bytes(checkpoint, number)}
-    sides = JOIN_SIDES if "join" in str(operator.get("operatorName") or "").lower() else (None,)
     rows, sample = 0, list[dict[str, Any]]()
     try:
-        for side in sides:
+        for part, options in _parts(operator):
             reader = spark.read.format("statestore").option("operatorId", number)
-            reader = reader.option("joinSide", side) if side else \
-                reader.option("storeName", operator.get("stateStoreName") or "default")
+            for key, value in options.items():
+                reader = reader.option(key, value)
             frame = reader.load(str(checkpoint))
             rows += frame.count()
-            sample += [_row(r, side) for r in frame.limit(max(0, limit - len(sample))).collect()]
-    except Exception as err:  # noqa: BLE001 - an operator the state data source cannot read (say, per state variable)
+            sample += [_row(r, part) for r in frame.limit(max(0, limit - len(sample))).collect()]
+    except Exception as err:  # noqa: BLE001 - an operator the state data source cannot read
         from dsflow.adapters.spark.driver import error_summary
 
         return {**found, "error": error_summary(err)}
     return {**found, "rows": rows, "sample": sample}
 
 
-def _row(row: Any, side: str | None) -> dict[str, Any]:
+def _parts(operator: dict[str, Any]) -> list[tuple[str | None, dict[str, str]]]:
+    """How the operator's state is read, one part at a time: a stream-stream join's two sides, a transformWithState
+    operator's state variables (named in its metadata's properties), else its one store."""
+    import json
+
+    name = str(operator.get("operatorName") or "").lower()
+    if "join" in name and "transformwithstate" not in name:
+        return [(side, {"joinSide": side}) for side in JOIN_SIDES]
+    try:
+        properties = json.loads(operator.get("operatorProperties") or "{}")
+    except ValueError:
+        properties = {}
+    variables = [v.get("stateName") for v in properties.get("stateVariables") or [] if v.get("stateName")]
+    if variables:
+        return [(f"variable {v}", {"stateVarName": v}) for v in variables]
+    return [(None, {"storeName": operator.get("stateStoreName") or "default"})]
+
+
+def _row(row: Any, part: str | None) -> dict[str, Any]:
     plain = row.asDict(recursive=True)
-    return {"key": plain.get("key"), "value": plain.get("value"), **({"side": side} if side else {})}
+    shown = {k: v for k, v in plain.items() if k != "partition_id"}
+    return {**shown, **({"part": part} if part else {})}
 
 
 def _disk_bytes(checkpoint: Path, operator: int) -> int:
