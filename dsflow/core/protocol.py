@@ -44,6 +44,9 @@ class StoreRules(Protocol):
     transactional_streams: bool
     """Logs: a stream sink may be 'exactly-once' (its writes are transactions recording the batch id); absent: it
     may not (DSF-E047)."""
+    realtime_logs: bool
+    """Logs: a query in Spark's real-time mode ('trigger' = 'realtime') may read and write them through Spark's own
+    connector (adapters/spark/realtime.py); absent: it may not (DSF-E872)."""
     row_dead_letters: bool
     """Dead letters (Capability.DEAD_LETTERS): a query's DEAD LETTER expectations may send rows to its dead-letter
     log (absent: they may not, DSF-E864)."""

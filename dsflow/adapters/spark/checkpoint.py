@@ -22,7 +22,15 @@ def committed_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
     if batch is None:
         return None
     lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    return [{str(k): _offset(v) for k, v in json.loads(line).items()} for line in lines[2:] if line.strip()]
+    return [_partitions(json.loads(line)) for line in lines[2:] if line.strip()]
+
+
+def _partitions(offset: dict[str, Any]) -> dict[str, int | str]:
+    """{partition: offset} of one source's offset: dsflow's sources write it so; Spark's Kafka source (real-time
+    mode, adapters/spark/realtime.py) writes {topic: {partition: offset}}, one topic a source."""
+    if len(offset) == 1 and isinstance(next(iter(offset.values())), dict):
+        offset = next(iter(offset.values()))
+    return {str(k): _offset(v) for k, v in offset.items()}
 
 
 def _offset(value: Any) -> int | str:

@@ -1,0 +1,92 @@
+"""A query's trigger ('trigger', runtime.trigger) and what Spark's real-time mode cannot run (DSF-E872, DSF-E873).
+
+Real-time mode (Spark 4.1 and later) runs long micro-batches whose tasks process records as they arrive; the
+trigger interval is then how often it checkpoints. It reads and writes logs through Spark's own connector only
+(Python data sources are not supported in it), so dsflow runs in it what that connector can do as dsflow would:
+stateless queries (filters, projections) from streams of JSON values to a stream or changelog of JSON values,
+keys as text. Its sink is at-least-once: a restart writes again what the last checkpoint had not committed.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from dsflow.core.model import Query
+from dsflow.errors import Diagnostic
+from dsflow.load.rules import rule
+
+TRIGGERS = {"micro-batch": "micro-batch", "microbatch": "micro-batch", "realtime": "realtime",
+            "real-time": "realtime"}
+REALTIME_SPARK = (4, 1)
+"""The first Spark with real-time mode."""
+
+
+def checked_trigger(query: Query, st, ns, report) -> Query:
+    """The query with its trigger ('trigger', else runtime.trigger); in real-time mode, each thing it uses that the
+    mode cannot run reported (DSF-E872) at the 'trigger' property (or the statement, for runtime.trigger)."""
+    prop = st.prop("trigger")
+    value = prop.value.strip().lower() if prop is not None else ns.trigger
+    if value not in TRIGGERS:
+        report(Diagnostic("DSF-E032", f"'trigger' must be 'micro-batch' or 'realtime', got '{prop.value}'",
+                          prop.location, hint="'trigger' = 'realtime' runs it in Spark's real-time mode"))
+        return query
+    trigger = TRIGGERS[value]
+    if trigger == "micro-batch":
+        return query
+    where = prop.location if prop is not None else st.location
+    _check_spark(where, report)
+    for reason in unsupported(query, ns):
+        report(Diagnostic("DSF-E872", f"query '{query.fqn}' runs in real-time mode ('trigger' = 'realtime'), which "
+                          f"cannot run it: {reason}", where, hint="remove 'trigger' = 'realtime' (micro-batches run "
+                          "it), or keep real-time queries to filters and projections of JSON streams in a Kafka "
+                          "store, without expectations or dead letters"))
+    return query.model_copy(update={"trigger": trigger})
+
+
+def unsupported(query: Query, ns) -> list[str]:
+    """Why real-time mode cannot run the query in dsflow, one reason a line (none: it can)."""
+    reasons = [f"{what} '{relation.fqn}' is {why}"
+               for what, relation in [*(("source", ns.relations[s.relation]) for s in query.sources),
+                                      ("sink", ns.relations[query.sink])]
+               if (why := _relation_misfit(relation, ns, what))]
+    if query.stateful or query.output_mode != "append" or query.window is not None:
+        reasons.append("it is stateful (an aggregation, a window or a join); real-time mode runs stateless queries")
+    if query.temporal_join or query.changelog_join or query.join_chain or query.join_within or len(query.sources) > 1:
+        reasons.append("it joins relations")
+    if query.expectations:
+        reasons.append("it has CONSTRAINT ... EXPECT rules")
+    if query.functions:
+        reasons.append(f"it calls Python functions ({', '.join(query.functions)})")
+    if query.delivery_guarantee == "exactly-once":
+        reasons.append("'delivery.guarantee' is 'exactly-once'; real-time mode's sink is at-least-once")
+    if query.deserialization_errors not in (None, "TERMINATE") or query.dlq_topic:
+        reasons.append("it sets dead letters or skips undecodable records; in real-time mode a record that does not "
+                       "parse gives NULL columns")
+    if query.deletes != "none":
+        reasons.append("it reads a changelog's deletes")
+    return reasons
+
+
+def _relation_misfit(relation, ns, what: str) -> str | None:
+    store = ns.stores.get(relation.store or "")
+    if store is None or not rule(store.type, "realtime_logs"):
+        return f"in a {getattr(store, 'type', 'no')} store; real-time mode reads and writes Kafka topics only"
+    if relation.kind not in ("stream", "changelog") or (what == "source" and relation.kind != "stream"):
+        return f"a {relation.kind.replace('_', ' ')}; real-time mode reads streams and writes streams or changelogs"
+    if (relation.value_format or "json") != "json":
+        return f"of value.format '{relation.value_format}'; real-time mode reads and writes JSON values only"
+    if relation.key_format:
+        return f"of key.format '{relation.key_format}'; real-time mode reads and writes keys as text only"
+    return None
+
+
+def _check_spark(where, report) -> None:
+    """DSF-E873 when the installed pyspark predates real-time mode."""
+    try:
+        version = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        return
+    found = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if found < REALTIME_SPARK:
+        report(Diagnostic("DSF-E873", f"'trigger' = 'realtime' needs Spark 4.1 or later (real-time mode); the "
+                          f"installed pyspark is {version}", where, hint="upgrade pyspark, or remove 'trigger'"))
