@@ -30,8 +30,8 @@ RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "
                   "topic.shards", "topic.gaps"} | FORMAT_PROPS
 OWNER = "owner"
 """Any relation or CREATE ... AS SELECT may declare it: the role owning the relation and its query."""
-QUERY_PROPS = {"trigger", "trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
-               "dlq.topic", "runtime.isolation", "source.deserialization.error.handling", OWNER}
+QUERY_PROPS = {"trigger", "trigger.interval", "starting.position", "start.position", "watermark.delay",
+               "delivery.guarantee", "dlq.topic", "runtime.isolation", "source.deserialization.error.handling", OWNER}
 TOPIC_CONFIG_PREFIX: str = next(p for t in registry.kinds_that(registry.Capability.LOGS)
                                 if (p := rule(t, "config_prefix")))
 """Any relation may declare '<prefix><config>': a config of its log (the prefix is a log store kind's rule)."""

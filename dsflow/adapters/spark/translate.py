@@ -404,7 +404,8 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
         expectations=expectation_specs(query), functions=function_specs(project, query),
-        async_checkpoint=not realtime and project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
+        async_checkpoint=not realtime and project.runtime.async_checkpoint and not query.stateful
+        and query.temporal_join is None
         and not sink.exactly_once  # a replayed batch must be re-planned as it ran (its ledger skips it)
         and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )
