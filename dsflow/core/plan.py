@@ -573,8 +573,8 @@ def _trigger_switch(before: dict[str, Any], after: dict[str, Any]) -> str:
     was, now = before.get("trigger", "micro-batch"), after.get("trigger", "micro-batch")
     if was == now:
         return ""
-    return (f"; 'trigger' {was} -> {now}: real-time mode reads and writes through Spark's Kafka connector, whose "
-            "checkpoint the other mode cannot resume")
+    return (f" ({was} -> {now}: real-time mode reads and writes through Spark's Kafka connector, whose checkpoint "
+            "the other mode cannot resume)")
 
 
 def _realtime(before: dict[str, Any], after: dict[str, Any]) -> str:

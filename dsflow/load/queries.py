@@ -64,6 +64,8 @@ class Namespace:
     """The CREATE FUNCTIONs by lower-case name (load/functions.py): SELECTs may call them."""
     trigger: str = "micro-batch"
     """runtime.trigger: a query's trigger unless it sets 'trigger'."""
+    isolation: str = "query"
+    """runtime.isolation: where a query runs unless it sets 'runtime.isolation'."""
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
         return qualified_name(parts, self.default_db, self.default_schema)

@@ -22,10 +22,14 @@ REALTIME_SPARK = (4, 1)
 
 
 def checked_trigger(query: Query, st, ns, report) -> Query:
-    """The query with its trigger ('trigger', else runtime.trigger); in real-time mode, each thing it uses that the
-    mode cannot run reported (DSF-E872) at the 'trigger' property (or the statement, for runtime.trigger)."""
+    """The query with its trigger. 'trigger' = 'realtime' asks for real-time mode: each thing the query uses that
+    the mode cannot run is reported (DSF-E872) at the property. runtime.trigger 'realtime' is a default: the queries
+    real-time mode can run take it, the others run in micro-batches."""
     prop = st.prop("trigger")
-    value = prop.value.strip().lower() if prop is not None else ns.trigger
+    if prop is None:
+        runs = ns.trigger == "realtime" and _spark_version() >= REALTIME_SPARK and not unsupported(query, ns)
+        return query.model_copy(update={"trigger": "realtime"}) if runs else query
+    value = prop.value.strip().lower()
     if value not in TRIGGERS:
         report(Diagnostic("DSF-E032", f"'trigger' must be 'micro-batch' or 'realtime', got '{prop.value}'",
                           prop.location, hint="'trigger' = 'realtime' runs it in Spark's real-time mode"))
@@ -33,7 +37,7 @@ def checked_trigger(query: Query, st, ns, report) -> Query:
     trigger = TRIGGERS[value]
     if trigger == "micro-batch":
         return query
-    where = prop.location if prop is not None else st.location
+    where = prop.location
     _check_spark(where, report)
     for reason in unsupported(query, ns):
         report(Diagnostic("DSF-E872", f"query '{query.fqn}' runs in real-time mode ('trigger' = 'realtime'), which "
@@ -64,6 +68,10 @@ def unsupported(query: Query, ns) -> list[str]:
                        "parse gives NULL columns")
     if query.deletes != "none":
         reasons.append("it reads a changelog's deletes")
+    if (query.isolation or ns.isolation) == "shared":
+        reasons.append("it runs in a shared Spark application (runtime.isolation 'shared'), whose session has no "
+                       "Spark Kafka connector; real-time queries run in their own driver ('runtime.isolation' = "
+                       "'query')")
     return reasons
 
 
@@ -80,13 +88,19 @@ def _relation_misfit(relation, ns, what: str) -> str | None:
     return None
 
 
-def _check_spark(where, report) -> None:
-    """DSF-E873 when the installed pyspark predates real-time mode."""
+def _spark_version() -> tuple[int, ...]:
+    """(major, minor) of the installed pyspark; (0,) without one."""
     try:
         version = metadata.version("pyspark")
     except metadata.PackageNotFoundError:
-        return
-    found = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+        return (0,)
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+
+
+def _check_spark(where, report) -> None:
+    """DSF-E873 when the installed pyspark predates real-time mode."""
+    found = _spark_version()
     if found < REALTIME_SPARK:
+        shown = ".".join(map(str, found)) if found != (0,) else "not installed"
         report(Diagnostic("DSF-E873", f"'trigger' = 'realtime' needs Spark 4.1 or later (real-time mode); the "
-                          f"installed pyspark is {version}", where, hint="upgrade pyspark, or remove 'trigger'"))
+                          f"installed pyspark is {shown}", where, hint="upgrade pyspark, or remove 'trigger'"))

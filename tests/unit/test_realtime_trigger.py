@@ -64,6 +64,7 @@ def test_e872_what_real_time_mode_cannot_run_at_the_trigger_property(tmp_path):
                            ") AS SELECT id FROM events;\n", "real-time mode reads and writes Kafka topics only"),
         "exactly-once": (_copy(f"{REALTIME_PROP}, 'delivery.guarantee' = 'exactly-once'"), "at-least-once"),
         "dead letters": (_copy(f"{REALTIME_PROP}, 'dlq.topic' = 'bad'"), "dead letters"),
+        "a shared application": (_copy(f"{REALTIME_PROP}, 'runtime.isolation' = 'shared'"), "shared Spark"),
         "an expectation": ("CREATE STREAM copied WITH (" + REALTIME_PROP + ") CONSTRAINT positive EXPECT (id > 0) "
                            "ON VIOLATION DROP ROW AS SELECT id FROM events;\n", "CONSTRAINT ... EXPECT"),
     }
@@ -75,10 +76,12 @@ def test_e872_what_real_time_mode_cannot_run_at_the_trigger_property(tmp_path):
         assert all(where.startswith("sql/q.sql:3:") for _, where, _ in e872), (what, e872)
 
 
-def test_e872_from_runtime_trigger_is_at_the_statement_and_a_bad_value_is_e032(tmp_path):
-    found = _refused(tmp_path / "a", "CREATE CHANGELOG n AS SELECT a, COUNT(*) AS c FROM events GROUP BY a;\n",
-                     "runtime:\n  trigger: realtime\n")
-    assert [(code, where) for code, where, _ in found] == [("DSF-E872", "sql/q.sql:3:18")]
+def test_runtime_trigger_leaves_in_micro_batches_what_real_time_mode_cannot_run_and_a_bad_value_is_e032(tmp_path):
+    sql = "CREATE CHANGELOG n AS SELECT a, COUNT(*) AS c FROM events GROUP BY a;\n" + _copy("'topic.partitions' = 1")
+    result = check_project(make_project(tmp_path / "a", _files(sql, "runtime:\n  trigger: realtime\n")))
+    assert result.diagnostics == []
+    assert {q.fqn.rsplit(".", 1)[1]: q.trigger for q in result.project.queries} == {"n": "micro-batch",
+                                                                                    "copied": "realtime"}
     found = _refused(tmp_path / "b", _copy("'trigger' = 'continuous'"))
     assert [(code, where) for code, where, _ in found] == [("DSF-E032", "sql/q.sql:3:28")]
 
@@ -98,10 +101,10 @@ def _change(tmp_path: Path, before: str, after: str):
 def test_switching_to_or_from_real_time_mode_carries_offsets_to_a_new_checkpoint_at_least_once(tmp_path):
     to = _change(tmp_path / "to", _copy("'trigger.interval' = '1 second'"), _copy())
     assert (to.action.value, to.category.value) == ("replace", "carry_offsets")
-    assert "'trigger' micro-batch -> realtime" in to.reason and to.effect.endswith(REALTIME)
+    assert "trigger changed (micro-batch -> realtime: " in to.reason and to.effect.endswith(REALTIME)
     back = _change(tmp_path / "back", _copy(), _copy("'trigger.interval' = '1 second'"))
     assert (back.action.value, back.category.value) == ("replace", "carry_offsets")
-    assert "'trigger' realtime -> micro-batch" in back.reason and back.effect.endswith(REALTIME)
+    assert "trigger changed (realtime -> micro-batch: " in back.reason and back.effect.endswith(REALTIME)
     same = _change(tmp_path / "same", _copy(), _copy(f"{REALTIME_PROP}, 'trigger.interval' = '9 seconds'"))
     assert (same.action.value, same.category.value) == ("update", "in_place") and same.effect.endswith(REALTIME)
     plain = _change(tmp_path / "plain", _copy("'trigger.interval' = '1 second'"), _copy("'trigger.interval' = '2 s'"))
