@@ -10,10 +10,15 @@ keys as text. Its sink is at-least-once: a restart writes again what the last ch
 from __future__ import annotations
 
 from importlib import metadata
+from typing import TYPE_CHECKING
 
-from dsflow.core.model import Query
-from dsflow.errors import Diagnostic
+from dsflow.core.model import Query, Relation
+from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
+from dsflow.sql.statements import RawStatement
+
+if TYPE_CHECKING:
+    from dsflow.load.queries import Namespace, Report
 
 TRIGGERS = {"micro-batch": "micro-batch", "microbatch": "micro-batch", "realtime": "realtime",
             "real-time": "realtime"}
@@ -21,7 +26,7 @@ REALTIME_SPARK = (4, 1)
 """The first Spark with real-time mode."""
 
 
-def checked_trigger(query: Query, st, ns, report) -> Query:
+def checked_trigger(query: Query, st: RawStatement, ns: Namespace, report: Report) -> Query:
     """The query with its trigger. 'trigger' = 'realtime' asks for real-time mode: each thing the query uses that
     the mode cannot run is reported (DSF-E872) at the property. runtime.trigger 'realtime' is a default: the queries
     real-time mode can run take it, the others run in micro-batches."""
@@ -47,7 +52,7 @@ def checked_trigger(query: Query, st, ns, report) -> Query:
     return query.model_copy(update={"trigger": trigger})
 
 
-def unsupported(query: Query, ns) -> list[str]:
+def unsupported(query: Query, ns: Namespace) -> list[str]:
     """Why real-time mode cannot run the query in dsflow, one reason a line (none: it can)."""
     reasons = [f"{what} '{relation.fqn}' is {why}"
                for what, relation in [*(("source", ns.relations[s.relation]) for s in query.sources),
@@ -75,7 +80,7 @@ def unsupported(query: Query, ns) -> list[str]:
     return reasons
 
 
-def _relation_misfit(relation, ns, what: str) -> str | None:
+def _relation_misfit(relation: Relation, ns: Namespace, what: str) -> str | None:
     store = ns.stores.get(relation.store or "")
     if store is None or not rule(store.type, "realtime_logs"):
         return f"in a {getattr(store, 'type', 'no')} store; real-time mode reads and writes Kafka topics only"
@@ -97,7 +102,7 @@ def _spark_version() -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
 
 
-def _check_spark(where, report) -> None:
+def _check_spark(where: Location | None, report: Report) -> None:
     """DSF-E873 when the installed pyspark predates real-time mode."""
     found = _spark_version()
     if found < REALTIME_SPARK:
