@@ -573,7 +573,7 @@ def _trigger_switch(before: dict[str, Any], after: dict[str, Any]) -> str:
     was, now = before.get("trigger", "micro-batch"), after.get("trigger", "micro-batch")
     if was == now:
         return ""
-    return (f" ({was} -> {now}: real-time mode reads and writes through Spark's Kafka connector, whose checkpoint "
+    return (f" ({was} -> {now}: real-time mode reads and writes through Spark's own connector, whose checkpoint "
             "the other mode cannot resume)")
 
 

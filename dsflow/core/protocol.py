@@ -283,6 +283,16 @@ class SparkFacet(Protocol):
         """Start the streaming query writing `frame` into the sink; `options`: the driver's own writer options
         (Spark's async progress tracking, only when the facet says `async_checkpoint`)."""
 
+    def realtime_conf(self) -> dict[str, str]:
+        """Logs whose rules say `realtime_logs`: the Spark session conf real-time mode needs (its connector's jars)."""
+
+    def realtime_stream(self, spark: Any, spec: Any, source: Any) -> Any:
+        """Real-time mode: the source read by Spark's own connector (key and value as text, partition, offset,
+        timestamp), from its carried offsets or starting position."""
+
+    def realtime_start(self, spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
+        """Real-time mode: start the query writing `frame`'s (key, value) rows through Spark's own connector."""
+
     def ensure_table(self, sink: Any, columns: list[tuple[str, str]]) -> None:
         """A view sink (Capability.VIEWS): create the view's table if apply has not."""
 

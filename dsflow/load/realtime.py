@@ -10,15 +10,18 @@ keys as text. Its sink is at-least-once: a restart writes again what the last ch
 from __future__ import annotations
 
 from importlib import metadata
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
+from dsflow.core import stores as registry
 from dsflow.core.model import Query, Relation
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
 from dsflow.sql.statements import RawStatement
 
-if TYPE_CHECKING:
-    from dsflow.load.queries import Namespace, Report
+Report = Callable[[Diagnostic], None]
+Namespace = Any
+"""load/queries.py's Namespace (its relations, stores, trigger and isolation); named so, as it imports this module."""
 
 TRIGGERS = {"micro-batch": "micro-batch", "microbatch": "micro-batch", "realtime": "realtime",
             "real-time": "realtime"}
@@ -47,8 +50,8 @@ def checked_trigger(query: Query, st: RawStatement, ns: Namespace, report: Repor
     for reason in unsupported(query, ns):
         report(Diagnostic("DSF-E872", f"query '{query.fqn}' runs in real-time mode ('trigger' = 'realtime'), which "
                           f"cannot run it: {reason}", where, hint="remove 'trigger' = 'realtime' (micro-batches run "
-                          "it), or keep real-time queries to filters and projections of JSON streams in a Kafka "
-                          "store, without expectations or dead letters"))
+                          "it), or keep real-time queries to filters and projections of JSON streams in a "
+                          f"{_stores()} store, without expectations or dead letters"))
     return query.model_copy(update={"trigger": trigger})
 
 
@@ -75,7 +78,7 @@ def unsupported(query: Query, ns: Namespace) -> list[str]:
         reasons.append("it reads a changelog's deletes")
     if (query.isolation or ns.isolation) == "shared":
         reasons.append("it runs in a shared Spark application (runtime.isolation 'shared'), whose session has no "
-                       "Spark Kafka connector; real-time queries run in their own driver ('runtime.isolation' = "
+                       "connector; real-time queries run in their own driver ('runtime.isolation' = "
                        "'query')")
     return reasons
 
@@ -83,7 +86,7 @@ def unsupported(query: Query, ns: Namespace) -> list[str]:
 def _relation_misfit(relation: Relation, ns: Namespace, what: str) -> str | None:
     store = ns.stores.get(relation.store or "")
     if store is None or not rule(store.type, "realtime_logs"):
-        return f"in a {getattr(store, 'type', 'no')} store; real-time mode reads and writes Kafka topics only"
+        return f"in a {getattr(store, 'type', 'no')} store; real-time mode reads and writes {_stores()} logs only"
     if relation.kind not in ("stream", "changelog") or (what == "source" and relation.kind != "stream"):
         return f"a {relation.kind.replace('_', ' ')}; real-time mode reads streams and writes streams or changelogs"
     if (relation.value_format or "json") != "json":
@@ -100,6 +103,11 @@ def _spark_version() -> tuple[int, ...]:
     except metadata.PackageNotFoundError:
         return (0,)
     return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+
+
+def _stores() -> str:
+    """The store kinds whose logs real-time mode reads and writes (their rules say `realtime_logs`)."""
+    return registry.listing([t for t in registry.kinds_that(registry.Capability.LOGS) if rule(t, "realtime_logs")])
 
 
 def _check_spark(where: Location | None, report: Report) -> None:

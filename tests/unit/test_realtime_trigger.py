@@ -61,7 +61,7 @@ def test_e872_what_real_time_mode_cannot_run_at_the_trigger_property(tmp_path):
                            "FROM events GROUP BY a;\n", "it is stateful"),
         "a string source": (_copy(select="SELECT line FROM raw_text"), "value.format 'string'"),
         "a kinesis sink": ("CREATE STREAM copied WITH ('store' = 'kin', 'topic.shards' = 1, " + REALTIME_PROP +
-                           ") AS SELECT id FROM events;\n", "real-time mode reads and writes Kafka topics only"),
+                           ") AS SELECT id FROM events;\n", "real-time mode reads and writes kafka logs only"),
         "exactly-once": (_copy(f"{REALTIME_PROP}, 'delivery.guarantee' = 'exactly-once'"), "at-least-once"),
         "dead letters": (_copy(f"{REALTIME_PROP}, 'dlq.topic' = 'bad'"), "dead letters"),
         "a shared application": (_copy(f"{REALTIME_PROP}, 'runtime.isolation' = 'shared'"), "shared Spark"),

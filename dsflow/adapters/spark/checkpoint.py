@@ -26,7 +26,7 @@ def committed_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
 
 
 def _partitions(offset: dict[str, Any]) -> dict[str, int | str]:
-    """{partition: offset} of one source's offset: dsflow's sources write it so; Spark's Kafka source (real-time
+    """{partition: offset} of one source's offset: dsflow's sources write it so; Spark's own log source (real-time
     mode, adapters/spark/realtime.py) writes {topic: {partition: offset}}, one topic a source."""
     if len(offset) == 1 and isinstance(next(iter(offset.values())), dict):
         offset = next(iter(offset.values()))

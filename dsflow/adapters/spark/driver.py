@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsflow.adapters.spark import realtime
 from dsflow.adapters.spark.expectations import counts, guarded
 from dsflow.adapters.spark.facets import for_kind
 from dsflow.adapters.spark.frames import gap_log_path, skip_log_path, source_view
@@ -88,11 +89,7 @@ def build_result(spark, spec: QuerySpec):
 
 def _read(spark, spec: QuerySpec, source, facet):
     """A source's raw rows: its facet's reader, or its store's own connector in real-time mode."""
-    if spec.realtime:
-        from dsflow.adapters.spark.realtime import stream
-
-        return stream(spark, spec, source)
-    return facet.stream(spark, spec, source)
+    return realtime.stream(spark, spec, source) if spec.realtime else facet.stream(spark, spec, source)
 
 
 def counted_gaps(spec: QuerySpec) -> int:
@@ -108,11 +105,9 @@ def counted_gaps(spec: QuerySpec) -> int:
 
 def start_query(spark, spec: QuerySpec, available_now: bool = False):
     """Start the query; `available_now` processes what is there now and stops (tests, one-off runs)."""
-    if spec.realtime and not available_now:
-        from dsflow.adapters.spark.realtime import start
-
-        return start(spark, spec)
     frame = build_dataframe(spark, spec)
+    if spec.realtime and not available_now:
+        return realtime.start(spec, frame)
     trigger = {"availableNow": True} if available_now else {"processingTime": spec.trigger_interval}
     facet = for_kind(spec.sink.kind)
     if facet is None:

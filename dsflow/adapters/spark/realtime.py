@@ -30,11 +30,9 @@ def session_conf(conf: dict[str, str], sink_kind: str) -> dict[str, str]:
     return {**conf, **extra, **({"spark.jars": jars} if jars else {})}
 
 
-def start(spark, spec: QuerySpec) -> Any:
-    """Start the query in real-time mode (its checkpoint every trigger interval)."""
-    from dsflow.adapters.spark.driver import build_dataframe
-
-    frame = build_dataframe(spark, spec)
+def start(spec: QuerySpec, frame: Any) -> Any:
+    """Start the query writing `frame` (driver.py `build_dataframe`) in real-time mode (its checkpoint every trigger
+    interval)."""
     return _facet(spec.sink.kind).realtime_start(spec, frame, {"realTime": spec.trigger_interval})
 
 
