@@ -126,3 +126,20 @@ def test_offsets_of_a_real_time_checkpoint_are_carried_as_a_micro_batch_query_re
         (checkpoint / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n' + line + "\n")
         (checkpoint / "commits" / "3").write_text("v1\n{}\n")
         assert committed_offsets(checkpoint) == [{"0": 7, "1": 12}]
+
+
+def test_dsflow_test_runs_a_real_time_query_on_its_test_batches_in_micro_batches(tmp_path):
+    """`dsflow test` runs the query's SQL on files (adapters/spark/unittest_run.py): not through Spark's connector."""
+    from dsflow.adapters.spark.unittest_run import _test_spec
+    from dsflow.core.unittests import Batch, Expected, UnitTest
+    from dsflow.errors import Location
+
+    project = load_project(make_project(tmp_path, _files(_copy())))
+    [copy] = [q for q in project.queries if q.fqn.endswith("copied")]
+    test = UnitTest(name="t", query=copy.fqn, batches=(Batch(records={}),), expected=Expected(),
+                    location=Location("tests/t.yml", 1))
+    (tmp_path / "run").mkdir()
+    spec = _test_spec(project, copy, test, tmp_path / "run")
+    from dsflow.adapters.spark import testsource
+
+    assert not spec.realtime and [s.kind for s in spec.sources] == [testsource.KIND]
