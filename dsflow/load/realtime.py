@@ -17,6 +17,7 @@ from dsflow.core import stores as registry
 from dsflow.core.model import Query, Relation
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
+from dsflow.sql.dialect import milliseconds, normalized_duration
 from dsflow.sql.statements import RawStatement
 
 Report = Callable[[Diagnostic], None]
@@ -27,6 +28,8 @@ TRIGGERS = {"micro-batch": "micro-batch", "microbatch": "micro-batch", "realtime
             "real-time": "realtime"}
 REALTIME_SPARK = (4, 1)
 """The first Spark with real-time mode."""
+MIN_INTERVAL = "5 seconds"
+"""Real-time mode's shortest checkpoint interval (Spark's spark.sql.streaming.realTimeMode.minBatchDuration)."""
 
 
 def checked_trigger(query: Query, st: RawStatement, ns: Namespace, report: Report) -> Query:
@@ -35,8 +38,9 @@ def checked_trigger(query: Query, st: RawStatement, ns: Namespace, report: Repor
     real-time mode can run take it, the others run in micro-batches."""
     prop = st.prop("trigger")
     if prop is None:
-        runs = ns.trigger == "realtime" and _spark_version() >= REALTIME_SPARK and not unsupported(query, ns)
-        return query.model_copy(update={"trigger": "realtime"}) if runs else query
+        runs = ns.trigger == "realtime" and _spark_version() >= REALTIME_SPARK and \
+            not unsupported(_realtime(query, st), ns)
+        return _realtime(query, st) if runs else query
     value = prop.value.strip().lower()
     if value not in TRIGGERS:
         report(Diagnostic("DSF-E032", f"'trigger' must be 'micro-batch' or 'realtime', got '{prop.value}'",
@@ -47,12 +51,25 @@ def checked_trigger(query: Query, st: RawStatement, ns: Namespace, report: Repor
         return query
     where = prop.location
     _check_spark(where, report)
-    for reason in unsupported(query, ns):
+    for reason in unsupported(_realtime(query, st), ns):
         report(Diagnostic("DSF-E872", f"query '{query.fqn}' runs in real-time mode ('trigger' = 'realtime'), which "
                           f"cannot run it: {reason}", where, hint="remove 'trigger' = 'realtime' (micro-batches run "
                           "it), or keep real-time queries to filters and projections of JSON streams in a "
                           f"{_stores()} store, without expectations or dead letters"))
-    return query.model_copy(update={"trigger": trigger})
+    return _realtime(query, st)
+
+
+def _realtime(query: Query, st: RawStatement) -> Query:
+    """The query in real-time mode; an interval it inherits below real-time mode's minimum is raised to it."""
+    update = {"trigger": "realtime"}
+    if st.prop("trigger.interval") is None and _ms(query.trigger_interval) < _ms(MIN_INTERVAL):
+        update["trigger_interval"] = MIN_INTERVAL
+    return query.model_copy(update=update)
+
+
+def _ms(interval: str) -> int:
+    duration = normalized_duration(interval)
+    return milliseconds(duration) if duration else 0
 
 
 def unsupported(query: Query, ns: Namespace) -> list[str]:
@@ -76,6 +93,12 @@ def unsupported(query: Query, ns: Namespace) -> list[str]:
                        "parse gives NULL columns")
     if query.deletes != "none":
         reasons.append("it reads a changelog's deletes")
+    if _ms(query.trigger_interval) < _ms(MIN_INTERVAL):
+        reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
+                       f"shorter than its minimum of {MIN_INTERVAL}")
+    if _ms(query.trigger_interval) < _ms(MIN_INTERVAL):
+        reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
+                       f"shorter than its minimum of {MIN_INTERVAL}")
     if (query.isolation or ns.isolation) == "shared":
         reasons.append("it runs in a shared Spark application (runtime.isolation 'shared'), whose session has no "
                        "connector; real-time queries run in their own driver ('runtime.isolation' = "

@@ -33,12 +33,12 @@ def _copy(props: str = REALTIME_PROP, select: str = "SELECT id, UPPER(a) AS a FR
 
 
 def test_a_filter_of_a_json_kafka_stream_runs_in_real_time_mode(tmp_path):
-    result = check_project(make_project(tmp_path, _files(_copy(f"{REALTIME_PROP}, 'trigger.interval' = '2 s'"))))
+    result = check_project(make_project(tmp_path, _files(_copy(f"{REALTIME_PROP}, 'trigger.interval' = '7 s'"))))
     assert result.diagnostics == []
     [copy] = [q for q in result.project.queries if q.fqn.endswith("copied")]
     assert copy.trigger == "realtime"
     spec = query_spec(result.project, copy, "v1", "/cp", "/status.json")
-    assert spec.realtime and not spec.async_checkpoint and spec.trigger_interval == "2000 milliseconds"
+    assert spec.realtime and not spec.async_checkpoint and spec.trigger_interval == "7000 milliseconds"
     assert "spark-sql-kafka-0-10" in spec.spark_conf["spark.jars"]
     assert [s.dlq_topic for s in spec.sources] == [None]
 
@@ -48,6 +48,10 @@ def test_runtime_trigger_is_the_default_and_a_query_may_opt_out(tmp_path):
     project = load_project(make_project(tmp_path, _files(sql, "runtime:\n  trigger: realtime\n")))
     triggers = {q.fqn.rsplit(".", 1)[1]: q.trigger for q in project.queries}
     assert triggers == {"copied": "micro-batch", "other": "realtime"}
+    other = next(q for q in project.queries if q.fqn.endswith("other"))
+    assert other.trigger_interval == "5 seconds", "runtime.trigger_interval (1 second) is below real-time's minimum"
+    [copy] = load_project(make_project(tmp_path / "b", _files(_copy()))).queries
+    assert copy.trigger_interval == "5 seconds"
 
 
 def _refused(tmp_path: Path, sql: str, runtime: str = "") -> list[tuple[str, str, str]]:
@@ -64,6 +68,7 @@ def test_e872_what_real_time_mode_cannot_run_at_the_trigger_property(tmp_path):
                            ") AS SELECT id FROM events;\n", "real-time mode reads and writes kafka logs only"),
         "exactly-once": (_copy(f"{REALTIME_PROP}, 'delivery.guarantee' = 'exactly-once'"), "at-least-once"),
         "dead letters": (_copy(f"{REALTIME_PROP}, 'dlq.topic' = 'bad'"), "dead letters"),
+        "a short interval": (_copy(f"{REALTIME_PROP}, 'trigger.interval' = '2 seconds'"), "minimum of 5 seconds"),
         "a shared application": (_copy(f"{REALTIME_PROP}, 'runtime.isolation' = 'shared'"), "shared Spark"),
         "an expectation": ("CREATE STREAM copied WITH (" + REALTIME_PROP + ") CONSTRAINT positive EXPECT (id > 0) "
                            "ON VIOLATION DROP ROW AS SELECT id FROM events;\n", "CONSTRAINT ... EXPECT"),
@@ -143,3 +148,14 @@ def test_dsflow_test_runs_a_real_time_query_on_its_test_batches_in_micro_batches
     from dsflow.adapters.spark import testsource
 
     assert not spec.realtime and [s.kind for s in spec.sources] == [testsource.KIND]
+
+
+def test_a_real_time_version_stopped_before_its_first_checkpoint_carries_the_offsets_it_started_from(tmp_path):
+    """Spark's Kafka source records its start offsets (sources/0/0) before the first batch; a real-time query stopped
+    within its first trigger interval committed nothing, and carries those (what it wrote is written again)."""
+    checkpoint = tmp_path / "cp"
+    (checkpoint / "sources" / "0").mkdir(parents=True)
+    (checkpoint / "sources" / "0" / "0").write_bytes(b'\x00v1\n{"t_events":{"0":27,"1":23}}')
+    assert committed_offsets(checkpoint) == [{"0": 27, "1": 23}]
+    (checkpoint / "commits").mkdir()
+    assert committed_offsets(tmp_path / "none") is None
