@@ -9,6 +9,7 @@ keys as text. Its sink is at-least-once: a restart writes again what the last ch
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,6 @@ from dsflow.core import stores as registry
 from dsflow.core.model import Query, Relation
 from dsflow.errors import Diagnostic, Location
 from dsflow.load.rules import rule
-from dsflow.sql.dialect import milliseconds, normalized_duration
 from dsflow.sql.statements import RawStatement
 
 Report = Callable[[Diagnostic], None]
@@ -28,6 +28,8 @@ TRIGGERS = {"micro-batch": "micro-batch", "microbatch": "micro-batch", "realtime
             "real-time": "realtime"}
 REALTIME_SPARK = (4, 1)
 """The first Spark with real-time mode."""
+UNITS = ((("ms", "millisecond", "milliseconds"), 1), (("s", "second", "seconds"), 1000),
+         (("m", "minute", "minutes"), 60_000), (("h", "hour", "hours"), 3_600_000))
 MIN_INTERVAL = "5 seconds"
 """Real-time mode's shortest checkpoint interval (Spark's spark.sql.streaming.realTimeMode.minBatchDuration)."""
 
@@ -68,8 +70,11 @@ def _realtime(query: Query, st: RawStatement) -> Query:
 
 
 def _ms(interval: str) -> int:
-    duration = normalized_duration(interval)
-    return milliseconds(duration) if duration else 0
+    """Milliseconds of an interval as 'trigger.interval' takes it ('500 ms', '5 seconds', '1 m'); 0 if not one
+    (load/queries.py reports that, DSF-E032). Parsed here: sqlglot's dialect is not loaded on a warm load."""
+    found = re.match(r"^(\d+(?:\.\d+)?)\s*([a-z]+)$", interval.strip().lower())
+    unit = found and next((ms for names, ms in UNITS if found.group(2) in names), None)
+    return round(float(found.group(1)) * unit) if found and unit else 0
 
 
 def unsupported(query: Query, ns: Namespace) -> list[str]:

@@ -27,7 +27,7 @@ def committed_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
 
 def initial_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
     """Per source, the offsets a query that committed nothing started from, when each source recorded them
-    (`sources/<n>/0`: Spark's Kafka source does, in real-time mode too, whose first checkpoint comes a trigger
+    (`sources/<n>/0`: Spark's own log source does, in real-time mode too, whose first checkpoint comes a trigger
     interval after its start); None otherwise (dsflow's sources record none: such a query carries nothing)."""
     folder = checkpoint / "sources"
     found = sorted((int(p.name), p / "0") for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
