@@ -76,7 +76,8 @@ def checkpoint_compatible(before: dict[str, Any], after: dict[str, Any]) -> bool
     if before.get("stateful") or after.get("stateful"):
         return False
     same_sources = [s[0] for s in before.get("sources", [])] == [s[0] for s in after.get("sources", [])]
-    return same_sources and before.get("sink") == after.get("sink")
+    same_trigger = before.get("trigger") == after.get("trigger")  # real-time mode reads through another source
+    return same_sources and same_trigger and before.get("sink") == after.get("sink")
 
 
 STOP_GRACE_SECONDS = 30
@@ -88,6 +89,10 @@ REPEATS = (f"; a crash, or a micro-batch still running {STOP_GRACE_SECONDS} s af
 planned stop comes between two micro-batches (adapters/spark/driver.py, `stop_between_batches`), but nothing
 undoes the records of a batch that a crash, or a stop after the wait, interrupts, and that batch runs again. Not
 added for an exactly-once stream resuming on its checkpoint (core/plan.py `may_repeat`)."""
+REALTIME = ("; in real-time mode its sink is at-least-once: a restart writes again what it wrote after its last "
+            "checkpoint (every 'trigger.interval')")
+"""Added to the effect of every change to a query in real-time mode (core/plan.py): Spark checkpoints a real-time
+query every trigger interval, and a stop interrupts its running batch (adapters/spark/realtime.py)."""
 RESUMING = (Category.IN_PLACE, Category.KEEP_CHECKPOINT, Category.CARRY_OFFSETS)
 
 

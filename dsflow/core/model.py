@@ -257,6 +257,9 @@ class Query(Frozen):
     select_sql: str = Field(description="normalized SELECT with fully qualified relation names")
     output_columns: tuple[Column, ...]
     trigger_interval: str = "1 second"
+    trigger: Literal["micro-batch", "realtime"] = Field(
+        "micro-batch", description="'trigger': micro-batches every trigger_interval, or Spark's real-time mode "
+        "(records processed as they arrive; trigger_interval is then its checkpoint interval; the sink at-least-once)")
     spark_conf: dict[str, str] = Field(default_factory=dict)
     start_position: str = Field("auto", description="override of the change category: auto, checkpoint, carry, "
                                                     "earliest or an epoch-ms timestamp")
@@ -413,6 +416,9 @@ class RuntimeSettings(Frozen):
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
     trigger_interval: str = "1 second"
+    trigger: Literal["micro-batch", "realtime"] = Field("micro-batch", description="the queries' trigger unless one "
+                                                        "sets 'trigger': micro-batch or realtime (Spark's real-time "
+                                                        "mode)")
     checkpoint_root: str = ".dsflow/checkpoints"
     async_checkpoint: bool = Field(False, description="stateless queries into a broker write their checkpoint in the "
                                                       "background, next to the next micro-batch")

@@ -20,7 +20,7 @@ from dsflow.core.imports import imported_state, importable, with_import
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.removals import forget_change
 from dsflow.core.contracts import version_reason
-from dsflow.core.categories import Category, effect_text, is_replay_override, query_category
+from dsflow.core.categories import REALTIME, Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
                                  Skipped)  # (re-exported)
 from dsflow.core.physical import (SINK_AFTER_REPLAY, ColumnChange, column_change, log_noun, log_size,
@@ -510,7 +510,7 @@ def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> s
             Action.REPLACE: "old query stopped; new checkpoint, sources read again from their starting position",
             Action.UPDATE: "restarted on the same checkpoint; resumes from its committed offsets",
             Action.DELETE: "query stopped; its checkpoint is kept on disk",
-        }[action]
+        }[action] + (REALTIME if (data or {}).get("trigger") == "realtime" and action is not Action.DELETE else "")
     if kind is Kind.FUNCTION:
         return {
             Action.CREATE: "recorded; each query calling it registers it in its Spark session",
@@ -553,6 +553,7 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
                           **common)
         return Change(action=Action.NOOP, reason="up to date", **common)
     action, category, reason, used_override = decided
+    reason += _trigger_switch(deployed.data, resource.data)
     foreign = category is Category.CARRY_OFFSETS and key in seen.foreign_logs
     if foreign:
         category, used_override = Category.REPLAY, None
@@ -563,7 +564,21 @@ def query_change(resource: Resource, deployed, state: State, options: PlanOption
     estimate = seen.estimates.get(key) if category is Category.REPLAY and (foreign or not rebuilt) else None
     return Change(action=action, reason=reason, category=category, override=used_override, estimate=estimate,
                   rollback_of=rollback, effect=effect_text(category, used_override, stream and may_repeat(
-                      deployed, resource, category)), **common)
+                      deployed, resource, category)) + _realtime(deployed.data, resource.data), **common)
+
+
+def _trigger_switch(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The reason's words when a query moves to or from real-time mode (another source and sink, another
+    checkpoint: core/categories.py `checkpoint_compatible`)."""
+    was, now = before.get("trigger", "micro-batch"), after.get("trigger", "micro-batch")
+    if was == now:
+        return ""
+    return (f" ({was} -> {now}: real-time mode reads and writes through Spark's own connector, whose checkpoint "
+            "the other mode cannot resume)")
+
+
+def _realtime(before: dict[str, Any], after: dict[str, Any]) -> str:
+    return REALTIME if "realtime" in (before.get("trigger"), after.get("trigger")) else ""
 
 
 def writes_a_stream(query: Resource, state: State) -> bool:

@@ -44,6 +44,9 @@ class StoreRules(Protocol):
     transactional_streams: bool
     """Logs: a stream sink may be 'exactly-once' (its writes are transactions recording the batch id); absent: it
     may not (DSF-E047)."""
+    realtime_logs: bool
+    """Logs: a query in Spark's real-time mode ('trigger' = 'realtime') may read and write them through Spark's own
+    connector (adapters/spark/realtime.py); absent: it may not (DSF-E872)."""
     row_dead_letters: bool
     """Dead letters (Capability.DEAD_LETTERS): a query's DEAD LETTER expectations may send rows to its dead-letter
     log (absent: they may not, DSF-E864)."""
@@ -279,6 +282,16 @@ class SparkFacet(Protocol):
     def start(self, spec: Any, frame: Any, trigger: dict[str, Any], options: dict[str, str]) -> Any:
         """Start the streaming query writing `frame` into the sink; `options`: the driver's own writer options
         (Spark's async progress tracking, only when the facet says `async_checkpoint`)."""
+
+    def realtime_conf(self) -> dict[str, str]:
+        """Logs whose rules say `realtime_logs`: the Spark session conf real-time mode needs (its connector's jars)."""
+
+    def realtime_stream(self, spark: Any, spec: Any, source: Any) -> Any:
+        """Real-time mode: the source read by Spark's own connector (key and value as text, partition, offset,
+        timestamp), from its carried offsets or starting position."""
+
+    def realtime_start(self, spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
+        """Real-time mode: start the query writing `frame`'s (key, value) rows through Spark's own connector."""
 
     def ensure_table(self, sink: Any, columns: list[tuple[str, str]]) -> None:
         """A view sink (Capability.VIEWS): create the view's table if apply has not."""

@@ -261,6 +261,8 @@ def _stateful_data(query) -> dict[str, Any]:
         data["watermark_delay"] = query.watermark_delay
     if query.deletes != "none":
         data["deletes"] = query.deletes
+    if query.trigger != "micro-batch":  # data: another kind of checkpoint (core/categories.py)
+        data["trigger"] = query.trigger
     if query.temporal_join is not None:
         data["temporal_join"] = query.temporal_join.model_dump(mode="json")  # lists, as read back from state
         data["watermark_delay"] = query.watermark_delay

@@ -159,7 +159,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("query", "starting.position", ("sources",), _Q),
     Setting("query", "watermark.delay", ("watermark_delay",), _Q),
     Setting("query", "delivery.guarantee", ("delivery_guarantee",), _Q),
-    Setting("query", "trigger.interval", ("trigger_interval",), _R),
+    Setting("query", "trigger", ("trigger",), _Q, "to or from 'realtime': a new checkpoint, offsets carried"),
+    Setting("query", "trigger.interval", ("trigger_interval",), _R, "in real-time mode, its checkpoint interval"),
     Setting("query", "dlq.topic", ("dlq_topic",), _R),
     Setting("query", "CONSTRAINT ... EXPECT", ("expectations",), _R, "a rule added, changed or dropped: the same "
             "checkpoint"),
@@ -179,6 +180,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime", "spark_master", ("spark_master",), _R),
     Setting("runtime", "spark_conf", ("runtime_spark_conf",), _R),
     Setting("runtime", "trigger_interval", ("trigger_interval",), _R, "unless the query sets 'trigger.interval'"),
+    Setting("runtime", "trigger", ("trigger",), _Q, "the queries real-time mode can run, unless one sets 'trigger'"),
     Setting("runtime", "checkpoint_root", (), _N, "a deployed query keeps its checkpoint; new ones start there"),
     Setting("runtime", "isolation", ("isolation",), _R, "moves queries between their own driver and a shared "
             "application, on their checkpoints; unless the query sets 'runtime.isolation'"),

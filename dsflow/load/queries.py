@@ -23,14 +23,15 @@ from dsflow.core.suggest import did_you_mean, relation_hint
 from dsflow.load.rules import rule
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 from dsflow.load.delivery import delivery_guarantee
+from dsflow.load.realtime import checked_trigger
 from dsflow.load.views import VIEW_PROPS, check_views_not_read, view_relation
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas",
                   "topic.shards", "topic.gaps"} | FORMAT_PROPS
 OWNER = "owner"
 """Any relation or CREATE ... AS SELECT may declare it: the role owning the relation and its query."""
-QUERY_PROPS = {"trigger.interval", "starting.position", "start.position", "watermark.delay", "delivery.guarantee",
-               "dlq.topic", "runtime.isolation", "source.deserialization.error.handling", OWNER}
+QUERY_PROPS = {"trigger", "trigger.interval", "starting.position", "start.position", "watermark.delay",
+               "delivery.guarantee", "dlq.topic", "runtime.isolation", "source.deserialization.error.handling", OWNER}
 TOPIC_CONFIG_PREFIX: str = next(p for t in registry.kinds_that(registry.Capability.LOGS)
                                 if (p := rule(t, "config_prefix")))
 """Any relation may declare '<prefix><config>': a config of its log (the prefix is a log store kind's rule)."""
@@ -61,6 +62,10 @@ class Namespace:
     workers: Any = None  # load.workers.Workers: the processes that parsed some of the files resolve their SELECTs
     functions: dict[str, Function] = field(default_factory=dict)
     """The CREATE FUNCTIONs by lower-case name (load/functions.py): SELECTs may call them."""
+    trigger: str = "micro-batch"
+    """runtime.trigger: a query's trigger unless it sets 'trigger'."""
+    isolation: str = "query"
+    """runtime.isolation: where a query runs unless it sets 'runtime.isolation'."""
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
         return qualified_name(parts, self.default_db, self.default_schema)
@@ -602,7 +607,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
     check_not_read(sources, ns.relations, ns.stores, st.location, report)
     check_views_not_read(sources, ns.relations, st.location, report)
     _check_event_time(st, sources, analysed, ns, report)
-    return Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
+    query = Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
                  output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),
                  start_position=_start_position(st, report), stateful=analysed.stateful,
                  output_mode="update" if analysed.aggregated else "append",
@@ -619,6 +624,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
                  functions=_called(analysed, ns), location=st.location)
+    return checked_trigger(query, st, ns, report)
 
 
 def _expectations(st: RawStatement, analysed: Analysed, sources: tuple[Source, ...], ns: Namespace,

@@ -87,6 +87,8 @@ class RawRuntime(Raw):
     spark_master: str = _runtime_default("spark_master")
     spark_conf: dict[str, str] = Field(default_factory=dict)
     trigger_interval: str = _runtime_default("trigger_interval")
+    trigger: Literal["micro-batch", "realtime"] = Field(_runtime_default("trigger"), description="the queries' "
+                                                        "trigger unless one sets 'trigger' (docs/project.md)")
     checkpoint_root: str | None = Field(None, description="default: <state path>/checkpoints")
     isolation: Literal["shared", "query"] = Field(_runtime_default("isolation"), description="query: one Spark "
                                                   "driver per query; shared: queries share long-running Spark "

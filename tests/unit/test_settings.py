@@ -275,6 +275,7 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("query", "delivery.guarantee"): ("query.db.s.counts", [(Q, "CREATE CHANGELOG counts AS",
                                                             "CREATE CHANGELOG counts "
                                                             "WITH ('delivery.guarantee' = 'exactly-once') AS")]),
+    ("query", "trigger"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', 'trigger' = 'realtime')")]),
     ("query", "trigger.interval"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', "
                                                               "'trigger.interval' = '5 seconds')")]),
     ("query", "dlq.topic"): (COPIED, [(Q, COPIED_WITH, "WITH ('topic' = 'copied', 'dlq.topic' = 'bad')")]),
@@ -296,6 +297,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("function", "LANGUAGE"): ("function.later", []),
     ("runtime", "spark_master"): (None, [("dsflow.yml", "local[2]", "local[3]")]),
     ("runtime", "spark_conf"): (None, [("dsflow.yml", "partitions: \"2\"", "partitions: \"3\"")]),
+    ("runtime", "trigger"): (COPIED, [("dsflow.yml", "  trigger_interval: 1 second\n",
+                                      "  trigger_interval: 1 second\n  trigger: realtime\n")]),
     ("runtime", "trigger_interval"): (None, [("dsflow.yml", "trigger_interval: 1 second",
                                               "trigger_interval: 2 seconds")]),
     ("runtime", "checkpoint_root"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",

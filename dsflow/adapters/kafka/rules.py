@@ -41,6 +41,8 @@ class KafkaRules:
     partitions_key = "topic.partitions"
     sizing_keys = SIZING
     config_prefix = "kafka.topic."
+    realtime_logs = True
+    """Spark's own Kafka connector (spark-sql-kafka-0-10) serves real-time mode (adapters/kafka/connector.py)."""
     row_dead_letters = True
     """A query's DEAD LETTER expectations send rows to its dead-letter topic (adapters/spark/expectations.py)."""
     """A relation's 'kafka.topic.<config>' properties are configs of its topic."""

@@ -64,6 +64,30 @@ class KafkaSpark:
         return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source),
                            **gate_options(spec.name)).load()
 
+    def realtime_conf(self) -> dict[str, str]:
+        """The session conf real-time mode needs: Spark's own Kafka connector's jars (connector.py; DSF-E874)."""
+        from dsflow.adapters.kafka.connector import jars
+
+        return {"spark.jars": jars().spark_jars}
+
+    def realtime_stream(self, spark: Any, spec: Any, source: Any) -> Any:
+        """The topic read by Spark's own connector (real-time mode): key and value as text, as dsflow's source gives
+        them; carried offsets as its startingOffsets."""
+        from pyspark.sql import functions as F
+
+        raw = (spark.readStream.format("kafka").option("subscribe", source.topic)
+               .option("startingOffsets", _connector_start(source)))
+        raw = raw.options(**{f"kafka.{k}": v for k, v in source.client_config.items()})
+        return raw.load().select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+                                 "partition", "offset", "timestamp")
+
+    def realtime_start(self, spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
+        """(key, value) rows written by Spark's own connector in real-time mode (update mode, at-least-once)."""
+        writer = (frame.writeStream.format("kafka").option("topic", spec.sink.topic)
+                  .option("checkpointLocation", spec.checkpoint).outputMode("update")
+                  .queryName(spark_query_name(spec.name)).trigger(**trigger))
+        return writer.options(**{f"kafka.{k}": v for k, v in spec.sink.client_config.items()}).start()
+
     def value_layout(self, source: Any) -> str:
         from dsflow.formats.decoding import value_layout
 
@@ -100,6 +124,13 @@ class KafkaSpark:
         from dsflow.adapters.kafka.deadletters import send_records
 
         send_records(config, topic, records)
+
+
+def _connector_start(source: Any) -> str:
+    """startingOffsets of Spark's Kafka source: carried offsets as {topic: {partition: offset}}, else the position."""
+    if source.starting_offsets:
+        return json.dumps({source.topic: {str(p): int(o) for p, o in source.starting_offsets.items()}})
+    return source.starting_position
 
 
 def _with_client(io: Any, config: dict[str, str]) -> Any:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsflow.adapters.spark import realtime
 from dsflow.adapters.spark.expectations import counts, guarded
 from dsflow.adapters.spark.facets import for_kind
 from dsflow.adapters.spark.frames import gap_log_path, skip_log_path, source_view
@@ -66,7 +67,7 @@ def build_result(spark, spec: QuerySpec):
         facet = for_kind(source.kind)
         if facet is None:
             raise ValueError(f"no store reads sources of kind {source.kind!r}")
-        source_view(facet.stream(spark, spec, source), source).createOrReplaceTempView(source.view)
+        source_view(_read(spark, spec, source, facet), source).createOrReplaceTempView(source.view)
     if spec.temporal is not None:
         from dsflow.adapters.spark.temporal import joined_view
 
@@ -86,6 +87,11 @@ def build_result(spark, spec: QuerySpec):
     return guarded(result, spec)  # the expectations (adapters/spark/expectations.py)
 
 
+def _read(spark, spec: QuerySpec, source, facet):
+    """A source's raw rows: its facet's reader, or its store's own connector in real-time mode."""
+    return realtime.stream(spark, spec, source) if spec.realtime else facet.stream(spark, spec, source)
+
+
 def counted_gaps(spec: QuerySpec) -> int:
     """Offsets the query's reads found empty and counted (gaps.jsonl), 0 if none; a gap a replayed micro-batch
     logged again (the same log, partition and offsets) is counted once."""
@@ -100,6 +106,8 @@ def counted_gaps(spec: QuerySpec) -> int:
 def start_query(spark, spec: QuerySpec, available_now: bool = False):
     """Start the query; `available_now` processes what is there now and stops (tests, one-off runs)."""
     frame = build_dataframe(spark, spec)
+    if spec.realtime and not available_now:
+        return realtime.start(spec, frame)
     trigger = {"availableNow": True} if available_now else {"processingTime": spec.trigger_interval}
     facet = for_kind(spec.sink.kind)
     if facet is None:
@@ -206,6 +214,16 @@ def stop_between_batches(query, name: str, grace: float = STOP_GRACE_SECONDS) ->
         release(name)
 
 
+def _stop(query, spec: QuerySpec) -> bool:
+    """Stop between batches; a real-time query's batch runs until its interval ends: stopped at once (False: what it
+    wrote since its last checkpoint is written again on restart, at-least-once)."""
+    if not spec.realtime:
+        return stop_between_batches(query, spec.name)
+    if query.isActive:
+        query.stop()
+    return False
+
+
 def _wait_between_batches(query, name: str, deadline: float) -> bool:
     """Poll until the query is between batches (True) or the deadline passes (True only if no trigger runs then).
     The answer comes from the same status that ended the wait: a second read could see the next trigger, which
@@ -288,7 +306,7 @@ def _run_version(spark, spec: QuerySpec, stop: threading.Event, wake: threading.
                 break
             wake.wait(STATUS_EVERY_SECONDS)
             wake.clear()
-        between = stop_between_batches(query, spec.name)
+        between = _stop(query, spec)
         error = query.exception()
         if error is not None:
             raise RuntimeError(str(error))

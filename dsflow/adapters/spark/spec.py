@@ -266,6 +266,9 @@ class QuerySpec(BaseModel):
     expectations: list[ExpectationSpec] = Field(default_factory=list, description="checked on every result row "
                                                 "(adapters/spark/expectations.py)")
     functions: list[FunctionSpec] = Field(default_factory=list, description="the user-defined functions it calls")
+    realtime: bool = Field(False, description="Spark's real-time mode ('trigger' = 'realtime'): sources and sink "
+                           "through Spark's own connector, trigger_interval its checkpoint interval "
+                           "(adapters/spark/realtime.py)")
     async_checkpoint: bool = Field(False, description="write the checkpoint's offset and commit logs in the background "
                                                       "(Spark's async progress tracking; stateless sinks that tolerate "
                                                       "replays only)")

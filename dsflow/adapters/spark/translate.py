@@ -388,16 +388,24 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         # retract: its deletes are rows of __keep false, appended as a changelog filter's are; a session window:
         # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions)
         sink = sink.model_copy(update={"output_mode": "append"})
+    realtime = query.trigger == "realtime"
+    conf = {**project.runtime.spark_conf, **query.spark_conf}
+    if realtime:
+        from dsflow.adapters.spark.realtime import session_conf
+
+        conf = session_conf(conf, sink.kind)
     return QuerySpec(
         name=query.fqn, version=version, master=project.runtime.spark_master,
-        spark_conf={**project.runtime.spark_conf, **query.spark_conf}, checkpoint=checkpoint,
+        spark_conf=conf, checkpoint=checkpoint, realtime=realtime,
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
-        sources=source_specs(project, query, start), sink=sink,
+        sources=[s.model_copy(update={"dlq_topic": None, "on_error": None}) if realtime else s
+                 for s in source_specs(project, query, start)], sink=sink,  # real-time: from_json on the JVM
         select_sql=retract[0] if retract else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
         expectations=expectation_specs(query), functions=function_specs(project, query),
-        async_checkpoint=project.runtime.async_checkpoint and not query.stateful and query.temporal_join is None
+        async_checkpoint=not realtime and project.runtime.async_checkpoint and not query.stateful
+        and query.temporal_join is None
         and not sink.exactly_once  # a replayed batch must be re-planned as it ran (its ledger skips it)
         and getattr(facets.for_kind(sink.kind), "async_checkpoint", False) and sink.output_mode == "append",
     )

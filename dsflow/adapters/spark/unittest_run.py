@@ -62,7 +62,7 @@ def _test_spec(project: Project, query: Query, test: UnitTest, folder: Path) -> 
         sources.append(source.model_copy(update={
             "kind": testsource.KIND, "client_config": {"dir": str(folder), "input": name}, "options": {},
             "value_format": "json", "registry": {}, "key_format": None, "on_error": None}))
-    return spec.model_copy(update={"sources": sources})
+    return spec.model_copy(update={"sources": sources, "realtime": False})  # its SQL, on the test's batches
 
 
 def _raw(relation: Relation, record: Record, offset: int) -> list:
