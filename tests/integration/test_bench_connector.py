@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench import kafka_connector, report, spark_kafka  # noqa: E402
+from dsflow.adapters.kafka import connector  # noqa: E402
 
 
 @pytest.mark.integration
@@ -82,7 +83,7 @@ def test_only_the_jars_spark_lacks_are_kept() -> None:
         ("spark-sql-kafka-0-10_2.13", "4.2.0"), ("spark-token-provider-kafka-0-10_2.13", "4.2.0"),
         ("kafka-clients", "3.9.2"), ("commons-pool2", "2.13.1"), ("spark-tags_2.13", "4.2.0"),
         ("slf4j-api", "1.7.36"), ("lz4-java", "1.10.1"), ("hadoop-client-api", "3.5.0"))]
-    kept = [artifact for artifact, _, _ in spark_kafka.keep(resolved, spark_jars)]
+    kept = [artifact for artifact, _, _ in connector.keep(resolved, spark_jars)]
     assert kept == ["spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients",
                     "commons-pool2"]
 
