@@ -12,8 +12,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import spark_cds
+
+# No wall-clock deadline on generated examples: under load (CI beside other work) a slow example is not a failure;
+# speed is measured in bench/, never in tests.
+settings.register_profile("dsflow", deadline=None)
+settings.load_profile("dsflow")
 
 os.environ.setdefault("DSFLOW_RUNTIME", "off")  # `dsflow apply` in a test starts no supervisor unless asked
 
