@@ -309,13 +309,14 @@ def _ask_runtime_to_look(loaded: operations.Loaded, by: str) -> None:
 
 
 def _ended(loaded: operations.Loaded, seconds: float = 3.0) -> bool:
-    """The supervisor stops within `seconds` (one that is stopping closes its endpoint first)."""
+    """The supervisor stops, or says it is stopping, within `seconds` (one that is stopping says so in its info
+    file, then closes its endpoint, then stops its standby driver, which can take longer)."""
     import time
 
     from dsflow.runtime import control
 
     deadline = time.monotonic() + seconds
-    while control.info(loaded) is not None:
+    while (running := control.info(loaded)) is not None and not running.get("stopping"):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)

@@ -338,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
                 break
             looks.pause(tick, stop)
     finally:
+        info["stopping"] = True  # before the endpoint closes: a command that finds it closed knows why
+        try:
+            write_info(info_path, info)
+        except OSError:
+            pass
         endpoint.stop(server)
         supervisor.standby.stop("the supervisor stops")
         _remove_own(info_path, run_dir / endpoint.TOKEN_FILE, token)
