@@ -239,25 +239,27 @@ def replay_estimate(project, address: str, since: str | None, deployed: Deployed
     total = sum(by_log.values())
     rate = (query_status(deployed).get("processed_rows_per_second") if deployed else None) or None
     read_from = (deployed.outputs.get("read_from") if deployed else None) or {}
-    earliest = since in (None, "earliest")
-    gone = gone_records(project, read_from) if earliest else {}
-    again = read_again(project, deployed) if earliest and deployed is not None else None
+    gone, again = {}, None
+    if since in (None, "earliest") and deployed is not None:
+        from dsflow.adapters.objects import positions
+
+        logs = sorted(set(read_from) | set(deployed.outputs.get("topics") or []))
+        now = positions(project, logs) if logs else None  # one request per store for both measures
+        gone, again = gone_records(read_from, now), read_again(deployed, now)
     return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None,
                     sources=by_log, gone=gone, read_again=again)
 
 
-def read_again(project, deployed: DeployedResource) -> int | None:
+def read_again(deployed: DeployedResource, now: Mapping[str, Mapping[str, tuple[int, int]]] | None) -> int | None:
     """Of what a replay from the earliest offsets re-reads, the records the deployed version read already (its
-    checkpoint's last committed offsets, down to each partition's first offset held now): what they produced reaches
-    the sink's readers again. None when a source's offsets cannot be said (a store without offsets, no checkpoint)."""
-    from dsflow.adapters.objects import positions
+    checkpoint's last committed offsets, down to each partition's first offset held `now`): what they produced
+    reaches the sink's readers again. None when a source's offsets cannot be said (a store without offsets)."""
     from dsflow.core.engines import engine
 
     topics = list(deployed.outputs.get("topics") or [])
     checkpoint = Path(deployed.outputs.get("checkpoint") or "")
     committed = (engine().committed_offsets(checkpoint) if topics and checkpoint.is_dir() else None) or []
-    now = positions(project, topics) if topics else None
-    if now is None:
+    if not topics or now is None:
         return None
     total = 0
     for topic, offsets in zip(topics, committed, strict=False):
@@ -267,19 +269,18 @@ def read_again(project, deployed: DeployedResource) -> int | None:
     return total
 
 
-def gone_records(project, read_from: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+def gone_records(read_from: Mapping[str, Mapping[str, int]],
+                 now: Mapping[str, Mapping[str, tuple[int, int]]] | None) -> dict[str, int]:
     """By source log: records the deployed version read, from the first offsets it started at (`read_from`,
-    recorded by engine/executors.py), that the log no longer holds: its first offsets now are past them (deleted by
-    retention, or on request). Logs whose store cannot say their offsets are left out."""
-    from dsflow.adapters.objects import positions
-
-    now = positions(project, list(read_from)) if read_from else None
-    if now is None:
+    recorded by engine/executors.py), that the log no longer holds: its first offsets `now` are past them (deleted
+    by retention, or on request). {} when the stores cannot say their offsets."""
+    if not read_from or now is None:
         return {}
     gone = {}
     for log, starts in read_from.items():
-        lost = sum(max(0, now[log][partition][0] - int(first)) for partition, first in starts.items()
-                   if partition in now.get(log, {}))
+        held = now.get(log, {})
+        lost = sum(max(0, held[partition][0] - int(first)) for partition, first in starts.items()
+                   if partition in held)
         if lost:
             gone[log] = lost
     return gone
