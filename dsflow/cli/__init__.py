@@ -99,8 +99,11 @@ def load_what_runs(ctx: click.Context) -> operations.Loaded:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print diagnostics as JSON")
+@click.option("--state", "saved_state", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="compare enforced contracts with this saved state (from 'dsflow state show') instead of the "
+                   "state backend's")
 @click.pass_context
-def validate(ctx: click.Context, as_json: bool) -> None:
+def validate(ctx: click.Context, as_json: bool, saved_state: Path | None) -> None:
     """Check the project without touching anything."""
     from dsflow.load.project import check_project
 
@@ -111,7 +114,7 @@ def validate(ctx: click.Context, as_json: bool) -> None:
     if result.project is not None and not result.errors:
         from dsflow.engine.contracts import deployed_contracts
 
-        found += deployed_contracts(result.project)  # DSF-E896..E898 against the recorded state
+        found += deployed_contracts(result.project, saved_state)  # DSF-E896..E898 against the deployed state
     diagnostics = [d.to_dict() for d in found]
     errors = [d for d in diagnostics if d["severity"] == "error"]
     if as_json:

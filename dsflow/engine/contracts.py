@@ -1,8 +1,10 @@
 """Enforced contracts against what is deployed (core/contracts.py): the breaking changes a project makes to the
 relations whose deployed version enforces a contract, as diagnostics at each relation's declaration; checked by
-plan before the refresh and by validate against a local state."""
+plan before the refresh and by validate against the state read without changes, or a saved one."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.model import Project
@@ -56,19 +58,31 @@ def contract_diagnostics(project: Project, resources, state, skip: frozenset[str
     return found
 
 
-def deployed_contracts(project: Project) -> list:
-    """For `validate`: the breaking changes to deployed contracted relations, read from a local state file as plan
-    reads it (no store is asked); a state kept on a server is not read by validate, which touches none (plan
-    compares it), and a state that cannot be read is a warning: no contract is compared then."""
+def deployed_contracts(project: Project, saved: Path | None = None) -> list:
+    """For `validate`: the breaking changes to deployed contracted relations, against the state as its backend keeps
+    it (local, S3 or PostgreSQL), read without changing anything (StateBackend.peek), or against a state saved by
+    `dsflow state show` (`saved`: no server is asked, as dbt's --state). A state that cannot be read is a warning
+    that names its backend: no contract is compared then."""
     from dsflow.errors import Diagnostic, DsflowError, Severity
 
-    if project.state.backend != "local":
-        return []
     try:
-        state = Workspace.of(project).state_backend().read()
+        state = saved_state(saved) if saved is not None else Workspace.of(project).state_backend().peek()
     except DsflowError as err:
         return [Diagnostic(err.code, f"the deployed state was not read, so enforced contracts were not compared with "
-                           f"it: {err.message}", hint=err.hint, severity=Severity.WARNING)]
+                           f"it: {err.message}", hint=err.hint or "compare with a saved state: dsflow state show > "
+                           "state.json, then dsflow validate --state state.json", severity=Severity.WARNING)]
     if not state.resources:
         return []
     return contract_diagnostics(project, project_resources(project), state)
+
+
+def saved_state(path: Path):
+    """The state in a file written by `dsflow state show`; DSF-E801 if it is not one."""
+    from dsflow.core.state import State
+    from dsflow.errors import DsflowError
+
+    try:
+        return State.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as err:
+        raise DsflowError("DSF-E801", f"{path} is not a state saved by 'dsflow state show': {err}",
+                          hint="save it with: dsflow state show > state.json") from err

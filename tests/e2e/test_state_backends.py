@@ -294,6 +294,41 @@ def test_dsn_password_from_env_var_stays_out_of_state(tmp_path: Path, pg_table: 
     assert err.value.code == "DSF-E805" and password not in str(err.value)
 
 
+CONTRACTED = ("CREATE STREAM views (userid VARCHAR, viewtime BIGINT, pageid VARCHAR) WITH ('contract' = 'enforced') "
+              "AS\n  SELECT userid, viewtime, pageid FROM pageviews;\n")
+
+
+def test_validate_compares_contracts_with_a_postgres_state_and_creates_nothing(tmp_path: Path, pg_table: str) -> None:
+    """validate reads a server-kept state (read only): a breaking change to a deployed contract fails it; where the
+    state table does not exist yet, validate passes and creates no table."""
+    import psycopg2
+
+    from dsflow.core.resources import project_resources
+    from dsflow.core.plan import make_plan
+    from support.projects import DEFAULT_CONFIG, PAGEVIEWS, applied, make_project
+
+    def project(table: str) -> Path:
+        config = DEFAULT_CONFIG + f"state:\n  backend: postgres\n  dsn: \"{PG_DSN}\"\n  table: {table}\n"
+        return make_project(tmp_path / table, {"dsflow.yml": config, "sql/sources.sql": PAGEVIEWS,
+                                               "sql/q.sql": CONTRACTED})
+
+    root = project(pg_table)
+    loaded = operations.load(operations.Options(root))
+    plan = make_plan(loaded.project.name, loaded.project.environment, project_resources(loaded.project), State())
+    loaded.workspace.state_backend().write(applied(plan), expected_serial=0)
+    (root / "sql/q.sql").write_text(CONTRACTED.replace(", pageid VARCHAR", "").replace(", pageid FROM", " FROM"))
+    result = CliRunner().invoke(cli, ["-C", str(root), "validate"])
+    assert result.exit_code == 1 and "DSF-E896" in result.output and "'pageid' dropped" in result.output, result.output
+    fresh = f"t{uuid.uuid4().hex[:10]}_state"
+    other = project(fresh)
+    (other / "sql/q.sql").write_text((root / "sql/q.sql").read_text())
+    assert CliRunner().invoke(cli, ["-C", str(other), "validate"]).exit_code == 0
+    with psycopg2.connect(PG_DSN) as conn, conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s), to_regclass(%s)", (fresh, locks_table(fresh)))
+        assert cur.fetchone() == (None, None)
+    conn.close()
+
+
 def test_postgres_lock_of_a_dead_process_is_released(pg_table: str) -> None:
     target = (StateSettings(backend="postgres", project="p", dsn=PG_DSN, table=pg_table), Path("."), "dead")
     results = FORK.Queue()

@@ -186,6 +186,28 @@ def test_dropping_a_deployed_contract_column_fails_validate_and_plan_naming_it(t
     assert "column 'pageid' dropped or renamed" in planned.exception.diagnostics[0].message
 
 
+def test_validate_compares_with_a_saved_state_as_dbt_state_does(tmp_path):
+    root, _ = deployed(tmp_path, CONTRACTED)
+    shown = CliRunner().invoke(cli, ["-C", str(root), "state", "show"])
+    assert shown.exit_code == 0, shown.output
+    saved = tmp_path / "prod-state.json"
+    saved.write_text(shown.output)
+    for written in (root / ".dsflow" / "state").glob("*.json*"):
+        written.unlink()  # this checkout has deployed nothing: only the saved state knows the contract
+    (root / "sql/q.sql").write_text(CONTRACTED.replace(", pageid VARCHAR", "").replace(", pageid FROM", " FROM"))
+    assert CliRunner().invoke(cli, ["-C", str(root), "validate"]).exit_code == 0
+    result = CliRunner().invoke(cli, ["-C", str(root), "validate", "--json", "--state", str(saved)])
+    assert result.exit_code == 1, result.output
+    [found] = json.loads(result.output)["diagnostics"]
+    assert (found["code"], found["file"], found["line"]) == ("DSF-E896", "sql/q.sql", 1)
+    saved.write_text("{not json")
+    result = CliRunner().invoke(cli, ["-C", str(root), "validate", "--json", "--state", str(saved)])
+    assert result.exit_code == 0, result.output
+    [warned] = json.loads(result.output)["diagnostics"]
+    assert (warned["code"], warned["severity"]) == ("DSF-E801", "warning")
+    assert "not compared" in warned["message"] and "prod-state.json" in warned["message"]
+
+
 def test_a_narrowed_column_of_a_declared_contracted_stream_fails_plan(tmp_path):
     sql = "CREATE STREAM s (a BIGINT, b VARCHAR) WITH ('contract' = 'enforced', 'value.format' = 'json');\n"
     root, state = deployed(tmp_path, sql)

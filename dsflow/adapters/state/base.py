@@ -107,6 +107,9 @@ class StateBackend(Protocol):
         """The stored state, or an empty State for this environment (no lineage) if none was written yet; a stored
         document without a lineage is refused (DSF-E910)."""
 
+    def peek(self) -> State:
+        """The stored state as `read` gives it, made or changed nothing to read it (no table, no lock)."""
+
     def write(self, state: State, *, expected_serial: int | None = None) -> None:
         """Store `state` whole. With `expected_serial` (the serial the writer read), refuse with
         DSF-E804 if the stored serial is another one or the stored lineage differs from the state's."""

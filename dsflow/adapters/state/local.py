@@ -54,6 +54,10 @@ class LocalStateBackend:
     def key_path(self) -> Path:
         return self.directory / f"{self.environment}.key"
 
+    def peek(self) -> State:
+        """`read`: reading the file changes nothing."""
+        return self.read()
+
     def read(self) -> State:
         if not self.path.exists():
             return State(environment=self.environment)

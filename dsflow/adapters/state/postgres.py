@@ -67,6 +67,7 @@ ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS host text NOT NULL DEFAULT '',
 """
 """Lock tables made before 2026-11-25 gain the holder's host and command (run only when `command` is missing:
 ALTER TABLE takes an exclusive lock even when there is nothing to add)."""
+_READ = "SELECT body FROM {state} WHERE project = %s AND environment = %s"
 _HAS_COMMAND = "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'command' " \
                "AND NOT attisdropped"
 _ADVISORY = "SELECT 1 FROM pg_locks p WHERE p.locktype = 'advisory' AND p.granted AND p.classid = %s " \
@@ -208,9 +209,32 @@ class PostgresStateBackend:
 
     def read(self) -> State:
         with self._transaction() as cur:
-            cur.execute(self._sql("SELECT body FROM {state} WHERE project = %s AND environment = %s"),
-                        (self.project, self.environment))
+            cur.execute(self._sql(_READ), (self.project, self.environment))
             row = cur.fetchone()
+        return self._state_of(row)
+
+    def peek(self) -> State:
+        """The stored state, read in a read-only transaction that creates nothing: where the state table does not
+        exist yet, an empty State (validate reads the state this way)."""
+        import psycopg2
+
+        conn = self._connect()
+        try:
+            conn.set_session(readonly=True)
+            with conn, conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s)", (self._names["state"].as_string(conn),))
+                present = cur.fetchone()[0] is not None
+                row = None
+                if present:
+                    cur.execute(self._sql(_READ), (self.project, self.environment))
+                    row = cur.fetchone()
+        except psycopg2.Error as err:
+            raise self._unreachable(err) from err
+        finally:
+            conn.close()
+        return self._state_of(row)
+
+    def _state_of(self, row: tuple | None) -> State:
         if row is None:
             return State(environment=self.environment)
         try:

@@ -86,6 +86,10 @@ class S3StateBackend:
                            hint="check state.bucket, state.endpoint_url, state.region and the AWS credentials "
                                 "in the environment (the bucket must exist)")
 
+    def peek(self) -> State:
+        """`read`: a GET of the object changes nothing."""
+        return self.read()
+
     def read(self) -> State:
         found = self._get(self.key)
         return self._parse(found[0]) if found else State(environment=self.environment)
