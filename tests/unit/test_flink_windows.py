@@ -125,7 +125,8 @@ REFUSED = {
         "DSF-E261", lambda sql: place(sql, "TUMBLE"), "leave the offset out"),
     "session over every key": (
         "CREATE CHANGELOG c AS SELECT bidder, COUNT(*) AS n, window_start, window_end\n"
-        + TVF.format("SESSION", "bid", "dateTime", "INTERVAL '10' SECOND") + "GROUP BY bidder, window_start, window_end;",
+        + TVF.format("SESSION", "bid", "dateTime", "INTERVAL '10' SECOND")
+        + "GROUP BY bidder, window_start, window_end;",
         "DSF-E261", lambda sql: place(sql, "SESSION"), "PARTITION BY"),
     "session partitioned by another key": (
         "CREATE CHANGELOG c AS SELECT bidder, COUNT(*) AS n, window_start, window_end\n"
