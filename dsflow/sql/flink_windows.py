@@ -178,7 +178,8 @@ def _table_function(tokens: list[Token], at: int, out: list[Token], found: dict[
 
 def _partition_by(cursor: _Cursor) -> tuple[str, ...] | None:
     """A SESSION's `PARTITION BY k` or `PARTITION BY (k1, k2)` after its relation, None without one."""
-    if cursor.text() != "PARTITION BY":
+    first = cursor.peek()
+    if first is None or first.token_type is not TokenType.PARTITION_BY:
         return None
     cursor.take()
     parenthesized = cursor.text() == "("

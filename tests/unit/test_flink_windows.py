@@ -90,6 +90,7 @@ def test_a_warm_load_keeps_what_flink_spelling_said(tmp_path):
     root = make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql})
     for _ in range(2):
         assert [d.code for d in check_project(root).diagnostics] == ["DSF-E260"]
+        assert list((root / ".dsflow" / "cache").glob("load-*.json")), "the second load must be a warm one"
 
 
 def place(sql: str, needle: str) -> tuple[int, int]:
