@@ -325,29 +325,22 @@ def _group_window(select: exp.Select, where: Where, report: Report) -> bool:
     calls = [e for e in group.expressions if _is_call(e, GROUP_WINDOWS)] if group is not None else []
     auxiliary = [a for a in select.find_all(exp.Anonymous)
                  if a.name.upper() in AUXILIARY and a.find_ancestor(exp.Select) is select]
-    if not calls:
+    if group is None or not calls:
         for call in auxiliary:
             report(Diagnostic("DSF-E261", f"{call.name.upper()} without a group window in GROUP BY", where(call),
                               hint=f"add the window to GROUP BY, e.g. GROUP BY key, "
                               f"{call.name.upper().rsplit('_', 1)[0]}(dateTime, INTERVAL '10' SECOND)"))
         return not auxiliary
-    problem = _group_window_problem(select, calls)
+    problem = _group_window_problem(select, calls) or _auxiliary_problem(auxiliary, calls[0])
     if problem is not None:
-        node, message = problem
-        report(Diagnostic("DSF-E261", message, where(node), hint=E261_HINT))
+        node, message, hint = problem
+        report(Diagnostic("DSF-E261", message, where(node), hint=hint))
         return False
-    call = calls[0]
-    table = select.args["from_"].this
+    call, table = calls[0], select.args["from_"].this
     alias = table.alias_or_name
     for node in auxiliary:
-        message = _auxiliary_problem(node, call)
-        if message is not None:
-            report(Diagnostic("DSF-E261", message, where(node), hint=f"select {call.name.upper()}_START(...) or "
-                              f"{call.name.upper()}_END(...) with the GROUP BY's arguments: "
-                              f"{call.sql(dialect='spark')}"))
-            return False
         node.replace(exp.column(BOUNDS[node.name.upper().rsplit("_", 1)[1]], table=alias))
-    items = []
+    items: list[exp.Expr] = []
     for item in group.expressions:
         items += [exp.column(b, table=alias) for b in BOUNDS.values()] if item is call else [item]
     group.set("expressions", items)
@@ -359,35 +352,42 @@ def _is_call(node: exp.Expr, names) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.upper() in names
 
 
-def _group_window_problem(select: exp.Select, calls: list[exp.Anonymous]) -> tuple[exp.Expr, str] | None:
-    """Where and why the SELECT's group window has no dsflow window, None if it has one."""
+def _group_window_problem(select: exp.Select, calls: list[exp.Anonymous]) -> tuple[exp.Expr, str, str] | None:
+    """Where and why the SELECT's group window has no dsflow window (and a hint), None if it has one."""
     call = calls[0]
     kind = call.name.upper()
     args = call.expressions
     source = select.args.get("from_")
     table = source.this if source is not None else None
     if len(calls) > 1:
-        return calls[1], "more than one group window in GROUP BY"
+        return calls[1], "more than one group window in GROUP BY", E261_HINT
     if not isinstance(table, exp.Table) or is_window(table) or not isinstance(table.this, exp.Identifier):
-        return call, "a group window reads one relation in FROM (not a window, a subquery or a function)"
+        return call, "a group window reads one relation in FROM (not a window, a subquery or a function)", E261_HINT
     if len(args) != 1 + GROUP_WINDOWS[kind] or not all(isinstance(a, exp.Interval) for a in args[1:]):
         durations = "INTERVAL slide, INTERVAL size" if kind == "HOP" else "INTERVAL duration"
-        return call, f"{kind} takes the time column and {durations}, e.g. {kind}(dateTime, INTERVAL '10' SECOND)"
+        return call, f"{kind} takes the time column and {durations}", f"e.g. {kind}(dateTime, INTERVAL '10' SECOND)"
     time = args[0]
     if not isinstance(time, exp.Column) or (time.table and time.table.lower() not in
                                               (table.alias_or_name.lower(), table.name.lower())):
-        return time, f"the group window's first argument must be a column of '{table.alias_or_name}' (its time)"
+        return time, f"the group window's first argument must be a column of '{table.alias_or_name}'", \
+            "name the relation's event-time column ('timestamp'), e.g. SESSION(B.dateTime, INTERVAL '10' SECOND)"
     return None
 
 
-def _auxiliary_problem(node: exp.Anonymous, call: exp.Anonymous) -> str | None:
-    kind, part = node.name.upper().rsplit("_", 1)
-    if part not in BOUNDS:
-        return f"{node.name.upper()} is not supported: a window's bounds are {kind}_START and {kind}_END"
-    if kind != call.name.upper():
-        return f"{node.name.upper()} does not match the group window {call.name.upper()}(...) of the GROUP BY"
-    if [a.sql(dialect="spark") for a in node.expressions] != [a.sql(dialect="spark") for a in call.expressions]:
-        return f"{node.name.upper()}(...) does not repeat the arguments of the GROUP BY's {call.name.upper()}(...)"
+def _auxiliary_problem(auxiliary: list[exp.Anonymous], call: exp.Anonymous) -> tuple[exp.Expr, str, str] | None:
+    """The first `*_START`/`*_END` (or `*_ROWTIME`, ...) that is not a bound of the GROUP BY's window `call`."""
+    window = call.name.upper()
+    arguments = [a.sql(dialect="spark") for a in call.expressions]
+    hint = f"select {window}_START(...) or {window}_END(...) with the GROUP BY's arguments: {call.sql(dialect='spark')}"
+    for node in auxiliary:
+        name = node.name.upper()
+        kind, part = name.rsplit("_", 1)
+        if part not in BOUNDS:
+            return node, f"{name} is not supported: a window's bounds are {kind}_START and {kind}_END", hint
+        if kind != window:
+            return node, f"{name} does not match the group window {window}(...) of the GROUP BY", hint
+        if [a.sql(dialect="spark") for a in node.expressions] != arguments:
+            return node, f"{name}(...) does not repeat the arguments of the GROUP BY's {window}(...)", hint
     return None
 
 
