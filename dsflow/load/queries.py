@@ -716,7 +716,7 @@ def _check_event_time(st: RawStatement, sources: tuple[Source, ...], analysed: A
         relation = ns.relations[source.relation]
         timestamp = source.timestamp or relation.timestamp
         column = relation.column(timestamp) if timestamp else None
-        if column is not None and column.type.upper() not in EVENT_TIME_TYPES:
+        if column is not None and column.type.upper().split("(")[0] not in EVENT_TIME_TYPES:  # TIMESTAMP(3)
             report(Diagnostic("DSF-E042", f"timestamp column '{column.name}' of '{relation.fqn}' is {column.type}; "
                               "event time needs BIGINT (epoch ms) or TIMESTAMP", st.location,
                               hint="name another column in 'timestamp', or convert it in an upstream query"))

@@ -18,6 +18,7 @@ from dsflow.errors import Diagnostic, Location
 from dsflow.sql.access_sql import is_access, parse_access
 from dsflow.sql.dialect import DeltaStream, is_window
 from dsflow.sql.expect_sql import take_expectations
+from dsflow.sql.flink_windows import restore as restore_flink_windows, rewrite_tokens as flink_window_tokens
 from dsflow.sql.statements import RawColumn, RawProperty, RawStatement
 from dsflow.sql.unsupported import is_cte_name, meaningless_clauses
 
@@ -118,11 +119,14 @@ def _split(tokens: list[Token]) -> list[list[Token]]:
 
 
 FLINK_WINDOWS = {
-    "DESCRIPTOR": "Flink's window table function TABLE(TUMBLE(TABLE rel, DESCRIPTOR(col), INTERVAL '10' SECOND)) is "
-                  "written TUMBLE(rel, SIZE 10 SECONDS) here (HOP(rel, SIZE d, ADVANCE BY s), SESSION(rel, GAP d)), "
-                  "grouped by window_start, window_end; the event time is the relation's 'timestamp' column",
-    "SESSION_START": "Flink's group window GROUP BY SESSION(col, INTERVAL '10' SECOND) with SESSION_START/SESSION_END "
-                     "is written FROM SESSION(rel, GAP 10 SECONDS) GROUP BY window_start, window_end, key here",
+    "DESCRIPTOR": "Flink's window table function is taken as TABLE(TUMBLE(TABLE rel, DESCRIPTOR(col), INTERVAL '10' "
+                  "SECOND)) (HOP: INTERVAL slide, INTERVAL size; SESSION: TABLE rel PARTITION BY key), or write "
+                  "dsflow's TUMBLE(rel, SIZE 10 SECONDS), grouped by window_start, window_end; col is the "
+                  "relation's 'timestamp' column (sql/flink_windows.py, docs/project.md)",
+    "SESSION_START": "Flink's group window is taken as GROUP BY key, SESSION(col, INTERVAL '10' SECOND) with "
+                     "SESSION_START(col, INTERVAL '10' SECOND), SESSION_END(...) in the SELECT (TUMBLE(col, size), "
+                     "HOP(col, slide, size) likewise), or write dsflow's FROM SESSION(rel, GAP 10 SECONDS) GROUP BY "
+                     "window_start, window_end, key",
 }
 FLINK_WINDOWS |= {name: FLINK_WINDOWS["SESSION_START"] for name in ("SESSION_END", "TUMBLE_START", "TUMBLE_END",
                                                                   "HOP_START", "HOP_END")}
@@ -146,7 +150,8 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
     if nesting(tokens) > MAX_NESTING:  # refused before the parser: its RecursionError depends on the stack left
         return None, [too_deep(start)]
     try:
-        parsed = DIALECT.parse_tokens(tokens, text)
+        flink_tokens, flink_windows = flink_window_tokens(tokens)  # Flink's window syntax: sql/flink_windows.py
+        parsed = DIALECT.parse_tokens(flink_tokens, text)
     except RecursionError:
         return None, [too_deep(start)]
     except ParseError as err:
@@ -160,7 +165,7 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
         return None, [Diagnostic("DSF-E002", f"SQL syntax error: {err}", start,
                                  hint="a function is called without the arguments it takes; see the DeltaStream "
                                       "SQL reference in docs/project.md")]
-    expression = parsed[0] if parsed else None
+    expression = restore_flink_windows(parsed[0] if parsed else None, flink_windows)
     try:
         raw = _with_extra(_to_raw(expression, path, start, snippet), partition_by=partition_by,
                           expectations=expectations)

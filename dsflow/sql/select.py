@@ -45,6 +45,7 @@ from dsflow.sql.typecheck import check_types
 from dsflow.sql.temporal import check_shape, system_time, temporal_join
 from dsflow.sql import aggregates as grouping
 from dsflow.sql import changelog_join as cj
+from dsflow.sql import flink_windows
 from dsflow.sql import join_chain as chain
 from dsflow.sql.unsupported import check_select_surface, is_cte_name
 from dsflow.sql.ctes import inline_ctes
@@ -84,6 +85,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     if isinstance(select, exp.Union):  # UNION ALL of streams: each branch resolved as its own SELECT
         return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
+    if not flink_windows.resolve(select, relations, qualify_name, where, report):  # Flink's window syntax
+        return None
     unnested = extract_unnest(select, relations, qualify_name, where, report)  # sql/unnest.py
     if unnested is False or not check_select_surface(select, where, report) \
             or not grouping.rewrite_filters(select, where, report):
@@ -280,7 +283,8 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
                           f"({texts['size']}): Spark refuses a window that slides past its end", where(outer),
                           hint="ADVANCE BY at most the SIZE (equal to it is a TUMBLE)"))
         return False
-    alias = outer.alias or inner.name
+    # as qualify() normalizes it (`AS B` is b): the window's source is then the name its Source has
+    alias = DIALECT.normalize_identifier(exp.to_identifier(outer.alias or inner.name)).name
     inner.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
     outer.replace(inner)
     return Window(kind=function.kind, source=alias, size=texts["size"],

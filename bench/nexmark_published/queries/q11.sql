@@ -1,5 +1,5 @@
 -- Adapted for dsflow from ../published/q11.sql (nexmark/nexmark, Apache-2.0): only the DDL
--- differs: the sink is a Kafka stream instead of Flink's blackhole table.
+-- differs: the sink is a changelog keyed by the bidder and the session's bounds (its GROUP BY).
 -- The query is as published; ../README.md lists its status.
 -- -------------------------------------------------------------------------------------------------
 -- Query 11: User Sessions (Not in original suite)
@@ -10,11 +10,12 @@
 -- Emit the number of bids per session.
 -- -------------------------------------------------------------------------------------------------
 
-CREATE STREAM nexmark_q11 (
+CREATE CHANGELOG nexmark_q11 (
   bidder BIGINT,
   bid_count BIGINT,
   starttime TIMESTAMP(3),
-  endtime TIMESTAMP(3)
+  endtime TIMESTAMP(3),
+  PRIMARY KEY (bidder, starttime, endtime)
 ) WITH ('value.format' = 'json');
 
 INSERT INTO nexmark_q11
