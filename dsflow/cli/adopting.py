@@ -22,8 +22,9 @@ from dsflow.errors import DsflowError
 @click.pass_context
 def import_(ctx: click.Context, address: str, id_: str, auto_approve: bool) -> None:
     """Adopt the existing log (a topic, a stream) or table ID ([DATABASE.]SCHEMA.TABLE, in a store kind that imports
-    tables) that the declared stream, changelog or table ADDRESS names: the plan shows it imported, then what its
-    declaration changes in it; apply records it (dsflow never deletes it)."""
+    tables) that the declared stream, changelog or table ADDRESS names, or the query ADDRESS (query.NAME) that runs
+    from the run folder ID (or on the checkpoint ID) in a driver of its own or a shared application: the plan shows
+    it imported, then what its declaration changes in it; apply records it (dsflow never deletes it)."""
     loaded = _load(ctx)
     if address.startswith("query."):
         key, run_dir = _running_query(loaded, address.removeprefix("query."), id_)
@@ -45,8 +46,8 @@ def import_(ctx: click.Context, address: str, id_: str, auto_approve: bool) -> N
 
 
 def _running_query(loaded: operations.Loaded, name: str, given: str) -> tuple[str, str]:
-    """(the query's address, its driver's run folder) from a run folder (it holds spec.json) or the checkpoint the
-    driver of the query's run folder in this project's workspace runs on."""
+    """(the query's address, its run folder) from a run folder (it holds spec.json) or the checkpoint the query of its
+    run folder in this project's workspace runs on (in a driver of its own or a shared application)."""
     found = [q for q in loaded.project.queries if q.fqn == name or q.fqn.endswith(f".{name}")]
     if len(found) != 1:
         raise DsflowError("DSF-E866", f"import: 'query.{name}' is not a query declared in the project",
@@ -60,5 +61,5 @@ def _running_query(loaded: operations.Loaded, name: str, given: str) -> tuple[st
     if spec.is_file() and Path(json.loads(spec.read_text()).get("checkpoint", "")).resolve() == path:
         return f"query.{query.fqn}", str(run_dir)
     raise DsflowError("DSF-E867", f"import: '{given}' is neither a query's run folder (with its spec.json) nor the "
-                      f"checkpoint of the driver in {run_dir}", hint="name the run folder of the driver that runs "
+                      f"checkpoint of the driver in {run_dir}", hint="name the run folder of "
                       f"query.{query.fqn} (.dsflow/run/queries/<name>), or its checkpoint")

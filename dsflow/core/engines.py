@@ -118,10 +118,12 @@ class Engine(Protocol):
     def driver_identity(self, run_dir: str | Path | None) -> Any:
         """The identity (adapters/process.py) of the driver process of a query's run folder."""
 
-    def running_driver(self, run_dir: Path) -> dict[str, Any] | None:
-        """The query a live driver runs from `run_dir` (a driver of its own, known by its identity, never by its
-        PID alone), as its spec records it: {"name", "pid", "version", "checkpoint", "topics"}; None if no live
-        driver holds the folder's identity or it has no spec (an import of a running query: core/imports.py)."""
+    def running_driver(self, run_dir: Path, apps_root: Path) -> dict[str, Any] | None:
+        """The query a live driver runs from `run_dir` (a driver of its own, or a member of a live shared application
+        under `apps_root`; known by its identity, never by a PID alone), as its spec records it: {"name", "pid",
+        "version", "checkpoint", "topics"}, with a shared application's `app`, `app_dir` and `app_query` (`pid`: its
+        host's); None if no live driver or application runs the folder's query or it has no spec (an import of a
+        running query: core/imports.py)."""
 
     def identity(self, outputs: dict[str, Any]) -> Any:
         """The identity of the process running a deployed query (its outputs): its own driver or its shared host."""

@@ -10,9 +10,10 @@ columns the table lacks at the end of the declaration, added in place; anything 
 take the declaration's rows as it is (`refusal`) is refused at plan time (DSF-E869), before anything is applied.
 dsflow did not create it, so no plan deletes it (`created_by_dsflow: false`).
 
-A running query (its driver's run folder, engine/refresh.py `observe_drivers`) is taken back into a state that lost
-its entry as its run folder records it: the declaration its version was started from and its driver's outputs
-(`_running`); the declaration is then compared with that by the usual categories.
+A running query (its run folder, engine/refresh.py `observe_drivers`: run by a driver of its own or as a member of a
+live shared application) is taken back into a state that lost its entry as its run folder records it: the
+declaration its version was started from and its driver's outputs (`_running`; a member's: its host's PID and its
+application); the declaration is then compared with that by the usual categories.
 """
 
 from __future__ import annotations
@@ -150,12 +151,20 @@ def with_import(change: Change, imports: Mapping[str, str], seen: Mapping[str, O
     update = {"imported": imports[change.address] or str(change.before.get("topic")),
               "reason": f"imported ({_seen_words(change.before, observed, store_types)}); {then}"}
     if change.action is Action.NOOP and observed.running is not None:
-        update["effect"] = "taken into the state as it is: its driver runs on untouched, on its checkpoint"
+        update["effect"] = _running_effect(observed.running["outputs"])
     elif change.action is Action.NOOP:
         held = "rows" if observed.columns is not None else "records"
         update["effect"] = f"taken into the state as it is: nothing touched, its {held} kept; dsflow did not create " \
                            "it, so no plan deletes it"
     return change.model_copy(update=update)
+
+
+def _running_effect(outputs: Mapping[str, Any]) -> str:
+    """The data effect of taking a running query into the state as it is: nothing restarted, offsets kept."""
+    if outputs.get("app"):
+        return f"taken into the state as it is: nothing restarted (it and the other queries of its shared " \
+               f"application {outputs['app']} run on), offsets kept on its checkpoint"
+    return "taken into the state as it is: its driver runs on untouched, on its checkpoint"
 
 
 def _seen_words(before: Mapping[str, Any], observed: Observation, store_types: Mapping[str, str]) -> str:

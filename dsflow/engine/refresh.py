@@ -140,20 +140,22 @@ def observe_tables(project, addresses: tuple[str, ...]) -> dict[str, Observation
 
 def observe_drivers(project, running: Mapping[str, str]) -> dict[str, Observation]:
     """One observation per running query an import adopts (query address -> its run folder, relative to the
-    project's root or absolute): the live driver of
-    the folder (its engine's `running_driver`: known by its identity), the version and checkpoint it runs, and the
+    project's root or absolute): the live driver of the folder, its own or the shared application that lists it
+    (its engine's `running_driver`: known by its identity), the version and checkpoint it runs, and the
     declaration it was started from (executors.DECLARED). A folder without a live driver of that query: not
     seen (DSF-E868); a driver whose declaration is not recorded: `refused` (DSF-E869)."""
     from dsflow.core.engines import engine
     from dsflow.engine.executors import DECLARED
+    from dsflow.engine.workspace import apps_beside
 
     found = {}
     for address, folder in sorted(running.items()):
         run_dir = (Path(project.root) / folder).resolve()
-        driver = engine().running_driver(run_dir)
+        driver = engine().running_driver(run_dir, apps_beside(run_dir))
         name = Address.parse(address).name
         if driver is None or driver["name"] != name:
-            whose = "" if driver is None else f" (it runs {driver['name']})"
+            whose = " (neither a driver of its own nor a live shared application runs it)" if driver is None \
+                else f" (it runs {driver['name']})"
             found[address] = Observation(address=address, healthy=False,
                                          detail=f"no driver of {name} runs in {run_dir}{whose}")
             continue
@@ -162,12 +164,19 @@ def observe_drivers(project, running: Mapping[str, str]) -> dict[str, Observatio
         if declared is None or declared.get("address") != address or declared.get("data_hash") != driver["version"]:
             refused = f"{run_dir} does not record the declaration version {driver['version'][:12]} was started " \
                       "from (a driver started before dsflow recorded it)"
-        outputs = {k: driver[k] for k in ("pid", "version", "checkpoint", "topics")} | {"run_dir": str(run_dir)}
+        outputs = {k: driver[k] for k in ("pid", "version", "checkpoint", "topics", "app", "app_dir", "app_query")
+                   if k in driver} | {"run_dir": str(run_dir)}
         found[address] = Observation(
             address=address, healthy=True, refused=refused, running={**(declared or {}), "outputs": outputs},
-            detail=f"driver pid {driver['pid']} runs version {driver['version'][:12]} on checkpoint "
-                   f"{driver['checkpoint']}")
+            detail=f"{_runner(driver)} runs version {driver['version'][:12]} on checkpoint {driver['checkpoint']}")
     return found
+
+
+def _runner(driver: Mapping[str, Any]) -> str:
+    """What runs an imported query, in words: its driver, or the shared application (and host) it is a member of."""
+    if driver.get("app_dir"):
+        return f"the shared application {driver['app']}, host pid {driver['pid']},"
+    return f"driver pid {driver['pid']}"
 
 
 def _json(path: Path) -> dict | None:

@@ -41,3 +41,9 @@ class Workspace:
 
     def checkpoint(self, name: str, version: str) -> Path:
         return self.checkpoint_root / name / version
+
+
+def apps_beside(query_dir: Path) -> Path:
+    """The shared applications' folder of the environment a query's run folder is in (RUN/queries/NAME ->
+    RUN/apps, as `Workspace` lays them out): where an application that runs that query lists it."""
+    return query_dir.parent.parent / "apps"

@@ -251,6 +251,22 @@ def test_a_running_query_of_the_declared_version_is_only_recorded(query_lost):
     assert asked.running == {FILTERED: "/run/q"}
 
 
+def test_a_member_of_a_shared_application_is_only_recorded_with_its_application(query_lost):
+    root, state, entry = query_lost
+    seen = _driver(entry)
+    observed = seen.resources[FILTERED]
+    app = {"app": "app-2", "app_dir": "/run/apps/app-2", "app_query": FILTERED.removeprefix("query.")}
+    running = {**observed.running, "outputs": {**observed.running["outputs"], **app}}
+    detail = "the shared application app-2, host pid 4242, runs version v on checkpoint /ck/v1"
+    seen = Observations(resources={FILTERED: observed.model_copy(update={"running": running, "detail": detail})})
+    plan = _query_plan(root, state, seen)
+    [change] = plan.actionable
+    assert (change.action, change.imported) == (Action.NOOP, "/run/q")
+    assert change.reason.startswith("imported (the shared application app-2, host pid 4242, runs version")
+    assert change.effect == ("taken into the state as it is: nothing restarted (it and the other queries of its "
+                             "shared application app-2 run on), offsets kept on its checkpoint")
+
+
 def test_a_running_query_of_another_version_is_planned_by_the_usual_categories(query_lost):
     from dsflow.core.categories import Category
 

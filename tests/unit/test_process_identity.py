@@ -177,3 +177,31 @@ def test_processes_started_before_identity_records_are_read_by_their_command_lin
     finally:
         other.kill()
         other.wait(10)
+
+
+def test_a_member_of_a_shared_application_is_found_only_while_its_live_host_reports_it_running(tmp_path, stand_in):
+    """An import of a query running in a shared application (core/imports.py) finds it by its host's identity and
+    the host's report of it in the generation queries.json lists (adapters/spark/apps.py `member`)."""
+    from dsflow.adapters.spark import apps
+
+    root, spec = tmp_path / "run" / "apps", tmp_path / "run" / "queries" / "db.s.q" / "spec.json"
+    app_dir = root / "app-1"
+    app_dir.mkdir(parents=True)
+    apps.write_json(app_dir / "queries.json", {"queries": {"db.s.q": {"spec": str(spec), "generation": 2}}})
+    assert apps.member(root, spec) is None, "no host"
+    host = stand_in(apps.host_identity(app_dir))
+
+    def report(**seen) -> None:
+        apps.write_json(app_dir / "host.json", {"pid": seen.pop("pid", host.pid), "queries": {
+            "db.s.q": {"generation": 2, "state": "running", **seen}}})
+
+    report()
+    assert apps.member(root, spec) == {"app": "app-1", "app_dir": str(app_dir), "app_query": "db.s.q", "pid": host.pid}
+    assert apps.member(root, spec.parent.parent / "db.s.other" / "spec.json") is None, "not listed"
+    for stale in ({"state": "failed"}, {"state": "stopped"}, {"generation": 1}, {"pid": host.pid + 1}):
+        report(**stale)
+        assert apps.member(root, spec) is None, stale
+    report()
+    host.kill()
+    host.wait(10)
+    assert apps.member(root, spec) is None, "its host is gone"

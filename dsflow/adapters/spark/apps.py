@@ -178,6 +178,25 @@ def failure(app_dir: Path, name: str) -> str | None:
     return str(seen.get("error") or "failed")
 
 
+def member(apps_root: Path, spec_path: Path) -> dict[str, Any] | None:
+    """The live shared application under `apps_root` that runs the query whose spec is `spec_path` (an import of a
+    running query, core/imports.py): {"app", "app_dir", "app_query", "pid"} (the host's PID, known by its identity).
+    None when no application lists that spec, or its host is gone, or the host does not report the query running in
+    the generation listed (failed, stopped, not yet started)."""
+    target = spec_path.resolve()
+    for app_dir in sorted(p for p in apps_root.glob("app-*") if p.is_dir()):
+        for name, entry in desired(app_dir).items():
+            if not entry.get("spec") or Path(entry["spec"]).resolve() != target:
+                continue
+            pid = process.holder(host_identity(app_dir))
+            report = read_json(app_dir / HOST_FILE)
+            seen = (report.get("queries") or {}).get(name) or {}
+            live = pid is not None and report.get("pid") == pid and seen.get("state") in ("running", "starting") \
+                and int(seen.get("generation", -1)) == int(entry.get("generation", 0))
+            return {"app": app_dir.name, "app_dir": str(app_dir), "app_query": name, "pid": pid} if live else None
+    return None
+
+
 def isolation(project, query) -> str:
     """Where a query runs: its own 'runtime.isolation', else the project's runtime.isolation."""
     return query.isolation or project.runtime.isolation

@@ -31,16 +31,19 @@ class SparkEngine:
     def driver_identity(self, run_dir: str | Path | None) -> process.Identity:
         return specs.driver_identity(run_dir)
 
-    def running_driver(self, run_dir: Path) -> dict[str, Any] | None:
-        pid = process.holder(specs.driver_identity(run_dir))
+    def running_driver(self, run_dir: Path, apps_root: Path) -> dict[str, Any] | None:
+        """Its own driver (known by the run folder's identity), else the live shared application under `apps_root`
+        listing its spec (apps.member: the host's PID and the application's `app*` keys)."""
         try:
             spec = specs.QuerySpec.model_validate_json((run_dir / "spec.json").read_text())
         except (OSError, ValueError):
             return None
-        if pid is None:
+        pid = process.holder(specs.driver_identity(run_dir))
+        shared = apps.member(apps_root, run_dir / "spec.json") if pid is None else {}
+        if pid is None and shared is None:
             return None
         return {"name": spec.name, "pid": pid, "version": spec.version, "checkpoint": spec.checkpoint,
-                "topics": [s.topic for s in spec.sources]}
+                "topics": [s.topic for s in spec.sources], **(shared or {})}
 
     def identity(self, outputs: dict[str, Any]) -> process.Identity:
         """Its shared application's host, or its own driver (a cold one or a standby that took it over)."""
