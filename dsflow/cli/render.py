@@ -60,6 +60,20 @@ def _escaped(text: str, color: bool) -> str:
     return escape_markup(text) if color else text
 
 
+def replay_timing(estimate: dict[str, Any]) -> str:
+    """', about 4s at 5200 rows/s', ', at most 5m (...)' or ' (no measured rate yet)': the replay's time once its
+    query runs (core/catchup.py)."""
+    seconds = estimate.get("seconds")
+    if not seconds:
+        return " (no measured rate yet)"
+    if estimate.get("seconds_upper_bound"):
+        largest = estimate.get("largest_batch")
+        held = f"held at most {largest:,} records" if largest else "were too alike in size"
+        return (f", at most {_duration(seconds)} once it runs (its measured batches {held}: their fixed cost is "
+                "counted per record)")
+    return f", about {_duration(seconds)} at {estimate['rate_per_second']:.0f} rows/s once it runs"
+
+
 def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
     """Labelled lines under a change: reason, category, effect, estimate, affected queries."""
     details = [("reason", change["reason"])]
@@ -73,9 +87,7 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
         details.append(("effect", change["effect"]))
     estimate = change.get("estimate")
     if estimate:
-        seconds = estimate.get("seconds")
-        timing = f", about {_duration(seconds)} at {estimate['rate_per_second']:.0f} rows/s" if seconds else \
-            " (no measured rate yet)"
+        timing = replay_timing(estimate)
         per_log = estimate.get("sources") or {}
         each = f" ({', '.join(f'{log}: ~{n:,}' for log, n in sorted(per_log.items()))})" if len(per_log) > 1 else ""
         again = estimate.get("read_again")

@@ -36,8 +36,14 @@ class Estimate(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     records: int = Field(description="records the replay re-reads: the sources' end offsets minus the start")
-    rate_per_second: float | None = Field(None, description="the query's measured input rate; null if unknown")
-    seconds: float | None = Field(None, description="records / rate_per_second; null if the rate is unknown")
+    rate_per_second: float | None = Field(None, description="records / seconds: the rate the estimate reads at; null "
+                                          "if unknown")
+    seconds: float | None = Field(None, description="time to read `records` once the query runs, from the query's "
+                                  "measured micro-batches (core/catchup.py); null if none was measured")
+    seconds_upper_bound: bool = Field(False, description="`seconds` is at most: the measured batches were too alike "
+                                      "in size to tell their fixed cost from their cost per record")
+    measured_batches: int | None = Field(None, description="micro-batches `seconds` rests on")
+    largest_batch: int | None = Field(None, description="records of the largest of them")
     sources: dict[str, int] = Field(default_factory=dict, description="records the replay re-reads, by source log "
                                     "(empty when a store cannot say them apart)")
     read_again: int | None = Field(None, description="of `records`, those the deployed version read already (its last "

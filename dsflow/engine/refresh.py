@@ -14,6 +14,7 @@ from typing import Any
 
 from dsflow.adapters import process
 from dsflow.core.address import Address, Kind
+from dsflow.core.catchup import catch_up
 from dsflow.core.observing import Questions
 from dsflow.core.plan import Estimate, Observation, Observations
 from dsflow.core.state import DeployedResource, State
@@ -246,7 +247,7 @@ def replay_estimate(project, address: str, since: str | None, deployed: Deployed
             return None
         by_log[relation.topic] = by_log.get(relation.topic, 0) + count
     total = sum(by_log.values())
-    rate = (query_status(deployed).get("processed_rows_per_second") if deployed else None) or None
+    timing = catch_up(total, measured_costs(query_status(deployed))) if deployed else None
     read_from = (deployed.outputs.get("read_from") if deployed else None) or {}
     gone, again = {}, None
     if since in (None, "earliest") and deployed is not None:
@@ -255,8 +256,24 @@ def replay_estimate(project, address: str, since: str | None, deployed: Deployed
         logs = sorted(set(read_from) | set(deployed.outputs.get("topics") or []))
         now = positions(project, logs) if logs else None  # one request per store for both measures
         gone, again = gone_records(read_from, now), read_again(deployed, now)
-    return Estimate(records=total, rate_per_second=rate, seconds=(total / rate) if rate else None,
-                    sources=by_log, gone=gone, read_again=again)
+    return Estimate(records=total, sources=by_log, gone=gone, read_again=again, **_timing(total, timing))
+
+
+def measured_costs(status: dict) -> list:
+    """(records, ms) of the query's measured batches: the status's `batch_costs`, or its last batch alone (a driver
+    that wrote no costs)."""
+    if status.get("batch_costs"):
+        return status["batch_costs"]
+    last = (status.get("num_input_rows"), status.get("last_batch_duration_ms"))
+    return [last] if all(isinstance(v, (int, float)) for v in last) else []
+
+
+def _timing(records: int, timing) -> dict:
+    if timing is None or timing.seconds <= 0:
+        return {}
+    return {"seconds": timing.seconds, "rate_per_second": records / timing.seconds if records else None,
+            "seconds_upper_bound": timing.upper_bound, "measured_batches": timing.batches,
+            "largest_batch": timing.largest}
 
 
 def read_again(deployed: DeployedResource, now: Mapping[str, Mapping[str, tuple[int, int]]] | None) -> int | None:

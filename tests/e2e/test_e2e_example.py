@@ -228,6 +228,7 @@ def _replay(project_dir: Path, options: operations.Options, broker: str, by_id: 
     [change] = plan.actionable
     assert (change.address, change.action, change.category) == (QUERY_FILTERED, Action.REPLACE, "replay")
     assert change.estimate is not None and change.estimate.records == len(by_id)
+    assert change.estimate.seconds and change.estimate.measured_batches, "timed from the query's measured batches"
     end_before = len(_records(broker, "pageviews_filtered"))
     _apply(options)
     expected = {i for i, r in by_id.items() if r["pageid"] != "Page_4"}

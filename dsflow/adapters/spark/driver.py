@@ -124,22 +124,49 @@ def write_status(path: str, status: dict[str, Any]) -> None:
 
 
 class ExpectationTotals:
-    """The passed and failed rows of each expectation since the driver started, and in the last micro-batch, from
-    the query's recent progress (adapters/spark/expectations.py `counts`); each batch counted once."""
+    """What the driver's status keeps across its writes: the passed and failed rows of each expectation since the
+    driver started, and in the last micro-batch, from the query's recent progress (adapters/spark/expectations.py
+    `counts`; each batch counted once); and the cost of its recent batches (`batch_costs`)."""
 
     def __init__(self, spec: QuerySpec) -> None:
         self.rules = spec.expectations
         self.totals: dict[str, Any] = {}
         self.last_batch: int | None = None
+        self.costs = BatchCosts()
 
     def fields(self, query) -> dict[str, Any]:
-        """{"expectations": {rule: {action, passed, failed, last_batch_passed, last_batch_failed}}}, {} without."""
+        """{"expectations": {rule: {action, passed, failed, last_batch_passed, last_batch_failed}}} ({} without
+        rules), and {"batch_costs": [[records, ms], ...]} once a batch read records."""
+        costs = self.costs.fields(query.lastProgress if query is not None else None)
         if not self.rules:
-            return {}
+            return costs
         if query is not None:
             self.last_batch = counts(list(query.recentProgress or []), self.rules, self.totals, self.last_batch)
-        return {"expectations": {r.name: self.totals.get(r.name, {"action": r.action, "passed": 0, "failed": 0})
-                                 for r in self.rules}}
+        return {**costs, "expectations": {r.name: self.totals.get(r.name, {"action": r.action, "passed": 0,
+                                                                           "failed": 0}) for r in self.rules}}
+
+
+class BatchCosts:
+    """(records, milliseconds) of the micro-batches the status saw that read records: the most recent and the
+    largest few, which a plan's replay estimate fits its time on (core/catchup.py)."""
+
+    RECENT = 20
+    LARGEST = 5
+
+    def __init__(self) -> None:
+        self.recent: list[tuple[int, int, int]] = []  # (batch id, records, ms)
+        self.largest: list[tuple[int, int, int]] = []
+
+    def fields(self, progress: dict[str, Any] | None) -> dict[str, Any]:
+        if progress:
+            batch, rows = progress.get("batchId"), int(progress.get("numInputRows") or 0)
+            ms = int((progress.get("durationMs") or {}).get("triggerExecution") or 0)
+            seen = {b for b, _, _ in self.recent} | {b for b, _, _ in self.largest}
+            if rows > 0 and ms > 0 and batch not in seen:
+                self.recent = [*self.recent, (batch, rows, ms)][-self.RECENT:]
+                self.largest = sorted([*self.largest, (batch, rows, ms)], key=lambda c: -c[1])[:self.LARGEST]
+        kept = {b: (r, ms) for b, r, ms in self.largest + self.recent}
+        return {"batch_costs": [list(kept[b]) for b in sorted(kept)]} if kept else {}
 
 
 def progress_status(spec: QuerySpec, query, state: str, totals: ExpectationTotals | None = None) -> dict[str, Any]:
