@@ -30,13 +30,14 @@ import sqlglot
 from sqlglot import exp
 
 from dsflow.datagen import nexmark
-from support.streaming import latest_by_key, produce, records, run, streaming_project
+from support.streaming import latest_by_key, produce, records, run, running, streaming_project
 
 pytestmark = pytest.mark.integration
 
 FOLDER = Path(__file__).resolve().parents[2] / "bench" / "nexmark_published"
 STREAMS = ("q0", "q1", "q2", "q10", "q14", "q21", "q22")
-CHANGELOGS = {"q15": 1, "q16": 2, "q17": 2}  # query -> how many leading columns key it (its GROUP BY)
+CHANGELOGS = {"q15": 1, "q16": 2, "q17": 2,  # query -> how many leading columns key it (its GROUP BY),
+              "q18": (0, 1), "q19": (0, 7)}  # or their places (ROW_NUMBER: PARTITION BY columns, and the rank)
 RUNS = STREAMS + tuple(CHANGELOGS)
 RERUN = ("q0", "q16")  # run a second time on their checkpoints: the same records (q0), the same state (q16)
 EVENTS = 4_000
@@ -149,6 +150,11 @@ def dsflow_rows(broker: str, project, name: str) -> list[tuple]:
     return [_row(sink, json.loads(record["value"])) for record in records(broker, project, sink.name)]
 
 
+def _key(name: str, row: tuple) -> tuple:
+    places = CHANGELOGS[name]
+    return row[:places] if isinstance(places, int) else tuple(row[i] for i in places)
+
+
 @pytest.fixture(scope="module")
 def generated() -> dict[str, list[dict]]:
     return events()
@@ -175,8 +181,63 @@ def test_published_query_equals_duckdb(spark, broker, loaded, generated, name):
         run(spark, project, f"nexmark_{name}_insert_1", work)
         got = dsflow_rows(broker, project, name)
         if name in CHANGELOGS:
-            width = CHANGELOGS[name]
-            assert len({row[:width] for row in got}) == len(got)
-            assert {row[:width]: row for row in got} == {row[:width]: row for row in expected}
+            assert len({_key(name, row) for row in got}) == len(got)
+            assert {_key(name, row): row for row in got} == {_key(name, row): row for row in expected}
         else:
             assert Counter(got) == Counter(expected)
+
+
+RANKED = """
+CREATE STREAM bid (auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3))
+  WITH ('value.format' = 'json', 'timestamp' = 'dateTime', 'topic.partitions' = 2);
+CREATE CHANGELOG top3 (auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3), rn BIGINT,
+  PRIMARY KEY (auction, rn)) WITH ('value.format' = 'json');
+CREATE CHANGELOG latest (bidder BIGINT, auction BIGINT, price BIGINT, PRIMARY KEY (bidder))
+  WITH ('value.format' = 'json');
+INSERT INTO top3 SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bid)
+  WHERE rn <= 3;
+INSERT INTO latest SELECT bidder, auction, price FROM
+  (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder ORDER BY `dateTime` DESC) AS rn FROM bid) WHERE rn = 1;
+"""
+# (auction, bidder, price, seconds): round 1 fills ranks 1-3 of auction 1 and 1-2 of auction 2; round 2 puts a new
+# rank 1 on auction 1 (every rank's row moves down one) and a tie on auction 2 (the earlier record keeps rank 1);
+# round 3 puts a row at rank 2 of auction 1 and one below its rank 3 (no change), and a later bid of bidder 10.
+ROUNDS = [
+    [(1, 10, 500, 1), (1, 11, 300, 2), (1, 12, 400, 3), (2, 13, 700, 4), (2, 10, 100, 5)],
+    [(1, 14, 900, 6), (2, 15, 700, 7), (1, 11, 50, 8)],
+    [(1, 16, 600, 9), (1, 17, 200, 10), (2, 10, 150, 11)],
+]
+REFERENCE = {  # DuckDB; ties by the records' order (topic partition and offset: one partition per auction here)
+    "top3": "SELECT auction, bidder, price, dateTime, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction "
+            "ORDER BY price DESC, seq) AS rn FROM bid) WHERE rn <= 3",
+    "latest": "SELECT bidder, auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder "
+              "ORDER BY dateTime DESC, seq) AS rn FROM bid) WHERE rn = 1",
+}
+
+
+def test_ranks_change_over_micro_batches_as_duckdb_ranks(spark, broker, tmp_path):
+    """ROW_NUMBER top-3 and the latest row per key over three micro-batches of one running query: after each, the
+    changelog's state per key equals DuckDB's ranking of every record so far, and rank rows were replaced."""
+    project = streaming_project(tmp_path, broker, RANKED)
+    sent: list[tuple] = []
+    first_ranks = []
+    with running(spark, project, ["top3_insert_1", "latest_insert_1"], tmp_path) as caught_up:
+        for round_ in ROUNDS:
+            produce(broker, project, "bid", [{"auction": a, "bidder": b, "price": p, "dateTime": _iso(s * 1000)}
+                                            for a, b, p, s in round_], key="auction")
+            sent += round_
+            caught_up()
+            con = duckdb.connect()
+            con.execute("CREATE TABLE bid (seq INT, auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP)")
+            con.executemany("INSERT INTO bid VALUES (?, ?, ?, ?, ?)",
+                            [(i, a, b, p, _as_time(s * 1000)) for i, (a, b, p, s) in enumerate(sent)])
+            for name, places in (("top3", (0, 4)), ("latest", (0,))):
+                sink = next(r for r in project.relations if r.name == name)
+                state = latest_by_key(broker, project, name)
+                got = [_row(sink, value) for value in state.values()]
+                expected = [tuple(_normal(v) for v in row) for row in con.execute(REFERENCE[name]).fetchall()]
+                assert {tuple(r[i] for i in places): r for r in got} == \
+                    {tuple(r[i] for i in places): r for r in expected}, (name, len(sent))
+                if name == "top3":
+                    first_ranks.append([state['{"auction":1,"rn":%d}' % rank]["bidder"] for rank in (1, 2, 3)])
+    assert first_ranks == [[10, 12, 11], [14, 10, 12], [14, 16, 10]]  # auction 1's ranks 1-3, replaced each round

@@ -1,0 +1,91 @@
+"""ROW_NUMBER top-N and deduplication per key on Spark (sql/topn.py recognises the SQL): the result is a changelog
+keyed by the partition columns (N = 1) or by them and the rank (N > 1), whose rank rows are replaced as records
+arrive.
+
+Spark Structured Streaming has no ROW_NUMBER over a stream ("non-time-based windows are not supported"), so one
+`transformWithStateInPandas` operator keyed by the partition key does it (append mode, state in RocksDB, as
+adapters/spark/retract.py): its state is the key's top N rows; a micro-batch's records of the key are ranked with
+them (topn_state.py: by the ORDER BY, ties by source partition and offset), and each rank whose row changed is
+emitted, an upsert of (key, rank). A rank left without a row would be emitted as a delete (__keep false: a
+tombstone); over a stream, the only source sql/topn.py accepts (DSF-E186 for a changelog), a key's rows only grow
+to N, so no rank disappears.
+
+The state lives in the checkpoint: a driver killed with -9 resumes from the last committed batch, and the batch is
+ranked again from the same state (its records written again, the same upserts).
+
+Rows go through the state as JSON; TIMESTAMPs are written with microseconds (`JSON_TIMES`), and a TIMESTAMP or
+DATE ordering is compared as its epoch microseconds or days.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dsflow.core.model import HIDDEN_RANK, TopN
+from dsflow.adapters.spark.frames import KEEP, OFFSET, PARTITION
+from dsflow.adapters.spark.retract_state import ROCKSDB, STATE_PROVIDER
+from dsflow.adapters.spark.spec import TopNSpec
+from dsflow.adapters.spark.topn_state import processor
+
+PARTITION_KEY = "__p"
+OUTPUT = "p string, rank bigint, keep boolean, row string"
+JSON_TIMES = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+              "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+
+
+def rewrite(select: exp.Select, top_n: TopN, alias: str) -> tuple[str, TopNSpec]:
+    """(the per-record SELECT, the spec). `select` is the query's SELECT in Spark names over its source's view
+    (translate.py), its ROW_NUMBER window the projection named top_n.rank_column (HIDDEN_RANK when not selected)."""
+    projections = list(select.selects)
+    rank = top_n.rank_column or HIDDEN_RANK
+    ranked = next(p for p in projections if isinstance(p, exp.Alias) and p.alias == rank)
+    window = ranked.find(exp.Window)  # under a CAST when the sink declares the rank another integer type
+    orders = window.args["order"].expressions
+    partition = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(p.copy(), "STRING")
+                                                        for p in window.args["partition_by"]]))
+    items = [partition.as_(PARTITION_KEY), *[o.this.copy().as_(f"__o{i}") for i, o in enumerate(orders)],
+             exp.column(PARTITION, table=alias).as_("__part"), exp.column(OFFSET, table=alias).as_("__off"),
+             *[p.copy() for p in projections if p is not ranked]]
+    per_record = exp.select(*items).from_(select.args["from_"].this.copy())
+    if select.args.get("where") is not None:
+        per_record.set("where", select.args["where"].copy())
+    spec = TopNSpec(limit=top_n.limit,
+                    columns=[p.alias_or_name for p in projections if p is not ranked or top_n.rank_column],
+                    rank_column=top_n.rank_column, descending=[bool(o.args.get("desc")) for o in orders],
+                    nulls_first=[bool(o.args["nulls_first"]) if o.args.get("nulls_first") is not None
+                                 else not o.args.get("desc") for o in orders])
+    return per_record.sql(dialect="spark"), spec
+
+
+def ranked_frame(spark, spec: TopNSpec, records):
+    """The result of the per-record rows `records`: the output columns (the rank at its place) and __keep."""
+    from pyspark.sql import functions as F
+
+    orders = [c for c in records.columns if c.startswith("__o")]
+    values = [c for c in spec.columns if c != spec.rank_column]
+    types = {f.name: f.dataType.simpleString() for f in records.schema.fields}
+    row_ddl = ", ".join(f"`{c}` {types[c]}" for c in values)
+    rows = records.select(
+        PARTITION_KEY, F.to_json(F.struct(*[_exact(records, c).alias(c) for c in orders]),
+                                 {"ignoreNullFields": "false"}).alias("__o"),
+        F.col("__part").cast("int").alias("__part"), F.col("__off").cast("long").alias("__off"),
+        F.to_json(F.struct(*[F.col(f"`{c}`") for c in values]), JSON_TIMES).alias("__row"))
+    spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
+    top = processor(spec.limit, spec.descending, spec.nulls_first)
+    changed = rows.groupBy(PARTITION_KEY).transformWithStateInPandas(top, OUTPUT, "append", "None")
+    parsed = changed.select(F.from_json("row", row_ddl, JSON_TIMES).alias("__r"), F.col("rank"),
+                            F.col("keep").alias(KEEP))
+    out = [F.col("rank").alias(c) if c == spec.rank_column else F.col(f"__r.`{c}`").alias(c) for c in spec.columns]
+    return parsed.select(*out, KEEP)
+
+
+def _exact(frame, column: str):
+    """An ordering as the state compares it exactly: a TIMESTAMP as epoch microseconds, a DATE as epoch days."""
+    from pyspark.sql import functions as F
+
+    kind = frame.schema[column].dataType.typeName()
+    if kind in ("timestamp", "timestamp_ntz"):
+        return F.unix_micros(F.col(f"`{column}`").cast("timestamp"))
+    if kind == "date":
+        return F.unix_date(F.col(f"`{column}`"))
+    return F.col(f"`{column}`")
