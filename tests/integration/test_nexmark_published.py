@@ -1,5 +1,5 @@
 """The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q10, q14, q15, q16, q17,
-q21, q22), each as its adapted file (the published query text, only its DDL adapted), on real Spark and a real broker,
+q18, q19, q21, q22), each as its adapted file (the published query text, only its DDL adapted), on real Spark and a real broker,
 against DuckDB running the same published SELECT over the same generated events.
 
 Events: dsflow's Nexmark generator (dsflow.datagen.nexmark, seed 0, the first EVENTS events, SPACING_MS apart in
@@ -10,7 +10,9 @@ event time so that they cover every hour of the day and three days), renamed to 
 i.e. 100 to 100,000,000.
 
 A stream's records are compared with DuckDB's rows as multisets; a changelog's final state (the last record per key)
-with DuckDB's rows by their key (the GROUP BY columns, the sink's first columns). The reference is the
+with DuckDB's rows by their key (the GROUP BY columns, the sink's first columns; for q18 and q19 the PARTITION BY
+columns and q19's rank). A ROW_NUMBER top-N whose ranks change over micro-batches is checked against DuckDB after
+each of three rounds (`test_ranks_change_over_micro_batches_as_duckdb_ranks`). The reference is the
 published INSERT's SELECT transpiled by sqlglot to DuckDB, with two DuckDB macros standing in for what DuckDB lacks:
 Flink's SPLIT_INDEX (0-based, NULL past the end) and q14's count_char (written independently of the project's
 udfs.py: length minus the length without the character).
