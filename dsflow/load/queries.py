@@ -699,6 +699,8 @@ def _deletes(sources: tuple[Source, ...], sink: Relation, analysed: Analysed, ns
     """How a changelog read row by row passes deletes on: to changelogs and views as deletes, else dropped."""
     from dsflow.sql.cdc import is_cdc
 
+    if analysed.top_n is not None:  # a ranking handles its source's deletes itself (adapters/spark/topn.py)
+        return "none"
     if len(sources) == 1 and not analysed.aggregated and sink.kind == "changelog" \
             and is_cdc(ns.relations[sources[0].relation]):
         return "emit"  # a change stream made a changelog: an op 'd' is a delete of its key

@@ -1,18 +1,19 @@
 """ROW_NUMBER top-N and deduplication per key (Nexmark q18, q19): one shape, recognised whole.
 
     SELECT cols FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t [DESC], ...) AS rn
-                      FROM stream [WHERE ...]) [AS q]
+                      FROM rel [WHERE ...]) [AS q]
     WHERE rn <= N | rn < N | rn = 1
 
-The subquery reads one stream (no join, no GROUP BY); the outer WHERE is the rank filter alone. The result is a
-changelog keyed by the PARTITION BY columns (N = 1: the top row per key; `ORDER BY t DESC` keeps the latest) or by
-them and the rank column (N > 1: one row per rank). `extract_top_n` flattens the two SELECTs into one over the
-stream, the rank a placeholder column while sql/select.py resolves and types it; `restore_top_n` puts the
-ROW_NUMBER window back as that column of the resolved SELECT (select_sql). Spark runs it (adapters/spark/topn.py).
+The subquery reads one stream or changelog (no join, no GROUP BY); the outer WHERE is the rank filter alone. The
+result is a changelog keyed by the PARTITION BY columns (N = 1: the top row per key; `ORDER BY t DESC` keeps the
+latest) or by them and the rank column (N > 1: one row per rank). Over a changelog, a row updated or deleted
+changes the ranking: a deleted top row gives way to the next one, and a rank left without a row is deleted.
+`extract_top_n` flattens the two SELECTs into one over the relation, the rank a placeholder column while
+sql/select.py resolves and types it; `restore_top_n` puts the ROW_NUMBER window back as that column of the resolved
+SELECT (select_sql). Spark runs it (adapters/spark/topn.py).
 
     DSF-E185  a variant of the shape: no PARTITION BY or ORDER BY, a window frame, another filter than on the rank,
               the rank in an expression, a GROUP BY, ... (at the construct)
-    DSF-E186  the subquery reads a changelog: ranking rows that are updated and deleted is not supported yet
     DSF-E187  a PARTITION BY column, or (N > 1) the rank, is not selected: it keys the result (load/queries.py
               gives it too for a sink that is not a changelog keyed by the partition columns [and the rank])
 
@@ -34,7 +35,7 @@ from dsflow.errors import Diagnostic
 
 Report = Callable[[Diagnostic], None]
 PLACEHOLDER = "CAST(NULL AS BIGINT)"
-SHAPE = ("SELECT cols FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t DESC) AS rn FROM stream) "
+SHAPE = ("SELECT cols FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t DESC) AS rn FROM rel) "
          "WHERE rn <= N (or rn = 1, rn < N)")
 EXACT_ORDERINGS = ("number", "string", "timestamp", "date", "boolean")
 """The kinds (sql/typekinds.py) of an ORDER BY column the ranking compares exactly (adapters/spark/topn_state.py)."""
@@ -42,7 +43,7 @@ EXACT_ORDERINGS = ("number", "string", "timestamp", "date", "boolean")
 
 @dataclass(frozen=True)
 class Extracted:
-    """A recognised top-N: its model, and the ROW_NUMBER window to restore (over `alias`, the stream's alias)."""
+    """A recognised top-N: its model, and the ROW_NUMBER window to restore (over `alias`, the relation's alias)."""
 
     top_n: TopN
     window: exp.Window
@@ -70,7 +71,7 @@ def _row_number_of(select: exp.Expr) -> tuple[exp.Select, exp.Alias] | None:
 
 def extract_top_n(select: exp.Expr, relations: dict[str, Relation], qualify_name, where,
                   report: Report) -> Extracted | None | Literal[False]:
-    """Flatten a top-N SELECT in place into one over its stream, the rank a placeholder; the top-N found, None for
+    """Flatten a top-N SELECT in place into one over its relation, the rank a placeholder; the top-N found, None for
     another SELECT, False when its variant was refused (reported)."""
     found = _row_number_of(select)
     if found is None:
@@ -85,12 +86,6 @@ def extract_top_n(select: exp.Expr, relations: dict[str, Relation], qualify_name
         return False
     table = inner.args["from_"].this
     relation = relations.get(qualify_name([p.name for p in table.parts]))
-    if relation is not None and relation.kind == "changelog":
-        report(Diagnostic("DSF-E186", f"ROW_NUMBER over the changelog '{relation.fqn}' is not supported yet: its rows "
-                          "are updated and deleted, and the ranking keeps the top rows of a stream", where(table),
-                          hint="rank a stream (e.g. the stream that feeds the changelog), or aggregate the changelog: "
-                               "GROUP BY k with MAX_BY(c, t) gives its top row per key, with retractions"))
-        return False
     if relation is not None and _ordering_problem(window, relation, where, report):
         return False
     limit = _limit(select.args["where"].this, rank)
@@ -101,7 +96,7 @@ def extract_top_n(select: exp.Expr, relations: dict[str, Relation], qualify_name
                           hint=f"select it as a column: SELECT ..., {rank} FROM (...)"))
         return False
     outputs = {_output_name(p).lower(): p for p in projections if not _is_star(p)}
-    star = any(_is_star(p) for p in projections)  # the stream's every column, as it is
+    star = any(_is_star(p) for p in projections)  # the relation's every column, as it is
     partition = tuple(c.name for c in window.args["partition_by"])
     missing = [p for p in partition if not (_selects_column(outputs.get(p.lower()), p)
                                              or (star and p.lower() not in outputs))]
@@ -136,7 +131,7 @@ def _inner_problem(inner: exp.Select, window: exp.Window) -> tuple[exp.Expr, str
         return window, "ROW_NUMBER() needs PARTITION BY: the ranking is per key (one global ranking is not supported)"
     loose = next((p for p in window.args["partition_by"] if not isinstance(p, exp.Column)), None)
     if loose is not None:
-        return loose, f"PARTITION BY {loose.sql()}: partition by columns of the stream"
+        return loose, f"PARTITION BY {loose.sql()}: partition by columns of the relation"
     order = window.args.get("order")
     if order is None or not order.expressions:
         return window, "ROW_NUMBER() needs ORDER BY: which row ranks first"
@@ -144,10 +139,10 @@ def _inner_problem(inner: exp.Select, window: exp.Window) -> tuple[exp.Expr, str
         return window, "ROW_NUMBER() takes no window frame (ROWS/RANGE BETWEEN ...)"
     for key in ("group", "having", "distinct", "order", "limit", "qualify"):
         if inner.args.get(key) is not None:
-            return inner.args[key], f"a subquery with ROW_NUMBER() takes no {key.upper()}: it ranks the stream's rows"
+            return inner.args[key], f"a subquery with ROW_NUMBER() takes no {key.upper()}: it ranks the relation's rows"
     others = [w for w in inner.find_all(exp.Window) if w is not window] + list(inner.find_all(exp.AggFunc))
     if others:
-        return others[0], f"{others[0].sql()} beside ROW_NUMBER(): the subquery projects the stream's columns"
+        return others[0], f"{others[0].sql()} beside ROW_NUMBER(): the subquery projects the relation's columns"
     return None
 
 
@@ -186,7 +181,7 @@ def _limit(condition: exp.Expr, rank: str) -> int | None:
 
 
 def _flat_projections(select: exp.Select, inner: exp.Select, ranked: exp.Alias) -> list[exp.Expr] | Literal[False]:
-    """The outer projections in terms of the stream: a column of the subquery becomes its expression there (a `*` of
+    """The outer projections in terms of the relation: a column of the subquery becomes its expression there (a `*` of
     the subquery its projections), the rank the placeholder; False when the rank is inside an expression."""
     rank = ranked.alias.lower()
     named = {p.alias_or_name.lower(): p for p in inner.selects if not _is_star(p) and p is not ranked}
@@ -225,7 +220,7 @@ def _is_star(node: exp.Expr) -> bool:
 
 
 def _column_name(relation: Relation | None, name: str) -> str:
-    """The stream's column `name` as the stream declares it (a `*` selects it under that name)."""
+    """The relation's column `name` as the relation declares it (a `*` selects it under that name)."""
     column = relation.column(name) if relation is not None else None
     return column.name if column is not None else name
 
@@ -235,7 +230,7 @@ def _output_name(projection: exp.Expr) -> str:
 
 
 def _selects_column(projection: exp.Expr | None, name: str) -> bool:
-    """Whether `projection` is the stream's column `name` as it is (a `*` counts: it selects every column)."""
+    """Whether `projection` is the relation's column `name` as it is (a `*` counts: it selects every column)."""
     if projection is None:
         return False
     body = projection.unalias()
@@ -261,7 +256,7 @@ def _ordering_problem(window: exp.Window, relation: Relation, where, report: Rep
 
 def restore_top_n(qualified: exp.Select, extracted: Extracted | None) -> exp.Select:
     """The resolved SELECT with the ROW_NUMBER window as its rank column (in place of the placeholder, or last, named
-    HIDDEN_RANK, when the rank is not selected); its columns qualified by the stream's alias."""
+    HIDDEN_RANK, when the rank is not selected); its columns qualified by the relation's alias."""
     if extracted is None:
         return qualified
     window = extracted.window.copy()

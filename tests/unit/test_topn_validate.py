@@ -1,13 +1,13 @@
-"""ROW_NUMBER top-N and deduplication in validate (sql/topn.py): the shape accepted, into a changelog keyed by the
-partition columns (and the rank), and each variant refused at its file:line:col (DSF-E185 the shape, DSF-E186 a
-changelog source, DSF-E187 the key or the sink); and the ranking of adapters/spark/topn_state.py (ties, NULLs,
+"""ROW_NUMBER top-N and deduplication in validate (sql/topn.py): the shape accepted over a stream or a changelog,
+into a changelog keyed by the partition columns (and the rank), and each variant refused at its file:line:col
+(DSF-E185 the shape, DSF-E187 the key or the sink); and the ranking of adapters/spark/topn_state.py (ties, NULLs,
 rank rows replaced and deleted). Pure: no broker, no Spark (tests/integration/test_nexmark_published.py runs it)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dsflow.adapters.spark.topn_state import rank_changes, ranked
+from dsflow.adapters.spark.topn_state import partition_changes, rank_changes, ranked
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.load.project import check_project, load_project
 from support.projects import make_project
@@ -41,7 +41,8 @@ def test_top_n_into_a_changelog_keyed_by_partition_and_rank(tmp_path):
     assert [c.name for c in latest.output_columns] == ["bidder", "price"]
     spec = query_spec(project, top3, "v1", "/tmp/checkpoint", "/tmp/status")
     assert spec.top_n is not None and spec.top_n.columns == ["auction", "bidder", "price", "rn"]
-    assert (spec.top_n.descending, spec.top_n.nulls_first, spec.sink.key_columns) == ([True], [False], ["auction", "rn"])
+    assert (spec.top_n.descending, spec.top_n.nulls_first) == ([True], [False])
+    assert spec.sink.key_columns == ["auction", "rn"] and not spec.top_n.changelog
     assert "WHERE `bids`.`price` > 0" in spec.select_sql and "ROW_NUMBER" not in spec.select_sql
 
 
@@ -59,14 +60,25 @@ def test_top_n_into_a_changelog_keyed_by_partition_and_rank(tmp_path):
      "bids) WHERE rn <= 3", "DSF-E187", 1, 8, "the PARTITION BY column 'auction' must be selected"),
     ("SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price) AS rn FROM "
      "bids) WHERE rn <= 3", "DSF-E187", 1, 8, "the rank 'rn' must be selected"),
-    ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price) AS rn FROM\n"
-     "  bids_now) WHERE rn <= 3", "DSF-E186", 2, 3, "ROW_NUMBER over the changelog 'analytics.public.bids_now'"),
 ])
 def test_a_variant_is_refused_at_its_place(tmp_path, query, code, line, col, words):
     found = problems(tmp_path, f"CREATE CHANGELOG ranked AS {query};\n")
     assert [(c, ln, cl) for c, ln, cl, _ in found] == [(code, line, col + len("CREATE CHANGELOG ranked AS "
                                                                               if line == 1 else ""))]
     assert words in found[0][3]
+
+
+def test_top_n_over_a_changelog_ranks_with_its_deletes(tmp_path):
+    sql = "CREATE CHANGELOG top_now AS SELECT * FROM\n  (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY " \
+          "price DESC) AS rn FROM bids_now WHERE price > 0) WHERE rn <= 2;\n"
+    project = load_project(make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql}))
+    query = next(q for q in project.queries if q.fqn.endswith("top_now"))
+    assert (query.key_columns, query.deletes) == (("auction", "rn"), "none")
+    spec = query_spec(project, query, "v1", "/tmp/checkpoint", "/tmp/status")
+    assert spec.top_n is not None and spec.top_n.changelog
+    assert "TO_JSON(ARRAY(CAST(bids_now.id AS STRING))) AS __pk" in spec.select_sql
+    assert "COALESCE((`bids_now`.`price` > 0), FALSE) AND NOT bids_now.__deleted AS __keep" in spec.select_sql
+    assert " WHERE " not in spec.select_sql  # a row that stops matching leaves the ranking: __keep
 
 
 def test_another_row_number_stays_unsupported_with_the_top_n_hint(tmp_path):
@@ -90,13 +102,13 @@ def test_a_sink_that_is_not_the_keyed_changelog_is_refused(tmp_path, sql, words)
 
 
 def _row(price, place, name=None):
-    return [[price], 0, place, name or f"r{place}"]
+    return [[price], [0, place], name or f"r{place}"]
 
 
 def test_ranking_orders_ties_by_place_and_nulls_as_sql_does():
     rows = ranked([], [_row(5, 3), _row(7, 1), _row(5, 2), _row(None, 0)], 3, [True], [False])
-    assert [r[2] for r in rows] == [1, 2, 3]  # 7, then the tied 5s by offset; DESC puts NULL last
-    assert [r[2] for r in ranked([], [_row(5, 3), _row(None, 0)], 2, [False], [True])] == [0, 3]
+    assert [r[1][1] for r in rows] == [1, 2, 3]  # 7, then the tied 5s by offset; DESC puts NULL last
+    assert [r[1][1] for r in ranked([], [_row(5, 3), _row(None, 0)], 2, [False], [True])] == [0, 3]
     again = ranked(rows, [_row(7, 1)], 3, [True], [False])  # a replayed record is not ranked twice
     assert again == rows
 
@@ -107,3 +119,16 @@ def test_rank_changes_upsert_changed_ranks_and_delete_ranks_left_empty():
     assert rank_changes(old, new) == [(2, True, "r4"), (3, True, "r2")]
     assert rank_changes(old, old[:1]) == [(2, False, "r2"), (3, False, "r3")]
     assert rank_changes([], old[:1]) == [(1, True, "r1")]
+
+
+def test_a_changelog_key_ranks_every_row_so_a_deleted_top_row_gives_way():
+    def row(pk, price, text):
+        return [[price], [str(pk)], text]
+
+    rows = {'["1"]': row(1, 9, "a"), '["2"]': row(2, 8, "b"), '["3"]': row(3, 7, "c")}
+    rows, out = partition_changes(rows, [('["1"]', None)], 2, [True], [False])  # the top row deleted
+    assert out == [(1, True, "b"), (2, True, "c")] and set(rows) == {'["2"]', '["3"]'}
+    rows, out = partition_changes(rows, [('["3"]', row(3, 8, "c2"))], 2, [True], [False])  # a tie: "2" < "3"
+    assert out == [(2, True, "c2")]
+    rows, out = partition_changes(rows, [('["2"]', None), ('["3"]', None)], 2, [True], [False])
+    assert out == [(1, False, "b"), (2, False, "c2")] and rows == {}

@@ -240,6 +240,8 @@ class TopNSpec(BaseModel):
     limit: int
     columns: list[str] = Field(description="the output columns, the rank (if selected) among them")
     rank_column: str | None = Field(description="the output column holding the rank; None: not selected")
+    changelog: bool = Field(False, description="the source is a changelog: rows are ranked with their updates and "
+                                               "deletes (two stages), ties by primary key")
     descending: list[bool] = Field(description="per ORDER BY item")
     nulls_first: list[bool] = Field(description="per ORDER BY item")
 

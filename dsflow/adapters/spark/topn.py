@@ -1,16 +1,23 @@
 """ROW_NUMBER top-N and deduplication per key on Spark (sql/topn.py recognises the SQL): the result is a changelog
-keyed by the partition columns (N = 1) or by them and the rank (N > 1), whose rank rows are replaced as records
-arrive.
+keyed by the partition columns (N = 1) or by them and the rank (N > 1), whose rank rows are replaced as rows
+arrive, and deleted when a rank is left without a row.
 
-Spark Structured Streaming has no ROW_NUMBER over a stream ("non-time-based windows are not supported"), so one
-`transformWithStateInPandas` operator keyed by the partition key does it (append mode, state in RocksDB, as
-adapters/spark/retract.py): its state is the key's top N rows; a micro-batch's records of the key are ranked with
-them (topn_state.py: by the ORDER BY, ties by source partition and offset), and each rank whose row changed is
-emitted, an upsert of (key, rank). A rank left without a row would be emitted as a delete (__keep false: a
-tombstone); over a stream, the only source sql/topn.py accepts (DSF-E186 for a changelog), a key's rows only grow
-to N, so no rank disappears.
+Spark Structured Streaming has no ROW_NUMBER over a stream ("non-time-based windows are not supported"), so
+`transformWithStateInPandas` operators do it (append mode, state in RocksDB, as adapters/spark/retract.py):
 
-The state lives in the checkpoint: a driver killed with -9 resumes from the last committed batch, and the batch is
+    a stream     one operator keyed by the partition key; its state is the key's top N rows. A micro-batch's records
+                 of the key are ranked with them (topn_state.py: by the ORDER BY, ties by source partition and
+                 offset), and each rank whose row changed is emitted, an upsert of (key, rank). Rows only arrive,
+                 so no rank disappears.
+    a changelog  two: keyed by the row's primary key (its state: the row's partition key and row), which turns a
+                 batch's changes of the row (offset order; a tombstone, or a row WHERE no longer keeps, is a
+                 delete) into a delete from its old partition key and an upsert into its new one; then keyed by the
+                 partition key (its state: every row of the key), which ranks the key's rows before and after and
+                 emits each rank whose row changed, or a delete (__keep false: a tombstone) of a rank left without
+                 a row. Ties by the primary key's values as text. A (key, rank) changes in its key's group only, so
+                 no two tasks write it in one batch.
+
+The states live in the checkpoint: a driver killed with -9 resumes from the last committed batch, and the batch is
 ranked again from the same state (its records written again, the same upserts).
 
 Rows go through the state as JSON; TIMESTAMPs are written with microseconds (`JSON_TIMES`), and a TIMESTAMP or
@@ -22,20 +29,22 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dsflow.core.model import HIDDEN_RANK, TopN
-from dsflow.adapters.spark.frames import KEEP, OFFSET, PARTITION
+from dsflow.adapters.spark.frames import DELETED, KEEP, OFFSET, PARTITION
 from dsflow.adapters.spark.retract_state import ROCKSDB, STATE_PROVIDER
 from dsflow.adapters.spark.spec import TopNSpec
-from dsflow.adapters.spark.topn_state import processor
+from dsflow.adapters.spark.topn_state import changelog_processors, processor
 
 PARTITION_KEY = "__p"
 OUTPUT = "p string, rank bigint, keep boolean, row string"
+ROW_CHANGES = "p string, pk string, e string"
 JSON_TIMES = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
 
 
-def rewrite(select: exp.Select, top_n: TopN, alias: str) -> tuple[str, TopNSpec]:
+def rewrite(select: exp.Select, top_n: TopN, alias: str, primary_key: tuple[str, ...] | None) -> tuple[str, TopNSpec]:
     """(the per-record SELECT, the spec). `select` is the query's SELECT in Spark names over its source's view
-    (translate.py), its ROW_NUMBER window the projection named top_n.rank_column (HIDDEN_RANK when not selected)."""
+    (translate.py), its ROW_NUMBER window the projection named top_n.rank_column (HIDDEN_RANK when not selected);
+    `primary_key` the source's when it is a changelog (None: a stream)."""
     projections = list(select.selects)
     rank = top_n.rank_column or HIDDEN_RANK
     ranked = next(p for p in projections if isinstance(p, exp.Alias) and p.alias == rank)
@@ -44,17 +53,33 @@ def rewrite(select: exp.Select, top_n: TopN, alias: str) -> tuple[str, TopNSpec]
     partition = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(p.copy(), "STRING")
                                                         for p in window.args["partition_by"]]))
     items = [partition.as_(PARTITION_KEY), *[o.this.copy().as_(f"__o{i}") for i, o in enumerate(orders)],
-             exp.column(PARTITION, table=alias).as_("__part"), exp.column(OFFSET, table=alias).as_("__off"),
-             *[p.copy() for p in projections if p is not ranked]]
+             *_place(select, alias, primary_key), *[p.copy() for p in projections if p is not ranked]]
     per_record = exp.select(*items).from_(select.args["from_"].this.copy())
-    if select.args.get("where") is not None:
+    if select.args.get("where") is not None and primary_key is None:
         per_record.set("where", select.args["where"].copy())
     spec = TopNSpec(limit=top_n.limit,
                     columns=[p.alias_or_name for p in projections if p is not ranked or top_n.rank_column],
-                    rank_column=top_n.rank_column, descending=[bool(o.args.get("desc")) for o in orders],
+                    rank_column=top_n.rank_column, changelog=primary_key is not None,
+                    descending=[bool(o.args.get("desc")) for o in orders],
                     nulls_first=[bool(o.args["nulls_first"]) if o.args.get("nulls_first") is not None
                                  else not o.args.get("desc") for o in orders])
     return per_record.sql(dialect="spark"), spec
+
+
+def _place(select: exp.Select, alias: str, primary_key: tuple[str, ...] | None) -> list[exp.Expr]:
+    """What ranks tied rows and keys the changes: a stream record's partition and offset; a changelog row's
+    primary key (as text), its offset, and whether it is kept (not deleted, and WHERE holds: a row that stops
+    matching leaves the ranking)."""
+    offset = exp.column(OFFSET, table=alias).as_("__off")
+    if primary_key is None:
+        return [exp.column(PARTITION, table=alias).as_("__part"), offset]
+    key = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(exp.column(k, table=alias), "STRING")
+                                                   for k in primary_key]))
+    keep: exp.Expr = exp.not_(exp.column(DELETED, table=alias))
+    where = select.args.get("where")
+    if where is not None:
+        keep = exp.and_(exp.func("COALESCE", exp.paren(where.this.copy()), exp.false()), keep)
+    return [key.as_("__pk"), offset, keep.as_(KEEP)]
 
 
 def ranked_frame(spark, spec: TopNSpec, records):
@@ -65,14 +90,20 @@ def ranked_frame(spark, spec: TopNSpec, records):
     values = [c for c in spec.columns if c != spec.rank_column]
     types = {f.name: f.dataType.simpleString() for f in records.schema.fields}
     row_ddl = ", ".join(f"`{c}` {types[c]}" for c in values)
+    place = ["__pk", F.col("__off").cast("long").alias("__off"), KEEP] if spec.changelog else \
+        [F.col("__part").cast("int").alias("__part"), F.col("__off").cast("long").alias("__off")]
     rows = records.select(
         PARTITION_KEY, F.to_json(F.struct(*[_exact(records, c).alias(c) for c in orders]),
-                                 {"ignoreNullFields": "false"}).alias("__o"),
-        F.col("__part").cast("int").alias("__part"), F.col("__off").cast("long").alias("__off"),
+                                 {"ignoreNullFields": "false"}).alias("__o"), *place,
         F.to_json(F.struct(*[F.col(f"`{c}`") for c in values]), JSON_TIMES).alias("__row"))
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
-    top = processor(spec.limit, spec.descending, spec.nulls_first)
-    changed = rows.groupBy(PARTITION_KEY).transformWithStateInPandas(top, OUTPUT, "append", "None")
+    if spec.changelog:
+        by_row, by_partition = changelog_processors(spec.limit, spec.descending, spec.nulls_first)
+        moved = rows.groupBy("__pk").transformWithStateInPandas(by_row, ROW_CHANGES, "append", "None")
+        changed = moved.groupBy("p").transformWithStateInPandas(by_partition, OUTPUT, "append", "None")
+    else:
+        top = processor(spec.limit, spec.descending, spec.nulls_first)
+        changed = rows.groupBy(PARTITION_KEY).transformWithStateInPandas(top, OUTPUT, "append", "None")
     parsed = changed.select(F.from_json("row", row_ddl, JSON_TIMES).alias("__r"), F.col("rank"),
                             F.col("keep").alias(KEEP))
     out = [F.col("rank").alias(c) if c == spec.rank_column else F.col(f"__r.`{c}`").alias(c) for c in spec.columns]

@@ -3,10 +3,16 @@ the rank rows a micro-batch changed, and the StatefulProcessor. It imports neith
 starts a fresh Python process per stateful operator at every query start, and unpickling the processor imports
 this module there: docs/testing.md, "Where a stateful test's time goes").
 
-A row is [orderings, source partition, source offset, row JSON]. Rows are ordered by their orderings (each ASC or
-DESC, NULLs first or last as SQL's ORDER BY says; Spark's default: NULLS FIRST for ASC, NULLS LAST for DESC), then
-by their place in the source, (partition, offset) ascending: of tied rows, the one read first from a partition
-ranks first. So the ranking is a function of the records, not of how they were cut into micro-batches.
+A row is [orderings, tie, row JSON]. Rows are ordered by their orderings (each ASC or DESC, NULLs first or last as
+SQL's ORDER BY says; Spark's default: NULLS FIRST for ASC, NULLS LAST for DESC), then by `tie` ascending: over a
+stream the record's place in the source, [partition, offset] (of tied rows the one read first from a partition
+ranks first), over a changelog the row's primary key values as text. So the ranking is a function of the records
+(of the changelog's rows), not of how they were cut into micro-batches.
+
+Over a stream a key keeps only its top N rows: rows only arrive. Over a changelog (rows updated and deleted) it
+keeps every row of the key, since a deleted top row gives way to the next one: stage 1, keyed by the row's
+primary key, turns its changes into a delete from its old partition key and an upsert into its new one
+(changelog_join_state.row_changes), and stage 2, keyed by the partition key, ranks the key's rows before and after.
 """
 
 from __future__ import annotations
@@ -27,21 +33,37 @@ def _compare(a: list, b: list, descending: list[bool], nulls_first: list[bool]) 
             return (-1 if first else 1) * (1 if x is None else -1)
         order = -1 if x < y else 1
         return -order if desc else order
-    place_a, place_b = (a[1], a[2]), (b[1], b[2])
-    return (place_a > place_b) - (place_a < place_b)
+    return (a[1] > b[1]) - (a[1] < b[1])
+
+
+def ordered(rows: Iterable[list], descending: list[bool], nulls_first: list[bool]) -> list[list]:
+    return sorted(rows, key=cmp_to_key(lambda a, b: _compare(a, b, descending, nulls_first)))
 
 
 def ranked(rows: list[list], arrived: Iterable[list], limit: int, descending: list[bool],
            nulls_first: list[bool]) -> list[list]:
-    """A key's top `limit` rows after `arrived` (a record already ranked, by its place, is not taken twice: a
-    micro-batch replayed after a crash runs again from the state of the last committed one)."""
-    merged, seen = list(rows), {(r[1], r[2]) for r in rows}
+    """A stream key's top `limit` rows after `arrived` (a record already ranked, by its place, is not taken twice:
+    a micro-batch replayed after a crash runs again from the state of the last committed one)."""
+    merged, seen = list(rows), {tuple(r[1]) for r in rows}
     for row in arrived:
-        if (row[1], row[2]) not in seen:
-            seen.add((row[1], row[2]))
+        if tuple(row[1]) not in seen:
+            seen.add(tuple(row[1]))
             merged.append(row)
-    merged.sort(key=cmp_to_key(lambda a, b: _compare(a, b, descending, nulls_first)))
-    return merged[:limit]
+    return ordered(merged, descending, nulls_first)[:limit]
+
+
+def partition_changes(rows: dict[str, list], changes: Iterable[tuple[str, list | None]], limit: int,
+                      descending: list[bool], nulls_first: list[bool]) -> tuple[dict[str, list], list[tuple]]:
+    """A changelog key's rows {primary key: row} after (primary key, row or None: a delete) -> (its new rows, the
+    rank changes of its top `limit`, as rank_changes gives them)."""
+    before = ordered(rows.values(), descending, nulls_first)[:limit]
+    rows = dict(rows)
+    for pk, row in changes:
+        if row is None:
+            rows.pop(pk, None)
+        else:
+            rows[pk] = row
+    return rows, rank_changes(before, ordered(rows.values(), descending, nulls_first)[:limit])
 
 
 def rank_changes(old: list[list], new: list[list]) -> list[tuple[int, bool, str]]:
@@ -50,15 +72,16 @@ def rank_changes(old: list[list], new: list[list]) -> list[tuple[int, bool, str]
     out: list[tuple[int, bool, str]] = []
     for index in range(max(len(old), len(new))):
         if index >= len(new):
-            out.append((index + 1, False, old[index][3]))
-        elif index >= len(old) or (old[index][1], old[index][2]) != (new[index][1], new[index][2]):
-            out.append((index + 1, True, new[index][3]))
+            out.append((index + 1, False, old[index][2]))
+        elif index >= len(old) or old[index] != new[index]:
+            out.append((index + 1, True, new[index][2]))
     return out
 
 
 def processor(limit: int, descending: list[bool], nulls_first: list[bool]) -> Any:
-    """The StatefulProcessor keyed by the partition key (made here: pyspark is imported only by a driver that
-    needs it); its state is the key's top rows (JSON). Its method imports pandas itself (see the module's doc)."""
+    """The StatefulProcessor of a stream, keyed by the partition key (made here: pyspark is imported only by a
+    driver that needs it); its state is the key's top rows (JSON). Its method imports pandas itself (see the
+    module's doc)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class TopRows(StatefulProcessor):
@@ -69,7 +92,7 @@ def processor(limit: int, descending: list[bool], nulls_first: list[bool]) -> An
 
         def handleInputRows(self, key, rows, timerValues):
             import pandas as pd  # here, not when unpickled (processor)
-            arrived = [[list(json.loads(o).values()), int(p), int(f), r] for frame in rows
+            arrived = [[list(json.loads(o).values()), [int(p), int(f)], r] for frame in rows
                        for o, p, f, r in zip(frame["__o"], frame["__part"], frame["__off"], frame["__row"],
                                              strict=True)]
             old = json.loads(self.rows.get()[0]) if self.rows.exists() else []
@@ -83,3 +106,57 @@ def processor(limit: int, descending: list[bool], nulls_first: list[bool]) -> An
             pass
 
     return TopRows()
+
+
+def changelog_processors(limit: int, descending: list[bool], nulls_first: list[bool]) -> tuple[Any, Any]:
+    """The two StatefulProcessors over a changelog: by the row's primary key (its state: [partition key, row]),
+    then by the partition key (its state: every row of the key, {primary key: row})."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    from dsflow.adapters.spark.changelog_join_state import row_changes
+
+    class ByRow(StatefulProcessor):
+        """Keyed by the source's primary key; emits (partition key, primary key, row or None) per change."""
+
+        def init(self, handle) -> None:
+            self.last = handle.getValueState("last", "p string, row string")
+
+        def handleInputRows(self, key, rows, timerValues):
+            import pandas as pd  # here, not when unpickled (changelog_processors)
+            found = [(int(f), p, json.dumps([list(json.loads(o).values()), json.loads(key[0]), r]) if k else None)
+                     for frame in rows for f, k, p, o, r in zip(frame["__off"], frame["__keep"], frame["__p"],
+                                                                 frame["__o"], frame["__row"], strict=True)]
+            old = list(self.last.get()) if self.last.exists() else None
+            new, out = row_changes(old, found)
+            if new is None and old is not None:
+                self.last.clear()
+            elif new is not None and new != old:
+                self.last.update(tuple(new))
+            yield pd.DataFrame([(p, key[0], r) for p, r, _ in out], columns=["p", "pk", "e"], dtype=object)
+
+        def close(self) -> None:
+            pass
+
+    class ByPartition(StatefulProcessor):
+        """Keyed by the partition key; emits (rank, keep, row) for each rank the batch changed."""
+
+        def init(self, handle) -> None:
+            self.rows = handle.getValueState("rows", STATE)
+
+        def handleInputRows(self, key, rows, timerValues):
+            import pandas as pd  # here, not when unpickled (changelog_processors)
+            changes = [(pk, json.loads(e) if isinstance(e, str) else None) for frame in rows
+                       for pk, e in zip(frame["pk"], frame["e"], strict=True)]
+            old = json.loads(self.rows.get()[0]) if self.rows.exists() else {}
+            new, changed = partition_changes(old, changes, limit, descending, nulls_first)
+            if new:
+                self.rows.update((json.dumps(new),))
+            elif old:
+                self.rows.clear()
+            out = [(key[0], rank, keep, row) for rank, keep, row in changed]
+            yield pd.DataFrame(out, columns=["p", "rank", "keep", "row"]).astype({"rank": "int64", "keep": bool})
+
+        def close(self) -> None:
+            pass
+
+    return ByRow(), ByPartition()

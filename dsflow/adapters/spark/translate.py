@@ -138,7 +138,10 @@ def top_n_spec(project: Project, query: Query) -> tuple[str, TopNSpec] | None:
         return None
     from dsflow.adapters.spark.topn import rewrite as rank_rewrite
 
-    return rank_rewrite(_over_views(query, project), query.top_n, query.sources[0].alias)
+    source = project.relation(query.sources[0].relation)
+    assert source is not None  # a loaded project's sources name its relations
+    return rank_rewrite(_over_views(query, project), query.top_n, query.sources[0].alias,
+                        source.primary_key if source.kind == "changelog" else None)
 
 
 def array_subscripts(select: exp.Query, query: Query, project: Project | None) -> exp.Query:
