@@ -10,7 +10,7 @@
     GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT),   (over a changelog or a changelog join:
         MAX_BY(value, ordering), MIN_BY(value, ordering)            with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
-    FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM stream) WHERE rn <= N  (sql/topn.py)
+    FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM rel) WHERE rn <= N     (sql/topn.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
 """

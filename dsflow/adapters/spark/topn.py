@@ -26,6 +26,8 @@ DATE ordering is compared as its epoch microseconds or days.
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from dsflow.core.model import HIDDEN_RANK, TopN
@@ -47,7 +49,7 @@ def rewrite(select: exp.Select, top_n: TopN, alias: str, primary_key: tuple[str,
     `primary_key` the source's when it is a changelog (None: a stream)."""
     projections = list(select.selects)
     rank = top_n.rank_column or HIDDEN_RANK
-    ranked = next(p for p in projections if isinstance(p, exp.Alias) and p.alias == rank)
+    ranked = next(p for p in projections if isinstance(p, exp.Alias) and p.alias.lower() == rank.lower())
     window = ranked.find(exp.Window)  # under a CAST when the sink declares the rank another integer type
     orders = window.args["order"].expressions
     partition = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(p.copy(), "STRING")
@@ -59,7 +61,7 @@ def rewrite(select: exp.Select, top_n: TopN, alias: str, primary_key: tuple[str,
         per_record.set("where", select.args["where"].copy())
     spec = TopNSpec(limit=top_n.limit,
                     columns=[p.alias_or_name for p in projections if p is not ranked or top_n.rank_column],
-                    rank_column=top_n.rank_column, changelog=primary_key is not None,
+                    rank_column=ranked.alias if top_n.rank_column else None, changelog=primary_key is not None,
                     descending=[bool(o.args.get("desc")) for o in orders],
                     nulls_first=[bool(o.args["nulls_first"]) if o.args.get("nulls_first") is not None
                                  else not o.args.get("desc") for o in orders])
@@ -86,7 +88,7 @@ def ranked_frame(spark, spec: TopNSpec, records):
     """The result of the per-record rows `records`: the output columns (the rank at its place) and __keep."""
     from pyspark.sql import functions as F
 
-    orders = [c for c in records.columns if c.startswith("__o")]
+    orders = [c for c in records.columns if re.fullmatch(r"__o\d+", c)]
     values = [c for c in spec.columns if c != spec.rank_column]
     types = {f.name: f.dataType.simpleString() for f in records.schema.fields}
     row_ddl = ", ".join(f"`{c}` {types[c]}" for c in values)
