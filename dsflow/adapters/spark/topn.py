@@ -92,20 +92,21 @@ def ranked_frame(spark, spec: TopNSpec, records):
     values = [c for c in spec.columns if c != spec.rank_column]
     types = {f.name: f.dataType.simpleString() for f in records.schema.fields}
     row_ddl = ", ".join(f"`{c}` {types[c]}" for c in values)
-    place = ["__pk", F.col("__off").cast("long").alias("__off"), KEEP] if spec.changelog else \
-        [F.col("__part").cast("int").alias("__part"), F.col("__off").cast("long").alias("__off")]
+    # the processors' columns (topn_state.py) are named without leading underscores: Spark hands them over so
+    place = [F.col("__pk").alias("pk"), F.col("__off").cast("long").alias("off"), F.col(KEEP).alias("keep")] \
+        if spec.changelog else [F.col("__part").cast("int").alias("part"), F.col("__off").cast("long").alias("off")]
     rows = records.select(
-        PARTITION_KEY, F.to_json(F.struct(*[_exact(records, c).alias(c) for c in orders]),
-                                 {"ignoreNullFields": "false"}).alias("__o"), *place,
-        F.to_json(F.struct(*[F.col(f"`{c}`") for c in values]), JSON_TIMES).alias("__row"))
+        F.col(PARTITION_KEY).alias("p"), F.to_json(F.struct(*[_exact(records, c).alias(c) for c in orders]),
+                                                   {"ignoreNullFields": "false"}).alias("o"), *place,
+        F.to_json(F.struct(*[F.col(f"`{c}`") for c in values]), JSON_TIMES).alias("row"))
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
     if spec.changelog:
         by_row, by_partition = changelog_processors(spec.limit, spec.descending, spec.nulls_first)
-        moved = rows.groupBy("__pk").transformWithStateInPandas(by_row, ROW_CHANGES, "append", "None")
+        moved = rows.groupBy("pk").transformWithStateInPandas(by_row, ROW_CHANGES, "append", "None")
         changed = moved.groupBy("p").transformWithStateInPandas(by_partition, OUTPUT, "append", "None")
     else:
         top = processor(spec.limit, spec.descending, spec.nulls_first)
-        changed = rows.groupBy(PARTITION_KEY).transformWithStateInPandas(top, OUTPUT, "append", "None")
+        changed = rows.groupBy("p").transformWithStateInPandas(top, OUTPUT, "append", "None")
     parsed = changed.select(F.from_json("row", row_ddl, JSON_TIMES).alias("__r"), F.col("rank"),
                             F.col("keep").alias(KEEP))
     out = [F.col("rank").alias(c) if c == spec.rank_column else F.col(f"__r.`{c}`").alias(c) for c in spec.columns]

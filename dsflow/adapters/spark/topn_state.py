@@ -93,8 +93,7 @@ def processor(limit: int, descending: list[bool], nulls_first: list[bool]) -> An
         def handleInputRows(self, key, rows, timerValues):
             import pandas as pd  # here, not when unpickled (processor)
             arrived = [[list(json.loads(o).values()), [int(p), int(f)], r] for frame in rows
-                       for o, p, f, r in zip(frame["__o"], frame["__part"], frame["__off"], frame["__row"],
-                                             strict=True)]
+                       for o, p, f, r in zip(frame["o"], frame["part"], frame["off"], frame["row"], strict=True)]
             old = json.loads(self.rows.get()[0]) if self.rows.exists() else []
             new = ranked(old, arrived, limit, descending, nulls_first)
             if new != old:
@@ -124,8 +123,8 @@ def changelog_processors(limit: int, descending: list[bool], nulls_first: list[b
         def handleInputRows(self, key, rows, timerValues):
             import pandas as pd  # here, not when unpickled (changelog_processors)
             found = [(int(f), p, json.dumps([list(json.loads(o).values()), json.loads(key[0]), r]) if k else None)
-                     for frame in rows for f, k, p, o, r in zip(frame["__off"], frame["__keep"], frame["__p"],
-                                                                 frame["__o"], frame["__row"], strict=True)]
+                     for frame in rows for f, k, p, o, r in zip(frame["off"], frame["keep"], frame["p"],
+                                                                 frame["o"], frame["row"], strict=True)]
             old = list(self.last.get()) if self.last.exists() else None
             new, out = row_changes(old, found)
             if new is None and old is not None:
