@@ -51,6 +51,7 @@ def rewrite(select: exp.Select, top_n: TopN, alias: str, primary_key: tuple[str,
     rank = top_n.rank_column or HIDDEN_RANK
     ranked = next(p for p in projections if isinstance(p, exp.Alias) and p.alias.lower() == rank.lower())
     window = ranked.find(exp.Window)  # under a CAST when the sink declares the rank another integer type
+    assert window is not None  # select_sql's rank column is the ROW_NUMBER window (sql/topn.py restore_top_n)
     orders = window.args["order"].expressions
     partition = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(p.copy(), "STRING")
                                                         for p in window.args["partition_by"]]))

@@ -37,7 +37,10 @@ def _compare(a: list, b: list, descending: list[bool], nulls_first: list[bool]) 
 
 
 def ordered(rows: Iterable[list], descending: list[bool], nulls_first: list[bool]) -> list[list]:
-    return sorted(rows, key=cmp_to_key(lambda a, b: _compare(a, b, descending, nulls_first)))
+    def compare(a: list, b: list) -> int:
+        return _compare(a, b, descending, nulls_first)
+
+    return sorted(rows, key=cmp_to_key(compare))
 
 
 def ranked(rows: list[list], arrived: Iterable[list], limit: int, descending: list[bool],
