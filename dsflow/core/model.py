@@ -229,6 +229,26 @@ class ChainedChangelogJoin(Frozen):
                                        "columns (only when not keyed_by_left and not aggregated)")
 
 
+class TopN(Frozen):
+    """ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) over one stream, filtered to its first `limit` rows per
+    partition (sql/topn.py; on Spark adapters/spark/topn.py): a changelog keyed by the partition columns and, for
+    limit > 1, the rank column. select_sql holds the ROW_NUMBER window as the projection named `rank_column`, or
+    HIDDEN_RANK when the rank is not selected."""
+
+    limit: int = Field(description="how many rows per partition: rn <= limit")
+    partition: tuple[str, ...] = Field(description="the output columns that are the PARTITION BY columns")
+    rank_column: str | None = Field(None, description="the output column holding the rank; None: not selected")
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The result's primary key: the partition columns, and the rank column when there is more than one row."""
+        return self.partition + ((self.rank_column,) if self.limit > 1 and self.rank_column else ())
+
+
+HIDDEN_RANK = "__rank"
+"""The name of the ROW_NUMBER projection in a top-N query's select_sql when the SELECT does not select the rank."""
+
+
 class Expectation(Frozen):
     """A data-quality rule on the rows a query writes: `CONSTRAINT name EXPECT (condition) ON VIOLATION action`.
     A row passes when the condition is TRUE; FALSE or NULL is a violation. Every rule counts the rows that pass
@@ -281,6 +301,7 @@ class Query(Frozen):
         (), description="the joins after the first join, in order, each of the result so far with one more relation: "
         "interval joins of streams (after an interval join only), then temporal joins of changelogs; after a join "
         "of two changelogs (changelog_join), joins of more changelogs")
+    top_n: TopN | None = Field(None, description="ROW_NUMBER top-N or deduplication per key (sql/topn.py)")
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
     expectations: tuple[Expectation, ...] = Field((), description="CONSTRAINT ... EXPECT rules, in written order")

@@ -272,6 +272,8 @@ def _stateful_data(query) -> dict[str, Any]:
             data["watermark_delay"] = query.watermark_delay
     if query.changelog_join is not None:
         data["changelog_join"] = query.changelog_join.model_dump(mode="json")  # lists, as read back from state
+    if query.top_n is not None:
+        data["top_n"] = query.top_n.model_dump(mode="json")
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee
     return data

@@ -441,6 +441,13 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
         from dsflow.sql.changelog_join import check_sink
 
         return check_sink(st.kind if st.kind != "stream" else "a stream", fqn, st.location, report)
+    if analysed.top_n is not None:  # sql/topn.py: a changelog keyed by the partition columns (and the rank)
+        from dsflow.sql.topn import top_n_sink
+
+        problem = top_n_sink(st.kind, fqn, analysed.top_n, analysed.top_n.key, st.location)
+        if problem is not None:
+            report(problem)
+        return problem is None
     if st.kind == "changelog" and (analysed.join_within or analysed.temporal):
         report(Diagnostic("DSF-E046", f"'{fqn}' joins two streams, so its result is a stream, not a changelog",
                           st.location, hint="use CREATE STREAM ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
@@ -467,6 +474,8 @@ def _ctas_primary_key(st: RawStatement, fqn: str, source: Relation, analysed: An
         return ()
     if analysed.aggregated:
         return analysed.group_keys
+    if analysed.top_n is not None:  # sql/topn.py
+        return analysed.top_n.key
     if analysed.changelog_join is not None:  # sql/changelog_join.py
         from dsflow.sql.changelog_join import result_key
 
@@ -501,6 +510,13 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
 
         check_sink("INSERT INTO", target, st.location, report)
         return None
+    if analysed.top_n is not None:  # sql/topn.py
+        from dsflow.sql.topn import top_n_sink
+
+        problem = top_n_sink(sink.kind, target, analysed.top_n, sink.primary_key, st.location)
+        if problem is not None:
+            report(problem)
+            return None
     analysed = _named_by_position(analysed, sink)
     columns = analysed.columns
     if [c.name.lower() for c in columns] != [c.name.lower() for c in sink.columns]:
@@ -612,7 +628,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  start_position=_start_position(st, report), stateful=analysed.stateful,
                  output_mode="update" if analysed.aggregated else "append",
                  key_columns=_partition_by(st, sink, analysed, report) or analysed.group_keys or
-                 (sink.primary_key if analysed.changelog_join else ()),
+                 (sink.primary_key if analysed.changelog_join or analysed.top_n else ()),
                  window=analysed.window,
                  join_within=analysed.join_within, watermark_delay=_watermark_delay(st, report),
                  delivery_guarantee=delivery_guarantee(st, sink, report,
@@ -621,7 +637,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  expectations=_expectations(st, analysed, sources, ns, report),
                  deserialization_errors=_deserialization_errors(st, report),
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
-                 changelog_join=analysed.changelog_join, join_chain=analysed.chain,
+                 changelog_join=analysed.changelog_join, join_chain=analysed.chain, top_n=analysed.top_n,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
                  functions=_called(analysed, ns), location=st.location)
     return checked_trigger(query, st, ns, report)
@@ -683,6 +699,8 @@ def _deletes(sources: tuple[Source, ...], sink: Relation, analysed: Analysed, ns
     """How a changelog read row by row passes deletes on: to changelogs and views as deletes, else dropped."""
     from dsflow.sql.cdc import is_cdc
 
+    if analysed.top_n is not None:  # a ranking handles its source's deletes itself (adapters/spark/topn.py)
+        return "none"
     if len(sources) == 1 and not analysed.aggregated and sink.kind == "changelog" \
             and is_cdc(ns.relations[sources[0].relation]):
         return "emit"  # a change stream made a changelog: an op 'd' is a delete of its key

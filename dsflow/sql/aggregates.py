@@ -153,9 +153,11 @@ def top_row_hint(node: exp.Expr) -> str | None:
     first = order.expressions[0] if order is not None and order.expressions else None
     ordering = first.this.sql() if isinstance(first, exp.Ordered) else "t"
     by = "MAX_BY" if isinstance(first, exp.Ordered) and first.args.get("desc") else "MIN_BY"
-    return (f"the top row per key (WHERE rn = 1) is an aggregation: SELECT {keys}, {by}(c, {ordering}) AS c, ... "
-            f"GROUP BY {keys}, one {by} per column; with an ordering without ties, each column comes from the same "
-            "row (see MAX_BY in docs/project.md)")
+    return (f"rank in a subquery over one stream and keep the top rows in the query over it: SELECT ... FROM "
+            f"(SELECT *, {node.sql()} AS rn FROM stream) WHERE rn <= N, into a CHANGELOG keyed by ({keys}[, rn]) "
+            f"(sql/topn.py); or, the top row per key (WHERE rn = 1), an aggregation: SELECT {keys}, "
+            f"{by}(c, {ordering}) AS c, ... GROUP BY {keys}, one {by} per column; with an ordering without ties, "
+            "each column comes from the same row (see MAX_BY in docs/project.md)")
 
 
 FILTERABLE = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.ArgMax, exp.ArgMin)

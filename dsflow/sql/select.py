@@ -10,6 +10,7 @@
     GROUP BY cols with COUNT, SUM, MIN, MAX, AVG, COUNT(DISTINCT),   (over a changelog or a changelog join:
         MAX_BY(value, ordering), MIN_BY(value, ordering)            with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
+    FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM rel) WHERE rn <= N     (sql/topn.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
 """
@@ -51,6 +52,7 @@ from dsflow.sql.unsupported import check_select_surface, is_cte_name
 from dsflow.sql.ctes import inline_ctes
 from dsflow.sql.unions import analyse_union
 from dsflow.sql.unnest import extract_unnest, restore_unnest
+from dsflow.sql.topn import extract_top_n, restore_top_n
 
 Report = Callable[[Diagnostic], None]
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
@@ -86,6 +88,9 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if isinstance(select, exp.Union):  # UNION ALL of streams: each branch resolved as its own SELECT
         return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
     if not flink_windows.resolve(select, relations, qualify_name, where, report):  # Flink's window syntax
+        return None
+    top = extract_top_n(select, relations, qualify_name, where, report)  # ROW_NUMBER top-N: sql/topn.py
+    if top is False:
         return None
     unnested = extract_unnest(select, relations, qualify_name, where, report)  # sql/unnest.py
     if unnested is False or not check_select_surface(select, where, report) \
@@ -146,11 +151,12 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
     # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
-    return Analysed(restore_unnest(qualified, unnested).sql(dialect=DIALECT, copy=False), sources, columns,
+    return Analysed(restore_top_n(restore_unnest(qualified, unnested), top).sql(dialect=DIALECT, copy=False),
+                    sources, columns,
                     aggregated=shape[0], group_keys=shape[1], window=window or None,
                     join_within=join[0] if join and not (temporal or chained) else None,
                     join_side=join[1] if join and not (temporal or chained) else None, temporal=temporal,
-                    changelog_join=chained, chain=later)
+                    changelog_join=chained, chain=later, top_n=top.top_n if top else None)
 
 
 def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, where, st: RawStatement,

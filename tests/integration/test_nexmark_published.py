@@ -1,6 +1,6 @@
 """The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q10, q11, q14, q15, q16,
-q17, q21, q22), each as its adapted file (the published query text, only its DDL adapted), on real Spark and a
-real broker, against DuckDB running the same published SELECT over the same generated events.
+q17, q18, q19, q21, q22), each as its adapted file (the published query text, only its DDL adapted), on real Spark
+and a real broker, against DuckDB running the same published SELECT over the same generated events.
 
 Events: dsflow's Nexmark generator (dsflow.datagen.nexmark, seed 0, the first EVENTS events, in bursts of BURST
 events BURST_SPACING_MS apart, the bursts BURST * SPACING_MS apart, so that they cover every hour of the day and
@@ -11,7 +11,9 @@ is mapped (monotonically) onto the published Flink generator's log-uniform price
 in [0, 1), i.e. 100 to 100,000,000.
 
 A stream's records are compared with DuckDB's rows as multisets; a changelog's final state (the last record per key)
-with DuckDB's rows by their key (the GROUP BY columns). The reference is the published INSERT's SELECT
+with DuckDB's rows by their key (the GROUP BY columns; for q18 and q19 the PARTITION BY columns and q19's rank). A
+ROW_NUMBER top-N whose ranks change over micro-batches is checked against DuckDB after each of three rounds
+(`test_ranks_change_over_micro_batches_as_duckdb_ranks`). The reference is the published INSERT's SELECT
 transpiled by sqlglot to DuckDB, with two DuckDB macros standing in for what DuckDB lacks: Flink's SPLIT_INDEX
 (0-based, NULL past the end) and q14's count_char (written independently of the project's udfs.py: length minus
 the length without the character). DuckDB has no session windows: q11's reference (SESSIONS) is written in
@@ -32,13 +34,14 @@ import sqlglot
 from sqlglot import exp
 
 from dsflow.datagen import nexmark
-from support.streaming import latest_by_key, produce, records, run, streaming_project
+from support.streaming import latest_by_key, produce, records, run, running, streaming_project, topic
 
 pytestmark = pytest.mark.integration
 
 FOLDER = Path(__file__).resolve().parents[2] / "bench" / "nexmark_published"
 STREAMS = ("q0", "q1", "q2", "q10", "q14", "q21", "q22")
-CHANGELOGS = {"q11": (0, 2, 3), "q15": (0,), "q16": (0, 1), "q17": (0, 1)}  # query -> its key's columns (GROUP BY)
+CHANGELOGS = {"q11": (0, 2, 3), "q15": (0,), "q16": (0, 1), "q17": (0, 1),  # query -> its key's columns (GROUP BY,
+              "q18": (0, 1), "q19": (0, 7)}  # or ROW_NUMBER's PARTITION BY columns and the rank)
 RUNS = STREAMS + tuple(CHANGELOGS)
 RERUN = ("q0", "q16")  # run a second time on their checkpoints: the same records (q0), the same state (q16)
 EVENTS = 4_000
@@ -208,3 +211,101 @@ def test_published_query_equals_duckdb(spark, broker, loaded, generated, name):
             assert {key(row): row for row in got} == {key(row): row for row in expected}
         else:
             assert Counter(got) == Counter(expected)
+
+
+RANKED = """
+CREATE STREAM bid (auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3))
+  WITH ('value.format' = 'json', 'timestamp' = 'dateTime', 'topic.partitions' = 2);
+CREATE CHANGELOG top3 (auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3), rn BIGINT,
+  PRIMARY KEY (auction, rn)) WITH ('value.format' = 'json');
+CREATE CHANGELOG bids_now (id BIGINT, auction BIGINT, price BIGINT, PRIMARY KEY (id))
+  WITH ('value.format' = 'json', 'topic.partitions' = 2);
+CREATE CHANGELOG top2_now (id BIGINT, auction BIGINT, price BIGINT, rn BIGINT, PRIMARY KEY (auction, rn))
+  WITH ('value.format' = 'json');
+INSERT INTO top3 SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bid)
+  WHERE rn <= 3;
+INSERT INTO top2_now SELECT * FROM
+  (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids_now) WHERE rn <= 2;
+"""
+# (auction, bidder, price, seconds): round 1 fills ranks 1-3 of auction 1 and 1-2 of auction 2; round 2 puts a new
+# rank 1 on auction 1 (every rank's row moves down one) and a tie on auction 2 (the earlier record keeps rank 1);
+# round 3 puts a row at rank 2 of auction 1 and one below its rank 3 (no change), and a row at auction 2's rank 3.
+ROUNDS = [
+    [(1, 10, 500, 1), (1, 11, 300, 2), (1, 12, 400, 3), (2, 13, 700, 4), (2, 10, 100, 5)],
+    [(1, 14, 900, 6), (2, 15, 700, 7), (1, 11, 50, 8)],
+    [(1, 16, 600, 9), (1, 17, 200, 10), (2, 10, 150, 11)],
+]
+# the changelog bids_now: (id, auction, price) upserts, (id, None) deletes. Round 1: a tie on auction 2 (id 4 ranks
+# before id 5: ties by primary key as text); round 2: auction 1's top row falls (id 1 to 100) and id 3 moves to
+# auction 2, on top; round 3: ids 4 and 1 deleted: auction 2's rank 2 is replaced, auction 1's rank 2 deleted.
+CHANGES = [
+    [(1, 1, 500), (2, 1, 300), (3, 1, 400), (4, 2, 700), (5, 2, 700)],
+    [(1, 1, 100), (3, 2, 800)],
+    [(4, None, None), (1, None, None)],
+]
+REFERENCE = {  # DuckDB; ties by the records' order (topic partition and offset: one partition per auction here)
+    "top3": "SELECT auction, bidder, price, dateTime, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction "
+            "ORDER BY price DESC, seq) AS rn FROM bid) WHERE rn <= 3",
+    "top2_now": "SELECT id, auction, price, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction "
+                "ORDER BY price DESC, CAST(id AS VARCHAR)) AS rn FROM bids_now) WHERE rn <= 2",
+}
+PLACES = {"top3": (0, 4), "top2_now": (1, 3)}  # the places of each sink's key columns
+
+
+def _change(broker: str, project, changes: list[tuple]) -> None:
+    """Upserts (id, auction, price) and deletes (id, None, None: a tombstone) of the changelog bids_now."""
+    from dsflow.adapters.kafka import client
+
+    errors = client.DeliveryErrors()
+    producer = client.new_producer(client.client_config(broker), errors)
+    for id_, auction, price in changes:
+        value = None if auction is None else json.dumps({"id": id_, "auction": auction, "price": price})
+        client.produce_one(producer, topic(project, "bids_now"), value, str(id_))
+    client.flush_or_raise(producer, topic(project, "bids_now"), len(changes), errors)
+
+
+def _state(broker: str, project, name: str) -> dict[str, dict]:
+    """A changelog's rows now: the last record per key, a key whose last record is a tombstone left out."""
+    last: dict[str, str | None] = {}
+    for record in records(broker, project, name):
+        last[record["key"]] = record["value"]
+    return {k: json.loads(v) for k, v in last.items() if v is not None}
+
+
+def test_ranks_change_over_micro_batches_as_duckdb_ranks(spark, broker, tmp_path):
+    """ROW_NUMBER top-N over three micro-batches of one running query, of a stream (top 3) and of a changelog
+    (top 2: rows updated, moved to another key and deleted): after each, the sink's rows per key equal DuckDB's
+    ranking of the rows so far, and rank rows were replaced (and, over the changelog, deleted)."""
+    project = streaming_project(tmp_path, broker, RANKED)
+    sent: list[tuple] = []
+    table: dict[int, tuple] = {}
+    first_ranks, auction_1 = [], []
+    names = ["top3_insert_1", "top2_now_insert_1"]
+    with running(spark, project, names, tmp_path) as caught_up:
+        for round_, changes in zip(ROUNDS, CHANGES, strict=True):
+            produce(broker, project, "bid", [{"auction": a, "bidder": b, "price": p, "dateTime": _iso(s * 1000)}
+                                            for a, b, p, s in round_], key="auction")
+            _change(broker, project, changes)
+            sent += round_
+            table.update({i: (i, a, p) for i, a, p in changes if a is not None})
+            table = {i: row for i, row in table.items() if i not in {c[0] for c in changes if c[1] is None}}
+            caught_up()
+            con = duckdb.connect()
+            con.execute("CREATE TABLE bid (seq INT, auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP)")
+            con.executemany("INSERT INTO bid VALUES (?, ?, ?, ?, ?)",
+                            [(i, a, b, p, _as_time(s * 1000)) for i, (a, b, p, s) in enumerate(sent)])
+            con.execute("CREATE TABLE bids_now (id BIGINT, auction BIGINT, price BIGINT)")
+            con.executemany("INSERT INTO bids_now VALUES (?, ?, ?)", list(table.values()))
+            for name, places in PLACES.items():
+                sink = next(r for r in project.relations if r.name == name)
+                state = _state(broker, project, name)
+                got = [_row(sink, value) for value in state.values()]
+                expected = [tuple(_normal(v) for v in row) for row in con.execute(REFERENCE[name]).fetchall()]
+                assert {tuple(r[i] for i in places): r for r in got} == \
+                    {tuple(r[i] for i in places): r for r in expected}, (name, len(sent))
+                if name == "top3":
+                    first_ranks.append([state['{"auction":1,"rn":%d}' % rank]["bidder"] for rank in (1, 2, 3)])
+                if name == "top2_now":
+                    auction_1.append([state.get('{"auction":1,"rn":%d}' % rank, {}).get("id") for rank in (1, 2)])
+    assert first_ranks == [[10, 12, 11], [14, 10, 12], [14, 16, 10]]  # auction 1's ranks 1-3, replaced each round
+    assert auction_1 == [[1, 3], [2, 1], [2, None]]  # over the changelog: replaced, then rank 2 deleted

@@ -102,10 +102,11 @@ def test_stage_two_compares_strings_by_code_point_and_keeps_a_tie_until_retracte
     assert results(acc, kinds)["__r0"] == 3
 
 
-def test_row_number_top_row_is_refused_with_its_max_by_rewrite(tmp_path):
-    sql = ("CREATE CHANGELOG best AS SELECT auction, bidder FROM (\n  SELECT auction, bidder, ROW_NUMBER() OVER "
-           "(PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn = 1;\n")
+def test_row_number_outside_the_top_n_form_is_refused_with_its_rewrites(tmp_path):
+    sql = ("CREATE STREAM best AS SELECT auction, bidder,\n  ROW_NUMBER() OVER "
+           "(PARTITION BY auction ORDER BY price DESC) AS rn FROM bids;\n")  # the top-N form: test_topn_validate.py
     root = make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql})
     [found] = check_project(root).diagnostics
     assert (found.code, found.location.line) == ("DSF-E045", 2)
     assert "SELECT auction, MAX_BY(c, price) AS c, ... GROUP BY auction" in found.hint
+    assert "AS rn FROM stream) WHERE rn <= N, into a CHANGELOG keyed by (auction[, rn])" in found.hint

@@ -11,7 +11,7 @@ import sys
 import pytest
 from pyspark import cloudpickle
 
-from dsflow.adapters.spark import changelog_join_state, retract_state
+from dsflow.adapters.spark import changelog_join_state, retract_state, topn_state
 from dsflow.adapters.spark.join_chain import _processor
 from dsflow.adapters.spark.spec import ChainStepSpec
 
@@ -36,7 +36,8 @@ def _chain_step() -> object:
     lambda: changelog_join_state.processors("left", True)[0],
     lambda: changelog_join_state.processors("full", False)[1],
     _chain_step,
-], ids=["retract-by-key", "retract-by-group", "join-by-row", "join-by-key", "join-chain-step"])
+    lambda: topn_state.processor(10, [True], [False]),
+], ids=["retract-by-key", "retract-by-group", "join-by-row", "join-by-key", "join-chain-step", "top-n"])
 def test_a_processor_unpickles_without_pandas_sqlglot_or_pydantic(make):
     done = subprocess.run([sys.executable, "-c", UNPICKLE.format(heavy=HEAVY)], input=cloudpickle.dumps(make()),
                           capture_output=True, timeout=120)

@@ -1,5 +1,5 @@
 -- Adapted for dsflow from ../published/q18.sql (nexmark/nexmark, Apache-2.0): only the DDL
--- differs: the sink is a Kafka stream instead of Flink's blackhole table.
+-- differs: the sink is a changelog keyed by the PARTITION BY columns (bidder, auction).
 -- The query is as published; ../README.md lists its status.
 -- -------------------------------------------------------------------------------------------------
 -- Query 18: Find last bid (Not in original suite)
@@ -8,14 +8,15 @@
 -- Illustrates a Deduplicate query.
 -- -------------------------------------------------------------------------------------------------
 
-CREATE STREAM nexmark_q18 (
+CREATE CHANGELOG nexmark_q18 (
     auction  BIGINT,
     bidder  BIGINT,
     price  BIGINT,
     channel  VARCHAR,
     url  VARCHAR,
     `dateTime`  TIMESTAMP(3),
-    extra  VARCHAR
+    extra  VARCHAR,
+    PRIMARY KEY (bidder, auction)
 ) WITH ('value.format' = 'json');
 
 INSERT INTO nexmark_q18

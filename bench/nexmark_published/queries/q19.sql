@@ -1,5 +1,5 @@
 -- Adapted for dsflow from ../published/q19.sql (nexmark/nexmark, Apache-2.0): only the DDL
--- differs: the sink is a Kafka stream instead of Flink's blackhole table.
+-- differs: the sink is a changelog keyed by the PARTITION BY column and the rank (auction, rank_number).
 -- The query is as published; ../README.md lists its status.
 -- -------------------------------------------------------------------------------------------------
 -- Query 19: Auction TOP-10 Price (Not in original suite)
@@ -8,7 +8,7 @@
 -- Illustrates a TOP-N query.
 -- -------------------------------------------------------------------------------------------------
 
-CREATE STREAM nexmark_q19 (
+CREATE CHANGELOG nexmark_q19 (
     auction  BIGINT,
     bidder  BIGINT,
     price  BIGINT,
@@ -16,7 +16,8 @@ CREATE STREAM nexmark_q19 (
     url  VARCHAR,
     `dateTime`  TIMESTAMP(3),
     extra  VARCHAR,
-    rank_number  BIGINT
+    rank_number  BIGINT,
+    PRIMARY KEY (auction, rank_number)
 ) WITH ('value.format' = 'json');
 
 INSERT INTO nexmark_q19

@@ -81,6 +81,10 @@ def build_result(spark, spec: QuerySpec):
 
         joined_changelogs(spark, spec.changelog_join)
     result = spark.sql(spec.select_sql)
+    if spec.top_n is not None:  # ROW_NUMBER top-N: select_sql gives its per-record rows (adapters/spark/topn.py)
+        from dsflow.adapters.spark.topn import ranked_frame
+
+        result = ranked_frame(spark, spec.top_n, result)
     if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
         retracted_view(spark, spec.retract, result)
         result = spark.sql(spec.retract.post_sql)

@@ -230,6 +230,22 @@ class RetractSpec(BaseModel):
     post_sql: str = Field(description="the query's projections (and HAVING, into __keep) over `view`")
 
 
+class TopNSpec(BaseModel):
+    """A ROW_NUMBER top-N per key (adapters/spark/topn.py): select_sql gives one row per source record (__p, __o,
+    __part, __off, the output columns but the rank); the stateful stage ranks them per __p and makes the result
+    (the output columns, the rank at its place, __keep)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    limit: int
+    columns: list[str] = Field(description="the output columns, the rank (if selected) among them")
+    rank_column: str | None = Field(description="the output column holding the rank; None: not selected")
+    changelog: bool = Field(False, description="the source is a changelog: rows are ranked with their updates and "
+                                               "deletes (two stages), ties by primary key")
+    descending: list[bool] = Field(description="per ORDER BY item")
+    nulls_first: list[bool] = Field(description="per ORDER BY item")
+
+
 class FunctionSpec(BaseModel):
     """A user-defined function the query calls (adapters/spark/udfs.py registers it before the SELECT is planned)."""
 
@@ -263,6 +279,7 @@ class QuerySpec(BaseModel):
     retract: RetractSpec | None = None
     changelog_join: ChangelogJoinSpec | None = None
     chain: JoinChainSpec | None = None
+    top_n: TopNSpec | None = None
     expectations: list[ExpectationSpec] = Field(default_factory=list, description="checked on every result row "
                                                 "(adapters/spark/expectations.py)")
     functions: list[FunctionSpec] = Field(default_factory=list, description="the user-defined functions it calls")

@@ -18,7 +18,7 @@ from dsflow.adapters.spark.spec import (
     RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, ExpectationSpec, FunctionSpec, JoinChainSpec,
     QuerySpec,
     RetractSpec,
-    SinkSpec, SourceSpec, TemporalSpec,
+    SinkSpec, SourceSpec, TemporalSpec, TopNSpec,
 )
 from dsflow.adapters.spark.unions import union_select
 from dsflow.sql.aggregates import GLOBAL_KEY
@@ -130,6 +130,18 @@ def retract_spec(project: Project, query: Query) -> tuple[str, RetractSpec] | No
     source = aggregated_source(select, changelog_join_view(query.fqn)) if query.changelog_join is not None else \
         changelog_source(first.alias, first_relation.primary_key)
     return rewrite(select, source, f"__retract_{query.fqn.replace('.', '_')}")
+
+
+def top_n_spec(project: Project, query: Query) -> tuple[str, TopNSpec] | None:
+    """A ROW_NUMBER top-N (adapters/spark/topn.py): (the per-record SELECT, the spec); else None."""
+    if query.top_n is None:
+        return None
+    from dsflow.adapters.spark.topn import rewrite as rank_rewrite
+
+    source = project.relation(query.sources[0].relation)
+    assert source is not None  # a loaded project's sources name its relations
+    return rank_rewrite(_over_views(query, project), query.top_n, query.sources[0].alias,
+                        source.primary_key if source.kind == "changelog" else None)
 
 
 def array_subscripts(select: exp.Query, query: Query, project: Project | None) -> exp.Query:
@@ -280,7 +292,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
         if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
             read["on_error"] = query.deserialization_errors
-        if carries_position(project, query):
+        if carries_position(project, query) or query.top_n is not None:  # top-N: ties by place (topn_state.py)
             read["keep_position"] = True
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
@@ -383,8 +395,8 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
                start: StartAt | None = None) -> QuerySpec:
     """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
     sink = sink_spec(project, query)
-    retract = retract_spec(project, query)
-    if retract is not None or (query.window and query.window.kind == "session"):
+    retract, top_n = retract_spec(project, query), top_n_spec(project, query)
+    if retract is not None or top_n is not None or (query.window and query.window.kind == "session"):
         # retract: its deletes are rows of __keep false, appended as a changelog filter's are; a session window:
         # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions)
         sink = sink.model_copy(update={"output_mode": "append"})
@@ -400,8 +412,9 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
         sources=[s.model_copy(update={"dlq_topic": None, "on_error": None}) if realtime else s
                  for s in source_specs(project, query, start)], sink=sink,  # real-time: from_json on the JVM
-        select_sql=retract[0] if retract else spark_select(query, project),
+        select_sql=retract[0] if retract else top_n[0] if top_n else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
+        top_n=top_n[1] if top_n else None,
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
         expectations=expectation_specs(query), functions=function_specs(project, query),
         async_checkpoint=not realtime and project.runtime.async_checkpoint and not query.stateful
