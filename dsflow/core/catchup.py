@@ -1,13 +1,14 @@
 """How long a replay takes to read its records, from the query's measured micro-batches (pure: no I/O).
 
 A micro-batch costs a fixed part (planning, offsets, commit) and a part per record. The driver's status keeps
-recent batches as (records, milliseconds) (adapters/spark/driver.py `batch_costs`). When their sizes differ enough
-to tell the two parts apart, a line is fitted through them and the replay's records (read in one batch, as a
-Kafka source without `max.records.per.batch` reads a backlog) cost `overhead + records * per_record`: an estimate.
-When they do not (a query that only ever saw a trickle of small batches), the fixed part cannot be told from the
-per-record part; a measured batch then bounds the time from above (its cost per record, fixed part included,
-times the records; or its cost alone for fewer records than it read), and the plan says "at most" instead of
-promising a time.
+recent batches as (records, milliseconds, cold) (adapters/spark/driver.py `batch_costs`; cold: the first batch of
+its run, which pays for warming up). When the warm batches' sizes differ enough to tell the two parts apart, a line
+is fitted through them and the replay's records (read in one batch, as a Kafka source without
+`max.records.per.batch` reads a backlog) cost `overhead + records * per_record`: an estimate. When they do not (a
+query that only ever saw a trickle of small batches, and perhaps one cold backlog), the fixed part cannot be told
+from the per-record part; a measured batch then bounds the time from above (its cost per record, fixed part
+included, times the records; or its cost alone for fewer records than it read; or a line through the cold batches
+too, which cost more than warm ones), and the plan says "at most" instead of promising a time.
 """
 
 from __future__ import annotations
@@ -33,19 +34,30 @@ class CatchUp:
 
 
 def catch_up(records: int, costs: Sequence[Sequence[float]]) -> CatchUp | None:
-    """The time to read `records` from measured (records, milliseconds) batches; None without any batch that read
-    records in a measurable time."""
-    samples = [(float(r), float(ms)) for r, ms in costs if r > 0 and ms > 0]
+    """The time to read `records` from measured batches, each (records, milliseconds[, cold]); None without any
+    batch that read records in a measurable time. A cold batch is the first of its run (the JVM, its Python
+    workers and the state store warm up in it): it prices a batch from above, never an estimate."""
+    samples = [(float(c[0]), float(c[1]), len(c) > 2 and bool(c[2])) for c in costs if c[0] > 0 and c[1] > 0]
     if not samples:
         return None
+    largest = int(max(r for r, _, _ in samples))
+    warm = [(r, ms) for r, ms, cold in samples if not cold]
+    fitted = _fit(warm)
+    if fitted is not None:
+        overhead, per_record = fitted
+        return CatchUp((overhead + records * per_record) / 1000, False, len(warm), largest)
+    # a batch of r records in ms bounds any cost `overhead + per_record * records` from above: by ms * records / r,
+    # or by ms for fewer records than it read
+    bounds = [ms * max(records / r, 1.0) for r, ms, _ in samples]
+    with_cold = _fit([(r, ms) for r, ms, _ in samples])
+    if with_cold is not None:
+        bounds.append(with_cold[0] + records * with_cold[1])
+    return CatchUp(min(bounds) / 1000, True, len(samples), largest)
+
+
+def _fit(samples: list[tuple[float, float]]) -> tuple[float, float] | None:
     sizes = [r for r, _ in samples]
-    largest = int(max(sizes))
-    fitted = _line(samples) if max(sizes) >= SPREAD * min(sizes) else None
-    if fitted is None:  # a batch of r records in ms bounds any cost `overhead + per_record * records` from above
-        bound = min(ms * max(records / r, 1.0) for r, ms in samples)  # by ms * records / r, or ms when smaller
-        return CatchUp(bound / 1000, True, len(samples), largest)
-    overhead, per_record = fitted
-    return CatchUp((overhead + records * per_record) / 1000, False, len(samples), largest)
+    return _line(samples) if sizes and max(sizes) >= SPREAD * min(sizes) else None
 
 
 def _line(samples: list[tuple[float, float]]) -> tuple[float, float] | None:

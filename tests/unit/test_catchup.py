@@ -46,3 +46,12 @@ def test_the_figure_is_exact_for_exact_costs_or_never_below_them(overhead, per_r
         assert found.seconds >= true * (1 - 1e-9)
     else:
         assert found.seconds == pytest.approx(true, rel=1e-6, abs=1e-6)
+
+
+def test_a_cold_batch_only_bounds_the_time():
+    cold_backlog = [[20_000, 60_000, True], [50, 700, False], [48, 690, False]]  # the run's first batch warmed up
+    found = catch_up(21_000, cold_backlog)
+    assert found is not None and found.upper_bound and found.largest == 20_000
+    assert found.seconds == pytest.approx(60.0 * 21_000 / 20_000, rel=0.05)
+    warm = catch_up(21_000, [*cold_backlog, [5_000, 1_190, False]])  # warm batches apart in size: an estimate
+    assert warm is not None and not warm.upper_bound and warm.batches == 3

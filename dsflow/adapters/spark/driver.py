@@ -151,26 +151,27 @@ class ExpectationTotals:
 
 
 class BatchCosts:
-    """(records, milliseconds) of the micro-batches the status saw that read records: the most recent and the
-    largest few, which a plan's replay estimate fits its time on (core/catchup.py)."""
+    """(records, milliseconds, cold) of the micro-batches the status saw that read records: the most recent and the
+    largest few, which a plan's replay estimate fits its time on (core/catchup.py); cold: the first of the run."""
 
     RECENT = 20
     LARGEST = 5
 
     def __init__(self) -> None:
-        self.recent: list[tuple[int, int, int]] = []  # (batch id, records, ms)
-        self.largest: list[tuple[int, int, int]] = []
+        self.recent: list[tuple[int, int, int, bool]] = []  # (batch id, records, ms, cold)
+        self.largest: list[tuple[int, int, int, bool]] = []
 
     def fields(self, progress: dict[str, Any] | None) -> dict[str, Any]:
         if progress:
             batch, rows = progress.get("batchId"), int(progress.get("numInputRows") or 0)
             ms = int((progress.get("durationMs") or {}).get("triggerExecution") or 0)
-            seen = {b for b, _, _ in self.recent} | {b for b, _, _ in self.largest}
+            seen = {c[0] for c in self.recent + self.largest}
             if rows > 0 and ms > 0 and batch not in seen:
-                self.recent = [*self.recent, (batch, rows, ms)][-self.RECENT:]
-                self.largest = sorted([*self.largest, (batch, rows, ms)], key=lambda c: -c[1])[:self.LARGEST]
-        kept = {b: (r, ms) for b, r, ms in self.largest + self.recent}
-        return {"batch_costs": [list(kept[b]) for b in sorted(kept)]} if kept else {}
+                cost = (batch, rows, ms, not seen)  # the run's first batch with records warms everything up
+                self.recent = [*self.recent, cost][-self.RECENT:]
+                self.largest = sorted([*self.largest, cost], key=lambda c: -c[1])[:self.LARGEST]
+        kept = {c[0]: [c[1], c[2], c[3]] for c in self.largest + self.recent}
+        return {"batch_costs": [kept[b] for b in sorted(kept)]} if kept else {}
 
 
 def progress_status(spec: QuerySpec, query, state: str, totals: ExpectationTotals | None = None) -> dict[str, Any]:
