@@ -126,7 +126,7 @@ def start(project: Project, workspace: Workspace, name: str) -> ShadowRun:
                                    "removes it")
         query, version = _candidate(project, backend, address, deployed)
         relation = _sink(project, query)
-        run = _prepared(project, workspace, deployed, query, relation, version)
+        run = _prepared(project, workspace, deployed, query, relation, version, _live_topic(state, deployed, relation))
         state = state.with_shadow(address, run)
         backend.write(state, expected_serial=state.serial - 1)  # its topic is recorded before its driver starts
         try:
@@ -140,22 +140,28 @@ def start(project: Project, workspace: Workspace, name: str) -> ShadowRun:
     return run
 
 
+def _live_topic(state: State, deployed: DeployedResource, relation: Relation) -> str:
+    """The topic the deployed version writes (the candidate may name another)."""
+    sink = state.resources.get(f"relation.{deployed.data.get('sink')}")
+    return str(sink.data.get("topic") or relation.topic) if sink is not None else relation.topic
+
+
 def _prepared(project: Project, workspace: Workspace, deployed: DeployedResource, query: Query, relation: Relation,
-              version: str) -> ShadowRun:
+              version: str, live_topic: str) -> ShadowRun:
     """The shadow's record, its topic created (DSF-E943 when that topic exists already: it would mix in old rows)."""
-    topic = core.shadow_topic(relation.topic)
+    topic = core.shadow_topic(live_topic)
     target = _target(project, relation, topic)
     with topics.store_errors(target.store, target.store_type, target.settings):
         if topics.describe(target) is not None:
             raise DsflowError("DSF-E943", f"topic {topic} exists already: a shadow's topic holds only its own rows",
                               hint=f"delete it ('dsflow topic delete {topic}') if no one needs it, then start again")
-        live = topics.describe(_target(project, relation, relation.topic)) or {}
+        live = topics.describe(_target(project, relation, live_topic)) or {}
         topics.create(target, live.get("partitions") or relation.partitions, None, None)
     name = f"{query.fqn}{core.SUFFIX}"
     read_from = {t: {str(p): int(o) for p, o in parts.items()}
                  for t, parts in (deployed.outputs.get("read_from") or {}).items()}
     return ShadowRun(query=f"query.{query.fqn}", live_version=deployed.data_hash, candidate_version=version,
-                     kind="changelog" if relation.kind == "changelog" else "stream", live_topic=relation.topic,
+                     kind="changelog" if relation.kind == "changelog" else "stream", live_topic=live_topic,
                      topic=topic, store=relation.store, start_offsets=read_from or None,
                      checkpoint=str(workspace.checkpoint_root / "shadows" / name / f"{version}-{uuid.uuid4().hex[:8]}"),
                      started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -232,9 +238,10 @@ def diff(project: Project, workspace: Workspace, name: str, wait: float = 60.0) 
     deployed = _deployed(state, address)
     query = next((q for q in project.queries if f"query.{q.fqn}" == address), None)
     relation = project.relation(query.sink) if query is not None else None
-    if relation is None or relation.topic != run.live_topic:
-        raise DsflowError("DSF-E942", f"{address}: the project no longer names its live topic {run.live_topic}",
-                          hint=f"'dsflow shadow stop {address}'")
+    if relation is None or relation.store != run.store:
+        raise DsflowError("DSF-E942", f"{address}: the project no longer declares its sink in store {run.store}: "
+                          f"the topics {run.live_topic} and {run.topic} cannot be read", hint=f"'dsflow shadow stop "
+                                                                                             f"{address}'")
     live_side = (Path(deployed.outputs.get("checkpoint", "")), list(deployed.outputs.get("topics") or []))
     shadow_side = (Path(run.checkpoint), list(run.outputs.get("topics") or []))
     deadline = time.monotonic() + wait
