@@ -28,8 +28,9 @@ from dsflow.engine import topics
 from dsflow.engine.workspace import Workspace
 from dsflow.runtime.locking import lock_patiently
 
-READ_IDLE_SECONDS = 3.0
-"""A topic is read until no record arrives for this long (after a quiet cut: nothing more is being written)."""
+READ_IDLE_SECONDS = 10.0
+"""A topic is read until it gave as many records as its offsets span (a log whose store tells), or until no record
+arrived for this long (a quiet cut: nothing more is being written)."""
 
 
 def resolve(project: Project, state: State, name: str) -> str:
@@ -279,16 +280,32 @@ def _cut(checkpoint: Path, sources: list[str]) -> Cut | None:
 def _read_both(project: Project, relation: Relation, run: ShadowRun, live_side: tuple[Path, list[str]],
                shadow_side: tuple[Path, list[str]], live: Cut, shadow: Cut) -> tuple[list, list] | None:
     """Both topics' records, or None when a side ran a batch while they were read (the cuts moved)."""
-    live_records = _records(_target(project, relation, run.live_topic))
-    shadow_records = _records(_target(project, relation, run.topic))
+    live_records = _records(project, _target(project, relation, run.live_topic))
+    shadow_records = _records(project, _target(project, relation, run.topic))
     if _cut(*live_side) != live or _cut(*shadow_side) != shadow:
         return None
     return live_records, shadow_records
 
 
-def _records(target: topics.Target) -> list[tuple[str | None, Any]]:
+def _records(project: Project, target: topics.Target) -> list[tuple[str | None, Any]]:
     """(key, value) of every record of the topic, in each partition's order, values decoded with the relation's
     formats."""
     with topics.store_errors(target.store, target.store_type, target.settings):
-        found = list(topics.records(target, True, None, READ_IDLE_SECONDS))
+        expected = _held(project, target)
+        found = list(topics.records(target, True, expected, READ_IDLE_SECONDS)) if expected != 0 else []
     return [(r.get("key"), r.get("value")) for r in found]  # a partition's (shard's) records come in their order
+
+
+def _held(project: Project, target: topics.Target) -> int | None:
+    """How many records the topic's offsets span now (its store kind's `positions`), the most a read can give: it
+    stops there instead of waiting for the idle time; None when the store cannot say."""
+    from dsflow.adapters.objects import objects_for
+
+    store = project.store(target.store)
+    objects = objects_for(store.type) if store is not None else None
+    if store is None or objects is None or not hasattr(objects, "positions"):
+        return None
+    now = objects.positions(store, [target.name]).get(target.name) or {}
+    if not all(isinstance(first, int) and isinstance(end, int) for first, end in now.values()):
+        return None
+    return sum(end - first for first, end in now.values())

@@ -72,11 +72,18 @@ def test_a_shadow_diffs_empty_when_rows_do_not_change_and_finds_exactly_the_rows
         produce_json_lines(broker, f"{prefix}_events", [json.dumps(r) for r in rows], key_field="id")
         _wait_ids(broker, f"{prefix}_copied", set(range(RECORDS)))
 
+        with pytest.raises(DsflowError) as same:
+            shadow.start(loaded.project, loaded.workspace, "copied")
+        assert same.value.code == "DSF-E941", "the project's version is the deployed one: no candidate"
         (root / "rel.sql").write_text(CANDIDATE.replace("{p}", prefix))
         loaded = operations.load(options)
+        live = loaded.workspace.state_backend().read().resources
         for query in (STREAM, CHANGELOG):
             run = shadow.start(loaded.project, loaded.workspace, query)
             assert run.start_offsets == {f"{prefix}_events": {"0": 0, "1": 0}}, "from where the live output began"
+        with pytest.raises(DsflowError) as again:
+            shadow.start(loaded.project, loaded.workspace, "relation.default.public.per_k")  # by the relation it writes
+        assert again.value.code == "DSF-E943"
         _plan_leaves_shadows_alone(options, prefix)
         _stream_diffs_empty(loaded, prefix)
         found = _changelog_diff_is_the_reference(root, broker, loaded, rows)
@@ -85,6 +92,7 @@ def test_a_shadow_diffs_empty_when_rows_do_not_change_and_finds_exactly_the_rows
             shadow.promote(loaded.project, loaded.workspace, CHANGELOG)
         assert refused.value.code == "DSF-E945"
         _stop_deletes_what_the_shadow_made(loaded, broker, prefix)
+        assert loaded.workspace.state_backend().read().resources == live, "the live queries were not touched"
     finally:
         loaded = operations.load(options)
         for query in loaded.workspace.state_backend().read().shadows:
@@ -95,7 +103,9 @@ def test_a_shadow_diffs_empty_when_rows_do_not_change_and_finds_exactly_the_rows
 def _plan_leaves_shadows_alone(options: operations.Options, prefix: str) -> None:
     loaded = operations.load(options)
     plan = operations.plan(loaded)
-    assert {c.address for c in plan.actionable} == {STREAM, CHANGELOG}, "the queries' own changes, no drift"
+    changed = {c.address for c in plan.actionable}
+    assert {a for a in changed if not a.startswith("grant.")} == {STREAM, CHANGELOG}, "the queries' own changes"
+    assert changed - {STREAM, CHANGELOG} <= {"grant.operator.manage.query.default.public.per_k"}, "and the grant on one"
     assert "__shadow" not in json.dumps(plan.model_dump(mode="json"))
     state = loaded.workspace.state_backend().read()
     assert set(state.shadows) == {STREAM, CHANGELOG} and not [a for a in state.resources if "shadow" in a]

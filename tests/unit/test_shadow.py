@@ -21,7 +21,7 @@ def test_cuts_align_on_equal_offsets_of_the_sources_both_read() -> None:
     live = Cut(batch=3, offsets={"in": {"0": 10, "1": 7}})
     assert aligned(live, Cut(batch=9, offsets={"in": {"1": 7, "0": 10}})), "batch ids do not matter, offsets do"
     assert not aligned(live, Cut(batch=3, offsets={"in": {"0": 10, "1": 6}}))
-    assert aligned(live, Cut(batch=1, offsets={"in": {0: "10", 1: "7"}})), "partition and offset as text or number"
+    assert aligned(live, Cut(batch=1, offsets={"in": {"0": "10", "1": 7}})), "an offset as text or number"
     assert aligned(Cut(batch=1, offsets={"in": {"0": 1}, "other": {"0": 5}}), Cut(batch=1, offsets={"in": {"0": 1}}))
     assert not aligned(Cut(batch=None, offsets={}), Cut(batch=None, offsets={})), "no shared source: nothing to align"
 
