@@ -98,3 +98,70 @@ def test_a_shadow_is_recorded_in_the_state_beside_the_resources_and_survives_a_r
     assert again.shadows["query.db.s.q"] == _run()
     assert again.with_shadow("query.db.s.q", None).shadows == {}
     assert State.model_validate_json('{"lineage": "l"}').shadows == {}, "a state written before shadows reads"
+
+
+SQL = """\
+CREATE STREAM pageviews (id BIGINT, userid VARCHAR) WITH ('topic' = 'pageviews', 'value.format' = 'json');
+CREATE STREAM copied WITH ('topic' = 'copied') AS SELECT id, userid FROM pageviews;
+CREATE MATERIALIZED VIEW counts AS SELECT userid, COUNT(*) AS n FROM pageviews GROUP BY userid;
+"""
+
+
+def _deployed(tmp_path, sql: str = SQL):
+    """A project whose plan is recorded as applied (no broker, no driver), then loaded with `sql` as its files."""
+    from support.projects import EXAMPLE_VARIABLES, applied, make_project
+
+    from dsflow.engine import operations
+
+    root = make_project(tmp_path, {"sql/p.sql": SQL})
+    options = operations.Options(root, None, EXAMPLE_VARIABLES)
+    loaded = operations.load(options)
+    backend = loaded.workspace.state_backend()
+    backend.write(applied(operations.plan(loaded, do_refresh=False), backend.read()), expected_serial=0)
+    (root / "sql" / "p.sql").write_text(sql)
+    return operations.load(options)
+
+
+def _code(call) -> str:
+    import pytest
+
+    from dsflow.errors import DsflowError
+
+    with pytest.raises(DsflowError) as err:
+        call()
+    return err.value.code
+
+
+def test_start_refuses_what_has_no_candidate_or_no_log_sink_before_touching_anything(tmp_path) -> None:
+    from dsflow.engine import shadow
+
+    loaded = _deployed(tmp_path, SQL.replace("FROM pageviews;", "FROM pageviews WHERE id > 0;")
+                       .replace("GROUP BY userid", "WHERE id > 0 GROUP BY userid"))
+    project, workspace = loaded.project, loaded.workspace
+    assert _code(lambda: shadow.start(project, workspace, "nothing")) == "DSF-E940"
+    assert _code(lambda: shadow.start(project, workspace, "counts")) == "DSF-E942", "a view's table is no log"
+    unchanged = _deployed(tmp_path / "again")
+    assert _code(lambda: shadow.start(unchanged.project, unchanged.workspace, "copied")) == "DSF-E941"
+    assert _code(lambda: shadow.stop(project, workspace, "copied")) == "DSF-E943", "no shadow run to act on"
+    assert _code(lambda: shadow.promote(project, workspace, "copied")) == "DSF-E943"
+    assert _code(lambda: shadow.diff(project, workspace, "relation.analytics.public.copied", 0)) == "DSF-E943"
+    assert workspace.state_backend().read().shadows == {}
+
+
+def test_the_shadow_driver_writes_its_own_topic_subject_and_dead_letters_under_its_own_name(tmp_path) -> None:
+    from dsflow.adapters.spark.translate import query_spec
+    from dsflow.engine.shadow import shadow_project
+
+    project = _deployed(tmp_path).project
+    query = next(q for q in project.queries if q.fqn.endswith(".copied"))
+    relation = project.relation(query.sink)
+    seen, renamed = shadow_project(project, query, relation, "copied__shadow")
+    spec = query_spec(seen, renamed, "v", "/tmp/c", "/tmp/s.json")
+    live = query_spec(project, query, "v", "/tmp/c", "/tmp/s.json")
+    assert (spec.name, spec.sink.topic) == (f"{query.fqn}__shadow", "copied__shadow")
+    named = relation.model_copy(update={"value_subject": "copied-v"})  # a registry format's own subject
+    assert shadow_project(project, query, named, "copied__shadow")[0].relation(query.sink).value_subject \
+        == "copied__shadow-value", "never the live subject"
+    assert seen.dlq_topic(renamed) == f"{project.dlq_topic(query)}__shadow"
+    assert spec.select_sql.replace("__shadow", "") == live.select_sql and spec.sources[0].topic == "pageviews"
+    assert project.relation(query.sink).topic == "copied", "the project itself is unchanged"
