@@ -62,7 +62,8 @@ SUBCOMMANDS = {"dev": "dsflow.cli.tools:dev", "topic": "dsflow.cli.topics:topic"
                "resume": "dsflow.cli.pausing:resume", "serve": "dsflow.cli.server:serve",
                "users": "dsflow.cli.server:users", "tokens": "dsflow.cli.server:tokens",
                "import": "dsflow.cli.adopting:import_", "describe": "dsflow.cli.describing:describe",
-               "test": "dsflow.cli.testing:test", "events": "dsflow.cli.events:events"}
+               "test": "dsflow.cli.testing:test", "events": "dsflow.cli.events:events",
+               "shadow": "dsflow.cli.shadow:shadow"}
 """Sub-commands that live apart, imported on first use."""
 
 

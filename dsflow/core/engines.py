@@ -155,6 +155,10 @@ class Engine(Protocol):
     def last_committed_batch(self, checkpoint: Path) -> int | None:
         """Progress: the id of the checkpoint's last committed batch."""
 
+    def last_planned_batch(self, checkpoint: Path) -> int | None:
+        """Progress: the id of the checkpoint's last planned batch (its offsets written before it runs): a batch
+        runs while it is above the last committed one."""
+
     standbys: Standbys
     """Its warm standby drivers (the supervisor's keeper)."""
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dsflow.core.shadow import ShadowRun
+
 STATE_FORMAT_VERSION = 1
 
 
@@ -90,6 +92,8 @@ class State(BaseModel):
     pending: PendingChange | None = Field(None, description="set while a change runs; left behind if apply died")
     forgotten: list[ForgottenEntry] = Field(default_factory=list, description="every object a `removed:` entry "
                                             "took out of management, oldest first")
+    shadows: dict[str, ShadowRun] = Field(default_factory=dict, description="shadow runs by the live query's "
+                                          "address (`dsflow shadow start`): no resources, never planned")
 
     def with_pending(self, pending: PendingChange | None) -> State:
         return self.model_copy(update={"pending": pending, "serial": self.serial + 1})
@@ -113,6 +117,11 @@ class State(BaseModel):
         resources[new] = self.resources[old].model_copy(update={"address": new})
         ledger = [e.model_copy(update={"query": new}) if e.query == old else e for e in self.ledger]
         return self.model_copy(update={"resources": resources, "ledger": ledger, "serial": self.serial + 1})
+
+    def with_shadow(self, query: str, run: ShadowRun | None) -> State:
+        """The state with the shadow run of `query` recorded (None: removed)."""
+        shadows = {k: v for k, v in self.shadows.items() if k != query} | ({query: run} if run is not None else {})
+        return self.model_copy(update={"shadows": shadows, "serial": self.serial + 1})
 
     def without(self, address: str) -> State:
         resources = {k: v for k, v in self.resources.items() if k != address}

@@ -53,9 +53,9 @@ def create_app(options: operations.Options | None = None) -> FastAPI:
     app.state.server = Server(options) if options is not None else None
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's way to replace the document
     _handlers(app)
-    from dsflow.server import api_actions, api_read, api_users, graphql, streams, web
+    from dsflow.server import api_actions, api_read, api_shadow, api_users, graphql, streams, web
 
-    for module in (api_read, api_actions, api_users, streams):
+    for module in (api_read, api_actions, api_users, streams, api_shadow):
         app.include_router(module.router)
     app.include_router(graphql.router(graphql_context), include_in_schema=False)
     web.mount(app)

@@ -242,6 +242,8 @@ def test_keyboard_from_login_to_a_querys_status_through_the_graph(served: Served
     page.keyboard.press("Enter")  # the list selects the query too
     assert page.evaluate("document.activeElement.id") == "detail-title"
     expect(page.locator("#detail-sql")).to_contain_text("COUNT(*)")
+    page.click("#shadow-diff")  # the query runs no shadow: the API's answer says so (docs/shadow.md)
+    expect(page.locator("#detail-shadow")).to_contain_text("DSF-E943")
     rule = next(e for e in served.api("GET", "status").json() if e["address"] == QUERY)["expectations"]["rare"]
     assert rule["action"] == "warn" and rule["failed"] >= 3  # users 1, 2 and 4 reach 20 views, past the rule
     expect(page.locator("#detail-expectations")).to_have_text(

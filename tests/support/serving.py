@@ -76,12 +76,12 @@ def deploy_recorded(root: Path, environment: str | None = None) -> None:
 class LiveServer:
     """`create_app` served by uvicorn on a free 127.0.0.1 port in a daemon thread."""
 
-    def __init__(self, root: Path, environment: str | None = None):
+    def __init__(self, root: Path, environment: str | None = None, variables: dict[str, str] | None = None):
         import uvicorn
 
         from dsflow.server.app import create_app
 
-        self.app = create_app(operations.Options(root, environment))
+        self.app = create_app(operations.Options(root, environment, variables))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")

@@ -13,6 +13,13 @@ def last_committed_batch(checkpoint: Path) -> int | None:
     return max(ids) if ids else None
 
 
+def last_planned_batch(checkpoint: Path) -> int | None:
+    """The last batch whose offsets are written (Spark writes them before the batch runs)."""
+    offsets = checkpoint / "offsets"
+    ids = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+    return max(ids) if ids else None
+
+
 def committed_offsets(checkpoint: Path) -> list[dict[str, int | str]] | None:
     """Per source, in query order, the end offsets of the last committed batch; None if nothing committed.
 

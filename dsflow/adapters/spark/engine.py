@@ -107,6 +107,9 @@ class SparkEngine:
     def last_committed_batch(self, checkpoint: Path) -> int | None:
         return checkpoints.last_committed_batch(checkpoint)
 
+    def last_planned_batch(self, checkpoint: Path) -> int | None:
+        return checkpoints.last_planned_batch(checkpoint)
+
     def sink_format(self, project: Any, relation: Any) -> dict[str, Any]:
         from dsflow.adapters.spark.translate import sink_format
 

@@ -344,6 +344,7 @@ async function selectQuery(address) {
   $("detail-empty").hidden = true;
   $("detail-body").hidden = false;
   const record = queryRecord(address);
+  $("detail-shadow").textContent = "";
   renderQueryText(record);
   renderQueryFacts(address);
   renderQueries();
@@ -407,9 +408,40 @@ function showRelation(relation) {
   $("detail-sources").textContent = "-";
   $("sql-title").textContent = "Columns";
   $("detail-history").replaceChildren();
+  $("detail-shadow").textContent = "";
   $("detail-sql").textContent = (relation.columns || []).map((c) => `${c.name} ${c.type}`).join(",\n");
   renderQueries();
   $("detail-title").focus();
+}
+
+async function shadowDiff() {
+  const selected = page.selected;
+  if (!selected || selected.kind !== "query") return;
+  const out = $("detail-shadow");
+  out.textContent = "Comparing (up to 10 s)...";
+  try {
+    const name = queryRecord(selected.address).name || shortName(selected.address);
+    const found = await api(`queries/${encodeURIComponent(name)}/shadow/diff?wait=10`);
+    if (page.selected?.address === selected.address) out.textContent = shadowText(found);
+  } catch (error) {
+    out.textContent = error instanceof ApiError ? error.text : String(error);
+  }
+}
+
+function shadowText(found) {
+  const unit = found.kind === "stream" ? "rows" : "keys";
+  const row = (r) => `${r.key != null ? `key ${r.key} ` : ""}${JSON.stringify(r.value)}${r.count > 1 ? ` x${r.count}` : ""}`;
+  const lines = [
+    `${found.kind} over source offsets ${JSON.stringify(found.offsets)}`,
+    `live ${found.live_topic}: ${found.live_records} records, ${found.live_rows} ${unit}`,
+    `shadow ${found.shadow_topic}: ${found.shadow_records} records, ${found.shadow_rows} ${unit}`,
+    `equal ${unit}: ${found.same}`,
+    ...found.only_live.slice(0, 20).map((r) => `only live: ${row(r)}`),
+    ...found.only_shadow.slice(0, 20).map((r) => `only shadow: ${row(r)}`),
+    ...found.differ.slice(0, 20).map((d) => `differ: key ${d.key}: live ${JSON.stringify(d.live)} shadow ${JSON.stringify(d.shadow)}`),
+  ];
+  const empty = !found.only_live.length && !found.only_shadow.length && !found.differ.length;
+  return [...lines, empty ? "No difference." : "The versions differ."].join("\n");
 }
 
 // ---- Plan preview ---------------------------------------------------------------------------------------------
@@ -579,6 +611,7 @@ function init() {
   $("token-form").addEventListener("submit", useToken);
   $("logout").addEventListener("click", () => logout("Logged out."));
   $("plan-run").addEventListener("click", previewPlan);
+  $("shadow-diff").addEventListener("click", shadowDiff);
   $("plan-all").addEventListener("change", renderPlan);
   $("view-form").addEventListener("submit", showView);
   $("tail-form").addEventListener("submit", startTail);
