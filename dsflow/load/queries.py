@@ -523,8 +523,10 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
 
 
 def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
-    """An INSERT's computed column without AS (`DATE_FORMAT(t, 'HH:mm')`, Nexmark q10) takes the name of the target's
-    column at its place, as SQL's INSERT maps columns by position; a named one must still match its name."""
+    """An INSERT's column takes the name of the target's column at its place, as SQL's INSERT maps columns by
+    position, when it has no name (`DATE_FORMAT(t, 'HH:mm')`, Nexmark q10) or a name the target has not (`B.dateTime`
+    into `bid_dateTime`, Nexmark q20); one named as another column of the target (a swap) keeps its name, which
+    DSF-E043 then refuses."""
     from dataclasses import replace
 
     from sqlglot import exp
@@ -532,15 +534,21 @@ def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
     from dsflow.sql.parse import DIALECT, parse_one_select
     from dsflow.sql.select import UNNAMED
 
-    columns = analysed.columns
-    if len(columns) != len(sink.columns) or not any(c.name.startswith(UNNAMED) for c in columns):
+    columns, names = analysed.columns, {c.name.lower() for c in sink.columns}
+    if len(columns) != len(sink.columns):
+        return analysed
+    renamed = [index for index, (column, target) in enumerate(zip(columns, sink.columns, strict=True))
+               if column.name.lower() != target.name.lower()
+               and (column.name.startswith(UNNAMED) or column.name.lower() not in names)]
+    if not renamed:
         return analysed
     select = parse_one_select(analysed.select_sql)
-    for index, projection in enumerate(select.selects):
-        if isinstance(projection, exp.Alias) and projection.alias.startswith(UNNAMED):
-            projection.set("alias", exp.to_identifier(sink.columns[index].name))
-    named = tuple(c.model_copy(update={"name": s.name}) if c.name.startswith(UNNAMED) else c
-                  for c, s in zip(columns, sink.columns, strict=True))
+    for index in renamed:
+        projection = select.selects[index]
+        inner = projection.this if isinstance(projection, exp.Alias) else projection
+        projection.replace(exp.alias_(inner.copy(), sink.columns[index].name, quoted=True))
+    named = tuple(c.model_copy(update={"name": sink.columns[i].name}) if i in renamed else c
+                  for i, c in enumerate(columns))
     return replace(analysed, columns=named, select_sql=select.sql(dialect=DIALECT))
 
 

@@ -502,7 +502,7 @@ def _output_columns(qualified: exp.Select, st: RawStatement, report: Report) -> 
                           hint="add AS name to each expression in the SELECT"))
         return None
     seen: set[str] = set()
-    for column in columns:
+    for column in columns if st.kind != "insert" else ():  # INSERT: named by position, then checked (DSF-E043)
         if column.name.lower() in seen:
             report(Diagnostic("DSF-E044", f"column '{column.name}' appears twice", st.location,
                               hint="rename one of them"))

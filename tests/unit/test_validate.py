@@ -326,24 +326,31 @@ def test_e042_unknown_timestamp_column(tmp_path):
 
 
 def test_e043_insert_column_mismatch(tmp_path):
-    sql = "CREATE STREAM f AS SELECT id, userid FROM pageviews;\n\nINSERT INTO f\nSELECT id, pageid FROM pageviews;\n"
+    sql = "CREATE STREAM f AS SELECT id, userid FROM pageviews;\n\nINSERT INTO f\nSELECT userid, id FROM pageviews;\n"
     d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E043")
     assert at(d, "sql/q.sql", 3, 13)
-    assert d.message == ("INSERT INTO 'analytics.public.f' selects (id, pageid) but the relation has (id, userid)")
+    assert d.message == ("INSERT INTO 'analytics.public.f' selects (userid, id) but the relation has (id, userid)")
     assert "in order, with the same names" in d.hint
 
 
 def test_insert_names_an_unnamed_column_by_its_place(tmp_path):
-    """SQL's INSERT maps by position: a computed column without AS takes the target's name (Nexmark q10); a named
-    column that is not the target's is still DSF-E043, and more columns than the target has too."""
-    sql = ("CREATE STREAM f (id BIGINT, shout VARCHAR, n BIGINT) WITH ('value.format' = 'json');\n"
-           "INSERT INTO f SELECT id, UPPER(userid), id + 1 FROM pageviews;\n")
+    """SQL's INSERT maps by position: a computed column without AS (Nexmark q10), or one with a name the target has
+    not (Nexmark q20's `B.dateTime` into `bid_dateTime`, twice `dateTime` in its SELECT), takes the target's name; a
+    column named as another column of the target (a swap) is still DSF-E043, and more columns than the target has
+    too."""
+    sql = ("CREATE STREAM f (id BIGINT, shout VARCHAR, n BIGINT, at1 BIGINT, at2 BIGINT) WITH ('value.format' = "
+           "'json');\nINSERT INTO f SELECT id, UPPER(userid), id + 1, viewtime, p.viewtime FROM pageviews p;\n")
     project = load_project(make_project(tmp_path, {**SOURCES, "sql/q.sql": sql}))
     spec = query_spec(project, project.queries[0], "v1", "/tmp/checkpoint", "/tmp/status")
-    assert "UPPER(`pageviews`.`userid`) AS shout, `pageviews`.`id` + 1 AS n" in spec.select_sql
-    for select in ("id, UPPER(userid) AS loud, id + 1", "id, UPPER(userid), id + 1, id"):
-        wrong = sql.replace("id, UPPER(userid), id + 1", select)
-        assert only(diagnostics(tmp_path / select[-4:], {**SOURCES, "sql/q.sql": wrong}), "DSF-E043")
+    assert "UPPER(`p`.`userid`) AS `shout`, `p`.`id` + 1 AS `n`, `p`.`viewtime` AS `at1`, `p`.`viewtime` AS `at2`" \
+        in spec.select_sql
+    assert [c.name for c in project.queries[0].output_columns] == ["id", "shout", "n", "at1", "at2"]
+    listed = "id, UPPER(userid), id + 1, viewtime, p.viewtime"
+    for index, select in enumerate(("id, UPPER(userid), id + 1, viewtime, viewtime AS n",  # `n` is the third's
+                                    "id, UPPER(userid), viewtime AS at1, id + 1, viewtime",  # a swap
+                                    listed + ", id")):  # one column more
+        wrong = sql.replace(listed, select)
+        assert only(diagnostics(tmp_path / str(index), {**SOURCES, "sql/q.sql": wrong}), "DSF-E043")
 
 
 def test_insert_stores_a_number_in_the_declared_type_of_its_column(tmp_path):
