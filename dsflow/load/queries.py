@@ -441,7 +441,7 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
         from dsflow.sql.changelog_join import check_sink
 
         return check_sink(st.kind if st.kind != "stream" else "a stream", fqn, st.location, report)
-    if st.kind == "changelog" and (analysed.join_within or analysed.temporal):
+    if st.kind == "changelog" and (analysed.join_within or analysed.temporal or analysed.regular):
         report(Diagnostic("DSF-E046", f"'{fqn}' joins two streams, so its result is a stream, not a changelog",
                           st.location, hint="use CREATE STREAM ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
@@ -629,9 +629,13 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  expectations=_expectations(st, analysed, sources, ns, report),
                  deserialization_errors=_deserialization_errors(st, report),
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
-                 changelog_join=analysed.changelog_join, join_chain=analysed.chain,
+                 changelog_join=analysed.changelog_join, join_chain=analysed.chain, regular_joins=analysed.regular,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
                  functions=_called(analysed, ns), location=st.location)
+    if query.regular_joins:  # DSF-W001: its state grows without bound
+        from dsflow.sql.join_chain import unbounded_state
+
+        report(unbounded_state(query.regular_joins, {s.alias: s.relation for s in sources}))
     return checked_trigger(query, st, ns, report)
 
 
@@ -826,7 +830,9 @@ def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) 
         analysed, reported = done
     for diagnostic in reported:
         report(diagnostic)
-    if key is not None and analysed is not None and not reported:
+    # a regular join's result holds its place (RegularJoin.location), which the cache's key (the statement's text)
+    # does not fix: not stored
+    if key is not None and analysed is not None and not reported and not analysed.regular:
         ns.cache.put(key, analysed)
     return analysed
 

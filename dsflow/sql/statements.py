@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsflow.core.model import (
-    ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Source, TemporalJoin, Window,
+    ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, RegularJoin, Source,
+    TemporalJoin, Window,
 )
 from dsflow.errors import Location
 
@@ -119,8 +120,9 @@ class Analysed:
     temporal: TemporalJoin | None = None
     changelog_join: ChangelogJoin | None = None
     chain: tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...] = ()
+    regular: tuple[RegularJoin, ...] = ()
 
     @property
     def stateful(self) -> bool:
         return (self.aggregated or self.join_within is not None or self.temporal is not None
-                or self.changelog_join is not None)
+                or self.changelog_join is not None or bool(self.regular))
