@@ -88,6 +88,13 @@ def _load(ctx: click.Context) -> operations.Loaded:
     return operations.load(ctx.obj)
 
 
+def _warned(loaded: operations.Loaded) -> operations.Loaded:
+    """`loaded`, after its load warnings (DSF-W001, ...) are printed on stderr."""
+    for warning in loaded.warnings:
+        err_console.print(str(warning), markup=False)
+    return loaded
+
+
 def load_what_runs(ctx: click.Context) -> operations.Loaded:
     """The project for status and runtime down/status: from its settings and state when it does not validate,
     after a warning on stderr (operations.load_what_runs)."""
@@ -202,7 +209,8 @@ def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy:
 
             the_plan = remote_plan(ctx, destroy, refresh, refresh_only, targets, excludes)
         else:
-            the_plan = operations.plan(_load(ctx), destroy=destroy, do_refresh=refresh, refresh_only=refresh_only,
+            the_plan = operations.plan(_warned(_load(ctx)), destroy=destroy, do_refresh=refresh,
+                                       refresh_only=refresh_only,
                                        targets=_targets(targets), excludes=_excludes(excludes, targets, destroy),
                                        forced=forced)
         _show_plan(the_plan, "json" if as_json else fmt, out, show_unchanged)
@@ -269,7 +277,7 @@ def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh
 
         the_plan = plan_from_json(planfile.read_text(), str(planfile))
     else:
-        the_plan = operations.plan(loaded, refresh_only=refresh_only, targets=_targets(targets),
+        the_plan = operations.plan(_warned(loaded), refresh_only=refresh_only, targets=_targets(targets),
                                    excludes=_excludes(excludes, targets), forced=forced)
     _apply(loaded, the_plan, auto_approve or planfile is not None, allowance)
     if not no_runtime:

@@ -244,7 +244,9 @@ def diagnostics_text(diagnostics: list[dict[str, Any]]) -> str:
         if d.get("hint"):
             lines.append(f"  hint: {d['hint']}")
     errors = sum(1 for d in diagnostics if d["severity"] == "error")
-    lines.append(f"{errors} error(s) found." if errors else "No problems found.")
+    warned = f"; {len(diagnostics) - errors} warning(s)" if len(diagnostics) > errors else ""
+    lines.append(f"{errors} error(s) found{warned}." if errors else f"No errors found{warned}." if warned
+                 else "No problems found.")
     return "\n".join(lines)
 
 

@@ -198,6 +198,15 @@ class IntervalJoin(Frozen):
     within: str = Field(description="how far apart its event time and the first stream's may be, e.g. '1 minutes'")
 
 
+class RegularJoin(Frozen):
+    """A stream joined INNER on an equality without WITHIN (a regular join, sql/join_chain.py): every pair of records
+    with equal keys is joined whenever either arrives, so Spark keeps every record of both sides in its state, for
+    ever (the state grows without bound: DSF-W001)."""
+
+    stream: str = Field(description="alias of the joined stream (the right side) in the SELECT")
+    location: Location | None = None
+
+
 class ChangelogJoin(Frozen):
     """Two changelogs joined on equalities of their columns (adapters/spark/changelog_join.py): the result is a
     changelog whose rows are upserted and deleted as rows of either side change."""
@@ -302,6 +311,9 @@ class Query(Frozen):
         "interval joins of streams (after an interval join only), then temporal joins of changelogs; after a join "
         "of two changelogs (changelog_join), joins of more changelogs")
     top_n: TopN | None = Field(None, description="ROW_NUMBER top-N or deduplication per key (sql/topn.py)")
+    regular_joins: tuple[RegularJoin, ...] = Field(
+        (), description="joins of streams without WITHIN, in order (INNER, on an equality; no event time, no "
+        "watermark): Spark keeps every row of their inputs in state, for ever")
     dlq_topic: str | None = Field(None, description="'dlq.topic': the dead-letter topic for malformed source "
                                                     "records (prefixed); None: <topic_prefix><query name>-dlq")
     expectations: tuple[Expectation, ...] = Field((), description="CONSTRAINT ... EXPECT rules, in written order")

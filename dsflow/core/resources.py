@@ -257,6 +257,8 @@ def _stateful_data(query) -> dict[str, Any]:
         data["window"] = query.window.model_dump()
     if query.join_within:
         data["join_within"] = query.join_within
+    if query.regular_joins:
+        data["regular_joins"] = [j.stream for j in query.regular_joins]
     if query.window is not None or query.join_within:
         data["watermark_delay"] = query.watermark_delay
     if query.deletes != "none":

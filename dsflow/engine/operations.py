@@ -16,8 +16,8 @@ from dsflow.core.observing import Questions, questions
 from dsflow.core.plan import Action, Plan, PlanOptions, make_plan
 from dsflow.core.resources import Resource, project_resources, with_current_markers
 from dsflow.core.safety import Allowance, check_partitions, check_prevented, check_table_places
-from dsflow.errors import ProjectError
-from dsflow.load.project import load_project
+from dsflow.errors import Diagnostic, ProjectError, Severity
+from dsflow.load.project import check_project
 from dsflow.engine.contracts import check_contracts
 from dsflow.engine.workspace import Workspace
 
@@ -39,11 +39,17 @@ class Options:
 class Loaded:
     project: Project
     workspace: Workspace
+    warnings: tuple[Diagnostic, ...] = ()
+    """What loading warned of (a join whose state grows without bound, DSF-W001, ...): plan prints it."""
 
 
 def load(options: Options) -> Loaded:
-    project = load_project(options.project_dir, options.environment, options.variables)
-    return Loaded(project, Workspace.of(project))
+    """The project, or ProjectError with every diagnostic; its warnings are kept (Loaded.warnings)."""
+    result = check_project(options.project_dir, options.environment, options.variables)
+    if result.errors or result.project is None:
+        raise ProjectError(diagnostics=result.diagnostics)
+    warned = tuple(d for d in result.diagnostics if d.severity is Severity.WARNING)
+    return Loaded(result.project, Workspace.of(result.project), warned)
 
 
 def load_what_runs(options: Options) -> tuple[Loaded, ProjectError | None]:

@@ -448,7 +448,7 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
         if problem is not None:
             report(problem)
         return problem is None
-    if st.kind == "changelog" and (analysed.join_within or analysed.temporal):
+    if st.kind == "changelog" and (analysed.join_within or analysed.temporal or analysed.regular):
         report(Diagnostic("DSF-E046", f"'{fqn}' joins two streams, so its result is a stream, not a changelog",
                           st.location, hint="use CREATE STREAM ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
@@ -539,8 +539,10 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
 
 
 def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
-    """An INSERT's computed column without AS (`DATE_FORMAT(t, 'HH:mm')`, Nexmark q10) takes the name of the target's
-    column at its place, as SQL's INSERT maps columns by position; a named one must still match its name."""
+    """An INSERT's column takes the name of the target's column at its place, as SQL's INSERT maps columns by
+    position, when it has no name (`DATE_FORMAT(t, 'HH:mm')`, Nexmark q10) or a name the target has not (`B.dateTime`
+    into `bid_dateTime`, Nexmark q20); one named as another column of the target (a swap) keeps its name, which
+    DSF-E043 then refuses."""
     from dataclasses import replace
 
     from sqlglot import exp
@@ -548,15 +550,21 @@ def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
     from dsflow.sql.parse import DIALECT, parse_one_select
     from dsflow.sql.select import UNNAMED
 
-    columns = analysed.columns
-    if len(columns) != len(sink.columns) or not any(c.name.startswith(UNNAMED) for c in columns):
+    columns, names = analysed.columns, {c.name.lower() for c in sink.columns}
+    if len(columns) != len(sink.columns):
+        return analysed
+    renamed = [index for index, (column, target) in enumerate(zip(columns, sink.columns, strict=True))
+               if column.name.lower() != target.name.lower()
+               and (column.name.startswith(UNNAMED) or column.name.lower() not in names)]
+    if not renamed:
         return analysed
     select = parse_one_select(analysed.select_sql)
-    for index, projection in enumerate(select.selects):
-        if isinstance(projection, exp.Alias) and projection.alias.startswith(UNNAMED):
-            projection.set("alias", exp.to_identifier(sink.columns[index].name))
-    named = tuple(c.model_copy(update={"name": s.name}) if c.name.startswith(UNNAMED) else c
-                  for c, s in zip(columns, sink.columns, strict=True))
+    for index in renamed:
+        projection = select.selects[index]
+        inner = projection.this if isinstance(projection, exp.Alias) else projection
+        projection.replace(exp.alias_(inner.copy(), sink.columns[index].name, quoted=True))
+    named = tuple(c.model_copy(update={"name": sink.columns[i].name}) if i in renamed else c
+                  for i, c in enumerate(columns))
     return replace(analysed, columns=named, select_sql=select.sql(dialect=DIALECT))
 
 
@@ -638,8 +646,13 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  deserialization_errors=_deserialization_errors(st, report),
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain, top_n=analysed.top_n,
+                 regular_joins=analysed.regular,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
                  functions=_called(analysed, ns), location=st.location)
+    if query.regular_joins:  # DSF-W001: its state grows without bound
+        from dsflow.sql.join_chain import unbounded_state
+
+        report(unbounded_state(query.regular_joins, {s.alias: s.relation for s in sources}))
     return checked_trigger(query, st, ns, report)
 
 
@@ -836,7 +849,9 @@ def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) 
         analysed, reported = done
     for diagnostic in reported:
         report(diagnostic)
-    if key is not None and analysed is not None and not reported:
+    # a regular join's result holds its place (RegularJoin.location), which the cache's key (the statement's text)
+    # does not fix: not stored
+    if key is not None and analysed is not None and not reported and not analysed.regular:
         ns.cache.put(key, analysed)
     return analysed
 

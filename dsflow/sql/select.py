@@ -2,6 +2,7 @@
 
     FROM rel | FROM TUMBLE(rel, SIZE ..) | FROM HOP(rel, SIZE .., ADVANCE BY ..) | FROM SESSION(rel, GAP ..)
     [INNER | LEFT | FULL] JOIN rel2 WITHIN <duration> ON a.k = b.k
+    stream [INNER] JOIN stream2 ON a.k = b.k [JOIN stream3 ON ...]  (regular joins, no WITHIN: sql/join_chain.py)
     stream [INNER | LEFT] JOIN changelog ON s.k = c.pk           (temporal join, sql/temporal.py)
     ... [LEFT] JOIN stream3 WITHIN <duration> ON ...                (more interval joins, sql/join_chain.py)
     ... [LEFT] JOIN changelog2 ON x.k = c2.pk ...                  (more temporal joins, sql/join_chain.py)
@@ -28,9 +29,9 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema, normalize_name
 
 from dsflow.core.model import (
-    ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Relation, Source, TemporalJoin, Window,
+    ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, RegularJoin, Relation, Source, TemporalJoin, Window,
 )
-from dsflow.errors import Diagnostic
+from dsflow.errors import Diagnostic, Location
 from dsflow.sql.cdc import SLOT_KEY
 from dsflow.sql.dialect import (
     MAX_MILLISECONDS, SOURCE_PROPERTIES, WITHIN, duration_text, is_window, milliseconds, normalized_duration,
@@ -66,7 +67,8 @@ TEMPORAL = "temporal"
 UNNAMED = "_col_"
 """sqlglot's name of a computed column without AS (`_col_3`): an INSERT INTO names it after its target's column."""
 SUPPORTED_HINT = ("supported: projections, WHERE, GROUP BY with COUNT/SUM/MIN/MAX/AVG/COUNT(DISTINCT)/MAX_BY/MIN_BY, "
-                  "TUMBLE/HOP/SESSION windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, and "
+                  "TUMBLE/HOP/SESSION windows, [LEFT|FULL] JOIN ... WITHIN ... ON between two streams, INNER "
+                  "JOIN ... ON between streams without WITHIN (a regular join, state kept for ever), and "
                   "stream [LEFT] JOIN changelog ON its primary key, followed by more [LEFT] JOIN stream WITHIN ... ON "
                   "(after an interval join), then more [LEFT] JOIN changelog ON its key")
 
@@ -124,7 +126,9 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     if _aggregates_a_changelog(select, tables, found, window, where, report):
         return None
+    chain.comma_join(select, tables, found)  # FROM a, b WHERE a.k = b.k: an inner join
     join = _check_join(select, tables, found, where, st, report)
+    places = tuple(where(j) for j in select.args["joins"]) if join and join[0] == chain.REGULAR else ()  # unqualified
     if join is False or not system_time(tables, found, options, join is not None and join[0] == TEMPORAL, where,
                                         report):
         return None
@@ -134,10 +138,10 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if qualified is None or not check_fields(qualified, where, report) \
             or not check_types(qualified, _column_types(tables, found, window), where, report):
         return None
-    joined = _join_kind(qualified, tables, found, join, where, st, report)
+    joined = _join_kind(qualified, tables, found, join, places, where, st, report)
     if joined is None:
         return None
-    temporal, chained, later = joined
+    temporal, chained, later, regular = joined
     shape = _aggregation(qualified, window, where, st, report)
     if shape is None or (shape[0] and found[id(tables[0])].kind == "changelog"  # retracted (retract.py)
                          and not grouping.check_retracted_by(qualified, where, report)):
@@ -151,36 +155,42 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
     # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
+    interval = bool(join) and not (temporal or chained or regular)
     return Analysed(restore_top_n(restore_unnest(qualified, unnested), top).sql(dialect=DIALECT, copy=False),
                     sources, columns,
                     aggregated=shape[0], group_keys=shape[1], window=window or None,
-                    join_within=join[0] if join and not (temporal or chained) else None,
-                    join_side=join[1] if join and not (temporal or chained) else None, temporal=temporal,
-                    changelog_join=chained, chain=later, top_n=top.top_n if top else None)
+                    join_within=join[0] if join and interval else None,
+                    join_side=join[1] if join and interval else None, temporal=temporal,
+                    changelog_join=chained, chain=later, top_n=top.top_n if top else None, regular=regular)
 
 
-def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, where, st: RawStatement,
-               report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None,
-                                        tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...]] | None:
-    """The temporal join or the changelog join the SELECT makes first (both None for an interval join or no join),
-    and the joins chained after it (sql/join_chain.py); None if a problem was reported."""
+def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, places: tuple[Location, ...],
+               where, st: RawStatement, report: Report) -> tuple[TemporalJoin | None, ChangelogJoin | None,
+                                        tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...],
+                                        tuple[RegularJoin, ...]] | None:
+    """The temporal join or the changelog join the SELECT makes first (both None for an interval join, a regular
+    join or no join), the joins chained after it, and the regular joins (sql/join_chain.py; `places`: where each of
+    their joins is written); None if a problem was reported."""
     if not join:
-        return None, None, ()
+        return None, None, (), ()
     aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
     if join[0] == cj.CHANGELOG_JOIN:  # and more changelogs joined after it
         chained = cj.changelog_join(qualified, aliases, (found[id(tables[0])], found[id(tables[1])]), join[1], where,
                                     report)
         steps = cj.chained_joins(qualified, tables, found, where, report) if chained and len(tables) > 2 else ()
-        return None if chained is None or steps is None else (None, chained, steps)
+        return None if chained is None or steps is None else (None, chained, steps, ())
+    if join[0] == chain.REGULAR:  # every join of the SELECT: streams without WITHIN
+        regular = chain.regular_joins(qualified, tables, places, where, report)
+        return None if regular is None else (None, None, (), regular)
     later = chain.chained_joins(qualified, tables, found, where, report) if len(tables) > 2 else ()
     if later is None:
         return None
     if join[0] == TEMPORAL:
         temporal = temporal_join(qualified, aliases, found[id(tables[1])], join[1], where, report)
-        return None if temporal is None else (temporal, None, later)
+        return None if temporal is None else (temporal, None, later, ())
     if not _join_equality(qualified, tables, where, st, report):
         return None
-    return None, None, later
+    return None, None, later, ()
 
 
 def _aggregates_a_changelog(select: exp.Select, tables: list[exp.Table], found: dict, window: Window | None, where,
@@ -299,7 +309,8 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
 
 def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where, st: RawStatement,
                 report: Report) -> tuple[str, str] | None | Literal[False]:
-    """(within, side) of an interval join, None without a join, False on error."""
+    """(within, side) of an interval join, (REGULAR, "inner") of a regular one, None without a join, False on
+    error."""
     joins = select.args.get("joins") or []
     if not joins:
         return None
@@ -328,6 +339,8 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
         report(Diagnostic("DSF-E045", f"joins with a {right.kind if left.kind == 'stream' else left.kind} are not "
                           "supported", where(join), hint=SUPPORTED_HINT))
         return False
+    if join.args.get(WITHIN) is None:  # a regular join (sql/join_chain.py)
+        return (chain.REGULAR, "inner") if chain.regular_side(join, side, where, report) else False
     duration = chain.within_duration(join, where, report)
     if duration is None:
         return False
@@ -512,7 +525,7 @@ def _output_columns(qualified: exp.Select, st: RawStatement, report: Report) -> 
                           hint="add AS name to each expression in the SELECT"))
         return None
     seen: set[str] = set()
-    for column in columns:
+    for column in columns if st.kind != "insert" else ():  # INSERT: named by position, then checked (DSF-E043)
         if column.name.lower() in seen:
             report(Diagnostic("DSF-E044", f"column '{column.name}' appears twice", st.location,
                               hint="rename one of them"))

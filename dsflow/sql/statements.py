@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsflow.core.model import (
-    ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Source, TemporalJoin, TopN,
-    Window,
+    ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, RegularJoin, Source,
+    TemporalJoin, TopN, Window,
 )
 from dsflow.errors import Location
 
@@ -121,8 +121,9 @@ class Analysed:
     changelog_join: ChangelogJoin | None = None
     chain: tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...] = ()
     top_n: TopN | None = None
+    regular: tuple[RegularJoin, ...] = ()
 
     @property
     def stateful(self) -> bool:
         return (self.aggregated or self.join_within is not None or self.temporal is not None
-                or self.changelog_join is not None or self.top_n is not None)
+                or self.changelog_join is not None or self.top_n is not None or bool(self.regular))

@@ -328,7 +328,8 @@ def test_refused_chains_name_their_code_and_place(tmp_path):
     assert "ships" in found[1][2] and "several relations (o, u)" in found[3][2]
     assert "not the stream 'analytics.public.orders'" in found[2][2]  # only changelogs after two changelogs
     assert [message.split(",")[0].split(":")[0] for _, _, message in found[8:13]] == [
-        "a join of two streams needs WITHIN", "a stream joined after a temporal join in one query is not supported",
+        "a stream joined without WITHIN after an interval join is not supported yet",
+        "a stream joined after a temporal join in one query is not supported",
         "RIGHT JOIN is not supported", "a join of the stream 'r' needs an equality in ON between it and an earlier "
         "relation (o", "aggregating the result of a join is not supported yet"]
     assert "'x'" in found[13][2] and "p.pid must be selected" in found[14][2] and "RIGHT JOIN" in found[15][2]

@@ -326,24 +326,31 @@ def test_e042_unknown_timestamp_column(tmp_path):
 
 
 def test_e043_insert_column_mismatch(tmp_path):
-    sql = "CREATE STREAM f AS SELECT id, userid FROM pageviews;\n\nINSERT INTO f\nSELECT id, pageid FROM pageviews;\n"
+    sql = "CREATE STREAM f AS SELECT id, userid FROM pageviews;\n\nINSERT INTO f\nSELECT userid, id FROM pageviews;\n"
     d = only(diagnostics(tmp_path, {**SOURCES, "sql/q.sql": sql}), "DSF-E043")
     assert at(d, "sql/q.sql", 3, 13)
-    assert d.message == ("INSERT INTO 'analytics.public.f' selects (id, pageid) but the relation has (id, userid)")
+    assert d.message == ("INSERT INTO 'analytics.public.f' selects (userid, id) but the relation has (id, userid)")
     assert "in order, with the same names" in d.hint
 
 
 def test_insert_names_an_unnamed_column_by_its_place(tmp_path):
-    """SQL's INSERT maps by position: a computed column without AS takes the target's name (Nexmark q10); a named
-    column that is not the target's is still DSF-E043, and more columns than the target has too."""
-    sql = ("CREATE STREAM f (id BIGINT, shout VARCHAR, n BIGINT) WITH ('value.format' = 'json');\n"
-           "INSERT INTO f SELECT id, UPPER(userid), id + 1 FROM pageviews;\n")
+    """SQL's INSERT maps by position: a computed column without AS (Nexmark q10), or one with a name the target has
+    not (Nexmark q20's `B.dateTime` into `bid_dateTime`, twice `dateTime` in its SELECT), takes the target's name; a
+    column named as another column of the target (a swap) is still DSF-E043, and more columns than the target has
+    too."""
+    sql = ("CREATE STREAM f (id BIGINT, shout VARCHAR, n BIGINT, at1 BIGINT, at2 BIGINT) WITH ('value.format' = "
+           "'json');\nINSERT INTO f SELECT id, UPPER(userid), id + 1, viewtime, p.viewtime FROM pageviews p;\n")
     project = load_project(make_project(tmp_path, {**SOURCES, "sql/q.sql": sql}))
     spec = query_spec(project, project.queries[0], "v1", "/tmp/checkpoint", "/tmp/status")
-    assert "UPPER(`pageviews`.`userid`) AS shout, `pageviews`.`id` + 1 AS n" in spec.select_sql
-    for select in ("id, UPPER(userid) AS loud, id + 1", "id, UPPER(userid), id + 1, id"):
-        wrong = sql.replace("id, UPPER(userid), id + 1", select)
-        assert only(diagnostics(tmp_path / select[-4:], {**SOURCES, "sql/q.sql": wrong}), "DSF-E043")
+    assert "UPPER(`p`.`userid`) AS `shout`, `p`.`id` + 1 AS `n`, `p`.`viewtime` AS `at1`, `p`.`viewtime` AS `at2`" \
+        in spec.select_sql
+    assert [c.name for c in project.queries[0].output_columns] == ["id", "shout", "n", "at1", "at2"]
+    listed = "id, UPPER(userid), id + 1, viewtime, p.viewtime"
+    for index, select in enumerate(("id, UPPER(userid), id + 1, viewtime, viewtime AS n",  # `n` is the third's
+                                    "id, UPPER(userid), viewtime AS at1, id + 1, viewtime",  # a swap
+                                    listed + ", id")):  # one column more
+        wrong = sql.replace(listed, select)
+        assert only(diagnostics(tmp_path / str(index), {**SOURCES, "sql/q.sql": wrong}), "DSF-E043")
 
 
 def test_insert_stores_a_number_in_the_declared_type_of_its_column(tmp_path):
@@ -390,9 +397,12 @@ CLICKS = ("CREATE STREAM clicks (cid BIGINT, cts BIGINT, userid VARCHAR) "
 @pytest.mark.parametrize("sql, where, message, hint", [
     ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nRIGHT JOIN clicks b WITHIN 1 MINUTE ON a.userid = b.userid;\n",
      (4, 7), "RIGHT JOIN is not supported", "swap the two relations and use LEFT JOIN"),
-    ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nJOIN clicks b ON a.userid = b.userid;\n", (4, 1),
-     "a join of two streams needs WITHIN, e.g. JOIN b WITHIN 5 MINUTES ON ...",
-     "WITHIN bounds how far apart in event time two joined records may be"),
+    ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nJOIN clicks b ON a.userid = b.userid\n"
+     "JOIN clicks c WITHIN 1 MINUTE ON c.cid = a.id;\n", (5, 1),
+     "joins of streams with and without WITHIN in one query are not supported yet",
+     "put WITHIN on every join of streams (interval joins, their state bounded by the watermark) or on none "
+     "(regular joins, their state kept for ever); or write the first joins into a stream (CREATE STREAM ... AS "
+     "SELECT), then join that stream in another query"),
     ("CREATE STREAM f AS\nSELECT a.id\nFROM pageviews a\nJOIN clicks b WITHIN 1 MINUTE ON a.id > b.cid;\n", (4, 1),
      "a join needs an equality between the two relations in ON", "e.g. ON a.userid = b.userid"),
     ("CREATE CHANGELOG f AS\nSELECT userid, STDDEV(id) AS s\nFROM pageviews\nGROUP BY userid;\n", (2, 16),
@@ -401,7 +411,7 @@ CLICKS = ("CREATE STREAM clicks (cid BIGINT, cts BIGINT, userid VARCHAR) "
      "MIN_BY(value, ordering)"),
     ("CREATE STREAM f AS\nSELECT id FROM pageviews\nORDER BY id;\n", (3, 10),
      "ORDER BY in continuous queries are not supported yet", None),
-], ids=["right-join", "join-without-within", "join-without-equality", "aggregate", "order-by"])
+], ids=["right-join", "join-with-and-without-within", "join-without-equality", "aggregate", "order-by"])
 def test_e045_unsupported_construct(tmp_path, sql, where, message, hint):
     d = only(diagnostics(tmp_path, {**SOURCES, "sql/clicks.sql": CLICKS, "sql/q.sql": sql}), "DSF-E045")
     assert (d.location.file, d.location.line) == ("sql/q.sql", where[0])
@@ -490,6 +500,89 @@ def test_e050_cycle_through_insert(tmp_path):
     assert at(d, "sql/q.sql", 1, 15)
     assert "analytics.public.a -> analytics.public.pageviews" in d.message
     assert d.hint == "a query cannot write, even indirectly, into a relation it reads"
+
+
+# --- joins of streams without WITHIN (regular joins) ----------------------------------------------
+
+BUYS = "CREATE STREAM buys (bid BIGINT, userid VARCHAR, pageid VARCHAR) WITH ('value.format' = 'json');\n"
+REGULAR = ("CREATE STREAM pairs AS\nSELECT p.id, c.cid, c.userid\nFROM pageviews p\n"
+           "JOIN clicks c ON p.userid = c.userid\nWHERE c.cid > 0;\n"
+           "CREATE STREAM triples AS SELECT p.id, c.cid, b.bid FROM pageviews p\n"
+           "  JOIN clicks c ON p.userid = c.userid\n"
+           "  JOIN buys AS b ON b.pageid = p.pageid AND b.userid = c.userid;\n"
+           "CREATE STREAM bounded AS SELECT p.id, c.cid FROM pageviews p, clicks c\n"
+           "  WHERE p.userid = c.userid AND c.cts BETWEEN p.viewtime AND p.viewtime + 60000;\n")
+
+
+def test_w001_a_regular_join_of_streams_runs_and_warns_that_its_state_grows(tmp_path):
+    """An INNER join of streams ON an equality without WITHIN (two-way, and chained: Nexmark q3, q20, q23; and
+    `FROM a, b WHERE a.k = b.k AND <a bound by columns>`, Nexmark q4's and q9's join, whose WHERE becomes its ON) is
+    Spark's stream-stream inner join without a time bound: valid, with the warning DSF-W001 at its first join."""
+    root = make_project(tmp_path, {**SOURCES, "sql/clicks.sql": CLICKS, "sql/buys.sql": BUYS, "sql/q.sql": REGULAR})
+    found = check_project(root).diagnostics
+    assert [(d.code, d.severity.value, d.location) for d in found] == [
+        ("DSF-W001", "warning", Location("sql/q.sql", 4, 6)), ("DSF-W001", "warning", Location("sql/q.sql", 7, 8)),
+        ("DSF-W001", "warning", Location("sql/q.sql", 9, 63))]
+    assert found[0].message.startswith("a join of streams without WITHIN keeps every record of "
+                                       "'analytics.public.pageviews' and 'analytics.public.clicks' in the query's "
+                                       "state, for ever: the state grows without bound")
+    assert "'analytics.public.buys'" in found[1].message
+    assert "JOIN clicks AS c WITHIN 1 HOUR ON ..." in found[0].hint and "no state TTL" in found[0].hint
+    project = load_project(root)
+    bounded, pairs, triples = sorted(project.queries, key=lambda q: q.fqn)
+    assert (pairs.stateful, pairs.output_mode, pairs.join_within, pairs.join_chain) == (True, "append", None, ())
+    assert [j.stream for j in pairs.regular_joins] == ["c"] and [j.stream for j in triples.regular_joins] == ["c", "b"]
+    for query in (pairs, triples, bounded):  # no event time, no watermark: no record is ever late
+        spec = query_spec(project, query, "v1", "/tmp/checkpoint", "/tmp/status")
+        assert [(s.event_time, s.watermark_delay) for s in spec.sources] == [(None, None)] * len(query.sources)
+        assert ("BETWEEN" in spec.select_sql) == (query is bounded) and spec.chain is None and spec.temporal is None
+    assert "JOIN __src2_analytics_public_triples AS b ON `b`.`pageid` = `p`.`pageid` AND `b`.`userid` = " \
+           "`c`.`userid`" in query_spec(project, triples, "v1", "/tmp/c", "/tmp/s").select_sql
+    assert "JOIN __src1_analytics_public_bounded AS c ON `p`.`userid` = `c`.`userid` AND `c`.`cts` BETWEEN " \
+           "`p`.`viewtime` AND `p`.`viewtime` + 60000" in query_spec(project, bounded, "v1", "/c", "/s").select_sql
+    resources = {str(r.address): r for r in project_resources(project)}
+    assert resources["query.analytics.public.triples"].data["regular_joins"] == ["c", "b"]
+
+
+def test_w001_is_printed_by_validate_and_plan_which_still_succeed(tmp_path):
+    root = make_project(tmp_path, {**SOURCES, "sql/clicks.sql": CLICKS, "sql/buys.sql": BUYS, "sql/q.sql": REGULAR})
+    validated = CliRunner().invoke(cli, ["-C", str(root), "validate"])
+    assert validated.exit_code == 0, validated.output
+    assert "sql/q.sql:4:6: warning DSF-W001: a join of streams without WITHIN" in validated.output
+    assert validated.output.rstrip().endswith("No errors found; 3 warning(s).")
+    planned = CliRunner().invoke(cli, ["-C", str(root), "plan", "--no-refresh"])
+    assert planned.exit_code == 0, planned.output
+    assert planned.stderr.count("warning DSF-W001") == 3 and "sql/q.sql:7:8: warning DSF-W001" in planned.stderr
+    assert "query.analytics.public.triples" in planned.stdout
+
+
+@pytest.mark.parametrize("join, where", [
+    ("LEFT JOIN clicks c ON p.userid = c.userid", (4, 11)),
+    ("FULL OUTER JOIN clicks c ON p.userid = c.userid", (4, 17)),
+    ("JOIN clicks c ON p.userid = c.userid\nLEFT JOIN buys b ON b.userid = p.userid", (5, 11)),
+], ids=["left", "full", "left-after-regular"])
+def test_e199_an_outer_join_of_streams_without_within_is_refused(tmp_path, join, where):
+    """Spark runs a LEFT or FULL stream-stream join only with a watermark and a time bound (it writes an unmatched
+    row once the watermark passes the bound): without WITHIN it stays refused, with the two ways out."""
+    sql = f"CREATE STREAM f AS\nSELECT p.id, c.cid\nFROM pageviews p\n{join};\n"
+    found = diagnostics(tmp_path, {**SOURCES, "sql/clicks.sql": CLICKS, "sql/buys.sql": BUYS, "sql/q.sql": sql})
+    d = only(found, "DSF-E199")
+    assert len(found) == 1 and at(d, "sql/q.sql", *where)
+    side = join.split("\n")[-1].split()[0]
+    assert d.message.startswith(f"a {side} JOIN of two streams needs WITHIN: Spark writes a row that found no match")
+    assert f"{side} JOIN b WITHIN 1 HOUR ON" in d.hint and "or join INNER without WITHIN" in d.hint
+
+
+def test_a_changelog_after_a_regular_join_and_a_regular_join_into_a_changelog_are_refused(tmp_path):
+    users = ("CREATE CHANGELOG users (userid VARCHAR, name VARCHAR, PRIMARY KEY (userid)) "
+             "WITH ('value.format' = 'json');\n")
+    sql = ("CREATE STREAM f AS SELECT p.id FROM pageviews p JOIN clicks c ON p.userid = c.userid\n"
+           "  JOIN users u ON u.userid = p.userid;\n"
+           "CREATE CHANGELOG g AS SELECT p.id, c.cid FROM pageviews p JOIN clicks c ON p.userid = c.userid;\n")
+    found = diagnostics(tmp_path, {**SOURCES, "sql/clicks.sql": CLICKS, "sql/users.sql": users, "sql/q.sql": sql})
+    assert [(d.code, d.location.line) for d in found] == [("DSF-E045", 2), ("DSF-E046", 3)]
+    assert "a changelog joined after a join of streams without WITHIN is not supported yet" in found[0].message
+    assert "joins two streams, so its result is a stream" in found[1].message
 
 
 # --- secrets, roles, generators ---------------------------------------------------------------------
