@@ -20,8 +20,9 @@ pytestmark = pytest.mark.integration
 
 SEED = 20261125
 ROUNDS = 12
-BUDGET_S = 90
-"""Rounds stop early once this much time is spent (a loaded CI machine): at least two always run."""
+BUDGET_S = 45
+"""Rounds stop early once this much time is spent (its two busy processes slow the other worker too; CI has a
+25-minute budget): at least two always run. The long run is by hand (docs/benchmarks.md)."""
 
 
 def test_no_record_is_skipped_across_first_runs_restarts_and_kills(spark, broker: str, tmp_path: Path) -> None:
