@@ -3,7 +3,7 @@
 A micro-batch costs a fixed part (planning, offsets, commit) and a part per record. The driver's status keeps
 recent batches as (records, milliseconds, cold) (adapters/spark/driver.py `batch_costs`; cold: the first batch of
 its run, which pays for warming up). When the warm batches' sizes differ enough to tell the two parts apart, a line
-is fitted through them and the replay's records (read in one batch, as a Kafka source without
+is fitted through them and the replay's records (read in one batch, as a log source without
 `max.records.per.batch` reads a backlog) cost `overhead + records * per_record`: an estimate. When they do not (a
 query that only ever saw a trickle of small batches, and perhaps one cold backlog), the fixed part cannot be told
 from the per-record part; a measured batch then bounds the time from above (its cost per record, fixed part

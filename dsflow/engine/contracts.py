@@ -60,9 +60,9 @@ def contract_diagnostics(project: Project, resources, state, skip: frozenset[str
 
 def deployed_contracts(project: Project, saved: Path | None = None) -> list:
     """For `validate`: the breaking changes to deployed contracted relations, against the state as its backend keeps
-    it (local, S3 or PostgreSQL), read without changing anything (StateBackend.peek), or against a state saved by
-    `dsflow state show` (`saved`: no server is asked, as dbt's --state). A state that cannot be read is a warning
-    that names its backend: no contract is compared then."""
+    it (a file, an object store or a database), read without changing anything (StateBackend.peek), or against a
+    state saved by `dsflow state show` (`saved`: no server is asked, as dbt's --state). A state that cannot be read
+    is a warning that names its backend: no contract is compared then."""
     from dsflow.errors import Diagnostic, DsflowError, Severity
 
     try:
