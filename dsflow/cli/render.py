@@ -89,6 +89,10 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
                                   "rebuilt first), or the plan was made without a refresh"))
     if change.get("affected"):
         details.append(("affects", ", ".join(change["affected"])))
+    if change.get("blue_green"):
+        from dsflow.core.bluegreen import BlueGreen, phase_text
+
+        details += [("phase", text) for text in phase_text(BlueGreen.model_validate(change["blue_green"]))]
     if change.get("consumers"):
         details.append(("consumers", f"{', '.join(change['consumers'])} (consumer groups on its log, outside the "
                                      "project)"))
@@ -307,8 +311,17 @@ def lag_cell(entry: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def blue_green_cell(deployment: dict[str, Any]) -> str:
+    """Where a query's blue/green deployment stands: 'blue/green v2 catch_up (under way)', '... keep_old', '...
+    failed: DSF-E961 ...'."""
+    text = f"blue/green v{deployment['version']} {deployment['phase']}"
+    text += " (under way)" if deployment.get("under_way") else ""
+    return text + (f": {deployment['error']}" if deployment.get("error") else "")
+
+
 def _state_cell(entry: dict[str, Any]) -> str:
     """The state, with the runtime supervisor's restarts and next retry when there are any (dsflow/runtime)."""
     notes = [f"{entry['restarts']} restart(s)"] if entry.get("restarts") else []
     notes += [f"retry at {entry['next_retry']}"] if entry.get("next_retry") else []
+    notes += [blue_green_cell(entry["blue_green"])] if entry.get("blue_green") else []
     return f"{entry['state']} ({', '.join(notes)})" if notes else str(entry["state"])

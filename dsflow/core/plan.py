@@ -20,6 +20,7 @@ from dsflow.core.imports import imported_state, importable, with_import
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.removals import forget_change
 from dsflow.core.contracts import version_reason
+from dsflow.core.bluegreen import BLUE_GREEN_EFFECT, DEFAULT_CATCH_UP_SECONDS, planned, wanted_blue_green
 from dsflow.core.categories import REALTIME, Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
                                  Skipped)  # (re-exported)
@@ -118,6 +119,11 @@ class PlanOptions:
     """The --replace addresses: deployed queries rebuilt from scratch (a new checkpoint, sources from the earliest)."""
     reset_checkpoint: frozenset[str] = frozenset()
     """The --reset-checkpoint addresses: deployed queries given a new checkpoint at their sources' end offsets."""
+    blue_green: bool = False
+    """--blue-green: every replay of a query writing a log is carried out beside the deployed version
+    (core/bluegreen.py); without it, only those whose sink says 'deploy' = 'blue_green'."""
+    catch_up_seconds: int = DEFAULT_CATCH_UP_SECONDS
+    """--catch-up-timeout: the bound of a blue/green deployment's catch-up and switch."""
 
 
 def make_plan(project: str, environment: str, desired: list[Resource], state: State,
@@ -148,6 +154,7 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     changes = [_with_version(_with_object(_with_data_loss(c, state, options), state, graph, options, wanted),
                              wanted, state)
                for c in deletes + forward]
+    changes = _with_blue_green(changes, wanted, state, graph, options)
     common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
                               if c.action is Action.NOOP and is_paused(state.resources.get(c.address)))
     return Plan(changes=changes, **common)
@@ -433,6 +440,30 @@ def _with_object(change: Change, state: State, graph: Graph, options: PlanOption
     if change.action in (Action.UPDATE, Action.REPLACE, Action.DELETE):
         update["consumers"] = options.observations.consumer_groups.get(change.address, [])
     return change.model_copy(update=update)
+
+
+def _with_blue_green(changes: list[Change], wanted: Mapping[str, Resource], state: State, graph: Graph,
+                     options: PlanOptions) -> list[Change]:
+    """Each replay of a deployed query writing a deployed log that blue/green is asked for, carried out beside the
+    deployed version (core/bluegreen.py), unless the plan also changes that log."""
+    touched = {c.address for c in changes if c.action is not Action.NOOP and c.address.startswith("relation.")}
+    return [_blue_green(c, wanted, state, graph, options) if c.category is Category.REPLAY
+            and c.action is Action.REPLACE and f"relation.{(c.after or {}).get('sink')}" not in touched else c
+            for c in changes]
+
+
+def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, graph: Graph,
+                options: PlanOptions) -> Change:
+    address = f"relation.{(change.after or {}).get('sink')}"
+    sink, deployed = wanted.get(address), state.resources.get(address)
+    if sink is None or deployed is None or not wanted_blue_green({**sink.data, **sink.metadata}, options.blue_green,
+                                                                 options.store_types):
+        return change
+    failed = state.deployments.get(change.address)
+    plan = planned(address, sink.data, deployed.outputs, failed, readers(sink.address, graph, wanted),
+                   options.observations.consumer_groups.get(address, []), options.catch_up_seconds)
+    return change.model_copy(update={"blue_green": plan, "effect": BLUE_GREEN_EFFECT.format(
+        new=plan.new_log, old=plan.old_log)})
 
 
 def readers(address: Address, graph: Graph, wanted: Mapping[str, Resource]) -> list[str]:

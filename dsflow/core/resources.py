@@ -146,6 +146,8 @@ def _relation(relation: Relation) -> Resource:
         metadata["contract"] = "enforced"
     if relation.version is not None:
         metadata["version"] = relation.version
+    if relation.deploy is not None:
+        metadata["deploy"] = relation.deploy
     metadata.update(_owner(relation))
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata, relation.inferred_size)
 

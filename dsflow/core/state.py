@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dsflow.core.bluegreen import Deployment
+
 STATE_FORMAT_VERSION = 1
 
 
@@ -90,6 +92,8 @@ class State(BaseModel):
     pending: PendingChange | None = Field(None, description="set while a change runs; left behind if apply died")
     forgotten: list[ForgottenEntry] = Field(default_factory=list, description="every object a `removed:` entry "
                                             "took out of management, oldest first")
+    deployments: dict[str, Deployment] = Field(default_factory=dict, description="by query address: its last "
+                                               "blue/green deployment and the phase it reached (core/bluegreen.py)")
 
     def with_pending(self, pending: PendingChange | None) -> State:
         return self.model_copy(update={"pending": pending, "serial": self.serial + 1})
@@ -99,6 +103,10 @@ class State(BaseModel):
 
     def with_ledger(self, entries: list[LedgerEntry]) -> State:
         return self.model_copy(update={"ledger": entries})
+
+    def with_deployment(self, deployment: Deployment) -> State:
+        deployments = {**self.deployments, deployment.query: deployment}
+        return self.model_copy(update={"deployments": deployments, "serial": self.serial + 1})
 
     def with_lineage(self) -> State:
         return self if self.lineage else self.model_copy(update={"lineage": str(uuid.uuid4())})
