@@ -27,8 +27,8 @@ BLUE_GREEN = "blue_green"
 DEPLOY_VALUES = (BLUE_GREEN, "in_place")
 PHASES = ("build", "catch_up", "compare", "switch", "keep_old")
 DEFAULT_CATCH_UP_SECONDS = 600
-BLUE_GREEN_EFFECT = ("blue/green: new checkpoint beside the deployed version, sources re-read from the earliest "
-                     "offset into {new}; readers switch from {old} once it caught up, nothing read twice or skipped")
+BLUE_GREEN_EFFECT = ("blue/green: {replay}, writing {new} beside the deployed version; its readers switch from {old} "
+                     "once it caught up, nothing read twice or skipped")
 LOG_KINDS = ("stream", "changelog")
 
 

@@ -463,7 +463,7 @@ def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, gr
     plan = planned(address, sink.data, deployed.outputs, failed, readers(sink.address, graph, wanted),
                    options.observations.consumer_groups.get(address, []), options.catch_up_seconds)
     return change.model_copy(update={"blue_green": plan, "effect": BLUE_GREEN_EFFECT.format(
-        new=plan.new_log, old=plan.old_log)})
+        replay=effect_text(Category.REPLAY, change.override), new=plan.new_log, old=plan.old_log)})
 
 
 def readers(address: Address, graph: Graph, wanted: Mapping[str, Resource]) -> list[str]:

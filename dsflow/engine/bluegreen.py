@@ -69,6 +69,8 @@ class _Deploying:
         assert change.blue_green is not None  # only changes the plan marked come here
         self.ctx, self.change, self.plan, self.current = ctx, change, change.blue_green, current
         self.name = Address.parse(change.address).name
+        self.read_from: dict[str, dict[str, int]] = {}
+        """The first offsets the new version read from (what a later replay checks is still held)."""
         self.query = next(q for q in ctx.project.queries if q.fqn == self.name)
         sink = Address.parse(self.plan.sink).name
         self.new_project = redirected(ctx.project, {sink: self.plan.new_log})
@@ -98,8 +100,9 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
                      ctx.workspace.checkpoint(run.name, f"{change.data_hash or 'v'}-bg{run.plan.version}"),
                      _source_topics(ctx.project, run.query))
     built_to = _ends(ctx.project, candidate.topics)
+    run.read_from = {} if change.override and change.override.isdigit() else _first(ctx.project, candidate.topics)
     try:
-        _start(run, run.new_project, candidate, StartAt(position="earliest", until=built_to))
+        _start(run, run.new_project, candidate, _replay_start(change, built_to))
         run.phase("catch_up", built_to=built_to)
         _wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
         old = _Run(Path(deployed.outputs["run_dir"]), Path(deployed.outputs["checkpoint"]), candidate.topics,
@@ -133,6 +136,13 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
     run.phase("switch")
     state = _switched_readers(run, run.current(), ledger)
     return _resumed(run, candidate, deployed, stopped, state, ledger)
+
+
+def _replay_start(change: Change, until: dict[str, dict[str, int]]) -> StartAt:
+    """Where the new version starts (a replay: the earliest offset, or the override's timestamp), read up to `until`."""
+    if change.override and change.override.isdigit():
+        return StartAt(timestamp=int(change.override), until=until)
+    return StartAt(position="earliest", until=until)
 
 
 def _check_own_driver(run: _Deploying) -> None:
@@ -246,9 +256,8 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
     """The new version resumed from its checkpoint in the query's own folder; the relation on its new log; the old
     log and checkpoint kept."""
     ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
-    read_from = _first(run.ctx.project, candidate.topics)
     outputs = QueryExecutor()._start(ctx, run.change, candidate.checkpoint, StartAt(), Category.REPLAY, None,
-                                     read_from)
+                                     run.read_from)
     state = ledger(state, run.change, stopped, outputs.pop(LEDGER_STARTED))
     state = state.with_resource(DeployedResource(
         address=run.change.address, depends_on=run.change.depends_on, data_hash=run.change.data_hash or "",
