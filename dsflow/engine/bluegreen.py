@@ -69,6 +69,8 @@ class _Deploying:
         assert change.blue_green is not None  # only changes the plan marked come here
         self.ctx, self.change, self.plan, self.current = ctx, change, change.blue_green, current
         self.name = Address.parse(change.address).name
+        self.log: DeployedResource | None = None
+        """The new log, once created."""
         self.read_from: dict[str, dict[str, int]] = {}
         """The first offsets the new version read from (what a later replay checks is still held)."""
         self.query = next(q for q in ctx.project.queries if q.fqn == self.name)
@@ -94,7 +96,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     as apply holds it now (notes included); `ledger`: apply's recording of a query version stopped and started."""
     run = _Deploying(ctx, change, current)
     _check_own_driver(run)
-    log = _create_log(run)
+    log = run.log = _create_log(run)
     deployed = current().resources[change.address]
     candidate = _Run(ctx.workspace.run_dir / "blue_green" / run.name,
                      ctx.workspace.checkpoint(run.name, f"{change.data_hash or 'v'}-bg{run.plan.version}"),
@@ -264,9 +266,9 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
         metadata_hash=run.change.metadata_hash or "", data=run.change.after or {},
         metadata=run.change.after_metadata or {}, outputs=outputs))
     sink = state.resources[run.plan.sink]
+    assert run.log is not None  # created in the build phase
     state = state.with_resource(sink.model_copy(update={"outputs": {
-        **sink.outputs, "topic": run.plan.new_log, "created_by_dsflow": True,
-        "blue_green": {"version": run.plan.version, "previous": run.plan.old_log}}}))
+        **sink.outputs, **run.log.outputs, "blue_green": {"version": run.plan.version, "previous": run.plan.old_log}}}))
     kept = {"log": run.plan.old_log, "checkpoint": str(deployed.outputs.get("checkpoint", ""))}
     run.phase("keep_old", kept=kept)
     shutil.rmtree(candidate.run_dir, ignore_errors=True)

@@ -223,6 +223,7 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
                                                           f"{EVENTS_WITH} 'lifecycle.prevent_destroy' = 'true',")]),
     ("relation", "value.schema.compatibility"): (EVENTS, [(S, EVENTS_WITH,
                                                            f"{EVENTS_WITH} 'value.schema.compatibility' = 'FULL',")]),
+    ("relation", "deploy"): (EVENTS, [(S, EVENTS_WITH, f"{EVENTS_WITH} 'deploy' = 'blue_green',")]),
     ("cdc", "store"): (CDC, [(S, "WITH ('store' = 'pg', 'postgresql.db.name'", "WITH ('store' = 'pg2', "
                                                                              "'postgresql.db.name'")]),
     ("cdc", "value.format"): (CDC, []),  # json only: there is no other value to change it to
