@@ -40,7 +40,7 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
     and every piece of data escaped."""
     lines = [f"dsflow plan for project '{plan['project']}', environment '{plan['environment']}'", ""]
     actionable = [c for c in plan["changes"] if c["action"] != "no-op" or c.get("imported")]
-    if not actionable:
+    if not actionable and not plan.get("retired"):
         lines.append("No changes. The deployed pipelines match the project.")
         lines += footer_lines(plan)
         return "\n".join(lines)
@@ -49,11 +49,18 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
             continue
         lines.append(_change_line(change, color))
         lines += [_escaped(f"      {label}: {text}", color) for label, text in change_details(change)]
+    lines += [_escaped(line, color) for line in retired_lines(plan)]
     lines += ["", _escaped(summary_line(plan), color)]
     lines += [_escaped(line, color) for line in footer_lines(plan)]
     if color:
         lines[0] = escape_markup(lines[0])
     return "\n".join(lines)
+
+
+def retired_lines(plan: dict[str, Any]) -> list[str]:
+    """The kept old versions of blue/green deployments the plan removes."""
+    return [f"  - old version of {r['query']}: log {r['log']} deleted, checkpoint removed ({r['reason']})"
+            for r in plan.get("retired") or []]
 
 
 def _escaped(text: str, color: bool) -> str:

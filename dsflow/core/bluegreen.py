@@ -17,11 +17,15 @@ way; apply walks what the plan froze (`BlueGreen` on the change) and records a `
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 DEPLOY = "deploy"
+RETENTION = "deploy.retention"
+"""The relation property keeping a blue/green deployment's old version that long after the switch (a duration);
+without it, the next apply removes it."""
 """The relation property asking for blue/green replays of the query writing it: 'deploy' = 'blue_green'."""
 BLUE_GREEN = "blue_green"
 DEPLOY_VALUES = (BLUE_GREEN, "in_place")
@@ -78,6 +82,43 @@ class Deployment(BaseModel):
     kept: dict[str, str] = Field(default_factory=dict, description="what is kept of the old version: its log and "
                                  "checkpoint")
     error: str | None = Field(None, description="why it failed; production was left as it was")
+
+
+class Retirement(BaseModel):
+    """A blue/green deployment's kept old version that this apply removes: its log deleted (dsflow created it) and
+    its checkpoint folder removed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    query: str = Field(description="the query whose old version it was")
+    sink: str = Field(description="the relation it wrote")
+    log: str = Field(description="the old log, deleted")
+    checkpoint: str = Field(description="the old version's checkpoint folder, removed")
+    reason: str = Field(description="why now, in words: the next apply after the switch, the retention passed, or "
+                                    "a destroy")
+
+
+def retirements(deployments: Mapping[str, Deployment], retention_ms: Mapping[str, int | None], now: datetime,
+                destroy: bool) -> list[Retirement]:
+    """The kept old versions a plan removes: every one at a destroy; else those without a retention on their
+    relation ('deploy.retention', `retention_ms` by relation address), and those whose retention passed."""
+    found = []
+    for query, record in sorted(deployments.items()):
+        if record.phase != "keep_old" or not record.kept.get("log"):
+            continue
+        keep = retention_ms.get(record.sink)
+        since = datetime.fromisoformat(record.updated_at)
+        if destroy:
+            reason = "destroy"
+        elif keep is None:
+            reason = f"kept since the switch at {record.updated_at}; no '{RETENTION}' on its relation"
+        elif now >= since + timedelta(milliseconds=keep):
+            reason = f"'{RETENTION}' passed (switched at {record.updated_at})"
+        else:
+            continue
+        found.append(Retirement(query=query, sink=record.sink, log=record.kept["log"],
+                                checkpoint=record.kept.get("checkpoint", ""), reason=reason))
+    return found
 
 
 def wanted_blue_green(sink: Mapping[str, Any] | None, asked: bool, store_types: Mapping[str, str]) -> bool:

@@ -117,6 +117,9 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                 log.changed(change, before, state, result.failed)
             result.done.append(change)
             on_event("done", change)
+        if result.ok and plan.retired:  # kept old versions of blue/green deployments: engine/bluegreen.py
+            state = bluegreen.retire(Context(redirected(project, redirects(state.resources)), workspace),
+                                     plan.retired, state)
         writer.write(state)
     return result
 

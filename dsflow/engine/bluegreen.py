@@ -20,7 +20,7 @@ from typing import Any
 
 from dsflow.adapters import process
 from dsflow.core.address import Address
-from dsflow.core.bluegreen import Deployment, compared, reached, redirected
+from dsflow.core.bluegreen import Deployment, Retirement, compared, reached, redirected
 from dsflow.core.categories import Category
 from dsflow.core.engines import StartAt, engine
 from dsflow.core.plan import Action, Change
@@ -269,10 +269,29 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
     assert run.log is not None  # created in the build phase
     state = state.with_resource(sink.model_copy(update={"outputs": {
         **sink.outputs, **run.log.outputs, "blue_green": {"version": run.plan.version, "previous": run.plan.old_log}}}))
-    kept = {"log": run.plan.old_log, "checkpoint": str(deployed.outputs.get("checkpoint", ""))}
+    kept = {"log": run.plan.old_log, "checkpoint": str(deployed.outputs.get("checkpoint", "")),
+            "store": str(sink.data.get("store", "")), "kind": str(sink.data.get("kind", "")),
+            "created_by_dsflow": str(bool(sink.outputs.get("created_by_dsflow", True))).lower()}
     run.phase("keep_old", kept=kept)
     shutil.rmtree(candidate.run_dir, ignore_errors=True)
     return state.with_deployment(run.record)
+
+
+def retire(ctx: Context, retired: list[Retirement], state: State) -> State:
+    """Each kept old version removed: its log deleted if dsflow created it, its checkpoint folder removed."""
+    for gone in retired:
+        record = state.deployments.get(gone.query)
+        kept = record.kept if record is not None else {}
+        if kept.get("created_by_dsflow") == "true":
+            outputs = {"topic": gone.log, "store": kept.get("store", ""), "created_by_dsflow": True}
+            RelationExecutor().delete(ctx, DeployedResource(address=gone.sink, data_hash="", metadata_hash="",
+                                                            data={"kind": kept.get("kind", "stream")},
+                                                            outputs=outputs))
+        if gone.checkpoint:
+            shutil.rmtree(gone.checkpoint, ignore_errors=True)
+        if record is not None:
+            state = state.with_deployment(record.model_copy(update={"kept": {}, "updated_at": _now()}))
+    return state
 
 
 def _restarted(run: _Deploying, deployed: DeployedResource) -> State:

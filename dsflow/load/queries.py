@@ -23,9 +23,9 @@ from dsflow.core.suggest import did_you_mean, relation_hint
 from dsflow.load.rules import rule
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 from dsflow.load.delivery import delivery_guarantee
-from dsflow.load.realtime import checked_trigger
+from dsflow.load.realtime import checked_trigger, interval_ms
 from dsflow.load.views import VIEW_PROPS, check_views_not_read, view_relation
-from dsflow.core.bluegreen import DEPLOY_VALUES
+from dsflow.core.bluegreen import DEPLOY_VALUES, RETENTION
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas",
                   "topic.shards", "topic.gaps"} | FORMAT_PROPS
@@ -137,6 +137,7 @@ def _with_lifecycle(relation: Relation, st: RawStatement, report: Report) -> Rel
 
 
 def _with_deploy(relation: Relation, st: RawStatement, report: Report) -> Relation:
+    relation = _with_retention(relation, st, report)
     value = _prop(st, DEPLOY)
     if value is None:
         return relation
@@ -145,6 +146,17 @@ def _with_deploy(relation: Relation, st: RawStatement, report: Report) -> Relati
                           st.prop_location(DEPLOY), hint=f"'{DEPLOY}' = 'blue_green'"))
         return relation
     return relation.model_copy(update={"deploy": value.lower()})
+
+
+def _with_retention(relation: Relation, st: RawStatement, report: Report) -> Relation:
+    value = _prop(st, RETENTION)
+    if value is None:
+        return relation
+    if not interval_ms(value):
+        report(Diagnostic("DSF-E032", f"'{RETENTION}' must be a positive duration, got '{value}'",
+                          st.prop_location(RETENTION), hint=f"'{RETENTION}' = '24 hours'"))
+        return relation
+    return relation.model_copy(update={"deploy_retention_ms": interval_ms(value)})
 
 
 def _with_compatibility(relation: Relation, st: RawStatement, report: Report) -> Relation:
@@ -242,7 +254,7 @@ def _check_duplicate_columns(names: list[str], st: RawStatement, report: Report)
 def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
     for prop in st.properties:
         if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, CONTRACT, VERSION,
-                                               DEPLOY) or prop.key.startswith(TOPIC_CONFIG_PREFIX):
+                                               DEPLOY, RETENTION) or prop.key.startswith(TOPIC_CONFIG_PREFIX):
             if why := clear_text_secret(prop.key, prop.value, ()):
                 report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL: {why}",
                                   prop.location, hint="secrets belong in store YAML as {{ env_var('NAME') }}"))

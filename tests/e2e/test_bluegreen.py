@@ -6,7 +6,8 @@ meet: apply fails with DSF-E961 and production is untouched (the same drivers ru
 new events still flow through the old factor). Then with a real bound, while events keep arriving: the old topic
 keeps being written until the switch, the new topic holds the full recomputed output (every id once, the new
 factor), and the reader's output holds every id exactly once: the old factor for events before the cut the
-deployment recorded, the new one after it (a plain-Python reference from the source's offsets).
+deployment recorded, the new one after it (a plain-Python reference from the source's offsets). The next apply
+removes the kept old version: the old topic is deleted and the old checkpoint removed.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import json
 import os
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from dsflow.adapters import process
+from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import read_to_end
 from dsflow.cli.render import blue_green_cell
 from dsflow.engine import operations
@@ -149,6 +152,14 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         assert {r["id"]: r["w"] for r in copied} == expected
         n = len(before_cut)  # both logs at the cut, every value other: the factor changed
         assert record.compared == {"old_records": n, "new_records": n, "only_old": n, "only_new": n}
+
+        loaded = operations.load(options)  # the next apply removes the kept old version (no 'deploy.retention')
+        plan = operations.plan(loaded)
+        assert [(r.log, r.checkpoint) for r in plan.retired] == [(old_log, record.kept["checkpoint"])]
+        assert not plan.actionable and operations.apply(loaded, plan).ok
+        wait_for(lambda: describe_topic(broker, old_log) is None, 60, "the old topic to be deleted")
+        assert not Path(record.kept["checkpoint"]).exists() and backend.read().deployments[QUERY].kept == {}
+        assert describe_topic(broker, new_log) is not None and _running(backend.read(), READER)
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))

@@ -3,10 +3,12 @@ The apply side runs against Apache Kafka and Spark in tests/e2e/test_bluegreen.p
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from dsflow.cli.render import plan_text
 from dsflow.core.bluegreen import Deployment, compared, reached, redirected, redirects
 from dsflow.core.plan import Action, Observations, Plan, PlanOptions, make_plan
 from dsflow.core.plan_schema import plan_from_json
@@ -120,3 +122,28 @@ def test_a_cut_is_reached_by_every_partition_and_compare_counts_records_only_in_
     assert not reached({"s": {"0": 7}}, {"s": {"0": 7, "1": 1}}) and not reached(None, {"s": {"0": 1}})
     assert compared([("a", "1"), ("b", "2"), ("b", "2")], [("a", "1"), ("b", "3")]) == {
         "old_records": 3, "new_records": 2, "only_old": 2, "only_new": 1}
+
+
+def test_a_kept_old_version_is_removed_by_the_next_apply_or_once_its_retention_passed(example):
+    state = applied(plan_of(example))
+    topic = state.resources[SINK].data["topic"]
+    switched = Deployment(query=QUERY, sink=SINK, version=2, old_log=topic, new_log=f"{topic}_v2", phase="keep_old",
+                          started_at="2026-11-30T08:00:00+00:00", updated_at="2026-11-30T08:00:00+00:00",
+                          kept={"log": topic, "checkpoint": "/cp/old", "store": "kafka_main", "kind": "stream",
+                                "created_by_dsflow": "true"})
+    state = state.with_deployment(switched)
+    now = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
+    plan = plan_of(example, state, now=now)
+    assert [(r.query, r.log, r.checkpoint) for r in plan.retired] == [(QUERY, topic, "/cp/old")]
+    assert plan.has_changes and not plan.actionable, "only the removal: apply runs it"
+    assert f"  - old version of {QUERY}: log {topic} deleted, checkpoint removed" in plan_text(
+        plan.model_dump(mode="json"))
+    sql = example / "sql" / "pipelines.sql"
+    sql.write_text(sql.read_text().replace(HEAD, f"{HEAD}, 'deploy.retention' = '2 hours'"))
+    assert plan_of(example, state, now=now).retired == [], "kept 2 hours after the switch"
+    assert [r.reason for r in plan_of(example, state, now=now + timedelta(hours=1)).retired] == [
+        "'deploy.retention' passed (switched at 2026-11-30T08:00:00+00:00)"]
+    assert len(plan_of(example, state, now=now, destroy=True).retired) == 1, "a destroy removes it in any case"
+    assert plan_of(example, state, now=now, targets=frozenset({READER})).retired == []
+    done = state.with_deployment(switched.model_copy(update={"kept": {}}))
+    assert plan_of(example, done, now=now).retired == []
