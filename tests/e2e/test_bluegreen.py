@@ -58,6 +58,21 @@ def _source_offsets(broker: str, log: str) -> dict[int, tuple[str, int]]:
     return {json.loads(r["value"])["id"]: (str(r["partition"]), r["offset"]) for r in read_to_end(broker, log)}
 
 
+def _commit(broker: str, group: str, log: str) -> None:
+    """A consumer outside the project (group `group`) reads a record of `log` and commits its offsets."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": broker, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    try:
+        consumer.subscribe([log])
+        found = next((m for _ in range(60) if (m := consumer.poll(1.0)) is not None and m.error() is None), None)
+        assert found is not None, f"{group} read nothing of {log}"
+        consumer.commit(message=found, asynchronous=False)
+    finally:
+        consumer.close()
+
+
 def _running(state, address: str) -> bool:
     outputs = state.resources[address].outputs
     return process.is_running(outputs["pid"], query_identity(outputs))
@@ -97,6 +112,8 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
     try:
         produce(broker, project, "events", _events(0, 300), "id")
         wait_for(lambda: len(_values(broker, copy_log)) >= 300, 180, "the reader to copy the first 300 events")
+        external = f"billing-{old_log}"
+        _commit(broker, external, old_log)
         (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=3))
         backend = loaded.workspace.state_backend()
 
@@ -105,6 +122,7 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=0))
         change = next(c for c in plan.changes if c.address == QUERY)
         assert change.blue_green is not None and change.blue_green.readers == [READER]
+        assert change.blue_green.consumers == [external], "the plan names who must move"
         assert change.blue_green.new_log == f"{old_log}_v2"
         failed = operations.apply(loaded, plan)
         assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961"
