@@ -20,8 +20,8 @@ from dsflow.core.imports import imported_state, importable, with_import
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.removals import forget_change
 from dsflow.core.contracts import version_reason
-from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, DEFAULT_CATCH_UP_SECONDS, Retirement, planned, retirements,
-                                   wanted_blue_green)
+from dsflow.core.bluegreen import DEFAULT_CATCH_UP_SECONDS, Retirement
+from dsflow.core.bluegreen_plan import retired, with_blue_green
 from dsflow.core.categories import REALTIME, Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
                                  Skipped)  # (re-exported)
@@ -147,7 +147,7 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
                   desired_fingerprint=desired_fingerprint(desired), observations=options.observations)
     if options.refresh_only:
         return Plan(changes=_refresh_changes(state, options.observations.resources), **common)
-    common["retired"] = _retired(desired, state, options)
+    common["retired"] = retired(desired, state, options)
     wanted = {k: v for k, v in wanted.items() if k not in excluded}
     state = state.model_copy(update={"resources": {k: v for k, v in state.resources.items() if k not in excluded}})
     moves = find_moves(options.moves, wanted, state)
@@ -161,21 +161,10 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     changes = [_with_version(_with_object(_with_data_loss(c, state, options), state, graph, options, wanted),
                              wanted, state)
                for c in deletes + forward]
-    changes = _with_blue_green(changes, wanted, state, graph, options)
+    changes = with_blue_green(changes, wanted, state, options, lambda a: readers(a, graph, wanted))
     common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
                               if c.action is Action.NOOP and is_paused(state.resources.get(c.address)))
     return Plan(changes=changes, **common)
-
-
-def _retired(desired: list[Resource], state: State, options: PlanOptions) -> list[Retirement]:
-    """The kept old versions of blue/green deployments this plan removes ('deploy.retention' of their relation as
-    desired, else as deployed)."""
-    keep = {k: v.metadata.get("deploy_retention_ms") for k, v in state.resources.items() if k.startswith("relation.")}
-    keep |= {str(r.address): r.metadata.get("deploy_retention_ms") for r in desired
-             if r.address.kind is Kind.RELATION}
-    found = retirements(state.deployments, keep, options.now or datetime.now(timezone.utc), options.destroy)
-    return [r for r in found if (not options.targets or r.query in options.targets)
-            and r.query not in options.excludes]
 
 
 def desired_fingerprint(desired: list[Resource]) -> str:
@@ -458,30 +447,6 @@ def _with_object(change: Change, state: State, graph: Graph, options: PlanOption
     if change.action in (Action.UPDATE, Action.REPLACE, Action.DELETE):
         update["consumers"] = options.observations.consumer_groups.get(change.address, [])
     return change.model_copy(update=update)
-
-
-def _with_blue_green(changes: list[Change], wanted: Mapping[str, Resource], state: State, graph: Graph,
-                     options: PlanOptions) -> list[Change]:
-    """Each replay of a deployed query writing a deployed log that blue/green is asked for, carried out beside the
-    deployed version (core/bluegreen.py), unless the plan also changes that log."""
-    touched = {c.address for c in changes if c.action is not Action.NOOP and c.address.startswith("relation.")}
-    return [_blue_green(c, wanted, state, graph, options) if c.category is Category.REPLAY
-            and c.action is Action.REPLACE and f"relation.{(c.after or {}).get('sink')}" not in touched else c
-            for c in changes]
-
-
-def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, graph: Graph,
-                options: PlanOptions) -> Change:
-    address = f"relation.{(change.after or {}).get('sink')}"
-    sink, deployed = wanted.get(address), state.resources.get(address)
-    if sink is None or deployed is None or not wanted_blue_green({**sink.data, **sink.metadata}, options.blue_green,
-                                                                 options.store_types):
-        return change
-    failed = state.deployments.get(change.address)
-    plan = planned(address, sink.data, deployed.outputs, failed, readers(sink.address, graph, wanted),
-                   options.observations.consumer_groups.get(address, []), options.catch_up_seconds)
-    return change.model_copy(update={"blue_green": plan, "effect": BLUE_GREEN_EFFECT.format(
-        replay=effect_text(Category.REPLAY, change.override), new=plan.new_log, old=plan.old_log)})
 
 
 def readers(address: Address, graph: Graph, wanted: Mapping[str, Resource]) -> list[str]:
