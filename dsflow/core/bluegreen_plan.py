@@ -5,17 +5,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.bluegreen import BLUE_GREEN_EFFECT, Retirement, planned, retirements, wanted_blue_green
 from dsflow.core.categories import Category, effect_text
-from dsflow.core.changes import Action, Change
+from dsflow.core.changes import Action, Change, Observations
 from dsflow.core.resources import Resource
 from dsflow.core.state import State
 
-if TYPE_CHECKING:
-    from dsflow.core.plan import PlanOptions
+
+class PlanOptions(Protocol):
+    """What of core/plan.py's PlanOptions this module reads (named here: plan.py imports this module)."""
+
+    @property
+    def blue_green(self) -> bool: ...
+    @property
+    def catch_up_seconds(self) -> int: ...
+    @property
+    def store_types(self) -> Mapping[str, str]: ...
+    @property
+    def observations(self) -> Observations: ...
+    @property
+    def now(self) -> datetime | None: ...
+    @property
+    def destroy(self) -> bool: ...
+    @property
+    def targets(self) -> frozenset[str]: ...
+    @property
+    def excludes(self) -> frozenset[str]: ...
 
 
 def with_blue_green(changes: list[Change], wanted: Mapping[str, Resource], state: State, options: PlanOptions,
