@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from dsflow.core import gcpause
+from dsflow.core.bluegreen import DEFAULT_CATCH_UP_SECONDS
 from dsflow.engine import operations
 from dsflow.core.plan import Plan
 from dsflow.core.secrets import scrub
@@ -169,11 +170,20 @@ reset_option = click.option("--reset-checkpoint", "resets", multiple=True, metav
                             help="give the deployed query ADDRESS a new checkpoint at its sources' end offsets, "
                                  "keeping its sink's data; what it had not read is skipped (repeatable)")
 
+blue_green_option = click.option("--blue-green", "blue_green", is_flag=True,
+                                 help="carry out each replay of a query writing a log beside the deployed version: "
+                                      "a new versioned log, caught up and compared, then its readers switched")
+catch_up_option = click.option("--catch-up-timeout", "catch_up", type=click.IntRange(min=0),
+                               default=DEFAULT_CATCH_UP_SECONDS, show_default=True, metavar="SECONDS",
+                               help="with --blue-green: the bound of the catch-up and of each reader's switch")
 
-def _forced(ctx: click.Context, replaces: tuple[str, ...], resets: tuple[str, ...]) -> operations.Forced:
-    if (replaces or resets) and ctx.meta.get("dsflow.server"):
-        raise click.UsageError("--replace and --reset-checkpoint are not taken through --server yet")
-    return operations.Forced(_targets(replaces, "--replace"), _targets(resets, "--reset-checkpoint"))
+
+def _forced(ctx: click.Context, replaces: tuple[str, ...], resets: tuple[str, ...], blue_green: bool = False,
+            catch_up: int = DEFAULT_CATCH_UP_SECONDS) -> operations.Forced:
+    if (replaces or resets or blue_green) and ctx.meta.get("dsflow.server"):
+        raise click.UsageError("--replace, --reset-checkpoint and --blue-green are not taken through --server yet")
+    return operations.Forced(_targets(replaces, "--replace"), _targets(resets, "--reset-checkpoint"), blue_green,
+                             catch_up)
 
 
 DESTROY_TARGET_HELP = ("delete only ADDRESS and every deployed resource that depends on it, directly or through "
@@ -193,14 +203,17 @@ destroy_target_option = click.option("--target", "targets", multiple=True, metav
 @exclude_option
 @replace_option
 @reset_option
+@blue_green_option
+@catch_up_option
 @click.option("--detailed-exitcode", is_flag=True, help=f"exit {EXIT_CHANGES} when the plan has changes")
 @click.option("--show-unchanged", is_flag=True, help="list up-to-date resources too")
 @click.pass_context
 def plan(ctx: click.Context, fmt: str, as_json: bool, out: Path | None, destroy: bool, refresh: bool,
          refresh_only: bool, targets: tuple[str, ...], excludes: tuple[str, ...], replaces: tuple[str, ...],
-         resets: tuple[str, ...], detailed_exitcode: bool, show_unchanged: bool) -> None:
+         resets: tuple[str, ...], blue_green: bool, catch_up: int, detailed_exitcode: bool,
+         show_unchanged: bool) -> None:
     """Show what apply would change."""
-    forced = _forced(ctx, replaces, resets)
+    forced = _forced(ctx, replaces, resets, blue_green, catch_up)
     if (replaces or resets) and (destroy or refresh_only):
         raise click.UsageError("--replace and --reset-checkpoint are not taken with --destroy or --refresh-only")
     with gcpause.command():  # one pause over loading, planning and rendering: all bulk stages (dsflow/core/gcpause.py)
@@ -255,16 +268,19 @@ def _print_plan(data: dict[str, Any], show_noop: bool = False) -> None:
 @exclude_option
 @replace_option
 @reset_option
+@blue_green_option
+@catch_up_option
 @click.pass_context
 def apply(ctx: click.Context, planfile: Path | None, auto_approve: bool, refresh_only: bool,
           allow_destroy: tuple[str, ...], allow_data_loss: bool, no_runtime: bool, targets: tuple[str, ...],
-          excludes: tuple[str, ...], replaces: tuple[str, ...], resets: tuple[str, ...]) -> None:
+          excludes: tuple[str, ...], replaces: tuple[str, ...], resets: tuple[str, ...], blue_green: bool,
+          catch_up: int) -> None:
     """Carry out the plan (a saved PLANFILE, or a fresh one). A plan that destroys records (DESTROYS in the
     plan), skips them (SKIPS: --reset-checkpoint) or replays without records its sources no longer hold (GONE)
     is refused unless --allow-destroy names each such change or --allow-data-loss is given."""
     from dsflow.core.safety import Allowance
 
-    forced = _forced(ctx, replaces, resets)
+    forced = _forced(ctx, replaces, resets, blue_green, catch_up)
 
     if ctx.meta.get("dsflow.server"):
         from dsflow.cli.server import remote_apply

@@ -40,7 +40,7 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
     and every piece of data escaped."""
     lines = [f"dsflow plan for project '{plan['project']}', environment '{plan['environment']}'", ""]
     actionable = [c for c in plan["changes"] if c["action"] != "no-op" or c.get("imported")]
-    if not actionable:
+    if not actionable and not plan.get("retired"):
         lines.append("No changes. The deployed pipelines match the project.")
         lines += footer_lines(plan)
         return "\n".join(lines)
@@ -49,11 +49,18 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
             continue
         lines.append(_change_line(change, color))
         lines += [_escaped(f"      {label}: {text}", color) for label, text in change_details(change)]
+    lines += [_escaped(line, color) for line in retired_lines(plan)]
     lines += ["", _escaped(summary_line(plan), color)]
     lines += [_escaped(line, color) for line in footer_lines(plan)]
     if color:
         lines[0] = escape_markup(lines[0])
     return "\n".join(lines)
+
+
+def retired_lines(plan: dict[str, Any]) -> list[str]:
+    """The kept old versions of blue/green deployments the plan removes."""
+    return [f"  - old version of {r['query']}: log {r['log']} deleted, checkpoint removed ({r['reason']})"
+            for r in plan.get("retired") or []]
 
 
 def _escaped(text: str, color: bool) -> str:
@@ -101,6 +108,10 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
                                   "rebuilt first), or the plan was made without a refresh"))
     if change.get("affected"):
         details.append(("affects", ", ".join(change["affected"])))
+    if change.get("blue_green"):
+        from dsflow.core.bluegreen import BlueGreen, phase_text
+
+        details += [("phase", text) for text in phase_text(BlueGreen.model_validate(change["blue_green"]))]
     if change.get("consumers"):
         details.append(("consumers", f"{', '.join(change['consumers'])} (consumer groups on its log, outside the "
                                      "project)"))
@@ -321,8 +332,17 @@ def lag_cell(entry: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def blue_green_cell(deployment: dict[str, Any]) -> str:
+    """Where a query's blue/green deployment stands: 'blue/green v2 catch_up (under way)', '... keep_old', '...
+    failed: DSF-E961 ...'."""
+    text = f"blue/green v{deployment['version']} {deployment['phase']}"
+    text += " (under way)" if deployment.get("under_way") else ""
+    return text + (f": {deployment['error']}" if deployment.get("error") else "")
+
+
 def _state_cell(entry: dict[str, Any]) -> str:
     """The state, with the runtime supervisor's restarts and next retry when there are any (dsflow/runtime)."""
     notes = [f"{entry['restarts']} restart(s)"] if entry.get("restarts") else []
     notes += [f"retry at {entry['next_retry']}"] if entry.get("next_retry") else []
+    notes += [blue_green_cell(entry["blue_green"])] if entry.get("blue_green") else []
     return f"{entry['state']} ({', '.join(notes)})" if notes else str(entry["state"])

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dsflow.core.bluegreen import BlueGreen
 from dsflow.core.categories import Category
 
 
@@ -121,6 +122,9 @@ class Change(BaseModel):
     imported: str | None = Field(None, description="an import (an `import:` entry, `dsflow import`): the ID of the "
                                  "existing object (topic, stream) taken into the state as it is; the action is what "
                                  "the declaration changes in it (no-op: it is only recorded)")
+    blue_green: BlueGreen | None = Field(None, description="a replay carried out beside the deployed version "
+                                         "(--blue-green, 'deploy' = 'blue_green'): its logs, bound, readers and "
+                                         "phases (core/bluegreen.py); null for anything else")
     keep_running: bool | None = Field(None, description="a forgotten query (a `removed:` entry): true if it is left "
                                       "running, false if apply stops it on its checkpoint; null for anything else")
 

@@ -27,11 +27,13 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class StartAt:
-    """Where a new checkpoint's sources start: carried offsets per topic, a position, or a timestamp."""
+    """Where a new checkpoint's sources start: carried offsets per topic, a position, or a timestamp; and, for a
+    blue/green deployment's runs to a cut (core/bluegreen.py), the offsets per topic it reads no further than."""
 
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     position: str | None = None
     timestamp: int | None = None
+    until: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 Handoff = Callable[[Path, dict[str, str], Path], tuple[int | None, str]]

@@ -132,6 +132,11 @@ class Relation(Frozen):
                                                      "replace its topic or table (like Terraform's lifecycle)")
     schema_compatibility: str | None = Field(None, description="'value.schema.compatibility': the rule its columns "
                                              "evolve by (BACKWARD when unset; core/evolution.py)")
+    deploy: str | None = Field(None, description="'deploy': 'blue_green' carries out a replay of the query writing "
+                               "it beside the deployed version (core/bluegreen.py); None or 'in_place': in place")
+    deploy_retention_ms: int | None = Field(None, description="'deploy.retention': how long a blue/green "
+                                            "deployment's old version is kept after the switch; None: until the "
+                                            "next apply")
     contract: bool = Field(False, description="'contract' = 'enforced': the query writing it produces exactly its "
                            "declared columns and types, and a breaking change to what is deployed is refused "
                            "(core/contracts.py)")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsflow.core.address import Address, Kind
+from dsflow.core.bluegreen import wanted_blue_green
 from dsflow.core.categories import is_replay_override
 from dsflow.core.graph import Graph
 from dsflow.core.moves import find_moves, moved_state
@@ -87,12 +88,27 @@ def questions(desired: list[Resource], state: State, options: PlanOptions, count
                if Address.parse(key).kind is Kind.RELATION and recreates(entry)}
     consumed = {key: entry.data for key, entry in sorted(maybe_gone.items())
                 if Address.parse(key).kind is Kind.RELATION and (key in changed or key not in wanted)}
+    consumed |= _blue_green_sinks(queries, wanted, moved, options)
     adopting = tuple(key for key in sorted(options.imports)
                      if key in wanted and key not in moved.resources and wanted[key].data.get("kind") == "table")
     running = {key: options.imports[key] for key in sorted(options.imports)
                if key.startswith("query.") and key in wanted and key not in moved.resources}
     return Questions(growing=growing, replays=replays, carried=carried, counted=counted, evolving=evolving,
                      skipping=skipping, consumed=consumed, adopting=adopting, running=running)
+
+
+def _blue_green_sinks(queries: Mapping[str, DeployedResource], wanted: Mapping[str, Resource], state: State,
+                      options: PlanOptions) -> dict[str, dict[str, Any]]:
+    """The deployed logs a changed query writes that a blue/green replay may move to a new log: whose consumer
+    groups must move?"""
+    found = {}
+    for key in queries:
+        sink = f"relation.{wanted[key].data.get('sink')}" if key in wanted else ""
+        resource, deployed = wanted.get(sink), state.resources.get(sink)
+        if resource is not None and deployed is not None and wanted_blue_green(
+                {**resource.data, **resource.metadata}, options.blue_green, options.store_types):
+            found[sink] = deployed.data
+    return found
 
 
 def _changed(resource: Resource, deployed: DeployedResource | None) -> bool:

@@ -20,6 +20,8 @@ from dsflow.core.imports import imported_state, importable, with_import
 from dsflow.core.moves import find_moves, moved_state, with_move
 from dsflow.core.removals import forget_change
 from dsflow.core.contracts import version_reason
+from dsflow.core.bluegreen import DEFAULT_CATCH_UP_SECONDS, Retirement
+from dsflow.core.bluegreen_plan import retired, with_blue_green
 from dsflow.core.categories import REALTIME, Category, effect_text, is_replay_override, query_category
 from dsflow.core.changes import (Action, Change, DataLoss, Estimate, Observation, Observations,  # noqa: F401
                                  Skipped)  # (re-exported)
@@ -58,6 +60,9 @@ class Plan(BaseModel):
                               "`dsflow resume`")
     desired_fingerprint: str = Field("", description="hash of every desired resource; apply refuses if it moved")
     changes: list[Change] = Field(description="every resource in apply order (deletes first), no-ops included")
+    retired: list[Retirement] = Field(default_factory=list, description="the old versions kept by blue/green "
+                                      "deployments that this apply removes (core/bluegreen.py): their logs deleted "
+                                      "and checkpoints removed, after the changes")
     observations: Observations = Field(default_factory=Observations,
                                        description="what the refresh saw, once, before planning: the plan was made "
                                                    "from it alone, and apply checks it still holds")
@@ -74,7 +79,7 @@ class Plan(BaseModel):
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.actionable)
+        return bool(self.actionable or self.retired)
 
     def summary(self) -> dict[str, int]:
         counts = {a.value: 0 for a in Action if a not in (Action.NOOP, Action.REFRESH, Action.FORGET)}
@@ -118,6 +123,13 @@ class PlanOptions:
     """The --replace addresses: deployed queries rebuilt from scratch (a new checkpoint, sources from the earliest)."""
     reset_checkpoint: frozenset[str] = frozenset()
     """The --reset-checkpoint addresses: deployed queries given a new checkpoint at their sources' end offsets."""
+    blue_green: bool = False
+    """--blue-green: every replay of a query writing a log is carried out beside the deployed version
+    (core/bluegreen.py); without it, only those whose sink says 'deploy' = 'blue_green'."""
+    catch_up_seconds: int = DEFAULT_CATCH_UP_SECONDS
+    """--catch-up-timeout: the bound of a blue/green deployment's catch-up and switch."""
+    now: datetime | None = None
+    """When the plan is made (a kept old version's retention is measured to it); None: the clock now."""
 
 
 def make_plan(project: str, environment: str, desired: list[Resource], state: State,
@@ -135,6 +147,7 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
                   desired_fingerprint=desired_fingerprint(desired), observations=options.observations)
     if options.refresh_only:
         return Plan(changes=_refresh_changes(state, options.observations.resources), **common)
+    common["retired"] = retired(desired, state, options)
     wanted = {k: v for k, v in wanted.items() if k not in excluded}
     state = state.model_copy(update={"resources": {k: v for k, v in state.resources.items() if k not in excluded}})
     moves = find_moves(options.moves, wanted, state)
@@ -148,6 +161,7 @@ def make_plan(project: str, environment: str, desired: list[Resource], state: St
     changes = [_with_version(_with_object(_with_data_loss(c, state, options), state, graph, options, wanted),
                              wanted, state)
                for c in deletes + forward]
+    changes = with_blue_green(changes, wanted, state, options, lambda a: readers(a, graph, wanted))
     common["paused"] = sorted(c.address for c in forward  # left stopped: not one deleted, replaced or reset
                               if c.action is Action.NOOP and is_paused(state.resources.get(c.address)))
     return Plan(changes=changes, **common)

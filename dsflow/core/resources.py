@@ -146,6 +146,10 @@ def _relation(relation: Relation) -> Resource:
         metadata["contract"] = "enforced"
     if relation.version is not None:
         metadata["version"] = relation.version
+    if relation.deploy is not None:
+        metadata["deploy"] = relation.deploy
+    if relation.deploy_retention_ms is not None:
+        metadata["deploy_retention_ms"] = relation.deploy_retention_ms
     metadata.update(_owner(relation))
     return Resource(Address(Kind.RELATION, relation.fqn), tuple(deps), data, metadata, relation.inferred_size)
 

@@ -139,6 +139,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("relation", "lifecycle.prevent_destroy", ("prevent_destroy",), _P),
     Setting("relation", "value.schema.compatibility", ("schema_compatibility",), _P, "decides later plans"),
     Setting("relation", "owner", ("owner",), _P),
+    Setting("relation", "deploy", ("deploy",), _P, "decides how later replays of its query are carried out"),
+    Setting("relation", "deploy.retention", ("deploy_retention_ms",), _P, "how long a blue/green deployment keeps "
+            "the old version"),
     Setting("cdc", "store", ("store",), _I),
     Setting("cdc", "value.format", ("value_format",), _SC, "json only"),
     Setting("cdc", "timestamp", ("timestamp",), _R),

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsflow.core.shadow import ShadowRun
+from dsflow.core.bluegreen import Deployment
 
 STATE_FORMAT_VERSION = 1
 
@@ -94,6 +95,8 @@ class State(BaseModel):
                                             "took out of management, oldest first")
     shadows: dict[str, ShadowRun] = Field(default_factory=dict, description="shadow runs by the live query's "
                                           "address (`dsflow shadow start`): no resources, never planned")
+    deployments: dict[str, Deployment] = Field(default_factory=dict, description="by query address: its last "
+                                               "blue/green deployment and the phase it reached (core/bluegreen.py)")
 
     def with_pending(self, pending: PendingChange | None) -> State:
         return self.model_copy(update={"pending": pending, "serial": self.serial + 1})
@@ -103,6 +106,10 @@ class State(BaseModel):
 
     def with_ledger(self, entries: list[LedgerEntry]) -> State:
         return self.model_copy(update={"ledger": entries})
+
+    def with_deployment(self, deployment: Deployment) -> State:
+        deployments = {**self.deployments, deployment.query: deployment}
+        return self.model_copy(update={"deployments": deployments, "serial": self.serial + 1})
 
     def with_lineage(self) -> State:
         return self if self.lineage else self.model_copy(update={"lineage": str(uuid.uuid4())})

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from dsflow.adapters.state import redactor
 from dsflow.core.address import Address
+from dsflow.core.bluegreen import redirected, redirects
 from dsflow.core.events import event
 from dsflow.core.model import Project
 from dsflow.core.plan import Action, Change, Plan, pinned, pinned_to, recreates
@@ -23,7 +24,7 @@ from dsflow.core.secrets import Redactor, scrub
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
-from dsflow.engine import eventlog, failpoints
+from dsflow.engine import bluegreen, eventlog, failpoints
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
@@ -96,13 +97,17 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                                                      intent=dict(resumed)))
             writer.write(state)
             holder = _IntentRecorder(writer, state)
-            ctx = Context(project, workspace, note=holder.note, resumed=resumed)
+            ctx = Context(redirected(project, redirects(state.resources)), workspace, note=holder.note,
+                          resumed=resumed)  # relations a blue/green deployment moved to a new log, on it
             before = state
             try:
                 seen = plan.observations.resources.get(change.address)
-                state = _apply_one(ctx, change, holder.state, seen.running if seen else None).with_pending(None)
+                if change.blue_green is not None:  # carried out beside the deployed version: engine/bluegreen.py
+                    state = bluegreen.deploy(ctx, change, holder.current, _record_ledger).with_pending(None)
+                else:
+                    state = _apply_one(ctx, change, holder.state, seen.running if seen else None).with_pending(None)
             except (DsflowError, Exception) as err:  # noqa: BLE001 - reported with the change that failed
-                state = holder.state
+                state = err.state if isinstance(err, bluegreen.Failed) else holder.state
                 result.failed = (change, err)
                 result.skipped = pending[index + 1:]
                 on_event("failed", change)
@@ -112,6 +117,9 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                 log.changed(change, before, state, result.failed)
             result.done.append(change)
             on_event("done", change)
+        if result.ok and plan.retired:  # kept old versions of blue/green deployments: engine/bluegreen.py
+            state = bluegreen.retire(Context(redirected(project, redirects(state.resources)), workspace),
+                                     plan.retired, state)
         writer.write(state)
     return result
 
@@ -206,6 +214,9 @@ class _IntentRecorder:
     def __init__(self, writer: _StateWriter, state: State):
         self.writer = writer
         self.state = state
+
+    def current(self) -> State:
+        return self.state
 
     def note(self, intent: dict) -> None:
         pending = self.state.pending

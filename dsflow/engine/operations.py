@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsflow.core import gcpause
+from dsflow.core.bluegreen import DEFAULT_CATCH_UP_SECONDS
 from dsflow.core.address import Address, Kind
 from dsflow.core.graph import Graph
 from dsflow.core.model import Project
@@ -71,10 +72,13 @@ def resource_graph(project: Project) -> Graph:
 
 @dataclass(frozen=True)
 class Forced:
-    """Changes asked for by name (core/forcing.py): `--replace` and `--reset-checkpoint` addresses."""
+    """Changes asked for by name (core/forcing.py): `--replace` and `--reset-checkpoint` addresses; and how replays
+    are carried out (`--blue-green`, `--catch-up-timeout`: core/bluegreen.py)."""
 
     replace: frozenset[str] = frozenset()
     reset_checkpoint: frozenset[str] = frozenset()
+    blue_green: bool = False
+    catch_up_seconds: int = DEFAULT_CATCH_UP_SECONDS
 
 
 def plan(loaded: Loaded, destroy: bool = False, do_refresh: bool = True, refresh_only: bool = False,
@@ -103,6 +107,7 @@ def _plan(loaded: Loaded, destroy: bool, do_refresh: bool, refresh_only: bool, t
         check_contracts(loaded.project, resources, state, targets, excludes)
     options = PlanOptions(destroy=destroy, refresh_only=refresh_only, targets=targets, excludes=excludes,
                           replace=forced.replace, reset_checkpoint=forced.reset_checkpoint,
+                          blue_green=forced.blue_green, catch_up_seconds=forced.catch_up_seconds,
                           store_types={s.name: s.type for s in loaded.project.stores},
                           moves={m.to_address: m.from_address for m in loaded.project.moves},
                           removed={r.address: r.keep_running for r in loaded.project.removals},
@@ -274,6 +279,7 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
     """Every deployed query and generator, with what its process and status file say now, and what the runtime
     supervisor recorded (uptime, restarts, last exit and error, next retry: dsflow/runtime/records.py)."""
     from dsflow.adapters import process
+    from dsflow.engine.bluegreen import status_of
     from dsflow.engine.executors import datagen_identity, query_identity
     from dsflow.engine.refresh import query_status
     from dsflow.runtime.records import status_fields
@@ -298,9 +304,11 @@ def status(loaded: Loaded, with_dead_letters: bool = True) -> list[dict[str, Any
             state_name = runtime.pop("runtime_state", state_name)
             if deployed.outputs.get("paused"):  # dsflow pause: stopped on its checkpoint, left alone
                 state_name, runtime["paused_at"] = "paused", deployed.outputs.get("paused_at")
+            deployment = status_of(state, key)  # a blue/green deployment of it: engine/bluegreen.py
             entries.append({**info, **shared, "address": key, "state": state_name,
                             "pid": pid, **runtime, **(dead_letters(loaded.project, Address.parse(key).name)
-                                          if with_dead_letters else {})})
+                                          if with_dead_letters else {}),
+                            **({"blue_green": deployment} if deployment else {})})
         elif kind is Kind.DATAGEN:
             running = process.is_running(pid, datagen_identity(deployed.outputs.get("run_dir")))
             runtime = status_fields(loaded.workspace.datagen_dir(Address.parse(key).name), pid, running)

@@ -23,8 +23,9 @@ from dsflow.core.suggest import did_you_mean, relation_hint
 from dsflow.load.rules import rule
 from dsflow.load.tables import TABLE_PROPS, check_not_read, table_relation
 from dsflow.load.delivery import delivery_guarantee
-from dsflow.load.realtime import checked_trigger
+from dsflow.load.realtime import checked_trigger, interval_ms
 from dsflow.load.views import VIEW_PROPS, check_views_not_read, view_relation
+from dsflow.core.bluegreen import DEPLOY_VALUES, RETENTION
 
 RELATION_PROPS = {"store", "topic", "value.format", "key.format", "timestamp", "topic.partitions", "topic.replicas",
                   "topic.shards", "topic.gaps"} | FORMAT_PROPS
@@ -38,6 +39,9 @@ TOPIC_CONFIG_PREFIX: str = next(p for t in registry.kinds_that(registry.Capabili
 PREVENT_DESTROY = "lifecycle.prevent_destroy"
 """Any relation may declare it: no plan may delete or replace its object (Relation.prevent_destroy)."""
 SCHEMA_COMPATIBILITY = "value.schema.compatibility"
+DEPLOY = "deploy"
+"""Any relation may declare it: 'blue_green' carries out a replay of the query writing it beside the deployed
+version (core/bluegreen.py; a stream or changelog in a broker's store)."""
 """Any relation may declare it: the rule its columns evolve by (Relation.schema_compatibility, core/evolution.py)."""
 VALUE_FORMATS = {"json"}
 
@@ -117,6 +121,7 @@ def _declare(ns: Namespace, relation: Relation | None, st: RawStatement, report:
                           hint=f"first defined at {first}"))
         return
     relation = with_contract(_with_compatibility(_with_lifecycle(relation, st, report), st, report), st, report)
+    relation = _with_deploy(relation, st, report)
     ns.relations[relation.fqn] = relation.model_copy(update={"owner": _prop(st, OWNER)}) if st.prop(OWNER) else relation
 
 
@@ -129,6 +134,29 @@ def _with_lifecycle(relation: Relation, st: RawStatement, report: Report) -> Rel
                           st.prop_location(PREVENT_DESTROY), hint=f"'{PREVENT_DESTROY}' = 'true'"))
         return relation
     return relation.model_copy(update={"prevent_destroy": value.lower() == "true"})
+
+
+def _with_deploy(relation: Relation, st: RawStatement, report: Report) -> Relation:
+    relation = _with_retention(relation, st, report)
+    value = _prop(st, DEPLOY)
+    if value is None:
+        return relation
+    if value.lower() not in DEPLOY_VALUES:
+        report(Diagnostic("DSF-E032", f"'{DEPLOY}' must be one of {', '.join(DEPLOY_VALUES)}, got '{value}'",
+                          st.prop_location(DEPLOY), hint=f"'{DEPLOY}' = 'blue_green'"))
+        return relation
+    return relation.model_copy(update={"deploy": value.lower()})
+
+
+def _with_retention(relation: Relation, st: RawStatement, report: Report) -> Relation:
+    value = _prop(st, RETENTION)
+    if value is None:
+        return relation
+    if not interval_ms(value):
+        report(Diagnostic("DSF-E032", f"'{RETENTION}' must be a positive duration, got '{value}'",
+                          st.prop_location(RETENTION), hint=f"'{RETENTION}' = '24 hours'"))
+        return relation
+    return relation.model_copy(update={"deploy_retention_ms": interval_ms(value)})
 
 
 def _with_compatibility(relation: Relation, st: RawStatement, report: Report) -> Relation:
@@ -225,8 +253,8 @@ def _check_duplicate_columns(names: list[str], st: RawStatement, report: Report)
 
 def _check_props(st: RawStatement, allowed: set[str], report: Report) -> None:
     for prop in st.properties:
-        if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, CONTRACT, VERSION) \
-                or prop.key.startswith(TOPIC_CONFIG_PREFIX):
+        if prop.key in allowed or prop.key in (PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, CONTRACT, VERSION,
+                                               DEPLOY, RETENTION) or prop.key.startswith(TOPIC_CONFIG_PREFIX):
             if why := clear_text_secret(prop.key, prop.value, ()):
                 report(Diagnostic("DSF-E060", f"property '{prop.key}' looks like a secret written in SQL: {why}",
                                   prop.location, hint="secrets belong in store YAML as {{ env_var('NAME') }}"))

@@ -64,12 +64,12 @@ def checked_trigger(query: Query, st: RawStatement, ns: Namespace, report: Repor
 def _realtime(query: Query, st: RawStatement) -> Query:
     """The query in real-time mode; an interval it inherits below real-time mode's minimum is raised to it."""
     update = {"trigger": "realtime"}
-    if st.prop("trigger.interval") is None and _ms(query.trigger_interval) < _ms(MIN_INTERVAL):
+    if st.prop("trigger.interval") is None and interval_ms(query.trigger_interval) < interval_ms(MIN_INTERVAL):
         update["trigger_interval"] = MIN_INTERVAL
     return query.model_copy(update=update)
 
 
-def _ms(interval: str) -> int:
+def interval_ms(interval: str) -> int:
     """Milliseconds of an interval as 'trigger.interval' takes it ('500 ms', '5 seconds', '1 m'); 0 if not one
     (load/queries.py reports that, DSF-E032). Parsed here: sqlglot's dialect is not loaded on a warm load."""
     found = re.match(r"^(\d+(?:\.\d+)?)\s*([a-z]+)$", interval.strip().lower())
@@ -98,10 +98,10 @@ def unsupported(query: Query, ns: Namespace) -> list[str]:
                        "parse gives NULL columns")
     if query.deletes != "none":
         reasons.append("it reads a changelog's deletes")
-    if _ms(query.trigger_interval) < _ms(MIN_INTERVAL):
+    if interval_ms(query.trigger_interval) < interval_ms(MIN_INTERVAL):
         reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
                        f"shorter than its minimum of {MIN_INTERVAL}")
-    if _ms(query.trigger_interval) < _ms(MIN_INTERVAL):
+    if interval_ms(query.trigger_interval) < interval_ms(MIN_INTERVAL):
         reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
                        f"shorter than its minimum of {MIN_INTERVAL}")
     if (query.isolation or ns.isolation) == "shared":

@@ -14,7 +14,7 @@ DOC = (REPO / "docs" / "plan.md").read_text()
 
 
 @pytest.mark.parametrize("category", ["in_place", "keep_checkpoint", "carry_offsets", "replay", "replace_relation",
-                                      "forced_replace", "forced_reset_checkpoint", "forced_paused"])
+                                      "forced_replace", "forced_reset_checkpoint", "forced_paused", "blue_green"])
 def test_the_golden_plan_of_each_category_is_in_the_docs(category: str) -> None:
     text = (GOLDEN / "categories" / f"{category}.txt").read_text()
     assert text in DOC, f"docs/plan.md no longer shows tests/golden/categories/{category}.txt; copy it over"

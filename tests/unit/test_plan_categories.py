@@ -102,6 +102,23 @@ def test_replay_with_estimate(deployed):
     check_all("replay", plan)
 
 
+def test_blue_green_replay(deployed):
+    """Issue 44, item 1: a replay asked for blue/green names its new log, its readers, the consumer groups that must
+    move, and every phase (core/bluegreen.py; apply: tests/e2e/test_bluegreen.py)."""
+    root, _ = deployed
+    (root / "sql" / "readers.sql").write_text(
+        "CREATE STREAM curated.filtered_ids AS SELECT id, pageid FROM curated.pageviews_filtered;\n")
+    state = applied(plan_of(root, State()))
+    edit(root, PIPELINES, FILTER_HEAD, FILTER_HEAD.replace("= 1)", "= 1, 'start.position' = 'earliest')"))
+    seen = Observations(estimates={FILTERED: Estimate(records=120_000, rate_per_second=2_000.0, seconds=60.0)},
+                        consumer_groups={"relation.analytics.curated.pageviews_filtered": ["billing-app"]})
+    plan = plan_of(root, state, observations=seen, blue_green=True, catch_up_seconds=300,
+                   store_types={"kafka_main": "kafka"})
+    assert categories(plan) == {FILTERED: ("replace", "replay")}
+    assert plan.actionable[0].blue_green is not None
+    check_all("blue_green", plan)
+
+
 def test_replay_from_a_timestamp(deployed):
     root, state = deployed
     edit(root, PIPELINES, FILTER_HEAD, FILTER_HEAD.replace("= 1)", "= 1, 'start.position' = '1700000000000')"))

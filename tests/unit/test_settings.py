@@ -223,6 +223,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
                                                           f"{EVENTS_WITH} 'lifecycle.prevent_destroy' = 'true',")]),
     ("relation", "value.schema.compatibility"): (EVENTS, [(S, EVENTS_WITH,
                                                            f"{EVENTS_WITH} 'value.schema.compatibility' = 'FULL',")]),
+    ("relation", "deploy"): (EVENTS, [(S, EVENTS_WITH, f"{EVENTS_WITH} 'deploy' = 'blue_green',")]),
+    ("relation", "deploy.retention"): (EVENTS, [(S, EVENTS_WITH, f"{EVENTS_WITH} 'deploy.retention' = '2 hours',")]),
     ("cdc", "store"): (CDC, [(S, "WITH ('store' = 'pg', 'postgresql.db.name'", "WITH ('store' = 'pg2', "
                                                                              "'postgresql.db.name'")]),
     ("cdc", "value.format"): (CDC, []),  # json only: there is no other value to change it to
@@ -336,7 +338,8 @@ def _accepted() -> set[tuple[str, str]]:
     from dsflow.load import raw
     from dsflow.sql.cdc import CDC_PROPS
     from dsflow.load.queries import (
-        OWNER, PREVENT_DESTROY, QUERY_PROPS, RELATION_PROPS, SCHEMA_COMPATIBILITY, TOPIC_CONFIG_PREFIX,
+        DEPLOY, OWNER, PREVENT_DESTROY, QUERY_PROPS, RELATION_PROPS, RETENTION, SCHEMA_COMPATIBILITY,
+        TOPIC_CONFIG_PREFIX,
     )
     from dsflow.sql.select import SOURCE_PROPS
     from dsflow.load.tables import TABLE_PROPS
@@ -346,6 +349,7 @@ def _accepted() -> set[tuple[str, str]]:
     # any relation statement takes them
     every = {PREVENT_DESTROY, SCHEMA_COMPATIBILITY, OWNER, TOPIC_CONFIG_PREFIX + "*"}
     found = {("relation", p) for p in RELATION_PROPS | every | {"CREATE STREAM or CHANGELOG", "columns", "PRIMARY KEY"}}
+    found |= {("relation", DEPLOY), ("relation", RETENTION)}  # a stream's or changelog's (blue/green replays)
     found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ...", "CONSTRAINT ... EXPECT"}}
     found |= {("cdc", p) for p in CDC_PROPS} | {("source", p) for p in SOURCE_PROPS}
     found |= {("function", p) for p in ("AS 'module:function'", "parameters", "RETURNS", "LANGUAGE")}

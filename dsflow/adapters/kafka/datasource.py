@@ -11,6 +11,8 @@ Options (keys are case-insensitive):
     starting.offsets       JSON {"<partition>": offset}: start there (offsets carried from an older
                            query version); partitions not named start at starting.position
     starting.timestamp     epoch ms: start at the first record at or after it (a replay)
+    ending.offsets         JSON {"<partition>": offset}: a streaming read goes no further (a blue/green deployment's
+                           run to a cut, core/bluegreen.py); partitions not named are not capped
     max.records.per.batch  optional cap on records per micro-batch (offset-based)
     stall.timeout.seconds  fail a read task that makes no progress this long (default 60)
     gaps                   fail (default) | count: what a read does with offsets the broker confirms it holds no
@@ -381,7 +383,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         available = self._target if self._target is not None else self._offsets.end_offsets(quick=True)
         begin = {p: int(start.get(str(p), 0)) for p in available}
-        end = {p: max(begin[p], available[p]) for p in available}
+        until = self.options.ending_offsets or {}
+        end = {p: max(begin[p], min(available[p], until.get(p, available[p]))) for p in available}
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(begin, end, limit.max_rows)
         kept = {int(p): int(v) for p, v in start.items() if int(p) not in end}

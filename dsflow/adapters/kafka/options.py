@@ -28,6 +28,8 @@ class KafkaOptions:
     """Per-partition start offsets (carried from a previous query version); others start at `starting_position`."""
     starting_timestamp: int | None = None
     """Epoch ms: start each partition at the first record at or after it (a replay)."""
+    ending_offsets: dict[int, int] | None = None
+    """Per-partition offsets a streaming read goes no further than (a blue/green deployment's run to a cut)."""
     max_records_per_batch: int | None = None
     stall_timeout: float = client.STALL_TIMEOUT
     allow_gaps: bool = False
@@ -73,6 +75,7 @@ class KafkaOptions:
             starting_position=start,
             starting_offsets=_offsets_option(opts.get("starting.offsets")),
             starting_timestamp=_positive(opts, "starting.timestamp", int),
+            ending_offsets=_offsets_option(opts.get("ending.offsets"), "ending.offsets"),
             max_records_per_batch=_positive(opts, "max.records.per.batch", int),
             stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
             allow_gaps=gaps == "count",
@@ -95,13 +98,13 @@ class KafkaOptions:
         return client.client_config(self.bootstrap, self.settings)
 
 
-def _offsets_option(text: str | None) -> dict[int, int] | None:
+def _offsets_option(text: str | None, name: str = "starting.offsets") -> dict[int, int] | None:
     if not text:
         return None
     try:
         return {int(p): int(o) for p, o in json.loads(text).items()}
     except (ValueError, AttributeError) as err:
-        raise _bad_option("starting.offsets", text, 'JSON like {"0": 42, "1": 17}') from err
+        raise _bad_option(name, text, 'JSON like {"0": 42, "1": 17}') from err
 
 
 def _batch_id(opts: dict[str, str]) -> int:

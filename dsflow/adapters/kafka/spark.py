@@ -60,6 +60,8 @@ class KafkaSpark:
             raw = raw.option("starting.offsets", json.dumps(source.starting_offsets))
         if source.starting_timestamp is not None:
             raw = raw.option("starting.timestamp", str(source.starting_timestamp))
+        if source.ending_offsets:
+            raw = raw.option("ending.offsets", json.dumps(source.ending_offsets))
         raw = _with_client(raw, source.client_config)
         return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source),
                            **gate_options(spec.name)).load()

@@ -62,6 +62,8 @@ class SourceSpec(BaseModel):
     starting_offsets: dict[str, int | str] | None = Field(None, description="carried from a previous version "
                                                           "(offsets per partition, or positions per shard)")
     starting_timestamp: int | None = Field(None, description="epoch ms to replay from")
+    ending_offsets: dict[str, int] | None = Field(None, description="offsets per partition read no further than (a "
+                                                  "blue/green deployment's run to a cut: core/bluegreen.py)")
     event_time: str | None = Field(None, description="Spark SQL giving the event time (column __ts); "
                                                      "None: the source needs no event time")
     watermark_delay: str | None = Field(None, description="watermark on __ts, e.g. '5000 milliseconds'")

@@ -299,6 +299,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   starting_position=start.position or source.starting_position,
                                   starting_offsets=start.offsets.get(relation.topic),
                                   starting_timestamp=start.timestamp,
+                                  ending_offsets=start.until.get(relation.topic),
                                   event_time=event_time_sql(relation, source.timestamp) if timed else None,
                                   watermark_delay=spark_duration(query.watermark_delay) if timed and not
                                   (unwatermarked and relation.kind == "changelog") else None,

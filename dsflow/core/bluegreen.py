@@ -1,0 +1,205 @@
+"""Blue/green replays: a query change that would replay is built beside the deployed version, checked, and then its
+readers switch in one step (issue 44). Pure: what the plan says and what the state records.
+
+    build      the new version in its own checkpoint, writing its own versioned log (<topic>_v<N>), the old one
+               running on
+    catch_up   the new version reads its sources up to their end offsets when it was built, within a bound
+    compare    the deployed version stopped once past what the new one caught up to: where it stopped is the cut;
+               the new version run to exactly the cut (its reads capped there); both logs compared
+    switch     every reader in the project restarted on the new log at the position where the old log's records up
+               to the cut end; the new version resumes from its checkpoint; external consumers named
+    keep_old   the old log and checkpoint kept (not deleted), the old version stopped
+
+Only a replay of a query writing a stream or changelog in a store whose logs have offsets is carried out this
+way; apply walks what the plan froze (`BlueGreen` on the change) and records a `Deployment` in the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEPLOY = "deploy"
+RETENTION = "deploy.retention"
+"""The relation property keeping a blue/green deployment's old version that long after the switch (a duration);
+without it, the next apply removes it."""
+"""The relation property asking for blue/green replays of the query writing it: 'deploy' = 'blue_green'."""
+BLUE_GREEN = "blue_green"
+DEPLOY_VALUES = (BLUE_GREEN, "in_place")
+PHASES = ("build", "catch_up", "compare", "switch", "keep_old")
+DEFAULT_CATCH_UP_SECONDS = 600
+BLUE_GREEN_EFFECT = ("blue/green: {replay}, writing {new} beside the deployed version; its readers switch from {old} "
+                     "once it caught up, nothing read twice or skipped")
+LOG_KINDS = ("stream", "changelog")
+
+
+class BlueGreen(BaseModel):
+    """How apply carries out one replay blue/green: the logs, the bound, who switches and who must move."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    sink: str = Field(description="the relation the query writes, e.g. relation.analytics.public.counts")
+    old_log: str = Field(description="the log its readers read now (the deployed one)")
+    new_log: str = Field(description="the new version's own log, <declared name>_v<version>")
+    version: int = Field(description="the deployment's number for this relation (2 for the first)")
+    catch_up_seconds: int = Field(description="the bound: the new version must reach its sources' end offsets "
+                                  "(lag 0) within it, and each reader must read the old log to its end within it, "
+                                  "else apply stops the new version and leaves production as it was")
+    readers: list[str] = Field(default_factory=list, description="the project's queries reading the relation: "
+                               "each restarts on the new log where it stood on the old one")
+    consumers: list[str] = Field(default_factory=list, description="consumer groups outside the project the refresh "
+                                 "saw on the old log: they must move to the new log themselves")
+    phases: list[str] = Field(default_factory=lambda: list(PHASES), description="what apply does, in order")
+
+
+class Deployment(BaseModel):
+    """Where a blue/green deployment of a query stands, as apply recorded it (`dsflow status` shows it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    query: str
+    sink: str
+    version: int
+    old_log: str
+    new_log: str
+    phase: str = Field(description="the last phase reached: build, catch_up, compare, switch, keep_old (done) or "
+                                   "failed")
+    started_at: str
+    updated_at: str
+    built_to: dict[str, dict[str, int]] | None = Field(None, description="the sources' end offsets when the new "
+                                                       "version was built: what it caught up to")
+    cut: dict[str, dict[str, int]] | None = Field(None, description="the sources' offsets both versions stopped at "
+                                                  "before the switch: the old log holds what came before it, the "
+                                                  "new log's readers start after it")
+    compared: dict[str, int] | None = Field(None, description="records in each log at the cut, and those only in "
+                                            "one of them (old_records, new_records, only_old, only_new)")
+    switched: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict, description="by reader: where it "
+                                                           "started on the new log")
+    consumers: list[str] = Field(default_factory=list, description="external consumer groups that must move")
+    kept: dict[str, str] = Field(default_factory=dict, description="what is kept of the old version: its log and "
+                                 "checkpoint")
+    error: str | None = Field(None, description="why it failed; production was left as it was")
+
+
+class Retirement(BaseModel):
+    """A blue/green deployment's kept old version that this apply removes: its log deleted (dsflow created it) and
+    its checkpoint folder removed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    query: str = Field(description="the query whose old version it was")
+    sink: str = Field(description="the relation it wrote")
+    log: str = Field(description="the old log, deleted")
+    checkpoint: str = Field(description="the old version's checkpoint folder, removed")
+    reason: str = Field(description="why now, in words: the next apply after the switch, the retention passed, or "
+                                    "a destroy")
+
+
+def retirements(deployments: Mapping[str, Deployment], retention_ms: Mapping[str, int | None], now: datetime,
+                destroy: bool) -> list[Retirement]:
+    """The kept old versions a plan removes: every one at a destroy; else those without a retention on their
+    relation ('deploy.retention', `retention_ms` by relation address), and those whose retention passed."""
+    found = []
+    for query, record in sorted(deployments.items()):
+        if record.phase != "keep_old" or not record.kept.get("log"):
+            continue
+        keep = retention_ms.get(record.sink)
+        since = datetime.fromisoformat(record.updated_at)
+        if destroy:
+            reason = "destroy"
+        elif keep is None:
+            reason = f"kept since the switch at {record.updated_at}; no '{RETENTION}' on its relation"
+        elif now >= since + timedelta(milliseconds=keep):
+            reason = f"'{RETENTION}' passed (switched at {record.updated_at})"
+        else:
+            continue
+        found.append(Retirement(query=query, sink=record.sink, log=record.kept["log"],
+                                checkpoint=record.kept.get("checkpoint", ""), reason=reason))
+    return found
+
+
+def wanted_blue_green(sink: Mapping[str, Any] | None, asked: bool, store_types: Mapping[str, str]) -> bool:
+    """Whether a replay writing `sink` (the relation's desired data and metadata merged) runs blue/green: asked for
+    (--blue-green or 'deploy' = 'blue_green'), and the sink is a log in a broker's store (logs with offsets)."""
+    from dsflow.core.stores import Capability, kinds_that
+
+    if sink is None or not (asked or sink.get(DEPLOY) == BLUE_GREEN):
+        return False
+    return sink.get("kind") in LOG_KINDS and store_types.get(sink.get("store", "")) in kinds_that(Capability.BROKER)
+
+
+def planned(address: str, sink: Mapping[str, Any], sink_outputs: Mapping[str, Any], failed: Deployment | None,
+            readers: list[str], consumers: list[str], seconds: int) -> BlueGreen:
+    """The blue/green carrying out of a replay writing the deployed relation `sink` (its data and outputs)."""
+    version = next_version(sink_outputs, failed)
+    return BlueGreen(sink=address, old_log=str(
+        sink_outputs.get("topic") or sink.get("topic")), new_log=versioned_log(str(sink.get("topic")), version),
+        version=version, catch_up_seconds=seconds, readers=readers, consumers=consumers)
+
+
+def next_version(deployed_outputs: Mapping[str, Any], failed: Deployment | None) -> int:
+    """The number of the next deployment of a relation: one more than the log it is on now, or than a failed
+    attempt's (whose log may still be being deleted)."""
+    current = int((deployed_outputs.get(BLUE_GREEN) or {}).get("version", 1))
+    return max(current, failed.version if failed is not None else 1) + 1
+
+
+def versioned_log(declared: str, version: int) -> str:
+    return f"{declared}_v{version}"
+
+
+def redirects(resources: Mapping[str, Any]) -> dict[str, str]:
+    """Relation fqn -> the log it is on after a blue/green switch (its deployed outputs say), for every relation
+    that was switched."""
+    found = {}
+    for key, entry in resources.items():
+        switched = entry.outputs.get(BLUE_GREEN) if key.startswith("relation.") else None
+        if switched and entry.outputs.get("topic"):
+            found[key.split(".", 1)[1]] = str(entry.outputs["topic"])
+    return found
+
+
+def redirected(project: Any, logs: Mapping[str, str]) -> Any:
+    """The project (core/model.py Project) with each relation named in `logs` (fqn -> log) on that log: what apply
+    starts queries and creates logs from after a switch."""
+    if not logs:
+        return project
+    relations = tuple(r.model_copy(update={"topic": logs[r.fqn]}) if r.fqn in logs else r for r in project.relations)
+    return project.model_copy(update={"relations": relations})
+
+
+def phase_text(blue_green: BlueGreen) -> list[str]:
+    """The plan's words for each phase."""
+    readers = ", ".join(blue_green.readers) or "none in the project"
+    consumers = ", ".join(blue_green.consumers) or "none seen"
+    return [
+        f"build: new version in its own checkpoint writing {blue_green.new_log}; the old version keeps writing "
+        f"{blue_green.old_log}",
+        f"catch up: lag 0 on the sources' end offsets within {blue_green.catch_up_seconds} s, else the new version "
+        "is stopped and production is left as it was",
+        "compare: the deployed version stopped once past what the new one caught up to, the new one run to the "
+        f"same source offsets; {blue_green.old_log} and {blue_green.new_log} compared record by record",
+        f"switch: readers restart on {blue_green.new_log} where they stood on {blue_green.old_log} ({readers}); "
+        f"external consumer groups must move themselves ({consumers})",
+        f"keep old: {blue_green.old_log} and the old checkpoint kept; the old version stopped",
+    ]
+
+
+def reached(committed: Mapping[str, Mapping[str, Any]] | None, target: Mapping[str, Mapping[str, int]]) -> bool:
+    """A checkpoint's committed offsets are at `target` (every partition of every log named)."""
+    if committed is None:
+        return all(int(v) == 0 for parts in target.values() for v in parts.values())
+    return all(int(committed.get(log, {}).get(p, 0)) >= int(end)
+               for log, parts in target.items() for p, end in parts.items())
+
+
+def compared(old: list[tuple[Any, Any]], new: list[tuple[Any, Any]]) -> dict[str, int]:
+    """Two logs' records, (key, value) each, compared as multisets."""
+    from collections import Counter
+
+    before, after = Counter(old), Counter(new)
+    return {"old_records": len(old), "new_records": len(new), "only_old": sum((before - after).values()),
+            "only_new": sum((after - before).values())}

@@ -1,0 +1,374 @@
+"""Apply's side of a blue/green replay (core/bluegreen.py): it walks the phases the plan froze on the change.
+
+The new version runs in a folder and checkpoint of its own, writing its own log, while the deployed version keeps
+writing the old one. Once both are past the sources' end offsets taken when the new one was built, the deployed
+version is stopped: where it stopped is the cut. The new version is run to exactly the cut (its reads capped: the
+`until` of core/engines.py StartAt), so the old log holds exactly what came before the cut and the new log's
+readers start right after it. Anything that fails before the deployed version is stopped leaves production as it was
+(DSF-E961/E962); a failure after it restarts the deployed version on its checkpoint (DSF-E963).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dsflow.adapters import process
+from dsflow.core.address import Address
+from dsflow.core.bluegreen import Deployment, Retirement, compared, reached, redirected
+from dsflow.core.categories import Category
+from dsflow.core.engines import StartAt, engine
+from dsflow.core.plan import Action, Change
+from dsflow.core.state import DeployedResource, State
+from dsflow.errors import DsflowError
+from dsflow.engine.executors import LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity
+
+POLL_SECONDS = 0.5
+Ledger = Callable[[State, Change, dict | None, dict | None], State]
+
+
+class Failed(DsflowError):
+    """A blue/green deployment that stopped before its readers switched; `state` records it (phase failed)."""
+
+    def __init__(self, error: DsflowError, state: State):
+        super().__init__(error.code, error.message, hint=error.hint)
+        self.state = state
+
+
+@dataclasses.dataclass
+class _Run:
+    """One Spark run of a query version started here: its folder, checkpoint and source logs."""
+
+    run_dir: Path
+    checkpoint: Path
+    topics: list[str]
+    pid: int | None = None
+
+    def committed(self) -> dict[str, dict[str, int]] | None:
+        offsets = engine().committed_offsets(self.checkpoint) if self.checkpoint.is_dir() else None
+        if not offsets:
+            return None
+        return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in zip(self.topics, offsets, strict=False)}
+
+    def alive(self) -> bool:
+        return process.is_running(self.pid, driver_identity(self.run_dir))
+
+    def stop(self) -> None:
+        engine().stop({"pid": self.pid, "run_dir": str(self.run_dir)}, None)
+
+
+class _Deploying:
+    """One deployment under way: the change, the projects before and after the switch, and what it recorded."""
+
+    def __init__(self, ctx: Context, change: Change, current: Callable[[], State]):
+        assert change.blue_green is not None  # only changes the plan marked come here
+        self.ctx, self.change, self.plan, self.current = ctx, change, change.blue_green, current
+        self.name = Address.parse(change.address).name
+        self.log: DeployedResource | None = None
+        """The new log, once created."""
+        self.read_from: dict[str, dict[str, int]] = {}
+        """The first offsets the new version read from (what a later replay checks is still held)."""
+        self.query = next(q for q in ctx.project.queries if q.fqn == self.name)
+        sink = Address.parse(self.plan.sink).name
+        self.new_project = redirected(ctx.project, {sink: self.plan.new_log})
+        now = _now()
+        self.record = Deployment(query=change.address, sink=self.plan.sink, version=self.plan.version,
+                                 old_log=self.plan.old_log, new_log=self.plan.new_log, phase="build",
+                                 started_at=now, updated_at=now, consumers=self.plan.consumers)
+
+    def phase(self, phase: str, **update: Any) -> None:
+        self.record = self.record.model_copy(update={"phase": phase, "updated_at": _now(), **update})
+        self.ctx.note({"blue_green": {"phase": phase, "version": self.plan.version, "new_log": self.plan.new_log}})
+
+    def failed(self, error: DsflowError, state: State | None = None) -> Failed:
+        self.record = self.record.model_copy(update={"phase": "failed", "updated_at": _now(),
+                                                     "error": f"{error.code}: {error.message}"})
+        return Failed(error, (state or self.current()).with_pending(None).with_deployment(self.record))
+
+
+def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: Ledger) -> State:
+    """Carry out the blue/green replay `change` (its `blue_green`); the state after the switch. `current`: the state
+    as apply holds it now (notes included); `ledger`: apply's recording of a query version stopped and started."""
+    run = _Deploying(ctx, change, current)
+    _check_own_driver(run)
+    log = run.log = _create_log(run)
+    deployed = current().resources[change.address]
+    candidate = _Run(ctx.workspace.run_dir / "blue_green" / run.name,
+                     ctx.workspace.checkpoint(run.name, f"{change.data_hash or 'v'}-bg{run.plan.version}"),
+                     _source_topics(ctx.project, run.query))
+    built_to = _ends(ctx.project, candidate.topics)
+    run.read_from = {} if change.override and change.override.isdigit() else _first(ctx.project, candidate.topics)
+    try:
+        _start(run, run.new_project, candidate, _replay_start(change, built_to))
+        run.phase("catch_up", built_to=built_to)
+        _wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
+        old = _Run(Path(deployed.outputs["run_dir"]), Path(deployed.outputs["checkpoint"]), candidate.topics,
+                   deployed.outputs.get("pid"))
+        _wait(old, built_to, run.plan.catch_up_seconds, f"the deployed version of {change.address}")
+    except DsflowError as err:
+        _abandon(run, candidate, log)
+        raise run.failed(_untouched(err, run)) from err
+    state = _switch(run, candidate, deployed, ledger)
+    return state.model_copy(update={"serial": max(state.serial, current().serial)})  # notes wrote meanwhile
+
+
+def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger: Ledger) -> State:
+    """Stop the deployed version (past what the new one caught up to): where it stopped is the cut. Bring the new
+    one to it, compare, move the readers, resume the new version."""
+    stopped = QueryExecutor()._stop(deployed)
+    cut = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (stopped["stop_offsets"] or {}).items()}
+    try:
+        candidate.stop()
+        if not reached(candidate.committed(), cut):
+            _run_to(run, run.new_project, candidate, cut)
+        run.phase("compare", cut=cut)
+        run.phase("compare", compared=_compare(run))
+        _drain_readers(run)
+    except DsflowError as err:
+        candidate.stop()
+        state = _restarted(run, deployed)
+        raise run.failed(DsflowError("DSF-E963", f"blue/green deployment of {run.change.address} failed before "
+                                     f"its readers switched ({err.code}: {err.message}); the deployed version was "
+                                     f"restarted on its checkpoint writing {run.plan.old_log}"), state) from err
+    run.phase("switch")
+    state = _switched_readers(run, run.current(), ledger)
+    return _resumed(run, candidate, deployed, stopped, state, ledger)
+
+
+def _replay_start(change: Change, until: dict[str, dict[str, int]]) -> StartAt:
+    """Where the new version starts (a replay: the earliest offset, or the override's timestamp), read up to `until`."""
+    if change.override and change.override.isdigit():
+        return StartAt(timestamp=int(change.override), until=until)
+    return StartAt(position="earliest", until=until)
+
+
+def _check_own_driver(run: _Deploying) -> None:
+    if engine().isolation(run.ctx.project, run.query) == "shared":
+        raise run.failed(DsflowError("DSF-E964", f"{run.change.address} runs in a shared application: a blue/green "
+                                     "deployment needs a driver of its own for its new version",
+                                     hint="set 'runtime.isolation' = 'query' on it, or apply without --blue-green"))
+
+
+def _create_log(run: _Deploying) -> DeployedResource:
+    """The new version's own log, sized as the old one."""
+    sink = run.current().resources[run.plan.sink]
+    resumed = {k: v for k, v in run.ctx.resumed.items() if k == "topic_existed"}  # an interrupted attempt's
+    ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed=resumed)
+    made = Change(address=run.plan.sink, action=Action.CREATE, reason="blue/green", after=sink.data)
+    outputs = RelationExecutor().create(ctx, made)
+    return DeployedResource(address=run.plan.sink, data_hash=sink.data_hash, metadata_hash=sink.metadata_hash,
+                            data=sink.data, metadata=sink.metadata, outputs=outputs)
+
+
+def _start(run: _Deploying, project: Any, target: _Run, start: StartAt) -> None:
+    target.run_dir.mkdir(parents=True, exist_ok=True)
+    process.stop(process.holder(driver_identity(target.run_dir)), driver_identity(target.run_dir))
+    started = engine().start(project, run.ctx.workspace.run_dir / "apps", run.query, run.change.data_hash or "v",
+                             target.checkpoint, target.run_dir, start, None)
+    target.pid = started["pid"]
+    run.ctx.note({"blue_green_pid": target.pid})
+
+
+def _wait(target: _Run, until: Mapping[str, Mapping[str, int]], seconds: float, what: str) -> None:
+    """Until the run's checkpoint committed `until` (lag 0 on those offsets); DSF-E961 past `seconds`, DSF-E962 when
+    its driver ended first."""
+    deadline = time.monotonic() + seconds
+    while not reached(target.committed(), until):
+        if not target.alive():
+            raise DsflowError("DSF-E962", f"{what} stopped before it caught up (its driver ended; see "
+                              f"{target.run_dir / 'driver.log'})")
+        if time.monotonic() >= deadline:
+            raise DsflowError("DSF-E961", f"{what} did not catch up within {seconds:g} s: committed "
+                              f"{target.committed() or 'nothing'}, to reach {dict(until)}",
+                              hint="raise --catch-up-timeout, or apply when the sources are quieter")
+        time.sleep(POLL_SECONDS)
+
+
+def _run_to(run: _Deploying, project: Any, target: _Run, cut: dict[str, dict[str, int]]) -> None:
+    """Resume a version on its checkpoint, read no further than `cut`, and stop it there."""
+    _start(run, project, target, StartAt(until=cut))
+    try:
+        _wait(target, cut, run.plan.catch_up_seconds, f"{run.change.address} (to the cut)")
+    finally:
+        target.stop()
+
+
+def _compare(run: _Deploying) -> dict[str, int]:
+    """The two logs' records at the cut, compared as (key, value) multisets."""
+    from dsflow.engine import topics
+
+    sink = run.new_project.relation(Address.parse(run.plan.sink).name)
+    assert sink is not None  # the plan's sink is the project's relation
+    store = run.ctx.project.store(sink.store)
+    assert store is not None
+    found = []
+    for log in (run.plan.old_log, run.plan.new_log):
+        held = _held(run.new_project if log == run.plan.new_log else run.ctx.project, log)
+        target = topics.Target(store.type, log, store.bootstrap_servers, dict(store.properties), None, store.name)
+        found.append([(r.get("key"), r.get("value")) for r in topics.records(target, True, held, 10.0, raw=True)]
+                     if held else [])
+    return compared(found[0], found[1])
+
+
+def _drain_readers(run: _Deploying) -> None:
+    """Wait until every reader read the old log to its end (the deployed version is stopped: it ends there)."""
+    ends = _ends(run.ctx.project, [run.plan.old_log])
+    for reader in run.plan.readers:
+        entry = run.current().resources.get(reader)
+        if entry is None:
+            continue
+        target = _Run(Path(entry.outputs["run_dir"]), Path(entry.outputs["checkpoint"]),
+                      list(entry.outputs.get("topics") or []), entry.outputs.get("pid"))
+        _wait(target, ends, run.plan.catch_up_seconds, f"reader {reader} (reading {run.plan.old_log} to its end)")
+
+
+def _switched_readers(run: _Deploying, state: State, ledger: Ledger) -> State:
+    """Each reader stopped and started in a new checkpoint on the new log at its end (the cut), its other sources
+    where it stopped."""
+    new_ends = _ends(run.new_project, [run.plan.new_log])
+    ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
+    switched = {}
+    for reader in run.plan.readers:
+        entry = state.resources.get(reader)
+        if entry is None:
+            continue
+        stopped = QueryExecutor()._stop(entry)
+        carried = {t: {str(p): int(o) for p, o in parts.items()}
+                   for t, parts in (stopped["stop_offsets"] or {}).items() if t != run.plan.old_log}
+        start = StartAt(offsets={**carried, run.plan.new_log: new_ends[run.plan.new_log]})
+        change = _as_change(entry)
+        checkpoint = ctx.workspace.checkpoint(Address.parse(reader).name, f"{entry.data_hash}-bg{run.plan.version}")
+        outputs = QueryExecutor()._start(ctx, change, checkpoint, start, Category.CARRY_OFFSETS, None,
+                                         entry.outputs.get("read_from") or {})
+        outputs[LEDGER_STARTED]["category"] = "blue_green"
+        state = ledger(state, change, stopped, outputs.pop(LEDGER_STARTED))
+        state = state.with_resource(entry.model_copy(update={"outputs": outputs}))
+        switched[reader] = start.offsets
+    run.record = run.record.model_copy(update={"switched": switched})
+    return state
+
+
+def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopped: dict[str, Any], state: State,
+             ledger: Ledger) -> State:
+    """The new version resumed from its checkpoint in the query's own folder; the relation on its new log; the old
+    log and checkpoint kept."""
+    ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
+    outputs = QueryExecutor()._start(ctx, run.change, candidate.checkpoint, StartAt(), Category.REPLAY, None,
+                                     run.read_from)
+    state = ledger(state, run.change, stopped, outputs.pop(LEDGER_STARTED))
+    state = state.with_resource(DeployedResource(
+        address=run.change.address, depends_on=run.change.depends_on, data_hash=run.change.data_hash or "",
+        metadata_hash=run.change.metadata_hash or "", data=run.change.after or {},
+        metadata=run.change.after_metadata or {}, outputs=outputs))
+    sink = state.resources[run.plan.sink]
+    assert run.log is not None  # created in the build phase
+    state = state.with_resource(sink.model_copy(update={"outputs": {
+        **sink.outputs, **run.log.outputs, "blue_green": {"version": run.plan.version, "previous": run.plan.old_log}}}))
+    kept = {"log": run.plan.old_log, "checkpoint": str(deployed.outputs.get("checkpoint", "")),
+            "store": str(sink.data.get("store", "")), "kind": str(sink.data.get("kind", "")),
+            "created_by_dsflow": str(bool(sink.outputs.get("created_by_dsflow", True))).lower()}
+    run.phase("keep_old", kept=kept)
+    shutil.rmtree(candidate.run_dir, ignore_errors=True)
+    return state.with_deployment(run.record)
+
+
+def retire(ctx: Context, retired: list[Retirement], state: State) -> State:
+    """Each kept old version removed: its log deleted if dsflow created it, its checkpoint folder removed."""
+    for gone in retired:
+        record = state.deployments.get(gone.query)
+        kept = record.kept if record is not None else {}
+        if kept.get("created_by_dsflow") == "true":
+            outputs = {"topic": gone.log, "store": kept.get("store", ""), "created_by_dsflow": True}
+            RelationExecutor().delete(ctx, DeployedResource(address=gone.sink, data_hash="", metadata_hash="",
+                                                            data={"kind": kept.get("kind", "stream")},
+                                                            outputs=outputs))
+        if gone.checkpoint:
+            shutil.rmtree(gone.checkpoint, ignore_errors=True)
+        if record is not None:
+            state = state.with_deployment(record.model_copy(update={"kept": {}, "updated_at": _now()}))
+    return state
+
+
+def _restarted(run: _Deploying, deployed: DeployedResource) -> State:
+    """The deployed version started again on its recorded spec and checkpoint (production restored)."""
+    pid = engine().relaunch(run.ctx.project, deployed, None)
+    state = run.current()
+    return state.with_resource(deployed.model_copy(update={"outputs": {**deployed.outputs, "pid": pid}}))
+
+
+def _abandon(run: _Deploying, candidate: _Run, log: DeployedResource) -> None:
+    """The new version stopped, its log deleted and its checkpoint removed: nothing of it is left running."""
+    candidate.stop()
+    ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
+    try:
+        RelationExecutor().delete(ctx, log)
+    except DsflowError:
+        pass  # a log left behind is named by the failed deployment; the next one takes another version
+    shutil.rmtree(candidate.checkpoint, ignore_errors=True)
+    shutil.rmtree(candidate.run_dir, ignore_errors=True)
+
+
+def _untouched(err: DsflowError, run: _Deploying) -> DsflowError:
+    return DsflowError(err.code, f"{err.message}; production untouched: {run.change.address} still runs its deployed "
+                       f"version writing {run.plan.old_log}, and its readers still read it", hint=err.hint)
+
+
+def _as_change(entry: DeployedResource) -> Change:
+    return Change(address=entry.address, action=Action.UPDATE, reason="blue/green switch", after=entry.data,
+                  after_metadata=entry.metadata, data_hash=entry.data_hash, metadata_hash=entry.metadata_hash,
+                  depends_on=entry.depends_on)
+
+
+def _source_topics(project: Any, query: Any) -> list[str]:
+    found = []
+    for source in query.sources:
+        relation = project.relation(source.relation)
+        assert relation is not None  # a loaded project's sources name its relations
+        found.append(relation.topic)
+    return found
+
+
+def _ends(project: Any, logs: list[str]) -> dict[str, dict[str, int]]:
+    """The logs' end offsets now, from their store; DSF-E962 when a store cannot say them."""
+    from dsflow.adapters.objects import end_offsets
+
+    found = end_offsets(project, logs)
+    if found is None:
+        raise DsflowError("DSF-E962", f"the end offsets of {', '.join(logs)} could not be read")
+    return {log: {str(p): int(o) for p, o in parts.items()} for log, parts in found.items()}
+
+
+def _held(project: Any, log: str) -> int:
+    from dsflow.adapters.objects import positions
+
+    found = (positions(project, [log]) or {}).get(log, {})
+    return sum(max(0, end - first) for first, end in found.values())
+
+
+def _first(project: Any, logs: list[str]) -> dict[str, dict[str, int]]:
+    from dsflow.adapters.objects import positions
+
+    return {log: {str(p): first for p, (first, _) in parts.items()}
+            for log, parts in (positions(project, logs) or {}).items()}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def status_of(state: State, address: str) -> dict[str, Any] | None:
+    """Where the blue/green deployment of a query stands: an apply under way (its pending note), else the last one
+    recorded."""
+    pending = state.pending
+    if pending is not None and pending.address == address and pending.intent.get("blue_green"):
+        return {**pending.intent["blue_green"], "under_way": True}
+    record = state.deployments.get(address)
+    if record is None:
+        return None
+    return {"phase": record.phase, "version": record.version, "new_log": record.new_log, "old_log": record.old_log,
+            **({"error": record.error} if record.error else {})}

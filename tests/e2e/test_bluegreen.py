@@ -1,0 +1,183 @@
+"""Blue/green replays (issue 44, item 1) on Apache Kafka and Spark, through real driver processes.
+
+`scaled` multiplies each event's value; `scaled_copy` reads it. The factor changes and the query is asked to replay
+from the earliest offset, applied with --blue-green. First with a catch-up bound of 0 s, which no new version can
+meet: apply fails with DSF-E961 and production is untouched (the same drivers run, the state entry is the same, and
+new events still flow through the old factor). Then with a real bound, while events keep arriving: the old topic
+keeps being written until the switch, the new topic holds the full recomputed output (every id once, the new
+factor), and the reader's output holds every id exactly once: the old factor for events before the cut the
+deployment recorded, the new one after it (a plain-Python reference from the source's offsets). The next apply
+removes the kept old version: the old topic is deleted and the old checkpoint removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dsflow.adapters import process
+from dsflow.adapters.kafka.admin import describe_topic
+from dsflow.adapters.kafka.client import read_to_end
+from dsflow.cli.render import blue_green_cell
+from dsflow.engine import operations
+from dsflow.engine.executors import query_identity
+from support.projects import make_project
+from support.streaming import CONFIG, produce, topic
+from support.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+SQL = """\
+CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
+CREATE STREAM scaled WITH ('trigger.interval' = '500 ms'{start}) AS SELECT id, v * {factor} AS w FROM events;
+CREATE STREAM scaled_copy WITH ('trigger.interval' = '500 ms') AS SELECT id, w FROM scaled;
+"""
+QUERY, READER = "query.analytics.public.scaled", "query.analytics.public.scaled_copy"
+
+
+def _events(first: int, count: int) -> list[dict]:
+    return [{"id": i, "v": i % 97 + 1} for i in range(first, first + count)]
+
+
+def _values(broker: str, log: str) -> list[dict]:
+    return [json.loads(r["value"]) for r in read_to_end(broker, log)]
+
+
+def _at_least(broker: str, log: str, count: int) -> list[dict] | None:
+    found = _values(broker, log)
+    return found if len(found) >= count else None
+
+
+def _source_offsets(broker: str, log: str) -> dict[int, tuple[str, int]]:
+    """id -> (partition, offset) of its event in the source log."""
+    return {json.loads(r["value"])["id"]: (str(r["partition"]), r["offset"]) for r in read_to_end(broker, log)}
+
+
+def _commit(broker: str, group: str, log: str) -> None:
+    """A consumer outside the project (group `group`) reads a record of `log` and commits its offsets."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": broker, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    try:
+        consumer.subscribe([log])
+        found = next((m for _ in range(60) if (m := consumer.poll(1.0)) is not None and m.error() is None), None)
+        assert found is not None, f"{group} read nothing of {log}"
+        consumer.commit(message=found, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _running(state, address: str) -> bool:
+    outputs = state.resources[address].outputs
+    return process.is_running(outputs["pid"], query_identity(outputs))
+
+
+class _Producer:
+    """Events produced in the background, a few every 100 ms, while an apply runs."""
+
+    def __init__(self, broker: str, project, first: int):
+        self.broker, self.project, self.next = broker, project, first
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.1):
+            produce(self.broker, self.project, "events", _events(self.next, 5), "id")
+            self.next += 5
+
+    def __enter__(self) -> _Producer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed_catch_up_changes_nothing(
+        tmp_path, broker):
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"bg{os.getpid()}_"),
+                                   "sql/all.sql": SQL.format(start="", factor=2)})
+    options = operations.Options(root, None, {"bootstrap": broker})
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    project = loaded.project
+    old_log, copy_log, source = topic(project, "scaled"), topic(project, "scaled_copy"), topic(project, "events")
+    try:
+        produce(broker, project, "events", _events(0, 300), "id")
+        wait_for(lambda: len(_values(broker, copy_log)) >= 300, 180, "the reader to copy the first 300 events")
+        external = f"billing-{old_log}"
+        _commit(broker, external, old_log)
+        (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=3))
+        backend = loaded.workspace.state_backend()
+
+        before = backend.read()
+        loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=0))
+        change = next(c for c in plan.changes if c.address == QUERY)
+        assert change.blue_green is not None and change.blue_green.readers == [READER]
+        assert change.blue_green.consumers == [external], "the plan names who must move"
+        assert change.blue_green.new_log == f"{old_log}_v2"
+        failed = operations.apply(loaded, plan)
+        assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961"
+        assert "production untouched" in str(failed.failed[1])
+        after = backend.read()
+        for address in (QUERY, READER):
+            assert after.resources[address] == before.resources[address] and _running(after, address)
+        assert after.deployments[QUERY].phase == "failed" and after.pending is None
+        produce(broker, project, "events", _events(300, 50), "id")
+        wait_for(lambda: len(_values(broker, copy_log)) >= 350, 120, "production to go on after the failure")
+        assert all(r["w"] == 2 * (r["id"] % 97 + 1) for r in _values(broker, copy_log)), "the old factor"
+
+        loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
+        new_log = next(c for c in plan.changes if c.address == QUERY).blue_green.new_log
+        assert new_log == f"{old_log}_v3", "the failed attempt's version is not taken again"
+        with _Producer(broker, project, 350) as producer:
+            result = operations.apply(loaded, plan)
+        assert result.ok, result.failed
+        produced = producer.next
+        state = backend.read()
+        record = state.deployments[QUERY]
+        assert record.phase == "keep_old" and record.switched[READER] and record.kept["log"] == old_log
+        assert state.resources["relation.analytics.public.scaled"].outputs["topic"] == new_log
+        assert _running(state, QUERY) and _running(state, READER)
+        assert not process.is_running(before.resources[QUERY].outputs["pid"], query_identity(
+            before.resources[QUERY].outputs)), "the old version is stopped"
+        entry = next(e for e in operations.status(operations.load(options), False) if e["address"] == QUERY)
+        assert blue_green_cell(entry["blue_green"]) == "blue/green v3 keep_old"
+
+        where = _source_offsets(broker, source)
+        assert len(where) == produced
+        cut, built = record.cut[source], record.built_to[source]
+        before_cut = {i for i, (p, o) in where.items() if o < cut[p]}
+        old = _values(broker, old_log)
+        assert Counter(r["id"] for r in old) == Counter(before_cut), "the old topic: exactly the events before the cut"
+        assert any(where[r["id"]][1] >= built[where[r["id"]][0]] for r in old), \
+            "the old version kept writing after the new one was built"
+        new = wait_for(lambda: _at_least(broker, new_log, produced), 180, "the new topic to hold every event")
+        assert sorted(r["id"] for r in new) == list(range(produced))
+        assert all(r["w"] == 3 * (r["id"] % 97 + 1) for r in new), "the full recomputed output"
+        copied = wait_for(lambda: _at_least(broker, copy_log, produced), 180, "the reader to copy every event")
+        expected = {i: (2 if i in before_cut else 3) * (i % 97 + 1) for i in range(produced)}
+        assert Counter(r["id"] for r in copied) == Counter(range(produced)), "every id exactly once"
+        assert {r["id"]: r["w"] for r in copied} == expected
+        n = len(before_cut)  # both logs at the cut, every value other: the factor changed
+        assert record.compared == {"old_records": n, "new_records": n, "only_old": n, "only_new": n}
+
+        loaded = operations.load(options)  # the next apply removes the kept old version (no 'deploy.retention')
+        plan = operations.plan(loaded)
+        assert [(r.log, r.checkpoint) for r in plan.retired] == [(old_log, record.kept["checkpoint"])]
+        assert not plan.actionable and operations.apply(loaded, plan).ok
+        wait_for(lambda: describe_topic(broker, old_log) is None, 60, "the old topic to be deleted")
+        assert not Path(record.kept["checkpoint"]).exists() and backend.read().deployments[QUERY].kept == {}
+        assert describe_topic(broker, new_log) is not None and _running(backend.read(), READER)
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))

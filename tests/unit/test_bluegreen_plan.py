@@ -1,0 +1,149 @@
+"""Blue/green replays in the plan (issue 44, item 1): pure, from the example project and a State built in memory.
+The apply side runs against Apache Kafka and Spark in tests/e2e/test_bluegreen.py."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from dsflow.cli.render import plan_text
+from dsflow.core.bluegreen import Deployment, compared, reached, redirected, redirects
+from dsflow.core.plan import Action, Observations, Plan, PlanOptions, make_plan
+from dsflow.core.plan_schema import plan_from_json
+from dsflow.core.resources import project_resources
+from dsflow.core.state import State
+from dsflow.errors import ProjectError
+from dsflow.load.project import load_project
+from support.projects import EXAMPLE_VARIABLES, applied, copy_example
+
+QUERY = "query.analytics.curated.pageviews_filtered"
+SINK = "relation.analytics.curated.pageviews_filtered"
+READER = "query.analytics.curated.filtered_ids"
+HEAD = "CREATE STREAM curated.pageviews_filtered WITH ('topic.partitions' = 1"
+READS_IT = "CREATE STREAM curated.filtered_ids AS SELECT id, pageid FROM curated.pageviews_filtered;\n"
+
+
+@pytest.fixture()
+def example(tmp_path) -> Path:
+    root = copy_example(tmp_path)
+    (root / "sql" / "readers.sql").write_text(READS_IT)
+    return root
+
+
+def plan_of(root: Path, state: State | None = None, **kwargs) -> Plan:
+    project = load_project(root, variables=EXAMPLE_VARIABLES)
+    return make_plan(project.name, project.environment, project_resources(project), state or State(),
+                     PlanOptions(store_types={s.name: s.type for s in project.stores}, **kwargs))
+
+
+def replay(root: Path, props: str = "") -> None:
+    """The query asked to replay ('start.position' = 'earliest'), with more properties on its relation."""
+    sql = root / "sql" / "pipelines.sql"
+    sql.write_text(sql.read_text().replace(HEAD, f"{HEAD}, 'start.position' = 'earliest'{props}"))
+
+
+def change_of(plan: Plan, address: str):
+    return next(c for c in plan.changes if c.address == address)
+
+
+def test_a_replay_asked_blue_green_names_its_new_log_readers_consumers_and_phases(example):
+    state = applied(plan_of(example))
+    replay(example)
+    seen = Observations(consumer_groups={SINK: ["billing-app"]})
+    plain = change_of(plan_of(example, state, observations=seen), QUERY)
+    assert plain.category == "replay" and plain.blue_green is None
+    plan = plan_of(example, state, observations=seen, blue_green=True, catch_up_seconds=90)
+    change = change_of(plan, QUERY)
+    assert change.action is Action.REPLACE and change.category == "replay"
+    bg = change.blue_green
+    assert bg is not None and bg.sink == SINK and bg.version == 2 and bg.catch_up_seconds == 90
+    declared = change.after and state.resources[SINK].data["topic"]
+    assert (bg.old_log, bg.new_log) == (declared, f"{declared}_v2")
+    assert bg.readers == [READER] and bg.consumers == ["billing-app"]
+    assert bg.phases == ["build", "catch_up", "compare", "switch", "keep_old"]
+    assert change.effect is not None and change.effect.startswith("blue/green:")
+    assert change_of(plan, READER).action is Action.NOOP, "a reader's switch is part of the query's change"
+    assert plan_from_json(plan.model_dump_json(), "plan.json") == plan
+
+
+def test_deploy_blue_green_on_the_relation_asks_for_it_without_the_flag(example):
+    state = applied(plan_of(example))
+    sql = example / "sql" / "pipelines.sql"
+    declared = sql.read_text()
+    replay(example, ", 'deploy' = 'blue_green'")
+    plan = plan_of(example, state)
+    assert change_of(plan, SINK).action is Action.UPDATE, "the property itself is metadata, in place"
+    assert change_of(plan, QUERY).blue_green is None, "its relation changes in this plan: not blue/green yet"
+    sql.write_text(declared.replace(HEAD, f"{HEAD}, 'deploy' = 'blue_green'"))
+    state = applied(plan_of(example), state)
+    replay(example)
+    assert change_of(plan_of(example, state), QUERY).blue_green is not None
+
+
+def test_what_is_not_a_replay_or_not_a_log_is_never_blue_green(example):
+    state = applied(plan_of(example))
+    sql = example / "sql" / "pipelines.sql"
+    sql.write_text(sql.read_text().replace("WHERE pageid <> 'Page_2'", "WHERE pageid <> 'Page_3'"))
+    plan = plan_of(example, state, blue_green=True)
+    assert change_of(plan, QUERY).category == "keep_checkpoint" and change_of(plan, QUERY).blue_green is None
+
+
+def test_the_next_deployment_takes_the_next_version_after_a_switch_or_a_failure(example):
+    state = applied(plan_of(example))
+    sink = state.resources[SINK]
+    topic = sink.data["topic"]
+    moved = state.with_resource(sink.model_copy(update={"outputs": {"topic": f"{topic}_v2", "blue_green": {
+        "version": 2, "previous": topic}}}))
+    replay(example)
+    bg = change_of(plan_of(example, moved, blue_green=True), QUERY).blue_green
+    assert bg is not None and (bg.old_log, bg.new_log, bg.version) == (f"{topic}_v2", f"{topic}_v3", 3)
+    failed = Deployment(query=QUERY, sink=SINK, version=3, old_log=f"{topic}_v2", new_log=f"{topic}_v3",
+                        phase="failed", started_at="t", updated_at="t", error="DSF-E961: ...")
+    bg = change_of(plan_of(example, moved.with_deployment(failed), blue_green=True), QUERY).blue_green
+    assert bg is not None and bg.version == 4, "a failed attempt's log may still be being deleted"
+    assert redirects(moved.resources) == {"analytics.curated.pageviews_filtered": f"{topic}_v2"}
+    project = load_project(example, variables=EXAMPLE_VARIABLES)
+    assert redirected(project, redirects(moved.resources)).relation(
+        "analytics.curated.pageviews_filtered").topic == f"{topic}_v2"
+    assert redirected(project, {}) is project
+
+
+def test_a_wrong_deploy_value_is_an_error_at_its_line(example):
+    replay(example, ", 'deploy' = 'purple'")
+    with pytest.raises(ProjectError) as raised:
+        load_project(example, variables=EXAMPLE_VARIABLES)
+    assert "DSF-E032" in str(raised.value) and "'deploy' must be one of blue_green, in_place" in str(raised.value)
+
+
+def test_a_cut_is_reached_by_every_partition_and_compare_counts_records_only_in_one_log():
+    assert reached({"s": {"0": 7, "1": 9}}, {"s": {"0": 7, "1": 9}})
+    assert not reached({"s": {"0": 7}}, {"s": {"0": 7, "1": 1}}) and not reached(None, {"s": {"0": 1}})
+    assert compared([("a", "1"), ("b", "2"), ("b", "2")], [("a", "1"), ("b", "3")]) == {
+        "old_records": 3, "new_records": 2, "only_old": 2, "only_new": 1}
+
+
+def test_a_kept_old_version_is_removed_by_the_next_apply_or_once_its_retention_passed(example):
+    state = applied(plan_of(example))
+    topic = state.resources[SINK].data["topic"]
+    switched = Deployment(query=QUERY, sink=SINK, version=2, old_log=topic, new_log=f"{topic}_v2", phase="keep_old",
+                          started_at="2026-11-30T08:00:00+00:00", updated_at="2026-11-30T08:00:00+00:00",
+                          kept={"log": topic, "checkpoint": "/cp/old", "store": "kafka_main", "kind": "stream",
+                                "created_by_dsflow": "true"})
+    state = state.with_deployment(switched)
+    now = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
+    plan = plan_of(example, state, now=now)
+    assert [(r.query, r.log, r.checkpoint) for r in plan.retired] == [(QUERY, topic, "/cp/old")]
+    assert plan.has_changes and not plan.actionable, "only the removal: apply runs it"
+    assert f"  - old version of {QUERY}: log {topic} deleted, checkpoint removed" in plan_text(
+        plan.model_dump(mode="json"))
+    sql = example / "sql" / "pipelines.sql"
+    sql.write_text(sql.read_text().replace(HEAD, f"{HEAD}, 'deploy.retention' = '2 hours'"))
+    assert plan_of(example, state, now=now).retired == [], "kept 2 hours after the switch"
+    assert [r.reason for r in plan_of(example, state, now=now + timedelta(hours=1)).retired] == [
+        "'deploy.retention' passed (switched at 2026-11-30T08:00:00+00:00)"]
+    assert len(plan_of(example, state, now=now, destroy=True).retired) == 1, "a destroy removes it in any case"
+    assert plan_of(example, state, now=now, targets=frozenset({READER})).retired == []
+    done = state.with_deployment(switched.model_copy(update={"kept": {}}))
+    assert plan_of(example, done, now=now).retired == []
