@@ -11,12 +11,14 @@ install writes it), RUNS times (the median is reported), in this order:
 `dsflow plan --no-refresh` with DSFLOW_CACHE=0 (no load cache: every SELECT resolved), `dsflow validate`
 (the first run with the cache: it resolves everything and fills `.dsflow/cache/`), `dsflow plan --no-refresh`
 (empty state: everything is a create; the cache is warm, as on every run after the first), and
-`dbt parse --no-partial-parse`.
+`dbt parse --no-partial-parse`. Each run records its wall time and its CPU time (user + system of the process and of
+the processes it waited for: dsflow's forked load workers), the steadier figure on a machine shared with other work.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -127,16 +129,20 @@ class Timing:
     ok: bool
     note: str = ""
     runs: tuple[float, ...] = ()
+    cpu_seconds: float | None = None
+    """The median CPU time (user + system) of the process and the processes it waited for (forked load workers):
+    steadier than the wall time on a machine shared with other work."""
+    cpu_runs: tuple[float, ...] = ()
 
 
 def timed(tool: str, size: int, argv: list[str], cwd: Path, env: dict | None = None, timeout: float = 900,
           before: Callable[[], None] | None = None) -> Timing:
     """RUNS cold processes of `argv` (`before` runs before each); the first failure stops them."""
-    runs = []
+    runs, cpu = [], []
     for _ in range(RUNS):
         if before is not None:
             before()
-        started = time.monotonic()
+        started, used = time.monotonic(), _children_cpu()
         try:
             done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -145,7 +151,14 @@ def timed(tool: str, size: int, argv: list[str], cwd: Path, env: dict | None = N
             note = (done.stderr or done.stdout).strip().splitlines()[-1:][0][:200]
             return Timing(tool, size, time.monotonic() - started, False, note)
         runs.append(round(time.monotonic() - started, 3))
-    return Timing(tool, size, statistics.median(runs), True, runs=tuple(runs))
+        cpu.append(round(_children_cpu() - used, 3))
+    return Timing(tool, size, statistics.median(runs), True, runs=tuple(runs), cpu_seconds=statistics.median(cpu),
+                  cpu_runs=tuple(cpu))
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def compile_sources() -> None:
@@ -197,7 +210,7 @@ def run_scale(sizes: list[int], work: Path, with_dbt: bool = True) -> list[Timin
             results.append(timed("dbt parse", n, [exe, "parse", "--no-partial-parse"], dbt_root, env))
         for r in (r for r in results if r.size == n):
             print(f"  {r.tool:<26} {r.size:>6}: {r.seconds if r.seconds is None else round(r.seconds, 2)} s"
-                  f"{'' if r.ok else ' FAILED ' + r.note}", flush=True)
+                  f" ({r.cpu_seconds} CPU s){'' if r.ok else ' FAILED ' + r.note}", flush=True)
     return results
 
 

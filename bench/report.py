@@ -198,7 +198,8 @@ def _plan(rows: list[dict], dbt_version: str | None) -> list[str]:
         "",
         "dsflow keeps resolved SELECTs in `.dsflow/cache/` (`dsflow/load/cache.py`); \"no cache\" is",
         "`DSFLOW_CACHE=0`, validate is the first run (it fills the cache), plan the runs after it. Each cell is",
-        "the median of 3 cold processes (validate with the cache emptied before each).",
+        "the median of 3 cold processes (validate with the cache emptied before each): wall seconds, and in brackets",
+        "the CPU seconds of the process and its forked load workers (steadier on a shared machine).",
         "",
         "| relations | dsflow plan, no cache s | dsflow validate (first run) s | dsflow plan --no-refresh s "
         "| dbt parse s |",
@@ -209,9 +210,14 @@ def _plan(rows: list[dict], dbt_version: str | None) -> list[str]:
         cells = []
         for tool in ("dsflow plan, no cache", "dsflow validate", "dsflow plan --no-refresh", "dbt parse"):
             r = by.get((tool, size))
-            cells.append("—" if r is None else (f"{r['seconds']:.2f}" if r["ok"] else f"failed: {r['note']}"))
+            cells.append("—" if r is None else (_plan_cell(r) if r["ok"] else f"failed: {r['note']}"))
         lines.append(f"| {size:,} | {' | '.join(cells)} |")
     return lines
+
+
+def _plan_cell(row: dict) -> str:
+    cpu = row.get("cpu_seconds")
+    return f"{row['seconds']:.2f}" + (f" ({cpu:.2f})" if cpu is not None else "")
 
 
 def _targets(results: dict) -> list[str]:
