@@ -274,6 +274,9 @@ def _stateful_data(query) -> dict[str, Any]:
         data["changelog_join"] = query.changelog_join.model_dump(mode="json")  # lists, as read back from state
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee
+    if query.nested:  # subqueries (sql/nested.py): their SQL is not in the query's own
+        data["nested"] = [n.model_dump(mode="json", exclude={"sources"}) for n in query.nested]
+        data["watermark_delay"] = query.watermark_delay
     return data
 
 

@@ -330,7 +330,7 @@ def test_refused_chains_name_their_code_and_place(tmp_path):
     assert [message.split(",")[0].split(":")[0] for _, _, message in found[8:13]] == [
         "a join of two streams needs WITHIN", "a stream joined after a temporal join in one query is not supported",
         "RIGHT JOIN is not supported", "a join of the stream 'r' needs an equality in ON between it and an earlier "
-        "relation (o", "aggregating the result of a join is not supported yet"]
+        "relation (o", "aggregating a join of more than two streams is not supported yet"]
     assert "'x'" in found[13][2] and "p.pid must be selected" in found[14][2] and "RIGHT JOIN" in found[15][2]
 
 
