@@ -90,6 +90,7 @@ def analyse_nested(path: str, st: RawStatement, select: exp.Select, relations: d
     nested: list[Nested] = []
     stand_ins: dict[str, Relation] = {}
     for index, item in enumerate(items):
+        assert isinstance(item, exp.Subquery)  # _shape
         found = _inner(path, st, index, item, relations, qualify_name, where, report, analyse)
         if found is None:
             return None
