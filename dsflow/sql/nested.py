@@ -37,6 +37,7 @@ from sqlglot import exp
 from dsflow.core.model import Nested, Relation
 from dsflow.errors import Diagnostic, Location
 from dsflow.sql.fields import base_column
+from dsflow.sql.dialect import is_window
 from dsflow.sql.parse import node_location, parse_one_select
 from dsflow.sql import windowed_join
 from dsflow.sql.ctes import inline_joined_subquery
@@ -52,8 +53,19 @@ HINT = ("a subquery in FROM or JOIN aggregates a TUMBLE or HOP window (GROUP BY 
 
 
 def reads_subqueries(select: exp.Expr) -> bool:
-    """Whether a SELECT reads a subquery in its FROM or a JOIN."""
-    return isinstance(select, exp.Select) and any(isinstance(i, exp.Subquery) for i in _items(select))
+    """Whether a SELECT reads, in its FROM or a JOIN, a subquery of the shapes this module reads: one that
+    aggregates a window, or a join read as the one relation (other subqueries are refused as before)."""
+    if not isinstance(select, exp.Select):
+        return False
+    items = _items(select)
+    return any(_windowed(i) for i in items) or (len(items) == 1 and _joins(items[0]))
+
+
+def _windowed(item: exp.Expr) -> bool:
+    """A subquery that groups a window (`SELECT ... FROM TUMBLE(s, ...) GROUP BY ...`)."""
+    body = item.this if isinstance(item, exp.Subquery) else None
+    return isinstance(body, exp.Select) and body.args.get("group") is not None and \
+        body.args.get("from_") is not None and is_window(body.args["from_"].this)
 
 
 def _items(select: exp.Select) -> list[exp.Expr]:
@@ -63,9 +75,10 @@ def _items(select: exp.Select) -> list[exp.Expr]:
 
 
 def _joins(item: exp.Expr) -> bool:
-    """A subquery whose SELECT joins and does not group."""
+    """A subquery whose SELECT joins, and does not group, aggregate or call a window function."""
     body = item.this if isinstance(item, exp.Subquery) else None
-    return isinstance(body, exp.Select) and bool(body.args.get("joins")) and body.args.get("group") is None
+    return isinstance(body, exp.Select) and bool(body.args.get("joins")) and body.args.get("group") is None \
+        and body.find(exp.AggFunc, exp.Window) is None
 
 
 def is_nested(relation: Relation) -> bool:

@@ -155,7 +155,7 @@ def test_an_aggregate_of_a_windowed_aggregate_is_keyed_by_its_window(tmp_path, s
     (f"CREATE CHANGELOG m AS\n  SELECT seller, MAX(n) AS top FROM {COUNTS} c GROUP BY seller;", 2,
      "must hold its window columns (ws, we)"),
     ("CREATE STREAM m AS SELECT v.id FROM\n  (SELECT id FROM views) v;", 2,
-     "the subquery 'v' must aggregate a TUMBLE or HOP window"),
+     "subqueries in continuous queries are not supported yet"),  # neither a window nor a join
     (f"CREATE STREAM m AS SELECT c.seller FROM {COUNTS} c\n  JOIN person p ON c.seller = p.id;", 2,
      "a subquery joined with a relation is not supported yet"),
     (f"CREATE STREAM m AS SELECT c.seller FROM {COUNTS} c\n  LEFT JOIN {COUNTS} d ON c.seller = d.seller;", 2,

@@ -17,6 +17,7 @@ import sqlglot
 from sqlglot import exp
 
 from dsflow.core.model import Nested, Project, Query, Window
+from dsflow.sql.dialect import milliseconds
 from dsflow.sql.functions import to_spark
 from dsflow.sql.parse import parse_one_select
 
@@ -93,10 +94,8 @@ def windowed_join(select: exp.Select, query: Query) -> None:
     event-time column of the join's input, which Spark refuses: MULTIPLE_EVENT_TIME_COLUMNS)."""
     window = query.window
     assert window is not None and window.kind != "session"  # sql/windowed_join.py
-    from dsflow.adapters.spark.translate import spark_duration
-
-    size = spark_duration(window.size)
-    slide = spark_duration(window.advance) if window.advance else size
+    size = f"{milliseconds(window.size)} milliseconds"  # as translate.spark_duration writes it
+    slide = f"{milliseconds(window.advance)} milliseconds" if window.advance else size
     call = exp.Anonymous(this="window", expressions=[exp.column(EVENT_TIME, table=window.source),
                                                      exp.Literal.string(size), exp.Literal.string(slide)])
     for column in list(select.find_all(exp.Column)):
