@@ -27,8 +27,9 @@ EVENT_TIME = "__ts"
 
 
 def nested_select(query: Query, project: Project | None, translate: Callable[[Query, Project | None], str],
-                  view: Callable[[int, Query], str]) -> str | None:
-    """The Spark SQL of a query over windowed subqueries, or None if it reads none."""
+                  view: Callable[[int, Query], str], declared: dict | None = None) -> str | None:
+    """The Spark SQL of a query over windowed subqueries, or None if it reads none; `declared`: the signatures of
+    the user-defined functions it calls (sql/functions.py to_spark)."""
     if not query.nested:
         return None
     inner: dict[str, exp.Expr] = {}
@@ -36,7 +37,7 @@ def nested_select(query: Query, project: Project | None, translate: Callable[[Qu
     for nested in query.nested:
         inner[nested.name.lower()] = _inner_select(query, project, nested, offset, translate, view)
         offset += len(nested.sources)
-    select = to_spark(parse_one_select(query.select_sql))
+    select = to_spark(parse_one_select(query.select_sql), declared or {})
     assert isinstance(select, exp.Select)  # sql/nested.py resolves a SELECT
     aliases = []
     for table in list(select.find_all(exp.Table)):

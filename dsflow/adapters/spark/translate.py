@@ -63,7 +63,7 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     union = union_select(query, project, spark_select, view_name)  # UNION ALL of streams: per branch
     if union is not None:
         return union
-    nested = nested_select(query, project, spark_select, view_name)  # windowed subqueries: per subquery
+    nested = nested_select(query, project, spark_select, view_name, _declared(query, project))  # per subquery
     if nested is not None:
         return nested
     select = _over_views(query, project)
