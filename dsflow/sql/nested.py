@@ -21,8 +21,9 @@ them keys on their window (adapters/spark/nested.py): an INNER join that equates
 window_end (windows of one size), or a GROUP BY that holds the subquery's window_start and window_end. Its rows are
 appended too, once per window; the query's sources are the relations the subqueries read.
 
-Refused with DSF-E045, each with its reason: a subquery that does not aggregate a window, reads a subquery or
-joins; a subquery joined with a relation, or more than two; a join of subqueries that is not INNER, does not equate
+Other subqueries (neither a windowed aggregation nor a join read alone) are left to sql/select.py, which refuses
+them (DSF-E045, or ROW_NUMBER's hint). Refused here with DSF-E045, each with its reason: beside a windowed one, a
+subquery that does not aggregate a window or that reads a subquery; a subquery joined with a relation, or more than two; a join of subqueries that is not INNER, does not equate
 both window columns, over windows of different sizes, or that aggregates; a GROUP BY that does not hold the
 subquery's window columns.
 """
