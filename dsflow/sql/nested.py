@@ -23,9 +23,9 @@ appended too, once per window; the query's sources are the relations the subquer
 
 Other subqueries (neither a windowed aggregation nor a join read alone) are left to sql/select.py, which refuses
 them (DSF-E045, or ROW_NUMBER's hint). Refused here with DSF-E045, each with its reason: beside a windowed one, a
-subquery that does not aggregate a window or that reads a subquery; a subquery joined with a relation, or more than two; a join of subqueries that is not INNER, does not equate
-both window columns, over windows of different sizes, or that aggregates; a GROUP BY that does not hold the
-subquery's window columns.
+subquery that does not aggregate a window or that reads a subquery; a subquery joined with a relation, or more
+than two; a join of subqueries that is not INNER, does not equate both window columns, over windows of different
+sizes, or that aggregates; a GROUP BY that does not hold the subquery's window columns.
 """
 
 from __future__ import annotations
