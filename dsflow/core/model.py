@@ -263,6 +263,20 @@ HIDDEN_RANK = "__rank"
 """The name of the ROW_NUMBER projection in a top-N query's select_sql when the SELECT does not select the rank."""
 
 
+class Nested(Frozen):
+    """A subquery in FROM or JOIN (or a CTE) that aggregates a window, read by the query's SELECT as the table
+    `name` (sql/nested.py): its own SELECT over real relations, run in the same Spark query (one checkpoint)."""
+
+    alias: str = Field(description="its alias in the query's SELECT")
+    name: str = Field(description="the fqn of the table the query's SELECT reads in its place")
+    select_sql: str = Field(description="its normalized SELECT, over fully qualified relations")
+    sources: tuple[Source, ...] = Field(description="the relations it reads (also in the query's sources), in order")
+    output_columns: tuple[Column, ...]
+    window: Window = Field(description="the window it aggregates")
+    key_columns: tuple[str, ...] = Field(description="its GROUP BY columns, by output name")
+    window_columns: tuple[str, str] = Field(description="its output columns holding window_start and window_end")
+
+
 class Expectation(Frozen):
     """A data-quality rule on the rows a query writes: `CONSTRAINT name EXPECT (condition) ON VIOLATION action`.
     A row passes when the condition is TRUE; FALSE or NULL is a violation. Every rule counts the rows that pass
@@ -330,6 +344,8 @@ class Query(Frozen):
                           "that says")
     owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     functions: tuple[str, ...] = Field((), description="the names of the user-defined functions its SELECT calls")
+    nested: tuple[Nested, ...] = Field((), description="the windowed aggregations its SELECT reads as subqueries, in "
+                                       "order; their sources are the query's, in the same order")
     location: Location | None = None
 
 

@@ -282,6 +282,9 @@ def _stateful_data(query) -> dict[str, Any]:
         data["top_n"] = query.top_n.model_dump(mode="json")
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee
+    if query.nested:  # subqueries (sql/nested.py): their SQL is not in the query's own
+        data["nested"] = [n.model_dump(mode="json", exclude={"sources"}) for n in query.nested]
+        data["watermark_delay"] = query.watermark_delay
     return data
 
 

@@ -155,9 +155,9 @@ def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
     sources = tuple(s.model_copy(update={"starting_position": position}) for s in analysed.sources)
     return Query(fqn="adhoc.follow.query", statement="csas", sink="", sources=sources,
                  select_sql=analysed.select_sql, output_columns=analysed.columns, stateful=analysed.stateful,
-                 output_mode="update" if analysed.aggregated else "append", window=analysed.window,
+                 output_mode=analysed.output_mode, window=analysed.window,
                  join_within=analysed.join_within, trigger_interval="1 second", temporal_join=analysed.temporal,
-                 join_chain=analysed.chain, regular_joins=analysed.regular,
+                 join_chain=analysed.chain, regular_joins=analysed.regular, nested=analysed.nested,
                  deletes="drop" if len(sources) == 1 and not analysed.aggregated
                  and relations[sources[0].relation].kind == "changelog" else "none")
 

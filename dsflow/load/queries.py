@@ -476,7 +476,8 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
         if problem is not None:
             report(problem)
         return problem is None
-    if st.kind == "changelog" and (analysed.join_within or analysed.temporal or analysed.regular):
+    if st.kind == "changelog" and (analysed.join_within or analysed.temporal or analysed.regular) \
+            and not analysed.aggregated:
         report(Diagnostic("DSF-E046", f"'{fqn}' joins two streams, so its result is a stream, not a changelog",
                           st.location, hint="use CREATE STREAM ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
@@ -662,7 +663,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
     query = Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
                  output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),
                  start_position=_start_position(st, report), stateful=analysed.stateful,
-                 output_mode="update" if analysed.aggregated else "append",
+                 output_mode=analysed.output_mode,
                  key_columns=_partition_by(st, sink, analysed, report) or analysed.group_keys or
                  (sink.primary_key if analysed.changelog_join or analysed.top_n else ()),
                  window=analysed.window,
@@ -676,7 +677,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain, top_n=analysed.top_n,
                  regular_joins=analysed.regular,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
-                 functions=_called(analysed, ns), location=st.location)
+                 functions=_called(analysed, ns), nested=analysed.nested, location=st.location)
     if query.regular_joins:  # DSF-W001: its state grows without bound
         from dsflow.sql.join_chain import unbounded_state
 
@@ -769,7 +770,7 @@ EVENT_TIME_TYPES = {"BIGINT", "INT", "TIMESTAMP", "TIMESTAMPTZ"}
 def _check_event_time(st: RawStatement, sources: tuple[Source, ...], analysed: Analysed, ns: Namespace,
                       report: Report) -> None:
     """Windows and joins need event time: a 'timestamp' column must be BIGINT (epoch ms) or TIMESTAMP."""
-    if analysed.window is None and analysed.join_within is None and analysed.temporal is None:
+    if analysed.window is None and analysed.join_within is None and analysed.temporal is None and not analysed.nested:
         return
     for source in sources:
         relation = ns.relations[source.relation]
@@ -860,7 +861,7 @@ def _called(analysed: Analysed, ns: Namespace) -> tuple[str, ...]:
         return ()
     from dsflow.load.functions import called_functions
 
-    return called_functions(analysed.select_sql, ns.functions)
+    return called_functions(" ".join([analysed.select_sql, *(n.select_sql for n in analysed.nested)]), ns.functions)
 
 
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:

@@ -5,8 +5,14 @@ reference `x [AS a]` becomes `s AS a` (the reference's name kept as the alias), 
 becomes the CTE's expression for it, and the CTE's WHERE joins the reading SELECT's WHERE. The result is an
 ordinary query of the forms sql/select.py resolves (projection, filter, window, GROUP BY, joins).
 
-Refused with DSF-E173: a CTE that joins, groups, aggregates, windows, unnests, orders, limits, uses DISTINCT or
-a UNION, or names its columns (`WITH x(a, b) AS`); WITH RECURSIVE. DSF-E174: a CTE with a WHERE read on a side
+A CTE that joins (and projects and filters the join) is inlined where it is the one relation a SELECT reads: its
+FROM and joins become that SELECT's (`FROM TUMBLE(x, ...)` windows the join's first relation: sql/windowed_join.py).
+So is a subquery that joins, read as the one relation of a SELECT (`inline_joined_subquery`, sql/nested.py). A
+CTE that aggregates a window is read as a subquery in each place that reads it (sql/nested.py).
+
+Refused with DSF-E173: a CTE that joins where it is not the one relation read, or selects * over a join; one
+that groups (but for a window), aggregates, windows, unnests, orders, limits, uses DISTINCT or a UNION, or names its
+columns (`WITH x(a, b) AS`); WITH RECURSIVE. DSF-E174: a CTE with a WHERE read on a side
 of an outer join whose rows the join keeps (its filter would not mean the same after the join), and
 `SELECT *` over a CTE joined to another relation.
 """
@@ -39,6 +45,11 @@ def inline_ctes(select: exp.Query, relations: dict[str, Relation], qualify_name,
         return False
     bodies: dict[str, exp.Select] = {}
     for cte in with_.expressions:
+        if windowed_aggregation(cte):  # read as a subquery where it is read (sql/nested.py)
+            if not _inline_into(cte.this, bodies, relations, qualify_name, where, report):
+                return False
+            _as_subqueries(select, cte)
+            continue
         problem = _problem(cte)
         if problem is not None:
             report(Diagnostic("DSF-E173", f"the CTE '{cte.alias_or_name}' {problem}: it cannot be inlined",
@@ -51,6 +62,22 @@ def inline_ctes(select: exp.Query, relations: dict[str, Relation], qualify_name,
     return _inline_into(select, bodies, relations, qualify_name, where, report)
 
 
+def windowed_aggregation(cte: exp.CTE) -> bool:
+    """A CTE that aggregates a window (`SELECT ... FROM TUMBLE(s, ...) GROUP BY window_start, ...`)."""
+    body = cte.this
+    return isinstance(body, exp.Select) and body.args.get("group") is not None and not cte.args["alias"].columns \
+        and body.args.get("from_") is not None and is_window(body.args["from_"].this)
+
+
+def _as_subqueries(select: exp.Query, cte: exp.CTE) -> None:
+    """Each place that reads the CTE reads its SELECT as a subquery, under the reference's name."""
+    for table in list(select.find_all(exp.Table)):
+        if not table.db and not is_window(table) and table.name.lower() == cte.alias_or_name.lower() \
+                and isinstance(table.parent, (exp.From, exp.Join)):
+            table.replace(exp.Subquery(this=cte.this.copy(),
+                                       alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
+
+
 def _problem(cte: exp.CTE) -> str | None:
     """Why a CTE is not a projection/filter of one relation, or None."""
     body = cte.this
@@ -59,8 +86,11 @@ def _problem(cte: exp.CTE) -> str | None:
     if cte.args["alias"].columns:
         return "names its columns (WITH x(a, b) AS ...); name them with AS inside its SELECT instead"
     for key, what in CLAUSES.items():
-        if body.args.get(key):
+        if body.args.get(key) and key != "joins":
             return f"has {what}"
+    if body.args.get("joins") and any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star)
+                                      for p in body.selects):
+        return "joins and selects *; list its columns"
     table = body.args["from_"].this if body.args.get("from_") else None
     if not isinstance(table, exp.Table) or is_window(table):
         return "does not read one relation (a window, a subquery or a table function)"
@@ -85,6 +115,8 @@ def _inline_one(table: exp.Table, body: exp.Select, relations: dict[str, Relatio
                 report: Report) -> bool:
     alias, scope = table.alias_or_name, table.find_ancestor(exp.Select)
     assert scope is not None  # a table is read in a SELECT's FROM or JOIN
+    if body.args.get("joins"):
+        return _inline_join(table, body, scope, relations, qualify_name, where, report)
     inner: exp.Table = body.args["from_"].this
     mapping = _mapping(body, inner.alias_or_name, alias, relations, qualify_name)
     condition = _requalified(body.args["where"].this, inner.alias_or_name, alias) if body.args.get("where") else None
@@ -101,6 +133,47 @@ def _inline_one(table: exp.Table, body: exp.Select, relations: dict[str, Relatio
     table.replace(replacement)
     if condition is not None:
         scope.where(condition, copy=False)
+    return True
+
+
+def inline_joined_subquery(select: exp.Select, relations: dict[str, Relation], qualify_name, where,
+                           report: Report) -> bool:
+    """`FROM (SELECT ... FROM a JOIN b ...) AS x`, the one relation a SELECT reads: inlined as a CTE that joins is;
+    False if it cannot be (reported)."""
+    item = select.args["from_"].this
+    cte = exp.CTE(this=item.this, alias=exp.TableAlias(this=exp.to_identifier(item.alias_or_name)))
+    problem = _problem(cte)
+    if problem is not None:
+        report(Diagnostic("DSF-E045", f"the subquery '{item.alias_or_name}' {problem}: it cannot be read as the join "
+                          "it makes", where(item), hint=HINT))
+        return False
+    reference = exp.Table(this=exp.to_identifier(item.alias_or_name))
+    item.replace(reference)
+    return _inline_join(reference, cte.this, select, relations, qualify_name, where, report)
+
+
+def _inline_join(table: exp.Table, body: exp.Select, scope: exp.Select, relations: dict[str, Relation], qualify_name,
+                 where, report: Report) -> bool:
+    """A CTE that joins, read as the one relation of a SELECT (windowed or not: `TUMBLE(x, ..)` windows the join's
+    first relation): its FROM and joins become the SELECT's, its WHERE joins the SELECT's."""
+    outer = table.parent.parent if isinstance(table.parent, exp.Anonymous) else None
+    window = outer if outer is not None and is_window(outer) else None
+    if scope.args.get("joins") or (window or table).parent is not scope.args.get("from_"):
+        report(Diagnostic("DSF-E173", f"the CTE '{table.name}' joins: it is inlined only where it is the one "
+                          "relation a SELECT reads (FROM x or FROM TUMBLE(x, ...), without another JOIN)",
+                          where(table), hint=HINT))
+        return False
+    mapping = {p.alias_or_name.lower(): cast(exp.Alias, exp.alias_(p.unalias().copy(), p.alias_or_name))
+               for p in body.selects}
+    if not _replace_columns(scope, table.alias_or_name, mapping, relations, qualify_name, where, report):
+        return False
+    first: exp.Table = body.args["from_"].this.copy()
+    if window is not None:
+        window.set("alias", exp.TableAlias(this=exp.to_identifier(first.alias_or_name)))
+    table.replace(first)
+    scope.set("joins", [j.copy() for j in body.args["joins"]])
+    if body.args.get("where"):
+        scope.where(body.args["where"].this.copy(), copy=False)
     return True
 
 

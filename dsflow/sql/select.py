@@ -12,6 +12,7 @@
         MAX_BY(value, ordering), MIN_BY(value, ordering)            with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
     FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM rel) WHERE rn <= N     (sql/topn.py)
+    FROM TUMBLE(a, ..) [LEFT] JOIN b WITHIN .. ON .. GROUP BY window_start, window_end, ..  (sql/windowed_join.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
 """
@@ -49,6 +50,7 @@ from dsflow.sql import aggregates as grouping
 from dsflow.sql import changelog_join as cj
 from dsflow.sql import flink_windows
 from dsflow.sql import join_chain as chain
+from dsflow.sql import nested, windowed_join
 from dsflow.sql.unsupported import check_select_surface, is_cte_name
 from dsflow.sql.ctes import inline_ctes
 from dsflow.sql.unions import analyse_union
@@ -94,6 +96,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     top = extract_top_n(select, relations, qualify_name, where, report)  # ROW_NUMBER top-N: sql/topn.py
     if top is False:
         return None
+    if nested.reads_subqueries(select):  # windowed aggregations in subqueries: each resolved as its own SELECT
+        return nested.analyse_nested(path, st, select, relations, qualify_name, report, analyse_select)
     unnested = extract_unnest(select, relations, qualify_name, where, report)  # sql/unnest.py
     if unnested is False or not check_select_surface(select, where, report) \
             or not grouping.rewrite_filters(select, where, report):
@@ -146,10 +150,9 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if shape is None or (shape[0] and found[id(tables[0])].kind == "changelog"  # retracted (retract.py)
                          and not grouping.check_retracted_by(qualified, where, report)):
         return None
-    if join and shape[0] and not chained:  # a changelog join is aggregated with retractions (retract.py)
-        report(Diagnostic("DSF-E045", "aggregating the result of a join is not supported yet", st.location,
-                          hint="write the join into a stream, and aggregate that stream in another query"))
-        return None
+    if join and shape[0] and not chained and not windowed_join.check_aggregation(  # sql/windowed_join.py
+            None if temporal else join[0], join[1], window is not None, bool(later), st.location, report):
+        return None  # (a changelog join is aggregated with retractions: retract.py)
     columns = _output_columns(qualified, st, report)
     if columns is None:
         return None
@@ -267,9 +270,10 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
     wrapped = [t for t in select.find_all(exp.Table) if is_window(t)]
     if not wrapped:
         return None
-    if len(wrapped) > 1 or select.args.get("joins"):
-        report(Diagnostic("DSF-E045", "a window over a join, or more than one window, is not supported yet",
-                          where(wrapped[-1]), hint=SUPPORTED_HINT))
+    problem = "more than one window is not supported yet" if len(wrapped) > 1 else \
+        windowed_join.window_problem(select, wrapped[0]) if select.args.get("joins") else None
+    if problem is not None:  # sql/windowed_join.py
+        report(Diagnostic("DSF-E045", problem, where(wrapped[-1]), hint=SUPPORTED_HINT))
         return False
     outer = wrapped[0]
     function = window_call(outer)
@@ -331,6 +335,8 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
                           hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
         return False
     left, right = (found[id(t)] for t in tables[:2])
+    if nested.is_nested(left) and nested.is_nested(right):  # two windowed aggregations (sql/nested.py)
+        return nested.WINDOW_JOIN, "inner"
     if left.kind == "changelog" and right.kind == "changelog":  # sql/changelog_join.py
         return (cj.CHANGELOG_JOIN, side) if cj.check_shape(join, side, where, report) else False
     if left.kind == "changelog" or right.kind == "changelog":

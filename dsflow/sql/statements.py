@@ -7,10 +7,10 @@ SELECTs all come from the load cache (load/cache.py, sql/filecache.py) does not 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from dsflow.core.model import (
-    ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, RegularJoin, Source,
+    ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Nested, RegularJoin, Source,
     TemporalJoin, TopN, Window,
 )
 from dsflow.errors import Location
@@ -122,8 +122,20 @@ class Analysed:
     chain: tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...] = ()
     top_n: TopN | None = None
     regular: tuple[RegularJoin, ...] = ()
+    nested: tuple[Nested, ...] = ()
+    """Windowed aggregations read as subqueries (sql/nested.py)."""
+
+    @property
+    def output_mode(self) -> Literal["append", "update"]:
+        """An aggregation's rows are updates of their groups, but a windowed one over an interval join, and one over
+        windowed subqueries, is appended (each window once, when the watermark passes its end: sql/windowed_join.py,
+        sql/nested.py); the rest is appended."""
+        if self.aggregated and not self.nested and not (self.window is not None and self.join_within is not None):
+            return "update"
+        return "append"
 
     @property
     def stateful(self) -> bool:
         return (self.aggregated or self.join_within is not None or self.temporal is not None
-                or self.changelog_join is not None or self.top_n is not None or bool(self.regular))
+                or self.changelog_join is not None or self.top_n is not None or bool(self.regular)
+                or bool(self.nested))

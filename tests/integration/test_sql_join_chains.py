@@ -331,7 +331,7 @@ def test_refused_chains_name_their_code_and_place(tmp_path):
         "a stream joined without WITHIN after an interval join is not supported yet",
         "a stream joined after a temporal join in one query is not supported",
         "RIGHT JOIN is not supported", "a join of the stream 'r' needs an equality in ON between it and an earlier "
-        "relation (o", "aggregating the result of a join is not supported yet"]
+        "relation (o", "aggregating a join of more than two streams is not supported yet"]
     assert "'x'" in found[13][2] and "p.pid must be selected" in found[14][2] and "RIGHT JOIN" in found[15][2]
 
 

@@ -9,7 +9,7 @@ from sqlglot import exp
 
 from dsflow.core.engines import StartAt
 from dsflow.core.model import (
-    ChainedChangelogJoin, Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin,
+    ChainedChangelogJoin, Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin, Window,
 )
 from dsflow.adapters.spark import facets
 from dsflow.adapters.spark.changelog_join import aggregated_source, joined_select, view_name as changelog_join_view
@@ -20,6 +20,7 @@ from dsflow.adapters.spark.spec import (
     RetractSpec,
     SinkSpec, SourceSpec, TemporalSpec, TopNSpec,
 )
+from dsflow.adapters.spark.nested import nested_select, source_window, windowed_join
 from dsflow.adapters.spark.unions import union_select
 from dsflow.sql.aggregates import GLOBAL_KEY
 from dsflow.sql.functions import Declared, to_spark
@@ -62,11 +63,16 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     union = union_select(query, project, spark_select, view_name)  # UNION ALL of streams: per branch
     if union is not None:
         return union
+    nested = nested_select(query, project, spark_select, view_name, _declared(query, project))  # per subquery
+    if nested is not None:
+        return nested
     select = _over_views(query, project)
     if query.window is not None:
         _window_columns(select, query.window.source)
     if query.join_within and not query.join_chain:
         _join_range(select, query)
+        if query.window is not None:  # a window over the join's rows (sql/windowed_join.py)
+            windowed_join(select, query)
     if query.temporal_join is not None or _stream_chain(query):  # the joined view (temporal.py, join_chain.py)
         select.set("joins", None)
         view = chain_view(query) if _stream_chain(query) else temporal_view(query)
@@ -280,7 +286,8 @@ def event_time_sql(relation: Relation, timestamp: str | None = None) -> str:
 
 def source_specs(project: Project, query: Query, start: StartAt | None = None) -> list[SourceSpec]:
     start = start or StartAt()
-    timed = query.window is not None or query.join_within is not None or query.temporal_join is not None
+    timed = query.window is not None or query.join_within is not None or query.temporal_join is not None \
+        or bool(query.nested)
     unwatermarked = query.temporal_join is not None or _stream_chain(query)  # a changelog's records are never late
     sources = []
     for index, source in enumerate(query.sources):
@@ -288,7 +295,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         assert relation is not None  # a loaded project's sources name its relations
         store = project.store(relation.store)
         assert store is not None  # and its relations their stores
-        window = _window_spec(query, source.alias)
+        window = _window_spec(source_window(query, index), source.alias)
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
         if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
             read["on_error"] = query.deserialization_errors
@@ -307,9 +314,8 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
     return sources
 
 
-def _window_spec(query: Query, alias: str) -> dict:
+def _window_spec(window: Window | None, alias: str) -> dict:
     """The source's window: [size, slide] of a TUMBLE or HOP, or the gap of a SESSION."""
-    window = query.window
     if window is None or window.source != alias:
         return {}
     size = spark_duration(window.size)

@@ -1,0 +1,106 @@
+"""Windowed aggregations read as subqueries (sql/nested.py) in Spark: one query, one checkpoint.
+
+Each subquery is translated as a query of its own sources by the same code (`translate`), over their views at
+their places in the query's sources, and selects its window struct as __window (grouped, so it keeps its
+event-time watermark). The query's SELECT reads each in place of its stand-in table; the operator after them keys
+on that struct, so Spark emits, and evicts, per window in append mode: a join of two adds `a.__window =
+b.__window` to ON (ON equates their window_start and window_end, over windows of one size: the same thing), a GROUP
+BY adds the subquery's __window. A result row is a stream's record without a source key (NULL), or a changelog's
+row keyed by its GROUP BY columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlglot
+from sqlglot import exp
+
+from dsflow.core.model import Nested, Project, Query, Window
+from dsflow.sql.dialect import milliseconds
+from dsflow.sql.functions import to_spark
+from dsflow.sql.parse import parse_one_select
+
+WINDOW = "__window"
+KEY = "__key"
+EVENT_TIME = "__ts"
+
+
+def nested_select(query: Query, project: Project | None, translate: Callable[[Query, Project | None], str],
+                  view: Callable[[int, Query], str], declared: dict | None = None) -> str | None:
+    """The Spark SQL of a query over windowed subqueries, or None if it reads none; `declared`: the signatures of
+    the user-defined functions it calls (sql/functions.py to_spark)."""
+    if not query.nested:
+        return None
+    inner: dict[str, exp.Expr] = {}
+    offset = 0
+    for nested in query.nested:
+        inner[nested.name.lower()] = _inner_select(query, project, nested, offset, translate, view)
+        offset += len(nested.sources)
+    select = to_spark(parse_one_select(query.select_sql), declared or {})
+    assert isinstance(select, exp.Select)  # sql/nested.py resolves a SELECT
+    aliases = []
+    for table in list(select.find_all(exp.Table)):
+        name = ".".join(p.name for p in table.parts).lower()
+        aliases.append(table.alias_or_name)
+        table.replace(exp.Subquery(this=inner[name], alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
+    joins = select.args.get("joins") or []
+    if joins:
+        on = joins[0].args["on"]
+        joins[0].set("on", exp.and_(on, exp.EQ(this=exp.column(WINDOW, table=aliases[0]),
+                                               expression=exp.column(WINDOW, table=aliases[1]))))
+    elif select.args.get("group") is not None:
+        select.args["group"].append("expressions", exp.column(WINDOW, table=aliases[0]))
+    for count in list(select.find_all(exp.Count)):
+        if isinstance(count.this, exp.Distinct):
+            count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
+    if not query.key_columns:
+        select.select(exp.cast(exp.null(), "STRING").as_(KEY), copy=False)
+    return select.sql(dialect="spark")
+
+
+def _inner_select(query: Query, project: Project | None, nested: Nested, offset: int,
+                  translate: Callable[[Query, Project | None], str], view: Callable[[int, Query], str]) -> exp.Expr:
+    """A subquery's Spark SQL over the views of its sources (at `offset` in the query's), with its __window."""
+    one = query.model_copy(update={
+        "select_sql": nested.select_sql, "sources": nested.sources, "output_columns": nested.output_columns,
+        "window": nested.window, "key_columns": nested.key_columns, "output_mode": "append", "nested": (),
+        "join_within": None, "temporal_join": None, "changelog_join": None, "join_chain": (), "deletes": "none",
+        "expectations": ()})
+    select = sqlglot.parse_one(translate(one, project), read="spark")
+    renamed = {view(i, query): view(offset + i, query) for i in range(len(nested.sources))}
+    for table in select.find_all(exp.Table):
+        table.set("this", exp.to_identifier(renamed.get(table.name, table.name)))
+    assert isinstance(select, exp.Select)  # a windowed aggregation
+    return select.select(exp.column(WINDOW, table=nested.window.source).as_(WINDOW), copy=False)
+
+
+def source_window(query: Query, index: int) -> Window | None:
+    """The window its view computes for the query's source `index`: the query's, or that of the subquery that reads
+    it; none over an interval join (`windowed_join`: Spark takes one event-time column per input of a join)."""
+    if query.join_within is not None:
+        return None
+    if not query.nested:
+        return query.window
+    for nested in query.nested:
+        if index < len(nested.sources):
+            return nested.window if nested.sources[index].alias == nested.window.source else None
+        index -= len(nested.sources)
+    return None
+
+
+def windowed_join(select: exp.Select, query: Query) -> None:
+    """A window over an interval join (sql/windowed_join.py) is computed over the joined rows, from the windowed
+    source's event time: `window(v.__ts, size, slide)` in place of the view's __window (which would be a second
+    event-time column of the join's input, which Spark refuses: MULTIPLE_EVENT_TIME_COLUMNS)."""
+    window = query.window
+    assert window is not None and window.kind != "session"  # sql/windowed_join.py
+    size = f"{milliseconds(window.size)} milliseconds"  # as translate.spark_duration writes it
+    slide = f"{milliseconds(window.advance)} milliseconds" if window.advance else size
+    call = exp.Anonymous(this="window", expressions=[exp.column(EVENT_TIME, table=window.source),
+                                                     exp.Literal.string(size), exp.Literal.string(slide)])
+    for column in list(select.find_all(exp.Column)):
+        if column.table == WINDOW and column.args.get("db") and column.args["db"].name == window.source:
+            column.replace(exp.Dot(this=call.copy(), expression=exp.to_identifier(column.name)))
+        elif column.table == window.source and column.name == WINDOW:
+            column.replace(call.copy())
