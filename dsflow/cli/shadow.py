@@ -1,5 +1,5 @@
 """`dsflow shadow start|diff|stop|promote QUERY` (engine/shadow.py): run a changed query beside the deployed one on
-the same sources, compare their outputs, remove it."""
+the same sources, compare their outputs, remove it, or hand the query over to it (apply, blue/green for a replay)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from dsflow.cli import EXIT_CHANGES, _load, console
+from dsflow.cli import EXIT_CHANGES, _load, catch_up_option, console
 from dsflow.core.shadow import ShadowDiff, canonical
 
 SHOWN = 20
@@ -72,13 +72,24 @@ def stop(ctx: click.Context, query: str) -> None:
 
 @shadow.command()
 @click.argument("query")
+@click.option("--auto-approve", is_flag=True, help="apply without asking")
+@catch_up_option
 @click.pass_context
-def promote(ctx: click.Context, query: str) -> None:
-    """Hand readers over to QUERY's shadow (needs blue/green apply: refused with DSF-E945 for now)."""
+def promote(ctx: click.Context, query: str, auto_approve: bool, catch_up: int) -> None:
+    """Hand QUERY over to the version its shadow runs: the project's change to QUERY alone is planned and applied
+    (a replay through blue/green: the new version built beside the deployed one, caught up, compared, its readers
+    switched), then the shadow is stopped and removed."""
+    from dsflow.cli import _apply, _warned
+    from dsflow.engine import operations
     from dsflow.engine import shadow as shadows
 
     loaded = _load(ctx.find_root())
-    shadows.promote(loaded.project, loaded.workspace, query)
+    address = shadows.promotable(loaded.project, loaded.workspace, query)
+    the_plan = operations.plan(_warned(loaded), targets=frozenset({address}),
+                               forced=operations.Forced(blue_green=True, catch_up_seconds=catch_up))
+    _apply(loaded, the_plan, auto_approve)  # exits 1 on a failed change: the shadow is then kept
+    run = shadows.stop(loaded.project, loaded.workspace, address)
+    console.print(f"Shadow of {address} stopped: topic {run.topic} and its checkpoint deleted.", markup=False)
 
 
 def diff_text(found: ShadowDiff) -> str:

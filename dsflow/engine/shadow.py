@@ -219,15 +219,22 @@ def _remove(project: Project, run: ShadowRun, relation: Relation | None) -> None
             topics.delete(target)
 
 
-def promote(project: Project, workspace: Workspace, name: str) -> None:
-    """Refused (DSF-E945): a promotion hands readers over through the blue/green path, which apply does not offer
-    yet."""
+def promotable(project: Project, workspace: Workspace, name: str) -> str:
+    """The address of the deployed query NAME whose shadow runs the version the project declares now: what
+    `dsflow shadow promote` applies. DSF-E943 without a shadow; DSF-E945 when the project's version is another
+    than the shadow's (a promotion would apply what no shadow was compared for)."""
     state = workspace.state_backend().read()
     address = resolve(project, state, name)
-    _run(state, address)
-    raise DsflowError("DSF-E945", f"{address}: 'dsflow shadow promote' hands readers over through blue/green "
-                      "apply, which this version of dsflow does not have yet; nothing was changed",
-                      hint=f"apply the change ('dsflow plan', 'dsflow apply'), then 'dsflow shadow stop {address}'")
+    run = _run(state, address)
+    deployed = _deployed(state, address)
+    _, version = _candidate(project, workspace.state_backend(), address, deployed)
+    if version != run.candidate_version:
+        raise DsflowError("DSF-E945", f"{address}: the project declares version {version[:12]}, but its shadow runs "
+                          f"{run.candidate_version[:12]}; promoting would apply a version no shadow was compared "
+                          "for; nothing was changed",
+                          hint=f"'dsflow shadow stop {address}' and start it again on this version, or put the "
+                               "shadowed version back in the project")
+    return address
 
 
 def diff(project: Project, workspace: Workspace, name: str, wait: float = 60.0) -> ShadowDiff:

@@ -3,8 +3,9 @@ the same 10,000 source records into their own `__shadow` topics, beside the live
 
 A stream whose change does not alter its rows diffs empty over all 10,000; a changelog whose change does alters
 exactly the keys a plain-Python reference of the input says (one key gone, the others' counts). The plan shows the
-queries' own changes and nothing of the shadows; `shadow promote` is refused with its code; `shadow stop` deletes
-the shadow's topic and checkpoint and forgets it."""
+queries' own changes and nothing of the shadows; `shadow promote` applies the stream's change (every id once across
+it) and removes its shadow, and is refused for the changelog's replay, which runs in a shared application where
+blue/green cannot build beside it; `shadow stop` deletes the shadow's topic and checkpoint and forgets it."""
 
 from __future__ import annotations
 
@@ -88,11 +89,10 @@ def test_a_shadow_diffs_empty_when_rows_do_not_change_and_finds_exactly_the_rows
         _stream_diffs_empty(loaded, prefix)
         found = _changelog_diff_is_the_reference(root, broker, loaded, rows)
         _api_serves_it_under_the_sink_grant(root, broker, found)
-        with pytest.raises(DsflowError) as refused:
-            shadow.promote(loaded.project, loaded.workspace, CHANGELOG)
-        assert refused.value.code == "DSF-E945"
+        _promote(root, broker, options, prefix, rows, live)
         _stop_deletes_what_the_shadow_made(loaded, broker, prefix)
-        assert loaded.workspace.state_backend().read().resources == live, "the live queries were not touched"
+        resources = loaded.workspace.state_backend().read().resources
+        assert resources[CHANGELOG] == live[CHANGELOG], "the changelog's failed promotion left it as it was"
     finally:
         loaded = operations.load(options)
         for query in loaded.workspace.state_backend().read().shadows:
@@ -164,14 +164,43 @@ def _cli():
     return cli
 
 
+def _promote(root: Path, broker: str, options: operations.Options, prefix: str, rows: list[dict], live) -> None:
+    """`shadow promote`: refused for a project whose version is not the shadowed one; the stream's in-place change
+    applied (its checkpoint kept: every id once, before and after) and its shadow removed; the changelog's replay,
+    in a shared application, refused by blue/green (DSF-E964) with production untouched and its shadow kept."""
+    sql = root / "rel.sql"
+    shadowed = sql.read_text()
+    sql.write_text(shadowed.replace("WHERE amount >= 0", "WHERE amount >= 1"))
+    moved = CliRunner().invoke(_cli(), ["-C", str(root), "--var", f"bootstrap={broker}", "shadow", "promote",
+                                        "copied", "--auto-approve"])
+    assert moved.exit_code == 1 and "DSF-E945" in moved.output, moved.output
+    sql.write_text(shadowed)
+    candidate = operations.load(options).workspace.state_backend().read().shadows[STREAM].candidate_version
+    done = CliRunner().invoke(_cli(), ["-C", str(root), "--var", f"bootstrap={broker}", "shadow", "promote",
+                                       "copied", "--auto-approve", "--catch-up-timeout", "120"])
+    assert done.exit_code == 0, done.output
+    assert f"Shadow of {STREAM} stopped" in done.output
+    state = operations.load(options).workspace.state_backend().read()
+    assert state.resources[STREAM].data_hash == candidate != live[STREAM].data_hash and STREAM not in state.shadows
+    more = [{"id": i, "k": "u1", "amount": 50} for i in range(RECORDS, RECORDS + 200)]
+    produce_json_lines(broker, f"{prefix}_events", [json.dumps(r) for r in more], key_field="id")
+    copied = _wait_ids(broker, f"{prefix}_copied", set(range(RECORDS + 200)))
+    assert sorted(copied) == list(range(RECORDS + 200)), "each id once across the promotion"
+    refused = CliRunner().invoke(_cli(), ["-C", str(root), "--var", f"bootstrap={broker}", "shadow", "promote",
+                                          "per_k", "--auto-approve", "--catch-up-timeout", "60"])
+    assert refused.exit_code == 1 and "DSF-E964" in refused.output, refused.output
+    state = operations.load(options).workspace.state_backend().read()
+    assert state.resources[CHANGELOG] == live[CHANGELOG] and CHANGELOG in state.shadows
+
+
 def _stop_deletes_what_the_shadow_made(loaded: operations.Loaded, broker: str, prefix: str) -> None:
     runs = loaded.workspace.state_backend().read().shadows
-    for query in (STREAM, CHANGELOG):
-        run = shadow.stop(loaded.project, loaded.workspace, query)
-        assert not Path(run.checkpoint).exists()
+    assert set(runs) == {CHANGELOG}, "the stream's promotion removed its shadow"
+    run = shadow.stop(loaded.project, loaded.workspace, CHANGELOG)
+    assert not Path(run.checkpoint).exists()
     assert not [t for t in list_topics(broker) if t.startswith(prefix) and t.endswith("__shadow")]
     assert loaded.workspace.state_backend().read().shadows == {}
-    assert {r.topic for r in runs.values()} == {f"{prefix}_copied__shadow", f"{prefix}_per_k__shadow"}
+    assert run.topic == f"{prefix}_per_k__shadow"
     with pytest.raises(DsflowError) as none:
         shadow.diff(loaded.project, loaded.workspace, STREAM, wait=0)
     assert none.value.code == "DSF-E943"

@@ -163,7 +163,7 @@ class BatchCosts:
 
     def fields(self, progress: dict[str, Any] | None) -> dict[str, Any]:
         if progress:
-            batch, rows = progress.get("batchId"), int(progress.get("numInputRows") or 0)
+            batch, rows = int(progress.get("batchId", -1)), int(progress.get("numInputRows") or 0)
             ms = int((progress.get("durationMs") or {}).get("triggerExecution") or 0)
             seen = {c[0] for c in self.recent + self.largest}
             if rows > 0 and ms > 0 and batch not in seen:
