@@ -173,7 +173,7 @@ def _promote(root: Path, broker: str, options: operations.Options, prefix: str, 
     sql.write_text(shadowed.replace("WHERE amount >= 0", "WHERE amount >= 1"))
     moved = CliRunner().invoke(_cli(), ["-C", str(root), "--var", f"bootstrap={broker}", "shadow", "promote",
                                         "copied", "--auto-approve"])
-    assert moved.exit_code == 1 and "DSF-E945" in moved.output, moved.output
+    assert isinstance(moved.exception, DsflowError) and moved.exception.code == "DSF-E945", moved.output
     sql.write_text(shadowed)
     candidate = operations.load(options).workspace.state_backend().read().shadows[STREAM].candidate_version
     done = CliRunner().invoke(_cli(), ["-C", str(root), "--var", f"bootstrap={broker}", "shadow", "promote",
@@ -188,9 +188,11 @@ def _promote(root: Path, broker: str, options: operations.Options, prefix: str, 
     assert sorted(copied) == list(range(RECORDS + 200)), "each id once across the promotion"
     refused = CliRunner().invoke(_cli(), ["-C", str(root), "--var", f"bootstrap={broker}", "shadow", "promote",
                                           "per_k", "--auto-approve", "--catch-up-timeout", "60"])
-    assert refused.exit_code == 1 and "DSF-E964" in refused.output, refused.output
+    assert refused.exit_code == 1, refused.output
     state = operations.load(options).workspace.state_backend().read()
     assert state.resources[CHANGELOG] == live[CHANGELOG] and CHANGELOG in state.shadows
+    failed = state.deployments[CHANGELOG]
+    assert failed.phase == "failed" and "DSF-E964" in (failed.error or ""), failed
 
 
 def _stop_deletes_what_the_shadow_made(loaded: operations.Loaded, broker: str, prefix: str) -> None:

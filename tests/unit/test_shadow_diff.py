@@ -143,7 +143,7 @@ def test_start_refuses_what_has_no_candidate_or_no_log_sink_before_touching_anyt
     unchanged = _deployed(tmp_path / "again")
     assert _code(lambda: shadow.start(unchanged.project, unchanged.workspace, "copied")) == "DSF-E941"
     assert _code(lambda: shadow.stop(project, workspace, "copied")) == "DSF-E943", "no shadow run to act on"
-    assert _code(lambda: shadow.promote(project, workspace, "copied")) == "DSF-E943"
+    assert _code(lambda: shadow.promotable(project, workspace, "copied")) == "DSF-E943"
     assert _code(lambda: shadow.diff(project, workspace, "relation.analytics.public.copied", 0)) == "DSF-E943"
     assert workspace.state_backend().read().shadows == {}
 
