@@ -77,9 +77,12 @@ def test_view_survives_kill_minus_9_and_is_readable_while_written(tmp_path, brok
         more = _events(first, 1_000, rng)
         produce(broker, project, "pageviews", more, "userid")
         events += more
-        reader = subprocess.run(["sqlite3", str(database), "SELECT COUNT(*), SUM(views) FROM user_counts"],
+        # a plain client reads meanwhile; with a busy timeout, as clients set one: WAL readers wait out the
+        # writer's brief exclusive moments (a checkpoint), which failed an untimed read under load
+        reader = subprocess.run(["sqlite3", "-cmd", ".timeout 5000", str(database),
+                                 "SELECT COUNT(*), SUM(views) FROM user_counts"],
                                 capture_output=True, text=True, timeout=10)
-        assert reader.returncode == 0 and "|" in reader.stdout, reader.stderr  # a plain client reads meanwhile
+        assert reader.returncode == 0 and "|" in reader.stdout, reader.stderr
     state = operations.load(options).workspace.state_backend().read()
     outputs = state.resources[QUERY].outputs
     pid = outputs["pid"]
