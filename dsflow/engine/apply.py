@@ -112,6 +112,9 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                 result.skipped = pending[index + 1:]
                 on_event("failed", change)
                 break
+            except BaseException:  # Ctrl-C: the change stays pending with what its executor noted (a topic it
+                state = holder.state  # was creating), so the next apply resumes it rather than adopting the topic
+                raise
             finally:
                 writer.write(state)
                 log.changed(change, before, state, result.failed)

@@ -117,6 +117,40 @@ def test_ctrl_c_during_apply_leaves_state_consistent(tmp_path: Path, broker: str
     _wait_until_destroyed(broker, "sigint_", owned)
 
 
+def test_ctrl_c_after_a_noted_intent_keeps_it_for_the_next_apply(tmp_path: Path, broker: str) -> None:
+    """Ctrl-C between an executor's note ("the topic did not exist") and the state write after its change: the change
+    stays pending with that note, so the next apply resumes it and still owns the topic it creates. Paused after the
+    note, the topic is then made by hand, as if the interrupted apply had made it before the signal: an apply that
+    lost the note would see it existing and adopt it as not its own, and destroy would leave it behind."""
+    from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
+
+    root = _project(tmp_path, "sigpause")
+    relation = "relation.default.public.sigpause_a"
+    apply = subprocess.Popen(_dsflow(root, broker, "apply", "--auto-approve"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env={**os.environ, PAUSE_AFTER_NOTE: relation})
+    try:
+        wait_for(lambda: _pending_intent(root, relation) is not None, 60, "the topic's noted intent", interval=0.05)
+        apply.send_signal(signal.SIGINT)
+        assert apply.wait(60) != 0
+    finally:
+        apply.kill()
+    assert _pending_intent(root, relation) == {"topic_existed": False}, "Ctrl-C dropped the executor's note"
+    ensure_topic(broker, TopicSpec("sigpause_a", 1, 1, {}))
+    loaded = operations.load(operations.Options(root, None, {"bootstrap": broker}))
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    assert loaded.workspace.state_backend().read().resources[relation].outputs["created_by_dsflow"] is True
+    assert operations.apply(loaded, operations.plan(loaded, destroy=True)).ok
+    _wait_until_destroyed(broker, "sigpause_", {})
+
+
+def _pending_intent(root: Path, address: str) -> dict | None:
+    try:
+        pending = json.loads(_state_file(root).read_text()).get("pending") or {}
+    except (OSError, ValueError):
+        return None
+    return pending.get("intent") or None if pending.get("address") == address else None
+
+
 def _wait_until_destroyed(broker: str, prefix: str, owned: dict[str, object]) -> None:
     """Until the broker lists no topic of the project (tansu lists a deleted topic for a moment); the failure names
     the topics left and what the state said of each before destroy."""
