@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
-from sqlglot.errors import ParseError
 from sqlglot.tokens import Token, TokenType
 
 from dsflow.core.model import Relation
 from dsflow.errors import Diagnostic, Location
 from dsflow.sql.dialect import SOURCE_PROPERTIES, is_window, window_call
+from dsflow.sql.dialect import _error, _token  # the dialect's own token rewriting helpers
 
 Report = Callable[[Diagnostic], None]
 Where = Callable[[exp.Expr], Location]
@@ -62,16 +62,6 @@ class FlinkWindow:
 
 
 # --- tokens: Flink's window table functions -> dsflow's --------------------------------------------------
-
-
-def _token(like: Token, token_type: TokenType, text: str) -> Token:
-    return Token(token_type, text, like.line, like.col, like.start, like.end, like.comments)
-
-
-def _error(message: str, at: Token | None) -> ParseError:
-    if at is None:
-        return ParseError.new(message, description=message)
-    return ParseError.new(message, description=message, line=at.line, col=at.col)
 
 
 class _Cursor:
