@@ -363,23 +363,7 @@ def config_from(args: argparse.Namespace) -> Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=None, help="Nexmark events to preload (default 200,000)")
-    parser.add_argument("--reps", type=int, default=None, help="measured runs per query and system (default 3)")
-    parser.add_argument("--queries", default=None, help="comma-separated among q0-q3,q5,q7,q8 (default all)")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, values checked; seconds, not a measurement")
-    parser.add_argument("--bootstrap", default=None, help="use this running broker instead of starting one")
-    parser.add_argument("--prefix", default="", help="before every topic name (a shared broker)")
-    parser.add_argument("--latency-seconds", type=float, default=None,
-                        help="also probe p50/p99 at --rate for this long per query and system (default: no probe)")
-    parser.add_argument("--rate", type=float, default=None, help="events/s of the latency probe (default 10,000)")
-    parser.add_argument("--latency-queries", default=None, help="the queries probed (default: those of --queries)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the report (default docs/benchmarks.md; with --smoke a file in the temp folder)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
-                        help="run nothing: write the section of the results a run saved with --json")
-    args = parser.parse_args(argv)
+    args = arguments().parse_args(argv)
     if args.render:
         results = json.loads(args.render.read_text())
         return _write(results, args.out or DOC, results["versions"])
@@ -402,6 +386,26 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (Path(tempfile.gettempdir()) / f"dsflow-bench-connector-{os.getpid()}.md" if cfg.smoke
                        else DOC)
     return _write(results, out, connector.versions)
+
+
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=None, help="Nexmark events to preload (default 200,000)")
+    parser.add_argument("--reps", type=int, default=None, help="measured runs per query and system (default 3)")
+    parser.add_argument("--queries", default=None, help="comma-separated among q0-q3,q5,q7,q8 (default all)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, values checked; seconds, not a measurement")
+    parser.add_argument("--bootstrap", default=None, help="use this running broker instead of starting one")
+    parser.add_argument("--prefix", default="", help="before every topic name (a shared broker)")
+    parser.add_argument("--latency-seconds", type=float, default=None,
+                        help="also probe p50/p99 at --rate for this long per query and system (default: no probe)")
+    parser.add_argument("--rate", type=float, default=None, help="events/s of the latency probe (default 10,000)")
+    parser.add_argument("--latency-queries", default=None, help="the queries probed (default: those of --queries)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the report (default docs/benchmarks.md; with --smoke a file in the temp folder)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="run nothing: write the section of the results a run saved with --json")
+    return parser
 
 
 def _write(results: dict, out: Path, versions: dict) -> int:

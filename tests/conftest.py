@@ -134,10 +134,12 @@ def broker(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def spark():
-    """The one Spark session of the test run (local[2])."""
+    """The one Spark session of the test run (local[2]), with Spark's own Kafka connector on its class path (resolved
+    by tests/setup.sh), so that bench/kafka_connector.py's smoke run needs no session of its own."""
+    from dsflow.adapters.kafka.connector import jars
     from dsflow.adapters.spark.session import build_session
 
-    session = build_session("local[2]", app_name="dsflow-tests", conf={})
+    session = build_session("local[2]", app_name="dsflow-tests", conf={"spark.jars": jars().spark_jars})
     yield session
     session.stop()
 

@@ -1,20 +1,20 @@
 """bench/kafka_connector.py (dsflow beside Spark's own Kafka connector) in smoke mode: correctness, not speed.
 
-The benchmark runs in a process of its own, as a user runs it: Spark's connector jars go into `spark.jars` when its
-session starts, which the test run's shared session cannot take afterwards. It uses the run's Apache Kafka
-(`--bootstrap`, topics under a prefix of this test's own) rather than starting one, and two queries: q2 (every bid
-read through each source, the selected ones written through each sink) and q5 (a sliding-window count, watermarked,
-written in update mode: the stateful path, ~840 window keys of 3,000 events): a cold Spark session and its first
-Python workers are most of its time, and each further query adds three runs. Every system's sink must hold exactly
-the records the plain-Python reference makes of the preload, values compared (q5: its final value per window key);
-tests/integration/test_bench_smoke.py checks every query on the `dsflow_kafka` path.
+The benchmark runs on the test run's Spark session, which has Spark's connector jars on its class path from its start
+(tests/conftest.py, as the benchmark's own session has them when run by hand), and on the run's Apache Kafka (topics
+under a prefix of this test's own), with the configuration its command line makes of `--smoke --queries q2,q5
+--latency-seconds 4 --latency-queries q5`, and two queries: q2 (every bid read through each source, the selected
+ones written through each sink) and q5 (a sliding-window count, watermarked, written in update mode: the stateful
+path, ~840 window keys of 3,000 events). Every system's sink must hold exactly the records the plain-Python reference
+makes of the preload, values compared (q5: its final value per window key); its report is then written by the
+command (`--render`), as a run by hand writes it. tests/integration/test_bench_smoke.py checks every query on the
+`dsflow_kafka` path.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,17 +28,15 @@ from dsflow.adapters.kafka import connector  # noqa: E402
 
 
 @pytest.mark.integration
-def test_dsflow_and_both_hand_written_queries_write_what_the_preload_makes(kafka_broker, tmp_path: Path) -> None:
+def test_dsflow_and_both_hand_written_queries_write_what_the_preload_makes(kafka_broker, spark, tmp_path: Path) -> None:
     results_file, section_file = tmp_path / "results.json", tmp_path / "section.md"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "kafka_connector.py"), "--smoke", "--queries", "q2,q5",
-         "--latency-seconds", "4", "--latency-queries", "q5",
-         "--bootstrap", kafka_broker.bootstrap, "--prefix", f"connector_{os.getpid()}_",
-         "--json", str(results_file), "--out", str(section_file)],
-        capture_output=True, text=True, timeout=420, cwd=REPO, stdin=subprocess.DEVNULL)
-    errors = [line for line in done.stderr.splitlines() if not line.startswith("%")][-25:]
-    assert done.returncode == 0, done.stdout[-2000:] + "\n".join(errors)
-    results = json.loads(results_file.read_text())
+    cfg = kafka_connector.config_from(kafka_connector.arguments().parse_args(
+        ["--smoke", "--queries", "q2,q5", "--latency-seconds", "4", "--latency-queries", "q5",
+         "--prefix", f"connector_{os.getpid()}_"]))
+    results = kafka_connector.run_all(cfg, kafka_broker.bootstrap, spark, tmp_path)
+    results["versions"] = spark_kafka.jars().versions
+    results_file.write_text(json.dumps(results, default=str))
+    assert kafka_connector.main(["--render", str(results_file), "--out", str(section_file)]) == 0
     rows = results["rows"]
     assert {(r["query"], r["system"]) for r in rows} == {(q, s) for q in ("q2", "q5") for s in kafka_connector.SYSTEMS}
     preloaded = results["preload"]
