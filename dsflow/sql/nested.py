@@ -12,20 +12,29 @@
           FROM TUMBLE(bid, SIZE 10 SECONDS) GROUP BY auction, window_start, window_end) C
     GROUP BY starttime, endtime
 
+    SELECT B.auction, B.price FROM bid B JOIN (SELECT MAX(price) AS maxprice, window_end AS dateTime   (q7: a
+      FROM TUMBLE(bid, SIZE 10 SECONDS) GROUP BY window_start, window_end) B1 ON B.price = B1.maxprice    stream
+    WHERE B.dateTime BETWEEN B1.dateTime - INTERVAL '10' SECOND AND B1.dateTime                          and one)
+
+A subquery may itself be such a GROUP BY of one windowed subquery by its window (Nexmark q5's MaxBids: a subquery
+in a subquery; its window is that one's), and need not select its GROUP BY columns (`_select_grouped`). A stream
+joined with a windowed subquery must bound its event time by the subquery's window (sql/window_bound.py: DSF-E295).
+
 A subquery that joins (and does not group), read as the one relation of the SELECT, is inlined as a CTE that joins
 is (sql/ctes.py). Each other subquery (a CTE that aggregates a window becomes one where it is read) is resolved by
 the same code as a query (sql/select.py) and must aggregate a TUMBLE or HOP window of streams. The query then reads
 it as a stream of its output columns (a table named `__nested<i>_<alias>`: core/model.py Nested). Spark runs the
 window aggregations in append mode, each window's row once when the watermark passes its end, and the operator after
 them keys on their window (adapters/spark/nested.py): an INNER join that equates both subqueries' window_start and
-window_end (windows of one size), or a GROUP BY that holds the subquery's window_start and window_end. Its rows are
-appended too, once per window; the query's sources are the relations the subqueries read.
+window_end (windows of one size), or a GROUP BY that holds the subquery's window_start and window_end; a stream
+joined with one is bounded in event time. Its rows are appended too, once per window (once per match for a stream
+joined); the query's sources are the relations the subqueries read (and the stream), in the order of the SELECT.
 
 Other subqueries (neither a windowed aggregation nor a join read alone) are left to sql/select.py, which refuses
 them (DSF-E045, or ROW_NUMBER's hint). Refused here with DSF-E045, each with its reason: beside a windowed one, a
-subquery that does not aggregate a window or that reads a subquery; a subquery joined with a relation, or more
-than two; a join of subqueries that is not INNER, does not equate both window columns, over windows of different
-sizes, or that aggregates; a GROUP BY that does not hold the subquery's window columns.
+subquery that does not aggregate a window (or group one by its window); a subquery joined with a relation other
+than a stream, or more than two; a join of subqueries that is not INNER, does not equate both window columns,
+over windows of different sizes, or that aggregates; a GROUP BY that does not hold the subquery's window columns.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ their places in the query's sources, and selects its window struct as __window (
 event-time watermark). The query's SELECT reads each in place of its stand-in table; the operator after them keys
 on that struct, so Spark emits, and evicts, per window in append mode: a join of two adds `a.__window =
 b.__window` to ON (ON equates their window_start and window_end, over windows of one size: the same thing), a GROUP
-BY adds the subquery's __window. A result row is a stream's record without a source key (NULL), or a changelog's
-row keyed by its GROUP BY columns.
+BY adds the subquery's __window (a GROUP BY in a subquery selects it in turn, for the join around it). A stream
+joined with one reads its view in place (`_bound`). A result row is a stream's record without a source key (NULL),
+or a changelog's row keyed by its GROUP BY columns.
 """
 
 from __future__ import annotations
