@@ -276,8 +276,10 @@ def _bounded(outer: Analysed, nested: list[Nested], relations: dict[str, Relatio
                           "stream is)", place, hint=HINT))
         return False
     timestamp = source.timestamp or relation.timestamp
-    found = window_bound.bound(parse_one_select(outer.select_sql), (source.alias, timestamp),
-                               (only.alias, only.window_columns), only.window) if timestamp else None
+    select = parse_one_select(outer.select_sql)
+    assert isinstance(select, exp.Select)  # a join: not a UNION
+    found = window_bound.bound(select, (source.alias, timestamp), (only.alias, only.window_columns),
+                               only.window) if timestamp else None
     if found is not None:
         return found
     report(Diagnostic("DSF-E295", f"the join of '{source.alias}' with the windowed subquery '{only.alias}' needs "

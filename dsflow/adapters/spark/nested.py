@@ -13,6 +13,7 @@ or a changelog's row keyed by its GROUP BY columns.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import sqlglot
 from sqlglot import exp
@@ -34,17 +35,17 @@ def nested_select(query: Query, project: Project | None, translate: Callable[[Qu
     the user-defined functions it calls (sql/functions.py to_spark)."""
     if not query.nested:
         return None
-    select = _outer_select(query, project, translate, view, declared or {})
+    select, _ = _outer_select(query, project, translate, view, declared or {})
     if not query.key_columns:
         select.select(exp.cast(exp.null(), "STRING").as_(KEY), copy=False)
     return select.sql(dialect="spark")
 
 
 def _outer_select(query: Query, project: Project | None, translate: Callable[[Query, Project | None], str],
-                  view: Callable[[int, Query], str], declared: dict) -> exp.Select:
+                  view: Callable[[int, Query], str], declared: dict) -> tuple[exp.Select, list[str]]:
     """The query's SELECT with each subquery's stand-in replaced by its Spark SQL, and a relation by its view; the
     operator after the subqueries keyed on their __window, or, for a stream joined with one, bounded in event time
-    (`_bound`)."""
+    (`_bound`); and the subqueries' aliases."""
     select = to_spark(parse_one_select(query.select_sql), declared)
     assert isinstance(select, exp.Select)  # sql/nested.py resolves a SELECT
     by_name = {n.name.lower(): n for n in query.nested}
@@ -74,7 +75,7 @@ def _outer_select(query: Query, project: Project | None, translate: Callable[[Qu
     for count in list(select.find_all(exp.Count)):
         if isinstance(count.this, exp.Distinct):
             count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
-    return select
+    return select, [alias for alias, _ in windowed]
 
 
 def _bound(select: exp.Select, stream: str, alias: str, nested: Nested) -> None:
@@ -109,15 +110,14 @@ def _inner_select(query: Query, project: Project | None, nested: Nested, offset:
         "join_within": None, "temporal_join": None, "changelog_join": None, "join_chain": (), "deletes": "none",
         "expectations": ()})
     if nested.nested:
-        select: exp.Expr = _outer_select(one, project, translate, view, declared)
-        window = exp.column(WINDOW, table=nested.nested[0].alias.lower())
+        select, aliases = _outer_select(one, project, translate, view, declared)
+        window = exp.column(WINDOW, table=aliases[0])
     else:
-        select = sqlglot.parse_one(translate(one, project), read="spark")
+        select = cast(exp.Select, sqlglot.parse_one(translate(one, project), read="spark"))  # an aggregation
         window = exp.column(WINDOW, table=nested.window.source)
     renamed = {view(i, query): view(offset + i, query) for i in range(len(nested.sources))}
     for table in select.find_all(exp.Table):
         table.set("this", exp.to_identifier(renamed.get(table.name, table.name)))
-    assert isinstance(select, exp.Select)  # a windowed aggregation
     return select.select(window.as_(WINDOW), copy=False)
 
 
