@@ -275,6 +275,11 @@ class Nested(Frozen):
     window: Window = Field(description="the window it aggregates")
     key_columns: tuple[str, ...] = Field(description="its GROUP BY columns, by output name")
     window_columns: tuple[str, str] = Field(description="its output columns holding window_start and window_end")
+    nested: tuple[Nested, ...] = Field((), description="the windowed aggregation it groups by its window, when it "
+                                       "reads one (a subquery in a subquery); its window is then that one's")
+    stream_bound: tuple[int, int] | None = Field(None, description="joined with a stream: the stream's event time "
+                                                 "lies between its window's end plus these milliseconds (lower, "
+                                                 "upper), by the query's conditions (sql/window_bound.py)")
 
 
 class Expectation(Frozen):

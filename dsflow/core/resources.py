@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Function, Project, Relation, Store
+from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Function, Nested, Project, Relation, Store
 from dsflow.core.secrets import LegacyRedactor, Redactor
 from dsflow.core.state import State
 from dsflow.core.settings import SettingClass, fields_of
@@ -283,8 +283,19 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee
     if query.nested:  # subqueries (sql/nested.py): their SQL is not in the query's own
-        data["nested"] = [n.model_dump(mode="json", exclude={"sources"}) for n in query.nested]
+        data["nested"] = [_nested_data(n) for n in query.nested]
         data["watermark_delay"] = query.watermark_delay
+    return data
+
+
+def _nested_data(nested: Nested) -> dict:
+    """A subquery's fingerprinted fields; a subquery in it and a stream's bound only when it has them (a query over
+    subqueries fingerprinted before they existed keeps its hash)."""
+    data = nested.model_dump(mode="json", exclude={"sources", "nested", "stream_bound"})
+    if nested.nested:
+        data["nested"] = [_nested_data(n) for n in nested.nested]
+    if nested.stream_bound is not None:
+        data["stream_bound"] = list(nested.stream_bound)
     return data
 
 

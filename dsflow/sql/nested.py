@@ -12,25 +12,35 @@
           FROM TUMBLE(bid, SIZE 10 SECONDS) GROUP BY auction, window_start, window_end) C
     GROUP BY starttime, endtime
 
+    SELECT B.auction, B.price FROM bid B JOIN (SELECT MAX(price) AS maxprice, window_end AS dateTime   (q7: a
+      FROM TUMBLE(bid, SIZE 10 SECONDS) GROUP BY window_start, window_end) B1 ON B.price = B1.maxprice    stream
+    WHERE B.dateTime BETWEEN B1.dateTime - INTERVAL '10' SECOND AND B1.dateTime                          and one)
+
+A subquery may itself be such a GROUP BY of one windowed subquery by its window (Nexmark q5's MaxBids: a subquery
+in a subquery; its window is that one's), and need not select its GROUP BY columns (`_select_grouped`). A stream
+joined with a windowed subquery must bound its event time by the subquery's window (sql/window_bound.py: DSF-E295).
+
 A subquery that joins (and does not group), read as the one relation of the SELECT, is inlined as a CTE that joins
 is (sql/ctes.py). Each other subquery (a CTE that aggregates a window becomes one where it is read) is resolved by
 the same code as a query (sql/select.py) and must aggregate a TUMBLE or HOP window of streams. The query then reads
 it as a stream of its output columns (a table named `__nested<i>_<alias>`: core/model.py Nested). Spark runs the
 window aggregations in append mode, each window's row once when the watermark passes its end, and the operator after
 them keys on their window (adapters/spark/nested.py): an INNER join that equates both subqueries' window_start and
-window_end (windows of one size), or a GROUP BY that holds the subquery's window_start and window_end. Its rows are
-appended too, once per window; the query's sources are the relations the subqueries read.
+window_end (windows of one size), or a GROUP BY that holds the subquery's window_start and window_end; a stream
+joined with one is bounded in event time. Its rows are appended too, once per window (once per match for a stream
+joined); the query's sources are the relations the subqueries read (and the stream), in the order of the SELECT.
 
 Other subqueries (neither a windowed aggregation nor a join read alone) are left to sql/select.py, which refuses
 them (DSF-E045, or ROW_NUMBER's hint). Refused here with DSF-E045, each with its reason: beside a windowed one, a
-subquery that does not aggregate a window or that reads a subquery; a subquery joined with a relation, or more
-than two; a join of subqueries that is not INNER, does not equate both window columns, over windows of different
-sizes, or that aggregates; a GROUP BY that does not hold the subquery's window columns.
+subquery that does not aggregate a window (or group one by its window); a subquery joined with a relation other
+than a stream, or more than two; a join of subqueries that is not INNER, does not equate both window columns,
+over windows of different sizes, or that aggregates; a GROUP BY that does not hold the subquery's window columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 from dataclasses import replace
 
 from sqlglot import exp
@@ -40,7 +50,7 @@ from dsflow.errors import Diagnostic, Location
 from dsflow.sql.fields import base_column
 from dsflow.sql.dialect import is_window
 from dsflow.sql.parse import node_location, parse_one_select
-from dsflow.sql import windowed_join
+from dsflow.sql import window_bound, windowed_join
 from dsflow.sql.ctes import inline_joined_subquery
 from dsflow.sql.statements import Analysed, RawStatement
 
@@ -75,6 +85,11 @@ def _items(select: exp.Select) -> list[exp.Expr]:
     return found + [j.this for j in select.args.get("joins") or []]
 
 
+def _relation(item: exp.Expr) -> bool:
+    """A relation read as it is (not a window function's call, not a subquery)."""
+    return isinstance(item, exp.Table) and not is_window(item)
+
+
 def _joins(item: exp.Expr) -> bool:
     """A subquery whose SELECT joins, and does not group, aggregate or call a window function."""
     body = item.this if isinstance(item, exp.Subquery) else None
@@ -104,7 +119,8 @@ def analyse_nested(path: str, st: RawStatement, select: exp.Select, relations: d
     nested: list[Nested] = []
     stand_ins: dict[str, Relation] = {}
     for index, item in enumerate(items):
-        assert isinstance(item, exp.Subquery)  # _shape
+        if not isinstance(item, exp.Subquery):  # a stream joined with a windowed subquery (_shape)
+            continue
         found = _inner(path, st, index, item, relations, qualify_name, where, report, analyse)
         if found is None:
             return None
@@ -117,8 +133,15 @@ def analyse_nested(path: str, st: RawStatement, select: exp.Select, relations: d
                     report, copy=False)
     if outer is None or not _keyed_on_windows(outer, nested, place, report):
         return None
-    return replace(outer, sources=tuple(s for n in nested for s in n.sources), join_within=None, join_side=None,
-                   nested=tuple(nested))
+    bounded = _bounded(outer, nested, relations, place, report)
+    if bounded is False:
+        return None
+    if bounded is not None:
+        nested = [nested[0].model_copy(update={"stream_bound": bounded})]
+    by_name = {n.name: n for n in nested}
+    sources = tuple(s for source in outer.sources
+                    for s in (by_name[source.relation].sources if source.relation in by_name else (source,)))
+    return replace(outer, sources=sources, join_within=None, join_side=None, nested=tuple(nested))
 
 
 def _qualifier(qualify_name, stand_ins: dict[str, Relation]):
@@ -136,8 +159,10 @@ def _shape(select: exp.Select, items: list[exp.Expr], where, report: Report) -> 
     """One subquery, or an INNER join of two, with nothing else read; DSF-E045 otherwise."""
     problem = None
     joins = select.args.get("joins") or []
-    if not all(isinstance(i, exp.Subquery) for i in items):
-        problem = "a subquery joined with a relation is not supported yet"
+    if not all(isinstance(i, exp.Subquery) for i in items) and not (
+            len(items) == 2 and joins and all(_windowed(i) or _relation(i) for i in items)):
+        problem = "a subquery joined with a relation is supported only as a stream joined with a subquery that " \
+            "aggregates a window"
     elif len(items) > 2:
         problem = "a join of more than two subqueries is not supported yet"
     elif joins and ((joins[0].side or "").upper() not in ("", "INNER") or (joins[0].kind or "").upper() == "CROSS"
@@ -159,34 +184,51 @@ def _inner(path: str, st: RawStatement, index: int, item: exp.Subquery, relation
         report(Diagnostic("DSF-E045", "a subquery in FROM or JOIN needs an alias and a SELECT (not a UNION)",
                           where(item), hint=HINT))
         return None
+    _select_grouped(item.this)
     inner = analyse(path, replace(st, select=item.this), relations, qualify_name, report, copy=False)
     if inner is None:
         return None
-    window = inner.window
+    grouped = inner.nested[0] if inner.aggregated and len(inner.nested) == 1 and inner.join_within is None \
+        else None  # a GROUP BY of a windowed subquery by its window (a subquery in a subquery)
+    window = grouped.window if grouped is not None else inner.window
     if inner.join_within is not None and not inner.aggregated:
         report(Diagnostic("DSF-E045", f"the subquery '{alias}' joins two streams: a query reads such a join only "
                           "as its one relation (FROM (SELECT ... JOIN ...) x, or a CTE read FROM x or FROM TUMBLE(x, "
                           "SIZE ...))", where(item), hint="e.g. " + windowed_join.EXAMPLE))
         return None
-    if not inner.aggregated or window is None or window.kind == "session" or inner.nested \
+    if not inner.aggregated or window is None or window.kind == "session" or (inner.nested and grouped is None) \
             or inner.join_within is not None or inner.temporal is not None or inner.changelog_join is not None:
         report(Diagnostic("DSF-E045", f"the subquery '{alias}' must aggregate a TUMBLE or HOP window of a stream "
                           "(no join, no subquery) to be read by the query around it", where(item), hint=HINT))
         return None
+    columns = _window_outputs(inner.select_sql, window.source) if grouped is None else \
+        _window_outputs(inner.select_sql, grouped.alias.lower(), grouped.window_columns)
     return Nested(alias=alias, name=qualify_name((f"{PREFIX}{index}_{alias.lower()}",)), select_sql=inner.select_sql,
                   sources=inner.sources, output_columns=inner.columns, window=window, key_columns=inner.group_keys,
-                  window_columns=_window_outputs(inner.select_sql, window.source))
+                  window_columns=columns, nested=inner.nested)
 
 
-def _window_outputs(select_sql: str, source: str) -> tuple[str, str]:
-    """The output names of a windowed aggregation's window_start and window_end (its GROUP BY has them, and every
-    GROUP BY column is selected: sql/select.py)."""
-    names: dict[str, str] = {}
+def _select_grouped(select: exp.Select) -> None:
+    """Each GROUP BY column a subquery does not select is selected under a hidden name (`__group<i>`): the query
+    reads its rows, not its key (Nexmark q5's `SELECT count(*) ... GROUP BY auction, window_start, window_end`)."""
+    group = select.args.get("group")
+    selected = {p.unalias().sql().lower() for p in select.selects}
+    for index, item in enumerate(group.expressions if group is not None else []):
+        if isinstance(item, exp.Column) and item.sql().lower() not in selected:
+            select.select(exp.alias_(item.copy(), f"__group{index}"), copy=False)
+
+
+def _window_outputs(select_sql: str, source: str, names: tuple[str, str] = ("window_start", "window_end")) \
+        -> tuple[str, str]:
+    """The output names of a windowed aggregation's window_start and window_end (or of the window columns `names`
+    of the subquery `source` it groups), as its GROUP BY has them and every GROUP BY column is selected
+    (sql/select.py, `_select_grouped`)."""
+    found: dict[str, str] = {}
     for projection in parse_one_select(select_sql).selects:
         column = projection.unalias()
-        if isinstance(column, exp.Column) and column.table == source and column.name in ("window_start", "window_end"):
-            names.setdefault(column.name, projection.alias_or_name)
-    return names["window_start"], names["window_end"]
+        if isinstance(column, exp.Column) and column.table == source and column.name in names:
+            found.setdefault(column.name, projection.alias_or_name)
+    return found[names[0]], found[names[1]]
 
 
 def _keyed_on_windows(outer: Analysed, nested: list[Nested], place: Location, report: Report) -> bool:
@@ -217,6 +259,33 @@ def _keyed_on_windows(outer: Analysed, nested: list[Nested], place: Location, re
     report(Diagnostic("DSF-E045", f"a GROUP BY over the windowed subquery '{only.alias}' must hold its window "
                       f"columns ({', '.join(only.window_columns)}): a group that is not a window never closes",
                       place, hint=f"add {', '.join(only.window_columns)} to the GROUP BY"))
+    return False
+
+
+def _bounded(outer: Analysed, nested: list[Nested], relations: dict[str, Relation], place: Location,
+             report: Report) -> tuple[int, int] | None | Literal[False]:
+    """The bound of a relation joined with a windowed subquery: a stream whose event time the query bounds by the
+    subquery's window (sql/window_bound.py); None without such a relation; DSF-E045 or DSF-E295 (False)."""
+    plain = [s for s in outer.sources if not s.relation.rsplit(".", 1)[-1].startswith(PREFIX)]
+    if not plain:
+        return None
+    (source,), (only,) = plain, nested
+    relation = relations[source.relation]
+    if relation.kind != "stream":
+        report(Diagnostic("DSF-E045", f"a {relation.kind} joined with a windowed subquery is not supported (a "
+                          "stream is)", place, hint=HINT))
+        return False
+    timestamp = source.timestamp or relation.timestamp
+    select = parse_one_select(outer.select_sql)
+    assert isinstance(select, exp.Select)  # a join: not a UNION
+    found = window_bound.bound(select, (source.alias, timestamp), (only.alias, only.window_columns),
+                               only.window) if timestamp else None
+    if found is not None:
+        return found
+    report(Diagnostic("DSF-E295", f"the join of '{source.alias}' with the windowed subquery '{only.alias}' needs "
+                      f"the event time of '{source.alias}' ({timestamp or 'its timestamp column'}) bounded "
+                      f"below and above by the subquery's window ({', '.join(only.window_columns)}): else Spark "
+                      "keeps both sides' rows in state for ever", place, hint=window_bound.HINT))
     return False
 
 

@@ -335,7 +335,7 @@ def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where,
                           hint="join ON an equality of a column of each side, e.g. ON a.userid = b.userid"))
         return False
     left, right = (found[id(t)] for t in tables[:2])
-    if nested.is_nested(left) and nested.is_nested(right):  # two windowed aggregations (sql/nested.py)
+    if nested.is_nested(left) or nested.is_nested(right):  # windowed aggregations, or a stream (sql/nested.py)
         return nested.WINDOW_JOIN, "inner"
     if left.kind == "changelog" and right.kind == "changelog":  # sql/changelog_join.py
         return (cj.CHANGELOG_JOIN, side) if cj.check_shape(join, side, where, report) else False

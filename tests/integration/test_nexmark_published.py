@@ -1,4 +1,4 @@
-"""The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q3, q8, q10, q11, q14,
+"""The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q3, q5, q7, q8, q10, q11, q14,
 q15, q16, q17, q18, q19, q20, q21, q22, q23), each as its adapted file (the published query text, only its DDL adapted),
 on real Spark and a real broker, against DuckDB running the same published SELECT over the same generated events.
 
@@ -21,7 +21,9 @@ ROW_NUMBER top-N whose ranks change over micro-batches is checked against DuckDB
 transpiled by sqlglot to DuckDB, with two DuckDB macros standing in for what DuckDB lacks: Flink's SPLIT_INDEX
 (0-based, NULL past the end) and q14's count_char (written independently of the project's udfs.py: length minus
 the length without the character). DuckDB has no session windows: q11's reference (SESSIONS) is written in
-DuckDB SQL with window functions over the same bids.
+DuckDB SQL with window functions over the same bids. sqlglot does not parse Flink's window table functions: the
+references of q5 (HOT_ITEMS), q7 (HIGHEST_BID) and q8 (NEW_USERS) are written in DuckDB SQL too, with the windows
+the final watermark has closed.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from support.streaming import latest_by_key, produce, records, run, running, str
 pytestmark = pytest.mark.integration
 
 FOLDER = Path(__file__).resolve().parents[2] / "bench" / "nexmark_published"
-STREAMS = ("q0", "q1", "q2", "q3", "q8", "q10", "q14", "q20", "q21", "q22", "q23")
+STREAMS = ("q0", "q1", "q2", "q3", "q5", "q7", "q8", "q10", "q14", "q20", "q21", "q22", "q23")
 CHANGELOGS = {"q11": (0, 2, 3), "q15": (0,), "q16": (0, 1), "q17": (0, 1),  # query -> its key's columns (GROUP BY,
               "q18": (0, 1), "q19": (0, 7)}  # or ROW_NUMBER's PARTITION BY columns and the rank)
 RUNS = STREAMS + tuple(CHANGELOGS)
@@ -92,7 +94,31 @@ WHERE P.endtime <= LEAST((SELECT MAX(dateTime) FROM person), (SELECT MAX(dateTim
 of auctions, joined on the seller and the window; only the windows the final watermark has closed, as Spark appends
 a window's aggregate once the watermark passes its end, the watermark of a join being the older of its inputs'
 (Spark's default multiple-watermark policy, min)."""
-REFERENCES = {"q8": NEW_USERS, "q11": SESSIONS}
+HOT_ITEMS = f"""
+WITH hops AS (
+  SELECT auction, time_bucket(INTERVAL 2 SECOND, dateTime) - to_milliseconds(2000 * k) AS starttime
+  FROM bid, range(5) AS t(k)),
+CountBids AS (
+  SELECT auction, COUNT(*) AS num, starttime, starttime + INTERVAL 10 SECOND AS endtime FROM hops GROUP BY ALL),
+MaxBids AS (SELECT MAX(num) AS maxn, starttime, endtime FROM CountBids GROUP BY ALL)
+SELECT C.auction, C.num FROM CountBids C JOIN MaxBids M
+  ON C.starttime = M.starttime AND C.endtime = M.endtime AND C.num >= M.maxn
+WHERE C.endtime <= (SELECT MAX(dateTime) FROM bid) - INTERVAL {WATERMARK_DELAY_MS} MILLISECOND
+"""
+"""q5's reference: each bid in the five 10-second windows, 2 seconds apart, that hold it (starting at its time
+rounded down to 2 seconds, and 2, 4, 6, 8 seconds before); bids per auction and window; the auctions with the most
+bids of each window; only the windows the final watermark has closed (as q8)."""
+HIGHEST_BID = f"""
+WITH B1 AS (
+  SELECT MAX(price) AS maxprice, time_bucket(INTERVAL 10 SECOND, dateTime) + INTERVAL 10 SECOND AS dateTime
+  FROM bid GROUP BY time_bucket(INTERVAL 10 SECOND, dateTime))
+SELECT B.auction, B.price, B.bidder, B.dateTime, B.extra FROM bid B JOIN B1 ON B.price = B1.maxprice
+WHERE B.dateTime BETWEEN B1.dateTime - INTERVAL 10 SECOND AND B1.dateTime
+  AND B1.dateTime <= (SELECT MAX(dateTime) FROM bid) - INTERVAL {WATERMARK_DELAY_MS} MILLISECOND
+"""
+"""q7's reference: the highest price of each 10-second tumbling window, and the bids at that price from its end
+minus 10 seconds to its end (both included); only the windows the final watermark has closed (as q8)."""
+REFERENCES = {"q5": HOT_ITEMS, "q7": HIGHEST_BID, "q8": NEW_USERS, "q11": SESSIONS}
 RENAMED = {"email_address": "emailAddress", "credit_card": "creditCard", "item_name": "itemName",
            "initial_bid": "initialBid", "date_time": "dateTime"}
 TIMES = ("dateTime", "expires")

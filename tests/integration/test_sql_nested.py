@@ -5,7 +5,10 @@ checked against DuckDB over the same events:
   LEFT JOINs, sql/ctes.py inlining it): two stateful operators in one Spark query, in append mode; and a GROUP BY
   without a window over a subquery that joins two streams, in update mode (its final state compared);
 - Nexmark q8 in dsflow's window spelling (a join of two windowed aggregations in subqueries) and an aggregate of a
-  windowed aggregation read as a CTE (sql/nested.py).
+  windowed aggregation read as a CTE (sql/nested.py);
+- Nexmark q7's and q5's shapes: a stream joined with a windowed aggregation, bounded in event time by its window
+  (sql/window_bound.py: the join's state is dropped), and a subquery that takes the MAX of a windowed count in a
+  subquery (whose GROUP BY auction is not selected), joined with a windowed count on the window and `>=`.
 
 Events arrive in phases, one availableNow run each on the query's one checkpoint, shuffled within a phase; a last
 phase far ahead in event time moves the watermark so that every window closes. Each window's row must be written
@@ -17,12 +20,12 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timezone
 
 import duckdb
 import pytest
 
-from support.streaming import latest_by_key, produce, records, run, streaming_project
+from support.streaming import latest_by_key, produce, records, run, running, streaming_project
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +104,39 @@ NESTED_ORACLE = {
 }
 NESTED_TABLES = {"person": "id BIGINT, name VARCHAR, dt BIGINT", "auction": "id BIGINT, seller BIGINT, dt BIGINT",
                  "bid": "auction BIGINT, price BIGINT, dt BIGINT"}
+
+
+BOUNDED_SQL = """\
+CREATE STREAM bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3))
+  WITH ('value.format' = 'json', 'timestamp' = 'ts', 'topic.partitions' = 2);
+
+CREATE STREAM highest AS
+  SELECT B.auction, B.bidder, B.price, B.ts, B1.st
+  FROM bids B
+  JOIN (SELECT MAX(price) AS maxprice, window_start AS st, window_end AS et
+        FROM TUMBLE(bids, SIZE 10 SECONDS) GROUP BY window_start, window_end) B1
+  ON B.price = B1.maxprice AND B.ts >= B1.st AND B.ts < B1.et + INTERVAL '5' SECOND;
+
+CREATE STREAM hot AS
+  SELECT A.auction, A.num, A.starttime
+  FROM (SELECT auction, COUNT(*) AS num, window_start AS starttime, window_end AS endtime
+        FROM HOP(bids, SIZE 10 SECONDS, ADVANCE BY 5 SECONDS) GROUP BY auction, window_start, window_end) A
+  JOIN (SELECT MAX(C.num) AS maxn, C.starttime, C.endtime
+        FROM (SELECT COUNT(*) AS num, window_start AS starttime, window_end AS endtime
+              FROM HOP(bids, SIZE 10 SECONDS, ADVANCE BY 5 SECONDS) GROUP BY auction, window_start, window_end) C
+        GROUP BY C.starttime, C.endtime) M
+  ON A.starttime = M.starttime AND A.endtime = M.endtime AND A.num >= M.maxn;
+"""
+BOUNDED_ORACLE = {
+    "highest": "WITH W AS (SELECT ts - ts % 10000 AS st, MAX(price) AS maxprice FROM bids GROUP BY ALL) "
+               "SELECT B.auction, B.bidder, B.price, B.ts, W.st FROM bids B JOIN W ON B.price = W.maxprice "
+               "AND B.ts >= W.st AND B.ts < W.st + 15000",
+    "hot": "WITH C AS (SELECT auction, ts - ts % 5000 - k * 5000 AS starttime, COUNT(*) AS num "
+           "FROM bids, (VALUES (0), (1)) AS t(k) GROUP BY ALL) "
+           "SELECT C.auction, C.num, C.starttime FROM C "
+           "JOIN (SELECT starttime, MAX(num) AS maxn FROM C GROUP BY ALL) M "
+           "ON C.starttime = M.starttime AND C.num >= M.maxn",
+}
 
 
 def ms(text: str) -> int:
@@ -228,3 +264,52 @@ def test_windowed_aggregations_in_subqueries_and_ctes_equal_duckdb(tmp_path, bro
     before = len(records(broker, project, "new_sellers"))
     run(spark, project, "new_sellers", tmp_path)
     assert len(records(broker, project, "new_sellers")) == before
+
+
+def bid_phases(seed: int = 3) -> list[list[dict]]:
+    """Three phases of a minute of bids (a few prices, so that the highest is often tied, within a window and in the
+    5 seconds after it), shuffled; then far bids (auction FLUSH and above, the first in the last phase) that close
+    every window."""
+    rng = random.Random(seed)
+    phases = []
+    for p in range(3):
+        base = T0 + p * 60_000
+        bids = [{"auction": rng.randrange(1, 5), "bidder": p * 1000 + i, "price": rng.randrange(100, 104),
+                 "ts": base + rng.randrange(60_000)} for i in range(60)]
+        rng.shuffle(bids)
+        phases.append(bids)
+    far = [{"auction": FLUSH + p, "bidder": FLUSH, "price": 1, "ts": at} for p, at in enumerate(FAR)]
+    return phases[:-1] + [phases[-1] + far[:1], far[1:]]
+
+
+def test_a_stream_joined_with_windowed_subqueries_equals_duckdb(tmp_path, broker, spark):
+    """Nexmark q7's shape (a stream joined with a windowed MAX, bounded by its window: the join's state is dropped,
+    not kept for ever) and q5's (a windowed count joined on its window with the MAX of a windowed count in a
+    subquery in a subquery), over bids arriving in several micro-batches, against DuckDB."""
+    project = streaming_project(tmp_path, broker, BOUNDED_SQL)
+    phases = bid_phases()
+    with running(spark, project, ["highest", "hot"], tmp_path) as caught_up:  # one start, a round per phase
+        for phase in phases:
+            produce(broker, project, "bids", [{**b, "ts": _iso(b["ts"])} for b in phase])
+            caught_up()
+        (joined,) = [q for q in spark.streams.active if (q.name or "").endswith("_highest")]
+        joins = [op for op in joined.lastProgress["stateOperators"] if op["operatorName"] == "symmetricHashJoin"]
+    sent = {"bids": [b for phase in phases for b in phase if b["auction"] < FLUSH]}
+    tables = {"bids": "auction BIGINT, bidder BIGINT, price BIGINT, ts BIGINT"}
+    expected = Counter(duckdb_rows(tables, sent, BOUNDED_ORACLE["highest"]))
+    rows = [json.loads(r["value"]) for r in records(broker, project, "highest")]
+    got = Counter((r["auction"], r["bidder"], r["price"], ms(r["ts"]), ms(r["st"]))
+                  for r in rows if r["auction"] < FLUSH)
+    assert got == expected
+    assert any(ts >= st + 10_000 for _, _, _, ts, st in expected)  # a bid after its window, joined with it
+    assert len({st for *_, st in expected}) == 18 and sum(expected.values()) > 25
+    assert joins and joins[0]["numRowsTotal"] <= 4  # the far bids' and windows' rows: the 180 bids were dropped
+    expected = Counter(duckdb_rows(tables, sent, BOUNDED_ORACLE["hot"]))
+    rows = appended(broker, project, "hot", ("starttime", "auction"))
+    assert Counter((r["auction"], r["num"], ms(r["starttime"])) for r in rows) == expected
+    assert len({start for *_, start in expected}) == 37 and any(n > 1 for n in Counter(
+        start for *_, start in expected).values())  # every window, ties of several auctions in some
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -1,5 +1,6 @@
 -- Adapted for dsflow from ../published/q7.sql (nexmark/nexmark, Apache-2.0): only the DDL
--- differs: the sink is a Kafka stream instead of Flink's blackhole table.
+-- differs: the sink is a Kafka stream instead of Flink's blackhole table, its columns declared in the SELECT's order
+-- (price before bidder: Flink maps the INSERT's columns by position, dsflow by name).
 -- The query is as published; ../README.md lists its status.
 -- -------------------------------------------------------------------------------------------------
 -- Query 7: Highest Bid
@@ -13,8 +14,8 @@
 
 CREATE STREAM nexmark_q7 (
   auction  BIGINT,
-  bidder  BIGINT,
   price  BIGINT,
+  bidder  BIGINT,
   `dateTime`  TIMESTAMP(3),
   extra  VARCHAR
 ) WITH ('value.format' = 'json');

@@ -5,13 +5,15 @@ their places in the query's sources, and selects its window struct as __window (
 event-time watermark). The query's SELECT reads each in place of its stand-in table; the operator after them keys
 on that struct, so Spark emits, and evicts, per window in append mode: a join of two adds `a.__window =
 b.__window` to ON (ON equates their window_start and window_end, over windows of one size: the same thing), a GROUP
-BY adds the subquery's __window. A result row is a stream's record without a source key (NULL), or a changelog's
-row keyed by its GROUP BY columns.
+BY adds the subquery's __window (a GROUP BY in a subquery selects it in turn, for the join around it). A stream
+joined with one reads its view in place (`_bound`). A result row is a stream's record without a source key (NULL),
+or a changelog's row keyed by its GROUP BY columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import sqlglot
 from sqlglot import exp
@@ -22,6 +24,7 @@ from dsflow.sql.functions import to_spark
 from dsflow.sql.parse import parse_one_select
 
 WINDOW = "__window"
+WINDOW_TIME = "__wt"
 KEY = "__key"
 EVENT_TIME = "__ts"
 
@@ -32,60 +35,108 @@ def nested_select(query: Query, project: Project | None, translate: Callable[[Qu
     the user-defined functions it calls (sql/functions.py to_spark)."""
     if not query.nested:
         return None
-    inner: dict[str, exp.Expr] = {}
-    offset = 0
-    for nested in query.nested:
-        inner[nested.name.lower()] = _inner_select(query, project, nested, offset, translate, view)
-        offset += len(nested.sources)
-    select = to_spark(parse_one_select(query.select_sql), declared or {})
-    assert isinstance(select, exp.Select)  # sql/nested.py resolves a SELECT
-    aliases = []
-    for table in list(select.find_all(exp.Table)):
-        name = ".".join(p.name for p in table.parts).lower()
-        aliases.append(table.alias_or_name)
-        table.replace(exp.Subquery(this=inner[name], alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))))
-    joins = select.args.get("joins") or []
-    if joins:
-        on = joins[0].args["on"]
-        joins[0].set("on", exp.and_(on, exp.EQ(this=exp.column(WINDOW, table=aliases[0]),
-                                               expression=exp.column(WINDOW, table=aliases[1]))))
-    elif select.args.get("group") is not None:
-        select.args["group"].append("expressions", exp.column(WINDOW, table=aliases[0]))
-    for count in list(select.find_all(exp.Count)):
-        if isinstance(count.this, exp.Distinct):
-            count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
+    select, _ = _outer_select(query, project, translate, view, declared or {})
     if not query.key_columns:
         select.select(exp.cast(exp.null(), "STRING").as_(KEY), copy=False)
     return select.sql(dialect="spark")
 
 
+def _outer_select(query: Query, project: Project | None, translate: Callable[[Query, Project | None], str],
+                  view: Callable[[int, Query], str], declared: dict) -> tuple[exp.Select, list[str]]:
+    """The query's SELECT with each subquery's stand-in replaced by its Spark SQL, and a relation by its view; the
+    operator after the subqueries keyed on their __window, or, for a stream joined with one, bounded in event time
+    (`_bound`); and the subqueries' aliases."""
+    select = to_spark(parse_one_select(query.select_sql), declared)
+    assert isinstance(select, exp.Select)  # sql/nested.py resolves a SELECT
+    by_name = {n.name.lower(): n for n in query.nested}
+    windowed, offset, stream = [], 0, None
+    for table in list(select.find_all(exp.Table)):
+        name, alias = ".".join(p.name for p in table.parts).lower(), table.alias_or_name
+        nested = by_name.get(name)
+        if nested is None:  # a stream joined with a windowed subquery (sql/window_bound.py)
+            table.replace(exp.Table(this=exp.to_identifier(view(offset, query)),
+                                    alias=exp.TableAlias(this=exp.to_identifier(alias))))
+            stream, offset = alias, offset + 1
+            continue
+        inner = _inner_select(query, project, nested, offset, translate, view, declared)
+        windowed.append((alias, nested))
+        table.replace(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(alias))))
+        offset += len(nested.sources)
+    joins = select.args.get("joins") or []
+    if joins and len(windowed) == 2:
+        on = joins[0].args["on"]
+        joins[0].set("on", exp.and_(on, exp.EQ(this=exp.column(WINDOW, table=windowed[0][0]),
+                                               expression=exp.column(WINDOW, table=windowed[1][0]))))
+    elif joins:
+        assert stream is not None  # sql/nested.py: two subqueries, or a stream and one
+        _bound(select, stream, *windowed[0])
+    elif select.args.get("group") is not None:
+        select.args["group"].append("expressions", exp.column(WINDOW, table=windowed[0][0]))
+    for count in list(select.find_all(exp.Count)):
+        if isinstance(count.this, exp.Distinct):
+            count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
+    return select, [alias for alias, _ in windowed]
+
+
+def _bound(select: exp.Select, stream: str, alias: str, nested: Nested) -> None:
+    """A stream joined with a windowed subquery: Spark's form of the event-time bound the query writes
+    (sql/window_bound.py), added to ON beside it. Spark drops the join's state by a condition between event-time
+    columns of both sides: the stream view's __ts and the subquery's `window_time(__window)` (its window's end
+    minus a microsecond, which keeps the aggregation's watermark), selected around it as __wt."""
+    subquery = next(s for s in select.find_all(exp.Subquery) if s.alias_or_name == alias)
+    around = exp.select("*", exp.func("window_time", exp.column(WINDOW)).as_(WINDOW_TIME)).from_(
+        exp.Subquery(this=subquery.this, alias=exp.TableAlias(this=exp.to_identifier("__agg"))))
+    subquery.set("this", around)
+    assert nested.stream_bound is not None  # sql/nested.py refuses a join without it (DSF-E295)
+
+    def at(ms: int) -> exp.Expr:
+        return exp.condition(f"{alias}.{WINDOW_TIME} + INTERVAL 1 MICROSECOND + INTERVAL {ms} MILLISECONDS",
+                             dialect="spark")
+
+    lower, upper = nested.stream_bound
+    join = select.args["joins"][0]
+    join.set("on", exp.and_(join.args["on"], exp.Between(this=exp.column(EVENT_TIME, table=stream), low=at(lower),
+                                                         high=at(upper))))
+
+
 def _inner_select(query: Query, project: Project | None, nested: Nested, offset: int,
-                  translate: Callable[[Query, Project | None], str], view: Callable[[int, Query], str]) -> exp.Expr:
-    """A subquery's Spark SQL over the views of its sources (at `offset` in the query's), with its __window."""
+                  translate: Callable[[Query, Project | None], str], view: Callable[[int, Query], str],
+                  declared: dict) -> exp.Expr:
+    """A subquery's Spark SQL over the views of its sources (at `offset` in the query's), with its __window: a
+    windowed aggregation's, or that of the windowed subquery it groups (a subquery in a subquery)."""
     one = query.model_copy(update={
         "select_sql": nested.select_sql, "sources": nested.sources, "output_columns": nested.output_columns,
-        "window": nested.window, "key_columns": nested.key_columns, "output_mode": "append", "nested": (),
+        "window": nested.window, "key_columns": nested.key_columns, "output_mode": "append", "nested": nested.nested,
         "join_within": None, "temporal_join": None, "changelog_join": None, "join_chain": (), "deletes": "none",
         "expectations": ()})
-    select = sqlglot.parse_one(translate(one, project), read="spark")
+    if nested.nested:
+        select, aliases = _outer_select(one, project, translate, view, declared)
+        window = exp.column(WINDOW, table=aliases[0])
+    else:
+        select = cast(exp.Select, sqlglot.parse_one(translate(one, project), read="spark"))  # an aggregation
+        window = exp.column(WINDOW, table=nested.window.source)
     renamed = {view(i, query): view(offset + i, query) for i in range(len(nested.sources))}
     for table in select.find_all(exp.Table):
         table.set("this", exp.to_identifier(renamed.get(table.name, table.name)))
-    assert isinstance(select, exp.Select)  # a windowed aggregation
-    return select.select(exp.column(WINDOW, table=nested.window.source).as_(WINDOW), copy=False)
+    return select.select(window.as_(WINDOW), copy=False)
 
 
 def source_window(query: Query, index: int) -> Window | None:
     """The window its view computes for the query's source `index`: the query's, or that of the subquery that reads
-    it; none over an interval join (`windowed_join`: Spark takes one event-time column per input of a join)."""
+    it (none for a stream joined with one); none over an interval join (`windowed_join`: Spark takes one event-time
+    column per input of a join)."""
     if query.join_within is not None:
         return None
     if not query.nested:
         return query.window
-    for nested in query.nested:
-        if index < len(nested.sources):
-            return nested.window if nested.sources[index].alias == nested.window.source else None
-        index -= len(nested.sources)
+    by_name = {n.name.lower(): n for n in query.nested}
+    for table in parse_one_select(query.select_sql).find_all(exp.Table):
+        nested = by_name.get(".".join(p.name for p in table.parts).lower())
+        width = len(nested.sources) if nested is not None else 1
+        if index < width:
+            return nested.window if nested is not None and nested.sources[index].alias == nested.window.source \
+                else None
+        index -= width
     return None
 
 
