@@ -37,6 +37,8 @@ from dsflow.sql.dialect import milliseconds, normalized_duration
 
 Report = Callable[[Diagnostic], None]
 FUNCTIONS = (exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max)
+CLAUSES = {"group": "GROUP BY", "having": "HAVING", "distinct": "DISTINCT", "order": "ORDER BY", "limit": "LIMIT",
+           "qualify": "QUALIFY"}
 SHAPE = ("SELECT cols, SUM(x) OVER (PARTITION BY k ORDER BY <event time> ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) "
          "AS s FROM stream (or RANGE BETWEEN INTERVAL '1' MINUTE PRECEDING AND CURRENT ROW)")
 UPDATING_HINT = ("apply the OVER to a stream: write the updating input into a stream first (each row once, final: "
@@ -127,11 +129,11 @@ def _query_problem(select: exp.Select, source: exp.Expr | None,
     if not isinstance(source, exp.Table) or select.args.get("joins"):
         return windows[0], "an OVER window reads one stream (FROM stream), not a join or a subquery", \
             "write the join or subquery into a stream first (CREATE STREAM s AS SELECT ...), then apply the OVER to it"
-    for key in ("group", "having", "distinct", "order", "limit", "qualify"):
+    for key, what in CLAUSES.items():
         if select.args.get(key):
             node = select.args[key]
             return (node[0] if isinstance(node, list) else node), \
-                f"a query with an OVER window takes no {key.upper()}: it writes one row per input row", None
+                f"a query with an OVER window takes no {what}: it writes one row per input row", None
     inside = {id(n) for w in windows for n in w.walk()}
     loose = next((a for a in select.find_all(exp.AggFunc) if id(a) not in inside), None)
     if loose is not None:
@@ -184,12 +186,12 @@ def _frame_problem(window: exp.Window) -> tuple[exp.Expr, str, str | None] | Non
             or spec.args.get("exclude"):
         what = "UNBOUNDED PRECEDING keeps every row of a key for ever" if start == "UNBOUNDED" else \
             "a frame other than '... PRECEDING AND CURRENT ROW' waits for rows after the current one"
-        return spec, f"{spec.sql(dialect='spark')}: {what}", frame_hint
+        return window, f"{spec.sql(dialect='spark')}: {what}", frame_hint
     if kind == "ROWS" and not (isinstance(start, exp.Literal) and start.is_int and int(start.name) >= 0):
-        return spec, f"ROWS BETWEEN {start.sql(dialect='spark')} PRECEDING: the rows before are a whole number", \
+        return window, f"ROWS BETWEEN {start.sql(dialect='spark')} PRECEDING: the rows before are a whole number", \
             frame_hint
     if kind == "RANGE" and (not isinstance(start, exp.Interval) or normalized_duration(_interval_text(start)) is None):
-        return spec, f"RANGE BETWEEN {start.sql(dialect='spark')} PRECEDING: a RANGE over the event time is an " \
+        return window, f"RANGE BETWEEN {start.sql(dialect='spark')} PRECEDING: a RANGE over the event time is an " \
                      "INTERVAL", frame_hint
     return None
 
@@ -203,8 +205,9 @@ def _order_problem(window: exp.Window, relation: Relation | None) -> tuple[exp.E
     if relation is None:  # an unknown relation: sql/select.py names it (DSF-E040)
         return None
     if not isinstance(column, exp.Column) or event_time is None or column.name.lower() != event_time.lower():
-        return order or window, "an OVER window is ordered by the stream's event time alone " \
+        return order if order is not None else window, "an OVER window is ordered by the stream's event time alone " \
             f"({f'its column {event_time}' if event_time else 'it declares none'}), ascending", hint
+    assert order is not None  # a column found in it
     if order.expressions[0].args.get("desc"):
         return order, f"ORDER BY {column.name} DESC: an OVER window runs forward in event time", hint
     return None
@@ -243,6 +246,7 @@ def _placeholder(window: exp.Window) -> exp.Expr:
             return bigint
         test = tests[0] if len(tests) == 1 else exp.And(this=tests[0], expression=tests[1])
         return exp.Case(ifs=[exp.If(this=test, true=bigint)])
+    assert argument is not None  # SUM, AVG, MIN, MAX take one (sqlglot parses them so)
     if condition is None:
         return argument.copy()
     return exp.Case(ifs=[exp.If(this=condition.copy(), true=argument.copy())])
@@ -287,8 +291,9 @@ def restore_over(qualified: exp.Select, extracted: Extracted | None, where, repo
                 column.set("table", exp.to_identifier(extracted.alias))
         type_ = _aggregate_type(function, placeholder.type)
         if isinstance(function, (exp.Sum, exp.Avg)) and kind_of(placeholder.type) != "number":
-            report(Diagnostic("DSF-E188", f"{function.sql(dialect='spark')} OVER (...): {type(function).__name__.upper()} "
-                              f"takes a number, not a {placeholder.type.sql(dialect='spark')}", where(projection),
+            name = type(function).__name__.upper()
+            report(Diagnostic("DSF-E188", f"{function.sql(dialect='spark')} OVER (...): {name} takes a number, not "
+                              f"a {placeholder.type.sql(dialect='spark')}", where(projection),
                               hint="aggregate a number, or use MIN/MAX/COUNT"))
             return False
         projection.set("this", window)

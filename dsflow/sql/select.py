@@ -95,8 +95,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
     if not flink_windows.resolve(select, relations, qualify_name, where, report):  # Flink's window syntax
         return None
-    top = extract_top_n(select, relations, qualify_name, where, report)  # ROW_NUMBER top-N: sql/topn.py
-    over = extract_over(select, relations, qualify_name, where, report) if top is None else None  # sql/over.py
+    over = extract_over(select, relations, qualify_name, where, report)  # OVER aggregates: sql/over.py
+    top = extract_top_n(select, relations, qualify_name, where, report) if over is None else None  # sql/topn.py
     if top is False or over is False:
         return None
     if nested.reads_subqueries(select):  # windowed aggregations in subqueries: each resolved as its own SELECT

@@ -85,7 +85,7 @@ def build_result(spark, spec: QuerySpec):
         from dsflow.adapters.spark.topn import ranked_frame
 
         result = ranked_frame(spark, spec.top_n, result)
-    if spec.over is not None:  # bounded OVER aggregates: select_sql gives their per-record rows (adapters/spark/over.py)
+    if spec.over is not None:  # OVER aggregates: select_sql gives their per-record rows (adapters/spark/over.py)
         from dsflow.adapters.spark.over import over_frame
 
         result = over_frame(spark, spec.over, result)

@@ -21,7 +21,7 @@ from dsflow.adapters.spark.topn import JSON_TIMES
 from dsflow.core.model import Column, OverWindow
 
 PARTITION_KEY = "__p"
-FUNCTIONS = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
+FUNCTIONS: dict[type[exp.Expr], str] = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 
 
 def rewrite(select: exp.Select, over: OverWindow, alias: str, columns: tuple[Column, ...]) -> tuple[str, OverSpec]:
@@ -29,7 +29,8 @@ def rewrite(select: exp.Select, over: OverWindow, alias: str, columns: tuple[Col
     (translate.spark_select), each OVER aggregate a projection; `columns` the query's output columns."""
     types = {c.name.lower(): c.type for c in columns}
     items: list[exp.Expr] = []
-    aggregates, outputs = [], []
+    aggregates: list[dict[str, str]] = []
+    outputs: list[tuple[str, int | None]] = []
     partition: list[exp.Expr] = []
     for projection in select.selects:
         window = projection.this if isinstance(projection, exp.Alias) else None
