@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 from datetime import datetime, timezone
+from decimal import Decimal
 
 import duckdb
 import pytest
@@ -26,14 +27,14 @@ pytestmark = pytest.mark.integration
 T0 = 1_700_000_000_000
 DELAY_MS = 5_000
 AGGREGATES = ("SUM(v) {w} AS s, COUNT(*) {w} AS n, COUNT(DISTINCT c) {w} AS d, AVG(v) {w} AS a, MIN(v) {w} AS lo, "
-              "MAX(c) {w} AS hi, SUM(v) FILTER (WHERE v > 50) {w} AS big")
+              "MAX(c) {w} AS hi, SUM(v) FILTER (WHERE v > 50) {w} AS big, AVG(m) {w} AS am, MAX(ts) {w} AS last")
 FRAMES = {"over_rows": "ROWS BETWEEN 3 PRECEDING AND CURRENT ROW",
           "over_range": "RANGE BETWEEN INTERVAL '4' SECOND PRECEDING AND CURRENT ROW"}
-SQL = "CREATE STREAM events (id BIGINT, k VARCHAR, v BIGINT, c VARCHAR, ts TIMESTAMP) " \
+SQL = "CREATE STREAM events (id BIGINT, k VARCHAR, v BIGINT, c VARCHAR, m DECIMAL(8, 2), ts TIMESTAMP) " \
       "WITH ('value.format' = 'json', 'timestamp' = 'ts', 'topic.partitions' = 2);\n" + "".join(
           f"CREATE STREAM {name} AS SELECT id, k, {AGGREGATES.format(w=f'OVER (PARTITION BY k ORDER BY ts {frame})')} "
           "FROM events WHERE c <> 'w';\n" for name, frame in FRAMES.items())
-COLUMNS = ("id", "k", "s", "n", "d", "a", "lo", "hi", "big")
+COLUMNS = ("id", "k", "s", "n", "d", "a", "lo", "hi", "big", "am", "last")
 
 
 def _rounds(seed: int = 7) -> tuple[list[list[dict]], set[int]]:
@@ -60,14 +61,16 @@ def _rounds(seed: int = 7) -> tuple[list[list[dict]], set[int]]:
 
 def _event(id_: int, key: str, value: int | None, category: str, t: int) -> dict:
     iso = datetime.fromtimestamp(t / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    return {"id": id_, "k": key, "v": value, "c": category, "ts": iso}
+    amount = round(id_ * 7.31 % 100, 2)  # a DECIMAL(8, 2): AVG is a DECIMAL(12, 6) on Spark, a DOUBLE in DuckDB
+    return {"id": id_, "k": key, "v": value, "c": category, "m": amount, "ts": iso}
 
 
 def _reference(sent: list[dict], late: set[int]) -> dict[str, dict[int, tuple]]:
     con = duckdb.connect()
-    con.execute("CREATE TABLE events (seq INT, id BIGINT, k VARCHAR, v BIGINT, c VARCHAR, ts TIMESTAMP)")
-    con.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
-                    [(i, e["id"], e["k"], e["v"], e["c"], datetime.fromisoformat(e["ts"].replace("Z", "")))
+    con.execute("CREATE TABLE events (seq INT, id BIGINT, k VARCHAR, v BIGINT, c VARCHAR, m DECIMAL(8, 2), "
+                "ts TIMESTAMP)")
+    con.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(i, e["id"], e["k"], e["v"], e["c"], Decimal(str(e["m"])), _time(e["ts"]))
                      for i, e in enumerate(sent) if e["id"] not in late and e["c"] != "w"])
     out = {}
     for name, frame in FRAMES.items():
@@ -78,8 +81,13 @@ def _reference(sent: list[dict], late: set[int]) -> dict[str, dict[int, tuple]]:
     return out
 
 
+def _time(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", ""))
+
+
 def _normal(row) -> tuple:
-    return tuple(round(float(v), 6) if isinstance(v, float) else v for v in row)
+    """Numbers with a fraction rounded to 6 places, times as naive UTC datetimes (DuckDB's TIMESTAMP)."""
+    return tuple(round(float(v), 6) if isinstance(v, (float, Decimal)) else v for v in row)
 
 
 def _dropped_by_watermark(spark, name: str) -> int:
@@ -108,8 +116,9 @@ def test_over_windows_match_duckdb_window_functions(spark, broker, tmp_path):
             value = json.loads(record["value"])
             if value["k"] == "flush":  # written once the watermark passes it, which the test does not wait for
                 continue
-            got[value["id"]] = _normal(
-                tuple(float(value[c]) if c == "a" and value.get(c) is not None else value.get(c) for c in COLUMNS))
+            got[value["id"]] = _normal(tuple(
+                _time(value[c]) if c == "last" else float(value[c]) if c in ("a", "am") and value.get(c) is not None
+                else value.get(c) for c in COLUMNS))
         assert not late & set(got), name  # late rows are dropped
         assert got == expected[name], name
         assert len(got) == len([e for r in rounds for e in r if e["id"] not in late and e["c"] != "w"])
