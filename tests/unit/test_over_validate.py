@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsflow.adapters.spark.over_state import aggregates, step
+from dsflow.adapters.spark.over_state import aggregates, step, timer_at
 from dsflow.adapters.spark.translate import query_spec
 from dsflow.load.project import check_project, load_project
 from support.projects import make_project
@@ -176,3 +176,9 @@ def test_aggregates_follow_sql_null_filter_and_decimal_rules():
                    "a5": "2.50"}
     assert json.loads(aggregates(rows[:1], specs)) == {"a0": None, "a1": None, "a2": "0", "a3": "1", "a4": "0",
                                                        "a5": None}
+
+
+def test_a_timer_fires_once_the_watermark_reaches_the_row_and_is_never_behind_it():
+    assert timer_at(5_000_500, 10) == 5_000  # 5,000.5 ms: fires once the watermark is 5,001 ms
+    assert timer_at(5_000_000, 10) == 4_999  # fires once the watermark is 5,000 ms, the row's time
+    assert timer_at(5_000_000, 4_999) == 5_000  # never at the watermark now: a later scan starts after it

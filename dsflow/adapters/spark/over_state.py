@@ -48,6 +48,13 @@ def step(pending: list[Row], frame: list[Row], arrived: Iterable[Row], watermark
     return pending, [r for r in frame if r[0] >= watermark - span], out
 
 
+def timer_at(t: int, watermark_ms: int) -> int:
+    """The timer (epoch ms) of a row waiting at `t` (epoch us): one ms before its time, which fires once the
+    watermark reaches it, and never at or before the watermark now: a later batch's timer scan may start after the
+    previous watermark, exclusive, and skip it (TransformWithStateExec before SPARK-56566)."""
+    return max(-(-t // 1000) - 1, watermark_ms + 1)
+
+
 def _place(row: Row) -> tuple[int, int, int]:
     return row[0], row[1], row[2]
 
@@ -126,8 +133,8 @@ def processor(over: dict) -> Any:
                 self.rows.update((json.dumps(pending), json.dumps(frame)))
             elif self.rows.exists():
                 self.rows.clear()
-            if pending:  # fires once the watermark reaches the first waiting row's time
-                self.handle.registerTimer(-(-pending[0][0] // 1000) - 1)
+            if pending:  # fires once the watermark reaches the first waiting row's time (timer_at)
+                self.handle.registerTimer(timer_at(pending[0][0], watermark_ms))
             return pd.DataFrame(out, columns=["row", "aggs"], dtype=object)
 
         def close(self) -> None:
