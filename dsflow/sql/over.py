@@ -95,8 +95,8 @@ def extract_over(select: exp.Expr, relations: dict[str, Relation], qualify_name,
     assert isinstance(source, exp.Table)  # _query_problem
     first = windows[0]
     spec = first.args["spec"]
-    preceding = int(spec.args["start"].name) if spec.args["kind"] == "ROWS" else \
-        milliseconds(normalized_duration(_interval_text(spec.args["start"])) or "0 ms")
+    duration = normalized_duration(_interval_text(spec.args["start"])) if spec.args["kind"] == "RANGE" else None
+    preceding = milliseconds(duration) if duration is not None else int(spec.args["start"].name)  # _frame_problem
     over = OverWindow(partition=tuple(c.name for c in first.args.get("partition_by") or []),
                       order=first.args["order"].expressions[0].this.name, frame=spec.args["kind"].lower(),
                       preceding=preceding)

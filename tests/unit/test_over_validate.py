@@ -182,3 +182,15 @@ def test_a_timer_fires_once_the_watermark_reaches_the_row_and_is_never_behind_it
     assert timer_at(5_000_500, 10) == 5_000  # 5,000.5 ms: fires once the watermark is 5,001 ms
     assert timer_at(5_000_000, 10) == 4_999  # fires once the watermark is 5,000 ms, the row's time
     assert timer_at(5_000_000, 4_999) == 5_000  # never at the watermark now: a later scan starts after it
+
+
+def test_an_insert_names_an_unnamed_over_aggregate_by_its_place_and_stores_it_as_the_sink_declares(tmp_path):
+    """Nexmark q6's spelling over a stream: `AVG(price) OVER (...)` without AS into a sink's BIGINT column."""
+    sql = ("CREATE STREAM sink (auction BIGINT, avg_price BIGINT) WITH ('value.format' = 'json');\n"
+           f"INSERT INTO sink SELECT auction, AVG(price) {RANGE} FROM bids;\n")
+    project = load_project(make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql}))
+    (query,) = project.queries
+    assert [(c.name, c.type) for c in query.output_columns] == [("auction", "BIGINT"), ("avg_price", "BIGINT")]
+    spec = query_spec(project, query, "v1", "/tmp/checkpoint", "/tmp/status")
+    assert spec.over is not None and spec.over.aggregates == [{"function": "avg", "type": "BIGINT"}]
+    assert spec.over.columns[:2] == [("auction", None), ("avg_price", 0)] and "OVER" not in spec.select_sql

@@ -33,8 +33,8 @@ def rewrite(select: exp.Select, over: OverWindow, alias: str, columns: tuple[Col
     outputs: list[tuple[str, int | None]] = []
     partition: list[exp.Expr] = []
     for projection in select.selects:
-        window = projection.this if isinstance(projection, exp.Alias) else None
-        if not isinstance(window, exp.Window):
+        window = _window_of(projection)
+        if window is None:
             items.append(projection.copy())
             outputs.append((projection.alias_or_name, None))
             continue
@@ -55,6 +55,15 @@ def rewrite(select: exp.Select, over: OverWindow, alias: str, columns: tuple[Col
         per_record.set("where", select.args["where"].copy())
     return per_record.sql(dialect="spark"), OverSpec(frame=over.frame, preceding=over.preceding,
                                                       aggregates=aggregates, columns=outputs)
+
+
+def _window_of(projection: exp.Expr) -> exp.Window | None:
+    """The OVER aggregate a projection is: `agg OVER (...) AS a`, or under the CAST an INSERT INTO's store
+    assignment puts around it (the sink's column type)."""
+    body = projection.this if isinstance(projection, exp.Alias) else None
+    if isinstance(body, exp.Cast):
+        body = body.this
+    return body if isinstance(body, exp.Window) else None
 
 
 def _parts(window: exp.Window) -> tuple[exp.Expr, exp.Expr | None, exp.Expr | None]:
@@ -97,7 +106,7 @@ def over_frame(spark, spec: OverSpec, records):
                             F.from_json("aggs", ", ".join(f"a{i} string" for i in range(len(spec.aggregates))))
                             .alias("__g"))
     out = [F.col(f"__r.`{name}`").alias(name) if index is None else
-           _typed(F.col(f"__g.a{index}"), spec.aggregates[index]["type"], _kind(records, f"__a{index}")).alias(name)
+           _typed(F.col(f"__g.a{index}"), spec.aggregates[index], records.schema[f"__a{index}"].dataType).alias(name)
            for name, index in spec.columns]
     return parsed.select(*out)
 
@@ -124,12 +133,34 @@ def _exact(frame, column: str):
     return F.col(column)
 
 
-def _typed(text, type_: str, argument_kind: str):
-    """An aggregate's text as its column's type (a TIMESTAMP or DATE from its epoch microseconds or days)."""
+def _typed(text, aggregate: dict[str, str], argument):
+    """An aggregate's text as its column's type: first as Spark types the aggregate of `argument` (its Spark type;
+    a TIMESTAMP or DATE from its epoch microseconds or days), then cast to the column's type (an INSERT INTO's
+    sink may declare another)."""
     from pyspark.sql import functions as F
 
-    if type_.upper().startswith("TIMESTAMP") and argument_kind in ("timestamp", "timestamp_ntz"):
-        return F.timestamp_micros(text.cast("long")).cast(type_)
-    if type_.upper() == "DATE" and argument_kind == "date":
-        return F.date_from_unix_date(text.cast("int"))
-    return text.cast(type_)
+    kind = argument.typeName()
+    function = aggregate["function"]
+    if function in ("min", "max") and kind in ("timestamp", "timestamp_ntz"):
+        value = F.timestamp_micros(text.cast("long")).cast(argument.simpleString())
+    elif function in ("min", "max") and kind == "date":
+        value = F.date_from_unix_date(text.cast("int"))
+    else:
+        value = text.cast(_natural(function, argument))
+    return value.cast(aggregate["type"])
+
+
+def _natural(function: str, argument) -> str:
+    """Spark's type of the aggregate `function` of an argument of Spark type `argument`."""
+    kind = argument.typeName()
+    if function.startswith("count"):
+        return "bigint"
+    if function in ("min", "max"):
+        return argument.simpleString()
+    if kind == "decimal":
+        precision, scale = (argument.precision + 10, argument.scale) if function == "sum" else \
+            (argument.precision + 4, argument.scale + 4)
+        return f"decimal({min(precision, 38)}, {min(scale, 38)})"
+    if function == "sum" and kind in ("byte", "short", "integer", "long"):
+        return "bigint"
+    return "double"
