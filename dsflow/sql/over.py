@@ -224,7 +224,7 @@ def _window_text(window: exp.Window) -> str:
     return bare.sql(dialect="spark").split("OVER", 1)[1].strip().strip("()")
 
 
-def _parts(window: exp.Window) -> tuple[exp.Expr, exp.Expr | None, exp.Expr | None]:
+def over_parts(window: exp.Window) -> tuple[exp.Expr, exp.Expr | None, exp.Expr | None]:
     """(the aggregate, its argument (None for COUNT(*)), its FILTER condition) of an OVER window."""
     filtered = window.this if isinstance(window.this, exp.Filter) else None
     function = filtered.this if filtered is not None else window.this
@@ -236,7 +236,7 @@ def _parts(window: exp.Window) -> tuple[exp.Expr, exp.Expr | None, exp.Expr | No
 def _placeholder(window: exp.Window) -> exp.Expr:
     """An expression of the aggregate's argument and FILTER, typed as the argument (COUNT: a BIGINT):
     `x`, `CASE WHEN c THEN x END`; COUNT: `CAST(NULL AS BIGINT)`, `CASE WHEN [(c) AND] x IS NULL THEN ... END`."""
-    function, argument, condition = _parts(window)
+    function, argument, condition = over_parts(window)
     if isinstance(function, exp.Count):
         bigint = exp.cast(exp.Null(), "BIGINT")
         tests = [t for t in (exp.paren(condition.copy()) if condition is not None else None,
@@ -254,7 +254,7 @@ def _placeholder(window: exp.Window) -> exp.Expr:
 
 def _unplaced(placeholder: exp.Expr, window: exp.Window) -> tuple[exp.Expr | None, exp.Expr | None]:
     """(the qualified argument, the qualified FILTER condition) of the placeholder of `window` (_placeholder)."""
-    function, argument, condition = _parts(window)
+    function, argument, condition = over_parts(window)
     if not isinstance(placeholder, exp.Case):
         return (placeholder.copy() if argument is not None else None), None
     test, value = placeholder.args["ifs"][0].this, placeholder.args["ifs"][0].args["true"]
@@ -281,7 +281,7 @@ def restore_over(qualified: exp.Select, extracted: Extracted | None, where, repo
         placeholder = projection.this
         argument, condition = _unplaced(placeholder, window)
         window = window.copy()
-        function, written, written_condition = _parts(window)
+        function, written, written_condition = over_parts(window)
         if argument is not None and written is not None:
             written.replace(argument)
         if condition is not None and written_condition is not None:

@@ -17,8 +17,9 @@ from sqlglot import exp
 from dsflow.adapters.spark.frames import OFFSET, PARTITION
 from dsflow.adapters.spark.retract_state import ROCKSDB, STATE_PROVIDER
 from dsflow.adapters.spark.spec import OverSpec
-from dsflow.adapters.spark.topn import JSON_TIMES
+from dsflow.adapters.spark.topn import JSON_TIMES, _exact
 from dsflow.core.model import Column, OverWindow
+from dsflow.sql.over import over_parts
 
 PARTITION_KEY = "__p"
 FUNCTIONS: dict[type[exp.Expr], str] = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
@@ -39,7 +40,7 @@ def rewrite(select: exp.Select, over: OverWindow, alias: str, columns: tuple[Col
             outputs.append((projection.alias_or_name, None))
             continue
         index = len(aggregates)
-        function, argument, condition = _parts(window)
+        function, argument, condition = over_parts(window)
         items += [(argument.copy() if argument is not None else exp.Null()).as_(f"__a{index}"),
                   (exp.func("COALESCE", exp.paren(condition.copy()), exp.false()) if condition is not None
                    else exp.true()).as_(f"__f{index}")]
@@ -64,14 +65,6 @@ def _window_of(projection: exp.Expr) -> exp.Window | None:
     if isinstance(body, exp.Cast):
         body = body.this
     return body if isinstance(body, exp.Window) else None
-
-
-def _parts(window: exp.Window) -> tuple[exp.Expr, exp.Expr | None, exp.Expr | None]:
-    filtered = window.this if isinstance(window.this, exp.Filter) else None
-    function = filtered.this if filtered is not None else window.this
-    argument = function.this.expressions[0] if isinstance(function.this, exp.Distinct) else function.this
-    return function, None if isinstance(argument, exp.Star) else argument, \
-        filtered.expression.this if filtered is not None else None
 
 
 def _function(function: exp.Expr) -> str:
@@ -119,18 +112,6 @@ def _number(frame, column: str) -> str | None:
     kind = _kind(frame, column)
     return "decimal" if kind == "decimal" else "double" if kind in ("double", "float") else \
         "integral" if kind in ("byte", "short", "integer", "long") else None
-
-
-def _exact(frame, column: str):
-    """An argument as the state holds it exactly: a TIMESTAMP as epoch microseconds, a DATE as epoch days."""
-    from pyspark.sql import functions as F
-
-    kind = _kind(frame, column)
-    if kind in ("timestamp", "timestamp_ntz"):
-        return F.unix_micros(F.col(column).cast("timestamp"))
-    if kind == "date":
-        return F.unix_date(F.col(column))
-    return F.col(column)
 
 
 def _typed(text, aggregate: dict[str, str], argument):
