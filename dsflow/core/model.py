@@ -259,6 +259,19 @@ class TopN(Frozen):
         return self.partition + ((self.rank_column,) if self.limit > 1 and self.rank_column else ())
 
 
+class OverWindow(Frozen):
+    """Aggregates OVER (PARTITION BY ... ORDER BY <event time> ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW) over
+    one stream (sql/over.py; on Spark adapters/spark/over.py): one output row per input row, in event-time order
+    once the watermark passes it. select_sql holds each aggregate's window as the projection it names."""
+
+    partition: tuple[str, ...] = Field(description="the PARTITION BY columns of the source; () for one partition")
+    order: str = Field(description="the ORDER BY column: the source's event time")
+    frame: Literal["rows", "range"] = Field(description="ROWS: the current row and `preceding` rows before it; "
+                                                        "RANGE: the rows whose time is at most `preceding` ms "
+                                                        "before the current row's (its peers included)")
+    preceding: int = Field(description="ROWS: how many rows before the current one; RANGE: milliseconds")
+
+
 HIDDEN_RANK = "__rank"
 """The name of the ROW_NUMBER projection in a top-N query's select_sql when the SELECT does not select the rank."""
 
@@ -335,6 +348,7 @@ class Query(Frozen):
         "interval joins of streams (after an interval join only), then temporal joins of changelogs; after a join "
         "of two changelogs (changelog_join), joins of more changelogs")
     top_n: TopN | None = Field(None, description="ROW_NUMBER top-N or deduplication per key (sql/topn.py)")
+    over: OverWindow | None = Field(None, description="bounded OVER aggregates, one row per input row (sql/over.py)")
     regular_joins: tuple[RegularJoin, ...] = Field(
         (), description="joins of streams without WITHIN, in order (INNER, on an equality; no event time, no "
         "watermark): Spark keeps every row of their inputs in state, for ever")

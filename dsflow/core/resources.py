@@ -280,6 +280,9 @@ def _stateful_data(query) -> dict[str, Any]:
         data["changelog_join"] = query.changelog_join.model_dump(mode="json")  # lists, as read back from state
     if query.top_n is not None:
         data["top_n"] = query.top_n.model_dump(mode="json")
+    if query.over is not None:  # sql/over.py: its rows wait for the watermark
+        data["over"] = query.over.model_dump(mode="json")
+        data["watermark_delay"] = query.watermark_delay
     if query.delivery_guarantee != "at-least-once":
         data["delivery_guarantee"] = query.delivery_guarantee
     if query.nested:  # subqueries (sql/nested.py): their SQL is not in the query's own

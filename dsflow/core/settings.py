@@ -59,7 +59,7 @@ class Setting:
 _I, _SC, _SZ, _R = SettingClass.IDENTITY, SettingClass.SCHEMA, SettingClass.SIZING, SettingClass.RESTARTS
 _Q, _O, _P, _N = SettingClass.QUERY, SettingClass.OVERRIDE, SettingClass.IN_PLACE, SettingClass.NOT_DEPLOYED
 _SQL = ("statement", "sink", "sources", "select", "output_columns", "stateful", "output_mode", "key_columns",
-        "window", "join_within", "deletes", "temporal_join", "changelog_join", "join_chain", "top_n",
+        "window", "join_within", "deletes", "temporal_join", "changelog_join", "join_chain", "top_n", "over",
         "regular_joins", "nested")
 _TABLE = ("topic", "table_options")
 

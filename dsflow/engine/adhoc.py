@@ -148,6 +148,10 @@ def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
         raise ProjectError(diagnostics=[Diagnostic("DSF-E193", "following a join of two changelogs is not supported "
                                                    "yet", where, hint="deploy it as CREATE CHANGELOG ... AS SELECT, "
                                                    "then follow that changelog: SELECT * FROM it")])
+    if analysed.over is not None:  # its stateful stage runs in deployed queries only (adapters/spark/over.py)
+        raise ProjectError(diagnostics=[Diagnostic("DSF-E193", "following an OVER aggregation is not supported yet",
+                                                   where, hint="deploy it as CREATE STREAM ... AS SELECT, then "
+                                                   "follow that stream: SELECT * FROM it")])
     if analysed.top_n is not None:  # its stateful stage runs in deployed queries only
         raise ProjectError(diagnostics=[Diagnostic("DSF-E193", "following a ROW_NUMBER top-N is not supported yet",
                                                    where, hint="deploy it as CREATE CHANGELOG ... AS SELECT, then "

@@ -675,7 +675,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  deserialization_errors=_deserialization_errors(st, report),
                  deletes=_deletes(sources, sink, analysed, ns), temporal_join=analysed.temporal,
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain, top_n=analysed.top_n,
-                 regular_joins=analysed.regular,
+                 over=analysed.over, regular_joins=analysed.regular,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
                  functions=_called(analysed, ns), nested=analysed.nested, location=st.location)
     if query.regular_joins:  # DSF-W001: its state grows without bound

@@ -13,6 +13,7 @@
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
     FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM rel) WHERE rn <= N     (sql/topn.py)
     FROM TUMBLE(a, ..) [LEFT] JOIN b WITHIN .. ON .. GROUP BY window_start, window_end, ..  (sql/windowed_join.py)
+    SELECT ..., AGG(x) OVER (PARTITION BY k ORDER BY t ROWS|RANGE BETWEEN .. PRECEDING AND CURRENT ROW) (sql/over.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.
 """
@@ -56,6 +57,7 @@ from dsflow.sql.ctes import inline_ctes
 from dsflow.sql.unions import analyse_union
 from dsflow.sql.unnest import extract_unnest, restore_unnest
 from dsflow.sql.topn import extract_top_n, restore_top_n
+from dsflow.sql.over import extract_over, restore_over
 
 Report = Callable[[Diagnostic], None]
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
@@ -93,8 +95,9 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return analyse_union(path, st, select, relations, qualify_name, report, analyse_select)
     if not flink_windows.resolve(select, relations, qualify_name, where, report):  # Flink's window syntax
         return None
-    top = extract_top_n(select, relations, qualify_name, where, report)  # ROW_NUMBER top-N: sql/topn.py
-    if top is False:
+    over = extract_over(select, relations, qualify_name, where, report)  # OVER aggregates: sql/over.py
+    top = extract_top_n(select, relations, qualify_name, where, report) if over is None else None  # sql/topn.py
+    if top is False or over is False:
         return None
     if nested.reads_subqueries(select):  # windowed aggregations in subqueries: each resolved as its own SELECT
         return nested.analyse_nested(path, st, select, relations, qualify_name, report, analyse_select)
@@ -153,7 +156,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if join and shape[0] and not chained and not windowed_join.check_aggregation(  # sql/windowed_join.py
             None if temporal else join[0], join[1], window is not None, bool(later), st.location, report):
         return None  # (a changelog join is aggregated with retractions: retract.py)
-    columns = _output_columns(qualified, st, report)
+    columns = _output_columns(qualified, st, report) if restore_over(qualified, over, where, report) else None
     if columns is None:
         return None
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
@@ -164,7 +167,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
                     aggregated=shape[0], group_keys=shape[1], window=window or None,
                     join_within=join[0] if join and interval else None,
                     join_side=join[1] if join and interval else None, temporal=temporal,
-                    changelog_join=chained, chain=later, top_n=top.top_n if top else None, regular=regular)
+                    changelog_join=chained, chain=later, top_n=top.top_n if top else None, regular=regular,
+                    over=over.over if over else None)
 
 
 def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join, places: tuple[Location, ...],

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from dsflow.core.model import (
     ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Nested, RegularJoin, Source,
-    TemporalJoin, TopN, Window,
+    OverWindow, TemporalJoin, TopN, Window,
 )
 from dsflow.errors import Location
 
@@ -121,6 +121,7 @@ class Analysed:
     changelog_join: ChangelogJoin | None = None
     chain: tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...] = ()
     top_n: TopN | None = None
+    over: OverWindow | None = None
     regular: tuple[RegularJoin, ...] = ()
     nested: tuple[Nested, ...] = ()
     """Windowed aggregations read as subqueries (sql/nested.py)."""
@@ -138,4 +139,5 @@ class Analysed:
     def stateful(self) -> bool:
         return (self.aggregated or self.join_within is not None or self.temporal is not None
                 or self.changelog_join is not None or self.top_n is not None or bool(self.regular)
+                or self.over is not None
                 or bool(self.nested))

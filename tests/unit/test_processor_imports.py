@@ -11,7 +11,7 @@ import sys
 import pytest
 from pyspark import cloudpickle
 
-from dsflow.adapters.spark import changelog_join_state, retract_state, topn_state
+from dsflow.adapters.spark import changelog_join_state, over_state, retract_state, topn_state
 from dsflow.adapters.spark.join_chain import _processor
 from dsflow.adapters.spark.spec import ChainStepSpec
 
@@ -37,7 +37,8 @@ def _chain_step() -> object:
     lambda: changelog_join_state.processors("full", False)[1],
     _chain_step,
     lambda: topn_state.processor(10, [True], [False]),
-], ids=["retract-by-key", "retract-by-group", "join-by-row", "join-by-key", "join-chain-step", "top-n"])
+    lambda: over_state.processor({"frame": "rows", "preceding": 3, "aggregates": [{"function": "sum"}]}),
+], ids=["retract-by-key", "retract-by-group", "join-by-row", "join-by-key", "join-chain-step", "top-n", "over"])
 def test_a_processor_unpickles_without_pandas_sqlglot_or_pydantic(make):
     done = subprocess.run([sys.executable, "-c", UNPICKLE.format(heavy=HEAVY)], input=cloudpickle.dumps(make()),
                           capture_output=True, timeout=120)

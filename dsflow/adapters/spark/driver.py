@@ -85,6 +85,10 @@ def build_result(spark, spec: QuerySpec):
         from dsflow.adapters.spark.topn import ranked_frame
 
         result = ranked_frame(spark, spec.top_n, result)
+    if spec.over is not None:  # OVER aggregates: select_sql gives their per-record rows (adapters/spark/over.py)
+        from dsflow.adapters.spark.over import over_frame
+
+        result = over_frame(spark, spec.over, result)
     if spec.retract is not None:  # GROUP BY over a changelog: select_sql gives its per-change rows
         retracted_view(spark, spec.retract, result)
         result = spark.sql(spec.retract.post_sql)

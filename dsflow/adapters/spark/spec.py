@@ -248,6 +248,21 @@ class TopNSpec(BaseModel):
     nulls_first: list[bool] = Field(description="per ORDER BY item")
 
 
+class OverSpec(BaseModel):
+    """Bounded OVER aggregates (adapters/spark/over.py): select_sql gives one row per source record (__p, __ts,
+    __part, __off, __a<i> and __f<i> per aggregate, the other output columns); the stateful stage writes each once
+    the watermark passes it, with its aggregates."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    frame: Literal["rows", "range"]
+    preceding: int = Field(description="ROWS: rows before the current one; RANGE: milliseconds before its time")
+    aggregates: list[dict[str, str]] = Field(description="per __a<i>: function (sum, avg, min, max, count, "
+                                             "count_star, count_distinct) and type (its column's Spark type)")
+    columns: list[tuple[str, int | None]] = Field(description="the output columns in order: (name, the index of its "
+                                                  "aggregate, or None for a column of the per-record SELECT)")
+
+
 class FunctionSpec(BaseModel):
     """A user-defined function the query calls (adapters/spark/udfs.py registers it before the SELECT is planned)."""
 
@@ -282,6 +297,7 @@ class QuerySpec(BaseModel):
     changelog_join: ChangelogJoinSpec | None = None
     chain: JoinChainSpec | None = None
     top_n: TopNSpec | None = None
+    over: OverSpec | None = None
     expectations: list[ExpectationSpec] = Field(default_factory=list, description="checked on every result row "
                                                 "(adapters/spark/expectations.py)")
     functions: list[FunctionSpec] = Field(default_factory=list, description="the user-defined functions it calls")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
+import sqlglot
 from sqlglot import exp
 
 from dsflow.core.engines import StartAt
@@ -18,7 +19,7 @@ from dsflow.adapters.spark.spec import (
     RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, ExpectationSpec, FunctionSpec, JoinChainSpec,
     QuerySpec,
     RetractSpec,
-    SinkSpec, SourceSpec, TemporalSpec, TopNSpec,
+    SinkSpec, SourceSpec, TemporalSpec, TopNSpec, OverSpec,
 )
 from dsflow.adapters.spark.nested import nested_select, source_window, windowed_join
 from dsflow.adapters.spark.unions import union_select
@@ -84,7 +85,7 @@ def spark_select(query: Query, project: Project | None = None) -> str:
         _deletes(select, query)
     _having(select, query)
     for count in list(select.find_all(exp.Count)):
-        if isinstance(count.this, exp.Distinct):
+        if isinstance(count.this, exp.Distinct) and count.find_ancestor(exp.Window) is None:  # OVER: over.py
             count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
     if project is not None and carries_position(project, query):  # for DEAD LETTER expectations' headers
         alias = query.sources[0].alias
@@ -148,6 +149,18 @@ def top_n_spec(project: Project, query: Query) -> tuple[str, TopNSpec] | None:
     assert source is not None  # a loaded project's sources name its relations
     return rank_rewrite(_over_views(query, project), query.top_n, query.sources[0].alias,
                         source.primary_key if source.kind == "changelog" else None)
+
+
+def over_spec(project: Project, query: Query) -> tuple[str, OverSpec] | None:
+    """Bounded OVER aggregates (adapters/spark/over.py): (the per-record SELECT, the spec); else None."""
+    if query.over is None:
+        return None
+    from dsflow.adapters.spark.over import rewrite as over_rewrite
+
+    columns = tuple(c.model_copy(update={"type": spark_type(c.type)}) for c in query.output_columns)
+    select = sqlglot.parse_one(spark_select(query, project), read="spark")
+    assert isinstance(select, exp.Select)  # an OVER query's SELECT (sql/over.py)
+    return over_rewrite(select, query.over, query.sources[0].alias, columns)
 
 
 def array_subscripts(select: exp.Query, query: Query, project: Project | None) -> exp.Query:
@@ -287,7 +300,7 @@ def event_time_sql(relation: Relation, timestamp: str | None = None) -> str:
 def source_specs(project: Project, query: Query, start: StartAt | None = None) -> list[SourceSpec]:
     start = start or StartAt()
     timed = query.window is not None or query.join_within is not None or query.temporal_join is not None \
-        or bool(query.nested)
+        or bool(query.nested) or query.over is not None
     unwatermarked = query.temporal_join is not None or _stream_chain(query)  # a changelog's records are never late
     sources = []
     for index, source in enumerate(query.sources):
@@ -299,7 +312,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
         if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
             read["on_error"] = query.deserialization_errors
-        if carries_position(project, query) or query.top_n is not None:  # top-N: ties by place (topn_state.py)
+        if carries_position(project, query) or query.top_n is not None or query.over is not None:  # ties by place
             read["keep_position"] = True
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
@@ -402,7 +415,7 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
                start: StartAt | None = None) -> QuerySpec:
     """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
     sink = sink_spec(project, query)
-    retract, top_n = retract_spec(project, query), top_n_spec(project, query)
+    retract, top_n, over = retract_spec(project, query), top_n_spec(project, query), over_spec(project, query)
     if retract is not None or top_n is not None or (query.window and query.window.kind == "session"):
         # retract: its deletes are rows of __keep false, appended as a changelog filter's are; a session window:
         # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions)
@@ -419,9 +432,9 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
         sources=[s.model_copy(update={"dlq_topic": None, "on_error": None}) if realtime else s
                  for s in source_specs(project, query, start)], sink=sink,  # real-time: from_json on the JVM
-        select_sql=retract[0] if retract else top_n[0] if top_n else spark_select(query, project),
+        select_sql=retract[0] if retract else top_n[0] if top_n else over[0] if over else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
-        top_n=top_n[1] if top_n else None,
+        top_n=top_n[1] if top_n else None, over=over[1] if over else None,
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
         expectations=expectation_specs(query), functions=function_specs(project, query),
         async_checkpoint=not realtime and project.runtime.async_checkpoint and not query.stateful
