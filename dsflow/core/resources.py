@@ -285,6 +285,8 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.nested:  # subqueries (sql/nested.py): their SQL is not in the query's own
         data["nested"] = [n.model_dump(mode="json", exclude={"sources"}) for n in query.nested]
         data["watermark_delay"] = query.watermark_delay
+    if query.stacked is not None:  # a subquery (sql/stacked.py): its SQL is not in the query's own
+        data["stacked"] = query.stacked.model_dump(mode="json", exclude={"sources"})
     return data
 
 

@@ -101,15 +101,16 @@ def _changes(frame, which: int, keys: list, pk_json, offset, alive, row):
                         F.when(alive, row).alias("row"))
 
 
-def _source_changes(spark, view: str, which: int, keys: list[str], pk: list[str]):
-    """A changelog's records (its source view: columns, __offset, __deleted) as one side's changes."""
+def _source_changes(spark, view: str, which: int, keys: list[str], pk: list[str], streams: bool = False):
+    """A changelog's records (its source view: columns, __offset, __deleted) as one side's changes; a stream's
+    (`streams`: pk its place, __partition and __offset) are rows that are never deleted."""
     from pyspark.sql import functions as F
 
     frame = spark.table(view)
     row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in frame.columns if not c.startswith("__")]))
     return _changes(frame, which, [F.col(f"`{c}`").cast("string") for c in keys],
                     F.to_json(F.array(*[F.col(f"`{c}`").cast("string") for c in pk])), F.col("__offset"),
-                    ~F.col("__deleted"), row)
+                    F.lit(True) if streams else ~F.col("__deleted"), row)
 
 
 def _rows_changes(frame, aliases: list[str], step: ChangelogStepSpec):
@@ -138,8 +139,8 @@ def joined_view(spark, spec: ChangelogJoinSpec) -> None:
     from pyspark.sql.types import StructType
 
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
-    joined = _joined(_source_changes(spark, spec.left_view, LEFT, spec.left_keys, spec.left_pk),
-                     _source_changes(spark, spec.right_view, RIGHT, spec.right_keys, spec.right_pk),
+    joined = _joined(_source_changes(spark, spec.left_view, LEFT, spec.left_keys, spec.left_pk, spec.streams),
+                     _source_changes(spark, spec.right_view, RIGHT, spec.right_keys, spec.right_pk, spec.streams),
                      spec.side, spec.keyed_by_left)
     frame = joined.select(F.from_json("lv", spec.left_ddl).alias(spec.left_alias),
                           F.from_json("rv", spec.right_ddl).alias(spec.right_alias), F.col("keep").alias(ALIVE),
