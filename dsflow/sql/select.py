@@ -12,6 +12,8 @@
         MAX_BY(value, ordering), MIN_BY(value, ordering)            with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
     FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM rel) WHERE rn <= N     (sql/topn.py)
+    GROUP BY or ROW_NUMBER over a regular join of two streams (run as a join of changelogs: sql/keyed_join.py)
+    SELECT k, AVG(m) FROM (SELECT k, MAX(x) AS m FROM rel GROUP BY id, k) q GROUP BY k      (sql/stacked.py)
     FROM TUMBLE(a, ..) [LEFT] JOIN b WITHIN .. ON .. GROUP BY window_start, window_end, ..  (sql/windowed_join.py)
 
 Anything else that needs state (RIGHT JOIN, window functions, UNION, ...) is DSF-E045 with its place.

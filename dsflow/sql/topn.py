@@ -4,7 +4,9 @@
                       FROM rel [WHERE ...]) [AS q]
     WHERE rn <= N | rn < N | rn = 1
 
-The subquery reads one stream or changelog (no join, no GROUP BY); the outer WHERE is the rank filter alone. The
+The subquery reads one stream or changelog, or a regular join of two streams (Nexmark q9: `FROM auction A, bid B
+WHERE A.id = B.auction AND ...`, run as sql/keyed_join.py says; `A.*` selects A's columns), without GROUP BY; the
+outer WHERE is the rank filter alone. The
 result is a changelog keyed by the PARTITION BY columns (N = 1: the top row per key; `ORDER BY t DESC` keeps the
 latest) or by them and the rank column (N > 1: one row per rank). Over a changelog, a row updated or deleted
 changes the ranking: a deleted top row gives way to the next one, and a rank left without a row is deleted.
@@ -18,7 +20,7 @@ SELECT (select_sql). Spark runs it (adapters/spark/topn.py).
               gives it too for a sink that is not a changelog keyed by the partition columns [and the rank])
 
 Whether a SELECT is this shape is decided by its outer FROM: a subquery whose SELECT projects ROW_NUMBER() OVER
-(...) and reads one relation. Any other ROW_NUMBER (over a join, at the top level, ...) stays DSF-E045
+(...) and reads relations (one, or a join of them). Any other ROW_NUMBER (at the top level, ...) stays DSF-E045
 (sql/select.py), with a hint that gives this shape.
 """
 
