@@ -45,6 +45,16 @@ def check_two(select: exp.Select, tables: list[exp.Table], where, report: Report
     return False
 
 
+def refuse_ranked(select: exp.Select, tables: list[exp.Table], found: dict, where, report: Report) -> None:
+    """DSF-E045 at the join: a ROW_NUMBER over a join ranks a regular join of two streams only, not an interval,
+    temporal or changelog join."""
+    kinds = " and a ".join(found[id(t)].kind for t in tables)
+    report(Diagnostic("DSF-E045", f"ROW_NUMBER over this join (of a {kinds}) is not supported: it ranks a regular "
+                      "join of two streams (INNER, no WITHIN) only", where(select.args["joins"][0]),
+                      hint="write the join into a stream or changelog (CREATE ... AS SELECT), and rank that relation "
+                      "in another query"))
+
+
 def keyed_join(qualified: exp.Select, aliases: tuple[str, str], where,
                report: Report) -> tuple[ChangelogJoin, RegularJoin] | None:
     """The join as a join of changelogs (streams=True), its ON cut to the equalities of both sides (the rest ANDed

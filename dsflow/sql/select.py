@@ -137,8 +137,12 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     chain.comma_join(select, tables, found)  # FROM a, b WHERE a.k = b.k: an inner join
     join = _check_join(select, tables, found, where, st, report)
-    if join and join[0] == chain.REGULAR and keyed_join.applies(select, tables, bool(top)):  # sql/keyed_join.py
+    keyed = bool(join) and join[0] == chain.REGULAR and keyed_join.applies(select, tables, bool(top))
+    if keyed:  # aggregated or ranked: run as a join of changelogs (sql/keyed_join.py)
         join = (cj.CHANGELOG_JOIN, "INNER") if keyed_join.check_two(select, tables, where, report) else False
+    elif top and join:  # a ROW_NUMBER over another join
+        keyed_join.refuse_ranked(select, tables, found, where, report)
+        return None
     places = tuple(where(j) for j in select.args["joins"]) if join and join[0] == chain.REGULAR else ()  # unqualified
     if join is False or not system_time(tables, found, options, join is not None and join[0] == TEMPORAL, where,
                                         report):

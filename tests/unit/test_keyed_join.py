@@ -80,3 +80,10 @@ def test_an_aggregating_subquery_must_be_aggregated_by_the_query_around_it(tmp_p
 def test_an_aggregated_join_of_streams_is_a_changelog_not_a_stream(tmp_path):
     sql = "CREATE STREAM s AS SELECT A.id, COUNT(*) AS n FROM auction A JOIN bid B ON A.id = B.auction GROUP BY A.id;\n"
     assert [code for code, *_ in _found(tmp_path, sql)] == ["DSF-E046"]
+
+
+def test_a_ranking_of_another_join_is_refused_at_the_join(tmp_path):
+    """ROW_NUMBER ranks a regular join of two streams only: over an interval join, DSF-E045 at its JOIN."""
+    sql = ("CREATE CHANGELOG c AS SELECT id, price FROM (SELECT A.id, B.price, ROW_NUMBER() OVER (PARTITION BY A.id\n"
+           "  ORDER BY B.price DESC) AS rn FROM auction A JOIN bid B WITHIN 1 HOUR ON A.id = B.auction) WHERE rn = 1;")
+    assert _found(tmp_path, sql) == [("DSF-E045", 2, 52)]
