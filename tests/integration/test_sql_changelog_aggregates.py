@@ -280,8 +280,8 @@ KEYED = {  # name: (SELECT, key columns): Nexmark q4 and q9, over the two stream
                f"{BOUNDED}) WHERE rn <= 1", ("id",)),
     # an aggregation of an aggregation of one stream (each record a row keyed by its place): a bidder's bids, and
     # the most on one auction, as a count per (bidder, auction) grows (its old count retracted from the SUM)
-    "most_bids": ("SELECT Q.bidder, SUM(Q.n) AS bids, MAX(Q.n) AS most FROM (SELECT bidder, auction, COUNT(*) AS n FROM bid "
-                  "GROUP BY bidder, auction) Q GROUP BY Q.bidder", ("bidder",)),
+    "most_bids": ("SELECT Q.bidder, SUM(Q.n) AS bids, MAX(Q.n) AS most FROM (SELECT bidder, auction, COUNT(*) AS n "
+                  "FROM bid GROUP BY bidder, auction) Q GROUP BY Q.bidder", ("bidder",)),
 }
 KEYED_TABLES = {"auction": "id BIGINT, category BIGINT, dateTime TIMESTAMP, expires TIMESTAMP",
                 "bid": "auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP"}
@@ -306,9 +306,9 @@ AUCTION_ROUNDS = [  # (auctions, bids) per micro-batch
      [_bid(1, 10, 100, 10), _bid(2, 11, 50, 20), _bid(3, 12, 70, 60), _bid(4, 13, 500, 30), _bid(1, 14, 1000, 150),
       _bid(3, 15, 900, 40)]),
     # auction 4 joins its earlier bid (category 2's AVG moves); auction 1's MAX grows (100 retracted from category
-    # 1's AVG, its winner replaced: bidder 10 bids again, and a third time lower, which changes nothing); auction 2 gets an equal price earlier
-    # (the earlier bid wins the tie); auction 3's MAX grows (9999 is after its end); auction 5 has no bid in its
-    # bounds: no row
+    # 1's AVG, its winner replaced: bidder 10 bids again, and a third time lower, which changes nothing); auction 2
+    # gets an equal price earlier (the earlier bid wins the tie); auction 3's MAX grows (9999 is after its end);
+    # auction 5 has no bid in its bounds: no row
     ([_auction(4, 2, 0, 100), _auction(5, 3, 0, 10)],
      [_bid(1, 10, 300, 90), _bid(2, 17, 50, 15), _bid(3, 18, 9999, 201), _bid(1, 10, 200, 95), _bid(3, 10, 80, 199),
       _bid(5, 21, 5, 11)]),
@@ -318,9 +318,9 @@ AUCTION_ROUNDS = [  # (auctions, bids) per micro-batch
 @pytest.mark.integration
 def test_q4_and_q9_over_a_regular_join_of_streams_equal_duckdb_after_every_batch(broker, spark):
     """Nexmark q4 (AVG per category of each auction's MAX bid in its time bounds), q9 (each auction's top bid,
-    ties by the earlier bid) and an aggregation of an aggregation of one stream over two micro-batches of one running query each: after each, the changelogs equal
-    DuckDB's answer over every record so far, as bids raise a MAX (retracted from the AVG), arrive before their
-    auction, or fall outside its bounds."""
+    ties by the earlier bid) and an aggregation of an aggregation of one stream, over two micro-batches of one
+    running query each: after each, the changelogs equal DuckDB's answer over every record so far, as bids raise a
+    MAX (retracted from the AVG), arrive before their auction, or fall outside its bounds."""
     work = Path(tempfile.mkdtemp(prefix="dsflow-keyed-"))
     sql = AUCTIONS + "".join(f"CREATE CHANGELOG {name} AS {select};\n" for name, (select, _) in KEYED.items())
     project = streaming_project(work, broker, sql)
