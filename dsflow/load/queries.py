@@ -465,7 +465,7 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
                           "columns, not a stream", st.location,
                           hint="use CREATE CHANGELOG ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
-    if analysed.changelog_join is not None and not (analysed.changelog_join.streams and st.kind != "stream"):
+    if analysed.changelog_join is not None and not analysed.changelog_join.streams:  # streams: aggregated or ranked
         from dsflow.sql.changelog_join import check_sink
 
         return check_sink(st.kind if st.kind != "stream" else "a stream", fqn, st.location, report)

@@ -30,7 +30,7 @@ from dsflow.sql.changelog_join import conjuncts
 Report = Callable[[Diagnostic], None]
 
 
-def applies(select: exp.Select, tables: list[exp.Table], ranked: bool) -> bool:
+def applies(select: exp.Select, ranked: bool) -> bool:
     """Whether the SELECT aggregates (GROUP BY, or an aggregate) or ranks (ROW_NUMBER top-N) its regular join."""
     return ranked or select.args.get("group") is not None or select.find(exp.AggFunc) is not None
 

@@ -87,3 +87,8 @@ def test_a_ranking_of_another_join_is_refused_at_the_join(tmp_path):
     sql = ("CREATE CHANGELOG c AS SELECT id, price FROM (SELECT A.id, B.price, ROW_NUMBER() OVER (PARTITION BY A.id\n"
            "  ORDER BY B.price DESC) AS rn FROM auction A JOIN bid B WITHIN 1 HOUR ON A.id = B.auction) WHERE rn = 1;")
     assert _found(tmp_path, sql) == [("DSF-E045", 2, 52)]
+
+
+def test_a_ranked_join_of_streams_into_a_stream_is_refused_with_the_changelog_it_makes(tmp_path):
+    sql = WINNER.replace("CREATE CHANGELOG winner", "CREATE STREAM winner")
+    assert [code for code, *_ in _found(tmp_path, sql)] == ["DSF-E187"]

@@ -36,9 +36,9 @@ KEEP = "__keep"
 TEMPORAL_ALIAS = "__tj"
 ROWS = "__rows"
 SOURCE_PARTITION, SOURCE_OFFSET = "__src_partition", "__src_offset"
+"""The source record's place, carried to the rows of a query whose DEAD LETTER expectations name it."""
 PLACE = ("__partition", "__offset")
 """A stream record's place in its source: its key in a join of streams that is aggregated or ranked."""
-"""The source record's place, carried to the rows of a query whose DEAD LETTER expectations name it."""
 
 
 def spark_type(sql_type: str) -> str:
