@@ -137,8 +137,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     chain.comma_join(select, tables, found)  # FROM a, b WHERE a.k = b.k: an inner join
     join = _check_join(select, tables, found, where, st, report)
-    keyed = bool(join) and join[0] == chain.REGULAR and keyed_join.applies(select, bool(top))
-    if keyed:  # aggregated or ranked: run as a join of changelogs (sql/keyed_join.py)
+    if join and join[0] == chain.REGULAR and keyed_join.applies(select, bool(top)):  # run as a join of changelogs
         join = (cj.CHANGELOG_JOIN, "INNER") if keyed_join.check_two(select, tables, where, report) else False
     elif top and join:  # a ROW_NUMBER over another join
         keyed_join.refuse_ranked(select, tables, found, where, report)
