@@ -226,6 +226,9 @@ class ChangelogJoin(Frozen):
     left_key: tuple[str, ...] = Field(description="output columns that are the left's primary key columns")
     right_key: tuple[str, ...] = Field((), description="output columns that are the right's primary key columns "
                                        "(only when not keyed_by_left)")
+    streams: bool = Field(False, description="both sides are streams (a regular join that is aggregated or ranked in "
+                          "the same query, sql/keyed_join.py): each record is a row keyed by its place (partition, "
+                          "offset), never updated nor deleted")
 
 
 class ChainedChangelogJoin(Frozen):
@@ -293,6 +296,20 @@ class Nested(Frozen):
     stream_bound: tuple[int, int] | None = Field(None, description="joined with a stream: the stream's event time "
                                                  "lies between its window's end plus these milliseconds (lower, "
                                                  "upper), by the query's conditions (sql/window_bound.py)")
+
+
+class Stacked(Frozen):
+    """A subquery in FROM that aggregates without a window (a GROUP BY, with retractions), read by the query's own
+    GROUP BY as the changelog `name` keyed by its groups (sql/stacked.py; Nexmark q4's AVG of MAX): both
+    aggregations run in the same Spark query, the outer one retracting the inner one's old rows as they change."""
+
+    alias: str = Field(description="its alias in the query's SELECT")
+    name: str = Field(description="the fqn of the changelog the query's SELECT reads in its place")
+    select_sql: str = Field(description="its normalized SELECT, over fully qualified relations")
+    sources: tuple[Source, ...] = Field(description="the relations it reads (the query's sources, in order)")
+    output_columns: tuple[Column, ...]
+    key_columns: tuple[str, ...] = Field(description="its GROUP BY columns, by output name: the changelog's key")
+    changelog_join: ChangelogJoin | None = Field(None, description="the join it aggregates, if any")
 
 
 class Expectation(Frozen):
@@ -365,6 +382,8 @@ class Query(Frozen):
     functions: tuple[str, ...] = Field((), description="the names of the user-defined functions its SELECT calls")
     nested: tuple[Nested, ...] = Field((), description="the windowed aggregations its SELECT reads as subqueries, in "
                                        "order; their sources are the query's, in the same order")
+    stacked: Stacked | None = Field(None, description="the aggregation its GROUP BY reads as a subquery "
+                                    "(sql/stacked.py); its sources are the query's")
     location: Location | None = None
 
 

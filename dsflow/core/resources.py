@@ -277,7 +277,9 @@ def _stateful_data(query) -> dict[str, Any]:
         if query.changelog_join is None:  # joins of streams; a chain of changelogs has no event time
             data["watermark_delay"] = query.watermark_delay
     if query.changelog_join is not None:
-        data["changelog_join"] = query.changelog_join.model_dump(mode="json")  # lists, as read back from state
+        # lists, as read back from state; `streams` only when set (a deployed join of changelogs keeps its data)
+        data["changelog_join"] = query.changelog_join.model_dump(mode="json", exclude=set() if
+                                                                 query.changelog_join.streams else {"streams"})
     if query.top_n is not None:
         data["top_n"] = query.top_n.model_dump(mode="json")
     if query.over is not None:  # sql/over.py: its rows wait for the watermark
@@ -288,6 +290,8 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.nested:  # subqueries (sql/nested.py): their SQL is not in the query's own
         data["nested"] = [_nested_data(n) for n in query.nested]
         data["watermark_delay"] = query.watermark_delay
+    if query.stacked is not None:  # a subquery (sql/stacked.py): its SQL is not in the query's own
+        data["stacked"] = query.stacked.model_dump(mode="json", exclude={"sources"})
     return data
 
 

@@ -144,7 +144,7 @@ def follow_query(project: Project, sql: str, position: str = "latest") -> Query:
     analysed = analyse_select("<query>", raw, relations, qualify_name, problems.append)
     if analysed is None or problems:
         raise ProjectError(diagnostics=problems or [Diagnostic("DSF-E720", "cannot run the query", where)])
-    if analysed.changelog_join is not None:  # its three stages run in deployed queries only
+    if analysed.changelog_join is not None or analysed.stacked is not None:  # run in deployed queries only
         raise ProjectError(diagnostics=[Diagnostic("DSF-E193", "following a join of two changelogs is not supported "
                                                    "yet", where, hint="deploy it as CREATE CHANGELOG ... AS SELECT, "
                                                    "then follow that changelog: SELECT * FROM it")])

@@ -465,7 +465,7 @@ def _shape_fits(st: RawStatement, fqn: str, analysed: Analysed, report: Report) 
                           "columns, not a stream", st.location,
                           hint="use CREATE CHANGELOG ... AS SELECT (or CREATE MATERIALIZED VIEW)"))
         return False
-    if analysed.changelog_join is not None:
+    if analysed.changelog_join is not None and not analysed.changelog_join.streams:  # streams: aggregated or ranked
         from dsflow.sql.changelog_join import check_sink
 
         return check_sink(st.kind if st.kind != "stream" else "a stream", fqn, st.location, report)
@@ -534,7 +534,7 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
     analysed = _analyse_select(path, st, ns, report)
     if analysed is None:
         return None
-    if analysed.changelog_join is not None:
+    if analysed.changelog_join is not None and not analysed.changelog_join.streams:  # streams: sql/keyed_join.py
         from dsflow.sql.changelog_join import check_sink
 
         check_sink("INSERT INTO", target, st.location, report)
@@ -594,7 +594,9 @@ def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
         projection.replace(exp.alias_(inner.copy(), sink.columns[index].name, quoted=True))
     named = tuple(c.model_copy(update={"name": sink.columns[i].name}) if i in renamed else c
                   for i, c in enumerate(columns))
-    return replace(analysed, columns=named, select_sql=select.sql(dialect=DIALECT))
+    moved = {columns[i].name: sink.columns[i].name for i in renamed}  # a GROUP BY column keys by its new name
+    return replace(analysed, columns=named, select_sql=select.sql(dialect=DIALECT),
+                   group_keys=tuple(moved.get(k, k) for k in analysed.group_keys))
 
 
 NUMBERS = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL"})
@@ -677,7 +679,8 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain, top_n=analysed.top_n,
                  over=analysed.over, regular_joins=analysed.regular,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
-                 functions=_called(analysed, ns), nested=analysed.nested, location=st.location)
+                 functions=_called(analysed, ns), nested=analysed.nested, stacked=analysed.stacked,
+                 location=st.location)
     if query.regular_joins:  # DSF-W001: its state grows without bound
         from dsflow.sql.join_chain import unbounded_state
 
@@ -861,7 +864,8 @@ def _called(analysed: Analysed, ns: Namespace) -> tuple[str, ...]:
         return ()
     from dsflow.load.functions import called_functions
 
-    return called_functions(" ".join([analysed.select_sql, *(n.select_sql for n in analysed.nested)]), ns.functions)
+    inner = [n.select_sql for n in analysed.nested] + ([analysed.stacked.select_sql] if analysed.stacked else [])
+    return called_functions(" ".join([analysed.select_sql, *inner]), ns.functions)
 
 
 def _analyse_select(path: str, st: RawStatement, ns: Namespace, report: Report) -> Analysed | None:

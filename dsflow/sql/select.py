@@ -12,6 +12,8 @@
         MAX_BY(value, ordering), MIN_BY(value, ordering)            with retractions)
     GROUP BY expressions, and aggregates without GROUP BY (one row)  (sql/aggregates.py)
     FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM rel) WHERE rn <= N     (sql/topn.py)
+    GROUP BY or ROW_NUMBER over a regular join of two streams (run as a join of changelogs: sql/keyed_join.py)
+    SELECT k, AVG(m) FROM (SELECT k, MAX(x) AS m FROM rel GROUP BY id, k) q GROUP BY k      (sql/stacked.py)
     FROM TUMBLE(a, ..) [LEFT] JOIN b WITHIN .. ON .. GROUP BY window_start, window_end, ..  (sql/windowed_join.py)
     SELECT ..., AGG(x) OVER (PARTITION BY k ORDER BY t ROWS|RANGE BETWEEN .. PRECEDING AND CURRENT ROW) (sql/over.py)
 
@@ -51,6 +53,7 @@ from dsflow.sql import aggregates as grouping
 from dsflow.sql import changelog_join as cj
 from dsflow.sql import flink_windows
 from dsflow.sql import join_chain as chain
+from dsflow.sql import keyed_join, stacked
 from dsflow.sql import nested, windowed_join
 from dsflow.sql.unsupported import check_select_surface, is_cte_name
 from dsflow.sql.ctes import inline_ctes
@@ -99,6 +102,8 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     top = extract_top_n(select, relations, qualify_name, where, report) if over is None else None  # sql/topn.py
     if top is False or over is False:
         return None
+    if stacked.reads_aggregation(select):  # an aggregation of an aggregating subquery (sql/stacked.py)
+        return stacked.analyse_stacked(path, st, select, relations, qualify_name, report, analyse_select)
     if nested.reads_subqueries(select):  # windowed aggregations in subqueries: each resolved as its own SELECT
         return nested.analyse_nested(path, st, select, relations, qualify_name, report, analyse_select)
     unnested = extract_unnest(select, relations, qualify_name, where, report)  # sql/unnest.py
@@ -135,6 +140,11 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     chain.comma_join(select, tables, found)  # FROM a, b WHERE a.k = b.k: an inner join
     join = _check_join(select, tables, found, where, st, report)
+    if join and join[0] == chain.REGULAR and keyed_join.applies(select, bool(top)):  # run as a join of changelogs
+        join = (cj.CHANGELOG_JOIN, "INNER") if keyed_join.check_two(select, tables, where, report) else False
+    elif top and join:  # a ROW_NUMBER over another join
+        keyed_join.refuse_ranked(select, tables, found, where, report)
+        return None
     places = tuple(where(j) for j in select.args["joins"]) if join and join[0] == chain.REGULAR else ()  # unqualified
     if join is False or not system_time(tables, found, options, join is not None and join[0] == TEMPORAL, where,
                                         report):
@@ -150,7 +160,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     temporal, chained, later, regular = joined
     shape = _aggregation(qualified, window, where, st, report)
-    if shape is None or (shape[0] and found[id(tables[0])].kind == "changelog"  # retracted (retract.py)
+    if shape is None or (shape[0] and (found[id(tables[0])].kind == "changelog" or chained)  # retract.py
                          and not grouping.check_retracted_by(qualified, where, report)):
         return None
     if join and shape[0] and not chained and not windowed_join.check_aggregation(  # sql/windowed_join.py
@@ -181,6 +191,9 @@ def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join
     if not join:
         return None, None, (), ()
     aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
+    if join[0] == cj.CHANGELOG_JOIN and found[id(tables[0])].kind == "stream":  # streams (sql/keyed_join.py)
+        keyed = keyed_join.keyed_join(qualified, aliases, where, report)
+        return None if keyed is None else (None, keyed[0], (), (keyed[1],))
     if join[0] == cj.CHANGELOG_JOIN:  # and more changelogs joined after it
         chained = cj.changelog_join(qualified, aliases, (found[id(tables[0])], found[id(tables[1])]), join[1], where,
                                     report)

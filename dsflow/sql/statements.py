@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from dsflow.core.model import (
     ORGANIZATION, PRIVILEGES, ChainedChangelogJoin, ChangelogJoin, Column, IntervalJoin, Nested, RegularJoin, Source,
-    OverWindow, TemporalJoin, TopN, Window,
+    OverWindow, Stacked, TemporalJoin, TopN, Window,
 )
 from dsflow.errors import Location
 
@@ -125,6 +125,8 @@ class Analysed:
     regular: tuple[RegularJoin, ...] = ()
     nested: tuple[Nested, ...] = ()
     """Windowed aggregations read as subqueries (sql/nested.py)."""
+    stacked: Stacked | None = None
+    """An aggregation read as a subquery by the query's GROUP BY (sql/stacked.py)."""
 
     @property
     def output_mode(self) -> Literal["append", "update"]:

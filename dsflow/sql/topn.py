@@ -4,7 +4,9 @@
                       FROM rel [WHERE ...]) [AS q]
     WHERE rn <= N | rn < N | rn = 1
 
-The subquery reads one stream or changelog (no join, no GROUP BY); the outer WHERE is the rank filter alone. The
+The subquery reads one stream or changelog, or a regular join of two streams (Nexmark q9: `FROM auction A, bid B
+WHERE A.id = B.auction AND ...`, run as sql/keyed_join.py says; `A.*` selects A's columns), without GROUP BY; the
+outer WHERE is the rank filter alone. The
 result is a changelog keyed by the PARTITION BY columns (N = 1: the top row per key; `ORDER BY t DESC` keeps the
 latest) or by them and the rank column (N > 1: one row per rank). Over a changelog, a row updated or deleted
 changes the ranking: a deleted top row gives way to the next one, and a rank left without a row is deleted.
@@ -18,7 +20,7 @@ SELECT (select_sql). Spark runs it (adapters/spark/topn.py).
               gives it too for a sink that is not a changelog keyed by the partition columns [and the rank])
 
 Whether a SELECT is this shape is decided by its outer FROM: a subquery whose SELECT projects ROW_NUMBER() OVER
-(...) and reads one relation. Any other ROW_NUMBER (over a join, at the top level, ...) stays DSF-E045
+(...) and reads relations (one, or a join of them). Any other ROW_NUMBER (at the top level, ...) stays DSF-E045
 (sql/select.py), with a hint that gives this shape.
 """
 
@@ -60,8 +62,9 @@ def _row_number_of(select: exp.Expr) -> tuple[exp.Select, exp.Alias] | None:
         return None
     inner = sub.this
     source = inner.args.get("from_")
-    if source is None or not isinstance(source.this, exp.Table) or inner.args.get("joins"):
-        return None
+    if source is None or not isinstance(source.this, exp.Table) \
+            or not all(isinstance(j.this, exp.Table) for j in inner.args.get("joins") or []):
+        return None  # a join of relations: run as sql/keyed_join.py says
     for projection in inner.selects:
         if isinstance(projection, exp.Alias) and isinstance(projection.this, exp.Window) \
                 and isinstance(projection.this.this, exp.RowNumber):
@@ -85,8 +88,10 @@ def extract_top_n(select: exp.Expr, relations: dict[str, Relation], qualify_name
         report(Diagnostic("DSF-E185", message, where(node), hint=f"the form supported: {SHAPE}"))
         return False
     table = inner.args["from_"].this
-    relation = relations.get(qualify_name([p.name for p in table.parts]))
-    if relation is not None and _ordering_problem(window, relation, where, report):
+    read = {t.alias_or_name.lower(): relations.get(qualify_name([p.name for p in t.parts]))
+            for t in [table, *(j.this for j in inner.args.get("joins") or [])]}
+    relation = read[table.alias_or_name.lower()]
+    if _ordering_problem(window, read, table.alias_or_name, where, report):
         return False
     limit = _limit(select.args["where"].this, rank)
     assert limit is not None  # _outer_problem
@@ -108,6 +113,8 @@ def extract_top_n(select: exp.Expr, relations: dict[str, Relation], qualify_name
                           where(select), hint=f"add {missing[0] if missing else rank} to the SELECT list"))
         return False
     flat = exp.Select(expressions=projections, from_=inner.args["from_"].copy())
+    if inner.args.get("joins"):
+        flat.set("joins", [j.copy() for j in inner.args["joins"]])
     if inner.args.get("where") is not None:
         flat.set("where", inner.args["where"].copy())
     _replace_tree(select, flat)
@@ -185,7 +192,9 @@ def _flat_projections(select: exp.Select, inner: exp.Select, ranked: exp.Alias) 
     the subquery its projections), the rank the placeholder; False when the rank is inside an expression."""
     rank = ranked.alias.lower()
     named = {p.alias_or_name.lower(): p for p in inner.selects if not _is_star(p) and p is not ranked}
-    star = any(_is_star(p) for p in inner.selects)
+    stars = [p for p in inner.selects if _is_star(p)]
+    star = bool(stars)
+    of = stars[0].table if len(stars) == 1 and isinstance(stars[0], exp.Column) else ""  # `A.*`: A's columns
 
     def placeholder(name: str) -> exp.Expr:
         return exp.alias_(exp.maybe_parse(PLACEHOLDER), name, quoted=True)
@@ -194,7 +203,9 @@ def _flat_projections(select: exp.Select, inner: exp.Select, ranked: exp.Alias) 
         found = named.get(column.name.lower())
         if found is not None:
             return found.unalias().copy()
-        return exp.Column(this=column.this.copy()) if star else column.copy()
+        if not star:
+            return column.copy()
+        return exp.column(column.this.copy(), table=of) if of else exp.Column(this=column.this.copy())
 
     out: list[exp.Expr] = []
     for projection in select.selects:
@@ -237,12 +248,15 @@ def _selects_column(projection: exp.Expr | None, name: str) -> bool:
     return isinstance(body, exp.Column) and body.name.lower() == name.lower()
 
 
-def _ordering_problem(window: exp.Window, relation: Relation, where, report: Report) -> bool:
-    """DSF-E185 for an ORDER BY column of a type the ranking does not compare exactly; True if reported."""
+def _ordering_problem(window: exp.Window, read: dict[str, Relation | None], first: str, where,
+                      report: Report) -> bool:
+    """DSF-E185 for an ORDER BY column of a type the ranking does not compare exactly; True if reported. `read`:
+    the relations read, by alias in lower case; an unqualified column is `first`'s."""
     from dsflow.sql.typekinds import kind_of
 
     for column in window.args["order"].find_all(exp.Column):
-        declared = relation.column(column.name)
+        relation = read.get((column.table or first).lower())
+        declared = relation.column(column.name) if relation is not None else None
         if declared is None:
             continue  # an unknown column: sql/select.py names it (DSF-E041)
         type_ = exp.DataType.build(declared.type, dialect="spark")

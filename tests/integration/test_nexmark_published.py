@@ -1,6 +1,7 @@
-"""The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q3, q5, q7, q8, q10, q11, q14,
-q15, q16, q17, q18, q19, q20, q21, q22, q23), each as its adapted file (the published query text, only its DDL adapted),
-on real Spark and a real broker, against DuckDB running the same published SELECT over the same generated events.
+"""The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q3, q4, q5, q7, q8, q9, q10,
+q11, q14, q15, q16, q17, q18, q19, q20, q21, q22, q23), each as its adapted file (the published query text, only its
+DDL adapted), on real Spark and a real broker, against DuckDB running the same published SELECT over the same
+generated events.
 
 Events: dsflow's Nexmark generator (dsflow.datagen.nexmark, seed 0, the first EVENTS events, in bursts of BURST
 events BURST_SPACING_MS apart, the bursts BURST * SPACING_MS apart, so that they cover every hour of the day and
@@ -12,10 +13,13 @@ in [0, 1), i.e. 100 to 100,000,000.
 
 q3, q20 and q23 are regular joins of streams (no WITHIN: every pair with equal keys, whatever their event times);
 all the events are in the topics before a query starts, so each runs them in one micro-batch: records that arrive
-in a later micro-batch than their match are tested in tests/integration/test_sql_joins.py.
+in a later micro-batch than their match are tested in tests/integration/test_sql_joins.py. q4 and q9 aggregate and
+rank such a join (sql/keyed_join.py; q4's AVG of an aggregating subquery: sql/stacked.py); over micro-batches,
+with MAXes that grow and bids outside their auction's bounds, they are tested in
+tests/integration/test_sql_changelog_aggregates.py.
 
 A stream's records are compared with DuckDB's rows as multisets; a changelog's final state (the last record per key)
-with DuckDB's rows by their key (the GROUP BY columns; for q18 and q19 the PARTITION BY columns and q19's rank). A
+with DuckDB's rows by their key (the GROUP BY columns; for q9, q18 and q19 the PARTITION BY columns and q19's rank). A
 ROW_NUMBER top-N whose ranks change over micro-batches is checked against DuckDB after each of three rounds
 (`test_ranks_change_over_micro_batches_as_duckdb_ranks`). The reference is the published INSERT's SELECT
 transpiled by sqlglot to DuckDB, with two DuckDB macros standing in for what DuckDB lacks: Flink's SPLIT_INDEX
@@ -47,8 +51,8 @@ pytestmark = pytest.mark.integration
 
 FOLDER = Path(__file__).resolve().parents[2] / "bench" / "nexmark_published"
 STREAMS = ("q0", "q1", "q2", "q3", "q5", "q7", "q8", "q10", "q14", "q20", "q21", "q22", "q23")
-CHANGELOGS = {"q11": (0, 2, 3), "q15": (0,), "q16": (0, 1), "q17": (0, 1),  # query -> its key's columns (GROUP BY,
-              "q18": (0, 1), "q19": (0, 7)}  # or ROW_NUMBER's PARTITION BY columns and the rank)
+CHANGELOGS = {"q4": (0,), "q9": (0,), "q11": (0, 2, 3), "q15": (0,), "q16": (0, 1),  # query -> its key's columns
+              "q17": (0, 1), "q18": (0, 1), "q19": (0, 7)}  # (GROUP BY, or ROW_NUMBER's PARTITION BY and the rank)
 RUNS = STREAMS + tuple(CHANGELOGS)
 RERUN = ("q0", "q16")  # run a second time on their checkpoints: the same records (q0), the same state (q16)
 EVENTS = 4_000

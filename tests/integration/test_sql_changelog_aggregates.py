@@ -37,7 +37,7 @@ from dsflow.adapters.sqlite import mv
 from dsflow.sql.aggregates import GLOBAL_KEY
 from dsflow.load.project import check_project, load_project
 from support.projects import make_project
-from support.streaming import running, streaming_project
+from support.streaming import produce, running, streaming_project
 
 SOURCES = """\
 CREATE CHANGELOG users (userid VARCHAR, region VARCHAR, tier VARCHAR, score BIGINT, PRIMARY KEY (userid))
@@ -261,3 +261,101 @@ def test_e163_a_global_aggregate_of_a_changelog_into_a_table(tmp_path):
            "CREATE TABLE t2 WITH ('store' = 'lake') AS\n  SELECT COUNT(*) AS n FROM users;\n")
     root = make_project(tmp_path, {"sql/sources.sql": SOURCES, "sql/q.sql": sql, "stores/lake.yml": stores})
     assert [(d.code, d.location.line) for d in check_project(root).diagnostics] == [("DSF-E163", 1), ("DSF-E163", 3)]
+
+
+# --- aggregations and ROW_NUMBER over a regular join of streams (sql/keyed_join.py, sql/stacked.py) -----------
+
+AUCTIONS = """\
+CREATE STREAM auction (id BIGINT, category BIGINT, `dateTime` TIMESTAMP(3), expires TIMESTAMP(3))
+  WITH ('value.format' = 'json', 'topic.partitions' = 2);
+CREATE STREAM bid (auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3))
+  WITH ('value.format' = 'json', 'topic.partitions' = 2);
+"""
+BOUNDED = "FROM auction A, bid B WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires"
+KEYED = {  # name: (SELECT, key columns): Nexmark q4 and q9, over the two streams above
+    "avg_final": (f"SELECT Q.category, AVG(Q.final) AS final, COUNT(*) AS n FROM (SELECT MAX(B.price) AS final, "
+                  f"A.category {BOUNDED} GROUP BY A.id, A.category) Q GROUP BY Q.category", ("category",)),
+    "winner": (f"SELECT id, category, bidder, price, bid_time FROM (SELECT A.*, B.bidder, B.price, B.`dateTime` AS "
+               f"bid_time, ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.`dateTime` ASC) AS rn "
+               f"{BOUNDED}) WHERE rn <= 1", ("id",)),
+    # an aggregation of an aggregation of one stream (each record a row keyed by its place): a bidder's bids, and
+    # the most on one auction, as a count per (bidder, auction) grows (its old count retracted from the SUM)
+    "most_bids": ("SELECT Q.bidder, SUM(Q.n) AS bids, MAX(Q.n) AS most FROM (SELECT bidder, auction, COUNT(*) AS n "
+                  "FROM bid GROUP BY bidder, auction) Q GROUP BY Q.bidder", ("bidder",)),
+}
+KEYED_TABLES = {"auction": "id BIGINT, category BIGINT, dateTime TIMESTAMP, expires TIMESTAMP",
+                "bid": "auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP"}
+
+
+def _auction(id_: int, category: int, start: int, end: int) -> dict:
+    return {"id": id_, "category": category, "dateTime": _at(start), "expires": _at(end)}
+
+
+def _bid(auction: int, bidder: int, price: int, second: int) -> dict:
+    return {"auction": auction, "bidder": bidder, "price": price, "dateTime": _at(second)}
+
+
+def _at(second: int) -> str:
+    return f"2024-01-01T00:{second // 60:02d}:{second % 60:02d}.000Z"
+
+
+AUCTION_ROUNDS = [  # (auctions, bids) per micro-batch
+    # auction 4's bid arrives before auction 4; auction 1's price 1000 is after its end, auction 3's 900 before its
+    # start: neither counts
+    ([_auction(1, 1, 0, 100), _auction(2, 1, 0, 100), _auction(3, 2, 50, 200)],
+     [_bid(1, 10, 100, 10), _bid(2, 11, 50, 20), _bid(3, 12, 70, 60), _bid(4, 13, 500, 30), _bid(1, 14, 1000, 150),
+      _bid(3, 15, 900, 40)]),
+    # auction 4 joins its earlier bid (category 2's AVG moves); auction 1's MAX grows (100 retracted from category
+    # 1's AVG, its winner replaced: bidder 10 bids again, and a third time lower, which changes nothing); auction 2
+    # gets an equal price earlier (the earlier bid wins the tie); auction 3's MAX grows (9999 is after its end);
+    # auction 5 has no bid in its bounds: no row
+    ([_auction(4, 2, 0, 100), _auction(5, 3, 0, 10)],
+     [_bid(1, 10, 300, 90), _bid(2, 17, 50, 15), _bid(3, 18, 9999, 201), _bid(1, 10, 200, 95), _bid(3, 10, 80, 199),
+      _bid(5, 21, 5, 11)]),
+]
+
+
+@pytest.mark.integration
+def test_q4_and_q9_over_a_regular_join_of_streams_equal_duckdb_after_every_batch(broker, spark):
+    """Nexmark q4 (AVG per category of each auction's MAX bid in its time bounds), q9 (each auction's top bid,
+    ties by the earlier bid) and an aggregation of an aggregation of one stream, over two micro-batches of one
+    running query each: after each, the changelogs equal DuckDB's answer over every record so far, as bids raise a
+    MAX (retracted from the AVG), arrive before their auction, or fall outside its bounds."""
+    work = Path(tempfile.mkdtemp(prefix="dsflow-keyed-"))
+    sql = AUCTIONS + "".join(f"CREATE CHANGELOG {name} AS {select};\n" for name, (select, _) in KEYED.items())
+    project = streaming_project(work, broker, sql)
+    seen: dict[str, list[dict]] = {"auction": [], "bid": []}
+    winners, most = [], []
+    try:
+        with running(spark, project, list(KEYED), work) as caught_up:
+            for auctions, bids in AUCTION_ROUNDS:
+                produce(broker, project, "auction", auctions, key="id")
+                produce(broker, project, "bid", bids, key="auction")
+                seen["auction"] += auctions
+                seen["bid"] += bids
+                caught_up()
+                snapshots = {k: [{**r, "dateTime": _stamp(r["dateTime"]), **({"expires": _stamp(r["expires"])}
+                                  if "expires" in r else {})} for r in rows] for k, rows in seen.items()}
+                for name, (select, keys) in KEYED.items():
+                    expected = duckdb_answer(KEYED_TABLES, snapshots, select.replace("`", ""), keys, _number)
+                    content, _ = changelog_content(broker, project, name)
+                    got = _rows(content.values(), keys)
+                    if name == "winner":
+                        got = {k: {c: _stamp(v) if c == "bid_time" else v for c, v in row.items()}
+                               for k, row in got.items()}
+                        expected = {k: {c: v.replace(tzinfo=None) if c == "bid_time" else v for c, v in row.items()}
+                                    for k, row in expected.items()}
+                        winners.append({k[0]: row["bidder"] for k, row in got.items()})
+                    if name == "most_bids":
+                        most.append({c: got[(10,)][c] for c in ("bids", "most")})
+                    assert got == expected, (name, len(seen["bid"]))
+    finally:
+        spark.conf.unset(STATE_PROVIDER)
+    assert winners == [{1: 10, 2: 11, 3: 12}, {1: 10, 2: 17, 3: 10, 4: 13}]
+    assert most[-1] == {"bids": 4, "most": 3}  # bidder 10: three bids on auction 1, one on auction 3
+
+
+def _stamp(text: str):
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)

@@ -1,5 +1,5 @@
 -- Adapted for dsflow from ../published/q9.sql (nexmark/nexmark, Apache-2.0): only the DDL
--- differs: the sink is a Kafka stream instead of Flink's blackhole table.
+-- differs: the sink is a changelog keyed by the PARTITION BY column (id) instead of Flink's blackhole table.
 -- The query is as published; ../README.md lists its status.
 -- -------------------------------------------------------------------------------------------------
 -- Query 9: Winning Bids (Not in original suite)
@@ -7,7 +7,7 @@
 -- Find the winning bid for each auction.
 -- -------------------------------------------------------------------------------------------------
 
-CREATE STREAM nexmark_q9 (
+CREATE CHANGELOG nexmark_q9 (
   id  BIGINT,
   itemName  VARCHAR,
   description  VARCHAR,
@@ -22,7 +22,8 @@ CREATE STREAM nexmark_q9 (
   bidder  BIGINT,
   price  BIGINT,
   bid_dateTime  TIMESTAMP(3),
-  bid_extra  VARCHAR
+  bid_extra  VARCHAR,
+  PRIMARY KEY (id)
 ) WITH ('value.format' = 'json');
 
 INSERT INTO nexmark_q9

@@ -4,7 +4,8 @@ deleted as rows of either side change (sql/changelog_join.py decides its key).
 Spark's stream-stream joins only append, so two `transformWithStateInPandas` operators chained in one query
 (append mode, state in RocksDB, as adapters/spark/retract.py) do it instead:
 
-    1. keyed by (side, primary key): the state is the row's join key and row, or nothing. A micro-batch's changes
+    1. keyed by (side, primary key): the state is the row's join key and row, or nothing (streams, sql/keyed_join.py,
+       skip it: a record is a row of its own, keyed by its place, never changed). A micro-batch's changes
        of a row (offset order) end in a new row or a delete; if it differs from the state, the stage emits the
        change to the row's join key, and a delete to its old join key when the join columns changed (a foreign
        key moved: `moved`, the new join key, sent to both groups), so the old group forgets it.
@@ -101,15 +102,16 @@ def _changes(frame, which: int, keys: list, pk_json, offset, alive, row):
                         F.when(alive, row).alias("row"))
 
 
-def _source_changes(spark, view: str, which: int, keys: list[str], pk: list[str]):
-    """A changelog's records (its source view: columns, __offset, __deleted) as one side's changes."""
+def _source_changes(spark, view: str, which: int, keys: list[str], pk: list[str], streams: bool = False):
+    """A changelog's records (its source view: columns, __offset, __deleted) as one side's changes; a stream's
+    (`streams`: pk its place, __partition and __offset) are rows that are never deleted."""
     from pyspark.sql import functions as F
 
     frame = spark.table(view)
     row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in frame.columns if not c.startswith("__")]))
     return _changes(frame, which, [F.col(f"`{c}`").cast("string") for c in keys],
                     F.to_json(F.array(*[F.col(f"`{c}`").cast("string") for c in pk])), F.col("__offset"),
-                    ~F.col("__deleted"), row)
+                    F.lit(True) if streams else ~F.col("__deleted"), row)
 
 
 def _rows_changes(frame, aliases: list[str], step: ChangelogStepSpec):
@@ -123,10 +125,15 @@ def _rows_changes(frame, aliases: list[str], step: ChangelogStepSpec):
     return _changes(frame, LEFT, keys, F.col(OUTPUT_KEY), F.col(ALIVE), F.col(ALIVE), row)
 
 
-def _joined(left, right, side: str, keyed_by_left: bool):
-    """The two stages over both sides' changes: (okey, keep, lv, rv), one row per changed output key."""
+def _joined(left, right, side: str, keyed_by_left: bool, streams: bool = False):
+    """The two stages over both sides' changes: (okey, keep, lv, rv), one row per changed output key. Streams'
+    records are never updated nor moved: they skip stage 1, each one its row's only change."""
+    from pyspark.sql import functions as F
+
     by_row, by_join_key = processors(side, keyed_by_left)
-    stage1 = left.unionByName(right).groupBy("g").transformWithStateInPandas(by_row, STAGE1_OUTPUT, "append", "None")
+    changes = left.unionByName(right)
+    stage1 = changes.select("jk", "side", "pk", "row", F.lit(None).cast("string").alias("moved")) if streams else \
+        changes.groupBy("g").transformWithStateInPandas(by_row, STAGE1_OUTPUT, "append", "None")
     return stage1.groupBy("jk").transformWithStateInPandas(by_join_key, STAGE2_OUTPUT, "append", "None")
 
 
@@ -138,9 +145,9 @@ def joined_view(spark, spec: ChangelogJoinSpec) -> None:
     from pyspark.sql.types import StructType
 
     spark.conf.set(STATE_PROVIDER, ROCKSDB)  # transformWithState keeps its state in RocksDB only
-    joined = _joined(_source_changes(spark, spec.left_view, LEFT, spec.left_keys, spec.left_pk),
-                     _source_changes(spark, spec.right_view, RIGHT, spec.right_keys, spec.right_pk),
-                     spec.side, spec.keyed_by_left)
+    joined = _joined(_source_changes(spark, spec.left_view, LEFT, spec.left_keys, spec.left_pk, spec.streams),
+                     _source_changes(spark, spec.right_view, RIGHT, spec.right_keys, spec.right_pk, spec.streams),
+                     spec.side, spec.keyed_by_left, spec.streams)
     frame = joined.select(F.from_json("lv", spec.left_ddl).alias(spec.left_alias),
                           F.from_json("rv", spec.right_ddl).alias(spec.right_alias), F.col("keep").alias(ALIVE),
                           F.col("okey").alias(OUTPUT_KEY))

@@ -80,6 +80,10 @@ def build_result(spark, spec: QuerySpec):
         from dsflow.adapters.spark.changelog_join import joined_view as joined_changelogs
 
         joined_changelogs(spark, spec.changelog_join)
+    if spec.stacked is not None:  # an aggregating subquery's changelog (adapters/spark/stacked.py)
+        from dsflow.adapters.spark.stacked import stacked_view
+
+        stacked_view(spark, spec.stacked)
     result = spark.sql(spec.select_sql)
     if spec.top_n is not None:  # ROW_NUMBER top-N: select_sql gives its per-record rows (adapters/spark/topn.py)
         from dsflow.adapters.spark.topn import ranked_frame

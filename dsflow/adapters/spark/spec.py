@@ -185,6 +185,8 @@ class ChangelogJoinSpec(BaseModel):
     right_keys: list[str] = Field(description="the right's ON columns, equal to left_keys in order")
     left_pk: list[str]
     right_pk: list[str]
+    streams: bool = Field(False, description="both sides are streams: left_pk and right_pk are their records' place "
+                          "(__partition, __offset), and no record is deleted")
     left_ddl: str
     right_ddl: str
     steps: list[ChangelogStepSpec] = Field(default_factory=list)
@@ -230,6 +232,19 @@ class RetractSpec(BaseModel):
     groups: int = Field(description="how many GROUP BY items (__g0..)")
     aggregates: list[str] = Field(description="per __r<i>: count_star, count, count_distinct, sum, avg, min, max")
     post_sql: str = Field(description="the query's projections (and HAVING, into __keep) over `view`")
+
+
+class StackedSpec(BaseModel):
+    """An aggregating subquery read by the query's GROUP BY (adapters/spark/stacked.py): select_sql gives its
+    per-change rows (over the joined view of `changelog_join`, if any), `retract` aggregates them, and its result
+    becomes the changelog view `view` (its columns, __offset, __deleted) that the query's own stages read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    view: str
+    select_sql: str
+    retract: RetractSpec
+    changelog_join: ChangelogJoinSpec | None = None
 
 
 class TopNSpec(BaseModel):
@@ -298,6 +313,7 @@ class QuerySpec(BaseModel):
     chain: JoinChainSpec | None = None
     top_n: TopNSpec | None = None
     over: OverSpec | None = None
+    stacked: StackedSpec | None = None
     expectations: list[ExpectationSpec] = Field(default_factory=list, description="checked on every result row "
                                                 "(adapters/spark/expectations.py)")
     functions: list[FunctionSpec] = Field(default_factory=list, description="the user-defined functions it calls")

@@ -43,10 +43,13 @@ JSON_TIMES = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
 
 
-def rewrite(select: exp.Select, top_n: TopN, alias: str, primary_key: tuple[str, ...] | None) -> tuple[str, TopNSpec]:
+def rewrite(select: exp.Select, top_n: TopN, alias: str, primary_key: tuple[str, ...] | None,
+            joined: str | None = None) -> tuple[str, TopNSpec]:
     """(the per-record SELECT, the spec). `select` is the query's SELECT in Spark names over its source's view
     (translate.py), its ROW_NUMBER window the projection named top_n.rank_column (HIDDEN_RANK when not selected);
-    `primary_key` the source's when it is a changelog (None: a stream)."""
+    `primary_key` the source's when it is a changelog (None: a stream); `joined` the view of the join it ranks
+    (adapters/spark/changelog_join.py, read as a changelog keyed by its output key)."""
+    place = _joined_place(select, joined) if joined else None
     projections = list(select.selects)
     rank = top_n.rank_column or HIDDEN_RANK
     ranked = next(p for p in projections if isinstance(p, exp.Alias) and p.alias.lower() == rank.lower())
@@ -56,17 +59,29 @@ def rewrite(select: exp.Select, top_n: TopN, alias: str, primary_key: tuple[str,
     partition = exp.func("TO_JSON", exp.func("ARRAY", *[exp.cast(p.copy(), "STRING")
                                                         for p in window.args["partition_by"]]))
     items = [partition.as_(PARTITION_KEY), *[o.this.copy().as_(f"__o{i}") for i, o in enumerate(orders)],
-             *_place(select, alias, primary_key), *[p.copy() for p in projections if p is not ranked]]
+             *(place or _place(select, alias, primary_key)), *[p.copy() for p in projections if p is not ranked]]
     per_record = exp.select(*items).from_(select.args["from_"].this.copy())
-    if select.args.get("where") is not None and primary_key is None:
+    if select.args.get("where") is not None and primary_key is None and not joined:
         per_record.set("where", select.args["where"].copy())
     spec = TopNSpec(limit=top_n.limit,
                     columns=[p.alias_or_name for p in projections if p is not ranked or top_n.rank_column],
-                    rank_column=ranked.alias if top_n.rank_column else None, changelog=primary_key is not None,
+                    rank_column=ranked.alias if top_n.rank_column else None,
+                    changelog=primary_key is not None or joined is not None,
                     descending=[bool(o.args.get("desc")) for o in orders],
                     nulls_first=[bool(o.args["nulls_first"]) if o.args.get("nulls_first") is not None
                                  else not o.args.get("desc") for o in orders])
     return per_record.sql(dialect="spark"), spec
+
+
+def _joined_place(select: exp.Select, view: str) -> list[exp.Expr]:
+    """`select` made to read the joined view `view` (in place), and its rows' key, offset and whether kept: a
+    joined row's output key, 0 (an output key changes at most once a batch), alive and WHERE holds."""
+    from dsflow.adapters.spark.changelog_join import aggregated_source
+
+    key, offset, alive = aggregated_source(select, view)
+    where = select.args.get("where")
+    keep = exp.and_(exp.func("COALESCE", exp.paren(where.this.copy()), exp.false()), alive) if where else alive
+    return [key.as_("__pk"), offset.as_("__off"), keep.as_(KEEP)]
 
 
 def _place(select: exp.Select, alias: str, primary_key: tuple[str, ...] | None) -> list[exp.Expr]:

@@ -22,6 +22,7 @@ from dsflow.adapters.spark.spec import (
     SinkSpec, SourceSpec, TemporalSpec, TopNSpec, OverSpec,
 )
 from dsflow.adapters.spark.nested import nested_select, source_window, windowed_join
+from dsflow.adapters.spark.stacked import outer_select, stacked_spec
 from dsflow.adapters.spark.unions import union_select
 from dsflow.sql.aggregates import GLOBAL_KEY
 from dsflow.sql.functions import Declared, to_spark
@@ -37,6 +38,8 @@ TEMPORAL_ALIAS = "__tj"
 ROWS = "__rows"
 SOURCE_PARTITION, SOURCE_OFFSET = "__src_partition", "__src_offset"
 """The source record's place, carried to the rows of a query whose DEAD LETTER expectations name it."""
+PLACE = ("__partition", "__offset")
+"""A stream record's place in its source: its key in a join of streams that is aggregated or ranked."""
 
 
 def spark_type(sql_type: str) -> str:
@@ -129,9 +132,12 @@ def retract_spec(project: Project, query: Query) -> tuple[str, RetractSpec] | No
     retractions (adapters/spark/retract.py): (the per-change SELECT, the spec); else None."""
     if query.output_mode != "update":
         return None
+    if query.stacked is not None:  # over an aggregating subquery's changelog view (adapters/spark/stacked.py)
+        select = _over_views(query, project)
+        return rewrite(select, outer_select(select, query), f"__retract_{query.fqn.replace('.', '_')}")
     first_relation = project.relation(query.sources[0].relation)
     assert first_relation is not None  # a loaded project's sources name its relations
-    if first_relation.kind != "changelog":
+    if first_relation.kind != "changelog" and query.changelog_join is None:  # streams joined: sql/keyed_join.py
         return None
     select, first = _over_views(query, project), query.sources[0]
     source = aggregated_source(select, changelog_join_view(query.fqn)) if query.changelog_join is not None else \
@@ -147,8 +153,9 @@ def top_n_spec(project: Project, query: Query) -> tuple[str, TopNSpec] | None:
 
     source = project.relation(query.sources[0].relation)
     assert source is not None  # a loaded project's sources name its relations
+    joined = changelog_join_view(query.fqn) if query.changelog_join is not None else None  # sql/keyed_join.py
     return rank_rewrite(_over_views(query, project), query.top_n, query.sources[0].alias,
-                        source.primary_key if source.kind == "changelog" else None)
+                        source.primary_key if source.kind == "changelog" else None, joined)
 
 
 def over_spec(project: Project, query: Query) -> tuple[str, OverSpec] | None:
@@ -312,7 +319,7 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
         if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
             read["on_error"] = query.deserialization_errors
-        if carries_position(project, query) or query.top_n is not None or query.over is not None:  # ties by place
+        if carries_position(project, query) or query.top_n is not None or query.over is not None or _keyed_streams(query):  # ties by place
             read["keep_position"] = True
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
@@ -325,6 +332,11 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   (unwatermarked and relation.kind == "changelog") else None,
                                   **window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps))
     return sources
+
+
+def _keyed_streams(query: Query) -> bool:
+    """A regular join of streams aggregated or ranked (sql/keyed_join.py): each record keyed by its place."""
+    return (query.changelog_join is not None and query.changelog_join.streams) or query.stacked is not None
 
 
 def _window_spec(window: Window | None, alias: str) -> dict:
@@ -435,6 +447,7 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         select_sql=retract[0] if retract else top_n[0] if top_n else over[0] if over else spark_select(query, project),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         top_n=top_n[1] if top_n else None, over=over[1] if over else None,
+        stacked=stacked_spec(project, query, _over_views, changelog_join_spec),
         changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
         expectations=expectation_specs(query), functions=function_specs(project, query),
         async_checkpoint=not realtime and project.runtime.async_checkpoint and not query.stateful
@@ -568,8 +581,10 @@ def changelog_join_spec(project: Project, query: Query) -> ChangelogJoinSpec | N
     return ChangelogJoinSpec(view=changelog_join_view(query.fqn), left_view=view_name(0, query),
                              right_view=view_name(1, query), left_alias=join.left, right_alias=join.right,
                              side=join.side, keyed_by_left=join.keyed_by_left, left_keys=list(join.left_keys),
-                             right_keys=list(join.right_keys), left_pk=list(left.primary_key),
-                             right_pk=list(right.primary_key), left_ddl=schema_ddl(left.columns),
+                             right_keys=list(join.right_keys),
+                             left_pk=list(PLACE if join.streams else left.primary_key),
+                             right_pk=list(PLACE if join.streams else right.primary_key), streams=join.streams,
+                             left_ddl=schema_ddl(left.columns),
                              right_ddl=schema_ddl(right.columns),
                              # after a join of two changelogs, the chain holds changelog joins only
                              steps=[_changelog_step(project, query, cast(ChainedChangelogJoin, step))
