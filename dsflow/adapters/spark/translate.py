@@ -319,7 +319,8 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
         if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
             read["on_error"] = query.deserialization_errors
-        if carries_position(project, query) or query.top_n is not None or query.over is not None or _keyed_streams(query):  # ties by place
+        ranked = query.top_n is not None or query.over is not None or _keyed_streams(query)
+        if carries_position(project, query) or ranked:  # ties by place
             read["keep_position"] = True
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
