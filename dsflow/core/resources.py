@@ -175,6 +175,10 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], r
         "stateful": query.stateful,
         **_stateful_data(query),
     }
+    if query.views:  # the views its SELECT reads (inlined into it): a change to one replaces it
+        data["views"] = {v.fqn: v.select_sql for v in project.views if v.fqn in query.views}
+    if any(s.lookup for s in query.sources):
+        data["lookup"] = [s.alias for s in query.sources if s.lookup]
     metadata = {
         "trigger_interval": query.trigger_interval,
         "start_position": query.start_position,
@@ -258,7 +262,8 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.key_columns:
         data["key_columns"] = list(query.key_columns)
     if query.window is not None:
-        data["window"] = query.window.model_dump()
+        # processing_time only when set: a project without processing time plans as before
+        data["window"] = query.window.model_dump(exclude=set() if query.window.processing_time else {"processing_time"})
     if query.join_within:
         data["join_within"] = query.join_within
     if query.regular_joins:
