@@ -395,3 +395,96 @@ def test_ranks_change_over_micro_batches_as_duckdb_ranks(spark, broker, tmp_path
                     auction_1.append([state.get('{"auction":1,"rn":%d}' % rank, {}).get("id") for rank in (1, 2)])
     assert first_ranks == [[10, 12, 11], [14, 10, 12], [14, 16, 10]]  # auction 1's ranks 1-3, replaced each round
     assert auction_1 == [[1, 3], [2, 1], [2, None]]  # over the changelog: replaced, then rank 2 deleted
+
+
+# --- processing time: q12 (a view with PROCTIME() windowed by it) and q13 (a processing-time join) ---------------
+PROCTIME_EVENTS = 1_000
+WINDOW_MS = 10_000  # q12's TUMBLE
+FLUSH_BIDDER = 10 ** 9  # a bid of a later micro-batch, whose start closes the windows before it (not compared)
+PROCESSING_TIME_COUNTS = "SELECT bidder, COUNT(*) FROM bid GROUP BY bidder"
+"""q12's deterministic part: its windows' bounds are the processing time of the micro-batches that read the bids,
+but every bid falls in exactly one window, so the counts of a bidder's closed windows add up to its bids."""
+SIDE_JOIN = "SELECT B.auction, B.bidder, B.price, B.dateTime, S.value FROM bid B JOIN side_input S " \
+            "ON B.auction % 10000 = S.key"
+"""q13's reference: each bid with the side input's row of its key, as the side input is when the bid is read."""
+
+
+def _side_input(broker: str, project, rows: list[tuple[int, str | None]]) -> None:
+    """Upserts (key, value) and deletes (key, None: a tombstone) of the changelog side_input."""
+    from dsflow.adapters.kafka import client
+
+    errors = client.DeliveryErrors()
+    producer = client.new_producer(client.client_config(broker), errors)
+    for key, value in rows:
+        client.produce_one(producer, topic(project, "side_input"), None if value is None else
+                           json.dumps({"key": key, "value": value}), str(key))
+    client.flush_or_raise(producer, topic(project, "side_input"), len(rows), errors)
+
+
+def _side_table(rows: list[tuple[int, str | None]]) -> dict[int, str]:
+    table: dict[int, str] = {}
+    for key, value in rows:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
+
+
+def _after_window_of(now_ms: float) -> None:
+    """Wait until the 10-second window holding `now_ms` has ended (processing time must pass a window's end)."""
+    import time
+
+    end = (int(now_ms) // WINDOW_MS + 1) * WINDOW_MS
+    time.sleep(max(0.0, end - time.time() * 1000) / 1000 + 0.05)
+
+
+def _bid_table(bids: list[dict]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB holding `bids` as the published DDL's bid table."""
+    con = duckdb.connect()
+    columns = DUCKDB_TYPES["bid"]
+    con.execute(f"CREATE TABLE bid ({columns})")
+    names = [c.split()[0] for c in columns.split(", ")]
+    con.executemany(f"INSERT INTO bid VALUES ({', '.join('?' * len(names))})",
+                    [tuple(_as_time(r[n]) if n in TIMES else r[n] for n in names) for r in bids])
+    return con
+
+
+def _bids_only(broker: str, tmp_path_factory, name: str, bids: list[dict]):
+    """A project of its own holding query `name`, its bid topic holding `bids` (no persons, no auctions)."""
+    return _loaded(broker, tmp_path_factory.mktemp(f"nexmark_{name}"), {"person": [], "auction": [], "bid": bids},
+                   (name,))
+
+
+def test_q12_processing_time_windows_count_every_bid_once(spark, broker, tmp_path_factory):
+    """q12 over two availableNow runs and a flush: the bids of the first half, then (in a later 10-second window of
+    processing time) those of the second half, then one bid whose micro-batch closes the second half's windows.
+    Each window written is 10 seconds long, aligned to the epoch and of its run's processing time, and per bidder
+    the bid_count of a run's windows sums to the bidder's bids in that half (DuckDB)."""
+    import time
+
+    bids = events(PROCTIME_EVENTS)["bid"]
+    halves = [bids[:len(bids) // 2], bids[len(bids) // 2:]]
+    project, work = _bids_only(broker, tmp_path_factory, "q12", halves[0])
+    sink = next(r for r in project.relations if r.name == "nexmark_q12")
+    starts: list[int] = []  # the first window each run may write: the one holding the time it starts
+    for index, half in enumerate(halves):
+        if index:
+            produce(broker, project, "bid", [{**r, "dateTime": _iso(r["dateTime"])} for r in half], key="auction")
+        starts.append(int(time.time() * 1000) // WINDOW_MS * WINDOW_MS)
+        run(spark, project, "nexmark_q12_insert_1", work)
+        _after_window_of(time.time() * 1000)
+    flush = {**bids[0], "bidder": FLUSH_BIDDER, "dateTime": _iso(bids[0]["dateTime"])}
+    produce(broker, project, "bid", [flush], key="auction")
+    run(spark, project, "nexmark_q12_insert_1", work)
+    rows = _rows(sink, latest_by_key(broker, project, sink.name).values())
+    assert rows and all(end - start == WINDOW_MS and start % WINDOW_MS == 0 for _, _, start, end in rows), rows
+    assert FLUSH_BIDDER not in {row[0] for row in rows}  # its window is still open
+    assert sum(row[1] for row in rows) == len(bids)
+    for index, half in enumerate(halves):
+        later = starts[index + 1] if index + 1 < len(starts) else float("inf")
+        got: Counter = Counter()
+        for bidder, count, start, _ in rows:
+            if starts[index] <= start < later:
+                got[bidder] += count
+        assert got == Counter(dict(_bid_table(half).execute(PROCESSING_TIME_COUNTS).fetchall())), index
