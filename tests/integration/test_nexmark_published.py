@@ -488,3 +488,48 @@ def test_q12_processing_time_windows_count_every_bid_once(spark, broker, tmp_pat
             if starts[index] <= start < later:
                 got[bidder] += count
         assert got == Counter(dict(_bid_table(half).execute(PROCESSING_TIME_COUNTS).fetchall())), index
+
+
+def _side_rows(con_rows: list[tuple]) -> Counter:
+    return Counter((a, b, p, _normal(t), v) for a, b, p, t, v in con_rows)
+
+
+def test_q13_joins_each_micro_batch_with_the_side_input_as_it_is(spark, broker, tmp_path_factory):
+    """q13 joins each bid with the side input's row of `mod(auction, 10000)` as the side input is when the bid's
+    micro-batch runs: first all the bids with the side input as produced (upserts, then updates and deletes of some
+    keys), one availableNow run, against DuckDB's join; then, in one running query, the side input changed again
+    (new values, a key deleted, one added) between two micro-batches, each of a third of the bids again: each third
+    joins the version of its micro-batch (DuckDB), the rows written before are unchanged."""
+    bids = events(PROCTIME_EVENTS)["bid"]
+    project, work = _bids_only(broker, tmp_path_factory, "q13", bids)
+    sink = next(r for r in project.relations if r.name == "nexmark_q13")
+    keys = sorted({b["auction"] % 10_000 for b in bids})
+    side = [(k, f"value-{k}") for k in keys if k % 3] + [(k, f"new-{k}") for k in keys if k % 3 == 1] + \
+        [(k, None) for k in keys if k % 3 == 2 and k % 5 == 0]
+    _side_input(broker, project, side)
+
+    def expected(rows: list[dict], table: dict[int, str]) -> Counter:
+        con = _bid_table(rows)
+        con.execute("CREATE TABLE side_input (key BIGINT, value VARCHAR)")
+        con.executemany("INSERT INTO side_input VALUES (?, ?)", list(table.items()))
+        return _side_rows(con.execute(SIDE_JOIN).fetchall())
+
+    def written() -> Counter:
+        return Counter(_rows(sink, (json.loads(r["value"]) for r in records(broker, project, sink.name))))
+
+    run(spark, project, "nexmark_q13_insert_1", work)
+    first = expected(bids, _side_table(side))
+    assert first and written() == first
+    assert {row[4].split("-")[0] for row in first} == {"value", "new"}  # updated keys joined their new value
+    changes = [(k, f"later-{k}") for k in keys if k % 3 == 2] + [(keys[1], None), (keys[0], f"added-{keys[0]}")]
+    before, after = bids[::3], bids[1::3]
+    with running(spark, project, ["nexmark_q13_insert_1"], work) as caught_up:
+        produce(broker, project, "bid", [{**r, "dateTime": _iso(r["dateTime"])} for r in before], key="auction")
+        caught_up()  # a micro-batch of this run has read the side input
+        _side_input(broker, project, changes)
+        produce(broker, project, "bid", [{**r, "dateTime": _iso(r["dateTime"])} for r in after], key="auction")
+        caught_up()
+    second = expected(before, _side_table(side))
+    third = expected(after, _side_table(side + changes))
+    assert {row[4].split("-")[0] for row in third} >= {"later", "added"}
+    assert written() == first + second + third
