@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Function, Project, Relation, Store
+from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Function, Project, Relation, Store, View
 from dsflow.core.secrets import LegacyRedactor, Redactor
 from dsflow.core.state import State
 from dsflow.core.settings import SettingClass, fields_of
@@ -61,6 +61,7 @@ def project_resources(project: Project, redactor: Redactor = Redactor()) -> list
                            _owner(s)) for s in project.schemas]
     resources += [_relation(r) for r in project.relations]
     resources += [_function(f) for f in project.functions]
+    resources += [_view(project, v) for v in project.views]
     store_configs: dict[tuple[str, ...], str] = {}  # many queries use the same stores: hashed once per set
     resources += [_query(project, q, store_configs, redactor) for q in project.queries]
     resources += [
@@ -161,10 +162,19 @@ def _function(function: Function) -> Resource:
                     {**function.identity, "path": function.path})
 
 
+def _view(project: Project, view: View) -> Resource:
+    """A view (CREATE VIEW): nothing is deployed for it; its SQL is inlined into the queries that read it (their
+    data holds it), so a change to it is recorded in place and replaces them."""
+    views = {v.fqn for v in project.views}
+    deps = tuple(Address(Kind.VIEW if s in views else Kind.RELATION, s) for s in view.sources)
+    return Resource(Address(Kind.VIEW, view.fqn), deps, {"kind": "view"}, {"select": view.select_sql})
+
+
 def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], redactor: Redactor) -> Resource:
     deps = [Address(Kind.RELATION, s.relation) for s in query.sources]
     deps.append(Address(Kind.RELATION, query.sink))
     deps += [Address(Kind.FUNCTION, name) for name in query.functions]
+    deps += [Address(Kind.VIEW, fqn) for fqn in query.views]
     data = {
         "statement": query.statement,
         "sink": query.sink,

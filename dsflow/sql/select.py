@@ -110,7 +110,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
                           hint=grouping.top_row_hint(node) or SUPPORTED_HINT))
         return None
     window = _extract_window(select, where, report)
-    if window is False or not check_functions(select, where, report) \
+    if window is False or not proctime.check_rest(select, where, report) or not check_functions(select, where, report) \
             or not grouping.check_by_calls(select, where, report):
         return None
     tables = source_tables(select)
@@ -141,8 +141,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     qualified = _qualified(select, tables, found, window, st, report)
     if qualified is None or not check_fields(qualified, where, report) \
-            or not check_types(qualified, _column_types(tables, found, window), where, report) \
-            or not proctime.check_rest(qualified, where, report):
+            or not check_types(qualified, _column_types(tables, found, window), where, report):
         return None
     lookup = any(options[id(t)].get("lookup") for t in tables)  # processing time (sql/proctime.py): Spark joins it
     joined = (None, None, (), ()) if lookup else _join_kind(qualified, tables, found, join, places, where, st, report)

@@ -42,19 +42,19 @@ def declared_views(statements: list[tuple[str, RawStatement]], relations: set[st
                               hint=f"first defined at {first}: rename the view"))
             continue
         views[fqn] = st
-    for fqn, st in list(views.items()):
+    refused: set[str] = set()
+    for fqn, st in views.items():
         unknown = [qualify(p) for p in st.source_parts if qualify(p) not in relations and qualify(p) not in views]
         for name in unknown:
             report(Diagnostic("DSF-E040", f"the view '{fqn}' reads the unknown relation '{name}'", st.location,
-                              hint=relation_hint(name.rsplit(".", 1)[-1], {r: None for r in relations}),
-                              subject=f"relation.{name}"))
+                              hint=relation_hint(name.rsplit(".", 1)[-1], relations), subject=f"relation.{name}"))
         if fqn in _reads(fqn, views, qualify, set()):
             report(Diagnostic("DSF-E050", f"dependency cycle: the view '{fqn}' reads itself", st.location,
                               hint="a view cannot read itself, even through other views"))
             unknown.append(fqn)
         if unknown:
-            del views[fqn]
-    return views
+            refused.add(fqn)
+    return {fqn: st for fqn, st in views.items() if fqn not in refused}
 
 
 def _reads(fqn: str, views: dict[str, RawStatement], qualify: Qualify, seen: set[str]) -> list[str]:
@@ -92,8 +92,10 @@ def with_views(st: RawStatement, views: dict[str, RawStatement], qualify: Qualif
             alias = table.alias_or_name
             table.replace(exp.Table(this=exp.to_identifier(table.name),
                                     alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    ctes = [exp.CTE(this=_tree(views[fqn]).copy(), alias=exp.TableAlias(this=exp.to_identifier(views[fqn].name[-1])))
-            for fqn in read]
+    place = next((dict(t.meta) for t in select.find_all(exp.Table) if qualify([p.name for p in t.parts]) in direct),
+                 {})
+    ctes = [exp.CTE(this=_placed(_tree(views[fqn]).copy(), place),
+                    alias=exp.TableAlias(this=exp.to_identifier(views[fqn].name[-1]))) for fqn in read]
     existing = select.args.get("with_")
     select.set("with_", exp.With(expressions=[*ctes, *(existing.expressions if existing is not None else [])]))
     parts = [p for p in st.source_parts if qualify(p) not in views]
@@ -105,3 +107,16 @@ def with_views(st: RawStatement, views: dict[str, RawStatement], qualify: Qualif
 
 def _tree(st: RawStatement) -> exp.Query:
     return st.extra["view_select"]
+
+
+POSITION = ("line", "col", "start", "end")
+
+
+def _placed(tree: exp.Query, place: dict) -> exp.Query:
+    """The view's SELECT with every node at the place of the reader's reference to the view: a problem found in it
+    is reported where the reading statement reads the view (its own file and line)."""
+    for node in tree.walk():
+        for key in POSITION:
+            node.meta.pop(key, None)
+        node.meta.update({k: place[k] for k in POSITION if k in place})
+    return tree
