@@ -1,7 +1,8 @@
 """CREATE VIEW (a view that is not materialized: a named SELECT, sql/views.py) and PROCTIME() (sql/proctime.py)
 without Spark: a view is inlined into the queries that read it, planned as a resource of its own on which they
-depend (a change to it changes exactly its readers, as an edit of their SQL would, and the plan says why), and refused at its place when it reads
-what does not exist, clashes or reads itself; what processing time dsflow does not take is refused with DSF-E262."""
+depend (a change to it changes exactly its readers, as an edit of their SQL would, and the plan says why), and
+refused at its place when it reads what does not exist, clashes or reads itself; what processing time dsflow does
+not take is refused with DSF-E262."""
 
 from __future__ import annotations
 

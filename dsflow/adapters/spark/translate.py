@@ -420,8 +420,8 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
     if retract is not None or top_n is not None or (query.window and query.window.kind == "session") \
             or (query.window and query.window.processing_time):
         # retract: its deletes are rows of __keep false, appended as a changelog filter's are; a session window:
-        # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions); a processing-time
-        # window: each once, when a micro-batch starts after its end (sql/proctime.py)
+        # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions); a
+        # processing-time window: each once, when a micro-batch starts after its end (sql/proctime.py)
         sink = sink.model_copy(update={"output_mode": "append"})
     realtime = query.trigger == "realtime"
     conf = {**project.runtime.spark_conf, **query.spark_conf}
