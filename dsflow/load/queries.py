@@ -678,6 +678,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
     check_not_read(sources, ns.relations, ns.stores, st.location, report)
     check_views_not_read(sources, ns.relations, st.location, report)
     _check_event_time(st, sources, analysed, ns, report)
+    _check_whole_read(st, sources, ns, report)
     query = Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
                  output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),
                  start_position=_start_position(st, report), stateful=analysed.stateful,
@@ -799,6 +800,18 @@ def _check_event_time(st: RawStatement, sources: tuple[Source, ...], analysed: A
             report(Diagnostic("DSF-E042", f"timestamp column '{column.name}' of '{relation.fqn}' is {column.type}; "
                               "event time needs BIGINT (epoch ms) or TIMESTAMP", st.location,
                               hint="name another column in 'timestamp', or convert it in an upstream query"))
+
+
+def _check_whole_read(st: RawStatement, sources: tuple[Source, ...], ns: Namespace, report: Report) -> None:
+    """A processing-time join reads its changelog whole at every micro-batch: from a store that can (DSF-E262)."""
+    for source in sources:
+        relation = ns.relations[source.relation]
+        store = ns.stores.get(relation.store or "")
+        if source.lookup and not registry.can(store, registry.Capability.WHOLE_READ):
+            report(Diagnostic("DSF-E262", f"'{relation.fqn}' is joined FOR SYSTEM_TIME AS OF a processing time, which "
+                              "reads it whole at every micro-batch: its store cannot be read so", st.location,
+                              hint="join a changelog of a Kafka store by processing time, or join this one by event "
+                                   "time (FOR SYSTEM_TIME AS OF a column of the stream)"))
 
 
 def _watermark_delay(st: RawStatement, report: Report) -> str:

@@ -116,3 +116,19 @@ def test_processing_time_windows_and_joins_resolve(tmp_path) -> None:
     assert counts.window is not None and counts.window.processing_time and counts.stateful
     assert [s.lookup for s in named.sources] == [False, True] and not named.stateful
     assert named.temporal_join is None and named.join_within is None and "LOWER(" in named.select_sql
+
+
+def test_a_processing_time_join_reads_a_store_that_can_be_read_whole(tmp_path) -> None:
+    """The changelog of a processing-time join is read whole at every micro-batch: a Kinesis one cannot be."""
+    from support.projects import KAFKA_KINESIS_STORES
+
+    kinesis = PROCESSING.replace("'topic' = 'users',", "'store' = 'kinesis_store', 'topic.shards' = 1,")
+    query = ("CREATE STREAM named WITH ('topic' = 'named', 'store' = 'kafka_store') AS SELECT t.id, u.name "
+             "FROM timed AS t JOIN users FOR SYSTEM_TIME AS OF t.p_time AS u ON t.userid = u.userid;\n")
+    sources = PAGEVIEWS.replace("'topic' = 'pageviews',", "'topic' = 'pageviews', 'store' = 'kafka_store',")
+    root = make_project(tmp_path, _files(**{"stores/kafka.yml": KAFKA_KINESIS_STORES, "sql/views.sql": kinesis,
+                                            "sql/queries.sql": query, "sql/sources.sql": sources}))
+    found = check_project(root, variables={"kinesis": "http://127.0.0.1:1"}).diagnostics
+    assert [(d.code, d.location.line) for d in found if d.code.startswith("DSF-E26")] == [("DSF-E262", 1)]
+    assert "'analytics.public.users' is joined FOR SYSTEM_TIME AS OF a processing time" in \
+        next(d.message for d in found if d.code == "DSF-E262")
