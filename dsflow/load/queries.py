@@ -808,10 +808,11 @@ def _check_whole_read(st: RawStatement, sources: tuple[Source, ...], ns: Namespa
         relation = ns.relations[source.relation]
         store = ns.stores.get(relation.store or "")
         if source.lookup and not registry.can(store, registry.Capability.WHOLE_READ):
+            kinds = " or ".join(registry.kinds_that(registry.Capability.WHOLE_READ))
             report(Diagnostic("DSF-E262", f"'{relation.fqn}' is joined FOR SYSTEM_TIME AS OF a processing time, which "
                               "reads it whole at every micro-batch: its store cannot be read so", st.location,
-                              hint="join a changelog of a Kafka store by processing time, or join this one by event "
-                                   "time (FOR SYSTEM_TIME AS OF a column of the stream)"))
+                              hint=f"join a changelog of a {kinds} store by processing time, or join this one by "
+                                   "event time (FOR SYSTEM_TIME AS OF a column of the stream)"))
 
 
 def _watermark_delay(st: RawStatement, report: Report) -> str:

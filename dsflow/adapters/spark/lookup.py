@@ -2,7 +2,7 @@
 every micro-batch, and joined with the micro-batch's rows (Spark's stream-static join, INNER or LEFT).
 
 Spark plans a streaming query's static side once and runs that plan again for each micro-batch, so the table is
-read by a reader that finds its offsets when it runs (the store's `table` reader: Kafka's `ends.at.read`): each
+read by a reader that finds its offsets when it runs (the store's `table` reader, core/protocol.py): each
 micro-batch joins the changelog as it is when the micro-batch runs, its newest record per key, deleted keys left out.
 """
 
@@ -22,7 +22,7 @@ def bounded_view(spark: Any, spec: QuerySpec, source: SourceSpec, facet: Any) ->
     table = getattr(facet, "table", None)
     if table is None or not source.changelog_key:
         raise ValueError(f"a source of kind {source.kind!r} cannot be read as a bounded table (FOR SYSTEM_TIME AS "
-                         "OF PROCTIME()): a changelog on Kafka can")
+                         "OF PROCTIME()): validate refuses it (DSF-E262, Capability.WHOLE_READ)")
     rows = source_view(table(spark, spec, source), source)
     newest = Window.partitionBy(KEY).orderBy(F.col(OFFSET).desc())
     return (rows.withColumn("__newest", F.row_number().over(newest))
