@@ -528,7 +528,7 @@ def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> s
     if kind is Kind.VIEW:
         return {
             Action.CREATE: "recorded; nothing deployed: the queries reading it hold its SELECT",
-            Action.UPDATE: "recorded; the queries reading it are replaced (their SELECT changed)",
+            Action.UPDATE: "recorded; the queries reading it change with it (their SQL holds it: their own changes)",
             Action.DELETE: "forgotten (no query reads it)",
         }.get(action)
     if kind is Kind.FUNCTION:

@@ -60,7 +60,7 @@ _I, _SC, _SZ, _R = SettingClass.IDENTITY, SettingClass.SCHEMA, SettingClass.SIZI
 _Q, _O, _P, _N = SettingClass.QUERY, SettingClass.OVERRIDE, SettingClass.IN_PLACE, SettingClass.NOT_DEPLOYED
 _SQL = ("statement", "sink", "sources", "select", "output_columns", "stateful", "output_mode", "key_columns",
         "window", "join_within", "deletes", "temporal_join", "changelog_join", "join_chain", "top_n",
-        "regular_joins", "nested")
+        "regular_joins", "nested", "views", "lookup")
 _TABLE = ("topic", "table_options")
 
 
