@@ -271,7 +271,10 @@ def _create(create: exp.Create, path: str, start: Location, snippet: str) -> Raw
     if kind == "VIEW" and materialized:
         kind_name = "materialized view"
     elif kind == "VIEW" and isinstance(create.expression, exp.Query):  # a named SELECT, inlined (sql/views.py)
-        table = create.this.this if isinstance(create.this, exp.Schema) else create.this
+        if isinstance(create.this, exp.Schema) or properties is not None:
+            raise _Unsupported("CREATE VIEW takes no column list and no WITH (...): name its columns with AS in "
+                               "its SELECT")
+        table = create.this
         return RawStatement("view", _table_parts(table), node_location(path, table, start), text=snippet,
                             extra={"view_select": create.expression},
                             source_parts=_source_parts(create.expression))

@@ -83,6 +83,9 @@ def test_a_view_is_refused_at_its_place(tmp_path) -> None:
                                          "sql/queries.sql": None}) == [("DSF-E040", "views.sql", 1)]
     assert _found(tmp_path / "clash", **{"sql/views.sql": "\nCREATE VIEW pageviews AS SELECT id FROM pageviews;\n",
                                        "sql/queries.sql": None}) == [("DSF-E020", "views.sql", 2)]
+    named = "CREATE VIEW v (a) AS SELECT id FROM pageviews;\n"
+    assert _found(tmp_path / "named", **{"sql/views.sql": named, "sql/queries.sql": None}) == [
+        ("DSF-E005", "views.sql", 1)]
     cycle = "CREATE VIEW a AS SELECT id FROM b;\nCREATE VIEW b AS SELECT id FROM a;\n"
     assert _found(tmp_path / "cycle", **{"sql/views.sql": cycle, "sql/queries.sql": None}) == [
         ("DSF-E050", "views.sql", 1), ("DSF-E050", "views.sql", 2)]
