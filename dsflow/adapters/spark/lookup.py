@@ -21,8 +21,9 @@ def bounded_view(spark: Any, spec: QuerySpec, source: SourceSpec, facet: Any) ->
 
     table = getattr(facet, "table", None)
     if table is None or not source.changelog_key:
-        raise ValueError(f"a source of kind {source.kind!r} cannot be read as a bounded table (FOR SYSTEM_TIME AS "
-                         "OF PROCTIME()): validate refuses it (DSF-E262, Capability.WHOLE_READ)")
+        raise ValueError(f"a source of kind {source.kind!r} has no reader of whole tables (its facet's `table`), "
+                         "so a processing-time join (FOR SYSTEM_TIME AS OF PROCTIME()) cannot read it (validate "
+                         "refuses a store without Capability.WHOLE_READ: DSF-E262; `dsflow test` has no such reader)")
     rows = source_view(table(spark, spec, source), source)
     newest = Window.partitionBy(KEY).orderBy(F.col(OFFSET).desc())
     return (rows.withColumn("__newest", F.row_number().over(newest))
