@@ -14,6 +14,7 @@ class Kind(str, Enum):
     SCHEMA = "schema"
     RELATION = "relation"
     FUNCTION = "function"
+    VIEW = "view"
     QUERY = "query"
     DATAGEN = "datagen"
     ROLE = "role"

@@ -172,6 +172,8 @@ class Source(Frozen):
     position: Literal["earliest", "latest"] | None = Field(None, description="the source's own 'starting.position' "
                                                            "(FROM rel WITH (...)), overriding the query's")
     timestamp: str | None = Field(None, description="the source's own 'timestamp' column, overriding the relation's")
+    lookup: bool = Field(False, description="read as a bounded table: each micro-batch joins its newest version (a "
+                         "processing-time temporal join, `FOR SYSTEM_TIME AS OF PROCTIME()`: sql/proctime.py)")
 
 
 class Window(Frozen):
@@ -181,6 +183,8 @@ class Window(Frozen):
     source: str = Field(description="alias of the windowed source in the SELECT")
     size: str = Field(description="a duration, e.g. '10 seconds'; SESSION: the gap that closes a session")
     advance: str | None = Field(None, description="HOP only: how often a window starts")
+    processing_time: bool = Field(False, description="windowed by processing time (`PROCTIME()`, sql/proctime.py): "
+                                  "each row's time is the start of the micro-batch that reads it")
 
 
 class TemporalJoin(Frozen):
@@ -380,10 +384,22 @@ class Query(Frozen):
                           "that says")
     owner: str | None = Field(None, description="the role owning it (declared); None: the default owner, sysadmin")
     functions: tuple[str, ...] = Field((), description="the names of the user-defined functions its SELECT calls")
+    views: tuple[str, ...] = Field((), description="the fqns of the views (CREATE VIEW) its SELECT reads, inlined "
+                                   "into select_sql (sql/views.py)")
     nested: tuple[Nested, ...] = Field((), description="the windowed aggregations its SELECT reads as subqueries, in "
                                        "order; their sources are the query's, in the same order")
     stacked: Stacked | None = Field(None, description="the aggregation its GROUP BY reads as a subquery "
                                     "(sql/stacked.py); its sources are the query's")
+    location: Location | None = None
+
+
+class View(Frozen):
+    """A view: CREATE VIEW name AS SELECT ... (not materialized). Nothing is deployed for it: each query that reads
+    it has its SELECT inlined (sql/views.py), so a change to it changes those queries."""
+
+    fqn: str
+    select_sql: str = Field(description="its SELECT as written")
+    sources: tuple[str, ...] = Field(description="the fqns of the relations and views it reads")
     location: Location | None = None
 
 
@@ -560,6 +576,7 @@ class Project(Frozen):
     relations: tuple[Relation, ...] = ()
     queries: tuple[Query, ...] = ()
     functions: tuple[Function, ...] = Field((), description="the CREATE FUNCTION declarations")
+    views: tuple[View, ...] = Field((), description="the CREATE VIEW declarations")
     datagens: tuple[Datagen, ...] = ()
     roles: tuple[Role, ...] = ()
     grants: tuple[Grant, ...] = ()

@@ -525,6 +525,12 @@ def _effect(kind: Kind, action: Action, data: dict[str, Any] | None = None) -> s
             Action.UPDATE: "restarted on the same checkpoint; resumes from its committed offsets",
             Action.DELETE: "query stopped; its checkpoint is kept on disk",
         }[action] + (REALTIME if (data or {}).get("trigger") == "realtime" and action is not Action.DELETE else "")
+    if kind is Kind.VIEW:
+        return {
+            Action.CREATE: "recorded; nothing deployed: the queries reading it hold its SELECT",
+            Action.UPDATE: "recorded; the queries reading it change with it (their SQL holds it: their own changes)",
+            Action.DELETE: "forgotten (no query reads it)",
+        }.get(action)
     if kind is Kind.FUNCTION:
         return {
             Action.CREATE: "recorded; each query calling it registers it in its Spark session",

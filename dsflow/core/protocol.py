@@ -283,6 +283,11 @@ class SparkFacet(Protocol):
         """Start the streaming query writing `frame` into the sink; `options`: the driver's own writer options
         (Spark's async progress tracking, only when the facet says `async_checkpoint`)."""
 
+    def table(self, spark: Any, spec: Any, source: Any) -> Any:
+        """Stores whose kind says Capability.WHOLE_READ: the source's log read whole as a batch, each task finding its
+        offsets when it runs, so the plan Spark makes once reads the log as it is at every micro-batch (a
+        processing-time join's changelog: adapters/spark/lookup.py)."""
+
     def realtime_conf(self) -> dict[str, str]:
         """Logs whose rules say `realtime_logs`: the Spark session conf real-time mode needs (its connector's jars)."""
 

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Function, Nested, Project, Relation, Store
+from dsflow.core.model import BUILTIN_ROLES, ORGANIZATION, Function, Nested, Project, Relation, Store, View
 from dsflow.core.secrets import LegacyRedactor, Redactor
 from dsflow.core.state import State
 from dsflow.core.settings import SettingClass, fields_of
@@ -61,6 +61,7 @@ def project_resources(project: Project, redactor: Redactor = Redactor()) -> list
                            _owner(s)) for s in project.schemas]
     resources += [_relation(r) for r in project.relations]
     resources += [_function(f) for f in project.functions]
+    resources += [_view(project, v) for v in project.views]
     store_configs: dict[tuple[str, ...], str] = {}  # many queries use the same stores: hashed once per set
     resources += [_query(project, q, store_configs, redactor) for q in project.queries]
     resources += [
@@ -161,10 +162,19 @@ def _function(function: Function) -> Resource:
                     {**function.identity, "path": function.path})
 
 
+def _view(project: Project, view: View) -> Resource:
+    """A view (CREATE VIEW): nothing is deployed for it; its SQL is inlined into the queries that read it (their
+    data holds it), so a change to it is recorded in place and replaces them."""
+    views = {v.fqn for v in project.views}
+    deps = tuple(Address(Kind.VIEW if s in views else Kind.RELATION, s) for s in view.sources)
+    return Resource(Address(Kind.VIEW, view.fqn), deps, {"kind": "view"}, {"select": view.select_sql})
+
+
 def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], redactor: Redactor) -> Resource:
     deps = [Address(Kind.RELATION, s.relation) for s in query.sources]
     deps.append(Address(Kind.RELATION, query.sink))
     deps += [Address(Kind.FUNCTION, name) for name in query.functions]
+    deps += [Address(Kind.VIEW, fqn) for fqn in query.views]
     data = {
         "statement": query.statement,
         "sink": query.sink,
@@ -175,6 +185,10 @@ def _query(project: Project, query, store_configs: dict[tuple[str, ...], str], r
         "stateful": query.stateful,
         **_stateful_data(query),
     }
+    if query.views:  # the views its SELECT reads (inlined into it): a change to one replaces it
+        data["views"] = {v.fqn: v.select_sql for v in project.views if v.fqn in query.views}
+    if any(s.lookup for s in query.sources):
+        data["lookup"] = [s.alias for s in query.sources if s.lookup]
     metadata = {
         "trigger_interval": query.trigger_interval,
         "start_position": query.start_position,
@@ -258,7 +272,8 @@ def _stateful_data(query) -> dict[str, Any]:
     if query.key_columns:
         data["key_columns"] = list(query.key_columns)
     if query.window is not None:
-        data["window"] = query.window.model_dump()
+        # processing_time only when set: a project without processing time plans as before
+        data["window"] = query.window.model_dump(exclude=set() if query.window.processing_time else {"processing_time"})
     if query.join_within:
         data["join_within"] = query.join_within
     if query.regular_joins:

@@ -60,7 +60,7 @@ _I, _SC, _SZ, _R = SettingClass.IDENTITY, SettingClass.SCHEMA, SettingClass.SIZI
 _Q, _O, _P, _N = SettingClass.QUERY, SettingClass.OVERRIDE, SettingClass.IN_PLACE, SettingClass.NOT_DEPLOYED
 _SQL = ("statement", "sink", "sources", "select", "output_columns", "stateful", "output_mode", "key_columns",
         "window", "join_within", "deletes", "temporal_join", "changelog_join", "join_chain", "top_n", "over",
-        "regular_joins", "nested", "stacked")
+        "regular_joins", "nested", "stacked", "views", "lookup")
 _TABLE = ("topic", "table_options")
 
 
@@ -180,6 +180,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("function", "RETURNS", ("returns",), _SC, "the type of the columns its calls compute: the relations "
             "written with them"),
     Setting("function", "LANGUAGE", ("language",), _I, "PYTHON only"),
+    Setting("view", "CREATE VIEW", ("kind",), _I, "a view is recorded only: nothing is deployed for it"),
+    Setting("view", "AS SELECT ...", ("select",), _Q, "inlined into the queries that read it: each changes as the same "
+            "edit of its own SQL would"),
     Setting("source", "timestamp", ("sources",), _Q, "FROM relation WITH (...)"),
     Setting("runtime", "spark_master", ("spark_master",), _R),
     Setting("runtime", "spark_conf", ("runtime_spark_conf",), _R),

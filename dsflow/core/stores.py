@@ -39,6 +39,8 @@ class Capability(str, Enum):
     REGISTRY = "registry"              # its relations may use a schema registry (Avro, Protobuf)
     BROKER = "broker"                  # a broker named by its bootstrap address alone: `--bootstrap`, `dsflow dev
                                        # up` (an embedded one) and data generators (`dsflow datagen`) write to it
+    WHOLE_READ = "whole_read"          # a query can read a changelog of it whole at every micro-batch (a
+                                       # processing-time temporal join: sql/proctime.py)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ _TABLES = frozenset({_C.TABLES, _C.TABLE_SOURCE, _C.MERGE})
 
 REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
     StoreKind("kafka", "dsflow.adapters.kafka", "Kafka",
-              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY, _C.BROKER}), log_noun="topic",
+              frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY, _C.BROKER, _C.WHOLE_READ}), log_noun="topic",
               description="a Kafka-protocol broker: streams and changelogs as topics", legacy_logs=True),
     StoreKind("kinesis", "dsflow.adapters.kinesis", "Kinesis",
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream", size_noun="shard",

@@ -414,6 +414,7 @@ EXECUTORS: dict[Kind, Executor] = {
     Kind.GRANT: GrantExecutor(),
     Kind.RELATION: RelationExecutor(),
     Kind.FUNCTION: RecordOnly(),  # code in the project's files, registered by each query's driver
+    Kind.VIEW: RecordOnly(),  # a named SELECT, inlined into the queries that read it (sql/views.py)
     Kind.QUERY: QueryExecutor(),
     Kind.DATAGEN: DatagenExecutor(),
 }

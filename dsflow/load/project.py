@@ -347,6 +347,7 @@ class _Loader:
             databases=tuple(databases), schemas=tuple(schemas),
             relations=tuple(ns.relations.values()), queries=tuple(queries), datagens=tuple(datagens),
             functions=tuple(ns.functions.values()),
+            views=_views(ns),
             roles=tuple(roles), grants=tuple(grants), bindings=tuple(bindings), moves=tuple(moves),
             removals=tuple(removals), imports=tuple(imports),
         )
@@ -479,6 +480,15 @@ class _Loader:
                 continue
             out.append(gen.model_copy(update={"relation": fqn}))
         return out
+
+
+def _views(ns) -> tuple:
+    """The project's CREATE VIEWs (sql/views.py), () without one (sqlglot is not imported then)."""
+    if not ns.views:
+        return ()
+    from dsflow.sql.views import view_models
+
+    return view_models(ns.views, ns.qualify_name)
 
 
 def _not_generated(gen: Datagen, fqn: str, store) -> Diagnostic:

@@ -66,6 +66,8 @@ class Namespace:
     workers: Any = None  # load.workers.Workers: the processes that parsed some of the files resolve their SELECTs
     functions: dict[str, Function] = field(default_factory=dict)
     """The CREATE FUNCTIONs by lower-case name (load/functions.py): SELECTs may call them."""
+    views: dict[str, Any] = field(default_factory=dict)
+    """The CREATE VIEWs by fqn (sql/views.py): their SELECTs are inlined into the statements that read them."""
     trigger: str = "micro-batch"
     """runtime.trigger: a query's trigger unless it sets 'trigger'."""
     isolation: str = "query"
@@ -90,6 +92,7 @@ Report = Callable[[Diagnostic], None]
 
 def resolve_statements(statements: list[tuple[str, RawStatement]], ns: Namespace, report: Report) -> list[Query]:
     """Declared relations first, then CREATE ... AS SELECT in dependency order, then INSERT INTO."""
+    statements = _with_views(statements, ns, report)
     for path, st in statements:
         if not st.is_query and st.extra.get("expectations"):
             from dsflow.load.expectations import declared_without_query
@@ -110,6 +113,21 @@ def resolve_statements(statements: list[tuple[str, RawStatement]], ns: Namespace
                 queries.append(query)
     check_versions(list(ns.relations.values()), report)  # DSF-E895
     return queries
+
+
+def _with_views(statements: list[tuple[str, RawStatement]], ns: Namespace,
+               report: Report) -> list[tuple[str, RawStatement]]:
+    """The statements, each reading the SELECTs of the views it reads (sql/views.py); the views kept in `ns`."""
+    if not any(st.kind == "view" for _, st in statements):
+        return statements
+    from dsflow.sql.views import declared_views, with_views
+
+    relations = {ns.qualify_name(st.name) for _, st in statements if st.kind in RELATION_STATEMENTS}
+    ns.views = declared_views(statements, relations | set(ns.relations), ns.qualify_name, report)
+    return [(path, with_views(st, ns.views, ns.qualify_name)) for path, st in statements]
+
+
+RELATION_STATEMENTS = ("stream", "changelog", "table", "materialized view")
 
 
 def _declare(ns: Namespace, relation: Relation | None, st: RawStatement, report: Report) -> None:
@@ -662,6 +680,7 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
     check_not_read(sources, ns.relations, ns.stores, st.location, report)
     check_views_not_read(sources, ns.relations, st.location, report)
     _check_event_time(st, sources, analysed, ns, report)
+    _check_whole_read(st, sources, ns, report)
     query = Query(fqn=fqn, statement=statement, sink=sink.fqn, sources=sources, select_sql=analysed.select_sql,
                  output_columns=analysed.columns, trigger_interval=_trigger_interval(st, ns, report),
                  start_position=_start_position(st, report), stateful=analysed.stateful,
@@ -679,7 +698,8 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  changelog_join=analysed.changelog_join, join_chain=analysed.chain, top_n=analysed.top_n,
                  over=analysed.over, regular_joins=analysed.regular,
                  isolation=_isolation(st, report), owner=_prop(st, OWNER),
-                 functions=_called(analysed, ns), nested=analysed.nested, stacked=analysed.stacked,
+                 functions=_called(analysed, ns), views=st.extra.get("views", ()), nested=analysed.nested,
+                 stacked=analysed.stacked,
                  location=st.location)
     if query.regular_joins:  # DSF-W001: its state grows without bound
         from dsflow.sql.join_chain import unbounded_state
@@ -783,6 +803,19 @@ def _check_event_time(st: RawStatement, sources: tuple[Source, ...], analysed: A
             report(Diagnostic("DSF-E042", f"timestamp column '{column.name}' of '{relation.fqn}' is {column.type}; "
                               "event time needs BIGINT (epoch ms) or TIMESTAMP", st.location,
                               hint="name another column in 'timestamp', or convert it in an upstream query"))
+
+
+def _check_whole_read(st: RawStatement, sources: tuple[Source, ...], ns: Namespace, report: Report) -> None:
+    """A processing-time join reads its changelog whole at every micro-batch: from a store that can (DSF-E262)."""
+    for source in sources:
+        relation = ns.relations[source.relation]
+        store = ns.stores.get(relation.store or "")
+        if source.lookup and not registry.can(store, registry.Capability.WHOLE_READ):
+            kinds = " or ".join(registry.kinds_that(registry.Capability.WHOLE_READ))
+            report(Diagnostic("DSF-E262", f"'{relation.fqn}' is joined FOR SYSTEM_TIME AS OF a processing time, which "
+                              "reads it whole at every micro-batch: its store cannot be read so", st.location,
+                              hint=f"join a changelog of a {kinds} store by processing time, or join this one by "
+                                   "event time (FOR SYSTEM_TIME AS OF a column of the stream)"))
 
 
 def _watermark_delay(st: RawStatement, report: Report) -> str:

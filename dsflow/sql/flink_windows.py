@@ -59,6 +59,8 @@ class FlinkWindow:
     partition: tuple[str, ...] | None = None
     refusal: str | None = None
     hint: str = E261_HINT
+    processing: bool = False
+    """Its time column is a PROCTIME() column (sql/proctime.py): a processing-time window."""
 
 
 # --- tokens: Flink's window table functions -> dsflow's --------------------------------------------------
@@ -263,6 +265,12 @@ def _check(table: exp.Table, flink: FlinkWindow, relations: dict[str, Relation],
     assert call is not None  # is_window(table)
     relation = relations.get(qualify_name([p.name for p in call.relation.parts]))
     if relation is None:  # an unknown relation is reported when the sources are resolved (DSF-E040)
+        return True
+    if flink.processing:  # sql/proctime.py
+        if flink.kind == "session":
+            report(Diagnostic("DSF-E262", "a processing-time SESSION window is not supported", where(flink.time),
+                              hint="window processing time by TUMBLE or HOP, or a SESSION by the event time"))
+            return False
         return True
     event_time = _source_timestamp(call.relation) or relation.timestamp
     if event_time is None or event_time.lower() != flink.time.name.lower():

@@ -176,8 +176,8 @@ def parse_statement(tokens: list[Token], text: str, path: str) -> tuple[RawState
         return None, [too_deep(start)]
     except _Unsupported as err:
         return None, [Diagnostic("DSF-E005", str(err), start,
-                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE FUNCTION, "
-                                      "CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
+                                 hint="supported: CREATE STREAM, CREATE CHANGELOG, CREATE FUNCTION, CREATE VIEW ... AS "
+                                      "SELECT, CREATE STREAM|CHANGELOG|MATERIALIZED VIEW ... AS SELECT, "
                                       "INSERT INTO ... SELECT, GRANT, REVOKE, CREATE ROLE")]
 
 
@@ -270,6 +270,14 @@ def _create(create: exp.Create, path: str, start: Location, snippet: str) -> Raw
     materialized = bool(properties and properties.find(exp.MaterializedProperty))
     if kind == "VIEW" and materialized:
         kind_name = "materialized view"
+    elif kind == "VIEW" and isinstance(create.expression, exp.Query):  # a named SELECT, inlined (sql/views.py)
+        if isinstance(create.this, exp.Schema) or properties is not None:
+            raise _Unsupported("CREATE VIEW takes no column list and no WITH (...): name its columns with AS in "
+                               "its SELECT")
+        table = create.this
+        return RawStatement("view", _table_parts(table), node_location(path, table, start), text=snippet,
+                            extra={"view_select": create.expression},
+                            source_parts=_source_parts(create.expression))
     elif kind in ("STREAM", "CHANGELOG"):
         kind_name = kind.lower()
     elif kind == "TABLE" and (isinstance(create.expression, exp.Query) or isinstance(create.this, exp.Schema)):

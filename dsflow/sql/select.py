@@ -54,7 +54,7 @@ from dsflow.sql import changelog_join as cj
 from dsflow.sql import flink_windows
 from dsflow.sql import join_chain as chain
 from dsflow.sql import keyed_join, stacked
-from dsflow.sql import nested, windowed_join
+from dsflow.sql import nested, proctime, windowed_join
 from dsflow.sql.unsupported import check_select_surface, is_cte_name
 from dsflow.sql.ctes import inline_ctes
 from dsflow.sql.unions import analyse_union
@@ -92,6 +92,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     the tree was ~20% of resolving it)."""
     select = st.select.copy() if copy else st.select.tree() if isinstance(st.select, DeferredSelect) else st.select
     where = lambda node: node_location(path, node, st.location)  # noqa: E731
+    proctime.prepare(select)  # PROCTIME() columns: sql/proctime.py
     if select.args.get("with_") is not None and not inline_ctes(select, relations, qualify_name, where, report):
         return None
     if isinstance(select, exp.Union):  # UNION ALL of streams: each branch resolved as its own SELECT
@@ -117,7 +118,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
                           hint=grouping.top_row_hint(node) or SUPPORTED_HINT))
         return None
     window = _extract_window(select, where, report)
-    if window is False or not check_functions(select, where, report) \
+    if window is False or not proctime.check_rest(select, where, report) or not check_functions(select, where, report) \
             or not grouping.check_by_calls(select, where, report):
         return None
     tables = source_tables(select)
@@ -155,13 +156,16 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
     if qualified is None or not check_fields(qualified, where, report) \
             or not check_types(qualified, _column_types(tables, found, window), where, report):
         return None
-    joined = _join_kind(qualified, tables, found, join, places, where, st, report)
+    lookup = any(options[id(t)].get("lookup") for t in tables)  # processing time (sql/proctime.py): Spark joins it
+    joined = (None, None, (), ()) if lookup else _join_kind(qualified, tables, found, join, places, where, st, report)
     if joined is None:
         return None
     temporal, chained, later, regular = joined
     shape = _aggregation(qualified, window, where, st, report)
     if shape is None or (shape[0] and (found[id(tables[0])].kind == "changelog" or chained)  # retract.py
                          and not grouping.check_retracted_by(qualified, where, report)):
+        return None
+    if lookup and not proctime.check_lookup(len(tables), shape[0], where(select.args["joins"][0]), report):
         return None
     if join and shape[0] and not chained and not windowed_join.check_aggregation(  # sql/windowed_join.py
             None if temporal else join[0], join[1], window is not None, bool(later), st.location, report):
@@ -171,7 +175,7 @@ def analyse_select(path: str, st: RawStatement, relations: dict[str, Relation], 
         return None
     sources = tuple(Source(relation=found[id(t)].fqn, alias=t.alias_or_name, **options[id(t)]) for t in tables)
     # copy=False: `qualified` is this function's own copy and is not used after this (saves a deep copy)
-    interval = bool(join) and not (temporal or chained or regular)
+    interval = bool(join) and not (temporal or chained or regular or lookup)
     return Analysed(restore_top_n(restore_unnest(qualified, unnested), top).sql(dialect=DIALECT, copy=False),
                     sources, columns,
                     aggregated=shape[0], group_keys=shape[1], window=window or None,
@@ -324,8 +328,8 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
     alias = DIALECT.normalize_identifier(exp.to_identifier(outer.alias or inner.name)).name
     inner.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
     outer.replace(inner)
-    return Window(kind=function.kind, source=alias, size=texts["size"],
-                  advance=texts["advance"])
+    return Window(kind=function.kind, source=alias, size=texts["size"], advance=texts["advance"],
+                  processing_time=getattr(outer.meta.get(flink_windows.FLINK), "processing", False))
 
 
 def _check_join(select: exp.Select, tables: list[exp.Table], found: dict, where, st: RawStatement,

@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from dsflow.core.model import Relation, TemporalJoin
 from dsflow.errors import Diagnostic
+from dsflow.sql.proctime import lookup_system_time
 
 Report = Callable[[Diagnostic], None]
 HINT = "write FROM stream s [LEFT] JOIN changelog c ON s.col = c.primary_key_col"
@@ -51,6 +52,9 @@ def system_time(tables: list[exp.Table], found: dict, options: dict[int, dict], 
         column = version.expression
         stream = found[id(tables[0])]
         changelog = index > 0 and found[id(table)].kind == "changelog"  # the first join's or a chained one's
+        if temporal and changelog and lookup_system_time(version):  # processing time: sql/proctime.py
+            options[id(table)]["lookup"] = True
+            continue
         problem = _system_time_problem(version, changelog, temporal, tables[0].alias_or_name, stream)
         chosen = options[id(tables[0])]
         if problem is None and chosen.get("timestamp", column.name).lower() != column.name.lower():

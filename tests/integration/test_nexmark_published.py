@@ -1,7 +1,7 @@
 """The published Nexmark queries that dsflow runs (bench/nexmark_published: q0, q1, q2, q3, q4, q5, q7, q8, q9, q10,
-q11, q14, q15, q16, q17, q18, q19, q20, q21, q22, q23), each as its adapted file (the published query text, only its
-DDL adapted), on real Spark and a real broker, against DuckDB running the same published SELECT over the same
-generated events.
+q11, q12, q13, q14, q15, q16, q17, q18, q19, q20, q21, q22, q23), each as its adapted file (the published query text,
+only its DDL adapted), on real Spark and a real broker, against DuckDB running the same published SELECT over the same
+generated events (q12 and q13, in processing time, by tests of their own at the end).
 
 Events: dsflow's Nexmark generator (dsflow.datagen.nexmark, seed 0, the first EVENTS events, in bursts of BURST
 events BURST_SPACING_MS apart, the bursts BURST * SPACING_MS apart, so that they cover every hour of the day and
@@ -425,3 +425,141 @@ def test_ranks_change_over_micro_batches_as_duckdb_ranks(spark, broker, tmp_path
                     auction_1.append([state.get('{"auction":1,"rn":%d}' % rank, {}).get("id") for rank in (1, 2)])
     assert first_ranks == [[10, 12, 11], [14, 10, 12], [14, 16, 10]]  # auction 1's ranks 1-3, replaced each round
     assert auction_1 == [[1, 3], [2, 1], [2, None]]  # over the changelog: replaced, then rank 2 deleted
+
+
+# --- processing time: q12 (a view with PROCTIME() windowed by it) and q13 (a processing-time join) ---------------
+PROCTIME_EVENTS = 1_000
+WINDOW_MS = 10_000  # q12's TUMBLE
+FLUSH_BIDDER = 10 ** 9  # a bid of a later micro-batch, whose start closes the windows before it (not compared)
+PROCESSING_TIME_COUNTS = "SELECT bidder, COUNT(*) FROM bid GROUP BY bidder"
+"""q12's deterministic part: its windows' bounds are the processing time of the micro-batches that read the bids,
+but every bid falls in exactly one window, so the counts of a bidder's closed windows add up to its bids."""
+SIDE_JOIN = "SELECT B.auction, B.bidder, B.price, B.dateTime, S.value FROM bid B JOIN side_input S " \
+            "ON B.auction % 10000 = S.key"
+"""q13's reference: each bid with the side input's row of its key, as the side input is when the bid is read."""
+
+
+def _side_input(broker: str, project, rows: list[tuple[int, str | None]]) -> None:
+    """Upserts (key, value) and deletes (key, None: a tombstone) of the changelog side_input."""
+    from dsflow.adapters.kafka import client
+
+    errors = client.DeliveryErrors()
+    producer = client.new_producer(client.client_config(broker), errors)
+    for key, value in rows:
+        client.produce_one(producer, topic(project, "side_input"), None if value is None else
+                           json.dumps({"key": key, "value": value}), str(key))
+    client.flush_or_raise(producer, topic(project, "side_input"), len(rows), errors)
+
+
+def _side_table(rows: list[tuple[int, str | None]]) -> dict[int, str]:
+    table: dict[int, str] = {}
+    for key, value in rows:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
+
+
+def _after_window_of(now_ms: float) -> None:
+    """Wait until the 10-second window holding `now_ms` has ended (processing time must pass a window's end)."""
+    import time
+
+    end = (int(now_ms) // WINDOW_MS + 1) * WINDOW_MS
+    time.sleep(max(0.0, end - time.time() * 1000) / 1000 + 0.05)
+
+
+def _bid_table(bids: list[dict]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB holding `bids` as the published DDL's bid table."""
+    con = duckdb.connect()
+    columns = DUCKDB_TYPES["bid"]
+    con.execute(f"CREATE TABLE bid ({columns})")
+    names = [c.split()[0] for c in columns.split(", ")]
+    con.executemany(f"INSERT INTO bid VALUES ({', '.join('?' * len(names))})",
+                    [tuple(_as_time(r[n]) if n in TIMES else r[n] for n in names) for r in bids])
+    return con
+
+
+def _bids_only(broker: str, tmp_path_factory, name: str, bids: list[dict]):
+    """A project of its own holding query `name`, its bid topic holding `bids` (no persons, no auctions)."""
+    return _loaded(broker, tmp_path_factory.mktemp(f"nexmark_{name}"), {"person": [], "auction": [], "bid": bids},
+                   (name,))
+
+
+def test_q12_processing_time_windows_count_every_bid_once(spark, broker, tmp_path_factory):
+    """q12 over two availableNow runs and a flush: the bids of the first half, then (in a later 10-second window of
+    processing time) those of the second half, then one bid whose micro-batch closes the second half's windows.
+    Each window written is 10 seconds long, aligned to the epoch and of its run's processing time, and per bidder
+    the bid_count of a run's windows sums to the bidder's bids in that half (DuckDB)."""
+    import time
+
+    bids = events(PROCTIME_EVENTS)["bid"]
+    halves = [bids[:len(bids) // 2], bids[len(bids) // 2:]]
+    project, work = _bids_only(broker, tmp_path_factory, "q12", halves[0])
+    sink = next(r for r in project.relations if r.name == "nexmark_q12")
+    starts: list[int] = []  # the first window each run may write: the one holding the time it starts
+    for index, half in enumerate(halves):
+        if index:
+            produce(broker, project, "bid", [{**r, "dateTime": _iso(r["dateTime"])} for r in half], key="auction")
+        starts.append(int(time.time() * 1000) // WINDOW_MS * WINDOW_MS)
+        run(spark, project, "nexmark_q12_insert_1", work)
+        _after_window_of(time.time() * 1000)
+    flush = {**bids[0], "bidder": FLUSH_BIDDER, "dateTime": _iso(bids[0]["dateTime"])}
+    produce(broker, project, "bid", [flush], key="auction")
+    run(spark, project, "nexmark_q12_insert_1", work)
+    rows = _rows(sink, latest_by_key(broker, project, sink.name).values())
+    assert rows and all(end - start == WINDOW_MS and start % WINDOW_MS == 0 for _, _, start, end in rows), rows
+    assert FLUSH_BIDDER not in {row[0] for row in rows}  # its window is still open
+    assert sum(row[1] for row in rows) == len(bids)
+    for index, half in enumerate(halves):
+        later = starts[index + 1] if index + 1 < len(starts) else float("inf")
+        got: Counter = Counter()
+        for bidder, count, start, _ in rows:
+            if starts[index] <= start < later:
+                got[bidder] += count
+        assert got == Counter(dict(_bid_table(half).execute(PROCESSING_TIME_COUNTS).fetchall())), index
+
+
+def _side_rows(con_rows: list[tuple]) -> Counter:
+    return Counter((a, b, p, _normal(t), v) for a, b, p, t, v in con_rows)
+
+
+def test_q13_joins_each_micro_batch_with_the_side_input_as_it_is(spark, broker, tmp_path_factory):
+    """q13 joins each bid with the side input's row of `mod(auction, 10000)` as the side input is when the bid's
+    micro-batch runs: first all the bids with the side input as produced (upserts, then updates and deletes of some
+    keys), one availableNow run, against DuckDB's join; then, in one running query, the side input changed again
+    (new values, a key deleted, one added) between two micro-batches, each of a third of the bids again: each third
+    joins the version of its micro-batch (DuckDB), the rows written before are unchanged."""
+    bids = events(PROCTIME_EVENTS)["bid"]
+    project, work = _bids_only(broker, tmp_path_factory, "q13", bids)
+    sink = next(r for r in project.relations if r.name == "nexmark_q13")
+    keys = sorted({b["auction"] % 10_000 for b in bids})
+    side = [(k, f"value-{k}") for k in keys if k % 3] + [(k, f"new-{k}") for k in keys if k % 3 == 1] + \
+        [(k, None) for k in keys if k % 3 == 2 and k % 5 == 0]
+    _side_input(broker, project, side)
+
+    def expected(rows: list[dict], table: dict[int, str]) -> Counter:
+        con = _bid_table(rows)
+        con.execute("CREATE TABLE side_input (key BIGINT, value VARCHAR)")
+        con.executemany("INSERT INTO side_input VALUES (?, ?)", list(table.items()))
+        return _side_rows(con.execute(SIDE_JOIN).fetchall())
+
+    def written() -> Counter:
+        return Counter(_rows(sink, (json.loads(r["value"]) for r in records(broker, project, sink.name))))
+
+    run(spark, project, "nexmark_q13_insert_1", work)
+    first = expected(bids, _side_table(side))
+    assert first and written() == first
+    assert {row[4].split("-")[0] for row in first} == {"value", "new"}  # updated keys joined their new value
+    changes = [(k, f"later-{k}") for k in keys if k % 3 == 2] + [(keys[1], None), (keys[0], f"added-{keys[0]}")]
+    before, after = bids[::3], bids[1::3]
+    with running(spark, project, ["nexmark_q13_insert_1"], work) as caught_up:
+        produce(broker, project, "bid", [{**r, "dateTime": _iso(r["dateTime"])} for r in before], key="auction")
+        caught_up()  # a micro-batch of this run has read the side input
+        _side_input(broker, project, changes)
+        produce(broker, project, "bid", [{**r, "dateTime": _iso(r["dateTime"])} for r in after], key="auction")
+        caught_up()
+    second = expected(before, _side_table(side))
+    third = expected(after, _side_table(side + changes))
+    assert {row[4].split("-")[0] for row in third} >= {"later", "added"}
+    assert written() == first + second + third

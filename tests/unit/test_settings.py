@@ -140,6 +140,8 @@ CREATE MATERIALIZED VIEW user_names WITH ('store' = 'pg', 'postgresql.table.name
   SELECT uid, name FROM users;
 CREATE FUNCTION later(t BIGINT) RETURNS BIGINT LANGUAGE PYTHON AS 'udfs:later';
 CREATE STREAM loud WITH ('topic' = 'loud') AS SELECT id, later(ts) AS ts FROM events;
+CREATE VIEW named AS SELECT id, name FROM events AS e WHERE id > 1;
+CREATE STREAM from_view WITH ('topic' = 'from_view') AS SELECT id, name FROM named;
 """,
     "udfs.py": "def later(t):\n    return t + 1\n",
 }
@@ -297,6 +299,8 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
     ("function", "parameters"): ("function.later", [(Q, "later(t BIGINT)", "later(at BIGINT)")]),
     ("function", "RETURNS"): ("relation.db.s.loud", [(Q, "RETURNS BIGINT", "RETURNS VARCHAR")]),
     ("function", "LANGUAGE"): ("function.later", []),
+    ("view", "CREATE VIEW"): ("view.db.s.named", []),
+    ("view", "AS SELECT ..."): ("query.db.s.from_view", [(Q, "WHERE id > 1", "WHERE id > 2")]),
     ("runtime", "spark_master"): (None, [("dsflow.yml", "local[2]", "local[3]")]),
     ("runtime", "spark_conf"): (None, [("dsflow.yml", "partitions: \"2\"", "partitions: \"3\"")]),
     ("runtime", "trigger"): (COPIED, [("dsflow.yml", "  trigger_interval: 1 second\n",
@@ -330,7 +334,8 @@ UNSET_FIELDS = {"spark_conf"}
 KINDS = {Kind.STORE: ("store",), Kind.DATABASE: ("database",), Kind.SCHEMA: ("database", "schema"),
          Kind.BINDING: ("user",),
          Kind.RELATION: ("relation", "cdc", "table", "materialized_view"), Kind.QUERY: ("query", "source", "runtime"),
-         Kind.DATAGEN: ("datagen",), Kind.ROLE: ("role",), Kind.GRANT: ("role", "grant"), Kind.FUNCTION: ("function",)}
+         Kind.DATAGEN: ("datagen",), Kind.ROLE: ("role",), Kind.GRANT: ("role", "grant"), Kind.FUNCTION: ("function",),
+         Kind.VIEW: ("view",)}
 
 
 def _accepted() -> set[tuple[str, str]]:
@@ -353,6 +358,7 @@ def _accepted() -> set[tuple[str, str]]:
     found |= {("query", p) for p in QUERY_PROPS | {"AS SELECT ...", "CONSTRAINT ... EXPECT"}}
     found |= {("cdc", p) for p in CDC_PROPS} | {("source", p) for p in SOURCE_PROPS}
     found |= {("function", p) for p in ("AS 'module:function'", "parameters", "RETURNS", "LANGUAGE")}
+    found |= {("view", p) for p in ("CREATE VIEW", "AS SELECT ...")}
     found |= {("table", p) for p in TABLE_PROPS | every} | {("materialized_view", p) for p in VIEW_PROPS | every}
     for kind, model in [("store", raw.RawStore), ("schema_registry", raw.RawSchemaRegistry),
                         ("runtime", raw.RawRuntime), ("database", raw.RawDatabase), ("role", raw.RawRole),

@@ -102,7 +102,7 @@ def test_for_system_time_as_of_anything_else_is_refused(tmp_path):
     join = "CREATE STREAM e AS SELECT p.id, u.name FROM pageviews p\n  JOIN users FOR {} AS u ON p.userid = u.userid;\n"
     assert problems(tmp_path, join.format("SYSTEM_TIME AS OF u.name")) == [("DSF-E155", 2, 36)]
     assert codes(tmp_path, join.format("SYSTEM_TIME AS OF p.nope")) == ["DSF-E155"]
-    assert codes(tmp_path, join.format("SYSTEM_TIME AS OF PROCTIME()")) == ["DSF-E155"]
+    assert codes(tmp_path, join.format("SYSTEM_TIME AS OF NOW()")) == ["DSF-E155"]  # PROCTIME(): test_views.py
     assert codes(tmp_path, join.format("VERSION AS OF 3")) == ["DSF-E155"]
     conflicting = ("CREATE STREAM e AS SELECT p.id, u.name FROM pageviews WITH ('timestamp' = 'ts') AS p\n"
                    "  JOIN users FOR SYSTEM_TIME AS OF p.seen AS u ON p.userid = u.userid;\n")

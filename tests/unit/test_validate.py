@@ -474,7 +474,7 @@ def test_stateful_queries_resolve_to_keys_modes_and_windows(tmp_path):
     assert [(c.name, c.type) for c in per_user.output_columns] == [("userid", "VARCHAR"), ("n", "BIGINT"),
                                                                    ("pages", "BIGINT")]
     assert per_window.window.model_dump() == {"kind": "hop", "source": "pageviews", "size": "1 minutes",
-                                              "advance": "10 seconds"}
+                                              "advance": "10 seconds", "processing_time": False}
     assert per_window.watermark_delay == "30 seconds"
     assert project.relation("analytics.public.per_window").primary_key == ("window_start", "window_end", "pageid")
     assert [c.type for c in per_window.output_columns][:2] == ["TIMESTAMP", "TIMESTAMP"]

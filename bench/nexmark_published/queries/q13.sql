@@ -1,5 +1,5 @@
--- Adapted for dsflow from ../published/q13.sql (nexmark/nexmark, Apache-2.0): only the DDL
--- differs: side_input is a changelog on Kafka keyed by `key` instead of a CSV file table.
+-- Adapted for dsflow from ../published/q13.sql (nexmark/nexmark, Apache-2.0): only the DDL differs: side_input is a
+-- changelog on Kafka keyed by `key` (read whole at every micro-batch) instead of a CSV file table; the sink a stream.
 -- The query is as published; ../README.md lists its status.
 -- -------------------------------------------------------------------------------------------------
 -- Query 13: Bounded Side Input Join (Not in original suite)

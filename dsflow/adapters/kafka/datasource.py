@@ -13,6 +13,9 @@ Options (keys are case-insensitive):
     starting.timestamp     epoch ms: start at the first record at or after it (a replay)
     ending.offsets         JSON {"<partition>": offset}: a streaming read goes no further (a blue/green deployment's
                            run to a cut, core/bluegreen.py); partitions not named are not capped
+    ends.at.read           true: a batch read finds each partition's first and end offsets when its task runs, not
+                           when Spark plans the read (which a streaming query does once: a table it joins is
+                           read again, whole, at every micro-batch: adapters/spark/lookup.py)
     max.records.per.batch  optional cap on records per micro-batch (offset-based)
     stall.timeout.seconds  fail a read task that makes no progress this long (default 60)
     gaps                   fail (default) | count: what a read does with offsets the broker confirms it holds no
@@ -87,6 +90,9 @@ SCHEMA = StructType([
     StructField("timestamp", TimestampType()),
 ])
 """Rows read from Kafka; timestamp is the record timestamp (ms since the epoch)."""
+
+AT_READ = -1
+"""A task's end offset to be found when it runs (`ends.at.read`)."""
 
 CHUNK_ROWS = 10_000
 """Rows per Arrow RecordBatch produced by a read task."""
@@ -163,6 +169,10 @@ def _read_range(task: KafkaRange) -> Iterator[Any]:
     value_type = value_struct(task.decoding.columns) if task.decoding.layout == BOTH else None
     ok = False
     try:
+        if task.end == AT_READ:  # `ends.at.read`: the partition as it is now
+            start = client.start_offsets(consumer, task.topic, [task.partition])[task.partition]
+            end = client.end_offsets(consumer, task.topic, [task.partition])[task.partition]
+            task = replace(task, start=start, end=end)
         chunks = client.read_range(consumer, task.topic, task.partition, task.start, task.end, CHUNK_ROWS,
                                    task.stall_timeout, task.allow_gaps, _gap_logger(task.gap_log))
         for messages in chunks:
@@ -435,6 +445,9 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> list[KafkaRange]:
         holder = _ConsumerHolder(self.options)
         try:
+            if self.options.ends_at_read:  # offsets found by each task (AT_READ)
+                parts = {str(p): AT_READ for p in client.topic_partitions(holder.consumer(), self.options.topic)}
+                return plan_ranges(self.options, {p: AT_READ - 1 for p in parts}, parts)
             start, end = holder.start_offsets(), holder.end_offsets()
         finally:
             holder.close()

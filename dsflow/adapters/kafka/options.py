@@ -46,6 +46,9 @@ class KafkaOptions:
     key_schema: str | None = None
     """Writing avro/protobuf keys: the key schema (key.schema) registered under key.subject (default <topic>-key)."""
     key_subject: str | None = None
+    ends_at_read: bool = False
+    """A batch read: each task finds its partition's offsets when it runs, not when the read is planned (a table a
+    streaming query re-reads at every micro-batch, whose plan Spark makes once: a processing-time join)."""
     secret_values: tuple[str, ...] = field(default=(), repr=False)
     """The values of the options named by `secret.options`: scrubbed from the log lines of the process that makes
     clients with `config` (a task runs in another process than the driver that parsed the options)."""
@@ -86,6 +89,7 @@ class KafkaOptions:
             value_subject=opts.get("value.subject") or None,
             key_schema=opts.get("key.schema") or None,
             key_subject=opts.get("key.subject") or None,
+            ends_at_read=opts.get("ends.at.read", "false").strip().lower() == "true",
             secret_values=secrets,
             ledger=opts.get("transaction.ledger") or None,
             batch_id=_batch_id(opts),

@@ -66,6 +66,16 @@ class KafkaSpark:
         return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source),
                            **gate_options(spec.name)).load()
 
+    def table(self, spark: Any, spec: Any, source: Any) -> Any:
+        """The topic read whole, as a batch, each task finding its partition's offsets when it runs (a bounded table
+        re-read at every micro-batch: adapters/spark/lookup.py)."""
+        from dsflow.adapters.spark.frames import gap_options, source_format_options
+
+        raw = (spark.read.format("dsflow_kafka").option(BOOTSTRAP, source.client_config[BOOTSTRAP])
+               .option("topic", source.topic).option("ends.at.read", "true"))
+        raw = _with_client(raw, source.client_config)
+        return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source)).load()
+
     def realtime_conf(self) -> dict[str, str]:
         """The session conf real-time mode needs: Spark's own Kafka connector's jars (connector.py; DSF-E874)."""
         from dsflow.adapters.kafka.connector import jars

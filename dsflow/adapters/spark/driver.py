@@ -67,6 +67,11 @@ def build_result(spark, spec: QuerySpec):
         facet = for_kind(source.kind)
         if facet is None:
             raise ValueError(f"no store reads sources of kind {source.kind!r}")
+        if source.lookup:  # a processing-time temporal join's changelog, read at every micro-batch
+            from dsflow.adapters.spark.lookup import bounded_view
+
+            bounded_view(spark, spec, source, facet).createOrReplaceTempView(source.view)
+            continue
         source_view(_read(spark, spec, source, facet), source).createOrReplaceTempView(source.view)
     if spec.temporal is not None:
         from dsflow.adapters.spark.temporal import joined_view

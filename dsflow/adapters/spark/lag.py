@@ -78,10 +78,11 @@ def _read_offsets(spec: QuerySpec, progress_sources: list[dict[str, Any]]) -> li
     """(source, the offset its last micro-batch read up to) for the sources whose lag is measured. Spark reports
     its sources in the order the spec lists them (the order the checkpoint's offset log keeps: see executors'
     stop offsets)."""
-    if len(progress_sources) != len(spec.sources):
+    streamed = [s for s in spec.sources if not s.lookup]  # a table read whole per micro-batch is no streaming source
+    if len(progress_sources) != len(streamed):
         return []
     found = []
-    for source, progress in zip(spec.sources, progress_sources, strict=False):
+    for source, progress in zip(streamed, progress_sources, strict=False):
         end = progress.get("endOffset")
         if not end or not _measured(source.kind):
             continue

@@ -77,6 +77,8 @@ class SourceSpec(BaseModel):
                                            "holds no record for (Relation.read_gaps)")
     changelog_key: dict[str, str] = Field(default_factory=dict, description="a changelog: its primary key "
                                           "columns and Spark types; a null value (tombstone) is a delete of the key")
+    lookup: bool = Field(False, description="read as a bounded table at every micro-batch (a processing-time "
+                         "temporal join: adapters/spark/lookup.py)")
     value_format: str = Field("json", description="json (from_json on the JVM, or parsed by the reader into __value "
                               "when formats.value_layout says so) or a format the reader decodes into __value "
                               "(avro, string, long, int, double, bytes)")

@@ -246,7 +246,8 @@ def _having(select: exp.Select, query: Query) -> None:
     moves into the select list as it is. A session window's rows are appended once, when the session closes: its
     HAVING stays a filter."""
     having = select.args.get("having")
-    if having is None or query.output_mode != "update" or (query.window and query.window.kind == "session"):
+    if having is None or query.output_mode != "update" or (query.window and (query.window.kind == "session"
+                                                                             or query.window.processing_time)):
         return
     select.set("having", None)
     select.select(exp.func("COALESCE", exp.paren(having.this, copy=False), exp.false()).as_(KEEP), copy=False)
@@ -328,9 +329,8 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
                                   starting_offsets=start.offsets.get(relation.topic),
                                   starting_timestamp=start.timestamp,
                                   ending_offsets=start.until.get(relation.topic),
-                                  event_time=event_time_sql(relation, source.timestamp) if timed else None,
-                                  watermark_delay=spark_duration(query.watermark_delay) if timed and not
-                                  (unwatermarked and relation.kind == "changelog") else None,
+                                  **_times(query, relation, source, timed, unwatermarked),
+                                  lookup=source.lookup,
                                   **window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps))
     return sources
 
@@ -338,6 +338,20 @@ def source_specs(project: Project, query: Query, start: StartAt | None = None) -
 def _keyed_streams(query: Query) -> bool:
     """A regular join of streams aggregated or ranked (sql/keyed_join.py): each record keyed by its place."""
     return (query.changelog_join is not None and query.changelog_join.streams) or query.stacked is not None
+
+
+PROCESSING_TIME = "current_timestamp()"
+"""A processing-time window's time (sql/proctime.py): in a streaming query Spark's batch timestamp, the start of the
+micro-batch, the same for all its rows; watermarked with no delay (no row of a later micro-batch is earlier)."""
+
+
+def _times(query: Query, relation: Relation, source: Source, timed: bool, unwatermarked: bool) -> dict:
+    """The source's event time and watermark delay (None: not needed)."""
+    if query.window is not None and query.window.processing_time and query.window.source == source.alias:
+        return {"event_time": PROCESSING_TIME, "watermark_delay": "0 milliseconds"}
+    return {"event_time": event_time_sql(relation, source.timestamp) if timed else None,
+            "watermark_delay": spark_duration(query.watermark_delay) if timed and not
+            (unwatermarked and relation.kind == "changelog") else None}
 
 
 def _window_spec(window: Window | None, alias: str) -> dict:
@@ -429,9 +443,11 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
     """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
     sink = sink_spec(project, query)
     retract, top_n, over = retract_spec(project, query), top_n_spec(project, query), over_spec(project, query)
-    if retract is not None or top_n is not None or (query.window and query.window.kind == "session"):
+    if retract is not None or top_n is not None or (query.window and query.window.kind == "session") \
+            or (query.window and query.window.processing_time):
         # retract: its deletes are rows of __keep false, appended as a changelog filter's are; a session window:
-        # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions)
+        # Spark emits each session once, when the watermark closes it (it refuses update mode for sessions); a
+        # processing-time window: each once, when a micro-batch starts after its end (sql/proctime.py)
         sink = sink.model_copy(update={"output_mode": "append"})
     realtime = query.trigger == "realtime"
     conf = {**project.runtime.spark_conf, **query.spark_conf}
