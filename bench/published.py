@@ -158,7 +158,8 @@ def render(results: dict, machine: dict, load: tuple) -> str:
         f"load average (1/5/15 min) {_load(before)} before, {_load(after)} after: other sessions' test runs share "
         "the cores",
         f"- PySpark {machine['pyspark']} (local[2]), {machine['java']}; broker: {machine['broker']}, on loopback",
-        f"- data: the same {pub['events']:,} generated Nexmark events (seed 0) as the tables above: "
+        f"- data: {pub['events']:,} Nexmark events (seed 0: events 0 to {pub['events'] - 1:,} of the generator "
+        "bench/run.py preloads for its other queries): "
         f"{pub['counts']['person']:,} persons, {pub['counts']['auction']:,} auctions, {pub['counts']['bid']:,} bids, "
         f"in the published DDL's shape (columns renamed, ISO times, prices mapped onto Nexmark's log-uniform ones), "
         f"topics of {pub['partitions']} partitions; preload {pub['preload_seconds']:.1f} s",
