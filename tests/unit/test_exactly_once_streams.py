@@ -108,7 +108,8 @@ def test_runtime_delivery_guarantee_is_the_default_of_every_query_an_insert_into
            "INSERT INTO copied SELECT id FROM events;\n"
            "CREATE STREAM shards WITH ('store' = 'kin', 'topic.shards' = 1) AS SELECT id FROM events;\n"
            "CREATE STREAM plain WITH ('delivery.guarantee' = 'at-least-once') AS SELECT id FROM events;\n")
-    files = {"dsflow.yml": CONFIG + "  delivery_guarantee: exactly-once\n", "stores/kafka.yml": STORES, "sql/q.sql": sql}
+    files = {"dsflow.yml": CONFIG + "  delivery_guarantee: exactly-once\n", "stores/kafka.yml": STORES,
+             "sql/q.sql": sql}
     result = check_project(make_project(tmp_path, files))
     assert result.diagnostics == []
     found = {q.sink.rsplit(".", 1)[-1]: q.delivery_guarantee for q in result.project.queries}
