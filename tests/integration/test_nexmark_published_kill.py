@@ -5,8 +5,9 @@ sinks exactly-once (`runtime.delivery_guarantee: exactly-once`: an INSERT INTO h
 task's records and the micro-batch id in one Kafka transaction), on the session's broker.
 
 The first KILL_EVENTS // 2 generated events (the same generator, renaming and prices as test_nexmark_published.py)
-are in the topics before `dsflow apply` starts the application; the moment the first query has committed its
-first micro-batch (its checkpoint's `commits/0`), while others have not, the host is killed with SIGKILL. The rest of
+are in the topics before `dsflow apply` starts the application; the moment every query has planned its first
+micro-batch over them (its checkpoint's `offsets/0`: the host starts them one after the other, so the first have
+committed theirs, `commits/0`, and the last are in it), the host is killed with SIGKILL. The rest of
 the events are produced while it is dead; apply sees the dead queries (drift) and starts them again on their
 checkpoints. Then every query's sink must equal DuckDB running the published SELECT over all the events: a
 stream's records as a multiset (read with read_committed: a record written twice, or lost, fails it), a changelog's
@@ -125,15 +126,16 @@ def _stop_hosts(options) -> None:
 
 
 def _kill_and_resume(options, project, broker: str, rest: dict[str, list[dict]]) -> None:
-    """SIGKILL the one host once a query has committed its first micro-batch (while others have not), produce
-    `rest`, apply again: every query restarts on its checkpoint."""
+    """SIGKILL the one host once every query has planned its first micro-batch (over the first part; the host
+    starts them one after the other, so the first have committed theirs and the last are in it), produce `rest`,
+    apply again: every query restarts on its checkpoint."""
     state = operations.load(options).workspace.state_backend().read()
     queries = {f"query.{q.fqn}": state.resources[f"query.{q.fqn}"].outputs for q in project.queries}
     assert len(queries) == len(RUNS)
     [pid] = {outputs["pid"] for outputs in queries.values()}  # one shared application runs them all
     checkpoints = {address: outputs["checkpoint"] for address, outputs in queries.items()}
-    wait_for(lambda: any(_committed(c) for c in checkpoints.values()), WAIT, "a query's first committed batch",
-             interval=0.05)
+    wait_for(lambda: all((Path(c) / "offsets" / "0").is_file() for c in checkpoints.values()), WAIT,
+             "every query's first micro-batch planned", interval=0.05)
     os.kill(pid, signal.SIGKILL)
     identity = apps.host_identity(next(iter(queries.values()))["app_dir"])
     wait_for(lambda: not process.is_running(pid, identity), 30, "the host to die")
@@ -143,7 +145,7 @@ def _kill_and_resume(options, project, broker: str, rest: dict[str, list[dict]])
     print(f"killed with {len(done)} of {len(checkpoints)} queries past their first batch, {len(started)} in it "
           f"({len(written)} with records in their sink's log, written or being written before the kill: a replay "
           f"must not write them again): {started}")
-    assert 0 < len(done) < len(checkpoints), "the kill came while the first part was processed partly"
+    assert started, "the kill came while the first part was processed partly: some first batch not committed"
 
     _produce(broker, project, rest)
     loaded = operations.load(options)
