@@ -3,7 +3,8 @@
     python bench/run.py                     # 1,000,000 Nexmark events, all sections (~15 min)
     python bench/run.py --events 200000     # a smaller preload
     python bench/run.py --smoke             # tiny sizes, seconds; what tests/integration/test_bench_smoke.py runs
-    python bench/run.py --only throughput   # one section: throughput | latency | plan
+    python bench/run.py --only throughput   # one section: throughput | latency | plan | published
+    python bench/run.py --only published    # the published Nexmark queries (bench/published.py), its own section
     python bench/run.py --help              # every option (reps, queries, sizes, --no-dbt, ...)
 
 Starts its own tansu broker on a free port (stopped by PID at the end), preloads Nexmark events,
@@ -11,8 +12,9 @@ then for Nexmark q0-q3, q5, q7 and q8 measures (a) dsflow, (b) the same query ha
 PySpark and, for q0-q2, (c) a plain Python confluent-kafka loop: records/s over the preload with
 the availableNow trigger; and end-to-end latency at a fixed input rate (every query; for the
 stateful ones, see bench/latency.py for what a sample is). Then plan time
-at scale against dbt parse. Writes the numbers, the machine and the versions to
-docs/benchmarks.md (see bench/report.py).
+at scale against dbt parse. Then the published Nexmark queries that run (bench/nexmark_published, as
+adapted files) for records/s over the same events (bench/published.py). Writes the numbers, the machine and
+the versions to docs/benchmarks.md (see bench/report.py; the published queries in a section of their own).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import pipelines as P  # noqa: E402
-from bench import plan_scale, report  # noqa: E402
+from bench import plan_scale, published, report  # noqa: E402
 from bench.preload import TOPICS, Preloaded, delete_topics, preload, recreate_topics  # noqa: E402
 
 SYSTEMS = ("dsflow", "pyspark", "loop")
@@ -54,7 +56,7 @@ class Config:
     latency_warmup: float = 15
     sizes: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
     with_dbt: bool = True
-    sections: tuple[str, ...] = ("throughput", "latency", "plan")
+    sections: tuple[str, ...] = ("throughput", "latency", "plan", "published")
     queries: tuple[str, ...] = P.QUERIES
     latency_queries: tuple[str, ...] = P.QUERIES
     latency_systems: tuple[str, ...] = SYSTEMS
@@ -65,7 +67,8 @@ class Config:
     @classmethod
     def smoke_config(cls) -> Config:
         return cls(events=3_000, reps=1, rate=200, latency_seconds=2, latency_warmup=0.5, sizes=[20],
-                   with_dbt=False, verify=True, smoke=True, latency_queries=("q0", "q8"), latency_systems=("dsflow",))
+                   with_dbt=False, verify=True, smoke=True, latency_queries=("q0", "q8"), latency_systems=("dsflow",),
+                   sections=("throughput", "latency", "plan"))
 
 
 # --- throughput -------------------------------------------------------------------------------
@@ -276,6 +279,11 @@ def run_all(cfg: Config, bootstrap: str, spark, work: Path) -> dict:
         timings = plan_scale.run_scale(cfg.sizes, work / "scale", cfg.with_dbt)
         results["plan"] = [asdict(t) for t in timings]
         results["dbt_version"] = plan_scale.dbt_version() if cfg.with_dbt else None
+    if "published" in cfg.sections:
+        print(f"the published Nexmark queries over {cfg.events:,} events", flush=True)
+        load = os.getloadavg()
+        results["published"] = published.throughput(spark, bootstrap, work, cfg.events, cfg.partitions, cfg.reps)
+        results["published_load"] = (load, os.getloadavg())
     results["load_after"] = os.getloadavg()
     return results
 
@@ -284,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=None, help="Nexmark events to preload (default 1,000,000)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; checks values, not speed")
-    parser.add_argument("--only", choices=["throughput", "latency", "plan"], action="append")
+    parser.add_argument("--only", choices=["throughput", "latency", "plan", "published"], action="append")
     parser.add_argument("--rate", type=float, default=None, help="input rate of the latency runs (default 10,000/s)")
     parser.add_argument("--out", type=Path, default=None,
                         help="the report (default docs/benchmarks.md; with --smoke a file in the temp folder)")
@@ -329,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         conf = dict(item.split("=", 1) for item in args.spark_conf)
         spark = (build_session("local[2]", "dsflow-bench", conf)
-                 if {"throughput", "latency"} & set(cfg.sections) else None)
+                 if {"throughput", "latency", "published"} & set(cfg.sections) else None)
         results = run_all(cfg, broker.bootstrap, spark, work)
         results["wall_seconds"] = time.monotonic() - started
         results["spark_conf"] = conf
@@ -340,10 +348,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     out = args.out or (work.parent / f"dsflow-bench-smoke-{os.getpid()}.md" if args.smoke else DOC)
-    out.write_text(report.render(results, report.machine(), report.hand_written(DOC)))
+    _write(results, cfg, out)
     print(f"wrote {out}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _write(results: dict, cfg: Config, out: Path) -> None:
+    """The report: the generated part (unless only the published queries ran: then the rest of `out` is kept),
+    the published queries' section in the hand-written part (replacing the previous one)."""
+    machine = report.machine()
+    text = out.read_text() if out.exists() and cfg.sections == ("published",) else \
+        report.render(results, machine, report.hand_written(DOC))
+    if results.get("published"):
+        section = published.render(results, machine, results["published_load"])
+        text = published.replace_section(text, section, report.HAND_WRITTEN)
+    out.write_text(text)
 
 
 if __name__ == "__main__":

@@ -527,6 +527,9 @@ class RuntimeSettings(Frozen):
     trigger: Literal["micro-batch", "realtime"] = Field("micro-batch", description="the queries' trigger unless one "
                                                         "sets 'trigger': micro-batch or realtime (Spark's real-time "
                                                         "mode)")
+    delivery_guarantee: Literal["at-least-once", "exactly-once"] = Field(
+        "at-least-once", description="the queries' 'delivery.guarantee' unless one sets it; exactly-once applies where "
+        "the sink can have it (a stream in a store with transactions; changelogs, views, tables)")
     checkpoint_root: str = ".dsflow/checkpoints"
     async_checkpoint: bool = Field(False, description="stateless queries into a broker write their checkpoint in the "
                                                       "background, next to the next micro-batch")

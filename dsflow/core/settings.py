@@ -188,6 +188,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime", "spark_conf", ("runtime_spark_conf",), _R),
     Setting("runtime", "trigger_interval", ("trigger_interval",), _R, "unless the query sets 'trigger.interval'"),
     Setting("runtime", "trigger", ("trigger",), _Q, "the queries real-time mode can run, unless one sets 'trigger'"),
+    Setting("runtime", "delivery_guarantee", ("delivery_guarantee",), _Q, "unless the query sets "
+            "'delivery.guarantee'; where its sink can have it"),
     Setting("runtime", "checkpoint_root", (), _N, "a deployed query keeps its checkpoint; new ones start there"),
     Setting("runtime", "isolation", ("isolation",), _R, "moves queries between their own driver and a shared "
             "application, on their checkpoints; unless the query sets 'runtime.isolation'"),

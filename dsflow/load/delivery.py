@@ -38,12 +38,13 @@ def transactional(store_type: str | None) -> bool:
 
 
 def delivery_guarantee(st: RawStatement, sink: Relation, report: Callable[[Diagnostic], None],
-                       store_type: str | None = None) -> str:
+                       store_type: str | None = None, default: str = "at-least-once") -> str:
     """The query's guarantee; a bad value is DSF-E032, exactly-once on a stream of a store without transactional
-    stream sinks DSF-E047 (at-least-once kept)."""
+    stream sinks DSF-E047 (at-least-once kept). Without the property, `default` (runtime.delivery_guarantee) where
+    the sink can have it, else at-least-once."""
     prop = st.prop("delivery.guarantee")
     if prop is None:
-        return "at-least-once"
+        return default if sink.kind != "stream" or transactional(store_type) else "at-least-once"
     value = prop.value.strip().lower()
     if value not in GUARANTEES:
         report(Diagnostic("DSF-E032", f"'delivery.guarantee' must be 'at-least-once' or 'exactly-once', got "

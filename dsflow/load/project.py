@@ -324,7 +324,8 @@ class _Loader:
                        topic_prefix=cfg.environments[self.env_name].topic_prefix, project=cfg.name,
                        environment=self.env_name, cache=self.cache, default_view_store=cfg.default.view_store,
                        workers=self.workers, functions=self._functions(statements),
-                       trigger=cfg.runtime.trigger, isolation=cfg.runtime.isolation)
+                       trigger=cfg.runtime.trigger, isolation=cfg.runtime.isolation,
+                       delivery_guarantee=cfg.runtime.delivery_guarantee)
         queries = resolve_statements(statements, ns, self.report)
         self._check_query_cycles(queries)
         self._check_topic_clashes(list(ns.relations.values()))

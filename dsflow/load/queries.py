@@ -72,6 +72,8 @@ class Namespace:
     """runtime.trigger: a query's trigger unless it sets 'trigger'."""
     isolation: str = "query"
     """runtime.isolation: where a query runs unless it sets 'runtime.isolation'."""
+    delivery_guarantee: str = "at-least-once"
+    """runtime.delivery_guarantee: a query's guarantee unless it sets 'delivery.guarantee'."""
 
     def qualify_name(self, parts: tuple[str, ...] | list[str]) -> str:
         return qualified_name(parts, self.default_db, self.default_schema)
@@ -690,7 +692,8 @@ def _query(st: RawStatement, fqn: str, statement: str, sink: Relation, analysed:
                  window=analysed.window,
                  join_within=analysed.join_within, watermark_delay=_watermark_delay(st, report),
                  delivery_guarantee=delivery_guarantee(st, sink, report,
-                                                       getattr(ns.stores.get(sink.store), "type", None)),
+                                                       getattr(ns.stores.get(sink.store), "type", None),
+                                                       ns.delivery_guarantee),
                  dlq_topic=ns.topic_prefix + dlq if (dlq := _prop(st, "dlq.topic")) else None,
                  expectations=_expectations(st, analysed, sources, ns, report),
                  deserialization_errors=_deserialization_errors(st, report),

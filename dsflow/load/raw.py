@@ -89,6 +89,9 @@ class RawRuntime(Raw):
     trigger_interval: str = _runtime_default("trigger_interval")
     trigger: Literal["micro-batch", "realtime"] = Field(_runtime_default("trigger"), description="the queries' "
                                                         "trigger unless one sets 'trigger' (docs/project.md)")
+    delivery_guarantee: Literal["at-least-once", "exactly-once"] = Field(
+        _runtime_default("delivery_guarantee"), description="the queries' 'delivery.guarantee' unless one sets it "
+        "(docs/project.md)")
     checkpoint_root: str | None = Field(None, description="default: <state path>/checkpoints")
     isolation: Literal["shared", "query"] = Field(_runtime_default("isolation"), description="query: one Spark "
                                                   "driver per query; shared: queries share long-running Spark "

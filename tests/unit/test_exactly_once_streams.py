@@ -98,3 +98,21 @@ def test_a_restart_of_an_at_least_once_stream_or_one_becoming_exactly_once_says_
     category, effect = _effect(tmp_path / "b", _files(plain), _files(columns="id, a"))
     assert category == "keep_checkpoint" and effect.endswith(REPEATS), "the old version's writes were not ledgered"
     assert "a crash, or a micro-batch still running 30 s after the stop, may write the last batch again" in REPEATS
+
+
+def test_runtime_delivery_guarantee_is_the_default_of_every_query_an_insert_into_included(tmp_path):
+    """runtime.delivery_guarantee: exactly-once for the queries that set nothing (an INSERT INTO has no WITH
+    clause), where their sink can have it (a Kinesis stream stays at-least-once, without an error); a query's own
+    'delivery.guarantee' wins."""
+    sql = (SOURCE + "CREATE STREAM copied (id BIGINT) WITH ('value.format' = 'json');\n"
+           "INSERT INTO copied SELECT id FROM events;\n"
+           "CREATE STREAM shards WITH ('store' = 'kin', 'topic.shards' = 1) AS SELECT id FROM events;\n"
+           "CREATE STREAM plain WITH ('delivery.guarantee' = 'at-least-once') AS SELECT id FROM events;\n")
+    files = {"dsflow.yml": CONFIG + "  delivery_guarantee: exactly-once\n", "stores/kafka.yml": STORES,
+             "sql/q.sql": sql}
+    result = check_project(make_project(tmp_path, files))
+    assert result.diagnostics == []
+    found = {q.sink.rsplit(".", 1)[-1]: q.delivery_guarantee for q in result.project.queries}
+    assert found == {"copied": "exactly-once", "shards": "at-least-once", "plain": "at-least-once"}
+    [insert] = [q for q in result.project.queries if q.sink.endswith(".copied")]
+    assert query_spec(result.project, insert, "v1", "/cp", "/status.json").sink.exactly_once

@@ -307,6 +307,9 @@ EDITS: dict[tuple[str, str], tuple[str | None, list[tuple[str, str, str]]]] = {
                                       "  trigger_interval: 1 second\n  trigger: realtime\n")]),
     ("runtime", "trigger_interval"): (None, [("dsflow.yml", "trigger_interval: 1 second",
                                               "trigger_interval: 2 seconds")]),
+    ("runtime", "delivery_guarantee"): (COPIED, [("dsflow.yml", "  trigger_interval: 1 second\n",
+                                                  "  trigger_interval: 1 second\n"
+                                                  "  delivery_guarantee: exactly-once\n")]),
     ("runtime", "checkpoint_root"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
                                              "  trigger_interval: 1 second\n  checkpoint_root: elsewhere\n")]),
     ("runtime", "isolation"): (None, [("dsflow.yml", "  trigger_interval: 1 second\n",
