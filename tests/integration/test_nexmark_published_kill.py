@@ -20,6 +20,14 @@ engine. Records arriving after their match in a later micro-batch: tests/integra
 
 KILL_EVENTS is 2,000, not test_nexmark_published.py's 4,000: q23's three-way join makes 104,013 rows of 2,000 events
 (415,357 of 4,000); q2, q3 and q8 each select one row of them.
+
+The processing-time queries (PROCESSING: q12, q13) run in the same application and are killed with the others. q13's
+side input is produced before the first apply and not changed: every bid joins the same row of its key, so its sink
+must hold DuckDB's join of all the bids with it. q12's windows are of the processing time of the micro-batch that
+reads each bid (a bid replayed after the kill may fall in a later window than the killed batch would have put it in),
+so what is compared is what stays true: per bidder, the bid_count of its closed windows adds up to its bids, and
+every window is 10 seconds long and aligned. A window closes when a micro-batch starts after its end: flush bids
+(FLUSH_BIDDER, left out of the counts) are produced, a window apart, after the other queries are checked.
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ from pathlib import Path
 
 import pytest
 from test_nexmark_published import (
-    CHANGELOGS, RUNS, TIMES, _iso, _project_files, _rows, duckdb_rows, duckdb_tables, dsflow_rows, events, stored,
+    CHANGELOGS, FLUSH_BIDDER, PROCESSING_TIME_COUNTS, RUNS, SIDE_JOIN, TIMES, WINDOW_MS, _after_window_of, _bid_table,
+    _iso, _project_files, _rows, _side_input, _side_rows, _side_table, duckdb_rows, duckdb_tables, dsflow_rows, events,
+    stored,
 )
 
 from dsflow.adapters import process
@@ -44,14 +54,16 @@ from dsflow.engine import operations
 from dsflow.load.project import load_project
 from support.brokers import kafka_only
 from support.projects import make_project
-from support.streaming import CONFIG, produce, topic
+from support.streaming import CONFIG, latest_by_key, produce, topic
 from support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, kafka_only]
 
 KILL_EVENTS = 2_000
+PROCESSING = ("q12", "q13")
+KILLED = RUNS + PROCESSING
 SHARED = CONFIG.replace("  trigger_interval: 1 second\n", "  trigger_interval: 1 second\n  isolation: shared\n"
-                        f"  queries_per_app: {len(RUNS) + 10}\n  delivery_guarantee: exactly-once\n")
+                        f"  queries_per_app: {len(KILLED) + 10}\n  delivery_guarantee: exactly-once\n")
 WAIT = 300
 
 
@@ -99,7 +111,7 @@ def _committed(checkpoint: str, batch: int = 0) -> bool:
 
 
 def test_every_published_query_killed_mid_stream_equals_duckdb(tmp_path, broker):
-    sources, files = _project_files(RUNS)
+    sources, files = _project_files(KILLED)
     root = make_project(tmp_path, {"dsflow.yml": SHARED.format(prefix=f"nxk{uuid.uuid4().hex[:6]}_"),
                                    "sql/all.sql": sources, **files})
     options = operations.Options(root, None, {"bootstrap": broker})
@@ -108,11 +120,16 @@ def test_every_published_query_killed_mid_stream_equals_duckdb(tmp_path, broker)
         ensure_topic(broker, TopicSpec(relation.topic, relation.partitions, 1, {}))
     first, rest = _split(KILL_EVENTS)
     _produce(broker, project, first)
+    side = _side_of(first["bid"] + rest["bid"])
+    _side_input(broker, project, side)
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded)).ok
     try:
         _kill_and_resume(options, project, broker, rest)
-        _check(broker, project, {kind: first[kind] + rest[kind] for kind in first})
+        every = {kind: first[kind] + rest[kind] for kind in first}
+        _check(broker, project, every)
+        _check_q13(broker, project, every["bid"], side)
+        _check_q12(broker, project, every["bid"])
     finally:
         _stop_hosts(options)
 
@@ -131,7 +148,7 @@ def _kill_and_resume(options, project, broker: str, rest: dict[str, list[dict]])
     apply again: every query restarts on its checkpoint."""
     state = operations.load(options).workspace.state_backend().read()
     queries = {f"query.{q.fqn}": state.resources[f"query.{q.fqn}"].outputs for q in project.queries}
-    assert len(queries) == len(RUNS)
+    assert len(queries) == len(KILLED)
     [pid] = {outputs["pid"] for outputs in queries.values()}  # one shared application runs them all
     checkpoints = {address: outputs["checkpoint"] for address, outputs in queries.items()}
     wait_for(lambda: all((Path(c) / "offsets" / "0").is_file() for c in checkpoints.values()), WAIT,
@@ -172,3 +189,48 @@ def _check(broker: str, project, data: dict[str, list[dict]]) -> None:
             missing, extra = Counter(expected) - got, got - Counter(expected)
             raise AssertionError(f"{name}: {sum(missing.values())} rows missing (first {list(missing)[:3]}), "
                                  f"{sum(extra.values())} not expected (first {list(extra)[:3]})") from None
+
+
+def _side_of(bids: list[dict]) -> list[tuple[int, str | None]]:
+    """q13's side input: a row for two keys of three of the bids' `mod(auction, 10000)`; the others join nothing."""
+    return [(k, f"value-{k}") for k in sorted({b["auction"] % 10_000 for b in bids}) if k % 3]
+
+
+def _check_q13(broker: str, project, bids: list[dict], side: list[tuple[int, str | None]]) -> None:
+    """q13's sink holds each bid joined with the side input's row of its key, once (DuckDB's join)."""
+    con = _bid_table(bids)
+    con.execute("CREATE TABLE side_input (key BIGINT, value VARCHAR)")
+    con.executemany("INSERT INTO side_input VALUES (?, ?)", list(_side_table(side).items()))
+    expected = _side_rows(con.execute(SIDE_JOIN).fetchall())
+    assert expected, "q13: the reference is empty, the comparison would prove nothing"
+    wait_for(lambda: Counter(_sink_rows(broker, project, "q13")) == expected, WAIT,
+             "q13 to equal DuckDB's join of every bid with the side input", interval=1)
+
+
+def _check_q12(broker: str, project, bids: list[dict]) -> None:
+    """Per bidder, q12's closed windows count its bids (DuckDB), each window 10 s long and aligned; flush bids, a
+    window apart, close the windows the bids are in."""
+    import time
+
+    expected = Counter(dict(_bid_table(bids).execute(PROCESSING_TIME_COUNTS).fetchall()))
+    flush = {**bids[0], "bidder": FLUSH_BIDDER, "dateTime": _iso(bids[0]["dateTime"])}
+
+    def counted() -> Counter:
+        sink = next(r for r in project.relations if r.name == "nexmark_q12")
+        rows = _rows(sink, latest_by_key(broker, project, sink.name).values())
+        assert all(end - start == WINDOW_MS and start % WINDOW_MS == 0 for _, _, start, end in rows), rows
+        found: Counter = Counter()
+        for bidder, count, _, _ in rows:
+            if bidder != FLUSH_BIDDER:
+                found[bidder] += count
+        return found
+
+    for attempt in range(6):
+        _after_window_of(time.time() * 1000)
+        produce(broker, project, "bid", [flush], key="auction")
+        try:
+            wait_for(lambda: counted() == expected, 20, "q12's windows to count every bid", interval=1)
+            return
+        except AssertionError:
+            if attempt == 5:
+                raise
