@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=None, help="plan-scale sizes, comma-separated (default 100,1000,10000)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session of both Spark systems (repeatable)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
+                        help="the broker it starts: tansu (default) or Apache Kafka (KRaft, from Maven's jars)")
     parser.add_argument("--no-dbt", action="store_true",
                         help="skip dbt parse (otherwise installed into bench/.venv-dbt)")
     args = parser.parse_args(argv)
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     from dsflow.adapters.spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="dsflow-bench-"))
-    broker = devbroker.start(work / "broker", port=devbroker.free_port())
+    broker = devbroker.start(work / "broker", port=devbroker.free_port(), kind=args.broker, timeout=120)
     spark = None
     try:
         started = time.monotonic()
@@ -341,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         results = run_all(cfg, broker.bootstrap, spark, work)
         results["wall_seconds"] = time.monotonic() - started
         results["spark_conf"] = conf
+        if args.broker == "kafka":
+            from dsflow.adapters.kafka import kraft
+
+            results["broker"] = f"Apache Kafka {kraft.KAFKA_VERSION} (KRaft, one node)"
     finally:
         if spark is not None:
             spark.stop()
@@ -358,6 +364,8 @@ def _write(results: dict, cfg: Config, out: Path) -> None:
     """The report: the generated part (unless only the published queries ran: then the rest of `out` is kept),
     the published queries' section in the hand-written part (replacing the previous one)."""
     machine = report.machine()
+    if results.get("broker"):
+        machine["broker"] = results["broker"]
     text = out.read_text() if out.exists() and cfg.sections == ("published",) else \
         report.render(results, machine, report.hand_written(DOC))
     if results.get("published"):
