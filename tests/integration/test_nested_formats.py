@@ -200,7 +200,9 @@ def test_nested_avro_values_round_trip_through_the_codec(table) -> None:
     assert _arrow_rows(back, columns) == written
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# filter_too_much: protobuf has no repeated field of repeated fields or maps, so _shapes filters out arrays and maps of
+# them; with some seeds most drawn shapes are such (hypothesis 6.170's health check failed 2 seeds of 6 here)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(_tables(protobuf=True))
 def test_nested_protobuf_values_round_trip_through_the_codec(table) -> None:
     from dsflow.formats.protobuf import _fields, _row
