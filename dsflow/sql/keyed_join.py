@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dsflow.core.model import ChangelogJoin, RegularJoin
 from dsflow.errors import Diagnostic
-from dsflow.sql.changelog_join import conjuncts
+from dsflow.sql.changelog_join import _pair, conjuncts
 
 Report = Callable[[Diagnostic], None]
 
@@ -82,13 +82,3 @@ def keyed_join(qualified: exp.Select, aliases: tuple[str, str], where,
     found = ChangelogJoin(left=aliases[0], right=aliases[1], side="inner", keyed_by_left=False, left_key=(),
                           left_keys=tuple(a for a, _ in pairs), right_keys=tuple(b for _, b in pairs), streams=True)
     return found, RegularJoin(stream=aliases[1], location=where(join))
-
-
-def _pair(term: exp.Expr, left: str, right: str) -> tuple[str, str] | None:
-    """(left column, right column) of `l.a = r.b` (either order), else None."""
-    if not isinstance(term, exp.EQ) or not all(isinstance(s, exp.Column) for s in (term.this, term.expression)):
-        return None
-    by_table = {s.table: s.name for s in (term.this, term.expression)}
-    if set(by_table) != {left, right}:
-        return None
-    return by_table[left], by_table[right]
