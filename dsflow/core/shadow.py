@@ -55,7 +55,7 @@ class ShadowRun(BaseModel):
 class Cut(BaseModel):
     """One side's output after a committed batch: the source offsets it ended at and the sink records then held."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     batch: int | None = Field(description="its last committed batch (None: nothing committed yet)")
     offsets: dict[str, dict[str, int | str]] = Field(description="topic -> partition -> end offset read")
@@ -65,7 +65,7 @@ class Row(BaseModel):
     """A row only one side holds: a stream's row with how many more times that side has it, or a changelog key's
     value."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     key: str | None = None
     value: Any = None
@@ -75,7 +75,7 @@ class Row(BaseModel):
 class Differ(BaseModel):
     """A changelog key both sides hold with different values."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     key: str
     live: Any
@@ -85,7 +85,7 @@ class Differ(BaseModel):
 class ShadowDiff(BaseModel):
     """The shadow's output against the live one's over the input both have read (`dsflow shadow diff --json`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     query: str
     kind: Literal["stream", "changelog"]
