@@ -172,6 +172,18 @@ def compile_sources() -> None:
     compileall.compile_dir(str(Path(dsflow.__file__).parent), quiet=1)
 
 
+NO_PYC = ", no .pyc"
+
+
+def _no_bytecode(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a run that compiles dsflow's modules from source: their bytecode removed, none written."""
+    import dsflow
+
+    for cached in Path(dsflow.__file__).parent.rglob("__pycache__"):
+        shutil.rmtree(cached, ignore_errors=True)
+    return {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def dbt_available() -> str | None:
     """The dbt executable of the side venv, or None."""
     exe = DBT_VENV / "bin" / "dbt"
@@ -188,8 +200,10 @@ def dbt_version() -> str | None:
     return f"dbt-core {core}, dbt-duckdb {duck}"
 
 
-def run_scale(sizes: list[int], work: Path, with_dbt: bool = True) -> list[Timing]:
-    """Generate and time every size; returns one Timing per tool and size."""
+def run_scale(sizes: list[int], work: Path, with_dbt: bool = True, without_bytecode: bool = False) -> list[Timing]:
+    """Generate and time every size; returns one Timing per tool and size. `without_bytecode`: also time the cold
+    and the cached plan with no bytecode of dsflow's modules (a source checkout where PYTHONDONTWRITEBYTECODE is
+    set, as on this machine), each beside the same run with it."""
     results = []
     compile_sources()
     script = Path(sys.executable).parent / "dsflow"  # the installed entry point, not a version manager's shim
@@ -199,10 +213,16 @@ def run_scale(sizes: list[int], work: Path, with_dbt: bool = True) -> list[Timin
         shutil.rmtree(project / ".dsflow", ignore_errors=True)  # no cache left from an earlier run
         plan = [*dsflow, "-C", str(project), "plan", "--no-refresh"]
         no_cache = {**os.environ, "DSFLOW_CACHE": "0"}
+        if without_bytecode:
+            results.append(timed(f"dsflow plan, no cache{NO_PYC}", n, plan, project, _no_bytecode(no_cache)))
+            compile_sources()
         results.append(timed("dsflow plan, no cache", n, plan, project, no_cache))
         results.append(timed("dsflow validate", n, [*dsflow, "-C", str(project), "validate"], project,
                              before=lambda project=project: shutil.rmtree(project / ".dsflow", ignore_errors=True)))
         results.append(timed("dsflow plan --no-refresh", n, plan, project))
+        if without_bytecode:
+            results.append(timed(f"dsflow plan --no-refresh{NO_PYC}", n, plan, project, _no_bytecode(dict(os.environ))))
+            compile_sources()
         exe = ensure_dbt() if with_dbt else None
         if exe is not None:
             dbt_root = write_dbt_project(work / f"dbt_{n}", n)

@@ -206,9 +206,15 @@ def _plan(rows: list[dict], dbt_version: str | None) -> list[str]:
         "|---|---|---|---|---|",
     ]
     by = {(r["tool"], r["size"]): r for r in rows}
+    tools = ["dsflow plan, no cache", "dsflow validate", "dsflow plan --no-refresh", "dbt parse"]
+    no_pyc = [t for t in ("dsflow plan, no cache, no .pyc", "dsflow plan --no-refresh, no .pyc")
+              if any(r["tool"] == t for r in rows)]
+    if no_pyc:  # bench/run.py --no-bytecode-too
+        lines[-2] += "".join(f" {t} s |" for t in no_pyc)
+        lines[-1] += "---|" * len(no_pyc)
     for size in sorted({r["size"] for r in rows}):
         cells = []
-        for tool in ("dsflow plan, no cache", "dsflow validate", "dsflow plan --no-refresh", "dbt parse"):
+        for tool in tools + no_pyc:
             r = by.get((tool, size))
             cells.append("—" if r is None else (_plan_cell(r) if r["ok"] else f"failed: {r['note']}"))
         lines.append(f"| {size:,} | {' | '.join(cells)} |")

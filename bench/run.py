@@ -56,6 +56,8 @@ class Config:
     latency_warmup: float = 15
     sizes: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
     with_dbt: bool = True
+    without_bytecode: bool = False
+    """Plan time: also time dsflow with no bytecode of its modules (bench/plan_scale.py's run_scale)."""
     sections: tuple[str, ...] = ("throughput", "latency", "plan", "published")
     queries: tuple[str, ...] = P.QUERIES
     latency_queries: tuple[str, ...] = P.QUERIES
@@ -276,7 +278,7 @@ def run_all(cfg: Config, bootstrap: str, spark, work: Path) -> dict:
             results["latency"] = latency(spark, bootstrap, work, cfg)
     if "plan" in cfg.sections:
         print("plan time at scale", flush=True)
-        timings = plan_scale.run_scale(cfg.sizes, work / "scale", cfg.with_dbt)
+        timings = plan_scale.run_scale(cfg.sizes, work / "scale", cfg.with_dbt, cfg.without_bytecode)
         results["plan"] = [asdict(t) for t in timings]
         results["dbt_version"] = plan_scale.dbt_version() if cfg.with_dbt else None
     if "published" in cfg.sections:
@@ -305,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a Spark setting for the session of both Spark systems (repeatable)")
     parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
                         help="the broker it starts: tansu (default) or Apache Kafka (KRaft, from Maven's jars)")
+    parser.add_argument("--no-bytecode-too", action="store_true",
+                        help="plan time: also time dsflow with its modules compiled from source (no .pyc)")
     parser.add_argument("--no-dbt", action="store_true",
                         help="skip dbt parse (otherwise installed into bench/.venv-dbt)")
     args = parser.parse_args(argv)
