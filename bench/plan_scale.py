@@ -229,7 +229,7 @@ def run_scale(sizes: list[int], work: Path, with_dbt: bool = True, without_bytec
             env = {**os.environ, "DBT_PROFILES_DIR": str(dbt_root), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
             results.append(timed("dbt parse", n, [exe, "parse", "--no-partial-parse"], dbt_root, env))
         for r in (r for r in results if r.size == n):
-            print(f"  {r.tool:<26} {r.size:>6}: {r.seconds if r.seconds is None else round(r.seconds, 2)} s"
+            print(f"  {r.tool:<36} {r.size:>6}: {r.seconds if r.seconds is None else round(r.seconds, 2)} s"
                   f" ({r.cpu_seconds} CPU s){'' if r.ok else ' FAILED ' + r.note}", flush=True)
     return results
 

@@ -326,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.sizes = [int(n) for n in args.sizes.split(",")]
     if args.no_dbt:
         cfg.with_dbt = False
+    cfg.without_bytecode = args.no_bytecode_too
     if args.events:
         cfg.events = args.events
     if args.rate:
