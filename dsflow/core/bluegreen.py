@@ -11,7 +11,7 @@ readers switch in one step (issue 44). Pure: what the plan says and what the sta
     keep_old   the old log and checkpoint kept (not deleted), the old version stopped
 
 Only a replay of a query writing a stream or changelog in a store whose logs have offsets is carried out this
-way, or one writing a table or materialized view in a store that swaps tables (Capability.SWAP: PostgreSQL). A
+way, or one writing a table or materialized view in a store that swaps tables (Capability.SWAP). A
 table's new version writes `<table>_v<N>`; at the switch one transaction of renames makes it the production table
 and keeps the old one as `<table>_v<N-1>` (`kept_as`), views over it following (engine/bluegreen_tables.py). Apply
 walks what the plan froze (`BlueGreen` on the change) and records a `Deployment` in the state.
