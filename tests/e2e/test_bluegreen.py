@@ -344,3 +344,43 @@ def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_
         _rows(pgdb, "DROP VIEW IF EXISTS scaled_big")  # hand-made: a table with a view over it does not drop
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def test_the_transaction_of_renames_repoints_views_carries_grants_and_ledger_and_refuses_what_cannot_follow(pgdb):
+    """The store's swap on its own (no query): a view over a view keeps working on the new table, a grant is
+    carried, the batch ledger follows each table, and a foreign key to the table is refused with nothing changed."""
+    from dsflow.adapters.postgres import swap
+
+    settings = dict(pgserver.SERVER)
+    for statement in ("CREATE TABLE t (id BIGINT PRIMARY KEY, w BIGINT)", "INSERT INTO t VALUES (1, 2), (2, 4)",
+                      "CREATE TABLE t_v2 (id BIGINT PRIMARY KEY, w BIGINT)", "INSERT INTO t_v2 VALUES (1, 3), (2, 6)",
+                      "CREATE VIEW t_big WITH (security_barrier) AS SELECT id, w FROM t WHERE w > 2",
+                      "CREATE VIEW t_big_ids AS SELECT id FROM t_big", "CREATE ROLE bg_reader_" + pgdb[-10:],
+                      f"GRANT SELECT ON t TO bg_reader_{pgdb[-10:]}",
+                      "CREATE TABLE dsflow_mv_batches (view TEXT, checkpoint TEXT, batch_id BIGINT, "
+                      "PRIMARY KEY (view, checkpoint))",
+                      "INSERT INTO dsflow_mv_batches VALUES ('t', 'old', 7), ('t_v2', 'new', 3)",
+                      "CREATE TABLE child (id BIGINT REFERENCES t (id))"):
+        _rows(pgdb, statement)
+    where = (pgdb, "public", "t")
+    assert "foreign key(s) of child" in (swap.refusal(settings, where) or "")
+    with pytest.raises(Exception) as refused:
+        swap.swap(settings, where, "t_v2", "t_v1")
+    assert getattr(refused.value, "code", None) == "DSF-E965"
+    assert _rows(pgdb, "SELECT id, w FROM t ORDER BY id") == [(1, 2), (2, 4)], "rolled back: production as it was"
+
+    _rows(pgdb, "DROP TABLE child")
+    assert swap.refusal(settings, where) is None
+    assert swap.swap(settings, where, "t_v2", "t_v1") == ["public.t_big"]
+    assert _rows(pgdb, "SELECT id, w FROM t ORDER BY id") == [(1, 3), (2, 6)]
+    assert _rows(pgdb, "SELECT id, w FROM t_v1 ORDER BY id") == [(1, 2), (2, 4)]
+    assert _rows(pgdb, "SELECT id, w FROM t_big ORDER BY id") == [(1, 3), (2, 6)], "the view reads the new table"
+    assert _rows(pgdb, "SELECT id FROM t_big_ids ORDER BY id") == [(1,), (2,)], "a view over the view too"
+    assert _rows(pgdb, "SELECT reloptions FROM pg_class WHERE relname = 't_big'") == [(["security_barrier=true"],)]
+    assert _rows(pgdb, f"SELECT has_table_privilege('bg_reader_{pgdb[-10:]}', 't', 'SELECT')") == [(True,)]
+    assert sorted(_rows(pgdb, "SELECT view, checkpoint, batch_id FROM dsflow_mv_batches")) == [
+        ("t", "new", 3), ("t_v1", "old", 7)]
+    _rows(pgdb, "CREATE MATERIALIZED VIEW t_n AS SELECT COUNT(*) FROM t")
+    assert "materialized view(s) public.t_n" in (swap.refusal(settings, where) or "")
+    _rows(pgdb, f"DROP OWNED BY bg_reader_{pgdb[-10:]}")
+    _rows(pgdb, f"DROP ROLE bg_reader_{pgdb[-10:]}")
