@@ -11,11 +11,12 @@ removes the kept old version: the old topic is deleted and the old checkpoint re
 
 The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
-untouched). Without the materialized view, the new version writes `scaled_v3` beside the table, and one transaction
-of renames makes it the production table: a client polling the table and the view across the switch reads every id
-exactly once at every read, never fewer ids than the read before, one factor per read, the old factor and then the
-new; after it, the table (and the view) hold the new version's rows (a plain-Python reference) and the kept
-`scaled_v2` exactly the events before the cut. The next apply drops the kept table.
+untouched), then a catch-up bound of 0 s fails (DSF-E961: the new version's table dropped, production untouched).
+Then the new version writes `scaled_v4` beside the table, and one transaction of renames makes it the production
+table: a client polling the table and the view across the switch reads every id exactly once at every read, never
+fewer ids than the read before, one factor per read, the old factor and then the new; after it, the table (and the
+view) hold the new version's rows (a plain-Python reference) and the kept `scaled_v3` exactly the events before the
+cut. The next apply drops the kept table.
 """
 
 from __future__ import annotations
@@ -294,8 +295,17 @@ def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_
 
         _rows(pgdb, "DROP MATERIALIZED VIEW scaled_count")
         loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=0))
+        failed = operations.apply(loaded, plan)
+        assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
+        after = backend.read()
+        assert after.resources[QUERY] == before.resources[QUERY] and _running(after, QUERY)
+        assert _rows(pgdb, "SELECT to_regclass('scaled_v3')") == [(None,)], "the new version's table dropped"
+        assert sorted(_rows(pgdb, "SELECT id, w FROM scaled")) == [(i, 2 * (i % 97 + 1)) for i in range(300)]
+
+        loaded = operations.load(options)
         plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
-        kept = f"{pgdb}.public.scaled_v2"
+        kept = f"{pgdb}.public.scaled_v3"
         assert next(c for c in plan.changes if c.address == QUERY).blue_green.kept_as == kept
         with _TableReader(pgdb) as reader, _Producer(broker, project, 300, count=2, every=0.25) as producer:
             result = operations.apply(loaded, plan)
@@ -320,13 +330,13 @@ def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_
         assert record.phase == "keep_old" and record.kept["log"] == kept and record.views == ["public.scaled_big"]
         assert _running(state, QUERY)
         entry = next(e for e in operations.status(operations.load(options), False) if e["address"] == QUERY)
-        assert blue_green_cell(entry["blue_green"]) == "blue/green v3 keep_old"
+        assert blue_green_cell(entry["blue_green"]) == "blue/green v4 keep_old"
         where = _source_offsets(broker, source)
         assert len(where) == produced
         cut = record.cut[source]
         before_cut = {i for i, (p, o) in where.items() if o < cut[p]}
-        assert Counter(i for i, w in _rows(pgdb, "SELECT id, w FROM scaled_v2")) == Counter(before_cut)
-        assert all(w == 2 * (i % 97 + 1) for i, w in _rows(pgdb, "SELECT id, w FROM scaled_v2")), "the old version"
+        assert Counter(i for i, w in _rows(pgdb, "SELECT id, w FROM scaled_v3")) == Counter(before_cut)
+        assert all(w == 2 * (i % 97 + 1) for i, w in _rows(pgdb, "SELECT id, w FROM scaled_v3")), "the old version"
         expected = sorted((i, 3 * (i % 97 + 1)) for i in range(produced))
         wait_for(lambda: len(_rows(pgdb, "SELECT id FROM scaled")) >= produced, 180, "every event in the table")
         assert sorted(_rows(pgdb, "SELECT id, w FROM scaled")) == expected, "the new version's rows"
@@ -338,7 +348,7 @@ def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_
         plan = operations.plan(loaded)
         assert [(r.log, r.checkpoint) for r in plan.retired] == [(kept, record.kept["checkpoint"])]
         assert operations.apply(loaded, plan).ok
-        assert _rows(pgdb, "SELECT to_regclass('scaled_v2'), to_regclass('scaled') IS NOT NULL") == [(None, True)]
+        assert _rows(pgdb, "SELECT to_regclass('scaled_v3'), to_regclass('scaled') IS NOT NULL") == [(None, True)]
         assert not Path(record.kept["checkpoint"]).exists() and _running(backend.read(), QUERY)
     finally:
         _rows(pgdb, "DROP VIEW IF EXISTS scaled_big")  # hand-made: a table with a view over it does not drop
