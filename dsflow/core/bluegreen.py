@@ -11,7 +11,10 @@ readers switch in one step (issue 44). Pure: what the plan says and what the sta
     keep_old   the old log and checkpoint kept (not deleted), the old version stopped
 
 Only a replay of a query writing a stream or changelog in a store whose logs have offsets is carried out this
-way; apply walks what the plan froze (`BlueGreen` on the change) and records a `Deployment` in the state.
+way, or one writing a table or materialized view in a store that swaps tables (Capability.SWAP). A
+table's new version writes `<table>_v<N>`; at the switch one transaction of renames makes it the production table
+and keeps the old one as `<table>_v<N-1>` (`kept_as`), views over it following (engine/bluegreen_tables.py). Apply
+walks what the plan froze (`BlueGreen` on the change) and records a `Deployment` in the state.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ DEFAULT_CATCH_UP_SECONDS = 600
 BLUE_GREEN_EFFECT = ("blue/green: {replay}, writing {new} beside the deployed version; its readers switch from {old} "
                      "once it caught up, nothing read twice or skipped")
 LOG_KINDS = ("stream", "changelog")
+TABLE_KINDS = ("table", "materialized_view")
 
 
 class BlueGreen(BaseModel):
@@ -53,6 +57,9 @@ class BlueGreen(BaseModel):
     consumers: list[str] = Field(default_factory=list, description="consumer groups outside the project the refresh "
                                  "saw on the old log: they must move to the new log themselves")
     phases: list[str] = Field(default_factory=lambda: list(PHASES), description="what apply does, in order")
+    kept_as: str | None = Field(None, description="a table's deployment: what the production table (old_log) is "
+                                "renamed to at the switch, in the transaction that gives new_log its name; null "
+                                "for a log's")
 
 
 class Deployment(BaseModel):
@@ -80,7 +87,9 @@ class Deployment(BaseModel):
                                                            "started on the new log")
     consumers: list[str] = Field(default_factory=list, description="external consumer groups that must move")
     kept: dict[str, str] = Field(default_factory=dict, description="what is kept of the old version: its log and "
-                                 "checkpoint")
+                                 "checkpoint (a table: where it was renamed to)")
+    views: list[str] = Field(default_factory=list, description="a table's deployment: the views over the production "
+                             "table that the transaction of renames defined again on the new one")
     error: str | None = Field(None, description="why it failed; production was left as it was")
 
 
@@ -128,16 +137,23 @@ def wanted_blue_green(sink: Mapping[str, Any] | None, asked: bool, store_types: 
 
     if sink is None or not (asked or sink.get(DEPLOY) == BLUE_GREEN):
         return False
-    return sink.get("kind") in LOG_KINDS and store_types.get(sink.get("store", "")) in kinds_that(Capability.BROKER)
+    store_type = store_types.get(sink.get("store", ""))
+    if sink.get("kind") in TABLE_KINDS:
+        return store_type in kinds_that(Capability.SWAP)
+    return sink.get("kind") in LOG_KINDS and store_type in kinds_that(Capability.BROKER)
 
 
 def planned(address: str, sink: Mapping[str, Any], sink_outputs: Mapping[str, Any], failed: Deployment | None,
             readers: list[str], consumers: list[str], seconds: int) -> BlueGreen:
     """The blue/green carrying out of a replay writing the deployed relation `sink` (its data and outputs)."""
     version = next_version(sink_outputs, failed)
-    return BlueGreen(sink=address, old_log=str(
-        sink_outputs.get("topic") or sink.get("topic")), new_log=versioned_log(str(sink.get("topic")), version),
-        version=version, catch_up_seconds=seconds, readers=readers, consumers=consumers)
+    declared = str(sink.get("topic"))
+    if sink.get("kind") in TABLE_KINDS:  # the production name stays; the old table is renamed away
+        return BlueGreen(sink=address, old_log=declared, new_log=versioned_log(declared, version), version=version,
+                         catch_up_seconds=seconds, readers=readers, kept_as=versioned_log(declared, version - 1))
+    return BlueGreen(sink=address, old_log=str(sink_outputs.get("topic") or declared),
+                     new_log=versioned_log(declared, version), version=version, catch_up_seconds=seconds,
+                     readers=readers, consumers=consumers)
 
 
 def next_version(deployed_outputs: Mapping[str, Any], failed: Deployment | None) -> int:
@@ -173,6 +189,8 @@ def redirected(project: Any, logs: Mapping[str, str]) -> Any:
 
 def phase_text(blue_green: BlueGreen) -> list[str]:
     """The plan's words for each phase."""
+    if blue_green.kept_as is not None:
+        return _table_phase_text(blue_green)
     readers = ", ".join(blue_green.readers) or "none in the project"
     consumers = ", ".join(blue_green.consumers) or "none seen"
     return [
@@ -185,6 +203,20 @@ def phase_text(blue_green: BlueGreen) -> list[str]:
         f"switch: readers restart on {blue_green.new_log} where they stood on {blue_green.old_log} ({readers}); "
         f"external consumer groups must move themselves ({consumers})",
         f"keep old: {blue_green.old_log} and the old checkpoint kept; the old version stopped",
+    ]
+
+
+def _table_phase_text(blue_green: BlueGreen) -> list[str]:
+    old, new, kept = blue_green.old_log, blue_green.new_log, blue_green.kept_as
+    return [
+        f"build: new version in its own checkpoint writing the table {new}; the old version keeps writing {old}",
+        f"catch up: lag 0 on the sources' end offsets within {blue_green.catch_up_seconds} s, else the new version "
+        "is stopped, its table dropped, and production is left as it was",
+        "compare: the deployed version stopped once past what the new one caught up to, the new one run to the "
+        f"same source offsets; {old} and {new} compared row by row",
+        f"switch: one transaction of renames: {old} -> {kept}, {new} -> {old}; views over {old} defined again on "
+        "the new table, its grants carried; the new version resumes writing it",
+        f"keep old: {kept} and the old checkpoint kept; the old version stopped",
     ]
 
 

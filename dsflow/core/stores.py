@@ -41,6 +41,8 @@ class Capability(str, Enum):
                                        # up` (an embedded one) and data generators (`dsflow datagen`) write to it
     WHOLE_READ = "whole_read"          # a query can read a changelog of it whole at every micro-batch (a
                                        # processing-time temporal join: sql/proctime.py)
+    SWAP = "swap"                      # a blue/green deployment's new table replaces the production one in one
+                                       # transaction of renames (its `swap` facet: engine/bluegreen_tables.py)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
               frozenset({_C.LOGS, _C.GROW, _C.DEAD_LETTERS, _C.REGISTRY}), log_noun="stream", size_noun="shard",
               description="Amazon Kinesis Data Streams: streams and changelogs as Kinesis streams (shards)"),
     StoreKind("postgresql", "dsflow.adapters.postgres", "PostgreSQL",
-              frozenset({_C.VIEWS, _C.CHANGE_STREAM, _C.TABLES, _C.MERGE, _C.IMPORT_TABLES}), log_noun="table",
+              frozenset({_C.VIEWS, _C.CHANGE_STREAM, _C.TABLES, _C.MERGE, _C.IMPORT_TABLES, _C.SWAP}),
+              log_noun="table",
               description="a PostgreSQL database: materialized views, tables written by CREATE TABLE ... AS SELECT, "
                           "and change streams of its tables", table_format="postgresql"),
     StoreKind("s3", "dsflow.adapters.tables", "S3", _TABLES, log_noun="table",

@@ -5,7 +5,8 @@ writing the old one. Once both are past the sources' end offsets taken when the 
 version is stopped: where it stopped is the cut. The new version is run to exactly the cut (its reads capped: the
 `until` of core/engines.py StartAt), so the old log holds exactly what came before the cut and the new log's
 readers start right after it. Anything that fails before the deployed version is stopped leaves production as it was
-(DSF-E961/E962); a failure after it restarts the deployed version on its checkpoint (DSF-E963).
+(DSF-E961/E962); a failure after it restarts the deployed version on its checkpoint (DSF-E963). A table's deployment
+(the plan's `kept_as`) writes a versioned table and switches in one transaction of renames: engine/bluegreen_tables.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dsflow.core.engines import StartAt, engine
 from dsflow.core.plan import Action, Change
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
+from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity
 
 POLL_SECONDS = 0.5
@@ -75,7 +77,12 @@ class _Deploying:
         """The first offsets the new version read from (what a later replay checks is still held)."""
         self.query = next(q for q in ctx.project.queries if q.fqn == self.name)
         sink = Address.parse(self.plan.sink).name
-        self.new_project = redirected(ctx.project, {sink: self.plan.new_log})
+        self.table = tables.is_table(self.plan)
+        """A table's deployment: production keeps its name, the new version takes it at the switch."""
+        self.new_project = tables.beside(ctx.project, self.plan) if self.table else \
+            redirected(ctx.project, {sink: self.plan.new_log})
+        self.final_project = ctx.project if self.table else self.new_project
+        """What the new version runs in after the switch."""
         now = _now()
         self.record = Deployment(query=change.address, sink=self.plan.sink, version=self.plan.version,
                                  old_log=self.plan.old_log, new_log=self.plan.new_log, phase="build",
@@ -96,6 +103,11 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     as apply holds it now (notes included); `ledger`: apply's recording of a query version stopped and started."""
     run = _Deploying(ctx, change, current)
     _check_own_driver(run)
+    if run.table:
+        try:
+            tables.check(ctx.project, run.plan)
+        except DsflowError as err:
+            raise run.failed(_untouched(err, run)) from err
     log = run.log = _create_log(run)
     deployed = current().resources[change.address]
     candidate = _Run(ctx.workspace.run_dir / "blue_green" / run.name,
@@ -119,7 +131,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
 
 def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger: Ledger) -> State:
     """Stop the deployed version (past what the new one caught up to): where it stopped is the cut. Bring the new
-    one to it, compare, move the readers, resume the new version."""
+    one to it, compare, move the readers (a table: rename it), resume the new version."""
     stopped = QueryExecutor()._stop(deployed)
     cut = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (stopped["stop_offsets"] or {}).items()}
     try:
@@ -127,8 +139,10 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
         if not reached(candidate.committed(), cut):
             _run_to(run, run.new_project, candidate, cut)
         run.phase("compare", cut=cut)
-        run.phase("compare", compared=_compare(run))
+        run.phase("compare", compared=tables.compare(run.ctx.project, run.plan) if run.table else _compare(run))
         _drain_readers(run)
+        if run.table:
+            run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
     except DsflowError as err:
         candidate.stop()
         state = _restarted(run, deployed)
@@ -157,7 +171,8 @@ def _check_own_driver(run: _Deploying) -> None:
 def _create_log(run: _Deploying) -> DeployedResource:
     """The new version's own log, sized as the old one."""
     sink = run.current().resources[run.plan.sink]
-    resumed = {k: v for k, v in run.ctx.resumed.items() if k == "topic_existed"}  # an interrupted attempt's
+    resumed = {k: v for k, v in run.ctx.resumed.items()
+               if k in ("topic_existed", "table_existed")}  # an interrupted attempt's
     ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed=resumed)
     made = Change(address=run.plan.sink, action=Action.CREATE, reason="blue/green", after=sink.data)
     outputs = RelationExecutor().create(ctx, made)
@@ -217,6 +232,8 @@ def _compare(run: _Deploying) -> dict[str, int]:
 
 def _drain_readers(run: _Deploying) -> None:
     """Wait until every reader read the old log to its end (the deployed version is stopped: it ends there)."""
+    if not run.plan.readers:
+        return
     ends = _ends(run.ctx.project, [run.plan.old_log])
     for reader in run.plan.readers:
         entry = run.current().resources.get(reader)
@@ -230,6 +247,8 @@ def _drain_readers(run: _Deploying) -> None:
 def _switched_readers(run: _Deploying, state: State, ledger: Ledger) -> State:
     """Each reader stopped and started in a new checkpoint on the new log at its end (the cut), its other sources
     where it stopped."""
+    if not run.plan.readers:
+        return state
     new_ends = _ends(run.new_project, [run.plan.new_log])
     ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
     switched = {}
@@ -257,7 +276,7 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
              ledger: Ledger) -> State:
     """The new version resumed from its checkpoint in the query's own folder; the relation on its new log; the old
     log and checkpoint kept."""
-    ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
+    ctx = dataclasses.replace(run.ctx, project=run.final_project, resumed={})
     outputs = QueryExecutor()._start(ctx, run.change, candidate.checkpoint, StartAt(), Category.REPLAY, None,
                                      run.read_from)
     state = ledger(state, run.change, stopped, outputs.pop(LEDGER_STARTED))
@@ -267,11 +286,15 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
         metadata=run.change.after_metadata or {}, outputs=outputs))
     sink = state.resources[run.plan.sink]
     assert run.log is not None  # created in the build phase
-    state = state.with_resource(sink.model_copy(update={"outputs": {
-        **sink.outputs, **run.log.outputs, "blue_green": {"version": run.plan.version, "previous": run.plan.old_log}}}))
+    switched = {"blue_green": {"version": run.plan.version, "previous": run.plan.kept_as or run.plan.old_log}}
+    made = {"created_by_dsflow": bool(run.log.outputs.get("created_by_dsflow", True))} if run.table else \
+        run.log.outputs  # a table keeps its production place; the new one is dsflow's if it made it
+    state = state.with_resource(sink.model_copy(update={"outputs": {**sink.outputs, **made, **switched}}))
     kept = {"log": run.plan.old_log, "checkpoint": str(deployed.outputs.get("checkpoint", "")),
             "store": str(sink.data.get("store", "")), "kind": str(sink.data.get("kind", "")),
             "created_by_dsflow": str(bool(sink.outputs.get("created_by_dsflow", True))).lower()}
+    if run.table:
+        kept = {**tables.kept(run.ctx.project, run.plan, sink.outputs), "checkpoint": kept["checkpoint"]}
     run.phase("keep_old", kept=kept)
     shutil.rmtree(candidate.run_dir, ignore_errors=True)
     return state.with_deployment(run.record)
@@ -282,7 +305,9 @@ def retire(ctx: Context, retired: list[Retirement], state: State) -> State:
     for gone in retired:
         record = state.deployments.get(gone.query)
         kept = record.kept if record is not None else {}
-        if kept.get("created_by_dsflow") == "true":
+        if kept.get("table"):
+            tables.retire(ctx.project, kept)
+        elif kept.get("created_by_dsflow") == "true":
             outputs = {"topic": gone.log, "store": kept.get("store", ""), "created_by_dsflow": True}
             RelationExecutor().delete(ctx, DeployedResource(address=gone.sink, data_hash="", metadata_hash="",
                                                             data={"kind": kept.get("kind", "stream")},
@@ -306,7 +331,10 @@ def _abandon(run: _Deploying, candidate: _Run, log: DeployedResource) -> None:
     candidate.stop()
     ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
     try:
-        RelationExecutor().delete(ctx, log)
+        if run.table:  # by its own name: the recorded data still names the production table
+            tables.drop_new(run.ctx.project, run.plan, bool(log.outputs.get("created_by_dsflow")))
+        else:
+            RelationExecutor().delete(ctx, log)
     except DsflowError:
         pass  # a log left behind is named by the failed deployment; the next one takes another version
     shutil.rmtree(candidate.checkpoint, ignore_errors=True)
@@ -371,4 +399,5 @@ def status_of(state: State, address: str) -> dict[str, Any] | None:
     if record is None:
         return None
     return {"phase": record.phase, "version": record.version, "new_log": record.new_log, "old_log": record.old_log,
+            **({"kept": record.kept["log"]} if record.kept.get("table") else {}),
             **({"error": record.error} if record.error else {})}

@@ -8,6 +8,15 @@ keeps being written until the switch, the new topic holds the full recomputed ou
 factor), and the reader's output holds every id exactly once: the old factor for events before the cut the
 deployment recorded, the new one after it (a plain-Python reference from the source's offsets). The next apply
 removes the kept old version: the old topic is deleted and the old checkpoint removed.
+
+The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
+over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
+untouched), then a catch-up bound of 0 s fails (DSF-E961: the new version's table dropped, production untouched).
+Then the new version writes `scaled_v4` beside the table, and one transaction of renames makes it the production
+table: a client polling the table and the view across the switch reads every id exactly once at every read, never
+fewer ids than the read before, one factor per read, the old factor and then the new; after it, the table (and the
+view) hold the new version's rows (a plain-Python reference) and the kept `scaled_v3` exactly the events before the
+cut. The next apply drops the kept table.
 """
 
 from __future__ import annotations
@@ -15,9 +24,11 @@ from __future__ import annotations
 import json
 import os
 import threading
+import uuid
 from collections import Counter
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from dsflow.adapters import process
@@ -26,6 +37,7 @@ from dsflow.adapters.kafka.client import read_to_end
 from dsflow.cli.render import blue_green_cell
 from dsflow.engine import operations
 from dsflow.engine.executors import query_identity
+from support import pgserver
 from support.projects import make_project
 from support.streaming import CONFIG, produce, topic
 from support.waiting import wait_for
@@ -81,15 +93,15 @@ def _running(state, address: str) -> bool:
 class _Producer:
     """Events produced in the background, a few every 100 ms, while an apply runs."""
 
-    def __init__(self, broker: str, project, first: int):
-        self.broker, self.project, self.next = broker, project, first
+    def __init__(self, broker: str, project, first: int, count: int = 5, every: float = 0.1):
+        self.broker, self.project, self.next, self.count, self.every = broker, project, first, count, every
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self.stop.wait(0.1):
-            produce(self.broker, self.project, "events", _events(self.next, 5), "id")
-            self.next += 5
+        while not self.stop.wait(self.every):
+            produce(self.broker, self.project, "events", _events(self.next, self.count), "id")
+            self.next += self.count
 
     def __enter__(self) -> _Producer:
         self.thread.start()
@@ -181,3 +193,204 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+PG_STORES = """\
+stores:
+  - name: kafka_main
+    type: kafka
+    bootstrap_servers: "{{ var('bootstrap') }}"
+  - name: pg
+    type: postgresql
+    properties: {host: 127.0.0.1, port: """ + pgserver.PORT + """, user: postgres, database: %s}
+"""
+PG_SQL = """\
+CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
+CREATE TABLE scaled WITH ('store' = 'pg', 'trigger.interval' = '500 ms'{start}) AS SELECT id, v * {factor} AS w
+  FROM events;
+"""
+TABLE = "relation.analytics.public.scaled"
+
+
+@pytest.fixture
+def pgdb():
+    name = f"dsflow_bg_{uuid.uuid4().hex[:10]}"
+    pgserver.sql("postgres", f"CREATE DATABASE {name}")
+    yield name
+    pgserver.sql("postgres", f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _rows(pgdb: str, statement: str) -> list[tuple]:
+    return pgserver.sql(pgdb, statement)
+
+
+class _TableReader:
+    """A client polling the production table and a view over it, one read after the other, each read kept whole."""
+
+    def __init__(self, pgdb: str):
+        self.reads: list[list[tuple[int, int]]] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.conn = psycopg2.connect(dbname=pgdb, **pgserver.SERVER)
+        self.conn.autocommit = True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with self.conn.cursor() as cur:
+            while not self.stop.is_set():
+                for source in ("scaled", "scaled_big"):
+                    try:
+                        cur.execute(f"SELECT id, w FROM {source}")
+                    except psycopg2.Error as err:  # the table or view missing, even for a moment
+                        self.errors.append(str(err))
+                        continue
+                    self.reads.append(cur.fetchall())
+                self.stop.wait(0.02)
+
+    def __enter__(self) -> _TableReader:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.conn.close()
+
+
+def _factor(read: list[tuple[int, int]]) -> int:
+    """The one factor every row of a read was computed with (2 or 3); 0 if they mix."""
+    found = {w // (i % 97 + 1) for i, w in read if w % (i % 97 + 1) == 0}
+    return found.pop() if len(found) == 1 and all(w in (2 * (i % 97 + 1), 3 * (i % 97 + 1)) for i, w in read) else 0
+
+
+def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_renames(tmp_path, broker, pgdb):
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"bgt{os.getpid()}_"), "stores/kafka.yml":
+                                   PG_STORES % pgdb, "sql/all.sql": PG_SQL.format(start="", factor=2)})
+    options = operations.Options(root, None, {"bootstrap": broker})
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    project, backend = loaded.project, loaded.workspace.state_backend()
+    source = topic(project, "events")
+    try:
+        produce(broker, project, "events", _events(0, 300), "id")
+        wait_for(lambda: _rows(pgdb, "SELECT COUNT(*) FROM scaled")[0][0] >= 300, 180, "the table to hold 300 rows")
+        _rows(pgdb, "CREATE VIEW scaled_big AS SELECT id, w FROM scaled WHERE w > 0")
+        _rows(pgdb, "CREATE MATERIALIZED VIEW scaled_count AS SELECT COUNT(*) AS n FROM scaled")
+        (root / "sql" / "all.sql").write_text(PG_SQL.format(start=", 'start.position' = 'earliest'", factor=3))
+
+        before = backend.read()
+        loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
+        change = next(c for c in plan.changes if c.address == QUERY)
+        assert change.blue_green is not None and change.blue_green.sink == TABLE
+        assert (change.blue_green.old_log, change.blue_green.new_log, change.blue_green.kept_as) == (
+            f"{pgdb}.public.scaled", f"{pgdb}.public.scaled_v2", f"{pgdb}.public.scaled_v1")
+        failed = operations.apply(loaded, plan)
+        assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E965", failed.failed
+        assert "scaled_count" in str(failed.failed[1]) and "production untouched" in str(failed.failed[1])
+        after = backend.read()
+        assert after.resources[QUERY] == before.resources[QUERY] and _running(after, QUERY)
+        assert after.deployments[QUERY].phase == "failed"
+        assert _rows(pgdb, "SELECT to_regclass('scaled_v2')") == [(None,)], "nothing was built"
+
+        _rows(pgdb, "DROP MATERIALIZED VIEW scaled_count")
+        loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=0))
+        failed = operations.apply(loaded, plan)
+        assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
+        after = backend.read()
+        assert after.resources[QUERY] == before.resources[QUERY] and _running(after, QUERY)
+        assert _rows(pgdb, "SELECT to_regclass('scaled_v3')") == [(None,)], "the new version's table dropped"
+        assert sorted(_rows(pgdb, "SELECT id, w FROM scaled")) == [(i, 2 * (i % 97 + 1)) for i in range(300)]
+
+        loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
+        kept = f"{pgdb}.public.scaled_v3"
+        assert next(c for c in plan.changes if c.address == QUERY).blue_green.kept_as == kept
+        with _TableReader(pgdb) as reader, _Producer(broker, project, 300, count=2, every=0.25) as producer:
+            result = operations.apply(loaded, plan)
+            reader.stop.wait(1.0)  # a few reads after the switch
+        assert result.ok, result.failed
+        produced = producer.next
+
+        assert not reader.errors, reader.errors[:3]
+        seen: set[int] = set()
+        factors = []
+        for read in reader.reads:
+            ids = Counter(i for i, _ in read)
+            assert all(n == 1 for n in ids.values()), "an id read twice"
+            assert seen <= set(ids), "a read held fewer ids than the read before it: an empty or partial table"
+            seen, factor = set(ids), _factor(read)
+            assert factor in (2, 3), "a read mixed the old and new versions' rows"
+            factors.append(factor)
+        assert factors == sorted(factors) and factors[0] == 2 and factors[-1] == 3, "old, then new, never back"
+
+        state = backend.read()
+        record = state.deployments[QUERY]
+        assert record.phase == "keep_old" and record.kept["log"] == kept and record.views == ["public.scaled_big"]
+        assert _running(state, QUERY)
+        entry = next(e for e in operations.status(operations.load(options), False) if e["address"] == QUERY)
+        assert blue_green_cell(entry["blue_green"]) == "blue/green v4 keep_old"
+        where = _source_offsets(broker, source)
+        assert len(where) == produced
+        cut = record.cut[source]
+        before_cut = {i for i, (p, o) in where.items() if o < cut[p]}
+        assert Counter(i for i, w in _rows(pgdb, "SELECT id, w FROM scaled_v3")) == Counter(before_cut)
+        assert all(w == 2 * (i % 97 + 1) for i, w in _rows(pgdb, "SELECT id, w FROM scaled_v3")), "the old version"
+        expected = sorted((i, 3 * (i % 97 + 1)) for i in range(produced))
+        wait_for(lambda: len(_rows(pgdb, "SELECT id FROM scaled")) >= produced, 180, "every event in the table")
+        assert sorted(_rows(pgdb, "SELECT id, w FROM scaled")) == expected, "the new version's rows"
+        assert sorted(_rows(pgdb, "SELECT id, w FROM scaled_big")) == expected, "the view reads the new table"
+        n = len(before_cut)
+        assert record.compared == {"old_records": n, "new_records": n, "only_old": n, "only_new": n}
+
+        loaded = operations.load(options)
+        plan = operations.plan(loaded)
+        assert [(r.log, r.checkpoint) for r in plan.retired] == [(kept, record.kept["checkpoint"])]
+        assert operations.apply(loaded, plan).ok
+        assert _rows(pgdb, "SELECT to_regclass('scaled_v3'), to_regclass('scaled') IS NOT NULL") == [(None, True)]
+        assert not Path(record.kept["checkpoint"]).exists() and _running(backend.read(), QUERY)
+    finally:
+        _rows(pgdb, "DROP VIEW IF EXISTS scaled_big")  # hand-made: a table with a view over it does not drop
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def test_the_transaction_of_renames_repoints_views_carries_grants_and_ledger_and_refuses_what_cannot_follow(pgdb):
+    """The store's swap on its own (no query): a view over a view keeps working on the new table, a grant is
+    carried, the batch ledger follows each table, and a foreign key to the table is refused with nothing changed."""
+    from dsflow.adapters.postgres import swap
+
+    settings = dict(pgserver.SERVER)
+    for statement in ("CREATE TABLE t (id BIGINT PRIMARY KEY, w BIGINT)", "INSERT INTO t VALUES (1, 2), (2, 4)",
+                      "CREATE TABLE t_v2 (id BIGINT PRIMARY KEY, w BIGINT)", "INSERT INTO t_v2 VALUES (1, 3), (2, 6)",
+                      "CREATE VIEW t_big WITH (security_barrier) AS SELECT id, w FROM t WHERE w > 2",
+                      "CREATE VIEW t_big_ids AS SELECT id FROM t_big", "CREATE ROLE bg_reader_" + pgdb[-10:],
+                      f"GRANT SELECT ON t TO bg_reader_{pgdb[-10:]}",
+                      "CREATE TABLE dsflow_mv_batches (view TEXT, checkpoint TEXT, batch_id BIGINT, "
+                      "PRIMARY KEY (view, checkpoint))",
+                      "INSERT INTO dsflow_mv_batches VALUES ('t', 'old', 7), ('t_v2', 'new', 3)",
+                      "CREATE TABLE child (id BIGINT REFERENCES t (id))"):
+        _rows(pgdb, statement)
+    where = (pgdb, "public", "t")
+    assert "foreign key(s) of child" in (swap.refusal(settings, where) or "")
+    with pytest.raises(Exception) as refused:
+        swap.swap(settings, where, "t_v2", "t_v1")
+    assert getattr(refused.value, "code", None) == "DSF-E965"
+    assert _rows(pgdb, "SELECT id, w FROM t ORDER BY id") == [(1, 2), (2, 4)], "rolled back: production as it was"
+
+    _rows(pgdb, "DROP TABLE child")
+    assert swap.refusal(settings, where) is None
+    assert swap.swap(settings, where, "t_v2", "t_v1") == ["public.t_big"]
+    assert _rows(pgdb, "SELECT id, w FROM t ORDER BY id") == [(1, 3), (2, 6)]
+    assert _rows(pgdb, "SELECT id, w FROM t_v1 ORDER BY id") == [(1, 2), (2, 4)]
+    assert _rows(pgdb, "SELECT id, w FROM t_big ORDER BY id") == [(1, 3), (2, 6)], "the view reads the new table"
+    assert _rows(pgdb, "SELECT id FROM t_big_ids ORDER BY id") == [(1,), (2,)], "a view over the view too"
+    assert _rows(pgdb, "SELECT reloptions FROM pg_class WHERE relname = 't_big'") == [(["security_barrier=true"],)]
+    assert _rows(pgdb, f"SELECT has_table_privilege('bg_reader_{pgdb[-10:]}', 't', 'SELECT')") == [(True,)]
+    assert sorted(_rows(pgdb, "SELECT view, checkpoint, batch_id FROM dsflow_mv_batches")) == [
+        ("t", "new", 3), ("t_v1", "old", 7)]
+    _rows(pgdb, "CREATE MATERIALIZED VIEW t_n AS SELECT COUNT(*) FROM t")
+    assert "materialized view(s) public.t_n" in (swap.refusal(settings, where) or "")
+    _rows(pgdb, f"DROP OWNED BY bg_reader_{pgdb[-10:]}")
+    _rows(pgdb, f"DROP ROLE bg_reader_{pgdb[-10:]}")

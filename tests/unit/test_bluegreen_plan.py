@@ -147,3 +147,53 @@ def test_a_kept_old_version_is_removed_by_the_next_apply_or_once_its_retention_p
     assert plan_of(example, state, now=now, targets=frozenset({READER})).retired == []
     done = state.with_deployment(switched.model_copy(update={"kept": {}}))
     assert plan_of(example, done, now=now).retired == []
+
+
+TABLES_STORES = """\
+stores:
+  - name: kafka_main
+    type: kafka
+    bootstrap_servers: 127.0.0.1:9092
+  - name: pg
+    type: postgresql
+    properties: {host: 127.0.0.1, port: 5432, user: postgres, database: shop}
+  - name: lake
+    type: filesystem
+    properties: {path: lake}
+"""
+TABLES_SQL = """\
+CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json');
+CREATE TABLE scaled WITH ('store' = 'pg'{start}) AS SELECT id, v * 2 AS w FROM events;
+CREATE MATERIALIZED VIEW totals WITH ('store' = 'pg'{start}) AS SELECT id % 5 AS g, SUM(v) AS s FROM events
+  GROUP BY id % 5;
+CREATE TABLE archived WITH ('store' = 'lake'{start}) AS SELECT id, v FROM events;
+"""
+
+
+def test_a_postgres_table_or_view_switches_by_renames_and_a_lake_table_replays_in_place(tmp_path):
+    from support.projects import make_project
+    from support.streaming import CONFIG
+
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix="t_"), "stores/kafka.yml": TABLES_STORES,
+                                   "sql/all.sql": TABLES_SQL.format(start="")})
+    state = applied(plan_of(root))
+    (root / "sql" / "all.sql").write_text(TABLES_SQL.format(start=", 'start.position' = 'earliest'"))
+    plan = plan_of(root, state, blue_green=True)
+    table = change_of(plan, "query.analytics.public.scaled").blue_green
+    assert table is not None and (table.old_log, table.new_log, table.kept_as) == (
+        "shop.public.scaled", "shop.public.scaled_v2", "shop.public.scaled_v1")
+    view = change_of(plan, "query.analytics.public.totals").blue_green
+    assert view is not None and (view.old_log, view.new_log, view.kept_as) == ("totals", "totals_v2", "totals_v1")
+    lake = change_of(plan, "query.analytics.public.archived")
+    assert lake.category == "replay" and lake.blue_green is None, "a lake table has no transaction of renames"
+    text = plan_text(plan.model_dump(mode="json"))
+    assert "switch: one transaction of renames: shop.public.scaled -> shop.public.scaled_v1, shop.public.scaled_v2 " \
+        "-> shop.public.scaled; views over shop.public.scaled defined again on the new table" in text
+    assert plan_from_json(plan.model_dump_json(), "plan.json") == plan
+    switched = state.with_resource(state.resources["relation.analytics.public.scaled"].model_copy(
+        update={"outputs": {**state.resources["relation.analytics.public.scaled"].outputs,
+                            "blue_green": {"version": 2, "previous": "shop.public.scaled_v1"}}}))
+    again = change_of(plan_of(root, switched, blue_green=True), "query.analytics.public.scaled").blue_green
+    assert again is not None and (again.old_log, again.new_log, again.kept_as) == (
+        "shop.public.scaled", "shop.public.scaled_v3", "shop.public.scaled_v2"), "production keeps its name"
+    assert redirects(switched.resources) == {}, "nothing reads a table by a moved name"
