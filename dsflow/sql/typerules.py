@@ -9,7 +9,9 @@ from dsflow.sql.typekinds import (
     Later, Typed, built, converts, kind_of, number_literal, text, typed,
 )
 from dsflow.sql.functions import Declared, declared
-from dsflow.sql.typeargs import INTEGERS, by_ordering, check_arguments, concat_ws_part
+from dsflow.sql.typeargs import (
+    DECLARED, INTEGERS, SMALL_INTS, by_ordering, check_arguments, concat_ws_part, of_width,
+)
 from dsflow.sql.typewidths import number_type
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
@@ -275,8 +277,18 @@ class Checker:
         if isinstance(node, exp.Sub) and set(kinds) <= {TIME, DATE}:
             return Typed(INTERVAL)
         if DATE in kinds and NUM in kinds and (isinstance(node, exp.Add) or left.kind == DATE):
+            self._date_days(node, *((node.expression, right) if left.kind == DATE else (node.this, left)))
             return Typed(DATE, built("DATE"))
         return None
+
+    def _date_days(self, node: exp.Binary, days: exp.Expr, found: Typed) -> None:
+        """A DATE plus or minus a number is Spark's DATE_ADD/DATE_SUB: the days an INT, SMALLINT or TINYINT."""
+        if of_width(self, found, days, SMALL_INTS):
+            return
+        width = Typed(NUM, found.data_type if isinstance(days, DECLARED) else self.number(days))
+        sign = "plus" if isinstance(node, exp.Add) else "minus"
+        raise Problem("DSF-E404", node, f"{text(node)}: a DATE {sign} {width.show()} '{text(days)}'; Spark adds "
+                      "days of an INT only", "CAST the days to INT, or add an INTERVAL (d + INTERVAL 2 DAYS)")
 
     def _interval_arithmetic(self, node: exp.Binary, left: Typed, right: Typed) -> Typed:
         """INTERVAL +/- INTERVAL, INTERVAL * number, INTERVAL / number: an INTERVAL (a string there is cast to a
