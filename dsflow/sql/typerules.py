@@ -253,6 +253,8 @@ class Checker:
                           "arithmetic takes numbers")
         if kinds == {NULL}:
             return Typed(NUM, built("DOUBLE"))  # Spark casts both NULLs to DOUBLE
+        if NULL in kinds and kinds & {TIME, DATE}:
+            return self._null_temporal(node, kinds)
         if kinds & {UNKNOWN, NULL}:
             return typed(node.type) if not kinds - {UNKNOWN, NULL, NUM} else UNTYPED
         temporal = self._temporal_arithmetic(node, left, right)
@@ -280,6 +282,17 @@ class Checker:
             self._date_days(node, *((node.expression, right) if left.kind == DATE else (node.this, left)))
             return Typed(DATE, built("DATE"))
         return None
+
+    def _null_temporal(self, node: exp.Binary, kinds: set[str]) -> Typed:
+        """NULL and a TIMESTAMP or DATE: Spark reads `+ NULL` as an INTERVAL added (a TIMESTAMP), `- NULL` or
+        `NULL -` as a difference (an INTERVAL); it refuses the other operators."""
+        if isinstance(node, exp.Add):
+            return Typed(TIME, built("TIMESTAMP"))
+        if isinstance(node, exp.Sub):
+            return Typed(INTERVAL)
+        raise Problem("DSF-E404", node, f"{text(node)}: {node.key.upper()} of NULL and "
+                      f"{'/'.join(sorted(k.upper() for k in kinds - {NULL}))}",
+                      "a TIMESTAMP or DATE is added to or subtracted from, not multiplied or divided")
 
     def _date_days(self, node: exp.Binary, days: exp.Expr, found: Typed) -> None:
         """A DATE plus or minus a number is Spark's DATE_ADD/DATE_SUB: the days an INT, SMALLINT or TINYINT."""
@@ -479,6 +492,10 @@ class Checker:
                 raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a TIMESTAMP or DATE",
                               "pass a TIMESTAMP, e.g. TO_TIMESTAMP_LTZ(ms, 3) of epoch milliseconds")
             self._wanted(first, found, TIME, what)
+        elif isinstance(node, exp.TsOrDsToDate) and node.args.get("safe"):  # TO_DATE written (not YEAR(x)'s)
+            if found.kind in COMPLEX:
+                raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a string, TIMESTAMP "
+                              "or DATE", "read one of its elements or fields")
         elif isinstance(node, STRING_ARGS) or _collection(node):
             wants_collection = _collection(node)
             if wants_collection:

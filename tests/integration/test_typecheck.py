@@ -2,11 +2,11 @@
 
 Each case is an expression over the stream `v` of tests/support/type_queries.py (id BIGINT, userid VARCHAR, n INT, x
 DOUBLE, ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN, d DATE,
-p DECIMAL(10, 2)), the codes `dsflow validate` reports on it, and what Spark 4 does with it under ANSI: REFUSES (its analyzer), FAILS (the analyzer accepts
-it and the run over tests/support/type_queries.SAMPLE_ROWS fails), ACCEPTS, or NO_SINK (the analyzer accepts it, and
-its result column is an INTERVAL, which no sink holds: DSF-E410). The unit test checks dsflow's codes; the
-integration test asks Spark, so that a rule is never kept against Spark's verdict (no false refusal: a case dsflow
-refuses with a code other than E402/E403/E410 must be one Spark REFUSES).
+p DECIMAL(10, 2)), the codes `dsflow validate` reports on it, and what Spark 4 does with it under ANSI: REFUSES (its
+analyzer), FAILS (the analyzer accepts it and the run over tests/support/type_queries.SAMPLE_ROWS fails), ACCEPTS, or
+NO_SINK (the analyzer accepts it, and its result column is an INTERVAL, which no sink holds: DSF-E410). The unit test
+checks dsflow's codes; the integration test asks Spark, so that a rule is never kept against Spark's verdict (no false
+refusal: a case dsflow refuses with a code other than E402/E403/E410 must be one Spark REFUSES).
 """
 
 from __future__ import annotations
@@ -138,6 +138,13 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("CAST(d AS INT)", ("DSF-E407",), REFUSES), ("CAST(p AS TIMESTAMP)", (), ACCEPTS), ("YEAR(p)", (E409,), REFUSES),
     ("HOUR(d)", (), ACCEPTS), ("(d + (ts - ts))", (), ACCEPTS), ("(p + '1')", (), ACCEPTS),
     ("COALESCE(p, x)", (), ACCEPTS), ("(p BETWEEN 1 AND 'x')", ("DSF-E402",), FAILS),
+    # NULL and a TIMESTAMP or DATE: + NULL is a TIMESTAMP, - NULL an INTERVAL, no other operator (run of 5,000, 15:03)
+    ("(NULL * d)", (E404,), REFUSES), ("(ts / NULL)", (E404,), REFUSES), ("(NULL % d)", (E404,), REFUSES),
+    ("(NULL DIV ts)", (E404,), REFUSES), ("(NULL + d)", (), ACCEPTS), ("(ts + NULL)", (), ACCEPTS),
+    ("(d - NULL)", (E410,), NO_SINK), ("(NULL - ts)", (E410,), NO_SINK), ("((d - NULL) > (ts - ts))", (), ACCEPTS),
+    # TO_DATE of a collection (YEAR(TO_DATE(a)) too); of a number or a string it is a value error
+    ("TO_DATE(a)", (E409,), REFUSES), ("TO_DATE(m)", (E409,), REFUSES), ("TO_DATE(s, 'yyyy')", (E409,), REFUSES),
+    ("YEAR(TO_DATE(a))", (E409,), REFUSES), ("TO_DATE(d)", (), ACCEPTS), ("TO_DATE(NULL)", (), ACCEPTS),
 ]
 """(expression, dsflow's codes, Spark's verdict); Spark's verdicts were read from pyspark 4 and are checked again
 by test_spark_agrees."""

@@ -42,8 +42,9 @@ SAMPLE_ROWS = [
 """Rows a run-time claim is checked on: non-numeric strings, both booleans, and NULLs where a COALESCE or an ELSE
 branch is taken."""
 W2_ROWS = [(7, "abc", 1.5, "2024-01-01 10:10:00"), (12, "7", -2.0, "2024-06-30 23:00:00"),
-           (None, "5x", None, None)]
-"""The rows `w2` joins SAMPLE_ROWS with: some match on the key (within the hour), one key is not a number."""
+           (2, "q", 12.5, "2024-01-01 00:00:00"), (None, "5x", None, None)]
+"""The rows `w2` joins SAMPLE_ROWS with: each key of JOIN_KEYS Spark can compare matches a row (the run of a
+run-time claim has no WITHIN range), and one key is not a number."""
 
 JOINED = {"wid": "BIGINT", "wk": "VARCHAR", "wx": "DOUBLE", "wts": "TIMESTAMP"}
 JOINED_DDL = "wid BIGINT, wk STRING, wx DOUBLE, wts TIMESTAMP"
@@ -117,6 +118,9 @@ class Verdicts:
     codes: Counter = field(default_factory=Counter)
     disagreements: list[tuple[str, str, str]] = field(default_factory=list)
     distinct: set[str] = field(default_factory=set)
+    result_types: Counter = field(default_factory=Counter)
+    """Of the queries both accept: the result column's declared type beside Spark's ("same", or how they differ)."""
+    type_examples: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -252,6 +256,8 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
             refused = spark_verdict(spark, text)
             _record(verdicts, "agree: both accept" if refused is None else "DISAGREE: dsflow accepts, Spark refuses",
                     sql, refused or "")
+            if refused is None:
+                _result_type(spark, text, query, sql, verdicts)
             continue
         verdicts.codes.update(set(codes[i]))
         refused = spark_verdict(spark, untyped_translation(sql, EMPTY))
@@ -269,6 +275,18 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
                     "DISAGREE: run-time failure claimed, sample rows pass", sql, f"{codes[i]} {failed or ''}")
         else:
             _record(verdicts, "DISAGREE: dsflow refuses, Spark accepts", sql, str(sorted(set(codes[i]))))
+
+
+def _result_type(spark, text: str, query, sql: str, verdicts: Verdicts) -> None:
+    """The result column `o` as dsflow declares it (the sink's column type) beside the type Spark computes."""
+    from dsflow.adapters.spark.translate import spark_type
+
+    declared = spark_type(next(c.type for c in query.output_columns if c.name == "o")).upper().replace(" ", "")
+    computed = spark.sql(text).schema["o"].dataType.simpleString().upper()
+    same = declared == computed
+    verdicts.result_types["same" if same else f"{declared} declared, Spark {computed}"] += 1
+    if not same and len(verdicts.type_examples) < 200:
+        verdicts.type_examples.append((sql, declared, computed))
 
 
 def _record(verdicts: Verdicts, outcome: str, sql: str, detail: str) -> None:

@@ -1,5 +1,6 @@
-"""A DATE plus or minus a number in validate: Spark's DATE_ADD/DATE_SUB, whose days are an INT, SMALLINT or TINYINT
-(tests/integration/test_typecheck.py holds Spark's verdict on each case). Pure: no Spark."""
+"""DATEs and TIMESTAMPs in validate: a DATE plus or minus a number is Spark's DATE_ADD/DATE_SUB, whose days are an
+INT, SMALLINT or TINYINT; NULL and a DATE or TIMESTAMP; TO_DATE of a collection (tests/integration/test_typecheck.py
+holds Spark's verdict on each case). Pure: no Spark."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from dsflow.load.project import check_project
 from support.projects import make_project
 
-SOURCE = ("CREATE STREAM v (id BIGINT, n INT, x DOUBLE, d DATE, p DECIMAL(10, 2), t SMALLINT, ts TIMESTAMP)\n"
+SOURCE = ("CREATE STREAM v (id BIGINT, n INT, x DOUBLE, d DATE, p DECIMAL(10, 2), t SMALLINT, ts TIMESTAMP,\n"
+          "  a ARRAY<INT>, s STRUCT<f INT>)\n"
           "  WITH ('value.format' = 'json');\n")
 
 
@@ -30,9 +32,33 @@ def test_days_of_an_int_are_accepted(tmp_path, expression):
 ])
 def test_days_of_another_width_are_refused_at_their_place(tmp_path, expression, width):
     [(code, line, col, message)] = problems(tmp_path, expression)
-    assert (code, line, col) == ("DSF-E404", 3, 27), message
+    assert (code, line, col) == ("DSF-E404", 4, 27), message
     assert f"{width} '" in message and "Spark adds days of an INT only" in message, message
 
 
 def test_a_timestamp_plus_a_number_stays_refused(tmp_path):
     assert [p[0] for p in problems(tmp_path, "ts + n")] == ["DSF-E404"]
+
+
+@pytest.mark.parametrize("operator", ["*", "/", "%", "DIV"])
+def test_null_times_a_date_or_timestamp_is_refused(tmp_path, operator):
+    for expression in (f"NULL {operator} d", f"ts {operator} NULL"):
+        [(code, _line, _col, message)] = problems(tmp_path, expression)
+        assert code == "DSF-E404" and "of NULL and" in message, (expression, message)
+
+
+def test_plus_null_is_a_timestamp_and_minus_null_an_interval(tmp_path):
+    assert problems(tmp_path, "NULL + d") == problems(tmp_path, "(ts + NULL) > ts") == []
+    assert [p[0] for p in problems(tmp_path, "d - NULL")] == ["DSF-E410"]  # no sink column holds an INTERVAL
+    assert problems(tmp_path, "(NULL - ts) > INTERVAL 1 HOUR") == []
+
+
+@pytest.mark.parametrize("expression", ["TO_DATE(a)", "TO_DATE(s, 'yyyy')", "YEAR(TO_DATE(a))"])
+def test_to_date_of_a_collection_is_refused(tmp_path, expression):
+    [(code, _line, _col, message)] = problems(tmp_path, expression)
+    assert code == "DSF-E409" and "not a string, TIMESTAMP or DATE" in message, message
+
+
+@pytest.mark.parametrize("expression", ["TO_DATE(d)", "TO_DATE(ts)", "TO_DATE(NULL)", "TO_DATE(n)", "YEAR(ts)"])
+def test_to_date_of_a_scalar_is_accepted(tmp_path, expression):
+    assert problems(tmp_path, expression) == []
