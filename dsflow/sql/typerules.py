@@ -406,7 +406,9 @@ class Checker:
         found = self.infer(node.this)
         if found.kind == INTERVAL:
             return found  # Spark's SUM and AVG of an INTERVAL are INTERVALs
-        if found.kind in (NUM, UNKNOWN, NULL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds
+        if found.kind in (NULL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds, and a NULL as a DOUBLE
+            return Typed(NUM, built("DOUBLE"))
+        if found.kind in (NUM, UNKNOWN):
             return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM)
         if found.kind == STR:
             self._wanted(node.this, found, NUM, f"{node.key.upper()}")

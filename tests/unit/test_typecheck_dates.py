@@ -1,12 +1,12 @@
 """DATEs and TIMESTAMPs in validate: a DATE plus or minus a number is Spark's DATE_ADD/DATE_SUB, whose days are an
-INT, SMALLINT or TINYINT; NULL and a DATE or TIMESTAMP; TO_DATE of a collection (tests/integration/test_typecheck.py
-holds Spark's verdict on each case). Pure: no Spark."""
+INT, SMALLINT or TINYINT; NULL and a DATE or TIMESTAMP; TO_DATE of a collection; SUM/AVG of a TIMESTAMP declared a
+DOUBLE (tests/integration/test_typecheck.py holds Spark's verdict on each case). Pure: no Spark."""
 
 from __future__ import annotations
 
 import pytest
 
-from dsflow.load.project import check_project
+from dsflow.load.project import check_project, load_project
 from support.projects import make_project
 
 SOURCE = ("CREATE STREAM v (id BIGINT, n INT, x DOUBLE, d DATE, p DECIMAL(10, 2), t SMALLINT, ts TIMESTAMP,\n"
@@ -62,3 +62,12 @@ def test_to_date_of_a_collection_is_refused(tmp_path, expression):
 @pytest.mark.parametrize("expression", ["TO_DATE(d)", "TO_DATE(ts)", "TO_DATE(NULL)", "TO_DATE(n)", "YEAR(ts)"])
 def test_to_date_of_a_scalar_is_accepted(tmp_path, expression):
     assert problems(tmp_path, expression) == []
+
+
+@pytest.mark.parametrize(("aggregate", "declared"), [("SUM(ts)", "DOUBLE"), ("AVG(ts)", "DOUBLE"),
+                                                     ("SUM(NULL)", "DOUBLE"), ("SUM(ABS(NULL))", "DOUBLE"),
+                                                     ("SUM(n)", "BIGINT"), ("MAX(ts)", "TIMESTAMP")])
+def test_a_sum_of_timestamps_or_nulls_is_declared_a_double(tmp_path, aggregate, declared):
+    sql = SOURCE + f"CREATE CHANGELOG o AS SELECT id, {aggregate} AS e FROM v GROUP BY id;\n"
+    [query] = load_project(make_project(tmp_path, {"sql/all.sql": sql})).queries
+    assert next(c.type for c in query.output_columns if c.name == "e").upper() == declared
