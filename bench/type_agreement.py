@@ -67,6 +67,13 @@ def main() -> None:
     for outcome, count in sorted(verdicts.counts.items()):
         print(f"  {count:6}  {outcome}")
     print("dsflow's codes among refused queries: " + ", ".join(f"{c} {n}" for c, n in verdicts.codes.most_common()))
+    same = verdicts.result_types["same"]
+    print(f"result column types of the queries both accept: {same}/{sum(verdicts.result_types.values())} as Spark's")
+    for difference, count in verdicts.result_types.most_common():
+        if difference != "same":
+            print(f"  {count:6}  {difference}")
+    for sql, declared, computed in verdicts.type_examples[:args.show]:
+        print(f"    {declared} vs {computed}: {sql}")
     print(f"distinct disagreements: {len(verdicts.disagreements)}")
     for outcome, sql, detail in verdicts.disagreements[:args.show]:
         print(f"- {outcome}\n    {sql}\n    {detail}")

@@ -128,10 +128,14 @@ def _fits(checker: Typing, found: Typed, wanted: str, value: exp.Expr) -> bool:
         return False
     if wanted in (NUMBER, NUMERIC):
         return True
+    return of_width(checker, found, value, SMALL_INTS if wanted == SMALL_INT else INTEGERS)
+
+
+def of_width(checker: Typing, found: Typed, value: exp.Expr, widths: tuple[object, ...]) -> bool:
+    """Whether the number `value` (typed `found`) is of one of `widths` as Spark types it: its declared or written
+    type, or the one sql/typewidths.py computes; True where that is not known (let through)."""
     width = found.data_type if isinstance(value, DECLARED) else checker.number(value)
-    if width is None:
-        return True  # a width Spark's rules give and sql/typewidths.py does not follow: let through
-    return width.this in (SMALL_INTS if wanted == SMALL_INT else INTEGERS)
+    return width is None or width.this in widths
 
 
 def concat_ws_part(found: Typed) -> bool:

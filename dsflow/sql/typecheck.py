@@ -68,8 +68,8 @@ def _result_type(projection: exp.Expr, found: Typed, width: exp.DataType | None)
     compares them with Spark's): CONCAT or || of ARRAYs is an ARRAY (sqlglot: VARCHAR), LEFT/SUBSTRING/... of a number
     a VARCHAR (sqlglot: the number's type), a number Spark's type
     (`width`, sql/typewidths.py: `n * 2.5` DECIMAL(13, 1), sqlglot DOUBLE; `COALESCE(NULL, 1)` INT, sqlglot BIGINT),
-    -NULL a DOUBLE (sqlglot: NULL), ROUND of an integer that integer type (sqlglot: DOUBLE). None: sqlglot's type
-    stands."""
+    -NULL a DOUBLE (sqlglot: NULL), SUM/AVG of a TIMESTAMP or a NULL a DOUBLE (sqlglot: TIMESTAMP, NULL), ROUND of an
+    integer that integer type (sqlglot: DOUBLE). None: sqlglot's type stands."""
     node = projection.this if isinstance(projection, exp.Alias) else projection
     while isinstance(node, exp.Paren):
         node = node.this
@@ -82,6 +82,8 @@ def _result_type(projection: exp.Expr, found: Typed, width: exp.DataType | None)
         same = projection.type is not None and (projection.type == width or
                                                 projection.type.sql(dialect=SPARK) == width.sql(dialect=SPARK))
         return None if same else width.copy()
+    if found.kind == NUM and found.data_type is not None and declared != NUM:
+        return found.data_type.copy()  # SUM(ts), SUM(NULL): a DOUBLE (sqlglot: TIMESTAMP, NULL)
     if isinstance(node, exp.Neg) and declared == NULL:
         return built("DOUBLE")
     if isinstance(node, exp.Round) and found.data_type is not None and projection.type is not None and \

@@ -9,7 +9,9 @@ from dsflow.sql.typekinds import (
     Later, Typed, built, converts, kind_of, number_literal, text, typed,
 )
 from dsflow.sql.functions import Declared, declared
-from dsflow.sql.typeargs import INTEGERS, by_ordering, check_arguments, concat_ws_part
+from dsflow.sql.typeargs import (
+    DECLARED, INTEGERS, SMALL_INTS, by_ordering, check_arguments, concat_ws_part, of_width,
+)
 from dsflow.sql.typewidths import number_type
 
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
@@ -251,6 +253,8 @@ class Checker:
                           "arithmetic takes numbers")
         if kinds == {NULL}:
             return Typed(NUM, built("DOUBLE"))  # Spark casts both NULLs to DOUBLE
+        if NULL in kinds and kinds & {TIME, DATE}:
+            return self._null_temporal(node, kinds)
         if kinds & {UNKNOWN, NULL}:
             return typed(node.type) if not kinds - {UNKNOWN, NULL, NUM} else UNTYPED
         temporal = self._temporal_arithmetic(node, left, right)
@@ -275,8 +279,29 @@ class Checker:
         if isinstance(node, exp.Sub) and set(kinds) <= {TIME, DATE}:
             return Typed(INTERVAL)
         if DATE in kinds and NUM in kinds and (isinstance(node, exp.Add) or left.kind == DATE):
+            self._date_days(node, *((node.expression, right) if left.kind == DATE else (node.this, left)))
             return Typed(DATE, built("DATE"))
         return None
+
+    def _null_temporal(self, node: exp.Binary, kinds: set[str]) -> Typed:
+        """NULL and a TIMESTAMP or DATE: Spark reads `+ NULL` as an INTERVAL added (a TIMESTAMP), `- NULL` or
+        `NULL -` as a difference (an INTERVAL); it refuses the other operators."""
+        if isinstance(node, exp.Add):
+            return Typed(TIME, built("TIMESTAMP"))
+        if isinstance(node, exp.Sub):
+            return Typed(INTERVAL)
+        raise Problem("DSF-E404", node, f"{text(node)}: {node.key.upper()} of NULL and "
+                      f"{'/'.join(sorted(k.upper() for k in kinds - {NULL}))}",
+                      "a TIMESTAMP or DATE is added to or subtracted from, not multiplied or divided")
+
+    def _date_days(self, node: exp.Binary, days: exp.Expr, found: Typed) -> None:
+        """A DATE plus or minus a number is Spark's DATE_ADD/DATE_SUB: the days an INT, SMALLINT or TINYINT."""
+        if of_width(self, found, days, SMALL_INTS):
+            return
+        width = Typed(NUM, found.data_type if isinstance(days, DECLARED) else self.number(days))
+        sign = "plus" if isinstance(node, exp.Add) else "minus"
+        raise Problem("DSF-E404", node, f"{text(node)}: a DATE {sign} {width.show()} '{text(days)}'; Spark adds "
+                      "days of an INT only", "CAST the days to INT, or add an INTERVAL (d + INTERVAL 2 DAYS)")
 
     def _interval_arithmetic(self, node: exp.Binary, left: Typed, right: Typed) -> Typed:
         """INTERVAL +/- INTERVAL, INTERVAL * number, INTERVAL / number: an INTERVAL (a string there is cast to a
@@ -381,7 +406,9 @@ class Checker:
         found = self.infer(node.this)
         if found.kind == INTERVAL:
             return found  # Spark's SUM and AVG of an INTERVAL are INTERVALs
-        if found.kind in (NUM, UNKNOWN, NULL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds
+        if found.kind in (NULL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds, and a NULL as a DOUBLE
+            return Typed(NUM, built("DOUBLE"))
+        if found.kind in (NUM, UNKNOWN):
             return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM)
         if found.kind == STR:
             self._wanted(node.this, found, NUM, f"{node.key.upper()}")
@@ -467,6 +494,10 @@ class Checker:
                 raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a TIMESTAMP or DATE",
                               "pass a TIMESTAMP, e.g. TO_TIMESTAMP_LTZ(ms, 3) of epoch milliseconds")
             self._wanted(first, found, TIME, what)
+        elif isinstance(node, exp.TsOrDsToDate) and node.args.get("safe"):  # TO_DATE written (not YEAR(x)'s)
+            if found.kind in COMPLEX:
+                raise Problem("DSF-E409", node, f"{text(node)}: {what} is {found.show()}, not a string, TIMESTAMP "
+                              "or DATE", "read one of its elements or fields")
         elif isinstance(node, STRING_ARGS) or _collection(node):
             wants_collection = _collection(node)
             if wants_collection:

@@ -1,12 +1,12 @@
 """The type checker's rules (sql/typecheck.py, typerules.py, typeargs.py), each with Spark's own verdict.
 
 Each case is an expression over the stream `v` of tests/support/type_queries.py (id BIGINT, userid VARCHAR, n INT, x
-DOUBLE, ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN), the codes `dsflow
-validate` reports on it, and what Spark 4 does with it under ANSI: REFUSES (its analyzer), FAILS (the analyzer accepts
-it and the run over tests/support/type_queries.SAMPLE_ROWS fails), ACCEPTS, or NO_SINK (the analyzer accepts it, and
-its result column is an INTERVAL, which no sink holds: DSF-E410). The unit test checks dsflow's codes; the
-integration test asks Spark, so that a rule is never kept against Spark's verdict (no false refusal: a case dsflow
-refuses with a code other than E402/E403/E410 must be one Spark REFUSES).
+DOUBLE, ts TIMESTAMP, a ARRAY<INT>, m MAP<VARCHAR, INT>, s STRUCT<f INT, g VARCHAR>, b BOOLEAN, d DATE,
+p DECIMAL(10, 2)), the codes `dsflow validate` reports on it, and what Spark 4 does with it under ANSI: REFUSES (its
+analyzer), FAILS (the analyzer accepts it and the run over tests/support/type_queries.SAMPLE_ROWS fails), ACCEPTS, or
+NO_SINK (the analyzer accepts it, and its result column is an INTERVAL, which no sink holds: DSF-E410). The unit test
+checks dsflow's codes; the integration test asks Spark, so that a rule is never kept against Spark's verdict (no false
+refusal: a case dsflow refuses with a code other than E402/E403/E410 must be one Spark REFUSES).
 """
 
 from __future__ import annotations
@@ -125,6 +125,26 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("IF('true', -3, id)", ("DSF-E405",), REFUSES), ("CARDINALITY(TRIM(NULL))", (E409,), REFUSES),
     ("(NOT LEFT(x, -3))", (E403,), FAILS), ("(- LEFT(TRUE, a[2]))", (E403,), FAILS),
     ("(NOT SUBSTRING(s->f, id))", (E403,), FAILS),
+    # a DATE plus or minus a number is Spark's DATE_ADD/DATE_SUB: days of an INT, SMALLINT or TINYINT
+    ("(d + 1)", (), ACCEPTS), ("(n + d)", (), ACCEPTS), ("(d - n)", (), ACCEPTS), ("(d + (n + 1))", (), ACCEPTS),
+    ("(d + CAST(2 AS SMALLINT))", (), ACCEPTS), ("(d + a[1])", (), ACCEPTS), ("(d + LENGTH(userid))", (), ACCEPTS),
+    ("(d + id)", (E404,), REFUSES), ("(id + d)", (E404,), REFUSES), ("(d - id)", (E404,), REFUSES),
+    ("(d + 2.5)", (E404,), REFUSES), ("(d + x)", (E404,), REFUSES), ("(d + p)", (E404,), REFUSES),
+    ("(d + (id + 1))", (E404,), REFUSES), ("(d + ROUND(x))", (E404,), REFUSES), ("(d + 3000000000)", (E404,), REFUSES),
+    ("(d + FLOOR(n))", (E404,), REFUSES), ("(d - 1e3)", (E404,), REFUSES), ("(1 - d)", (E404,), REFUSES),
+    ("(d + '1')", (E404,), REFUSES),
+    # DATE and DECIMAL columns elsewhere
+    ("(d = ts)", (), ACCEPTS), ("(d = 'x')", ("DSF-E402",), FAILS), ("(d = id)", ("DSF-E401",), REFUSES),
+    ("CAST(d AS INT)", ("DSF-E407",), REFUSES), ("CAST(p AS TIMESTAMP)", (), ACCEPTS), ("YEAR(p)", (E409,), REFUSES),
+    ("HOUR(d)", (), ACCEPTS), ("(d + (ts - ts))", (), ACCEPTS), ("(p + '1')", (), ACCEPTS),
+    ("COALESCE(p, x)", (), ACCEPTS), ("(p BETWEEN 1 AND 'x')", ("DSF-E402",), FAILS),
+    # NULL and a TIMESTAMP or DATE: + NULL is a TIMESTAMP, - NULL an INTERVAL, no other operator (run of 5,000, 15:03)
+    ("(NULL * d)", (E404,), REFUSES), ("(ts / NULL)", (E404,), REFUSES), ("(NULL % d)", (E404,), REFUSES),
+    ("(NULL DIV ts)", (E404,), REFUSES), ("(NULL + d)", (), ACCEPTS), ("(ts + NULL)", (), ACCEPTS),
+    ("(d - NULL)", (E410,), NO_SINK), ("(NULL - ts)", (E410,), NO_SINK), ("((d - NULL) > (ts - ts))", (), ACCEPTS),
+    # TO_DATE of a collection (YEAR(TO_DATE(a)) too); of a number or a string it is a value error
+    ("TO_DATE(a)", (E409,), REFUSES), ("TO_DATE(m)", (E409,), REFUSES), ("TO_DATE(s, 'yyyy')", (E409,), REFUSES),
+    ("YEAR(TO_DATE(a))", (E409,), REFUSES), ("TO_DATE(d)", (), ACCEPTS), ("TO_DATE(NULL)", (), ACCEPTS),
 ]
 """(expression, dsflow's codes, Spark's verdict); Spark's verdicts were read from pyspark 4 and are checked again
 by test_spark_agrees."""
@@ -161,10 +181,10 @@ def test_spark_agrees(spark):
     wrong = []
     for expression, _codes, expected in CASES:
         sql = f"SELECT {expression} AS o FROM v"
-        refused = tq.spark_verdict(spark, tq.untyped_translation(sql, "__types_empty"))
+        refused = tq.spark_verdict(spark, tq.untyped_translation(sql, tq.EMPTY))
         found = NO_SINK if refused == tq.NO_SINK_TYPE else REFUSES if refused else None
         if found is None:
-            failed = tq.runtime_failure(spark, tq.untyped_translation(sql, "__types_rows"))
+            failed = tq.runtime_failure(spark, tq.untyped_translation(sql, tq.ROWS))
             found = FAILS if failed else ACCEPTS
         if found != expected:
             wrong.append((expression, expected, found))
@@ -190,7 +210,7 @@ def test_max_by_orderings_are_refused_as_spark_refuses_them():
 @pytest.mark.integration
 def test_spark_agrees_on_max_by_orderings(spark):
     tq.prepare(spark)
-    found = [(e, REFUSES if tq.spark_verdict(spark, tq.untyped_translation(_by_query(e), "__types_empty"))
+    found = [(e, REFUSES if tq.spark_verdict(spark, tq.untyped_translation(_by_query(e), tq.EMPTY))
               else ACCEPTS) for e, _, _ in BY_CASES]
     assert found == [(e, verdict) for e, _, verdict in BY_CASES]
 
@@ -279,7 +299,10 @@ OUTPUT_TYPES = [("CONCAT(a, a)", "ARRAY<INT>"), ("a || a", "ARRAY<INT>"), ("-NUL
                 ("SUM(n * 2.5)", "DECIMAL(23, 1)"), ("AVG(2.5)", "DECIMAL(6, 5)"), ("SUM(n)", "BIGINT"),
                 ("AVG(n)", "DOUBLE"), ("MAX_BY(userid, x)", "VARCHAR"), ("MIN_BY(x, id)", "DOUBLE"),
                 ("MAX_BY(a, n)", "ARRAY<INT>"), ("MIN_BY(ts, s)", "TIMESTAMP"),
-                ("MAX_BY(n * 2.5, id)", "DECIMAL(13, 1)")]
+                ("MAX_BY(n * 2.5, id)", "DECIMAL(13, 1)"),
+                # the run of 5,000 queries (15:19): SUM/AVG of a TIMESTAMP or a NULL is a DOUBLE
+                ("SUM(ts)", "DOUBLE"), ("AVG(ts)", "DOUBLE"), ("SUM(NULL)", "DOUBLE"), ("SUM(ABS(NULL))", "DOUBLE"),
+                ("AVG(NULL)", "DOUBLE")]
 """A result column's declared type where sqlglot's annotation differs from Spark's (typecheck._result_type); an
 aggregate's is read from a CHANGELOG grouped by id."""
 AGGREGATES = ("SUM(", "AVG(", "MAX_BY(", "MIN_BY(")
@@ -317,7 +340,7 @@ def test_spark_computes_the_declared_result_types(spark, typed_outputs):
     found = []
     for i, (expression, _) in enumerate(OUTPUT_TYPES):
         query = accepted[i]
-        schema = spark.sql(spark_select(query, project).replace(view_name(0, query), "__types_keyed")).schema
+        schema = spark.sql(spark_select(query, project).replace(view_name(0, query), tq.EMPTY["v"])).schema
         found.append((expression, spark_type(_declared(query)).upper().replace(" ", ""),
                       schema["o"].dataType.simpleString().upper()))
     assert [f for f in found if f[1] != f[2]] == []

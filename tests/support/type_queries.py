@@ -29,23 +29,36 @@ from dsflow.errors import ProjectError
 from dsflow.sql.typecheck import RUNTIME_CODES
 
 COLUMNS = {"id": "BIGINT", "userid": "VARCHAR", "n": "INT", "x": "DOUBLE", "ts": "TIMESTAMP", "a": "ARRAY<INT>",
-           "m": "MAP<VARCHAR, INT>", "s": "STRUCT<f INT, g VARCHAR>", "b": "BOOLEAN"}
+           "m": "MAP<VARCHAR, INT>", "s": "STRUCT<f INT, g VARCHAR>", "b": "BOOLEAN",
+           "d": "DATE", "p": "DECIMAL(10, 2)"}
 SPARK_DDL = ("id BIGINT, userid STRING, n INT, x DOUBLE, ts TIMESTAMP, a ARRAY<INT>, m MAP<STRING, INT>, "
-             "s STRUCT<f: INT, g: STRING>, b BOOLEAN")
+             "s STRUCT<f: INT, g: STRING>, b BOOLEAN, d DATE, p DECIMAL(10, 2)")
 SAMPLE_ROWS = [
-    (7, "abc", 2, 1.5, "2024-01-01 10:00:00", [1, 2], {"k": 1}, (1, "g"), True),
-    (12, "xyz", -3, 4.25, "2024-06-30 23:59:59", [3], {"j": 2}, (2, "h"), False),
-    (None, "5x", None, None, None, [4], {"k": 3}, (None, "i"), None),
-    (None, None, None, None, None, None, None, None, None),
+    (7, "abc", 2, 1.5, "2024-01-01 10:00:00", [1, 2], {"k": 1}, (1, "g"), True, "2024-01-01", "12.50"),
+    (12, "xyz", -3, 4.25, "2024-06-30 23:59:59", [3], {"j": 2}, (2, "h"), False, "2024-02-29", "-0.01"),
+    (None, "5x", None, None, None, [4], {"k": 3}, (None, "i"), None, None, None),
+    (None, None, None, None, None, None, None, None, None, None, None),
 ]
 """Rows a run-time claim is checked on: non-numeric strings, both booleans, and NULLs where a COALESCE or an ELSE
 branch is taken."""
+W2_ROWS = [(7, "abc", 1.5, "2024-01-01 10:10:00"), (12, "7", -2.0, "2024-06-30 23:00:00"),
+           (2, "q", 12.5, "2024-01-01 00:00:00"), (None, "5x", None, None)]
+"""The rows `w2` joins SAMPLE_ROWS with: each key of JOIN_KEYS Spark can compare matches a row (the run of a
+run-time claim has no WITHIN range), and one key is not a number."""
+
+JOINED = {"wid": "BIGINT", "wk": "VARCHAR", "wx": "DOUBLE", "wts": "TIMESTAMP"}
+JOINED_DDL = "wid BIGINT, wk STRING, wx DOUBLE, wts TIMESTAMP"
+STREAMS = [("v", COLUMNS, "ts"), ("w2", JOINED, "wts")]
+"""The streams queries read: `v` of every kind of column, and `w2` it is joined with (names of its own, so that
+a bare name in a join query is `v`'s)."""
 
 NAMES = [*COLUMNS, *COLUMNS, "nope"]  # a wrong name one time in ~19
-LITERALS = ["1", "5", "2.5", "-3", "'x'", "'5'", "'2024-01-01 10:00:00'", "'true'", "TRUE", "NULL"]
+LITERALS = ["1", "5", "2.5", "-3", "'x'", "'5'", "'2024-01-01 10:00:00'", "'true'", "TRUE", "NULL", "'2024-01-01'",
+            "1e3"]
 SUBSCRIPTS = ["a[1]", "a[2]", "m['k']", "s->f", "s->g", "userid[1]", "id[1]", "s->zz", "ts[1]", "b->f", "a['x']"]
-TYPES = ["BIGINT", "INT", "DOUBLE", "VARCHAR", "BOOLEAN", "TIMESTAMP", "ARRAY<INT>"]
-FUNCTIONS1 = ["UPPER", "LENGTH", "ABS", "SQRT", "YEAR", "HOUR", "CARDINALITY", "TRIM", "FLOOR", "SIGN"]
+TYPES = ["BIGINT", "INT", "DOUBLE", "VARCHAR", "BOOLEAN", "TIMESTAMP", "ARRAY<INT>", "DATE", "DECIMAL(6, 2)"]
+FUNCTIONS1 = ["UPPER", "LENGTH", "ABS", "SQRT", "YEAR", "HOUR", "CARDINALITY", "TRIM", "FLOOR", "SIGN", "MONTH",
+              "TO_DATE", "CEIL"]
 FUNCTIONS2 = ["SUBSTRING", "DATE_ADD", "POWER", "REPEAT", "DATEDIFF", "CONCAT_WS", "LEFT", "LOCATE"]
 """Functions of two arguments: the second is typed too (sql/typeargs.py)."""
 AGGREGATES = ["SUM", "AVG", "MIN", "MAX", "COUNT"]
@@ -77,7 +90,23 @@ stream_queries = st.tuples(expressions, st.one_of(st.none(), expressions)).map(
     lambda t: ("STREAM", f"SELECT {t[0]} AS o FROM v" + (f" WHERE {t[1]}" if t[1] else "")))
 aggregate_queries = st.tuples(st.sampled_from(AGGREGATES), expressions).map(
     lambda t: ("CHANGELOG", f"SELECT id, {t[0]}({t[1]}) AS o FROM v GROUP BY id"))
-queries = st.one_of(stream_queries, stream_queries, aggregate_queries)
+WINDOWS = ["TUMBLE(v, SIZE 1 MINUTE)", "HOP(v, SIZE 1 MINUTE, ADVANCE BY 30 SECONDS)"]
+windowed_queries = st.tuples(st.sampled_from(WINDOWS), st.sampled_from(AGGREGATES), expressions,
+                             st.sampled_from(["", ", id"])).map(
+    lambda t: ("CHANGELOG", f"SELECT window_start, window_end{t[3]}, {t[1]}({t[2]}) AS o FROM {t[0]} "
+                            f"GROUP BY window_start, window_end{t[3]}"))
+JOIN_NAMES = [*JOINED, "w2.wid", "v.id", "w2.nope"]
+joined_leaves = st.one_of(leaves, st.sampled_from(JOIN_NAMES))
+joined_expressions = st.recursive(joined_leaves, _extend, max_leaves=3)
+JOIN_KEYS = ["v.id = w2.wid", "v.userid = w2.wk", "v.n = w2.wid", "v.userid = w2.wid", "v.ts = w2.wid",
+             "v.id = w2.wk", "v.a = w2.wid", "v.b = w2.wid", "v.d = w2.wts", "v.p = w2.wx"]
+"""Equality keys of a join: of the same type, of types Spark casts one to the other (at run time for a string),
+and of types it cannot compare."""
+joined_queries = st.tuples(joined_expressions, st.sampled_from(["JOIN", "LEFT JOIN"]), st.sampled_from(JOIN_KEYS),
+                           st.one_of(st.none(), joined_expressions)).map(
+    lambda t: ("STREAM", f"SELECT {t[0]} AS o FROM v {t[1]} w2 WITHIN 1 HOUR ON {t[2]}"
+                         + (f" AND {t[3]}" if t[3] else "")))
+queries = st.one_of(stream_queries, stream_queries, aggregate_queries, windowed_queries, joined_queries)
 """(the kind of relation the query creates, its SELECT)."""
 
 
@@ -89,6 +118,9 @@ class Verdicts:
     codes: Counter = field(default_factory=Counter)
     disagreements: list[tuple[str, str, str]] = field(default_factory=list)
     distinct: set[str] = field(default_factory=set)
+    result_types: Counter = field(default_factory=Counter)
+    """Of the queries both accept: the result column's declared type beside Spark's ("same", or how they differ)."""
+    type_examples: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -105,38 +137,61 @@ def dsflow_verdicts(batch: list[tuple[str, str]]) -> tuple[list[list[str]], dict
     from dsflow.load.project import load_project
     from support.projects import make_project
 
-    head = f"CREATE STREAM v ({', '.join(f'{n} {t}' for n, t in COLUMNS.items())}) WITH ('value.format' = 'json');"
+    head = [f"CREATE STREAM {name} ({', '.join(f'{n} {t}' for n, t in columns.items())}) "
+            f"WITH ('value.format' = 'json', 'timestamp' = '{time}');" for name, columns, time in STREAMS]
     codes: list[list[str]] = [[] for _ in batch]
     with tempfile.TemporaryDirectory(prefix="dsflow-types-") as tmp:
-        lines = [head] + [f"CREATE {kind} o_{i} AS {sql};" for i, (kind, sql) in enumerate(batch)]
+        lines = head + [f"CREATE {kind} o_{i} AS {sql};" for i, (kind, sql) in enumerate(batch)]
         try:
             load_project(make_project(Path(tmp) / "all", {"sql/all.sql": "\n".join(lines) + "\n"}))
         except ProjectError as error:
             for d in error.diagnostics:
                 line = d.location.line if d.location is not None and d.location.line else 0
-                if 2 <= line < len(batch) + 2:
-                    codes[line - 2].append(d.code)
+                if len(head) < line <= len(batch) + len(head):
+                    codes[line - len(head) - 1].append(d.code)
                 else:
                     raise AssertionError(f"a diagnostic on no query's line: {d}") from error
         accepted = [i for i, c in enumerate(codes) if not c]
-        kept = [head] + [f"CREATE {batch[i][0]} o_{i} AS {batch[i][1]};" for i in accepted]
+        kept = head + [f"CREATE {batch[i][0]} o_{i} AS {batch[i][1]};" for i in accepted]
         project = load_project(make_project(Path(tmp) / "kept", {"sql/all.sql": "\n".join(kept) + "\n"}))
     by_name = {q.fqn.rsplit(".", 1)[-1]: q for q in project.queries}
     return codes, {i: by_name[f"o_{i}"] for i in accepted}, project
 
 
-def untyped_translation(sql: str, view: str) -> str:
-    """A refused query's SELECT through the translator's rewrites, without the types validation did not give it."""
+def untyped_translation(sql: str, views: dict[str, str]) -> str:
+    """A refused query's SELECT through the translator's rewrites, without the types validation did not give it;
+    each stream read from `views[name]` (its window's bounds from the view's __window column)."""
     from sqlglot import exp
 
-    from dsflow.adapters.spark.translate import array_subscripts
+    from dsflow.adapters.spark.translate import WINDOW_COLUMN, WINDOW_FIELDS, array_subscripts
     from dsflow.sql.functions import to_spark
     from dsflow.sql.parse import parse_one_select
 
     select = to_spark(array_subscripts(parse_one_select(sql), None, None))  # type: ignore[arg-type]
     for table in list(select.find_all(exp.Table)):
-        table.replace(exp.Table(this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier("v"))))
+        if isinstance(table.this, exp.Anonymous):  # TUMBLE(v, ...), HOP(v, ...): its rows carry their window
+            table.replace(_view(views["v"], "v"))
+        elif table.name in views:
+            table.replace(_view(views[table.name], table.alias_or_name))
+    group = select.args.get("group")
+    if group is not None and any(c.name in WINDOW_FIELDS for c in group.find_all(exp.Column)):
+        kept = [g for g in group.expressions if not (isinstance(g, exp.Column) and g.name in WINDOW_FIELDS)]
+        group.set("expressions", [exp.column(WINDOW_COLUMN, table="v"), *kept])
+    for column in list(select.find_all(exp.Column)):
+        if column.name in WINDOW_FIELDS and not column.table:
+            column.replace(exp.column(WINDOW_FIELDS[column.name], table=WINDOW_COLUMN, db="v"))
     return select.sql(dialect="spark")
+
+
+def _view(view: str, alias: str):
+    from sqlglot import exp
+
+    return exp.Table(this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+
+EMPTY = {"v": "__types_empty", "w2": "__types_w2_empty"}
+ROWS = {"v": "__types_rows", "w2": "__types_w2_rows"}
+"""The views a query's streams are read from: empty (analysis), or of the sample rows (a run-time claim)."""
 
 
 NO_SINK_TYPE = "an INTERVAL result column: no sink column type holds one (DSF-E410)"
@@ -161,16 +216,30 @@ def runtime_failure(spark, text: str) -> str | None:
 
 
 def prepare(spark) -> None:
-    """The empty view `__types_empty` and the view of SAMPLE_ROWS `__types_rows`, of the columns of `v`."""
-    from datetime import datetime
-
+    """The views of EMPTY and ROWS: of the columns of `v` (empty, and of SAMPLE_ROWS) and `w2` (empty, and of
+    W2_ROWS), each with the columns the translator adds to a source (its record's key, event time and window)."""
     import logging
 
     logging.getLogger("SQLQueryContextLogger").disabled = True  # each refusal logged with its stack: ~0.1 s
-    spark.createDataFrame([], SPARK_DDL).createOrReplaceTempView("__types_empty")
-    spark.sql("SELECT *, CAST(NULL AS STRING) AS __key FROM __types_empty").createOrReplaceTempView("__types_keyed")
-    rows = [tuple(datetime.fromisoformat(v) if i == 4 and v else v for i, v in enumerate(r)) for r in SAMPLE_ROWS]
-    spark.createDataFrame(rows, SPARK_DDL).createOrReplaceTempView("__types_rows")
+    rows = [tuple(_sample(i, v) for i, v in enumerate(r)) for r in SAMPLE_ROWS]
+    w2_rows = [tuple(_sample(4 if i == 3 else -1, v) for i, v in enumerate(r)) for r in W2_ROWS]
+    for name, data, ddl, time in (("__types_empty", [], SPARK_DDL, "ts"), ("__types_rows", rows, SPARK_DDL, "ts"),
+                                  ("__types_w2_empty", [], JOINED_DDL, "wts"),
+                                  ("__types_w2_rows", w2_rows, JOINED_DDL, "wts")):
+        spark.createDataFrame(data, ddl).createOrReplaceTempView(f"{name}_plain")
+        spark.sql(f"SELECT *, CAST(NULL AS STRING) AS __key, {time} AS __ts, "
+                  f"named_struct('start', {time}, 'end', {time} + INTERVAL 1 MINUTE) AS __window "
+                  f"FROM {name}_plain").createOrReplaceTempView(name)
+
+
+def _sample(index: int, value):
+    """A value of SAMPLE_ROWS as Spark's createDataFrame takes it (TIMESTAMP, DATE and DECIMAL from their text)."""
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    if value is None:
+        return None
+    return {4: datetime.fromisoformat, 9: date.fromisoformat, 10: Decimal}.get(index, lambda v: v)(value)
 
 
 def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
@@ -180,13 +249,18 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
     codes, accepted, project = dsflow_verdicts(batch)
     for i, (_kind, sql) in enumerate(batch):
         if i in accepted:
-            query = accepted[i]  # its source view is the empty view of v's columns and the record key
-            refused = spark_verdict(spark, spark_select(query, project).replace(view_name(0, query), "__types_keyed"))
+            query = accepted[i]  # its sources are the empty views of v's and w2's columns
+            text = spark_select(query, project)
+            for index, source in enumerate(query.sources):
+                text = text.replace(view_name(index, query), EMPTY[source.relation.rsplit(".", 1)[-1]])
+            refused = spark_verdict(spark, text)
             _record(verdicts, "agree: both accept" if refused is None else "DISAGREE: dsflow accepts, Spark refuses",
                     sql, refused or "")
+            if refused is None:
+                _result_type(spark, text, query, sql, verdicts)
             continue
         verdicts.codes.update(set(codes[i]))
-        refused = spark_verdict(spark, untyped_translation(sql, "__types_empty"))
+        refused = spark_verdict(spark, untyped_translation(sql, EMPTY))
         if refused == NO_SINK_TYPE and "DSF-E410" not in codes[i]:
             refused = None  # Spark's analyzer accepts it; dsflow's reason must stand on its own
         runtime = all(c in RUNTIME_CODES for c in codes[i])
@@ -195,12 +269,24 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
         elif refused is not None:
             _record(verdicts, "agree: both refuse", sql, "")
         elif runtime:
-            failed = runtime_failure(spark, untyped_translation(sql, "__types_rows"))
+            failed = runtime_failure(spark, untyped_translation(sql, ROWS))
             confirmed = failed is not None and "CAST_INVALID_INPUT" in failed
             _record(verdicts, "agree: run-time failure confirmed on sample rows" if confirmed else
                     "DISAGREE: run-time failure claimed, sample rows pass", sql, f"{codes[i]} {failed or ''}")
         else:
             _record(verdicts, "DISAGREE: dsflow refuses, Spark accepts", sql, str(sorted(set(codes[i]))))
+
+
+def _result_type(spark, text: str, query, sql: str, verdicts: Verdicts) -> None:
+    """The result column `o` as dsflow declares it (the sink's column type) beside the type Spark computes."""
+    from dsflow.adapters.spark.translate import spark_type
+
+    declared = spark_type(next(c.type for c in query.output_columns if c.name == "o")).upper().replace(" ", "")
+    computed = spark.sql(text).schema["o"].dataType.simpleString().upper()
+    same = declared == computed
+    verdicts.result_types["same" if same else f"{declared} declared, Spark {computed}"] += 1
+    if not same and len(verdicts.type_examples) < 200:
+        verdicts.type_examples.append((sql, declared, computed))
 
 
 def _record(verdicts: Verdicts, outcome: str, sql: str, detail: str) -> None:
