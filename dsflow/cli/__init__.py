@@ -463,7 +463,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if not entries:
         console.print("Nothing deployed.")
         return
-    headers = ("resource", "state", "input rows/s", "lag", "batch", "last progress", "dead letters",
+    headers = ("resource", "state", "input rows/s", "lag", "latency", "batch", "last progress", "dead letters",
                "failed expectations", "error")
     print_table(console, headers, [[scrub(cell) for cell in row] for row in status_rows(entries)])
 

@@ -308,7 +308,7 @@ def status_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
     for e in entries:
         rate = e.get("input_rows_per_second")
         rows.append([e["address"], _state_cell(e), f"{rate:.1f}" if isinstance(rate, (int, float)) else "-",
-                     lag_cell(e), str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
+                     lag_cell(e), latency_cell(e), str(e.get("batch_id", "-")), str(e.get("last_progress_at") or "-"),
                      str(e.get("dead_letters", "-")), expectations_cell(e),
                      e.get("error") or e.get("last_error") or ""])
     return rows
@@ -330,6 +330,24 @@ def lag_cell(entry: dict[str, Any]) -> str:
     parts += [f"{entry['lag_max_millis']} ms"] if entry.get("lag_max_millis") is not None else []
     parts += [f"{entry['lag_total_wal_bytes']} B WAL"] if entry.get("lag_total_wal_bytes") is not None else []
     return ", ".join(parts) or "-"
+
+
+def latency_cell(entry: dict[str, Any]) -> str:
+    """The newest micro-batch with records: its trigger execution, and its end minus the newest event time it read
+    (queries with a watermark); '-' for what is not known (core/latency.py)."""
+    parts = [f"batch {duration_text(entry['batch_latency_ms'])}"] if entry.get("batch_latency_ms") is not None else []
+    parts += ([f"event {duration_text(entry['event_time_lag_ms'])}"] if entry.get("event_time_lag_ms") is not None
+              else [])
+    return ", ".join(parts) or "-"
+
+
+def duration_text(ms: float) -> str:
+    """412 ms, 2.3 s, 4.0 min, 3.1 h, 1,102 d."""
+    for limit, unit, size in ((1_000, "ms", 1), (120_000, "s", 1_000), (7_200_000, "min", 60_000),
+                              (172_800_000, "h", 3_600_000)):
+        if abs(ms) < limit:
+            return f"{ms:.0f} ms" if unit == "ms" else f"{ms / size:.1f} {unit}"
+    return f"{ms / 86_400_000:,.0f} d"
 
 
 def blue_green_cell(deployment: dict[str, Any]) -> str:

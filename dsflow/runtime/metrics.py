@@ -12,6 +12,11 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_processed_rows_per_second
     dsflow_query_last_batch_id
     dsflow_query_last_batch_duration_seconds      the last micro-batch's trigger execution
+    dsflow_query_batch_latency_seconds            the newest micro-batch with records: its trigger execution (none in
+                                                  real-time mode; core/latency.py)
+    dsflow_query_event_time_lag_seconds           that batch's end minus the newest event time it read (queries with a
+                                                  watermark only)
+    dsflow_query_oldest_event_lag_seconds         the same with the oldest event time it read
     dsflow_query_state_rows                       rows the query's state stores hold (stateful queries)
     dsflow_query_state_bytes                      memory the state stores report using
     dsflow_query_lag_records                      records the sources hold past what the query read (all partitions)
@@ -48,9 +53,17 @@ PROGRESS = {"input_rows_per_second": "dsflow_query_input_rows_per_second",
             "lag_max_millis": "dsflow_query_lag_max_millis",
             "last_batch_duration_ms": "dsflow_query_last_batch_duration_seconds",
             "state_rows": "dsflow_query_state_rows",
-            "state_bytes": "dsflow_query_state_bytes"}
-SCALE = {"last_batch_duration_ms": 0.001}
-"""Status fields exported in another unit (milliseconds as seconds)."""
+            "state_bytes": "dsflow_query_state_bytes",
+            "batch_latency_ms": "dsflow_query_batch_latency_seconds",
+            "event_time_lag_ms": "dsflow_query_event_time_lag_seconds",
+            "oldest_event_lag_ms": "dsflow_query_oldest_event_lag_seconds"}
+PER_UNIT = dict.fromkeys(("last_batch_duration_ms", "batch_latency_ms", "event_time_lag_ms", "oldest_event_lag_ms"),
+                        1000.0)
+"""Status fields exported in another unit: the field's value divided by this (milliseconds as seconds)."""
+HELP = {"batch_latency_ms": "trigger execution of the query's newest micro-batch with records (core/latency.py)",
+        "event_time_lag_ms": "end of the query's newest micro-batch with records minus the newest event time it read",
+        "oldest_event_lag_ms": "end of the query's newest micro-batch with records minus the oldest event time it read"}
+"""Help texts of the progress metrics that are not "<field> of the query's last progress"."""
 PARTITION_LAG = {"lag": ("dsflow_query_partition_lag_records", "records a source partition holds past the offset "
                          "the query's last micro-batch read up to"),
                  "lag_millis": ("dsflow_query_partition_lag_millis", "age of the oldest record of a source shard "
@@ -97,8 +110,9 @@ class StatusCollector:
             "gen_restarts": CounterMetricFamily("dsflow_datagen_restarts", "restarts of the generator by the "
                                                 "runtime supervisor", labels=["datagen"]),
         }
-        progress = {key: GaugeMetricFamily(name, f"{key.removesuffix('_ms').replace('_', ' ')} of the query's last "
-                                           "progress", labels=["query"]) for key, name in PROGRESS.items()}
+        progress = {key: GaugeMetricFamily(name, HELP.get(key, f"{key.removesuffix('_ms').replace('_', ' ')} of the "
+                                                    "query's last progress"), labels=["query"])
+                    for key, name in PROGRESS.items()}
         for entry in self.entries():
             _add(families, progress, entry)
         yield from families.values()
@@ -129,7 +143,7 @@ def _add(families: dict, progress: dict, entry: dict[str, Any]) -> None:
     _add_expectations(families, name, entry)
     for key, family in progress.items():
         if isinstance(entry.get(key), (int, float)):
-            family.add_metric([name], float(entry[key]) * SCALE.get(key, 1.0))
+            family.add_metric([name], float(entry[key]) / PER_UNIT.get(key, 1.0))
 
 
 def _add_expectations(families: dict, name: str, entry: dict[str, Any]) -> None:

@@ -196,6 +196,10 @@ class StatusEntry:
     uptime_seconds: float | None
     input_rows_per_second: float | None
     processed_rows_per_second: float | None
+    batch_latency_ms: float | None = strawberry.field(description="the newest micro-batch with records: its trigger "
+                                                      "execution (null in real-time mode or before one)")
+    event_time_lag_ms: float | None = strawberry.field(description="that batch's end minus the newest event time "
+                                                       "it read (null without a watermark)")
     details: JSON
 
 
@@ -245,7 +249,9 @@ def _status_entry(entry: dict[str, Any]) -> StatusEntry:
                        restarts=restarts if isinstance(restarts, int) else None,
                        uptime_seconds=number("uptime_seconds"),
                        input_rows_per_second=number("input_rows_per_second"),
-                       processed_rows_per_second=number("processed_rows_per_second"), details=_scrubbed(entry))
+                       processed_rows_per_second=number("processed_rows_per_second"),
+                       batch_latency_ms=number("batch_latency_ms"), event_time_lag_ms=number("event_time_lag_ms"),
+                       details=_scrubbed(entry))
 
 
 @strawberry.type(name="Query", description="The deployed project environment, as the caller may see it (read only)")

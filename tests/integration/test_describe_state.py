@@ -1,19 +1,24 @@
 """`dsflow describe QUERY --state-sample N` (issue 42, item 7): a query's state read from its checkpoint with Spark's
 state data source, on Apache Kafka and the session's Spark. A count per user and a count per tumbling window and
 page run (availableNow) over generated pageviews; the state must hold one row per group with the count a
-plain-Python reading of the records makes, the sample must be rows of it, and a stateless query has none."""
+plain-Python reading of the records makes, the sample must be rows of it, and a stateless query has none. The
+status the driver would write of those runs reports their latency (core/latency.py): the windowed query's event-time
+lags are the batch's end, between the test's clock before and after the runs, minus the newest and oldest `ts`
+produced; the queries without a watermark have none (unknown, not 0)."""
 
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from dsflow.adapters.spark.driver import ExpectationTotals, progress_status
 from dsflow.core.engines import engine
 from dsflow.engine.describing import describe_text
-from support.streaming import produce, run, streaming_project
+from support.streaming import _spec, produce, run, streaming_project
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +42,9 @@ def test_the_state_sample_is_the_groups_a_python_reading_counts(spark, tmp_path,
     events = [{"id": i, "ts": 1_700_000_000_000 + rng.randrange(60_000), "userid": f"u{rng.randrange(9)}",
                "pageid": f"p{rng.randrange(4)}"} for i in range(300)]
     produce(broker, project, "pageviews", events, "userid")
-    for name in ("per_user", "per_page", "copied"):
-        run(spark, project, name, tmp_path)
+    before = time.time() * 1000
+    ran = {name: run(spark, project, name, tmp_path) for name in ("per_user", "per_page", "copied")}
+    _latency_is_that_of_the_data(project, tmp_path, ran, events, before, time.time() * 1000)
     checkpoints = Path(tmp_path) / "checkpoints"
 
     users = engine().state_sample(checkpoints / "per_user", 5)
@@ -70,3 +76,19 @@ def test_the_state_sample_is_the_groups_a_python_reading_counts(spark, tmp_path,
                           "paused": False, "sink": "s", "sql": "SELECT", "sources": [], "checkpoint": "c",
                           "last_committed_batch": 0, "status": {}, "state": users})
     assert f"{len(per_user):,} rows" in text and text.count('"key"') == 5
+
+
+def _latency_is_that_of_the_data(project, work, ran, events, before: float, after: float) -> None:
+    """The latency fields of each run's status, against the produced records and the test's clock."""
+    status = {name: progress_status(_spec(project, name, work), query, "stopped", ExpectationTotals(
+        _spec(project, name, work))) for name, query in ran.items()}
+    windowed = status["per_page"]
+    assert isinstance(windowed["latency_batch_id"], int), windowed
+    assert 0 < windowed["batch_latency_ms"] <= after - before
+    newest, oldest = max(e["ts"] for e in events), min(e["ts"] for e in events)
+    assert before - newest <= windowed["event_time_lag_ms"] <= after - newest, (windowed, before, after, newest)
+    assert before - oldest <= windowed["oldest_event_lag_ms"] <= after - oldest
+    assert windowed["oldest_event_lag_ms"] - windowed["event_time_lag_ms"] == newest - oldest  # one batch read all
+    for name in ("per_user", "copied"):  # no watermark: Spark reports no event time
+        assert status[name]["batch_latency_ms"] > 0 and status[name]["event_time_lag_ms"] is None, status[name]
+        assert status[name]["oldest_event_lag_ms"] is None

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from dsflow.adapters.kafka.admin import TopicSpec, ensure_topic
 from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
@@ -68,11 +69,13 @@ def _spec(project: Project, name: str, work: Path):
     return query_spec(project, query, "test", str(work / "checkpoints" / name), str(work / f"{name}.status"))
 
 
-def run(spark, project: Project, name: str, work: Path, timeout: float = 120) -> None:
-    """One availableNow run of the query `name` on its checkpoint under `work` (kept between runs)."""
+def run(spark, project: Project, name: str, work: Path, timeout: float = 120) -> Any:
+    """One availableNow run of the query `name` on its checkpoint under `work` (kept between runs); the finished
+    StreamingQuery."""
     query = start_query(spark, _spec(project, name, work), available_now=True)
     assert query.awaitTermination(timeout), f"{name} did not finish in {timeout} s"
     assert query.exception() is None, query.exception()
+    return query
 
 
 @contextmanager

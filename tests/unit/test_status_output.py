@@ -53,8 +53,8 @@ def test_status_in_a_pipe_prints_whole_names_and_errors_as_they_are(deployed):
     run = dsflow(deployed, "status")
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].split() == ["resource", "state", "input", "rows/s", "lag", "batch", "last", "progress", "dead",
-                                "letters", "failed", "expectations", "error"]
+    assert lines[0].split() == ["resource", "state", "input", "rows/s", "lag", "latency", "batch", "last", "progress",
+                                "dead", "letters", "failed", "expectations", "error"]
     enriched = next(line for line in lines if line.startswith(ENRICHED + " "))  # whole, on one line
     assert enriched.endswith(ERROR), enriched  # brackets kept, nothing read as markup
     assert any(line.startswith("datagen.pageviews_feed ") for line in lines)

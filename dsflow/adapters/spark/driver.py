@@ -27,6 +27,7 @@ from dsflow.adapters.spark.lag import LagProbe
 from dsflow.adapters.spark.retract import retracted_view
 from dsflow.adapters.spark.spec import ENV_REF, QuerySpec
 from dsflow.core.categories import STOP_GRACE_SECONDS as PLANNED_STOP_GRACE
+from dsflow.core.latency import NewestBatch
 from dsflow.core.secrets import register, registered, scrub
 from dsflow.errors import DsflowError
 from dsflow.formats.decoding import skipped_count
@@ -150,6 +151,7 @@ class ExpectationTotals:
         self.totals: dict[str, Any] = {}
         self.last_batch: int | None = None
         self.costs = BatchCosts()
+        self.latency = NewestBatch(spec.realtime)
 
     def fields(self, query) -> dict[str, Any]:
         """{"expectations": {rule: {action, passed, failed, last_batch_passed, last_batch_failed}}} ({} without
@@ -207,6 +209,9 @@ def progress_status(spec: QuerySpec, query, state: str, totals: ExpectationTotal
             "watermark": (progress.get("eventTime") or {}).get("watermark"),
             **state_size(progress.get("stateOperators") or []),
         })
+    if query is not None:
+        watch = totals.latency if totals is not None else NewestBatch(spec.realtime)
+        status.update(watch.fields(progress, lambda: list(query.recentProgress or [])))
     return status
 
 

@@ -331,6 +331,15 @@ function lagDetail(entry) {
   return total === "-" ? total : total + (parts.length ? ` (${parts.join(", ")})` : "");
 }
 
+function latencyDetail(entry) {
+  const known = (value) => value !== undefined && value !== null;
+  const parts = [known(entry.batch_latency_ms) ? `batch ${entry.batch_latency_ms} ms` : "",
+                 known(entry.event_time_lag_ms) ? `event time lag ${entry.event_time_lag_ms} ms` : "",
+                 known(entry.oldest_event_lag_ms) ? `oldest event ${entry.oldest_event_lag_ms} ms` : ""];
+  const shown = parts.filter(Boolean);
+  return shown.length ? `${shown.join(", ")} (batch ${entry.latency_batch_id})` : "-";
+}
+
 function when(value) {
   if (!value) return "-";
   const date = new Date(typeof value === "number" && value < 1e12 ? value * 1000 : value);
@@ -382,6 +391,7 @@ function renderQueryFacts(address) {
   $("detail-state").textContent = notes.some(Boolean) ? `${state} (${notes.filter(Boolean).join(", ")})` : state;
   $("detail-rate").textContent = rate(entry.input_rows_per_second);
   $("detail-lag").textContent = lagDetail(entry);
+  $("detail-latency").textContent = latencyDetail(entry);
   $("detail-batch").textContent = entry.batch_id ?? "-";
   $("detail-error").textContent = entry.error || entry.last_error || "-";
   $("detail-expectations").textContent = expectationsDetail(entry.expectations);
