@@ -17,7 +17,7 @@ from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptio
 from dsflow.adapters.kafka.writing import check_write_schema
 from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.errors import DsflowError
-from support.brokers import both_brokers, tansu_only
+from support.brokers import both_brokers, kafka_only, tansu_only
 
 integration = pytest.mark.integration
 
@@ -306,3 +306,39 @@ def test_batch_write_honours_key_and_partition_columns(broker: str, spark) -> No
     frame = spark.createDataFrame(sorted(rows, key=str), "key STRING, value STRING, partition INT")
     frame.write.format("dsflow_kafka").option("bootstrap.servers", broker).option("topic", topic).mode("append").save()
     assert {(r["key"], r["value"], r["partition"]) for r in client.read_to_end(broker, topic)} == rows
+
+
+@kafka_only
+def test_a_reader_keeps_its_partition_list_and_reads_it_again_when_stale_or_failing(broker: str) -> None:
+    """Between micro-batches the stream reader asks the metadata of every topic at most every
+    PARTITIONS_FRESH_S (client.RecentPartitions): partitions added in place show once the list is stale, and a
+    topic deleted meanwhile is DSF-E708 at once, not a request on partitions it kept."""
+    from dsflow.adapters.kafka.admin import add_partitions
+
+    topic = _new_topic(broker, "fresh")
+    client.produce_json_lines(broker, topic, ['{"a": 1}'] * 4)
+    reader = KafkaDataSource({"bootstrap.servers": broker, "topic": topic}).streamReader(SCHEMA)
+    try:
+        start = reader.initialOffset()
+        assert sorted(reader.latestOffset(start, reader.getDefaultReadLimit())) == ["0", "1"]
+        add_partitions(broker, topic, 3)
+        client.produce_json_lines(broker, topic, [json.dumps({"a": i}) for i in range(30)], key_field="a")
+        kept = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert sorted(kept) == ["0", "1"], "the list kept within PARTITIONS_FRESH_S"
+        reader._offsets._partitions.fresh_s = 0.0
+        grown = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert sorted(grown) == ["0", "1", "2"] and sum(grown.values()) == 34
+        reader._offsets._partitions.fresh_s = 3600.0
+        reader.latestOffset(start, reader.getDefaultReadLimit())
+        delete_topic(broker, topic)
+        with pytest.raises(DsflowError) as gone:
+            reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert gone.value.code == "DSF-E708", gone.value
+    finally:
+        reader.stop()
+
+
+def test_partitions_of_asks_once_for_every_topic(broker: str) -> None:
+    first, second = _new_topic(broker, "many", 1), _new_topic(broker, "many", 3)
+    with client.consumer(client.client_config(broker)) as c:
+        assert client.partitions_of(c, [first, second, "no-such-topic"]) == {first: [0], second: [0, 1, 2]}

@@ -101,13 +101,6 @@ QUICK_SETTLE_S = 0.02
 """Between micro-batches, how long the end-offset probe reads (see client.end_offsets): this runs
 before every batch, so it bounds latency; an end found short is completed by the next batch."""
 
-PARTITIONS_FRESH_S = 5.0
-"""How long a query's offset reader trusts the partition list it read between micro-batches. Reading it lists every
-topic of the cluster (a metadata request naming one topic makes tansu create it), which on a broker of thousands of
-topics cost more than the rest of an idle trigger; partitions added in place are picked up within this, and a
-request that fails on the cached list reads the list again (a deleted topic is DSF-E708 as before)."""
-
-
 class KafkaDataSource(DataSource):
     """Read and write Kafka topics, batch or streaming, under the name `dsflow_kafka`."""
 
@@ -316,10 +309,11 @@ class _ConsumerHolder:
         self.options = options
         self._consumer: Any = None
         self._tracker = client.EndTracker()
-        self._partitions: tuple[float, list[int]] | None = None  # (when read, the list)
+        self._partitions = client.RecentPartitions()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_consumer": None, "_tracker": client.EndTracker(), "_partitions": None}
+        return {**self.__dict__, "_consumer": None, "_tracker": client.EndTracker(),
+                "_partitions": client.RecentPartitions()}
 
     def consumer(self) -> Any:
         if self._consumer is None:
@@ -340,20 +334,12 @@ class _ConsumerHolder:
             c = self.consumer()
             if not quick:
                 return client.end_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
+            topic = self.options.topic
             try:
-                return self._tracker.ends(c, self.options.topic, self._recent_partitions(c), QUICK_SETTLE_S,
-                                          QUICK_SETTLE_S)
-            except DsflowError:  # the cached list may be stale: read it again, once
-                self._partitions = None
-                return self._tracker.ends(c, self.options.topic, self._recent_partitions(c), QUICK_SETTLE_S,
-                                          QUICK_SETTLE_S)
-
-    def _recent_partitions(self, consumer: Any) -> list[int]:
-        """The topic's partitions as read at most PARTITIONS_FRESH_S ago."""
-        now = time.monotonic()
-        if self._partitions is None or now - self._partitions[0] > PARTITIONS_FRESH_S:
-            self._partitions = (now, client.topic_partitions(consumer, self.options.topic))
-        return self._partitions[1]
+                return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_SETTLE_S)
+            except DsflowError:  # the list kept may be stale (a deleted topic: DSF-E708): read it again, once
+                self._partitions.forget(topic)
+                return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_SETTLE_S)
 
     def start_offsets(self) -> dict[int, int]:
         with unchained_kafka(self.options.topic):

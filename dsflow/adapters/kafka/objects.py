@@ -56,8 +56,9 @@ class KafkaObjects:
         client.assert_reachable(store.bootstrap_servers)
         found = {}
         with client.consumer(client.client_config(store.bootstrap_servers, store.properties)) as consumer:
+            listed = client.partitions_of(consumer, names)
             for name in names:
-                parts = client.topic_partitions(consumer, name)
+                parts = listed.get(name) or client.topic_partitions(consumer, name)  # DSF-E708 for a missing one
                 starts, ends = client.start_offsets(consumer, name, parts), client.end_offsets(consumer, name, parts)
                 found[name] = {str(p): (starts.get(p, 0), ends[p]) for p in parts}
         return found

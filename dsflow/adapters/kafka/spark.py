@@ -227,6 +227,7 @@ class TopicEnds:
 
     def __init__(self) -> None:
         self._consumers: dict[str, Any] = {}
+        self._partitions: dict[str, Any] = {}  # config key -> client.RecentPartitions
 
     def behind(self, source: Any, offsets: dict[str, int]) -> dict[str, int]:
         """Per partition, the records past the offset read up to."""
@@ -239,13 +240,15 @@ class TopicEnds:
         key = json.dumps(config, sort_keys=True)
         if key not in self._consumers:
             self._consumers[key] = client.new_consumer(config)
+            self._partitions[key] = client.RecentPartitions()
         consumer = self._consumers[key]
-        return client.end_offsets(consumer, topic, client.topic_partitions(consumer, topic), first_wait=0.2)
+        return client.end_offsets(consumer, topic, self._partitions[key].get(consumer, topic), first_wait=0.2)
 
     def close(self) -> None:
         for consumer in self._consumers.values():
             consumer.close()
         self._consumers.clear()
+        self._partitions.clear()
 
 
 # a log store's facet has no view-sink members (ensure_table, write_batch: Capability.VIEWS stores only)
