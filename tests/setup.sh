@@ -12,7 +12,8 @@
 #   dependencies are in the test extra; docs/dependencies.md).
 # - Maven: Apache Kafka's jars and Spark's Kafka connector, into ~/.cache/dsflow (dsflow/adapters/kafka/kraft.py,
 #   bench/spark_kafka.py).
-# - npm, into tests/.node: kinesalite (Kinesis) and Azurite (Azure Blob; 3.37.0 or later, docs/dependencies.md).
+# - npm, into ~/.cache/dsflow/node-* linked as tests/.node: kinesalite (Kinesis) and Azurite (Azure Blob; 3.37.0 or
+#   later, docs/dependencies.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +40,10 @@ python3 -c 'from dsflow.adapters.kafka import kraft; kraft.ensure_jars()'
 # Spark's own Kafka connector (bench/kafka_connector.py and its smoke test), resolved the same way (bench/spark_kafka.py).
 python3 bench/spark_kafka.py >/dev/null
 
+# Installed once per machine into dsflow's cache (as Kafka's jars are) and linked as tests/.node, so a fresh clone
+# does not install them again (~40 s of npm's CPU).
+node_home="${XDG_CACHE_HOME:-$HOME/.cache}/dsflow/node-kinesalite-azurite-3.37.0"
+[ -e tests/.node ] || { mkdir -p "$node_home" && ln -s "$node_home" tests/.node; }
 node_modules=tests/.node/node_modules
 [ -d "$node_modules/kinesalite" ] ||
   npm install --no-audit --no-fund --prefix tests/.node kinesalite >/dev/null
