@@ -124,3 +124,23 @@ def test_step_waits_for_the_watermark_and_prunes_old_versions():
     assert [v[0] for v in versions] == [200, 300] and [p[0] for p in pending] == [350]
     versions, pending, out = step(versions, pending, [(0, 100, 0, "k", '{"id":5}', None)], 400, True)
     assert out == [] and pending == [] and versions == []  # late row dropped; the tombstone alone is pruned
+
+
+@pytest.mark.parametrize(("stream_key", "ddl", "joins"), [
+    ("x", "x DOUBLE", [True, False]), ("p", "p DECIMAL(10, 2)", [True, False]), ("n", "n INT", [True, False]),
+    ("s", "s STRING", [True, False]),
+])
+def test_keys_of_two_types_match_when_spark_finds_them_equal(spark, stream_key, ddl, joins):
+    """A stream key of another type than the changelog's BIGINT key matches as Spark's `=` compares them (7.0 = 7),
+    not by the texts of the two types ('7.0' and '7' were no match)."""
+    from dsflow.adapters.spark.temporal import key_text, key_types
+
+    values = {"x": [7.0, 7.5], "p": ["7.00", "7.50"], "n": [7, 8], "s": ["07", "8"]}[stream_key]
+    stream = spark.createDataFrame([(v,) for v in values], "s STRING").selectExpr(f"CAST(s AS {ddl.split(' ', 1)[1]}) "
+                                                                                  f"AS {stream_key}")
+    changelog = spark.createDataFrame([(7,)], "cid BIGINT")
+    types = key_types(stream, changelog, [stream_key], ["cid"])
+    [wanted] = [r[0] for r in changelog.select(key_text(["cid"], types)).collect()]
+    got = [r[0] for r in stream.select(key_text([stream_key], types)).collect()]
+    assert [g == wanted for g in got] == joins, (got, wanted)
+    assert [r[0] for r in stream.selectExpr(f"{stream_key} = CAST(7 AS BIGINT)").collect()] == joins  # Spark's `=`

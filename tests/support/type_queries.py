@@ -129,6 +129,20 @@ TEMPORAL_KEYS = {"c": ["v.id = c.cid", "v.n = c.cid", "v.userid = c.cid", "v.x =
 Spark casts one to the other, and of types it cannot compare."""
 
 
+STORED = [("DOUBLE", "INT"), ("INT", "VARCHAR"), ("BOOLEAN", "VARCHAR"), ("TIMESTAMP", "VARCHAR"),
+          ("DATE", "TIMESTAMP"), ("TIMESTAMP", "DATE"), ("NULL", "INT"), ("NULL", "ARRAY<INT>"),
+          ("DECIMAL(10, 2)", "DECIMAL(6, 2)"), ("ARRAY<BIGINT>", "ARRAY<INT>"),
+          ("MAP<VARCHAR, INT>", "MAP<VARCHAR, DOUBLE>"),
+          ("STRUCT<a INT, b VARCHAR>", "STRUCT<f INT, g VARCHAR>")]
+"""Pairs (result type, declared type) Spark's ANSI store assignment writes (Cast.canANSIStoreAssign: a STRUCT by
+position), and below those it does not: sql/storeassign.py's cases, each checked against Spark
+(tests/integration/test_type_agreement.py)."""
+REFUSED = [("VARCHAR", "INT"), ("TIMESTAMP", "INT"), ("BOOLEAN", "INT"), ("VARCHAR", "BOOLEAN"), ("DATE", "INT"),
+           ("INT", "DATE"), ("INT", "TIMESTAMP"), ("ARRAY<INT>", "VARCHAR"), ("INT", "ARRAY<INT>"),
+           ("STRUCT<a TIMESTAMP, b VARCHAR>", "STRUCT<f INT, g VARCHAR>"), ("STRUCT<a INT>", "STRUCT<f INT, g INT>"),
+           ("MAP<VARCHAR, INT>", "VARCHAR")]
+
+
 def _temporal(changelog: str) -> st.SearchStrategy[tuple[str, str]]:
     names = st.sampled_from([*CHANGELOG, f"{changelog}.cid", f"{changelog}.cx", "v.id", f"{changelog}.nope"])
     joined = st.recursive(st.one_of(leaves, names), _extend, max_leaves=3)
