@@ -40,7 +40,8 @@ def _inner(data_type: exp.DataType) -> list[exp.DataType]:
     if kind in (ARRAY, MAP):
         return [e for e in data_type.expressions if isinstance(e, exp.DataType)]
     if kind == STRUCT:
-        return [e.args.get("kind") if isinstance(e, exp.ColumnDef) else e for e in data_type.expressions]
+        fields = [e.args.get("kind") if isinstance(e, exp.ColumnDef) else e for e in data_type.expressions]
+        return [f if isinstance(f, exp.DataType) else exp.DataType.build("UNKNOWN") for f in fields]
     return []
 
 
