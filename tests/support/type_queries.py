@@ -11,6 +11,11 @@ forces analysis, no rows are read). A query dsflow refuses with a run-time code 
 accepts it, its ANSI cast fails on a row) is evaluated over a few sample rows: the claim holds if that fails with
 CAST_INVALID_INPUT.
 
+Every statement kind: CREATE STREAM / CHANGELOG / MATERIALIZED VIEW ... AS SELECT (projections, aggregates, windows,
+interval joins of `v` and `w2`), INSERT INTO one of the declared streams of SINKS (Spark's verdict: also its ANSI
+store assignment of the column into the declared type, store_refusal), and temporal joins of `v` with a changelog of
+CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's join is a stateful function).
+
 The translation is the translator's: the query Spark would run (adapters/spark/translate.spark_select) for a query
 dsflow accepts; for one it refuses there is no Query, so its SELECT goes through the same rewrites without types
 (load/functions.to_spark, translate.array_subscripts without the project).
@@ -170,6 +175,8 @@ class Verdicts:
     result_types: Counter = field(default_factory=Counter)
     """Of the queries both accept: the result column's declared type beside Spark's ("same", or how they differ)."""
     type_examples: list[tuple[str, str, str]] = field(default_factory=list)
+    by_kind: Counter = field(default_factory=Counter)
+    """(statement kind, agreeing) -> queries."""
 
     @property
     def total(self) -> int:
@@ -339,9 +346,9 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
                 text = untyped_translation(sql, EMPTY)
             refused = spark_verdict(spark, text) or (store_refusal(spark, text, sink) if sink else None)
             _record(verdicts, "agree: both accept" if refused is None else "DISAGREE: dsflow accepts, Spark refuses",
-                    sql, refused or "")
+                    (kind, sql), refused or "")
             if refused is None:
-                _result_type(spark, text, query, sql, verdicts)
+                _result_type(spark, text, query, shown(kind, sql), verdicts)
             continue
         verdicts.codes.update(set(codes[i]))
         untyped = untyped_translation(sql, EMPTY)
@@ -352,16 +359,17 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
             refused = None  # Spark's analyzer accepts it; dsflow's reason must stand on its own
         runtime = all(c in RUNTIME_CODES for c in codes[i])
         if refused == NO_SINK_TYPE:
-            _record(verdicts, "agree: both refuse (an INTERVAL result, analysed by Spark, no sink type)", sql, "")
+            _record(verdicts, "agree: both refuse (an INTERVAL result, analysed by Spark, no sink type)", (kind, sql),
+                    "")
         elif refused is not None:
-            _record(verdicts, "agree: both refuse", sql, "")
+            _record(verdicts, "agree: both refuse", (kind, sql), "")
         elif runtime:
             failed = runtime_failure(spark, untyped_translation(sql, ROWS))
             confirmed = failed is not None and "CAST_INVALID_INPUT" in failed
             _record(verdicts, "agree: run-time failure confirmed on sample rows" if confirmed else
-                    "DISAGREE: run-time failure claimed, sample rows pass", sql, f"{codes[i]} {failed or ''}")
+                    "DISAGREE: run-time failure claimed, sample rows pass", (kind, sql), f"{codes[i]} {failed or ''}")
         else:
-            _record(verdicts, "DISAGREE: dsflow refuses, Spark accepts", sql, str(sorted(set(codes[i]))))
+            _record(verdicts, "DISAGREE: dsflow refuses, Spark accepts", (kind, sql), str(sorted(set(codes[i]))))
 
 
 def _result_type(spark, text: str, query, sql: str, verdicts: Verdicts) -> None:
@@ -376,8 +384,33 @@ def _result_type(spark, text: str, query, sql: str, verdicts: Verdicts) -> None:
         verdicts.type_examples.append((sql, declared, computed))
 
 
-def _record(verdicts: Verdicts, outcome: str, sql: str, detail: str) -> None:
+def shown(kind: str, sql: str) -> str:
+    """A query as it is counted (distinct) and shown: its SELECT, with the statement around it for an INSERT and a
+    materialized view (whose SELECTs are those of a stream and a changelog)."""
+    if kind.startswith("INSERT "):
+        return f"INSERT INTO {kind.split()[1]} {sql}"
+    return f"CREATE MATERIALIZED VIEW AS {sql}" if kind == "MATERIALIZED VIEW" else sql
+
+
+def statement_kind(kind: str, sql: str) -> str:
+    """The statement kind a query is counted under in the bench's breakdown."""
+    if kind.startswith("INSERT "):
+        return "INSERT INTO a declared stream"
+    if kind == "MATERIALIZED VIEW":
+        return "CREATE MATERIALIZED VIEW (aggregate)"
+    if " JOIN c" in sql:
+        return "temporal join (stream and changelog)"
+    if "WITHIN" in sql:
+        return "interval join (two streams)"
+    if "TUMBLE(" in sql or "HOP(" in sql:
+        return "windowed aggregate (CHANGELOG)"
+    return "CREATE CHANGELOG (aggregate)" if kind == "CHANGELOG" else "CREATE STREAM (projection, WHERE)"
+
+
+def _record(verdicts: Verdicts, outcome: str, query: tuple[str, str], detail: str) -> None:
+    sql = shown(*query)
     verdicts.counts[outcome] += 1
+    verdicts.by_kind[(statement_kind(*query), outcome.startswith("agree"))] += 1
     verdicts.distinct.add(sql)
     if outcome.startswith("DISAGREE") and all(sql != s for _, s, _ in verdicts.disagreements):
         verdicts.disagreements.append((outcome, sql, detail))
