@@ -26,6 +26,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -268,13 +269,22 @@ ROWS = {"v": "__types_rows", "w2": "__types_w2_rows", "c": "__types_c_rows", "c2
 NO_SINK_TYPE = "an INTERVAL result column: no sink column type holds one (DSF-E410)"
 
 
+@lru_cache(maxsize=64)
+def _analysis(spark, text: str):
+    """Spark's analysis of `text`: (None, its schema), or (the first line of its refusal, None); a query's verdict,
+    its store assignment and its result type read the one analysis."""
+    try:
+        return None, spark.sql(text).schema  # reading it forces the analysis
+    except Exception as error:  # noqa: BLE001 - any refusal of the analyzer (AnalysisException, ParseException)
+        return str(error).split("\n")[0][:200], None
+
+
 def spark_verdict(spark, text: str) -> str | None:
     """None if Spark's analyzer accepts `text`, else its error's first line; NO_SINK_TYPE if it accepts it with a
     result column no sink can hold (an INTERVAL: dsflow refuses it, docs/validate.md)."""
-    try:
-        schema = spark.sql(text).schema  # reading it forces the analysis
-    except Exception as error:  # noqa: BLE001 - any refusal of the analyzer (AnalysisException, ParseException)
-        return str(error).split("\n")[0][:200]
+    error, schema = _analysis(spark, text)
+    if error is not None:
+        return error
     return NO_SINK_TYPE if any("interval" in f.dataType.simpleString() for f in schema.fields) else None
 
 
@@ -285,7 +295,7 @@ def store_refusal(spark, text: str, sql_type: str) -> str | None:
     from dsflow.adapters.spark.translate import spark_type
 
     jvm = spark._jvm
-    got = spark.sql(text)._jdf.schema().apply("o").dataType()
+    got = jvm.org.apache.spark.sql.types.DataType.fromJson(_analysis(spark, text)[1]["o"].dataType.json())
     wanted = jvm.org.apache.spark.sql.types.DataType.fromDDL(spark_type(sql_type))
     if jvm.org.apache.spark.sql.catalyst.expressions.Cast.canANSIStoreAssign(got, wanted):
         return None
@@ -377,7 +387,7 @@ def _result_type(spark, text: str, query, sql: str, verdicts: Verdicts) -> None:
     from dsflow.adapters.spark.translate import spark_type
 
     declared = spark_type(next(c.type for c in query.output_columns if c.name == "o")).upper().replace(" ", "")
-    computed = spark.sql(text).schema["o"].dataType.simpleString().upper()
+    computed = _analysis(spark, text)[1]["o"].dataType.simpleString().upper()
     same = declared == computed
     verdicts.result_types["same" if same else f"{declared} declared, Spark {computed}"] += 1
     if not same and len(verdicts.type_examples) < 200:
