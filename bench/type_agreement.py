@@ -48,7 +48,7 @@ def main() -> None:
         elapsed = time.monotonic() - started
         if verdicts.total >= args.queries or (args.minutes and elapsed > 60 * args.minutes):
             raise Done  # not drawing the batches left: on a loaded machine that took longer than comparing
-        fresh = list(dict.fromkeys(q for q in batch if q[1] not in verdicts.distinct))  # each query once
+        fresh = list(dict.fromkeys(q for q in batch if tq.shown(*q) not in verdicts.distinct))  # each query once
         if not fresh:
             return
         tq.compare(spark, fresh[:args.queries - verdicts.total], verdicts)
@@ -66,6 +66,9 @@ def main() -> None:
           f"in {time.monotonic() - started:.0f} s")
     for outcome, count in sorted(verdicts.counts.items()):
         print(f"  {count:6}  {outcome}")
+    for kind in sorted({k for k, _ in verdicts.by_kind}):
+        agreeing = verdicts.by_kind[(kind, True)]
+        print(f"  {kind}: {agreeing}/{agreeing + verdicts.by_kind[(kind, False)]} agreeing")
     print("dsflow's codes among refused queries: " + ", ".join(f"{c} {n}" for c, n in verdicts.codes.most_common()))
     same = verdicts.result_types["same"]
     print(f"result column types of the queries both accept: {same}/{sum(verdicts.result_types.values())} as Spark's")

@@ -575,8 +575,10 @@ def _insert(path: str, st: RawStatement, ns: Namespace, report: Report, counts: 
         return None
     if sink.contract:
         check_insert_contract(st, path, sink, columns, report)  # DSF-E893
-    else:
+    elif _stores(st, path, target, columns, sink, report):  # DSF-E411
         analysed = _stored_as_declared(analysed, sink)
+    else:
+        return None
     keys = {k.lower() for k in analysed.group_keys}
     if analysed.aggregated and (sink.kind == "stream" or keys != {k.lower() for k in sink.primary_key}):
         report(Diagnostic("DSF-E046", f"INSERT INTO '{target}' aggregates by ({', '.join(analysed.group_keys)}), "
@@ -647,6 +649,19 @@ def _stored_as_declared(analysed: Analysed, sink: Relation) -> Analysed:
     columns = tuple(c.model_copy(update={"type": sink.columns[i].type}) if any(i == w for w, _ in wanted) else c
                     for i, c in enumerate(analysed.columns))
     return replace(analysed, columns=columns, select_sql=select.sql(dialect=DIALECT))
+
+
+def _stores(st: RawStatement, path: str, target: str, columns, sink: Relation, report: Report) -> bool:
+    """Whether Spark's ANSI store assignment writes each column into the target's declared type (sql/storeassign.py);
+    DSF-E411 at each column it does not."""
+    from dsflow.load.contracts import output_location
+    from dsflow.sql.storeassign import check_stored
+
+    problems = check_stored(target, [(c.name, c.type, t.type, output_location(st, path, c.name))
+                                     for c, t in zip(columns, sink.columns, strict=True)])
+    for problem in problems:
+        report(problem)
+    return not problems
 
 
 def _normal(sql_type: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dsflow.sql.typekinds import (
-    ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, STR, STRUCT, TIME, UNKNOWN, UNTYPED, Problem,
-    Later, Typed, built, converts, kind_of, number_literal, text, typed,
+    ARRAY, BINARY, BOOL, COMPLEX, DATE, INTERVAL, MAP, NULL, NUM, RUNTIME_CODES, STR, STRUCT, TIME, UNKNOWN, UNTYPED,
+    Problem, Later, Typed, built, converts, kind_of, number_literal, text, typed,
 )
 from dsflow.sql.functions import Declared, declared
 from dsflow.sql.typeargs import (
@@ -112,7 +112,12 @@ class Checker:
                 (exp.Neg, self._negate), ((exp.And, exp.Or), self._connector), (exp.Not, self._not),
                 (exp.Case, self._case), (exp.If, self._if), (BRANCHES, self._branches), (exp.Concat, self._concat),
                 ((exp.Sum, exp.Avg), self._sum), ((exp.Min, exp.Max), self._min_max), (exp.DPipe, self._dpipe),
-                ((exp.Like, exp.ILike), self._like), ((exp.ArgMax, exp.ArgMin), lambda n: by_ordering(self, n)))
+                ((exp.Like, exp.ILike), self._like), ((exp.ArgMax, exp.ArgMin), lambda n: by_ordering(self, n)),
+                (exp.Is, self._is))
+
+    def _is(self, node: exp.Is) -> Typed:
+        self.infer(node.this)
+        return Typed(BOOL, built("BOOLEAN"))
 
     def _user_call(self, node: exp.Expr, user: Declared) -> Typed:
         """A call of a user-defined function: each argument of its parameter's kind (DSF-E443), its declared result."""
@@ -190,6 +195,12 @@ class Checker:
         items = [(node.this, self.infer(node.this))] + [(e, self.infer(e)) for e in node.expressions]
         if items[0][1].kind != NULL:  # NULL IN (...) is NULL: Spark folds it without casting the list
             self._comparable(node, items)
+        else:  # ... whose values must still have a common type (NULL IN (1, TRUE) is refused)
+            try:
+                self._comparable(node, items[1:])
+            except Problem as problem:
+                if problem.code not in RUNTIME_CODES:
+                    raise
         return Typed(BOOL, built("BOOLEAN"))
 
     def _between(self, node: exp.Between) -> Typed:
@@ -277,6 +288,10 @@ class Checker:
         if INTERVAL in kinds:
             return left if left.kind in (TIME, DATE) else right
         if isinstance(node, exp.Sub) and set(kinds) <= {TIME, DATE}:
+            return Typed(INTERVAL)
+        if isinstance(node, exp.Sub) and STR in kinds:  # ts - '2024-01-01', 'x' - d: the string is cast
+            side, found, other = (node.this, left, right) if left.kind == STR else (node.expression, right, left)
+            self._wanted(side, found, other.kind, Later(lambda: f"'{text(node)}'"))
             return Typed(INTERVAL)
         if DATE in kinds and NUM in kinds and (isinstance(node, exp.Add) or left.kind == DATE):
             self._date_days(node, *((node.expression, right) if left.kind == DATE else (node.this, left)))
@@ -477,6 +492,8 @@ class Checker:
             argument = self.infer(first)
             if argument.data_type is not None and argument.data_type.this in INTEGERS:
                 return argument
+        if isinstance(node, exp.TsOrDsToDate):  # TO_DATE of anything it takes is a DATE
+            return Typed(DATE, built("DATE"))
         if isinstance(node, STRING_RESULTS) and (first is None or self.infer(first).kind != BINARY):
             return Typed(STR, built("VARCHAR"))
         width = self.number(node)  # FLOOR(2.5) is a DECIMAL(2, 0) (sqlglot: VARCHAR), LENGTH(s) an INT, ...

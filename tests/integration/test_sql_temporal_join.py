@@ -18,6 +18,7 @@ import pytest
 
 from support.changelogs import produce_changes
 from dsflow.adapters.spark.temporal import step
+from pyspark.sql import functions as F
 from support.streaming import produce, records, run, streaming_project
 
 pytestmark = pytest.mark.integration
@@ -124,3 +125,21 @@ def test_step_waits_for_the_watermark_and_prunes_old_versions():
     assert [v[0] for v in versions] == [200, 300] and [p[0] for p in pending] == [350]
     versions, pending, out = step(versions, pending, [(0, 100, 0, "k", '{"id":5}', None)], 400, True)
     assert out == [] and pending == [] and versions == []  # late row dropped; the tombstone alone is pruned
+
+
+def test_keys_of_two_types_match_when_spark_finds_them_equal(spark):
+    """A stream key of another type than the changelog's BIGINT key matches as Spark's `=` compares them (7.0 = 7),
+    not by the texts of the two types ('7.0' and '7' were no match); one select each side, for speed."""
+    from dsflow.adapters.spark.temporal import key_text, key_types
+
+    stream = spark.createDataFrame([(7.0, "7.00", 7, "07"), (7.5, "7.50", 8, "8")],
+                                   "x DOUBLE, p STRING, n INT, s STRING")
+    stream = stream.selectExpr("x", "CAST(p AS DECIMAL(10, 2)) AS p", "n", "s")
+    changelog = spark.createDataFrame([(7,)], "cid BIGINT")
+    keys = ["x", "p", "n", "s"]
+    types = {k: key_types(stream, changelog, [k], ["cid"]) for k in keys}
+    [wanted] = changelog.select(*[key_text(["cid"], types[k]).alias(k) for k in keys]).collect()
+    rows = stream.select(*[key_text([k], types[k]).alias(k) for k in keys],
+                         *[F.expr(f"{k} = CAST(7 AS BIGINT)").alias(f"{k}_eq") for k in keys]).collect()
+    assert [[row[k] == wanted[k] for k in keys] for row in rows] == [[row[f"{k}_eq"] for k in keys] for row in rows]
+    assert [[row[f"{k}_eq"] for k in keys] for row in rows] == [[True] * 4, [False] * 4]  # Spark's `=`

@@ -55,3 +55,20 @@ def test_the_queries_of_issue_40_are_refused_at_their_place(tmp_path, select, co
         load_project(make_project(tmp_path, {"sql/all.sql": sql}))
     [diagnostic] = raised.value.diagnostics
     assert (diagnostic.code, diagnostic.location.line, diagnostic.location.col) == (code, 2, column), diagnostic
+
+
+@pytest.mark.integration
+def test_store_assignment_is_sparks(spark):
+    """sql/storeassign.py's rule beside Spark's own (Cast.canANSIStoreAssign) on the pairs of its unit tests."""
+    from sqlglot import exp
+
+    from dsflow.adapters.spark.translate import spark_type
+    from dsflow.sql.storeassign import storable
+
+    jvm = spark._jvm
+    cast, parse = jvm.org.apache.spark.sql.catalyst.expressions.Cast, jvm.org.apache.spark.sql.types.DataType.fromDDL
+    differ = [(got, wanted) for got, wanted in tq.STORED + tq.REFUSED
+              if storable(exp.DataType.build(got), exp.DataType.build(wanted))
+              != cast.canANSIStoreAssign(parse(spark_type(got) if got != "NULL" else "VOID"),
+                                         parse(spark_type(wanted)))]
+    assert differ == []

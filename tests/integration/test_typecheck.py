@@ -145,6 +145,15 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     # TO_DATE of a collection (YEAR(TO_DATE(a)) too); of a number or a string it is a value error
     ("TO_DATE(a)", (E409,), REFUSES), ("TO_DATE(m)", (E409,), REFUSES), ("TO_DATE(s, 'yyyy')", (E409,), REFUSES),
     ("YEAR(TO_DATE(a))", (E409,), REFUSES), ("TO_DATE(d)", (), ACCEPTS), ("TO_DATE(NULL)", (), ACCEPTS),
+    # the false accepts and the false refusal of the run of seed 2 (2026-11-30 15:34): IS NULL is a BOOLEAN, TO_DATE
+    # of anything a DATE, NULL IN (...) needs a common type of its list, a TIMESTAMP or DATE minus a string casts it
+    ("YEAR((a IS NULL))", (E409,), REFUSES), ("TRY_CAST(((- 5) IS NULL) AS TIMESTAMP)", ("DSF-E407",), REFUSES),
+    ("(NULL IN (1, TRUE))", ("DSF-E401",), REFUSES), ("(NULL IN (1, 'x'))", (), ACCEPTS),
+    ("(NULL IN (TRUE, 'x'))", (), ACCEPTS), ("CAST(TO_DATE(TRUE) AS DECIMAL(6, 2))", ("DSF-E407",), REFUSES),
+    ("CAST(TO_DATE(userid) AS DECIMAL(6, 2))", ("DSF-E407",), REFUSES),
+    ("((ts - 'x') > INTERVAL 1 HOUR)", (E402,), FAILS), ("((ts - userid) > INTERVAL 1 HOUR)", (E403,), FAILS),
+    ("(ts - '2024-01-01')", (E410,), NO_SINK), ("(d - '2024-01-01')", (E410,), NO_SINK),
+    ("(ts + '2024-01-01')", (E404,), REFUSES),
 ]
 """(expression, dsflow's codes, Spark's verdict); Spark's verdicts were read from pyspark 4 and are checked again
 by test_spark_agrees."""

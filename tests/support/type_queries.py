@@ -11,6 +11,11 @@ forces analysis, no rows are read). A query dsflow refuses with a run-time code 
 accepts it, its ANSI cast fails on a row) is evaluated over a few sample rows: the claim holds if that fails with
 CAST_INVALID_INPUT.
 
+Every statement kind: CREATE STREAM / CHANGELOG / MATERIALIZED VIEW ... AS SELECT (projections, aggregates, windows,
+interval joins of `v` and `w2`), INSERT INTO one of the declared streams of SINKS (Spark's verdict: also its ANSI
+store assignment of the column into the declared type, store_refusal), and temporal joins of `v` with a changelog of
+CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's join is a stateful function).
+
 The translation is the translator's: the query Spark would run (adapters/spark/translate.spark_select) for a query
 dsflow accepts; for one it refuses there is no Query, so its SELECT goes through the same rewrites without types
 (load/functions.to_spark, translate.array_subscripts without the project).
@@ -21,6 +26,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -106,8 +112,57 @@ joined_queries = st.tuples(joined_expressions, st.sampled_from(["JOIN", "LEFT JO
                            st.one_of(st.none(), joined_expressions)).map(
     lambda t: ("STREAM", f"SELECT {t[0]} AS o FROM v {t[1]} w2 WITHIN 1 HOUR ON {t[2]}"
                          + (f" AND {t[3]}" if t[3] else "")))
-queries = st.one_of(stream_queries, stream_queries, aggregate_queries, windowed_queries, joined_queries)
-"""(the kind of relation the query creates, its SELECT)."""
+view_queries = st.tuples(st.sampled_from(AGGREGATES), expressions).map(
+    lambda t: ("MATERIALIZED VIEW", f"SELECT id, {t[0]}({t[1]}) AS o FROM v GROUP BY id"))
+SINKS = {"ki": "INT", "kl": "BIGINT", "kv": "VARCHAR", "kx": "DOUBLE", "kt": "TIMESTAMP", "kb": "BOOLEAN",
+         "kd": "DATE", "ka": "ARRAY<INT>", "kp": "DECIMAL(6, 2)", "ks": "STRUCT<f INT, g VARCHAR>"}
+"""The declared streams `INSERT INTO` writes, each of one column `o` of its type: the SELECT's column is written
+into it by position, the way Spark's ANSI store assignment writes into a declared column (load/queries.py)."""
+insert_queries = st.tuples(st.sampled_from(sorted(SINKS)), expressions, st.one_of(st.none(), expressions)).map(
+    lambda t: (f"INSERT {t[0]}", f"SELECT {t[1]} AS o FROM v" + (f" WHERE {t[2]}" if t[2] else "")))
+CHANGELOG = {"cid": "BIGINT", "ck": "VARCHAR", "cx": "DOUBLE", "cts": "TIMESTAMP"}
+CHANGELOG_DDL = "cid BIGINT, ck STRING, cx DOUBLE, cts TIMESTAMP"
+CHANGELOGS = {"c": "cid", "c2": "ck"}
+"""The changelogs a stream is joined with (temporal joins): the same columns, keyed by a BIGINT (`c`) and by a
+VARCHAR (`c2`)."""
+C_ROWS = [(7, "abc", 0.5, "2023-12-31 00:00:00"), (12, "xyz", 2.0, "2023-12-31 00:00:00"),
+          (2, "7", None, None), (None, "5x", None, None)]
+"""The changelog rows SAMPLE_ROWS join: each key of TEMPORAL_KEYS Spark can compare matches a row."""
+TEMPORAL_KEYS = {"c": ["v.id = c.cid", "v.n = c.cid", "v.userid = c.cid", "v.x = c.cid", "v.ts = c.cid",
+                       "v.a = c.cid", "v.b = c.cid", "v.p = c.cid", "v.d = c.cid", "v.m = c.cid"],
+                 "c2": ["v.userid = c2.ck", "v.id = c2.ck", "v.ts = c2.ck", "v.b = c2.ck", "v.s = c2.ck"]}
+"""ON the changelog's whole primary key (a temporal join's shape, DSF-E132), with keys of the same type, of types
+Spark casts one to the other, and of types it cannot compare."""
+
+
+STORED = [("DOUBLE", "INT"), ("INT", "VARCHAR"), ("BOOLEAN", "VARCHAR"), ("TIMESTAMP", "VARCHAR"),
+          ("DATE", "TIMESTAMP"), ("TIMESTAMP", "DATE"), ("NULL", "INT"), ("NULL", "ARRAY<INT>"),
+          ("DECIMAL(10, 2)", "DECIMAL(6, 2)"), ("ARRAY<BIGINT>", "ARRAY<INT>"),
+          ("MAP<VARCHAR, INT>", "MAP<VARCHAR, DOUBLE>"),
+          ("STRUCT<a INT, b VARCHAR>", "STRUCT<f INT, g VARCHAR>")]
+"""Pairs (result type, declared type) Spark's ANSI store assignment writes (Cast.canANSIStoreAssign: a STRUCT by
+position), and below those it does not: sql/storeassign.py's cases, each checked against Spark
+(tests/integration/test_type_agreement.py)."""
+REFUSED = [("VARCHAR", "INT"), ("TIMESTAMP", "INT"), ("BOOLEAN", "INT"), ("VARCHAR", "BOOLEAN"), ("DATE", "INT"),
+           ("INT", "DATE"), ("INT", "TIMESTAMP"), ("ARRAY<INT>", "VARCHAR"), ("INT", "ARRAY<INT>"),
+           ("STRUCT<a TIMESTAMP, b VARCHAR>", "STRUCT<f INT, g VARCHAR>"), ("STRUCT<a INT>", "STRUCT<f INT, g INT>"),
+           ("MAP<VARCHAR, INT>", "VARCHAR")]
+
+
+def _temporal(changelog: str) -> st.SearchStrategy[tuple[str, str]]:
+    names = st.sampled_from([*CHANGELOG, f"{changelog}.cid", f"{changelog}.cx", "v.id", f"{changelog}.nope"])
+    joined = st.recursive(st.one_of(leaves, names), _extend, max_leaves=3)
+    return st.tuples(joined, st.sampled_from(["JOIN", "LEFT JOIN"]),
+                     st.sampled_from(["", " FOR SYSTEM_TIME AS OF v.ts"]), st.sampled_from(TEMPORAL_KEYS[changelog]),
+                     st.one_of(st.none(), joined)).map(
+        lambda t: ("STREAM", f"SELECT {t[0]} AS o FROM v {t[1]} {changelog}{t[2]} ON {t[3]}"
+                             + (f" WHERE {t[4]}" if t[4] else "")))
+
+
+temporal_queries = st.sampled_from(sorted(CHANGELOGS)).flatmap(_temporal)
+queries = st.one_of(stream_queries, stream_queries, aggregate_queries, windowed_queries, joined_queries,
+                    view_queries, insert_queries, insert_queries, temporal_queries)
+"""(the kind of statement: the relation a CREATE ... AS creates, or `INSERT <sink>`; its SELECT)."""
 
 
 @dataclass
@@ -121,6 +176,8 @@ class Verdicts:
     result_types: Counter = field(default_factory=Counter)
     """Of the queries both accept: the result column's declared type beside Spark's ("same", or how they differ)."""
     type_examples: list[tuple[str, str, str]] = field(default_factory=list)
+    by_kind: Counter = field(default_factory=Counter)
+    """(statement kind, agreeing) -> queries."""
 
     @property
     def total(self) -> int:
@@ -137,11 +194,10 @@ def dsflow_verdicts(batch: list[tuple[str, str]]) -> tuple[list[list[str]], dict
     from dsflow.load.project import load_project
     from support.projects import make_project
 
-    head = [f"CREATE STREAM {name} ({', '.join(f'{n} {t}' for n, t in columns.items())}) "
-            f"WITH ('value.format' = 'json', 'timestamp' = '{time}');" for name, columns, time in STREAMS]
+    head = _declared()
     codes: list[list[str]] = [[] for _ in batch]
     with tempfile.TemporaryDirectory(prefix="dsflow-types-") as tmp:
-        lines = head + [f"CREATE {kind} o_{i} AS {sql};" for i, (kind, sql) in enumerate(batch)]
+        lines = head + [_statement(i, kind, sql) for i, (kind, sql) in enumerate(batch)]
         try:
             load_project(make_project(Path(tmp) / "all", {"sql/all.sql": "\n".join(lines) + "\n"}))
         except ProjectError as error:
@@ -152,10 +208,26 @@ def dsflow_verdicts(batch: list[tuple[str, str]]) -> tuple[list[list[str]], dict
                 else:
                     raise AssertionError(f"a diagnostic on no query's line: {d}") from error
         accepted = [i for i, c in enumerate(codes) if not c]
-        kept = head + [f"CREATE {batch[i][0]} o_{i} AS {batch[i][1]};" for i in accepted]
+        kept = head + [_statement(i, *batch[i]) for i in accepted]
         project = load_project(make_project(Path(tmp) / "kept", {"sql/all.sql": "\n".join(kept) + "\n"}))
-    by_name = {q.fqn.rsplit(".", 1)[-1]: q for q in project.queries}
-    return codes, {i: by_name[f"o_{i}"] for i in accepted}, project
+    by_line = {q.location.line: q for q in project.queries if q.location is not None}
+    return codes, {i: by_line[len(head) + 1 + n] for n, i in enumerate(accepted)}, project
+
+
+def _declared() -> list[str]:
+    """The declared relations queries read and write: streams, changelogs, INSERT's sinks (one a line)."""
+    def columns(of: dict[str, str]) -> str:
+        return ", ".join(f"{n} {t}" for n, t in of.items())
+
+    return [*(f"CREATE STREAM {name} ({columns(of)}) WITH ('value.format' = 'json', 'timestamp' = '{time}');"
+              for name, of, time in STREAMS),
+            *(f"CREATE CHANGELOG {name} ({columns(CHANGELOG)}, PRIMARY KEY ({key})) "
+              "WITH ('value.format' = 'json', 'timestamp' = 'cts');" for name, key in CHANGELOGS.items()),
+            *(f"CREATE STREAM {name} (o {t}) WITH ('value.format' = 'json');" for name, t in SINKS.items())]
+
+
+def _statement(i: int, kind: str, sql: str) -> str:
+    return f"INSERT INTO {kind.split()[1]} {sql};" if kind.startswith("INSERT ") else f"CREATE {kind} o_{i} AS {sql};"
 
 
 def untyped_translation(sql: str, views: dict[str, str]) -> str:
@@ -189,22 +261,45 @@ def _view(view: str, alias: str):
     return exp.Table(this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
-EMPTY = {"v": "__types_empty", "w2": "__types_w2_empty"}
-ROWS = {"v": "__types_rows", "w2": "__types_w2_rows"}
+EMPTY = {"v": "__types_empty", "w2": "__types_w2_empty", "c": "__types_c_empty", "c2": "__types_c_empty"}
+ROWS = {"v": "__types_rows", "w2": "__types_w2_rows", "c": "__types_c_rows", "c2": "__types_c_rows"}
 """The views a query's streams are read from: empty (analysis), or of the sample rows (a run-time claim)."""
 
 
 NO_SINK_TYPE = "an INTERVAL result column: no sink column type holds one (DSF-E410)"
 
 
+@lru_cache(maxsize=64)
+def _analysis(spark, text: str):
+    """Spark's analysis of `text`: (None, its schema), or (the first line of its refusal, None); a query's verdict,
+    its store assignment and its result type read the one analysis."""
+    try:
+        return None, spark.sql(text).schema  # reading it forces the analysis
+    except Exception as error:  # noqa: BLE001 - any refusal of the analyzer (AnalysisException, ParseException)
+        return str(error).split("\n")[0][:200], None
+
+
 def spark_verdict(spark, text: str) -> str | None:
     """None if Spark's analyzer accepts `text`, else its error's first line; NO_SINK_TYPE if it accepts it with a
     result column no sink can hold (an INTERVAL: dsflow refuses it, docs/validate.md)."""
-    try:
-        schema = spark.sql(text).schema  # reading it forces the analysis
-    except Exception as error:  # noqa: BLE001 - any refusal of the analyzer (AnalysisException, ParseException)
-        return str(error).split("\n")[0][:200]
+    error, schema = _analysis(spark, text)
+    if error is not None:
+        return error
     return NO_SINK_TYPE if any("interval" in f.dataType.simpleString() for f in schema.fields) else None
+
+
+def store_refusal(spark, text: str, sql_type: str) -> str | None:
+    """None if Spark's ANSI store assignment writes the result column `o` of `text` into a column of `sql_type` (the
+    rule its TableOutputResolver applies to `INSERT INTO` a table of that column: `Cast.canANSIStoreAssign`), else
+    why not."""
+    from dsflow.adapters.spark.translate import spark_type
+
+    jvm = spark._jvm
+    got = jvm.org.apache.spark.sql.types.DataType.fromJson(_analysis(spark, text)[1]["o"].dataType.json())
+    wanted = jvm.org.apache.spark.sql.types.DataType.fromDDL(spark_type(sql_type))
+    if jvm.org.apache.spark.sql.catalyst.expressions.Cast.canANSIStoreAssign(got, wanted):
+        return None
+    return f"store assignment: {got.simpleString()} is not written into {wanted.simpleString()}"
 
 
 def runtime_failure(spark, text: str) -> str | None:
@@ -223,9 +318,12 @@ def prepare(spark) -> None:
     logging.getLogger("SQLQueryContextLogger").disabled = True  # each refusal logged with its stack: ~0.1 s
     rows = [tuple(_sample(i, v) for i, v in enumerate(r)) for r in SAMPLE_ROWS]
     w2_rows = [tuple(_sample(4 if i == 3 else -1, v) for i, v in enumerate(r)) for r in W2_ROWS]
+    c_rows = [tuple(_sample(4 if i == 3 else -1, v) for i, v in enumerate(r)) for r in C_ROWS]
     for name, data, ddl, time in (("__types_empty", [], SPARK_DDL, "ts"), ("__types_rows", rows, SPARK_DDL, "ts"),
                                   ("__types_w2_empty", [], JOINED_DDL, "wts"),
-                                  ("__types_w2_rows", w2_rows, JOINED_DDL, "wts")):
+                                  ("__types_w2_rows", w2_rows, JOINED_DDL, "wts"),
+                                  ("__types_c_empty", [], CHANGELOG_DDL, "cts"),
+                                  ("__types_c_rows", c_rows, CHANGELOG_DDL, "cts")):
         spark.createDataFrame(data, ddl).createOrReplaceTempView(f"{name}_plain")
         spark.sql(f"SELECT *, CAST(NULL AS STRING) AS __key, {time} AS __ts, "
                   f"named_struct('start', {time}, 'end', {time} + INTERVAL 1 MINUTE) AS __window "
@@ -247,34 +345,41 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
     from dsflow.adapters.spark.translate import spark_select, view_name
 
     codes, accepted, project = dsflow_verdicts(batch)
-    for i, (_kind, sql) in enumerate(batch):
+    for i, (kind, sql) in enumerate(batch):
+        sink = SINKS.get(kind.split()[-1]) if kind.startswith("INSERT ") else None
         if i in accepted:
             query = accepted[i]  # its sources are the empty views of v's and w2's columns
             text = spark_select(query, project)
             for index, source in enumerate(query.sources):
                 text = text.replace(view_name(index, query), EMPTY[source.relation.rsplit(".", 1)[-1]])
-            refused = spark_verdict(spark, text)
+            if query.temporal_join is not None:  # its joined view is the runtime's (temporal.py): the join as SQL
+                text = untyped_translation(sql, EMPTY)
+            refused = spark_verdict(spark, text) or (store_refusal(spark, text, sink) if sink else None)
             _record(verdicts, "agree: both accept" if refused is None else "DISAGREE: dsflow accepts, Spark refuses",
-                    sql, refused or "")
+                    (kind, sql), refused or "")
             if refused is None:
-                _result_type(spark, text, query, sql, verdicts)
+                _result_type(spark, text, query, shown(kind, sql), verdicts)
             continue
         verdicts.codes.update(set(codes[i]))
-        refused = spark_verdict(spark, untyped_translation(sql, EMPTY))
+        untyped = untyped_translation(sql, EMPTY)
+        refused = spark_verdict(spark, untyped)
+        if refused is None and sink is not None:
+            refused = store_refusal(spark, untyped, sink)
         if refused == NO_SINK_TYPE and "DSF-E410" not in codes[i]:
             refused = None  # Spark's analyzer accepts it; dsflow's reason must stand on its own
         runtime = all(c in RUNTIME_CODES for c in codes[i])
         if refused == NO_SINK_TYPE:
-            _record(verdicts, "agree: both refuse (an INTERVAL result, analysed by Spark, no sink type)", sql, "")
+            _record(verdicts, "agree: both refuse (an INTERVAL result, analysed by Spark, no sink type)", (kind, sql),
+                    "")
         elif refused is not None:
-            _record(verdicts, "agree: both refuse", sql, "")
+            _record(verdicts, "agree: both refuse", (kind, sql), "")
         elif runtime:
             failed = runtime_failure(spark, untyped_translation(sql, ROWS))
             confirmed = failed is not None and "CAST_INVALID_INPUT" in failed
             _record(verdicts, "agree: run-time failure confirmed on sample rows" if confirmed else
-                    "DISAGREE: run-time failure claimed, sample rows pass", sql, f"{codes[i]} {failed or ''}")
+                    "DISAGREE: run-time failure claimed, sample rows pass", (kind, sql), f"{codes[i]} {failed or ''}")
         else:
-            _record(verdicts, "DISAGREE: dsflow refuses, Spark accepts", sql, str(sorted(set(codes[i]))))
+            _record(verdicts, "DISAGREE: dsflow refuses, Spark accepts", (kind, sql), str(sorted(set(codes[i]))))
 
 
 def _result_type(spark, text: str, query, sql: str, verdicts: Verdicts) -> None:
@@ -282,15 +387,40 @@ def _result_type(spark, text: str, query, sql: str, verdicts: Verdicts) -> None:
     from dsflow.adapters.spark.translate import spark_type
 
     declared = spark_type(next(c.type for c in query.output_columns if c.name == "o")).upper().replace(" ", "")
-    computed = spark.sql(text).schema["o"].dataType.simpleString().upper()
+    computed = _analysis(spark, text)[1]["o"].dataType.simpleString().upper()
     same = declared == computed
     verdicts.result_types["same" if same else f"{declared} declared, Spark {computed}"] += 1
     if not same and len(verdicts.type_examples) < 200:
         verdicts.type_examples.append((sql, declared, computed))
 
 
-def _record(verdicts: Verdicts, outcome: str, sql: str, detail: str) -> None:
+def shown(kind: str, sql: str) -> str:
+    """A query as it is counted (distinct) and shown: its SELECT, with the statement around it for an INSERT and a
+    materialized view (whose SELECTs are those of a stream and a changelog)."""
+    if kind.startswith("INSERT "):
+        return f"INSERT INTO {kind.split()[1]} {sql}"
+    return f"CREATE MATERIALIZED VIEW AS {sql}" if kind == "MATERIALIZED VIEW" else sql
+
+
+def statement_kind(kind: str, sql: str) -> str:
+    """The statement kind a query is counted under in the bench's breakdown."""
+    if kind.startswith("INSERT "):
+        return "INSERT INTO a declared stream"
+    if kind == "MATERIALIZED VIEW":
+        return "CREATE MATERIALIZED VIEW (aggregate)"
+    if " JOIN c" in sql:
+        return "temporal join (stream and changelog)"
+    if "WITHIN" in sql:
+        return "interval join (two streams)"
+    if "TUMBLE(" in sql or "HOP(" in sql:
+        return "windowed aggregate (CHANGELOG)"
+    return "CREATE CHANGELOG (aggregate)" if kind == "CHANGELOG" else "CREATE STREAM (projection, WHERE)"
+
+
+def _record(verdicts: Verdicts, outcome: str, query: tuple[str, str], detail: str) -> None:
+    sql = shown(*query)
     verdicts.counts[outcome] += 1
+    verdicts.by_kind[(statement_kind(*query), outcome.startswith("agree"))] += 1
     verdicts.distinct.add(sql)
     if outcome.startswith("DISAGREE") and all(sql != s for _, s, _ in verdicts.disagreements):
         verdicts.disagreements.append((outcome, sql, detail))

@@ -79,6 +79,29 @@ def _none(value: Any) -> Any:
     return None if value is None or value != value else value
 
 
+def key_types(stream, changelog, stream_keys: list[str], changelog_keys: list[str]) -> list[Any]:
+    """The type each key pair is compared in: Spark's common type of the two columns (as its `=` casts them: a
+    DOUBLE and a BIGINT as DOUBLEs, a VARCHAR and a BIGINT as BIGINTs, failing on a string that is no number under
+    ANSI), so that equal values have equal texts (7.0 and 7 are both '7.0')."""
+    from pyspark.sql import functions as F
+
+    def common(s: str, c: str):
+        left, right = stream.schema[s].dataType, changelog.schema[c].dataType
+        if left == right:
+            return left
+        probe = stream.sparkSession.range(0).select(F.coalesce(F.lit(None).cast(left), F.lit(None).cast(right)))
+        return probe.schema[0].dataType
+
+    return [common(s, c) for s, c in zip(stream_keys, changelog_keys, strict=True)]
+
+
+def key_text(columns: list[str], types: list[Any]):
+    """The join key of a record: its key columns, each cast to its pair's common type, as a JSON array of texts."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.array(*[F.col(f"`{c}`").cast(t).cast("string") for c, t in zip(columns, types, strict=True)]))
+
+
 def state_function(inner: bool):
     """The function for applyInPandasWithState (group key, frames, GroupState) -> frames of (key, sv, cv)."""
     import pandas as pd
@@ -105,9 +128,10 @@ def joined_view(spark, spec: TemporalSpec) -> None:
     from pyspark.sql import functions as F
 
     stream, changelog = spark.table(spec.stream_view), spark.table(spec.changelog_view)
+    types = key_types(stream, changelog, spec.stream_keys, spec.changelog_keys)
 
     def join_key(columns: list[str]):
-        return F.to_json(F.array(*[F.col(f"`{c}`").cast("string") for c in columns]))
+        return key_text(columns, types)
 
     def row(frame):
         return F.to_json(F.struct(*[F.col(f"`{c}`") for c in frame.columns if c not in INTERNAL]))
