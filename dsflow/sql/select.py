@@ -53,7 +53,7 @@ from dsflow.sql import aggregates as grouping
 from dsflow.sql import changelog_join as cj
 from dsflow.sql import flink_windows
 from dsflow.sql import join_chain as chain
-from dsflow.sql import keyed_join, stacked
+from dsflow.sql import join_keys, keyed_join, stacked
 from dsflow.sql import nested, proctime, windowed_join
 from dsflow.sql.unsupported import check_select_surface, is_cte_name
 from dsflow.sql.ctes import inline_ctes
@@ -194,6 +194,40 @@ def _join_kind(qualified: exp.Select, tables: list[exp.Table], found: dict, join
     their joins is written); None if a problem was reported."""
     if not join:
         return None, None, (), ()
+    found_kinds = _join_kind_unchecked(qualified, tables, found, join, places, where, st, report)
+    if found_kinds is None:
+        return None
+    relations = {t.alias_or_name: found[id(t)] for t in tables}
+    if not join_keys.check(_text_keyed_pairs(*found_kinds[1:3]), relations, where(qualified.args["joins"][0]),
+                           report):
+        return None
+    return found_kinds
+
+
+def _text_keyed_pairs(changelog: ChangelogJoin | None,
+                      later: tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...]
+                      ) -> list[tuple[str, str, str, str]]:
+    """The key pairs of the joins that match keys by their text (sql/join_keys.py): a join of changelogs (or of
+    streams run as one) and the changelogs joined after a first join."""
+    pairs = []
+    if changelog is not None:
+        pairs += [(changelog.left, a, changelog.right, b)
+                  for a, b in zip(changelog.left_keys, changelog.right_keys, strict=True)]
+    for step in later:
+        if isinstance(step, ChainedChangelogJoin):
+            pairs += [(r, a, step.changelog, b)
+                      for r, a, b in zip(step.left_relations, step.left_keys, step.right_keys, strict=True)]
+        elif isinstance(step, TemporalJoin):
+            pairs += [(step.stream, a, step.changelog, b)
+                      for a, b in zip(step.stream_keys, step.changelog_keys, strict=True)]
+    return pairs
+
+
+def _join_kind_unchecked(qualified: exp.Select, tables: list[exp.Table], found: dict, join,
+                         places: tuple[Location, ...], where, st: RawStatement, report: Report
+                         ) -> tuple[TemporalJoin | None, ChangelogJoin | None,
+                                    tuple[IntervalJoin | TemporalJoin | ChainedChangelogJoin, ...],
+                                    tuple[RegularJoin, ...]] | None:
     aliases = (tables[0].alias_or_name, tables[1].alias_or_name)
     if join[0] == cj.CHANGELOG_JOIN and found[id(tables[0])].kind == "stream":  # streams (sql/keyed_join.py)
         keyed = keyed_join.keyed_join(qualified, aliases, where, report)
