@@ -309,7 +309,9 @@ def test_batch_write_honours_key_and_partition_columns(broker: str, spark) -> No
 
 
 @kafka_only
-def test_a_reader_keeps_its_partition_list_and_reads_it_again_when_stale_or_failing(broker: str) -> None:
+def test_a_reader_keeps_its_partition_list_and_reads_it_again_when_stale_or_failing(
+    broker: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Between micro-batches the stream reader asks the metadata of every topic at most every
     PARTITIONS_FRESH_S (client.RecentPartitions): partitions added in place show once the list is stale, and a
     topic deleted meanwhile is DSF-E708 at once, not a request on partitions it kept."""
@@ -334,6 +336,12 @@ def test_a_reader_keeps_its_partition_list_and_reads_it_again_when_stale_or_fail
         with pytest.raises(DsflowError) as gone:
             reader.latestOffset(start, reader.getDefaultReadLimit())
         assert gone.value.code == "DSF-E708", gone.value
+        asked = []
+        real = client.topic_partitions
+        monkeypatch.setattr(client, "topic_partitions", lambda c, t: asked.append(t) or real(c, t))
+        with pytest.raises(DsflowError) as again:
+            reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert again.value.code == "DSF-E708" and asked == [topic], "no list kept: the broker's answer, asked once"
     finally:
         reader.stop()
 

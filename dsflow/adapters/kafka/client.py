@@ -307,11 +307,14 @@ class RecentPartitions:
         self._read: dict[str, tuple[float, list[int]]] = {}
 
     def get(self, client: Any, topic: str) -> list[int]:
-        now = time.monotonic()
+        if not self.holds(topic):
+            self._read[topic] = (time.monotonic(), topic_partitions(client, topic))
+        return self._read[topic][1]
+
+    def holds(self, topic: str) -> bool:
+        """Whether `get` would answer from the list kept, without asking the broker."""
         known = self._read.get(topic)
-        if known is None or now - known[0] > self.fresh_s:
-            known = self._read[topic] = (now, topic_partitions(client, topic))
-        return known[1]
+        return known is not None and time.monotonic() - known[0] <= self.fresh_s
 
     def forget(self, topic: str) -> None:
         self._read.pop(topic, None)

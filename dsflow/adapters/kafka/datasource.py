@@ -335,10 +335,13 @@ class _ConsumerHolder:
             if not quick:
                 return client.end_offsets(c, self.options.topic, client.topic_partitions(c, self.options.topic))
             topic = self.options.topic
+            from_kept_list = self._partitions.holds(topic)
             try:
                 return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_SETTLE_S)
-            except DsflowError:  # the list kept may be stale (a deleted topic: DSF-E708): read it again, once
-                self._partitions.forget(topic)
+            except DsflowError:
+                if not from_kept_list:  # the broker's own answer failed (down, topic gone): no second wait
+                    raise
+                self._partitions.forget(topic)  # the list kept may be stale (a deleted topic): read it again, once
                 return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_SETTLE_S)
 
     def start_offsets(self) -> dict[int, int]:
