@@ -19,7 +19,9 @@ import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+# This runs before tests/setup.sh installs anything: the registry server (standard library only) comes from this
+# checkout, never from whatever dsflow the host may have installed, or not.
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from support.registry_server import RegistryServer  # noqa: E402
 
