@@ -239,7 +239,7 @@ def untyped_translation(sql: str, views: dict[str, str]) -> str:
     from dsflow.sql.functions import to_spark
     from dsflow.sql.parse import parse_one_select
 
-    select = to_spark(array_subscripts(parse_one_select(sql), None, None))  # type: ignore[arg-type]
+    select = to_spark(array_subscripts(parse_one_select(sql)))
     for table in list(select.find_all(exp.Table)):
         if isinstance(table.this, exp.Anonymous):  # TUMBLE(v, ...), HOP(v, ...): its rows carry their window
             table.replace(_view(views["v"], "v"))
