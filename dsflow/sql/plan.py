@@ -44,10 +44,12 @@ class QueryPlan:
     shape: Shape
     """Which recognised kind of query it is (`Shape`)."""
     tree: exp.Query
-    """The resolved SELECT (a UNION of them for a union), over fully qualified relations; its nodes carry sqlglot's
-    types from the sources' columns when it was lowered with the project (`typed`)."""
+    """The resolved SELECT (a UNION of them for a union), over fully qualified relations; typed (`typed`): its nodes
+    carry sqlglot's types from the sources' columns."""
     typed: bool
-    """Whether `tree` carries types (lowered with the project whose relations it reads)."""
+    """Whether `tree` carries types: lowered with the project whose relations it reads, and its SELECT has a
+    subscript, the one construct whose meaning depends on its operand's type (an array's counts from 1, a map's is
+    a key). A tree without one is left untyped: typing it costs more than parsing it."""
     columns: tuple[Column, ...]
     """The output columns, with their types, as the front end resolved them."""
     sources: tuple[Source, ...]
@@ -117,7 +119,8 @@ def lower(query: Query, project: Project | None = None) -> QueryPlan:
     """The query's plan: its SELECT parsed once and, with the `project` its sources belong to, typed. The one place
     a query's SQL is parsed after loading (a fully cached load keeps the text only)."""
     tree = parse_one_select(query.select_sql)
-    typed = project is not None and not query.nested and _typed(tree, query, project)
+    typed = project is not None and not query.nested and tree.find(exp.Bracket) is not None \
+        and _typed(tree, query, project)
     branches: tuple[QueryPlan, ...] = ()
     if isinstance(tree, exp.Union):
         branches = tuple(lower(_branch(query, branch, source), project)

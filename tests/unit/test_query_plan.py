@@ -79,6 +79,7 @@ def test_a_plan_carries_its_columns_sources_and_typed_tree(plans, project):
     assert bases == [exp.DType.ARRAY, exp.DType.MAP]
     assert lower(proj.query).typed is False and all(
         b.this.type is None for b in lower(proj.query).tree.find_all(exp.Bracket))  # no project: untyped
+    assert not plans["agg"].typed and plans["agg"].tree.find(exp.Column).type is None  # no subscript: untyped
     assert (plans["ij"].join_sides, plans["fj"].join_sides, plans["chain"].join_sides) == (("",), ("FULL",), ("", ""))
 
 
@@ -102,10 +103,10 @@ def test_unions_subqueries_and_stacked_aggregations_are_lowered_as_queries_of_th
     union = plans["un"]
     assert [b.shape for b in union.branches] == ["projection", "projection"]
     assert [[s.alias for s in b.sources] for b in union.branches] == [["views"], ["clicks"]]
-    assert all(isinstance(b.tree, exp.Select) and b.typed for b in union.branches)
+    assert all(isinstance(b.tree, exp.Select) for b in union.branches)
     nest = plans["nest"]
     (inner,) = nest.nested
-    assert inner.shape == "aggregation" and inner.query.output_mode == "append" and inner.typed
+    assert inner.shape == "aggregation" and inner.query.output_mode == "append"
     assert inner.window is not None and inner.window.kind == "tumble" and nest.nested_plan(
         nest.query.nested[0].name.upper()) == (nest.query.nested[0], inner)
     stacked = plans["stack"].stacked
