@@ -7,6 +7,7 @@ from typing import cast
 
 from sqlglot import exp
 
+from dsflow.core import stores
 from dsflow.core.engines import StartAt
 from dsflow.core.model import (
     ChainedChangelogJoin, Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin, Window,
@@ -104,15 +105,14 @@ def spark_tree(plan: QueryPlan, project: Project | None = None) -> exp.Query:
 
 def carries_position(project: Project, query: Query) -> bool:
     """Whether each result row carries its source record's partition and offset: a query with DEAD LETTER
-    expectations reading one log whose store sends them (its rows stay one per source record: stateless, no join)."""
-    from dsflow.load.rules import rule
-
+    expectations reading one log whose store sends them (its rows stay one per source record: stateless, no join;
+    the store kind's `rules` facet says, asked through the store registry, not the loader)."""
     if not any(e.action == "dead_letter" for e in query.expectations) or len(query.sources) != 1 \
             or query.stateful or query.temporal_join is not None or query.join_chain:
         return False
     relation = project.relation(query.sources[0].relation)
     store = project.store(relation.store) if relation is not None and relation.store else None
-    return store is not None and bool(rule(store.type, "row_dead_letters"))
+    return store is not None and bool(getattr(stores.facet(store.type, "rules"), "row_dead_letters", None))
 
 
 def _over_views(plan: QueryPlan, project: Project | None) -> exp.Select:
