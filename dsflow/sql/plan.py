@@ -127,11 +127,10 @@ def lower(query: Query, project: Project | None = None) -> QueryPlan:
                          for branch, source in zip(union_branches(tree), query.sources, strict=True))
     nested = tuple(lower(subquery(query, n), project) for n in query.nested)
     stacked = lower(stacked_query(query), project) if query.stacked is not None else None
-    select = tree if isinstance(tree, exp.Select) else None
+    joins = (tree.args.get("joins") or []) if isinstance(tree, exp.Select) else []
     return QueryPlan(
         query=query, shape=shape(query, tree), tree=tree, typed=typed, columns=query.output_columns,
-        sources=query.sources, join_sides=tuple((j.side or "").upper() for j in (select.args.get("joins") or [])
-                                                ) if select is not None else (),
+        sources=query.sources, join_sides=tuple((j.side or "").upper() for j in joins),
         source_windows=_source_windows(query, tree), conditions=tuple(
             cast(exp.Select, parse_one_select(f"SELECT {rule.condition}")) for rule in query.expectations),
         branches=branches, nested=nested, stacked=stacked)
