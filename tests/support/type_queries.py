@@ -18,7 +18,7 @@ CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's jo
 
 The translation is the translator's: the query Spark would run (adapters/spark/translate.spark_select) for a query
 dsflow accepts; for one it refuses there is no Query, so its SELECT goes through the same rewrites without types
-(load/functions.to_spark, translate.array_subscripts without the project).
+(sql/functions.to_spark, translate.array_subscripts of an untyped tree).
 """
 
 from __future__ import annotations
