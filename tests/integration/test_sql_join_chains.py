@@ -33,6 +33,7 @@ from dsflow.adapters.spark.temporal import step
 from dsflow.adapters.spark.translate import chain_spec, spark_select
 from dsflow.core.model import IntervalJoin, TemporalJoin
 from dsflow.load.project import check_project, load_project
+from dsflow.sql.plan import lower
 from support.projects import make_project
 from support.streaming import produce, records, run, streaming_project
 
@@ -276,7 +277,7 @@ def test_chains_resolve_to_their_temporal_joins(tmp_path):
     left = queries["returned_left"]
     assert left.join_chain == (IntervalJoin(stream="r", side="left", within="3 seconds"), TemporalJoin(
         stream="o", changelog="u", side="left", stream_keys=("userid",), changelog_keys=("userid",)))
-    spec = chain_spec(project, left)
+    spec = chain_spec(project, lower(left, project))
     assert spec.horizon_ms == 2 * (SHIP_WITHIN + RETURN_WITHIN) and [s.changelog_alias for s in spec.steps] == ["u"]
     assert "WITHIN" not in left.select_sql and "BETWEEN `__rows`.`__ts` - INTERVAL 3000 milliseconds" in spec.first_sql
 

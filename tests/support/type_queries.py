@@ -18,7 +18,7 @@ CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's jo
 
 The translation is the translator's: the query Spark would run (adapters/spark/translate.spark_select) for a query
 dsflow accepts; for one it refuses there is no Query, so its SELECT goes through the same rewrites without types
-(load/functions.to_spark, translate.array_subscripts without the project).
+(sql/functions.to_spark, translate.array_subscripts of an untyped tree).
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def untyped_translation(sql: str, views: dict[str, str]) -> str:
     from dsflow.sql.functions import to_spark
     from dsflow.sql.parse import parse_one_select
 
-    select = to_spark(array_subscripts(parse_one_select(sql), None, None))  # type: ignore[arg-type]
+    select = to_spark(array_subscripts(parse_one_select(sql)))
     for table in list(select.find_all(exp.Table)):
         if isinstance(table.this, exp.Anonymous):  # TUMBLE(v, ...), HOP(v, ...): its rows carry their window
             table.replace(_view(views["v"], "v"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dsflow.adapters.spark.translate import source_specs, spark_select
 from dsflow.load.project import check_project, load_project
+from dsflow.sql.plan import lower
 from support.projects import make_project
 
 SOURCES = """\
@@ -85,7 +86,7 @@ def test_for_system_time_as_of_a_stream_column_sets_the_stream_event_time(tmp_pa
     assert "SYSTEM_TIME" not in query.select_sql and "AS OF" not in query.select_sql
     assert query.temporal_join is not None
     # what the Spark driver is given: the stream's event time is `seen`, not the relation's 'timestamp' (ts)
-    assert [s.event_time for s in source_specs(project, query)] == ["`seen`", "__kafka_ts"]
+    assert [s.event_time for s in source_specs(project, lower(query, project))] == ["`seen`", "__kafka_ts"]
 
 
 def test_for_system_time_as_of_the_declared_event_time_changes_nothing(tmp_path):

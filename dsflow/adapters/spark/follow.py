@@ -15,10 +15,11 @@ from typing import Any
 from dsflow.adapters.spark.driver import build_dataframe
 from dsflow.adapters.spark.session import build_session, isolated_session
 from dsflow.adapters.spark.spec import QuerySpec, SinkSpec
-from dsflow.adapters.spark.translate import chain_spec, source_specs, spark_select, temporal_spec
+from dsflow.adapters.spark.translate import chain_spec, source_specs, spark_tree, temporal_spec
 from dsflow.core.engines import Rows
 from dsflow.core.model import Project, Query
 from dsflow.errors import DsflowError
+from dsflow.sql.plan import lower
 
 
 def follow(project: Project, query: Query, on_rows: Rows, stop: threading.Event,
@@ -30,11 +31,12 @@ def follow(project: Project, query: Query, on_rows: Rows, stop: threading.Event,
     """
     checkpoint = Path(tempfile.mkdtemp(prefix="dsflow-follow-"))
     columns = [c.name for c in query.output_columns]
+    plan = lower(query, project)
     spec = QuerySpec(name="dsflow_follow", version="adhoc", master=project.runtime.spark_master,
                      spark_conf=dict(project.runtime.spark_conf), checkpoint=str(checkpoint / "ck"),
                      status_path=str(checkpoint / "status.json"), trigger_interval="1 second",
-                     sources=source_specs(project, query), select_sql=spark_select(query, project),
-                     temporal=temporal_spec(project, query), chain=chain_spec(project, query),
+                     sources=source_specs(project, plan), select_sql=spark_tree(plan, project).sql(dialect="spark"),
+                     temporal=temporal_spec(project, query), chain=chain_spec(project, plan),
                      sink=SinkSpec(topic="", client_config={}, columns=columns, kind="console",
                                    output_mode=query.output_mode))
     try:

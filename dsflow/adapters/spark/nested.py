@@ -15,13 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-import sqlglot
 from sqlglot import exp
 
-from dsflow.core.model import Nested, Project, Query, Window
+from dsflow.core.model import Nested, Project, Query
 from dsflow.sql.dialect import milliseconds
 from dsflow.sql.functions import to_spark
-from dsflow.sql.parse import parse_one_select
+from dsflow.sql.plan import QueryPlan
 
 WINDOW = "__window"
 WINDOW_TIME = "__wt"
@@ -29,36 +28,38 @@ KEY = "__key"
 EVENT_TIME = "__ts"
 
 
-def nested_select(query: Query, project: Project | None, translate: Callable[[Query, Project | None], str],
-                  view: Callable[[int, Query], str], declared: dict | None = None) -> str | None:
-    """The Spark SQL of a query over windowed subqueries, or None if it reads none; `declared`: the signatures of
-    the user-defined functions it calls (sql/functions.py to_spark)."""
-    if not query.nested:
-        return None
-    select, _ = _outer_select(query, project, translate, view, declared or {})
-    if not query.key_columns:
+Translate = Callable[[QueryPlan, Project | None], exp.Query]
+
+
+def nested_select(plan: QueryPlan, project: Project | None, translate: Translate, view: Callable[[int, Query], str],
+                  declared: dict | None = None) -> exp.Select:
+    """The Spark SQL of a query over windowed subqueries (its plan's `nested`); `declared`: the signatures of the
+    user-defined functions it calls (sql/functions.py to_spark)."""
+    select, _ = _outer_select(plan, project, translate, view, declared or {})
+    if not plan.query.key_columns:
         select.select(exp.cast(exp.null(), "STRING").as_(KEY), copy=False)
-    return select.sql(dialect="spark")
+    return select
 
 
-def _outer_select(query: Query, project: Project | None, translate: Callable[[Query, Project | None], str],
-                  view: Callable[[int, Query], str], declared: dict) -> tuple[exp.Select, list[str]]:
+def _outer_select(plan: QueryPlan, project: Project | None, translate: Translate, view: Callable[[int, Query], str],
+                  declared: dict) -> tuple[exp.Select, list[str]]:
     """The query's SELECT with each subquery's stand-in replaced by its Spark SQL, and a relation by its view; the
     operator after the subqueries keyed on their __window, or, for a stream joined with one, bounded in event time
     (`_bound`); and the subqueries' aliases."""
-    select = to_spark(parse_one_select(query.select_sql), declared)
+    query = plan.query
+    select = to_spark(plan.select(), declared)
     assert isinstance(select, exp.Select)  # sql/nested.py resolves a SELECT
-    by_name = {n.name.lower(): n for n in query.nested}
     windowed, offset, stream = [], 0, None
     for table in list(select.find_all(exp.Table)):
         name, alias = ".".join(p.name for p in table.parts).lower(), table.alias_or_name
-        nested = by_name.get(name)
-        if nested is None:  # a stream joined with a windowed subquery (sql/window_bound.py)
+        found = plan.nested_plan(name)
+        if found is None:  # a stream joined with a windowed subquery (sql/window_bound.py)
             table.replace(exp.Table(this=exp.to_identifier(view(offset, query)),
                                     alias=exp.TableAlias(this=exp.to_identifier(alias))))
             stream, offset = alias, offset + 1
             continue
-        inner = _inner_select(query, project, nested, offset, translate, view, declared)
+        nested, inner_plan = found
+        inner = _inner_select(query, project, nested, inner_plan, offset, translate, view, declared)
         windowed.append((alias, nested))
         table.replace(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(alias))))
         offset += len(nested.sources)
@@ -99,45 +100,21 @@ def _bound(select: exp.Select, stream: str, alias: str, nested: Nested) -> None:
                                                          high=at(upper))))
 
 
-def _inner_select(query: Query, project: Project | None, nested: Nested, offset: int,
-                  translate: Callable[[Query, Project | None], str], view: Callable[[int, Query], str],
-                  declared: dict) -> exp.Expr:
+def _inner_select(query: Query, project: Project | None, nested: Nested, plan: QueryPlan, offset: int,
+                  translate: Translate, view: Callable[[int, Query], str], declared: dict) -> exp.Expr:
     """A subquery's Spark SQL over the views of its sources (at `offset` in the query's), with its __window: a
-    windowed aggregation's, or that of the windowed subquery it groups (a subquery in a subquery)."""
-    one = query.model_copy(update={
-        "select_sql": nested.select_sql, "sources": nested.sources, "output_columns": nested.output_columns,
-        "window": nested.window, "key_columns": nested.key_columns, "output_mode": "append", "nested": nested.nested,
-        "join_within": None, "temporal_join": None, "changelog_join": None, "join_chain": (), "deletes": "none",
-        "expectations": ()})
+    windowed aggregation's, or that of the windowed subquery it groups (a subquery in a subquery). `plan`: the
+    subquery's (sql/plan.py `subquery`)."""
     if nested.nested:
-        select, aliases = _outer_select(one, project, translate, view, declared)
+        select, aliases = _outer_select(plan, project, translate, view, declared)
         window = exp.column(WINDOW, table=aliases[0])
     else:
-        select = cast(exp.Select, sqlglot.parse_one(translate(one, project), read="spark"))  # an aggregation
+        select = cast(exp.Select, translate(plan, project))  # an aggregation
         window = exp.column(WINDOW, table=nested.window.source)
     renamed = {view(i, query): view(offset + i, query) for i in range(len(nested.sources))}
     for table in select.find_all(exp.Table):
         table.set("this", exp.to_identifier(renamed.get(table.name, table.name)))
     return select.select(window.as_(WINDOW), copy=False)
-
-
-def source_window(query: Query, index: int) -> Window | None:
-    """The window its view computes for the query's source `index`: the query's, or that of the subquery that reads
-    it (none for a stream joined with one); none over an interval join (`windowed_join`: Spark takes one event-time
-    column per input of a join)."""
-    if query.join_within is not None:
-        return None
-    if not query.nested:
-        return query.window
-    by_name = {n.name.lower(): n for n in query.nested}
-    for table in parse_one_select(query.select_sql).find_all(exp.Table):
-        nested = by_name.get(".".join(p.name for p in table.parts).lower())
-        width = len(nested.sources) if nested is not None else 1
-        if index < width:
-            return nested.window if nested is not None and nested.sources[index].alias == nested.window.source \
-                else None
-        index -= width
-    return None
 
 
 def windowed_join(select: exp.Select, query: Query) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from dsflow.core.model import Project, Query
+from dsflow.sql.plan import QueryPlan
 from dsflow.adapters.spark.changelog_join import aggregated_source, view_name as join_view
 from dsflow.adapters.spark.frames import DELETED, KEEP, OFFSET, PARTITION
 from dsflow.adapters.spark.retract import changelog_source, rewrite
@@ -25,23 +26,14 @@ def view_name(fqn: str) -> str:
     return f"__stacked_{fqn.replace('.', '_')}"
 
 
-def inner_query(query: Query) -> Query:
-    """The subquery as a query of its own (the same name, so its sources' and its join's views are the query's)."""
-    stacked = query.stacked
-    assert stacked is not None
-    return query.model_copy(update={
-        "select_sql": stacked.select_sql, "sources": stacked.sources, "output_columns": stacked.output_columns,
-        "key_columns": stacked.key_columns, "changelog_join": stacked.changelog_join, "stacked": None,
-        "output_mode": "update", "expectations": ()})
-
-
-def stacked_spec(project: Project, query: Query, over_views: Callable[[Query, Project], exp.Select],
+def stacked_spec(project: Project, plan: QueryPlan, over_views: Callable[[QueryPlan, Project], exp.Select],
                  join_spec: Callable) -> StackedSpec | None:
-    """The subquery's stages (`over_views`: a query's SELECT over its source views; `join_spec`: its join's)."""
-    if query.stacked is None:
+    """The subquery's stages (its plan's `stacked`; `over_views`: a plan's SELECT over its source views; `join_spec`:
+    its join's)."""
+    if plan.stacked is None:
         return None
-    inner = inner_query(query)
-    select = over_views(inner, project)
+    query, inner = plan.query, plan.stacked.query
+    select = over_views(plan.stacked, project)
     first = inner.sources[0]
     relation = project.relation(first.relation)
     assert relation is not None  # a loaded project's sources name its relations

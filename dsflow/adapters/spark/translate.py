@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-import sqlglot
 from sqlglot import exp
 
+from dsflow.core import stores
 from dsflow.core.engines import StartAt
 from dsflow.core.model import (
     ChainedChangelogJoin, Column, IntervalJoin, Project, Query, Relation, Source, TemporalJoin, Window,
@@ -21,12 +21,12 @@ from dsflow.adapters.spark.spec import (
     RetractSpec,
     SinkSpec, SourceSpec, TemporalSpec, TopNSpec, OverSpec,
 )
-from dsflow.adapters.spark.nested import nested_select, source_window, windowed_join
+from dsflow.adapters.spark.nested import nested_select, windowed_join
 from dsflow.adapters.spark.stacked import outer_select, stacked_spec
 from dsflow.adapters.spark.unions import union_select
 from dsflow.sql.aggregates import GLOBAL_KEY
 from dsflow.sql.functions import Declared, to_spark
-from dsflow.sql.parse import parse_one_select
+from dsflow.sql.plan import QueryPlan, lower
 
 KEY_COLUMN = "__key"
 EVENT_TIME = "__ts"
@@ -55,7 +55,12 @@ def view_name(index: int, query: Query) -> str:
 
 
 def spark_select(query: Query, project: Project | None = None) -> str:
-    """The query's SELECT in Spark SQL over the source views.
+    """The query's SELECT in Spark SQL over the source views (`spark_tree`), lowered to its plan here."""
+    return spark_tree(lower(query, project), project).sql(dialect="spark")
+
+
+def spark_tree(plan: QueryPlan, project: Project | None = None) -> exp.Query:
+    """The plan's SELECT in Spark SQL over the source views.
 
     Each source table becomes its view; a window's window_start/window_end become fields of the view's
     __window column (grouped as one, so Spark keeps the watermark); an interval join gets its event-time
@@ -64,25 +69,24 @@ def spark_select(query: Query, project: Project | None = None) -> str:
     array subscripts count from 1 and give NULL out of range (`array_subscripts`);
     and the source record's key is carried as __key unless the sink key is made of output columns.
     """
-    union = union_select(query, project, spark_select, view_name)  # UNION ALL of streams: per branch
-    if union is not None:
-        return union
-    nested = nested_select(query, project, spark_select, view_name, _declared(query, project))  # per subquery
-    if nested is not None:
-        return nested
-    select = _over_views(query, project)
-    if query.window is not None:
-        _window_columns(select, query.window.source)
-    if query.join_within and not query.join_chain:
+    query = plan.query
+    if plan.shape == "union":  # UNION ALL of streams: per branch
+        return union_select(plan, project, spark_tree, view_name)
+    if plan.shape == "nested":  # per subquery
+        return nested_select(plan, project, spark_tree, view_name, _declared(query, project))
+    select = _over_views(plan, project)
+    if plan.window is not None:
+        _window_columns(select, plan.window.source)
+    if plan.join_within and not plan.join_chain:
         _join_range(select, query)
-        if query.window is not None:  # a window over the join's rows (sql/windowed_join.py)
+        if plan.window is not None:  # a window over the join's rows (sql/windowed_join.py)
             windowed_join(select, query)
-    if query.temporal_join is not None or _stream_chain(query):  # the joined view (temporal.py, join_chain.py)
+    if plan.temporal_join is not None or plan.stream_chain:  # the joined view (temporal.py, join_chain.py)
         select.set("joins", None)
-        view = chain_view(query) if _stream_chain(query) else temporal_view(query)
+        view = chain_view(query) if plan.stream_chain else temporal_view(query)
         select.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(view),
                                                     alias=exp.TableAlias(this=exp.to_identifier(TEMPORAL_ALIAS)))))
-    if query.changelog_join is not None:  # adapters/spark/changelog_join.py
+    if plan.changelog_join is not None:  # adapters/spark/changelog_join.py
         joined_select(select, changelog_join_view(query.fqn))
     if query.deletes != "none":
         _deletes(select, query)
@@ -91,35 +95,30 @@ def spark_select(query: Query, project: Project | None = None) -> str:
         if isinstance(count.this, exp.Distinct) and count.find_ancestor(exp.Window) is None:  # OVER: over.py
             count.replace(exp.func("SIZE", exp.func("COLLECT_SET", count.this.expressions[0])))
     if project is not None and carries_position(project, query):  # for DEAD LETTER expectations' headers
-        alias = query.sources[0].alias
+        alias = plan.sources[0].alias
         select.select(exp.column("__partition", table=alias).as_(SOURCE_PARTITION),
                       exp.column("__offset", table=alias).as_(SOURCE_OFFSET), copy=False)
     if not query.key_columns:
-        select = select.select(_carried_key(query).as_(KEY_COLUMN), copy=False)
-    return select.sql(dialect="spark")
+        select = select.select(_carried_key(plan).as_(KEY_COLUMN), copy=False)
+    return select
 
 
 def carries_position(project: Project, query: Query) -> bool:
     """Whether each result row carries its source record's partition and offset: a query with DEAD LETTER
-    expectations reading one log whose store sends them (its rows stay one per source record: stateless, no join)."""
-    from dsflow.load.rules import rule
-
+    expectations reading one log whose store sends them (its rows stay one per source record: stateless, no join;
+    the store kind's `rules` facet says, asked through the store registry, not the loader)."""
     if not any(e.action == "dead_letter" for e in query.expectations) or len(query.sources) != 1 \
             or query.stateful or query.temporal_join is not None or query.join_chain:
         return False
     relation = project.relation(query.sources[0].relation)
     store = project.store(relation.store) if relation is not None and relation.store else None
-    return store is not None and bool(rule(store.type, "row_dead_letters"))
+    return store is not None and bool(getattr(stores.facet(store.type, "rules"), "row_dead_letters", None))
 
 
-def _stream_chain(query: Query) -> bool:
-    """A chain of joins that starts with a stream (join_chain.py); a chain of changelogs is changelog_join.py's."""
-    return bool(query.join_chain) and query.changelog_join is None
-
-
-def _over_views(query: Query, project: Project | None) -> exp.Select:
-    """The query's SELECT in Spark's function names, each source table replaced by its view."""
-    select = to_spark(array_subscripts(parse_one_select(query.select_sql), query, project), _declared(query, project))
+def _over_views(plan: QueryPlan, project: Project | None) -> exp.Select:
+    """The plan's SELECT in Spark's function names, each source table replaced by its view."""
+    query = plan.query
+    select = to_spark(array_subscripts(plan.select()), _declared(query, project))
     for index, table in enumerate(list(select.find_all(exp.Table))):
         alias = table.alias_or_name
         table.replace(exp.Table(this=exp.to_identifier(view_name(index, query)),
@@ -127,60 +126,56 @@ def _over_views(query: Query, project: Project | None) -> exp.Select:
     return cast(exp.Select, select)  # a union's branches come here one by one (union_select)
 
 
-def retract_spec(project: Project, query: Query) -> tuple[str, RetractSpec] | None:
+def retract_spec(project: Project, plan: QueryPlan) -> tuple[str, RetractSpec] | None:
     """A GROUP BY over a changelog, or over a join of two changelogs (its joined view read as a changelog), with
     retractions (adapters/spark/retract.py): (the per-change SELECT, the spec); else None."""
+    query = plan.query
     if query.output_mode != "update":
         return None
-    if query.stacked is not None:  # over an aggregating subquery's changelog view (adapters/spark/stacked.py)
-        select = _over_views(query, project)
+    if plan.stacked is not None:  # over an aggregating subquery's changelog view (adapters/spark/stacked.py)
+        select = _over_views(plan, project)
         return rewrite(select, outer_select(select, query), f"__retract_{query.fqn.replace('.', '_')}")
-    first_relation = project.relation(query.sources[0].relation)
+    first_relation = project.relation(plan.sources[0].relation)
     assert first_relation is not None  # a loaded project's sources name its relations
-    if first_relation.kind != "changelog" and query.changelog_join is None:  # streams joined: sql/keyed_join.py
+    if first_relation.kind != "changelog" and plan.changelog_join is None:  # streams joined: sql/keyed_join.py
         return None
-    select, first = _over_views(query, project), query.sources[0]
-    source = aggregated_source(select, changelog_join_view(query.fqn)) if query.changelog_join is not None else \
+    select, first = _over_views(plan, project), plan.sources[0]
+    source = aggregated_source(select, changelog_join_view(query.fqn)) if plan.changelog_join is not None else \
         changelog_source(first.alias, first_relation.primary_key)
     return rewrite(select, source, f"__retract_{query.fqn.replace('.', '_')}")
 
 
-def top_n_spec(project: Project, query: Query) -> tuple[str, TopNSpec] | None:
+def top_n_spec(project: Project, plan: QueryPlan) -> tuple[str, TopNSpec] | None:
     """A ROW_NUMBER top-N (adapters/spark/topn.py): (the per-record SELECT, the spec); else None."""
-    if query.top_n is None:
+    if plan.top_n is None:
         return None
     from dsflow.adapters.spark.topn import rewrite as rank_rewrite
 
-    source = project.relation(query.sources[0].relation)
+    source = project.relation(plan.sources[0].relation)
     assert source is not None  # a loaded project's sources name its relations
-    joined = changelog_join_view(query.fqn) if query.changelog_join is not None else None  # sql/keyed_join.py
-    return rank_rewrite(_over_views(query, project), query.top_n, query.sources[0].alias,
+    joined = changelog_join_view(plan.query.fqn) if plan.changelog_join is not None else None  # sql/keyed_join.py
+    return rank_rewrite(_over_views(plan, project), plan.top_n, plan.sources[0].alias,
                         source.primary_key if source.kind == "changelog" else None, joined)
 
 
-def over_spec(project: Project, query: Query) -> tuple[str, OverSpec] | None:
+def over_spec(project: Project, plan: QueryPlan) -> tuple[str, OverSpec] | None:
     """Bounded OVER aggregates (adapters/spark/over.py): (the per-record SELECT, the spec); else None."""
-    if query.over is None:
+    if plan.over is None:
         return None
     from dsflow.adapters.spark.over import rewrite as over_rewrite
 
-    columns = tuple(c.model_copy(update={"type": spark_type(c.type)}) for c in query.output_columns)
-    select = sqlglot.parse_one(spark_select(query, project), read="spark")
+    columns = tuple(c.model_copy(update={"type": spark_type(c.type)}) for c in plan.columns)
+    select = spark_tree(plan, project)
     assert isinstance(select, exp.Select)  # an OVER query's SELECT (sql/over.py)
-    return over_rewrite(select, query.over, query.sources[0].alias, columns)
+    return over_rewrite(select, plan.over, plan.sources[0].alias, columns)
 
 
-def array_subscripts(select: exp.Query, query: Query, project: Project | None) -> exp.Query:
+def array_subscripts(select: exp.Query) -> exp.Query:
     """`arr[i]` and `ELEMENT_AT(arr, i)` count from 1 in DeltaStream; Spark's `arr[i]` counts from 0 and both fail
     out of range (ANSI mode). Each becomes Spark's `GET(arr, i - 1)`: 0-based, NULL out of range. A subscript of a
-    MAP (`m['k']`) stays as it is; the base's type comes from the source relations' columns (`project`), or,
-    without them, a string subscript is taken for a map key."""
+    MAP (`m['k']`) stays as it is; the base's type is the one the plan typed it with (sql/plan.py, from the source
+    relations' columns), or, untyped, a string subscript is taken for a map key."""
     brackets = [b for b in select.find_all(exp.Bracket) if len(b.expressions) == 1]
-    if not brackets:
-        return select
-    if project is not None:
-        select = _annotated(select, query, project)
-        brackets = [b for b in select.find_all(exp.Bracket) if len(b.expressions) == 1]
     for bracket in brackets:
         base, index = bracket.this, bracket.expressions[0]
         kind = base.type.this if base.type is not None else exp.DType.UNKNOWN
@@ -190,22 +185,6 @@ def array_subscripts(select: exp.Query, query: Query, project: Project | None) -
             exp.Sub(this=exp.paren(index.copy(), copy=False), expression=exp.Literal.number(1))
         bracket.replace(exp.Anonymous(this="GET", expressions=[base.copy(), zero_based]))
     return select
-
-
-def _annotated(select: exp.Query, query: Query, project: Project) -> exp.Query:
-    """`select` with sqlglot's types, from the columns of the query's source relations."""
-    from sqlglot.optimizer.annotate_types import annotate_types
-    from sqlglot.schema import MappingSchema
-
-    from dsflow.sql.parse import DIALECT
-
-    mapping: dict = {}
-    for source in query.sources:
-        relation = project.relation(source.relation)
-        assert relation is not None  # a loaded project's sources name its relations
-        database, schema, name = relation.fqn.split(".")
-        mapping.setdefault(database, {}).setdefault(schema, {})[name] = {c.name: c.type for c in relation.columns}
-    return annotate_types(select, schema=MappingSchema(mapping, dialect=DIALECT), dialect=DIALECT)
 
 
 def _window_columns(select: exp.Select, alias: str) -> None:
@@ -263,15 +242,13 @@ def _join_range(select: exp.Select, query: Query) -> None:
     join.set("on", exp.and_(join.args["on"], bound))
 
 
-def _carried_key(query: Query) -> exp.Expr:
-    if query.output_mode == "update":  # an aggregate without GROUP BY (sql/aggregates.py): its one row's key
+def _carried_key(plan: QueryPlan) -> exp.Expr:
+    if plan.query.output_mode == "update":  # an aggregate without GROUP BY (sql/aggregates.py): its one row's key
         return exp.Literal.string(GLOBAL_KEY)
-    if query.temporal_join is not None or _stream_chain(query):
+    if plan.temporal_join is not None or plan.stream_chain:
         return exp.column(KEY_COLUMN, table=TEMPORAL_ALIAS)
-    keys = [exp.column(KEY_COLUMN, table=s.alias) for s in query.sources]
-    select = parse_one_select(query.select_sql)
-    joins = select.args.get("joins") or []
-    if len(keys) > 1 and joins and (joins[0].side or "").upper() == "FULL":
+    keys = [exp.column(KEY_COLUMN, table=s.alias) for s in plan.sources]
+    if len(keys) > 1 and plan.join_sides and plan.join_sides[0] == "FULL":
         return exp.func("COALESCE", *keys)
     return keys[0]
 
@@ -305,22 +282,23 @@ def event_time_sql(relation: Relation, timestamp: str | None = None) -> str:
     return f"`{column.name}`"
 
 
-def source_specs(project: Project, query: Query, start: StartAt | None = None) -> list[SourceSpec]:
+def source_specs(project: Project, plan: QueryPlan, start: StartAt | None = None) -> list[SourceSpec]:
     start = start or StartAt()
-    timed = query.window is not None or query.join_within is not None or query.temporal_join is not None \
-        or bool(query.nested) or query.over is not None
-    unwatermarked = query.temporal_join is not None or _stream_chain(query)  # a changelog's records are never late
+    query = plan.query
+    timed = plan.window is not None or plan.join_within is not None or plan.temporal_join is not None \
+        or bool(plan.nested) or plan.over is not None
+    unwatermarked = plan.temporal_join is not None or plan.stream_chain  # a changelog's records are never late
     sources = []
     for index, source in enumerate(query.sources):
         relation = project.relation(source.relation)
         assert relation is not None  # a loaded project's sources name its relations
         store = project.store(relation.store)
         assert store is not None  # and its relations their stores
-        window = _window_spec(source_window(query, index), source.alias)
+        window = _window_spec(plan.source_windows[index], source.alias)
         read = facets.for_store(store.type).source_fields(project, query, store, relation)  # kind, client_config..
         if query.deserialization_errors and "dlq_topic" in read:  # a log's reader decodes records
             read["on_error"] = query.deserialization_errors
-        ranked = query.top_n is not None or query.over is not None or _keyed_streams(query)
+        ranked = plan.top_n is not None or plan.over is not None or _keyed_streams(query)
         if carries_position(project, query) or ranked:  # ties by place
             read["keep_position"] = True
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
@@ -441,8 +419,9 @@ def sink_key_format(relation: Relation, query: Query) -> dict:
 def query_spec(project: Project, query: Query, version: str, checkpoint: str, status_path: str,
                start: StartAt | None = None) -> QuerySpec:
     """The driver's spec; `start` positions the sources of a fresh checkpoint (carried offsets or a replay)."""
+    plan = lower(query, project)
     sink = sink_spec(project, query)
-    retract, top_n, over = retract_spec(project, query), top_n_spec(project, query), over_spec(project, query)
+    retract, top_n, over = retract_spec(project, plan), top_n_spec(project, plan), over_spec(project, plan)
     if retract is not None or top_n is not None or (query.window and query.window.kind == "session") \
             or (query.window and query.window.processing_time):
         # retract: its deletes are rows of __keep false, appended as a changelog filter's are; a session window:
@@ -460,13 +439,14 @@ def query_spec(project: Project, query: Query, version: str, checkpoint: str, st
         spark_conf=conf, checkpoint=checkpoint, realtime=realtime,
         status_path=status_path, trigger_interval=spark_interval(query.trigger_interval),
         sources=[s.model_copy(update={"dlq_topic": None, "on_error": None}) if realtime else s
-                 for s in source_specs(project, query, start)], sink=sink,  # real-time: from_json on the JVM
-        select_sql=retract[0] if retract else top_n[0] if top_n else over[0] if over else spark_select(query, project),
+                 for s in source_specs(project, plan, start)], sink=sink,  # real-time: from_json on the JVM
+        select_sql=retract[0] if retract else top_n[0] if top_n else over[0] if over else
+        spark_tree(plan, project).sql(dialect="spark"),
         temporal=temporal_spec(project, query), retract=retract[1] if retract else None,
         top_n=top_n[1] if top_n else None, over=over[1] if over else None,
-        stacked=stacked_spec(project, query, _over_views, changelog_join_spec),
-        changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, query),
-        expectations=expectation_specs(query), functions=function_specs(project, query),
+        stacked=stacked_spec(project, plan, _over_views, changelog_join_spec),
+        changelog_join=changelog_join_spec(project, query), chain=chain_spec(project, plan),
+        expectations=expectation_specs(plan), functions=function_specs(project, query),
         async_checkpoint=not realtime and project.runtime.async_checkpoint and not query.stateful
         and query.temporal_join is None
         and not sink.exactly_once  # a replayed batch must be re-planned as it ran (its ledger skips it)
@@ -490,11 +470,11 @@ def _declared(query: Query, project: Project | None) -> dict[str, Declared]:
             if f.name in query.functions}
 
 
-def expectation_specs(query: Query) -> list[ExpectationSpec]:
+def expectation_specs(plan: QueryPlan) -> list[ExpectationSpec]:
     """The query's expectations with their conditions in Spark SQL (Spark's function names, `col->f` as `col.f`)."""
     found = []
-    for rule in query.expectations:
-        condition = cast(exp.Select, to_spark(parse_one_select(f"SELECT {rule.condition}"))).selects[0]
+    for rule, parsed in zip(plan.query.expectations, plan.conditions, strict=True):
+        condition = cast(exp.Select, to_spark(parsed.copy())).selects[0]
         found.append(ExpectationSpec(name=rule.name, condition=condition.sql(dialect="spark"), action=rule.action))
     return found
 
@@ -516,11 +496,12 @@ def chain_view(query: Query) -> str:
     return f"__chain_{query.fqn.replace('.', '_')}"
 
 
-def chain_spec(project: Project, query: Query) -> JoinChainSpec | None:
+def chain_spec(project: Project, plan: QueryPlan) -> JoinChainSpec | None:
     """What the driver needs to build the view of a join of more than two relations (adapters/spark/join_chain.py):
     the first join's rows (with the interval joins after it), then one temporal join per further changelog."""
-    if not _stream_chain(query):
+    if not plan.stream_chain:
         return None
+    query = plan.query
     first = query.temporal_join
     intervals = [j for j in query.join_chain if isinstance(j, IntervalJoin)]
     temporal = tuple(j for j in query.join_chain if isinstance(j, TemporalJoin))
@@ -538,9 +519,9 @@ def chain_spec(project: Project, query: Query) -> JoinChainSpec | None:
     if first is None:  # a chain that starts with an interval join, which has its WITHIN
         assert query.join_within is not None
         within = sum(_millis(w) for w in (query.join_within, *(j.within for j in intervals)))
-    sql = _first_rows(project, query, first is None)
+    sql = _first_rows(project, plan, first is None)
     for index, interval in enumerate(intervals, start=2):
-        sql = _interval_rows(project, query, sql, index, interval)
+        sql = _interval_rows(project, plan, sql, index, interval)
     return JoinChainSpec(view=chain_view(query), first_sql=sql, steps=steps, horizon_ms=2 * within)
 
 
@@ -556,15 +537,16 @@ def _struct(project: Project, source: Source) -> str:
     return f"STRUCT({columns}) AS `{source.alias}`"
 
 
-def _first_rows(project: Project, query: Query, interval: bool) -> str:
+def _first_rows(project: Project, plan: QueryPlan, interval: bool) -> str:
     """Spark SQL for the first join's rows: __key, __ts and one struct per relation joined so far."""
+    query = plan.query
     structs = [_struct(project, source) for source in query.sources[:2 if interval else 1]]
     first = query.sources[0].alias
     sql = f"SELECT `{first}`.`{KEY_COLUMN}` AS `{KEY_COLUMN}`, `{first}`.`{EVENT_TIME}` AS `{EVENT_TIME}`, " \
           f"{', '.join(structs)} FROM `{view_name(0, query)}` AS `{first}`"
     if not interval:
         return sql
-    select = _over_views(query, project)
+    select = _over_views(plan, project)
     _join_range(select, query)
     join = select.args["joins"][0]
     side = "LEFT " if (join.side or "").upper() == "LEFT" else ""
@@ -572,12 +554,13 @@ def _first_rows(project: Project, query: Query, interval: bool) -> str:
            f"{join.args['on'].sql(dialect='spark')}"
 
 
-def _interval_rows(project: Project, query: Query, rows: str, index: int, join: IntervalJoin) -> str:
+def _interval_rows(project: Project, plan: QueryPlan, rows: str, index: int, join: IntervalJoin) -> str:
     """Spark SQL for the rows so far (`rows`) interval-joined with the stream of source `index`: its event time
     WITHIN the bound of the rows' __ts (the first stream's), which alone stays an event-time column (Spark refuses
     a join whose input has two); ON's `e.col` of an earlier relation reads the field of the rows' struct `e`."""
+    query = plan.query
     source = query.sources[index]
-    on = _over_views(query, project).args["joins"][index - 1].args["on"].sql(dialect="spark")
+    on = _over_views(plan, project).args["joins"][index - 1].args["on"].sql(dialect="spark")
     within = spark_duration(join.within)
     bound = f"`{source.alias}`.`{EVENT_TIME}` BETWEEN `{ROWS}`.`{EVENT_TIME}` - INTERVAL {within} " \
             f"AND `{ROWS}`.`{EVENT_TIME}` + INTERVAL {within}"
