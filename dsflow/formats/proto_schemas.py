@@ -88,7 +88,7 @@ def schema_text(record: str, package: str, columns: list[tuple[str, str]]) -> st
         except ValueError as err:
             raise ValueError(f"column '{name}' has type {type_text(shape)}, which has no protobuf mapping: "
                              f"{err}") from err
-    return base64.standard_b64encode(fdp.SerializeToString()).decode("ascii")
+    return base64.standard_b64encode(fdp.SerializeToString(deterministic=True)).decode("ascii")
 
 
 def _add_field(fdp: Any, message: Any, scope: str, name: str, number: int, shape: Shape) -> None:
