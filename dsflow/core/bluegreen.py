@@ -56,7 +56,8 @@ class Interrupted(BaseModel):
     action: str = Field(description="'resume': its new version goes on from its own log and checkpoint (build or "
                                     "catch up, same SQL); 'roll back': its new version is stopped, its log deleted, "
                                     "its checkpoint removed (and, past the catch up, the deployed version started "
-                                    "again) before this change is carried out")
+                                    "again) before this change is carried out; 'refuse': killed in the switch, "
+                                    "readers may have moved: apply refuses the change (DSF-E966)")
 
 
 class BlueGreen(BaseModel):
@@ -213,8 +214,8 @@ def interrupted(intent: Mapping[str, Any], data_hash: str | None, blue_green: bo
     if not noted or not run:
         return None
     resume = blue_green and noted.get("phase") in RESUMABLE and run.get("data_hash") == data_hash
-    return Interrupted(version=int(noted["version"]), phase=str(noted["phase"]),
-                       action="resume" if resume else "roll back")
+    action = "refuse" if noted.get("phase") == "switch" else "resume" if resume else "roll back"
+    return Interrupted(version=int(noted["version"]), phase=str(noted["phase"]), action=action)
 
 
 RUN_NOTE = "blue_green_run"
@@ -225,6 +226,9 @@ the log it created (what a later apply resumes or rolls back)."""
 def interrupted_text(found: Interrupted) -> str:
     """The plan's words for what happens to an interrupted deployment."""
     head = f"an apply was killed during the blue/green deployment v{found.version} ({found.phase}): "
+    if found.action == "refuse":
+        return head + ("its readers may have moved already: apply refuses this change (DSF-E966); finish the switch "
+                       "by hand, see docs/plan.md")
     if found.action == "resume":
         return head + ("it resumes: its new version restarted on its own checkpoint and log, where it stopped; "
                        "the deployed version and its readers were not touched")

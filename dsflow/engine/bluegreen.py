@@ -105,7 +105,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     as apply holds it now (notes included); `ledger`: apply's recording of a query version stopped and started."""
     prior = change.blue_green.interrupted if change.blue_green is not None else None
     restarted = None
-    if prior is not None and prior.action == "roll back":  # an apply killed during it: engine/bluegreen_resume.py
+    if prior is not None and prior.action != "resume":  # an apply killed during it: engine/bluegreen_resume.py
         restarted = resume.roll_back(ctx, change.address, current(), restart=True)
         ctx = dataclasses.replace(ctx, resumed={})
     run = _Deploying(ctx, change, current)

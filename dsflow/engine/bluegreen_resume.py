@@ -7,6 +7,8 @@ version's run folder, checkpoint and SQL hash (`blue_green_run`), the log or tab
     resume     the same blue/green change (same SQL), killed in build or catch up: deploy() goes on with the same
                version; the new version's driver left running is stopped (SIGTERM, its batch finished) and started
                again on its own checkpoint and log, so what it wrote is neither lost nor written again
+    refuse     killed in the switch (readers being restarted, a transaction of renames): readers may have moved, so
+               apply refuses the change (DSF-E966) and touches nothing
     roll back  anything else: the new version's driver stopped, its log or table deleted (if this deployment
                created it), its checkpoint and run folder removed; killed past the catch up (the deployed version
                stopped at the cut), the deployed version started again on its checkpoint. The change is then
@@ -27,6 +29,7 @@ from dsflow.core.engines import engine
 from dsflow.core.state import DeployedResource, State
 from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import Context, RelationExecutor, driver_identity
+from dsflow.errors import DsflowError
 
 
 def run_note(plan: BlueGreen, run_dir: Path, checkpoint: Path, data_hash: str | None,
@@ -43,6 +46,12 @@ def roll_back(ctx: Context, address: str, state: State, restart: bool) -> Deploy
     if not run:
         return None
     plan = BlueGreen.model_validate(run["plan"])
+    if noted.get("phase") == "switch":
+        raise DsflowError("DSF-E966", f"an apply was killed during the switch of the blue/green deployment "
+                          f"v{plan.version} of {address}: its readers may have moved to {plan.new_log} already, so it "
+                          "is neither resumed nor rolled back; nothing was touched",
+                          hint=f"check 'dsflow status'; apply the rest with --exclude {address}; finish the switch "
+                               "by hand (docs/plan.md, 'An apply killed during a deployment')")
     run_dir = Path(run["run_dir"])
     process.stop(process.holder(driver_identity(run_dir)), driver_identity(run_dir))
     if run.get("log"):

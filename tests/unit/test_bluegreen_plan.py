@@ -221,6 +221,10 @@ def test_a_deployment_an_apply_was_killed_in_is_resumed_or_rolled_back_and_the_p
     for phase, data_hash in (("compare", first.data_hash), ("catch_up", "other sql")):
         back = change_of(plan_of(example, killed(phase, data_hash), blue_green=True), QUERY).blue_green
         assert back.interrupted.action == "roll back" and back.version == 3, "a rolled back version is not taken"
+    refused = change_of(plan_of(example, killed("switch", first.data_hash), blue_green=True), QUERY).blue_green
+    assert refused.interrupted.action == "refuse"
+    assert "DSF-E966" in plan_text(plan_of(example, killed("switch", first.data_hash), blue_green=True).model_dump(
+        mode="json"))
     plain = change_of(plan_of(example, killed("compare", first.data_hash)), QUERY)
     assert plain.blue_green is None and "rolled back first" in plain.effect
     assert "deployed version started again" in plain.effect
