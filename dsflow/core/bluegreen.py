@@ -11,8 +11,8 @@ readers switch in one step (issue 44). Pure: what the plan says and what the sta
     keep_old   the old log and checkpoint kept (not deleted), the old version stopped
 
 Only a replay of a query writing a stream or changelog in a store whose logs have offsets is carried out this
-way, or one writing a table or materialized view in a store that swaps tables (Capability.SWAP: PostgreSQL, an
-Iceberg catalog) or relocates them (Capability.RELOCATE: Delta paths). A swapped table's new version writes
+way, or one writing a table or materialized view in a store that swaps tables (Capability.SWAP: a database or
+a table catalog) or relocates them (Capability.RELOCATE: tables at a path). A swapped table's new version writes
 `<table>_v<N>`; at the switch one transaction of renames makes it the production table and keeps the old one as
 `<table>_v<N-1>` (`kept_as`), views over it following (engine/bluegreen_tables.py). A relocated table's new version
 writes the path `<path>_v<N>`, and the switch records the relation there, as a log's (`relocate`). Apply
@@ -80,7 +80,7 @@ class BlueGreen(BaseModel):
     kept_as: str | None = Field(None, description="a table's deployment: what the production table (old_log) is "
                                 "renamed to at the switch, in the transaction that gives new_log its name; null "
                                 "for a log's")
-    relocate: bool = Field(False, description="a path-based table's deployment (Delta): new_log is the new "
+    relocate: bool = Field(False, description="a path-based table's deployment: new_log is the new "
                            "version's table path; at the switch the relation's recorded location moves to it in one "
                            "state write (no catalog to rename in); the old path is kept")
     interrupted: Interrupted | None = Field(None, description="an earlier apply of this change killed during its "
@@ -175,7 +175,7 @@ def planned(address: str, sink: Mapping[str, Any], sink_outputs: Mapping[str, An
             readers: list[str], consumers: list[str], seconds: int, relocate: bool = False,
             prior: Interrupted | None = None) -> BlueGreen:
     """The blue/green carrying out of a replay writing the deployed relation `sink` (its data and outputs);
-    `relocate`: a table whose store has no catalog (Delta paths) moves to its new path instead of being renamed;
+    `relocate`: a table whose store has no catalog (a path) moves to its new path instead of being renamed;
     `prior`: a deployment an apply was killed in (resumed under its version, or rolled back and not taken again)."""
     made = _planned(address, sink, sink_outputs, readers, consumers, seconds, relocate, next_version(
         sink_outputs, failed, prior.version if prior is not None and prior.action != "resume" else 0))
@@ -261,7 +261,7 @@ def redirected(project: Any, logs: Mapping[str, str]) -> Any:
 
 
 def _on(relation: Any, log: str) -> Any:
-    """The relation on `log`; a table option naming its old place (a Delta table's path) follows."""
+    """The relation on `log`; a table option naming its old place (a table's path) follows."""
     options = {k: (log if v == relation.topic else v) for k, v in (relation.table_options or {}).items()}
     return relation.model_copy(update={"topic": log, "table_options": options})
 

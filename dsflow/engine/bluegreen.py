@@ -153,7 +153,8 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
         run.phase("compare", cut=cut)
         run.phase("compare", compared=_compared(run))
         _drain_readers(run)
-        if run.table:
+        if run.table:  # noted first: a kill from here on may have renamed (bluegreen_resume.py refuses it)
+            run.phase("switch")
             run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
     except DsflowError as err:
         candidate.stop()

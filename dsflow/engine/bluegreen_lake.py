@@ -1,7 +1,7 @@
-"""Blue/green of a query writing a lake table (Iceberg, Delta): the parts engine/bluegreen.py asks besides those of
+"""Blue/green of a query writing a lake table: the parts engine/bluegreen.py asks besides those of
 a swapped table (engine/bluegreen_tables.py) and a log's.
 
-A Delta table kept at a path (an s3 or filesystem store, core/stores.py Capability.RELOCATE) has no catalog to
+A table kept at a path (a store with core/stores.py Capability.RELOCATE) has no catalog to
 rename in: its new version writes the path `<path>_v<N>` (the plan's `relocate`), and at the switch the relation's
 recorded location moves there in the one state write that records the deployment, as a log's does. The old path is
 kept, as the old log is.

@@ -9,6 +9,10 @@ factor), and the reader's output holds every id exactly once: the old factor for
 deployment recorded, the new one after it (a plain-Python reference from the source's offsets). The next apply
 removes the kept old version: the old topic is deleted and the old checkpoint removed.
 
+A `dsflow apply --blue-green` is killed (SIGKILL) in the catch up of that deployment while events arrive: the
+plan made after it says the deployment resumes, and the apply that follows stops the new version's driver the kill
+left running, restarts it on its own checkpoint and log, and finishes: the assertions above hold after it.
+
 The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
 untouched), then a catch-up bound of 0 s fails (DSF-E961: the new version's table dropped, production untouched).
@@ -17,6 +21,11 @@ table: a client polling the table and the view across the switch reads every id 
 fewer ids than the read before, one factor per read, the old factor and then the new; after it, the table (and the
 view) hold the new version's rows (a plain-Python reference) and the kept `scaled_v3` exactly the events before the
 cut. The next apply drops the kept table.
+
+The same for an Iceberg table (a catalog swap: one transaction of the SQL catalog renames both tables) and a Delta
+table on S3 (the relation moves to the new version's path in one state write), both in one project and one apply:
+a catch-up bound of 0 s fails for each with production untouched; then every id is in the new table exactly once
+with the new SQL, the kept old table holds exactly the events before the cut, and the next apply deletes it.
 """
 
 from __future__ import annotations
@@ -503,6 +512,12 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
             "scaled_delta", "scaled_delta_v2", None, True)
         failed = operations.apply(loaded, plan)
         assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
+        assert failed.failed[0].address == DELTA
+        loaded = operations.load(options)
+        failed = operations.apply(loaded, operations.plan(loaded, targets=frozenset({ICE}), forced=operations.Forced(
+            blue_green=True, catch_up_seconds=0)))
+        assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
+        assert failed.failed[0].address == ICE
         after = backend.read()
         for address in (ICE, DELTA):
             assert after.resources[address] == before.resources[address] and _running(after, address)

@@ -229,3 +229,22 @@ def test_a_deployment_an_apply_was_killed_in_is_resumed_or_rolled_back_and_the_p
     assert plain.blue_green is None and "rolled back first" in plain.effect
     assert "deployed version started again" in plain.effect
     assert change_of(plan_of(example, state, blue_green=True), QUERY).blue_green.interrupted is None
+
+
+def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_is_refused_before_anything_is_built(tmp_path):
+    from dsflow.engine.bluegreen_lake import check_readers
+    from dsflow.errors import DsflowError
+    from support.projects import make_project
+    from support.streaming import CONFIG
+
+    reader = "CREATE STREAM archived_copy AS SELECT id, v FROM archived;\n"
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix="t_"), "stores/kafka.yml": TABLES_STORES,
+                                   "sql/all.sql": TABLES_SQL.format(start="") + reader})
+    state = applied(plan_of(root))
+    (root / "sql" / "all.sql").write_text(TABLES_SQL.format(start=", 'start.position' = 'earliest'") + reader)
+    lake = change_of(plan_of(root, state, blue_green=True), "query.analytics.public.archived").blue_green
+    assert lake is not None and lake.readers == ["query.analytics.public.archived_copy"]
+    with pytest.raises(DsflowError) as err:
+        check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake)
+    assert err.value.code == "DSF-E965" and "archived_copy" in err.value.message
+    check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake.model_copy(update={"readers": []}))
