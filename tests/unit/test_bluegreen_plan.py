@@ -248,3 +248,9 @@ def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_is_refused_befo
         check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake)
     assert err.value.code == "DSF-E965" and "archived_copy" in err.value.message
     check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake.model_copy(update={"readers": []}))
+    asking = TABLES_SQL.replace("'store' = 'lake'", "'store' = 'lake', 'deploy' = 'blue_green'")
+    (root / "sql" / "all.sql").write_text(asking.format(start=""))
+    state = applied(plan_of(root), state)
+    (root / "sql" / "all.sql").write_text(asking.format(start=", 'start.position' = 'earliest'"))
+    asked = change_of(plan_of(root, state), "query.analytics.public.archived").blue_green
+    assert asked is not None and asked.relocate, "'deploy' = 'blue_green' on the table asks for it"
