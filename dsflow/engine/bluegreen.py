@@ -27,6 +27,7 @@ from dsflow.core.engines import StartAt, engine
 from dsflow.core.plan import Action, Change
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
+from dsflow.engine import failpoints
 from dsflow.engine import bluegreen_lake as lake
 from dsflow.engine import bluegreen_resume as resume
 from dsflow.engine import bluegreen_tables as tables
@@ -131,6 +132,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
         _start(run, run.new_project, candidate, _replay_start(change, built_to))
         run.phase("catch_up", built_to=built_to)
         _wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
+        failpoints.pause_at("blue_green.caught_up")
         old = _Run(Path(deployed.outputs["run_dir"]), Path(deployed.outputs["checkpoint"]), candidate.topics,
                    deployed.outputs.get("pid"))
         _wait(old, built_to, run.plan.catch_up_seconds, f"the deployed version of {change.address}")
@@ -144,6 +146,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
 def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger: Ledger) -> State:
     """Stop the deployed version (past what the new one caught up to): where it stopped is the cut. Bring the new
     one to it, compare, move the readers (a table: rename it), resume the new version."""
+    run.phase("compare")  # noted first: a kill from here on finds the deployed version stopped (rolled back)
     stopped = QueryExecutor()._stop(deployed)
     cut = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (stopped["stop_offsets"] or {}).items()}
     try:

@@ -49,6 +49,7 @@ from dsflow.adapters.kafka.client import read_to_end
 from dsflow.cli.render import blue_green_cell
 from dsflow.engine import operations
 from dsflow.engine.executors import driver_identity, query_identity
+from dsflow.engine.failpoints import PAUSE_AT
 from support import pgserver
 from support.projects import make_project
 from support.streaming import CONFIG, produce, topic
@@ -169,10 +170,11 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
             killed = subprocess.Popen([sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var",
                                        f"bootstrap={broker}", "apply", "--auto-approve", "--blue-green",
                                        "--catch-up-timeout", "240"], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)
-            wait_for(lambda: _noted_phase(backend) == "catch_up", 180, "the apply to reach the catch up",
-                     interval=0.05)
-            os.kill(killed.pid, signal.SIGKILL)  # during the catch up: the new version's driver is left running
+                                      stderr=subprocess.DEVNULL, env={**os.environ, PAUSE_AT: "blue_green.caught_up"})
+            wait_for(lambda: _noted_phase(backend) == "catch_up" and _at_least(broker, f"{old_log}_v3", 350), 180,
+                     "the new version to write what came before it was built")
+            assert _noted_phase(backend) == "catch_up"
+            os.kill(killed.pid, signal.SIGKILL)  # in the catch up: the new version's driver is left running
             killed.wait()
             left = backend.read().pending.intent["blue_green_pid"]
             candidate = driver_identity(loaded.workspace.run_dir / "blue_green" / QUERY.split(".", 1)[1])
