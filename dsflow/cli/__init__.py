@@ -171,8 +171,9 @@ reset_option = click.option("--reset-checkpoint", "resets", multiple=True, metav
                                  "keeping its sink's data; what it had not read is skipped (repeatable)")
 
 blue_green_option = click.option("--blue-green", "blue_green", is_flag=True,
-                                 help="carry out each replay of a query writing a log beside the deployed version: "
-                                      "a new versioned log, caught up and compared, then its readers switched")
+                                 help="carry out each replay of a query writing a stream, changelog or table beside "
+                                      "the deployed version: a new versioned topic or table, caught up and "
+                                      "compared, then its readers switched")
 catch_up_option = click.option("--catch-up-timeout", "catch_up", type=click.IntRange(min=0),
                                default=DEFAULT_CATCH_UP_SECONDS, show_default=True, metavar="SECONDS",
                                help="with --blue-green: the bound of the catch-up and of each reader's switch")

@@ -59,8 +59,8 @@ def plan_text(plan: dict[str, Any], color: bool = False, show_noop: bool = False
 
 def retired_lines(plan: dict[str, Any]) -> list[str]:
     """The kept old versions of blue/green deployments the plan removes."""
-    return [f"  - old version of {r['query']}: log {r['log']} deleted, checkpoint removed ({r['reason']})"
-            for r in plan.get("retired") or []]
+    return [f"  - old version of {r['query']}: {r.get('object', 'log')} {r['log']} deleted, checkpoint removed "
+            f"({r['reason']})" for r in plan.get("retired") or []]
 
 
 def _escaped(text: str, color: bool) -> str:
@@ -109,9 +109,12 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
     if change.get("affected"):
         details.append(("affects", ", ".join(change["affected"])))
     if change.get("blue_green"):
-        from dsflow.core.bluegreen import BlueGreen, phase_text
+        from dsflow.core.bluegreen import BlueGreen, interrupted_text, phase_text
 
-        details += [("phase", text) for text in phase_text(BlueGreen.model_validate(change["blue_green"]))]
+        blue_green = BlueGreen.model_validate(change["blue_green"])
+        if blue_green.interrupted is not None:
+            details.append(("interrupted", interrupted_text(blue_green.interrupted)))
+        details += [("phase", text) for text in phase_text(blue_green)]
     if change.get("consumers"):
         details.append(("consumers", f"{', '.join(change['consumers'])} (consumer groups on its log, outside the "
                                      "project)"))

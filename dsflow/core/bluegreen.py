@@ -11,9 +11,11 @@ readers switch in one step (issue 44). Pure: what the plan says and what the sta
     keep_old   the old log and checkpoint kept (not deleted), the old version stopped
 
 Only a replay of a query writing a stream or changelog in a store whose logs have offsets is carried out this
-way, or one writing a table or materialized view in a store that swaps tables (Capability.SWAP). A
-table's new version writes `<table>_v<N>`; at the switch one transaction of renames makes it the production table
-and keeps the old one as `<table>_v<N-1>` (`kept_as`), views over it following (engine/bluegreen_tables.py). Apply
+way, or one writing a table or materialized view in a store that swaps tables (Capability.SWAP: a database or
+a table catalog) or relocates them (Capability.RELOCATE: tables at a path). A swapped table's new version writes
+`<table>_v<N>`; at the switch one transaction of renames makes it the production table and keeps the old one as
+`<table>_v<N-1>` (`kept_as`), views over it following (engine/bluegreen_tables.py). A relocated table's new version
+writes the path `<path>_v<N>`, and the switch records the relation there, as a log's (`relocate`). Apply
 walks what the plan froze (`BlueGreen` on the change) and records a `Deployment` in the state.
 """
 
@@ -40,6 +42,24 @@ LOG_KINDS = ("stream", "changelog")
 TABLE_KINDS = ("table", "materialized_view")
 
 
+RESUMABLE = ("build", "catch_up")
+"""The phases an interrupted deployment resumes from: the deployed version and its readers were not touched yet."""
+
+
+class Interrupted(BaseModel):
+    """A deployment an apply was killed in, and what the next apply does with what it left."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    version: int = Field(description="its version")
+    phase: str = Field(description="the last phase it noted")
+    action: str = Field(description="'resume': its new version goes on from its own log and checkpoint (build or "
+                                    "catch up, same SQL); 'roll back': its new version is stopped, its log deleted, "
+                                    "its checkpoint removed (and, past the catch up, the deployed version started "
+                                    "again) before this change is carried out; 'refuse': killed in the switch, "
+                                    "readers may have moved: apply refuses the change (DSF-E966)")
+
+
 class BlueGreen(BaseModel):
     """How apply carries out one replay blue/green: the logs, the bound, who switches and who must move."""
 
@@ -60,6 +80,12 @@ class BlueGreen(BaseModel):
     kept_as: str | None = Field(None, description="a table's deployment: what the production table (old_log) is "
                                 "renamed to at the switch, in the transaction that gives new_log its name; null "
                                 "for a log's")
+    relocate: bool = Field(False, description="a path-based table's deployment: new_log is the new "
+                           "version's table path; at the switch the relation's recorded location moves to it in one "
+                           "state write (no catalog to rename in); the old path is kept")
+    interrupted: Interrupted | None = Field(None, description="an earlier apply of this change killed during its "
+                                            "blue/green deployment (the state's pending intent): resumed or rolled "
+                                            "back first")
 
 
 class Deployment(BaseModel):
@@ -101,10 +127,11 @@ class Retirement(BaseModel):
 
     query: str = Field(description="the query whose old version it was")
     sink: str = Field(description="the relation it wrote")
-    log: str = Field(description="the old log, deleted")
+    log: str = Field(description="the old log (or table), deleted")
     checkpoint: str = Field(description="the old version's checkpoint folder, removed")
     reason: str = Field(description="why now, in words: the next apply after the switch, the retention passed, or "
                                     "a destroy")
+    object: str = Field("log", description="what `log` names: a log, or a table")
 
 
 def retirements(deployments: Mapping[str, Deployment], retention_ms: Mapping[str, int | None], now: datetime,
@@ -126,7 +153,8 @@ def retirements(deployments: Mapping[str, Deployment], retention_ms: Mapping[str
         else:
             continue
         found.append(Retirement(query=query, sink=record.sink, log=record.kept["log"],
-                                checkpoint=record.kept.get("checkpoint", ""), reason=reason))
+                                checkpoint=record.kept.get("checkpoint", ""), reason=reason,
+                                object="table" if record.kept.get("kind") in TABLE_KINDS else "log"))
     return found
 
 
@@ -139,15 +167,30 @@ def wanted_blue_green(sink: Mapping[str, Any] | None, asked: bool, store_types: 
         return False
     store_type = store_types.get(sink.get("store", ""))
     if sink.get("kind") in TABLE_KINDS:
-        return store_type in kinds_that(Capability.SWAP)
+        return store_type in kinds_that(Capability.SWAP) + kinds_that(Capability.RELOCATE)
     return sink.get("kind") in LOG_KINDS and store_type in kinds_that(Capability.BROKER)
 
 
 def planned(address: str, sink: Mapping[str, Any], sink_outputs: Mapping[str, Any], failed: Deployment | None,
-            readers: list[str], consumers: list[str], seconds: int) -> BlueGreen:
-    """The blue/green carrying out of a replay writing the deployed relation `sink` (its data and outputs)."""
-    version = next_version(sink_outputs, failed)
+            readers: list[str], consumers: list[str], seconds: int, relocate: bool = False,
+            prior: Interrupted | None = None) -> BlueGreen:
+    """The blue/green carrying out of a replay writing the deployed relation `sink` (its data and outputs);
+    `relocate`: a table whose store has no catalog (a path) moves to its new path instead of being renamed;
+    `prior`: a deployment an apply was killed in (resumed under its version, or rolled back and not taken again)."""
+    made = _planned(address, sink, sink_outputs, readers, consumers, seconds, relocate, next_version(
+        sink_outputs, failed, prior.version if prior is not None and prior.action != "resume" else 0))
+    if prior is not None and prior.action == "resume" and prior.version != made.version:
+        prior = prior.model_copy(update={"action": "roll back"})
+    return made.model_copy(update={"interrupted": prior})
+
+
+def _planned(address: str, sink: Mapping[str, Any], sink_outputs: Mapping[str, Any], readers: list[str],
+             consumers: list[str], seconds: int, relocate: bool, version: int) -> BlueGreen:
     declared = str(sink.get("topic"))
+    if relocate:
+        return BlueGreen(sink=address, old_log=str(sink_outputs.get("topic") or declared),
+                         new_log=versioned_log(declared, version), version=version, catch_up_seconds=seconds,
+                         readers=readers, relocate=True)
     if sink.get("kind") in TABLE_KINDS:  # the production name stays; the old table is renamed away
         return BlueGreen(sink=address, old_log=declared, new_log=versioned_log(declared, version), version=version,
                          catch_up_seconds=seconds, readers=readers, kept_as=versioned_log(declared, version - 1))
@@ -156,11 +199,41 @@ def planned(address: str, sink: Mapping[str, Any], sink_outputs: Mapping[str, An
                      readers=readers, consumers=consumers)
 
 
-def next_version(deployed_outputs: Mapping[str, Any], failed: Deployment | None) -> int:
-    """The number of the next deployment of a relation: one more than the log it is on now, or than a failed
-    attempt's (whose log may still be being deleted)."""
+def next_version(deployed_outputs: Mapping[str, Any], failed: Deployment | None, taken: int = 0) -> int:
+    """The number of the next deployment of a relation: one more than the log it is on now, or than a failed or
+    rolled back attempt's (whose log may still be being deleted)."""
     current = int((deployed_outputs.get(BLUE_GREEN) or {}).get("version", 1))
-    return max(current, failed.version if failed is not None else 1) + 1
+    return max(current, failed.version if failed is not None else 1, taken) + 1
+
+
+def interrupted(intent: Mapping[str, Any], data_hash: str | None, blue_green: bool) -> Interrupted | None:
+    """What an apply killed during a blue/green deployment of this query left (the pending intent it noted), and
+    whether the change planned now resumes it: a blue/green change of the same SQL, killed before the deployed
+    version was stopped; anything else rolls it back."""
+    noted, run = intent.get(BLUE_GREEN), intent.get(RUN_NOTE)
+    if not noted or not run:
+        return None
+    resume = blue_green and noted.get("phase") in RESUMABLE and run.get("data_hash") == data_hash
+    action = "refuse" if noted.get("phase") == "switch" else "resume" if resume else "roll back"
+    return Interrupted(version=int(noted["version"]), phase=str(noted["phase"]), action=action)
+
+
+RUN_NOTE = "blue_green_run"
+"""The pending intent's note of a deployment under way: its plan, the new version's checkpoint and SQL hash, and
+the log it created (what a later apply resumes or rolls back)."""
+
+
+def interrupted_text(found: Interrupted) -> str:
+    """The plan's words for what happens to an interrupted deployment."""
+    head = f"an apply was killed during the blue/green deployment v{found.version} ({found.phase}): "
+    if found.action == "refuse":
+        return head + ("its readers may have moved already: apply refuses this change (DSF-E966); finish the switch "
+                       "by hand, see docs/plan.md")
+    if found.action == "resume":
+        return head + ("it resumes: its new version restarted on its own checkpoint and log, where it stopped; "
+                       "the deployed version and its readers were not touched")
+    restart = "" if found.phase in RESUMABLE else "; the deployed version started again on its checkpoint"
+    return head + f"it is rolled back first: its new version stopped, its log deleted, its checkpoint removed{restart}"
 
 
 def versioned_log(declared: str, version: int) -> str:
@@ -183,14 +256,22 @@ def redirected(project: Any, logs: Mapping[str, str]) -> Any:
     starts queries and creates logs from after a switch."""
     if not logs:
         return project
-    relations = tuple(r.model_copy(update={"topic": logs[r.fqn]}) if r.fqn in logs else r for r in project.relations)
+    relations = tuple(_on(r, logs[r.fqn]) if r.fqn in logs else r for r in project.relations)
     return project.model_copy(update={"relations": relations})
+
+
+def _on(relation: Any, log: str) -> Any:
+    """The relation on `log`; a table option naming its old place (a table's path) follows."""
+    options = {k: (log if v == relation.topic else v) for k, v in (relation.table_options or {}).items()}
+    return relation.model_copy(update={"topic": log, "table_options": options})
 
 
 def phase_text(blue_green: BlueGreen) -> list[str]:
     """The plan's words for each phase."""
     if blue_green.kept_as is not None:
         return _table_phase_text(blue_green)
+    if blue_green.relocate:
+        return _path_phase_text(blue_green)
     readers = ", ".join(blue_green.readers) or "none in the project"
     consumers = ", ".join(blue_green.consumers) or "none seen"
     return [
@@ -217,6 +298,21 @@ def _table_phase_text(blue_green: BlueGreen) -> list[str]:
         f"switch: one transaction of renames: {old} -> {kept}, {new} -> {old}; views over {old} defined again on "
         "the new table, its grants carried; the new version resumes writing it",
         f"keep old: {kept} and the old checkpoint kept; the old version stopped",
+    ]
+
+
+def _path_phase_text(blue_green: BlueGreen) -> list[str]:
+    old, new = blue_green.old_log, blue_green.new_log
+    return [
+        f"build: new version in its own checkpoint writing the table at {new}; the old version keeps writing the "
+        f"table at {old}",
+        f"catch up: lag 0 on the sources' end offsets within {blue_green.catch_up_seconds} s, else the new version "
+        "is stopped, its table deleted, and production is left as it was",
+        "compare: the deployed version stopped once past what the new one caught up to, the new one run to the "
+        f"same source offsets; the tables at {old} and {new} compared row by row",
+        f"switch: the relation's table moves to {new} in one state write (a path has no catalog to rename in); "
+        f"the new version resumes writing it; readers outside dsflow must move to {new} themselves",
+        f"keep old: the table at {old} and the old checkpoint kept; the old version stopped",
     ]
 
 

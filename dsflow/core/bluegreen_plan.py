@@ -8,11 +8,13 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.bluegreen import BLUE_GREEN_EFFECT, Retirement, planned, retirements, wanted_blue_green
+from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, TABLE_KINDS, Retirement, interrupted, interrupted_text, planned,
+                                   retirements, wanted_blue_green)
 from dsflow.core.categories import Category, effect_text
 from dsflow.core.changes import Action, Change, Observations
 from dsflow.core.resources import Resource
 from dsflow.core.state import State
+from dsflow.core.stores import Capability, kinds_that
 
 
 class PlanOptions(Protocol):
@@ -41,9 +43,27 @@ def with_blue_green(changes: list[Change], wanted: Mapping[str, Resource], state
     """Each replay of a deployed query writing a deployed log that blue/green is asked for, carried out beside the
     deployed version, unless the plan also changes that log; `readers`: the project's queries reading a relation."""
     touched = {c.address for c in changes if c.action is not Action.NOOP and c.address.startswith("relation.")}
-    return [_blue_green(c, wanted, state, options, readers) if c.category is Category.REPLAY
-            and c.action is Action.REPLACE and f"relation.{(c.after or {}).get('sink')}" not in touched else c
-            for c in changes]
+    marked = [_blue_green(c, wanted, state, options, readers) if c.category is Category.REPLAY
+              and c.action is Action.REPLACE and f"relation.{(c.after or {}).get('sink')}" not in touched else c
+              for c in changes]
+    return [_rolled_back(c, state) for c in marked]
+
+
+def _intent(change: Change, state: State) -> dict:
+    pending = state.pending
+    return dict(pending.intent) if pending is not None and pending.address == change.address else {}
+
+
+def _rolled_back(change: Change, state: State) -> Change:
+    """A change carried out without blue/green whose query an apply was killed deploying blue/green: its effect
+    says the deployment is rolled back first (engine/bluegreen_resume.py)."""
+    if change.blue_green is not None or change.action is Action.NOOP:
+        return change
+    found = interrupted(_intent(change, state), change.data_hash, False)
+    if found is None:
+        return change
+    effect = f"{change.effect}; first, " if change.effect else "first, "
+    return change.model_copy(update={"effect": effect + interrupted_text(found)})
 
 
 def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, options: PlanOptions,
@@ -53,9 +73,11 @@ def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, op
     if sink is None or deployed is None or not wanted_blue_green({**sink.data, **sink.metadata}, options.blue_green,
                                                                  options.store_types):
         return change
+    relocate = options.store_types.get(str(sink.data.get("store", ""))) in kinds_that(Capability.RELOCATE)
     plan = planned(address, sink.data, deployed.outputs, state.deployments.get(change.address),
                    readers(sink.address), options.observations.consumer_groups.get(address, []),
-                   options.catch_up_seconds)
+                   options.catch_up_seconds, relocate=relocate and sink.data.get("kind") in TABLE_KINDS,
+                   prior=interrupted(_intent(change, state), change.data_hash, True))
     return change.model_copy(update={"blue_green": plan, "effect": BLUE_GREEN_EFFECT.format(
         replay=effect_text(Category.REPLAY, change.override), new=plan.new_log, old=plan.old_log)})
 

@@ -43,6 +43,8 @@ class Capability(str, Enum):
                                        # processing-time temporal join: sql/proctime.py)
     SWAP = "swap"                      # a blue/green deployment's new table replaces the production one in one
                                        # transaction of renames (its `swap` facet: engine/bluegreen_tables.py)
+    RELOCATE = "relocate"              # a blue/green deployment's new table, at a path of its own, becomes the
+                                       # relation's table in one state write (path-based tables: no catalog)
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,9 @@ REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
               log_noun="table",
               description="a PostgreSQL database: materialized views, tables written by CREATE TABLE ... AS SELECT, "
                           "and change streams of its tables", table_format="postgresql"),
-    StoreKind("s3", "dsflow.adapters.tables", "S3", _TABLES, log_noun="table",
+    StoreKind("s3", "dsflow.adapters.tables", "S3", _TABLES | {_C.RELOCATE}, log_noun="table",
               description="Delta Lake tables in an S3 bucket", table_format="delta"),
-    StoreKind("filesystem", "dsflow.adapters.tables", "filesystem", _TABLES, log_noun="table",
+    StoreKind("filesystem", "dsflow.adapters.tables", "filesystem", _TABLES | {_C.RELOCATE}, log_noun="table",
               description="Delta Lake tables in a local folder", table_format="delta"),
     StoreKind("adls", "dsflow.adapters.tables", "ADLS", frozenset({_C.TABLES, _C.TABLE_SOURCE}), log_noun="table",
               description="Delta Lake tables in Azure Data Lake Storage Gen2 / Blob storage", table_format="delta"),
@@ -108,7 +110,7 @@ REGISTRY: dict[str, StoreKind] = {kind.type: kind for kind in (
               description="Delta Lake tables registered in a Databricks (Unity Catalog) catalog", table_format="delta"),
     StoreKind("snowflake", "dsflow.adapters.tables", "Snowflake", frozenset({_C.TABLES, _C.MERGE}),
               log_noun="table", description="Snowflake tables", table_format="snowflake"),
-    StoreKind("iceberg", "dsflow.adapters.iceberg", "Iceberg", frozenset({_C.TABLES, _C.TABLE_SOURCE}),
+    StoreKind("iceberg", "dsflow.adapters.iceberg", "Iceberg", frozenset({_C.TABLES, _C.TABLE_SOURCE, _C.SWAP}),
               log_noun="table", description="Apache Iceberg tables through a SQL catalog", table_format="iceberg"),
 )}
 """Store type -> its kind. The one place that lists the store types dsflow knows."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -24,7 +25,7 @@ from dsflow.core.secrets import Redactor, scrub
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
-from dsflow.engine import bluegreen, eventlog, failpoints
+from dsflow.engine import bluegreen, bluegreen_resume, eventlog, failpoints
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
@@ -105,6 +106,7 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
                 if change.blue_green is not None:  # carried out beside the deployed version: engine/bluegreen.py
                     state = bluegreen.deploy(ctx, change, holder.current, _record_ledger).with_pending(None)
                 else:
+                    ctx = _rolled_back(ctx, change, holder.state)
                     state = _apply_one(ctx, change, holder.state, seen.running if seen else None).with_pending(None)
             except (DsflowError, Exception) as err:  # noqa: BLE001 - reported with the change that failed
                 state = err.state if isinstance(err, bluegreen.Failed) else holder.state
@@ -228,6 +230,15 @@ class _IntentRecorder:
         self.state = self.state.with_pending(merged)
         self.writer.write(self.state)
         failpoints.pause_after_note(pending.address)
+
+
+def _rolled_back(ctx: Context, change: Change, state: State) -> Context:
+    """A blue/green deployment of this query an apply was killed in, rolled back before the change is carried out
+    without it (the plan said so: engine/bluegreen_resume.py)."""
+    if not ctx.resumed.get(bluegreen_resume.RUN_NOTE):
+        return ctx
+    bluegreen_resume.roll_back(ctx, change.address, state, restart=False)
+    return dataclasses.replace(ctx, resumed={})
 
 
 def _apply_one(ctx: Context, change: Change, state: State, running: dict[str, Any] | None = None) -> State:

@@ -27,6 +27,9 @@ from dsflow.core.engines import StartAt, engine
 from dsflow.core.plan import Action, Change
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
+from dsflow.engine import failpoints
+from dsflow.engine import bluegreen_lake as lake
+from dsflow.engine import bluegreen_resume as resume
 from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity
 
@@ -101,30 +104,41 @@ class _Deploying:
 def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: Ledger) -> State:
     """Carry out the blue/green replay `change` (its `blue_green`); the state after the switch. `current`: the state
     as apply holds it now (notes included); `ledger`: apply's recording of a query version stopped and started."""
+    prior = change.blue_green.interrupted if change.blue_green is not None else None
+    restarted = None
+    if prior is not None and prior.action != "resume":  # an apply killed during it: engine/bluegreen_resume.py
+        restarted = resume.roll_back(ctx, change.address, current(), restart=True)
+        ctx = dataclasses.replace(ctx, resumed={})
     run = _Deploying(ctx, change, current)
     _check_own_driver(run)
-    if run.table:
+    if run.table or run.plan.relocate:
         try:
-            tables.check(ctx.project, run.plan)
+            lake.check_readers(ctx.project, run.plan)
+            if run.table:
+                tables.check(ctx.project, run.plan)
         except DsflowError as err:
             raise run.failed(_untouched(err, run)) from err
-    log = run.log = _create_log(run)
-    deployed = current().resources[change.address]
+    deployed = restarted or current().resources[change.address]
     candidate = _Run(ctx.workspace.run_dir / "blue_green" / run.name,
                      ctx.workspace.checkpoint(run.name, f"{change.data_hash or 'v'}-bg{run.plan.version}"),
                      _source_topics(ctx.project, run.query))
+    ctx.note(resume.run_note(run.plan, candidate.run_dir, candidate.checkpoint, change.data_hash))
+    run.phase("build")
+    log = run.log = _create_log(run)
+    ctx.note(resume.run_note(run.plan, candidate.run_dir, candidate.checkpoint, change.data_hash, log.outputs))
     built_to = _ends(ctx.project, candidate.topics)
     run.read_from = {} if change.override and change.override.isdigit() else _first(ctx.project, candidate.topics)
     try:
         _start(run, run.new_project, candidate, _replay_start(change, built_to))
         run.phase("catch_up", built_to=built_to)
         _wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
+        failpoints.pause_at("blue_green.caught_up")
         old = _Run(Path(deployed.outputs["run_dir"]), Path(deployed.outputs["checkpoint"]), candidate.topics,
                    deployed.outputs.get("pid"))
         _wait(old, built_to, run.plan.catch_up_seconds, f"the deployed version of {change.address}")
     except DsflowError as err:
         _abandon(run, candidate, log)
-        raise run.failed(_untouched(err, run)) from err
+        raise run.failed(_untouched(err, run), current().with_resource(deployed)) from err
     state = _switch(run, candidate, deployed, ledger)
     return state.model_copy(update={"serial": max(state.serial, current().serial)})  # notes wrote meanwhile
 
@@ -132,6 +146,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
 def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger: Ledger) -> State:
     """Stop the deployed version (past what the new one caught up to): where it stopped is the cut. Bring the new
     one to it, compare, move the readers (a table: rename it), resume the new version."""
+    run.phase("compare")  # noted first: a kill from here on finds the deployed version stopped (rolled back)
     stopped = QueryExecutor()._stop(deployed)
     cut = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (stopped["stop_offsets"] or {}).items()}
     try:
@@ -139,9 +154,10 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
         if not reached(candidate.committed(), cut):
             _run_to(run, run.new_project, candidate, cut)
         run.phase("compare", cut=cut)
-        run.phase("compare", compared=tables.compare(run.ctx.project, run.plan) if run.table else _compare(run))
+        run.phase("compare", compared=_compared(run))
         _drain_readers(run)
-        if run.table:
+        if run.table:  # noted first: a kill from here on may have renamed (bluegreen_resume.py refuses it)
+            run.phase("switch")
             run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
     except DsflowError as err:
         candidate.stop()
@@ -152,6 +168,12 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
     run.phase("switch")
     state = _switched_readers(run, run.current(), ledger)
     return _resumed(run, candidate, deployed, stopped, state, ledger)
+
+
+def _compared(run: _Deploying) -> dict[str, int]:
+    if run.table:
+        return tables.compare(run.ctx.project, run.plan)
+    return lake.compare(run.ctx.project, run.new_project, run.plan) if run.plan.relocate else _compare(run)
 
 
 def _replay_start(change: Change, until: dict[str, dict[str, int]]) -> StartAt:
@@ -289,12 +311,15 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
     switched = {"blue_green": {"version": run.plan.version, "previous": run.plan.kept_as or run.plan.old_log}}
     made = {"created_by_dsflow": bool(run.log.outputs.get("created_by_dsflow", True))} if run.table else \
         run.log.outputs  # a table keeps its production place; the new one is dsflow's if it made it
+    made = {**made, "topic": run.plan.new_log} if run.plan.relocate else made  # the relation's path moves
     state = state.with_resource(sink.model_copy(update={"outputs": {**sink.outputs, **made, **switched}}))
     kept = {"log": run.plan.old_log, "checkpoint": str(deployed.outputs.get("checkpoint", "")),
             "store": str(sink.data.get("store", "")), "kind": str(sink.data.get("kind", "")),
             "created_by_dsflow": str(bool(sink.outputs.get("created_by_dsflow", True))).lower()}
     if run.table:
         kept = {**tables.kept(run.ctx.project, run.plan, sink.outputs), "checkpoint": kept["checkpoint"]}
+    elif run.plan.relocate:
+        kept |= lake.kept(sink.outputs)
     run.phase("keep_old", kept=kept)
     shutil.rmtree(candidate.run_dir, ignore_errors=True)
     return state.with_deployment(run.record)
@@ -308,7 +333,8 @@ def retire(ctx: Context, retired: list[Retirement], state: State) -> State:
         if kept.get("table"):
             tables.retire(ctx.project, kept)
         elif kept.get("created_by_dsflow") == "true":
-            outputs = {"topic": gone.log, "store": kept.get("store", ""), "created_by_dsflow": True}
+            outputs = {"topic": gone.log, "store": kept.get("store", ""), "created_by_dsflow": True,
+                       **({"table": kept["location"], "format": kept["format"]} if kept.get("location") else {})}
             RelationExecutor().delete(ctx, DeployedResource(address=gone.sink, data_hash="", metadata_hash="",
                                                             data={"kind": kept.get("kind", "stream")},
                                                             outputs=outputs))

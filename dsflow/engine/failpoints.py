@@ -1,12 +1,15 @@
 """The one test hook in dsflow's code: failpoints, named by environment variables, that make a process stop dead
 at a chosen moment so a test can kill it there (the worst moment to die) or let another process race it.
 
-Unset, a failpoint costs one dictionary lookup and does nothing. Today there is one:
+Unset, a failpoint costs one dictionary lookup and does nothing. Today there are two:
 
 - `DSFLOW_FAILPOINT_PAUSE_AFTER_NOTE=<address>`: `apply` pauses right after it has saved the intent of that
   resource's change (its PID, whether its topic existed) and before it acts on it
   (tests/e2e/test_interrupt.py, test_interrupt_backends.py, test_state_apply.py);
   with `DSFLOW_FAILPOINT_RESUME_FILE=<path>` it goes on once that file exists, otherwise it waits for its kill.
+- `DSFLOW_FAILPOINT_PAUSE_AT=<point>`: the process pauses for its kill when it reaches the named point; today
+  `blue_green.caught_up` (engine/bluegreen.py: the new version caught up, the deployed one not stopped yet;
+  tests/e2e/test_bluegreen.py).
 """
 
 from __future__ import annotations
@@ -29,3 +32,16 @@ def pause_after_note(address: str) -> None:
     deadline = time.monotonic() + LONGEST_PAUSE_S
     while time.monotonic() < deadline and not (resume and os.path.exists(resume)):
         time.sleep(0.05 if resume else 60)
+
+
+PAUSE_AT = "DSFLOW_FAILPOINT_PAUSE_AT"
+"""Set to a point's name to make the process stop dead there, until its kill."""
+
+
+def pause_at(point: str) -> None:
+    """Pause here, until the process is killed, when PAUSE_AT names `point`."""
+    if os.environ.get(PAUSE_AT) != point:
+        return
+    deadline = time.monotonic() + LONGEST_PAUSE_S
+    while time.monotonic() < deadline:
+        time.sleep(1)

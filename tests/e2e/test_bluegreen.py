@@ -9,6 +9,10 @@ factor), and the reader's output holds every id exactly once: the old factor for
 deployment recorded, the new one after it (a plain-Python reference from the source's offsets). The next apply
 removes the kept old version: the old topic is deleted and the old checkpoint removed.
 
+A `dsflow apply --blue-green` is killed (SIGKILL) in the catch up of that deployment while events arrive: the
+plan made after it says the deployment resumes, and the apply that follows stops the new version's driver the kill
+left running, restarts it on its own checkpoint and log, and finishes: the assertions above hold after it.
+
 The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
 untouched), then a catch-up bound of 0 s fails (DSF-E961: the new version's table dropped, production untouched).
@@ -17,12 +21,20 @@ table: a client polling the table and the view across the switch reads every id 
 fewer ids than the read before, one factor per read, the old factor and then the new; after it, the table (and the
 view) hold the new version's rows (a plain-Python reference) and the kept `scaled_v3` exactly the events before the
 cut. The next apply drops the kept table.
+
+The same for an Iceberg table (a catalog swap: one transaction of the SQL catalog renames both tables) and a Delta
+table on S3 (the relation moves to the new version's path in one state write), both in one project and one apply:
+a catch-up bound of 0 s fails for each with production untouched; then every id is in the new table exactly once
+with the new SQL, the kept old table holds exactly the events before the cut, and the next apply deletes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import uuid
 from collections import Counter
@@ -36,7 +48,8 @@ from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import read_to_end
 from dsflow.cli.render import blue_green_cell
 from dsflow.engine import operations
-from dsflow.engine.executors import query_identity
+from dsflow.engine.executors import driver_identity, query_identity
+from dsflow.engine.failpoints import PAUSE_AT
 from support import pgserver
 from support.projects import make_project
 from support.streaming import CONFIG, produce, topic
@@ -83,6 +96,12 @@ def _commit(broker: str, group: str, log: str) -> None:
         consumer.commit(message=found, asynchronous=False)
     finally:
         consumer.close()
+
+
+def _noted_phase(backend) -> str | None:
+    """The phase a blue/green deployment under way noted last (the pending intent), read as another process does."""
+    pending = backend.read().pending
+    return ((pending.intent if pending is not None else {}).get("blue_green") or {}).get("phase")
 
 
 def _running(state, address: str) -> bool:
@@ -147,13 +166,29 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         wait_for(lambda: len(_values(broker, copy_log)) >= 350, 120, "production to go on after the failure")
         assert all(r["w"] == 2 * (r["id"] % 97 + 1) for r in _values(broker, copy_log)), "the old factor"
 
-        loaded = operations.load(options)
-        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
-        new_log = next(c for c in plan.changes if c.address == QUERY).blue_green.new_log
-        assert new_log == f"{old_log}_v3", "the failed attempt's version is not taken again"
         with _Producer(broker, project, 350) as producer:
+            killed = subprocess.Popen([sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var",
+                                       f"bootstrap={broker}", "apply", "--auto-approve", "--blue-green",
+                                       "--catch-up-timeout", "240"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, env={**os.environ, PAUSE_AT: "blue_green.caught_up"})
+            wait_for(lambda: _noted_phase(backend) == "catch_up" and _at_least(broker, f"{old_log}_v3", 350), 180,
+                     "the new version to write what came before it was built")
+            assert _noted_phase(backend) == "catch_up"
+            os.kill(killed.pid, signal.SIGKILL)  # in the catch up: the new version's driver is left running
+            killed.wait()
+            left = backend.read().pending.intent["blue_green_pid"]
+            candidate = driver_identity(loaded.workspace.run_dir / "blue_green" / QUERY.split(".", 1)[1])
+            assert process.is_running(left, candidate)
+            backend.force_unlock(backend.lock_holder().id)
+            loaded = operations.load(options)
+            plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
+            bg = next(c for c in plan.changes if c.address == QUERY).blue_green
+            new_log = bg.new_log
+            assert new_log == f"{old_log}_v3", "the failed attempt's version is not taken again"
+            assert bg.interrupted is not None and (bg.interrupted.version, bg.interrupted.action) == (3, "resume")
             result = operations.apply(loaded, plan)
         assert result.ok, result.failed
+        assert not process.is_running(left, candidate), "the killed apply's new version was stopped, then resumed"
         produced = producer.next
         state = backend.read()
         record = state.deployments[QUERY]
@@ -394,3 +429,139 @@ def test_the_transaction_of_renames_repoints_views_carries_grants_and_ledger_and
     assert "materialized view(s) public.t_n" in (swap.refusal(settings, where) or "")
     _rows(pgdb, f"DROP OWNED BY bg_reader_{pgdb[-10:]}")
     _rows(pgdb, f"DROP ROLE bg_reader_{pgdb[-10:]}")
+
+
+LAKE_STORES = """\
+stores:
+  - name: kafka_main
+    type: kafka
+    bootstrap_servers: "{{ var('bootstrap') }}"
+  - name: ice
+    type: iceberg
+    properties: {warehouse: %s}
+  - name: s3lake
+    type: s3
+    properties:
+      bucket: %s
+      prefix: tables
+      endpoint_url: %s
+      region: us-east-1
+      access_key_id: "{{ env_var('LAKE_TEST_KEY_ID') }}"
+      secret_access_key: "{{ env_var('LAKE_TEST_SECRET') }}"
+"""
+LAKE_SQL = """\
+CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
+CREATE TABLE scaled_ice WITH ('store' = 'ice', 'trigger.interval' = '500 ms'{start}) AS SELECT id, v * {factor} AS w
+  FROM events;
+CREATE TABLE scaled_delta WITH ('store' = 's3lake', 'trigger.interval' = '500 ms'{start}) AS
+  SELECT id, v * {factor} AS w FROM events;
+"""
+ICE, DELTA = "query.analytics.public.scaled_ice", "query.analytics.public.scaled_delta"
+
+
+def _ice_rows(warehouse: Path, table: str) -> list[tuple[int, int]] | None:
+    """The Iceberg table `public.<table>` read with pyiceberg itself (None: not in the catalog)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("dsflow", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
+    if not catalog.table_exists(("public", table)):
+        return None
+    return [(r["id"], r["w"]) for r in catalog.load_table(("public", table)).scan().to_arrow().to_pylist()]
+
+
+def _delta_rows(endpoint: str, location: str) -> list[tuple[int, int]] | None:
+    """The Delta table at `location` read with delta-rs itself (None: no table there)."""
+    from deltalake import DeltaTable
+
+    options = {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ALLOW_HTTP": "true"}
+    if not DeltaTable.is_deltatable(location, storage_options=options):
+        return None
+    return [(r["id"], r["w"]) for r in DeltaTable(location, storage_options=options).to_pyarrow_table().to_pylist()]
+
+
+def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_moves_the_path(
+        tmp_path, broker, s3_endpoint, monkeypatch):
+    from support.lake import S3_KEYS, create_bucket
+
+    for key, value in S3_KEYS.items():
+        monkeypatch.setenv(key, value)
+    bucket = f"bg-{uuid.uuid4().hex[:8]}"
+    create_bucket(s3_endpoint, bucket)
+    warehouse = tmp_path / "warehouse"
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"bgl{os.getpid()}_"), "stores/kafka.yml":
+                                   LAKE_STORES % (warehouse, bucket, s3_endpoint),
+                                   "sql/all.sql": LAKE_SQL.format(start="", factor=2)})
+    options = operations.Options(root, None, {"bootstrap": broker})
+    loaded = operations.load(options)
+    assert operations.apply(loaded, operations.plan(loaded)).ok
+    project, backend = loaded.project, loaded.workspace.state_backend()
+    old_path = f"s3://{bucket}/tables/scaled_delta"
+    try:
+        produce(broker, project, "events", _events(0, 300), "id")
+        wait_for(lambda: len(_ice_rows(warehouse, "scaled_ice") or []) >= 300
+                 and len(_delta_rows(s3_endpoint, old_path) or []) >= 300, 180, "both tables to hold 300 rows")
+        (root / "sql" / "all.sql").write_text(LAKE_SQL.format(start=", 'start.position' = 'earliest'", factor=3))
+
+        before = backend.read()
+        loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=0))
+        ice = next(c for c in plan.changes if c.address == ICE).blue_green
+        delta = next(c for c in plan.changes if c.address == DELTA).blue_green
+        assert (ice.old_log, ice.new_log, ice.kept_as, ice.relocate) == (
+            "public.scaled_ice", "public.scaled_ice_v2", "public.scaled_ice_v1", False)
+        assert (delta.old_log, delta.new_log, delta.kept_as, delta.relocate) == (
+            "scaled_delta", "scaled_delta_v2", None, True)
+        failed = operations.apply(loaded, plan)
+        assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
+        assert failed.failed[0].address == DELTA
+        loaded = operations.load(options)
+        failed = operations.apply(loaded, operations.plan(loaded, targets=frozenset({ICE}), forced=operations.Forced(
+            blue_green=True, catch_up_seconds=0)))
+        assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
+        assert failed.failed[0].address == ICE
+        after = backend.read()
+        for address in (ICE, DELTA):
+            assert after.resources[address] == before.resources[address] and _running(after, address)
+        assert _ice_rows(warehouse, "scaled_ice_v2") is None and _delta_rows(s3_endpoint, old_path + "_v2") is None
+        assert sorted(_ice_rows(warehouse, "scaled_ice") or []) == [(i, 2 * (i % 97 + 1)) for i in range(300)]
+
+        loaded = operations.load(options)
+        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
+        versions = {c.address: c.blue_green for c in plan.changes if c.blue_green is not None}
+        ice_kept = versions[ICE].kept_as.split(".")[1]
+        new_path = f"s3://{bucket}/tables/{versions[DELTA].new_log}"
+        with _Producer(broker, project, 300, count=2, every=0.25) as producer:
+            result = operations.apply(loaded, plan)
+        assert result.ok, result.failed
+        produced = producer.next
+        state = backend.read()
+        assert _running(state, ICE) and _running(state, DELTA)
+        assert state.resources["relation.analytics.public.scaled_delta"].outputs["table"] == new_path
+        where = _source_offsets(broker, topic(project, "events"))
+        assert len(where) == produced
+        expected = sorted((i, 3 * (i % 97 + 1)) for i in range(produced))
+        for address, old_rows, new_rows in (
+                (ICE, lambda: _ice_rows(warehouse, ice_kept), lambda: _ice_rows(warehouse, "scaled_ice")),
+                (DELTA, lambda: _delta_rows(s3_endpoint, old_path), lambda: _delta_rows(s3_endpoint, new_path))):
+            record = state.deployments[address]
+            assert record.phase == "keep_old", record
+            before_cut = {i for i, (p, o) in where.items() if o < record.cut[topic(project, "events")][p]}
+            kept = old_rows() or []
+            assert sorted(kept) == sorted((i, 2 * (i % 97 + 1)) for i in before_cut), f"{address}: the old version"
+            wait_for(lambda read=new_rows: len(read() or []) >= produced, 180, f"{address}: every event")
+            assert Counter(i for i, _ in new_rows()) == Counter(range(produced)), f"{address}: every id once"
+            assert sorted(new_rows()) == expected, f"{address}: the new version's rows"
+            n = len(before_cut)
+            assert record.compared == {"old_records": n, "new_records": n, "only_old": n, "only_new": n}
+
+        loaded = operations.load(options)  # the next apply removes both kept old versions
+        plan = operations.plan(loaded)
+        assert sorted((r.object, r.log) for r in plan.retired) == [
+            ("table", f"public.{ice_kept}"), ("table", "scaled_delta")]
+        assert operations.apply(loaded, plan).ok
+        assert _ice_rows(warehouse, ice_kept) is None and _delta_rows(s3_endpoint, old_path) is None
+        assert _ice_rows(warehouse, "scaled_ice") is not None and _running(backend.read(), DELTA)
+    finally:
+        loaded = operations.load(options)
+        operations.apply(loaded, operations.plan(loaded, destroy=True))

@@ -170,7 +170,7 @@ CREATE TABLE archived WITH ('store' = 'lake'{start}) AS SELECT id, v FROM events
 """
 
 
-def test_a_postgres_table_or_view_switches_by_renames_and_a_lake_table_replays_in_place(tmp_path):
+def test_a_postgres_table_or_view_switches_by_renames_and_a_delta_table_moves_to_its_new_path(tmp_path):
     from support.projects import make_project
     from support.streaming import CONFIG
 
@@ -184,9 +184,11 @@ def test_a_postgres_table_or_view_switches_by_renames_and_a_lake_table_replays_i
         "shop.public.scaled", "shop.public.scaled_v2", "shop.public.scaled_v1")
     view = change_of(plan, "query.analytics.public.totals").blue_green
     assert view is not None and (view.old_log, view.new_log, view.kept_as) == ("totals", "totals_v2", "totals_v1")
-    lake = change_of(plan, "query.analytics.public.archived")
-    assert lake.category == "replay" and lake.blue_green is None, "a lake table has no transaction of renames"
+    lake = change_of(plan, "query.analytics.public.archived").blue_green
+    assert lake is not None and (lake.old_log, lake.new_log, lake.kept_as, lake.relocate) == (
+        "archived", "archived_v2", None, True), "a Delta path has no catalog: the relation moves to the new path"
     text = plan_text(plan.model_dump(mode="json"))
+    assert "switch: the relation's table moves to archived_v2 in one state write" in text
     assert "switch: one transaction of renames: shop.public.scaled -> shop.public.scaled_v1, shop.public.scaled_v2 " \
         "-> shop.public.scaled; views over shop.public.scaled defined again on the new table" in text
     assert plan_from_json(plan.model_dump_json(), "plan.json") == plan
@@ -197,3 +199,58 @@ def test_a_postgres_table_or_view_switches_by_renames_and_a_lake_table_replays_i
     assert again is not None and (again.old_log, again.new_log, again.kept_as) == (
         "shop.public.scaled", "shop.public.scaled_v3", "shop.public.scaled_v2"), "production keeps its name"
     assert redirects(switched.resources) == {}, "nothing reads a table by a moved name"
+
+
+def test_a_deployment_an_apply_was_killed_in_is_resumed_or_rolled_back_and_the_plan_says_which(example):
+    from dsflow.core.state import PendingChange
+
+    state = applied(plan_of(example))
+    replay(example)
+    first = change_of(plan_of(example, state, blue_green=True), QUERY)
+
+    def killed(phase: str, data_hash: str | None) -> State:
+        intent = {"blue_green": {"phase": phase, "version": 2, "new_log": first.blue_green.new_log},
+                  "blue_green_run": {"plan": first.blue_green.model_dump(mode="json"), "run_dir": "r",
+                                     "checkpoint": "c", "data_hash": data_hash, "log": None}}
+        return state.with_pending(PendingChange(address=QUERY, action="replace", intent=intent))
+
+    resumed = change_of(plan_of(example, killed("catch_up", first.data_hash), blue_green=True), QUERY).blue_green
+    assert resumed is not None and resumed.version == 2 and resumed.interrupted.action == "resume"
+    text = plan_text(plan_of(example, killed("catch_up", first.data_hash), blue_green=True).model_dump(mode="json"))
+    assert "interrupted: an apply was killed during the blue/green deployment v2 (catch_up): it resumes" in text
+    for phase, data_hash in (("compare", first.data_hash), ("catch_up", "other sql")):
+        back = change_of(plan_of(example, killed(phase, data_hash), blue_green=True), QUERY).blue_green
+        assert back.interrupted.action == "roll back" and back.version == 3, "a rolled back version is not taken"
+    refused = change_of(plan_of(example, killed("switch", first.data_hash), blue_green=True), QUERY).blue_green
+    assert refused.interrupted.action == "refuse"
+    assert "DSF-E966" in plan_text(plan_of(example, killed("switch", first.data_hash), blue_green=True).model_dump(
+        mode="json"))
+    plain = change_of(plan_of(example, killed("compare", first.data_hash)), QUERY)
+    assert plain.blue_green is None and "rolled back first" in plain.effect
+    assert "deployed version started again" in plain.effect
+    assert change_of(plan_of(example, state, blue_green=True), QUERY).blue_green.interrupted is None
+
+
+def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_is_refused_before_anything_is_built(tmp_path):
+    from dsflow.engine.bluegreen_lake import check_readers
+    from dsflow.errors import DsflowError
+    from support.projects import make_project
+    from support.streaming import CONFIG
+
+    reader = "CREATE STREAM archived_copy AS SELECT id, v FROM archived;\n"
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix="t_"), "stores/kafka.yml": TABLES_STORES,
+                                   "sql/all.sql": TABLES_SQL.format(start="") + reader})
+    state = applied(plan_of(root))
+    (root / "sql" / "all.sql").write_text(TABLES_SQL.format(start=", 'start.position' = 'earliest'") + reader)
+    lake = change_of(plan_of(root, state, blue_green=True), "query.analytics.public.archived").blue_green
+    assert lake is not None and lake.readers == ["query.analytics.public.archived_copy"]
+    with pytest.raises(DsflowError) as err:
+        check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake)
+    assert err.value.code == "DSF-E965" and "archived_copy" in err.value.message
+    check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake.model_copy(update={"readers": []}))
+    asking = TABLES_SQL.replace("'store' = 'lake'", "'store' = 'lake', 'deploy' = 'blue_green'")
+    (root / "sql" / "all.sql").write_text(asking.format(start=""))
+    state = applied(plan_of(root), state)
+    (root / "sql" / "all.sql").write_text(asking.format(start=", 'start.position' = 'earliest'"))
+    asked = change_of(plan_of(root, state), "query.analytics.public.archived").blue_green
+    assert asked is not None and asked.relocate, "'deploy' = 'blue_green' on the table asks for it"
