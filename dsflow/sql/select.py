@@ -341,8 +341,9 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
             texts[key] = None
             continue
         text = texts[key] = normalized_duration(duration_text(node))
-        # Spark runs a window in whole milliseconds, and refuses one of 0 (0.1 ms); a session of GAP 0 it takes
-        if text is None or float(text.split()[0]) <= 0 or (function.kind != "session" and milliseconds(text) <= 0):
+        # Spark runs a window in whole milliseconds, and refuses one of 0 (0.1 ms); a session of GAP 0 it takes,
+        # and drops every row (session_window windows no row of a gap that is not positive)
+        if text is None or float(text.split()[0]) <= 0 or milliseconds(text) <= 0:
             label = "GAP" if function.kind == "session" else key.upper()
             report(Diagnostic("DSF-E032", f"window {label} must be a positive duration like 10 SECONDS, got "
                               f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "

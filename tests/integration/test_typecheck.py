@@ -236,11 +236,13 @@ def test_a_problem_inside_a_function_is_reported_once(tmp_path):
     ("HOP(w, SIZE 1 MINUTE, ADVANCE BY 5 MINUTES)", "ADVANCE BY (5 minutes) is longer than its SIZE (1 minutes)"),
     ("TUMBLE(w, SIZE 0.1 MILLISECONDS)", "window SIZE must be a positive duration"),
     ("HOP(w, SIZE 1 MINUTE, ADVANCE BY 0.2 ms)", "window ADVANCE must be a positive duration"),
+    ("SESSION(w, GAP 0.4 MILLISECONDS)", "window GAP must be a positive duration"),  # Spark windows no row
     ("TUMBLE(w, SIZE 9223372036854776 MILLISECONDS)", "is longer than Spark's longest interval"),
     ("HOP(w, SIZE 100000000000 DAYS, ADVANCE BY 1 DAY)", "is longer than Spark's longest interval"),
 ])
 def test_window_bounds_spark_refuses(tmp_path, window, message):
-    """Spark's window() refuses a slide longer than the window, and a duration of 0 whole milliseconds."""
+    """Spark's window() refuses a slide longer than the window, and a duration of 0 whole milliseconds; its
+    session_window() drops every row of a gap of 0 whole milliseconds."""
     sql = ("CREATE STREAM w (id BIGINT, ts TIMESTAMP) WITH ('value.format' = 'json', 'timestamp' = 'ts');\n"
            f"CREATE CHANGELOG out AS SELECT window_start, window_end, COUNT(*) AS c FROM {window}\n"
            "  GROUP BY window_start, window_end;\n")
