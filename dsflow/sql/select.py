@@ -347,7 +347,7 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
             label = "GAP" if function.kind == "session" else key.upper()
             report(Diagnostic("DSF-E032", f"window {label} must be a positive duration like 10 SECONDS, got "
                               f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "
-                              "MINUTES, HOURS, DAYS; at least 1 millisecond"))
+                              "MINUTES, HOURS, DAYS, WEEKS; at least 1 millisecond"))
             return False
         if milliseconds(text) > MAX_MILLISECONDS:
             report(Diagnostic("DSF-E032", f"window {key.upper()} {duration_text(node)} is longer than Spark's longest "

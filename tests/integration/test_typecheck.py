@@ -257,8 +257,12 @@ def test_window_bounds_spark_accepts(tmp_path):
            "CREATE CHANGELOG out AS SELECT window_start, window_end, COUNT(*) AS c\n"
            "  FROM HOP(w, SIZE 1 MINUTE, ADVANCE BY 7 SECONDS) GROUP BY window_start, window_end;\n"
            "CREATE CHANGELOG out2 AS SELECT window_start, window_end, COUNT(*) AS c\n"
-           "  FROM HOP(w, SIZE 1 MINUTE, ADVANCE BY 60 SECONDS) GROUP BY window_start, window_end;\n")
-    assert len(load_project(make_project(tmp_path, {"sql/all.sql": sql})).queries) == 2
+           "  FROM HOP(w, SIZE 1 MINUTE, ADVANCE BY 60 SECONDS) GROUP BY window_start, window_end;\n"
+           "CREATE CHANGELOG out3 AS SELECT window_start, window_end, COUNT(*) AS c\n"
+           "  FROM HOP(w, SIZE 2 WEEKS, ADVANCE BY 1 WEEK) GROUP BY window_start, window_end;\n")
+    queries = load_project(make_project(tmp_path, {"sql/all.sql": sql})).queries
+    assert [(q.window.size, q.window.advance) for q in queries] == [  # Spark's window() takes weeks (7 days)
+        ("1 minutes", "7 seconds"), ("1 minutes", "60 seconds"), ("2 weeks", "1 weeks")]
 
 
 JOINED = ("CREATE STREAM w (id BIGINT, ts TIMESTAMP) WITH ('value.format' = 'json', 'timestamp' = 'ts');\n"
