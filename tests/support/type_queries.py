@@ -14,7 +14,9 @@ CAST_INVALID_INPUT.
 Every statement kind: CREATE STREAM / CHANGELOG / MATERIALIZED VIEW ... AS SELECT (projections, aggregates, windows,
 interval joins of `v` and `w2`), INSERT INTO one of the declared streams of SINKS (Spark's verdict: also its ANSI
 store assignment of the column into the declared type, store_refusal), and temporal joins of `v` with a changelog of
-CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's join is a stateful function).
+CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's join is a stateful function); and
+(tests/support/type_shapes.py) CREATE TABLE ... AS SELECT into a lake store, joins of two changelogs and of two
+streams aggregated, and windows of generated bounds (Spark's verdict on those: its window()/session_window()).
 
 The translation is the translator's: the query Spark would run (adapters/spark/translate.spark_select) for a query
 dsflow accepts; for one it refuses there is no Query, so its SELECT goes through the same rewrites without types
