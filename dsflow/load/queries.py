@@ -621,23 +621,21 @@ def _named_by_position(analysed: Analysed, sink: Relation) -> Analysed:
                    group_keys=tuple(moved.get(k, k) for k in analysed.group_keys))
 
 
-NUMBERS = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL"})
-"""Numeric types an INSERT writes into a column of another numeric type the way SQL's store assignment does: cast
-to the column's type (Spark's ANSI store assignment; Flink's INSERT too), not the SELECT's own type."""
-
-
 def _stored_as_declared(analysed: Analysed, sink: Relation) -> Analysed:
-    """An INSERT's numeric column of another numeric type than the target's declared one (Nexmark q17's AVG, a
-    DOUBLE, into a BIGINT) is cast to the declared type, so that readers get what the relation declares."""
+    """An INSERT's column of another type than the target's declared one that Spark's store assignment casts (a
+    number into another number type: Nexmark q17's AVG, a DOUBLE, into a BIGINT; a number, BOOLEAN, DATE or
+    TIMESTAMP into a VARCHAR; sql/storeassign.cast_on_store) is cast to the declared type, so that readers get what
+    the relation declares (a VARCHAR column holds the string "7", not the number 7)."""
     from dataclasses import replace
 
     from sqlglot import exp
 
     from dsflow.sql.parse import DIALECT, parse_one_select
+    from dsflow.sql.storeassign import cast_on_store
 
     wanted = [(index, target.type) for index, (column, target) in enumerate(zip(analysed.columns, sink.columns,
                                                                                   strict=True))
-              if _number(column.type) and _number(target.type) and _normal(column.type) != _normal(target.type)]
+              if _normal(column.type) != _normal(target.type) and cast_on_store(column.type, target.type)]
     if not wanted:
         return analysed
     select = parse_one_select(analysed.select_sql)
@@ -666,10 +664,6 @@ def _stores(st: RawStatement, path: str, target: str, columns, sink: Relation, r
 
 def _normal(sql_type: str) -> str:
     return " ".join(sql_type.upper().replace("INTEGER", "INT").split())
-
-
-def _number(sql_type: str) -> bool:
-    return _normal(sql_type).split("(")[0].strip() in NUMBERS
 
 
 def _insertable(target: str, sink: Relation, st: RawStatement, ns: Namespace, report: Report) -> bool:

@@ -81,7 +81,7 @@ def is_window(node: exp.Expr | None) -> bool:
 
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*"
-                      r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)$", re.I)
+                      r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?|weeks?)$", re.I)
 UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes", "h": "hours",
          "d": "days"}
 
@@ -96,7 +96,9 @@ def normalized_duration(text: str) -> str | None:
     return f"{found.group(1)} {unit}"
 
 
-MILLISECONDS = {"milliseconds": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
+MILLISECONDS = {"milliseconds": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000,
+                "weeks": 604_800_000}
+"""A WEEK is 7 days, as in Spark's intervals (which take weeks in a window or a WITHIN; a MONTH they refuse there)."""
 MAX_MILLISECONDS = (2**63 - 1) // 1000
 """Spark's longest interval (microseconds in a 64-bit integer, ~292,471 years): a WITHIN, window SIZE or ADVANCE
 longer than it fails to parse (INVALID_INTERVAL_FORMAT, CANNOT_PARSE_INTERVAL)."""

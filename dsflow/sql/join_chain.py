@@ -61,7 +61,7 @@ def within_duration(join: exp.Join, where, report: Report) -> str | None:
     duration = normalized_duration(duration_text(within))
     if duration is None:
         report(Diagnostic("DSF-E032", f"WITHIN must be a duration like 5 MINUTES, got '{duration_text(within)}'",
-                          where(join), hint="units: MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS"))
+                          where(join), hint="units: MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS, WEEKS"))
     elif milliseconds(duration) > MAX_MILLISECONDS:
         report(Diagnostic("DSF-E032", f"WITHIN {duration_text(within)} is longer than Spark's longest interval "
                           f"({MAX_MILLISECONDS:,} milliseconds)", where(join),

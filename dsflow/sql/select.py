@@ -320,6 +320,15 @@ def _first_unsupported(select: exp.Expr) -> tuple[exp.Expr, str] | None:
     return next(((first[kind], what) for kind, what in UNSUPPORTED.items() if kind in first), None)
 
 
+MAX_WINDOWS_PER_ROW = 30_000
+"""The most windows of a HOP a row falls in (SIZE / ADVANCE BY) dsflow takes: Spark's analyzer expands each row into
+one projection per window; 20,160 (1 week by 30 seconds) took 73 s to analyse, 60,480 exhausted a 1 GB driver heap."""
+
+
+def _windows_per_row(texts: dict[str, str | None]) -> int:
+    return -(-milliseconds(str(texts["size"])) // milliseconds(str(texts["advance"])))
+
+
 def _extract_window(select: exp.Select, where, report: Report) -> Window | None | Literal[False]:
     """Replace TUMBLE(rel, ...)/HOP(rel, ...) by rel itself; the window it described, None, or False on error."""
     wrapped = [t for t in select.find_all(exp.Table) if is_window(t)]
@@ -341,12 +350,13 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
             texts[key] = None
             continue
         text = texts[key] = normalized_duration(duration_text(node))
-        # Spark runs a window in whole milliseconds, and refuses one of 0 (0.1 ms); a session of GAP 0 it takes
-        if text is None or float(text.split()[0]) <= 0 or (function.kind != "session" and milliseconds(text) <= 0):
+        # Spark runs a window in whole milliseconds, and refuses one of 0 (0.1 ms); a session of GAP 0 it takes,
+        # and drops every row (session_window windows no row of a gap that is not positive)
+        if text is None or float(text.split()[0]) <= 0 or milliseconds(text) <= 0:
             label = "GAP" if function.kind == "session" else key.upper()
             report(Diagnostic("DSF-E032", f"window {label} must be a positive duration like 10 SECONDS, got "
                               f"'{duration_text(node)}'", where(outer), hint="units: MILLISECONDS, SECONDS, "
-                              "MINUTES, HOURS, DAYS; at least 1 millisecond"))
+                              "MINUTES, HOURS, DAYS, WEEKS; at least 1 millisecond"))
             return False
         if milliseconds(text) > MAX_MILLISECONDS:
             report(Diagnostic("DSF-E032", f"window {key.upper()} {duration_text(node)} is longer than Spark's longest "
@@ -357,6 +367,12 @@ def _extract_window(select: exp.Select, where, report: Report) -> Window | None 
         report(Diagnostic("DSF-E032", f"HOP's ADVANCE BY ({texts['advance']}) is longer than its SIZE "
                           f"({texts['size']}): Spark refuses a window that slides past its end", where(outer),
                           hint="ADVANCE BY at most the SIZE (equal to it is a TUMBLE)"))
+        return False
+    if texts["advance"] is not None and _windows_per_row(texts) > MAX_WINDOWS_PER_ROW:
+        report(Diagnostic("DSF-E032", f"HOP's SIZE ({texts['size']}) over its ADVANCE BY ({texts['advance']}) puts "
+                          f"each row in {_windows_per_row(texts):,} windows: Spark writes one projection per window "
+                          f"while analysing the query, and runs out of memory past ~{MAX_WINDOWS_PER_ROW:,}",
+                          where(outer), hint="a longer ADVANCE BY, or a shorter SIZE"))
         return False
     # as qualify() normalizes it (`AS B` is b): the window's source is then the name its Source has
     alias = DIALECT.normalize_identifier(exp.to_identifier(outer.alias or inner.name)).name

@@ -34,6 +34,18 @@ def storable(got: exp.DataType, wanted: exp.DataType) -> bool:
                                                                                         strict=True))
 
 
+def cast_on_store(got: str, wanted: str) -> bool:
+    """Whether an INSERT's column of `got` is written cast to the declared `wanted`, as Spark's store assignment
+    writes it: a number into another number type, a non-string scalar into a VARCHAR (`7` is written "7"), a DATE
+    into a TIMESTAMP and back, an untyped NULL into anything. Other storable pairs are written as they are."""
+    g, w = _built(got), _built(wanted)
+    kinds = (kind_of(g), kind_of(w))
+    if UNKNOWN in kinds or kinds[1] == NULL or g == w:
+        return False
+    return kinds[0] == NULL or kinds == (NUM, NUM) or (kinds[1] == STR and kinds[0] in SCALARS - {STR}) \
+        or set(kinds) == {DATE, TIME}
+
+
 def _inner(data_type: exp.DataType) -> list[exp.DataType]:
     """An ARRAY's element, a MAP's key and value, a STRUCT's field types in order."""
     kind = kind_of(data_type)

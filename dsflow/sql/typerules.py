@@ -350,8 +350,13 @@ class Checker:
         raise Problem("DSF-E404", node, f"{text(node)}: negating {found.show()}", "negate a number")
 
     def _connector(self, node: exp.Connector) -> Typed:
-        for side in (node.this, node.expression):
-            self._boolean(side, self.infer(side), type(node).__name__.upper())
+        sides = [(side, self.infer(side)) for side in (node.this, node.expression)]
+        if {found.kind for _, found in sides} == {NULL, STR}:  # Spark: NULL AND 'true' has no BOOLEAN side to cast to
+            raise Problem("DSF-E405", node, f"{text(node)}: {type(node).__name__.upper()} of an untyped NULL and a "
+                          "string; Spark casts the string to a BOOLEAN only beside a BOOLEAN",
+                          "compare the string (s = 'true'), or CAST it: CAST(s AS BOOLEAN)")
+        for side, found in sides:
+            self._boolean(side, found, type(node).__name__.upper())
         return Typed(BOOL, built("BOOLEAN"))
 
     def _not(self, node: exp.Not) -> Typed:
@@ -424,7 +429,7 @@ class Checker:
         if found.kind in (NULL, TIME):  # Spark sums TIMESTAMPs as DOUBLE seconds, and a NULL as a DOUBLE
             return Typed(NUM, built("DOUBLE"))
         if found.kind in (NUM, UNKNOWN):
-            return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM)
+            return typed(node.type) if kind_of(node.type) == NUM else Typed(NUM, self.number(node))
         if found.kind == STR:
             self._wanted(node.this, found, NUM, f"{node.key.upper()}")
             return Typed(NUM)
@@ -492,6 +497,8 @@ class Checker:
             argument = self.infer(first)
             if argument.data_type is not None and argument.data_type.this in INTEGERS:
                 return argument
+        if isinstance(node, NUMERIC_ARGS) and first is not None and self.infer(first).kind == NULL:
+            return Typed(NUM, built("BIGINT" if isinstance(node, (exp.Floor, exp.Ceil)) else "DOUBLE"))  # as Spark
         if isinstance(node, exp.TsOrDsToDate):  # TO_DATE of anything it takes is a DATE
             return Typed(DATE, built("DATE"))
         if isinstance(node, STRING_RESULTS) and (first is None or self.infer(first).kind != BINARY):

@@ -155,8 +155,10 @@ def _arithmetic(node: exp.Binary, infer: Infer) -> exp.DataType | None:
 
 def _as_decimal(node: exp.Expr, data_type: exp.DataType) -> tuple[int, int] | None:
     """A DECIMAL operand's (precision, scale); an integer literal takes its own digits (Spark picks the minimum
-    precision of a literal), another integer its type's."""
+    precision of a literal, `-3` included: Spark parses it as one literal), another integer its type's."""
     bare = _bare(node)
+    if isinstance(bare, exp.Neg) and isinstance(bare.this, exp.Literal):
+        bare = bare.this
     if isinstance(bare, exp.Literal) and data_type.this in INTEGRAL:
         return (max(len(bare.name.lstrip("+-").lstrip("0")), 1), 0)
     return decimal_of(data_type)
@@ -192,6 +194,8 @@ def _function(node: exp.Expr, infer: Infer) -> exp.DataType | None:
     if isinstance(node, exp.Nullif):
         return number_type(node.this, infer)
     argument = number_type(node.this, infer) if isinstance(node.args.get("this"), exp.Expr) else None
+    if isinstance(node, (exp.Abs, exp.Floor, exp.Ceil, exp.Round, exp.Sign)) and _operand(node.this, infer) == NULL:
+        return build("BIGINT" if isinstance(node, (exp.Floor, exp.Ceil)) else "DOUBLE")  # Spark casts the NULL
     if argument is None:
         return None
     digits = decimal_of(argument) if argument.this == T.DECIMAL else None

@@ -71,9 +71,10 @@ def test_latest_source_and_source_timestamp_on_spark(tmp_path, broker, spark):
 
 PARTITIONED = SQL.split("\n\n")[0] + """
 CREATE STREAM by_user WITH ('topic.partitions' = 3) AS SELECT id, UPPER(userid) AS who FROM clicks PARTITION BY who;
-INSERT INTO by_user SELECT id + 1000 AS id, UPPER(userid) AS who FROM pageviews WHERE id % 2 = 0 PARTITION BY who;
+INSERT INTO by_user SELECT id + 1000 AS id, id % 5 AS who FROM pageviews WHERE id % 2 = 0 PARTITION BY who;
 """
-"""`INSERT INTO` a second source's rows into the same stream, keyed alike (each key in one partition)."""
+"""`INSERT INTO` a second source's rows into the same stream, keyed alike (each key in one partition); its `who`, a
+BIGINT into the VARCHAR column, is written as Spark's store assignment writes it: the string "3", not the number."""
 
 
 def test_e134_partition_by_checks(tmp_path):
@@ -98,8 +99,11 @@ def test_partition_by_keys_the_sink_records(tmp_path, broker, spark):
     run(spark, project, insert.fqn.rsplit(".", 1)[-1], tmp_path)
     out = records(broker, project, "by_user")
     assert sorted((r["key"], json.loads(r["value"])["id"]) for r in out) == sorted(
-        [(c["userid"].upper(), c["id"]) for c in clicks] + [(v["userid"].upper(), v["id"] + 1000) for v in views
+        [(c["userid"].upper(), c["id"]) for c in clicks] + [(str(v["id"] % 5), v["id"] + 1000) for v in views
                                                             if v["id"] % 2 == 0])
+    written = {json.loads(r["value"])["id"]: json.loads(r["value"])["who"] for r in out}
+    assert all(written[v["id"] + 1000] == str(v["id"] % 5) for v in views if v["id"] % 2 == 0)  # "3", not 3
+    assert [(c.name, c.type) for c in insert.output_columns] == [("id", "BIGINT"), ("who", "VARCHAR")]
     partitions: dict[str, set[int]] = {}
     for r in out:
         partitions.setdefault(r["key"], set()).add(r["partition"])

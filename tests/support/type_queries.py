@@ -14,7 +14,9 @@ CAST_INVALID_INPUT.
 Every statement kind: CREATE STREAM / CHANGELOG / MATERIALIZED VIEW ... AS SELECT (projections, aggregates, windows,
 interval joins of `v` and `w2`), INSERT INTO one of the declared streams of SINKS (Spark's verdict: also its ANSI
 store assignment of the column into the declared type, store_refusal), and temporal joins of `v` with a changelog of
-CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's join is a stateful function).
+CHANGELOGS (Spark's verdict: the join as SQL over the views, as the runtime's join is a stateful function); and
+(tests/support/type_shapes.py) CREATE TABLE ... AS SELECT into a lake store, joins of two changelogs and of two
+streams aggregated, and windows of generated bounds (Spark's verdict on those: its window()/session_window()).
 
 The translation is the translator's: the query Spark would run (adapters/spark/translate.spark_select) for a query
 dsflow accepts; for one it refuses there is no Query, so its SELECT goes through the same rewrites without types
@@ -31,7 +33,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from dsflow.errors import ProjectError
+from dsflow.errors import ProjectError, Severity
+from support import type_shapes as shapes
 from dsflow.sql.typecheck import RUNTIME_CODES
 
 COLUMNS = {"id": "BIGINT", "userid": "VARCHAR", "n": "INT", "x": "DOUBLE", "ts": "TIMESTAMP", "a": "ARRAY<INT>",
@@ -160,8 +163,12 @@ def _temporal(changelog: str) -> st.SearchStrategy[tuple[str, str]]:
 
 
 temporal_queries = st.sampled_from(sorted(CHANGELOGS)).flatmap(_temporal)
+table_queries = shapes.table_queries(stream_queries.map(lambda t: t[1]), expressions, AGGREGATES)
+changelog_join_queries = shapes.changelog_join_queries(leaves, LITERALS, _extend, CHANGELOG, AGGREGATES)
+bound_queries = shapes.windowed_bound_queries(expressions, AGGREGATES)
 queries = st.one_of(stream_queries, stream_queries, aggregate_queries, windowed_queries, joined_queries,
-                    view_queries, insert_queries, insert_queries, temporal_queries)
+                    view_queries, insert_queries, insert_queries, temporal_queries, table_queries,
+                    changelog_join_queries, bound_queries)
 """(the kind of statement: the relation a CREATE ... AS creates, or `INSERT <sink>`; its SELECT)."""
 
 
@@ -199,9 +206,12 @@ def dsflow_verdicts(batch: list[tuple[str, str]]) -> tuple[list[list[str]], dict
     with tempfile.TemporaryDirectory(prefix="dsflow-types-") as tmp:
         lines = head + [_statement(i, kind, sql) for i, (kind, sql) in enumerate(batch)]
         try:
-            load_project(make_project(Path(tmp) / "all", {"sql/all.sql": "\n".join(lines) + "\n"}))
+            load_project(make_project(Path(tmp) / "all", {"sql/all.sql": "\n".join(lines) + "\n",
+                                                          "stores/lake.yml": shapes.LAKE_STORE}))
         except ProjectError as error:
             for d in error.diagnostics:
+                if d.severity is not Severity.ERROR:  # a warning (DSF-W001: a join's state grows) refuses nothing
+                    continue
                 line = d.location.line if d.location is not None and d.location.line else 0
                 if len(head) < line <= len(batch) + len(head):
                     codes[line - len(head) - 1].append(d.code)
@@ -209,7 +219,8 @@ def dsflow_verdicts(batch: list[tuple[str, str]]) -> tuple[list[list[str]], dict
                     raise AssertionError(f"a diagnostic on no query's line: {d}") from error
         accepted = [i for i, c in enumerate(codes) if not c]
         kept = head + [_statement(i, *batch[i]) for i in accepted]
-        project = load_project(make_project(Path(tmp) / "kept", {"sql/all.sql": "\n".join(kept) + "\n"}))
+        project = load_project(make_project(Path(tmp) / "kept", {"sql/all.sql": "\n".join(kept) + "\n",
+                                                                 "stores/lake.yml": shapes.LAKE_STORE}))
     by_line = {q.location.line: q for q in project.queries if q.location is not None}
     return codes, {i: by_line[len(head) + 1 + n] for n, i in enumerate(accepted)}, project
 
@@ -223,10 +234,14 @@ def _declared() -> list[str]:
               for name, of, time in STREAMS),
             *(f"CREATE CHANGELOG {name} ({columns(CHANGELOG)}, PRIMARY KEY ({key})) "
               "WITH ('value.format' = 'json', 'timestamp' = 'cts');" for name, key in CHANGELOGS.items()),
+            f"CREATE CHANGELOG u ({columns(shapes.U)}, PRIMARY KEY (uid)) WITH ('value.format' = 'json', "
+            "'timestamp' = 'uts');",
             *(f"CREATE STREAM {name} (o {t}) WITH ('value.format' = 'json');" for name, t in SINKS.items())]
 
 
 def _statement(i: int, kind: str, sql: str) -> str:
+    if kind == "TABLE":
+        return f"CREATE TABLE o_{i} WITH ('store' = 'lake') AS {sql};"
     return f"INSERT INTO {kind.split()[1]} {sql};" if kind.startswith("INSERT ") else f"CREATE {kind} o_{i} AS {sql};"
 
 
@@ -239,7 +254,7 @@ def untyped_translation(sql: str, views: dict[str, str]) -> str:
     from dsflow.sql.functions import to_spark
     from dsflow.sql.parse import parse_one_select
 
-    select = to_spark(array_subscripts(parse_one_select(sql)))
+    select = to_spark(array_subscripts(parse_one_select(shapes.plain_window(sql))))
     for table in list(select.find_all(exp.Table)):
         if isinstance(table.this, exp.Anonymous):  # TUMBLE(v, ...), HOP(v, ...): its rows carry their window
             table.replace(_view(views["v"], "v"))
@@ -261,12 +276,17 @@ def _view(view: str, alias: str):
     return exp.Table(this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
-EMPTY = {"v": "__types_empty", "w2": "__types_w2_empty", "c": "__types_c_empty", "c2": "__types_c_empty"}
-ROWS = {"v": "__types_rows", "w2": "__types_w2_rows", "c": "__types_c_rows", "c2": "__types_c_rows"}
+EMPTY = {"v": "__types_empty", "w2": "__types_w2_empty", "c": "__types_c_empty", "c2": "__types_c_empty",
+         "u": "__types_u_empty"}
+ROWS = {"v": "__types_rows", "w2": "__types_w2_rows", "c": "__types_c_rows", "c2": "__types_c_rows",
+        "u": "__types_u_rows"}
 """The views a query's streams are read from: empty (analysis), or of the sample rows (a run-time claim)."""
 
 
 NO_SINK_TYPE = "an INTERVAL result column: no sink column type holds one (DSF-E410)"
+KEYS_BY_TEXT = "DISAGREE (documented): join keys of two types refused (DSF-E211), Spark's = casts them"
+"""dsflow's joins of changelogs match keys by their text (sql/join_keys.py): it refuses keys of two types that
+Spark's SQL join would cast to a common type (docs/validate.md)."""
 
 
 @lru_cache(maxsize=64)
@@ -328,6 +348,7 @@ def prepare(spark) -> None:
         spark.sql(f"SELECT *, CAST(NULL AS STRING) AS __key, {time} AS __ts, "
                   f"named_struct('start', {time}, 'end', {time} + INTERVAL 1 MINUTE) AS __window "
                   f"FROM {name}_plain").createOrReplaceTempView(name)
+    shapes.prepare(spark, _sample)
 
 
 def _sample(index: int, value):
@@ -352,9 +373,10 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
             text = spark_select(query, project)
             for index, source in enumerate(query.sources):
                 text = text.replace(view_name(index, query), EMPTY[source.relation.rsplit(".", 1)[-1]])
-            if query.temporal_join is not None:  # its joined view is the runtime's (temporal.py): the join as SQL
-                text = untyped_translation(sql, EMPTY)
-            refused = spark_verdict(spark, text) or (store_refusal(spark, text, sink) if sink else None)
+            if query.temporal_join is not None or query.changelog_join is not None:
+                text = untyped_translation(sql, EMPTY)  # its joined view is the runtime's: the join as SQL
+            refused = spark_verdict(spark, text) or (store_refusal(spark, text, sink) if sink else None) \
+                or shapes.window_refusal(spark, sql, query)
             _record(verdicts, "agree: both accept" if refused is None else "DISAGREE: dsflow accepts, Spark refuses",
                     (kind, sql), refused or "")
             if refused is None:
@@ -365,6 +387,8 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
         refused = spark_verdict(spark, untyped)
         if refused is None and sink is not None:
             refused = store_refusal(spark, untyped, sink)
+        if refused is None:
+            refused = shapes.window_refusal(spark, sql)
         if refused == NO_SINK_TYPE and "DSF-E410" not in codes[i]:
             refused = None  # Spark's analyzer accepts it; dsflow's reason must stand on its own
         runtime = all(c in RUNTIME_CODES for c in codes[i])
@@ -373,6 +397,10 @@ def compare(spark, batch: list[tuple[str, str]], verdicts: Verdicts) -> None:
                     "")
         elif refused is not None:
             _record(verdicts, "agree: both refuse", (kind, sql), "")
+        elif set(codes[i]) == {"DSF-E002"} and shapes.window_of(sql) is not None:
+            _record(verdicts, shapes.NOT_IN_GRAMMAR, (kind, sql), str(sorted(set(codes[i]))))
+        elif set(codes[i]) == {"DSF-E211"}:
+            _record(verdicts, KEYS_BY_TEXT, (kind, sql), str(sorted(set(codes[i]))))
         elif runtime:
             failed = runtime_failure(spark, untyped_translation(sql, ROWS))
             confirmed = failed is not None and "CAST_INVALID_INPUT" in failed
@@ -399,6 +427,8 @@ def shown(kind: str, sql: str) -> str:
     materialized view (whose SELECTs are those of a stream and a changelog)."""
     if kind.startswith("INSERT "):
         return f"INSERT INTO {kind.split()[1]} {sql}"
+    if kind == "TABLE":
+        return f"CREATE TABLE AS {sql}"
     return f"CREATE MATERIALIZED VIEW AS {sql}" if kind == "MATERIALIZED VIEW" else sql
 
 
@@ -408,6 +438,14 @@ def statement_kind(kind: str, sql: str) -> str:
         return "INSERT INTO a declared stream"
     if kind == "MATERIALIZED VIEW":
         return "CREATE MATERIALIZED VIEW (aggregate)"
+    if kind == "TABLE":
+        return "CREATE TABLE ... AS SELECT (lake)"
+    if " JOIN u " in sql:
+        return "join of two changelogs"
+    if "JOIN w2 ON" in sql:
+        return "join of two streams, aggregated (run as changelogs)"
+    if shapes.window_of(sql) is not None and not any(w in sql for w in WINDOWS):
+        return "windowed aggregate, generated bounds"
     if " JOIN c" in sql:
         return "temporal join (stream and changelog)"
     if "WITHIN" in sql:

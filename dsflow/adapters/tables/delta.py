@@ -32,10 +32,15 @@ _TYPES = [(r"^BIGINT|^LONG", "int64"), (r"^INT|^INTEGER", "int32"), (r"^SMALLINT
 
 
 def arrow_type(sql_type: str):
-    """The Arrow (and so Delta) type of a dsflow column type; anything unknown is stored as text."""
+    """The Arrow (and so Delta) type of a dsflow column type: an ARRAY, MAP or STRUCT as one of its element types
+    (formats/arrow.py: the shape Spark's toArrow gives a batch); anything unknown is stored as text."""
     import pyarrow as pa
 
     upper = sql_type.strip().upper()
+    if upper.startswith(("ARRAY", "MAP", "STRUCT")):
+        from dsflow.formats.arrow import arrow_type as nested
+
+        return nested(sql_type)
     name = next((t for pattern, t in _TYPES if re.match(pattern, upper)), "string")
     if name == "timestamp":
         return pa.timestamp("us", tz="UTC")
