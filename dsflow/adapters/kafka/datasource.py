@@ -32,8 +32,8 @@ Options (keys are case-insensitive):
     transaction.ledger     writing (batch writer) exactly-once: each task writes its records and the batch id in one
                            Kafka transaction of this ledger and skips a batch the ledger holds (transactions.py)
     transaction.batch      with transaction.ledger: the micro-batch id
-    run.id                 writing (stream writer): the query run's id, set once at its start: the write tasks' producers
-                           are kept across its micro-batches (pool.py); without it a producer lasts one batch
+    run.id                 writing (stream writer): the query run's id, set once at its start: the write tasks'
+                           producers are kept across its micro-batches (pool.py); without it a producer lasts one batch
 
 Reading yields key, value, topic, partition, offset, timestamp (see SCHEMA). Offsets are
 {"<partition>": next offset}; a partition missing from the start offset is read from 0.
