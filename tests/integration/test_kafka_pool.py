@@ -4,6 +4,7 @@ would: the reference is the list of records produced, and a plain consumer readi
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -92,8 +93,8 @@ def test_a_reused_producer_delivers_every_batch(broker, monkeypatch):
 
 
 def test_another_run_never_gets_the_clients_of_the_one_before(broker, monkeypatch):
-    """A streaming run's pooled clients stay with that run; when the next run of the same configuration takes
-    its first client, the idle ones of the run before are closed."""
+    """A streaming run's pooled clients stay with that run; the idle ones of a run that took none for `STALE_S`
+    are closed when another run of the configuration takes one."""
     monkeypatch.setattr(pool, "_consumers", {})
     monkeypatch.setattr(pool, "_runs", {})
     topic = _topic(broker)
@@ -102,5 +103,30 @@ def test_another_run_never_gets_the_clients_of_the_one_before(broker, monkeypatc
     assert _read(KafkaRange(topic, 0, 0, 40, config, run="run-1")) == sent[0]
     first = pool._consumers[pool._key(config, "run-1")][0]
     assert _read(KafkaRange(topic, 1, 0, 40, config, run="run-2")) == sent[1]
-    assert pool._key(config, "run-1") not in pool._consumers  # closed, not handed over
+    assert pool._consumers[pool._key(config, "run-1")] == [first]  # kept for its own run, not handed over
     assert pool._consumers[pool._key(config, "run-2")] not in ([], [first])
+    monkeypatch.setattr(pool, "STALE_S", 0.0)
+    assert _read(KafkaRange(topic, 0, 10, 40, config, run="run-2")) == sent[0][10:]
+    assert pool._key(config, "run-1") not in pool._consumers  # stale: closed
+
+
+def test_a_source_and_a_sink_in_one_worker_keep_their_clients(broker, monkeypatch):
+    """A worker runs a query's read tasks and its write tasks in turn, under two runs of one configuration: neither
+    closes the other's clients (they did, so every micro-batch made a new consumer and a new producer)."""
+    monkeypatch.setattr(pool, "_consumers", {})
+    monkeypatch.setattr(pool, "_producers", {})
+    monkeypatch.setattr(pool, "_runs", {})
+    source, sink = _topic(broker), _topic(broker, partitions=1)
+    sent = _fill(broker, source, 30)
+    config = client.client_config(broker)
+    options = replace(KafkaOptions.parse({"bootstrap.servers": broker, "topic": sink}), run="writer")
+    consumers, producers = set(), set()
+    for n in range(3):  # three micro-batches: read a range, write it
+        rows = _read(KafkaRange(source, n % 2, 0, 30, config, run="reader"))
+        assert rows == sent[n % 2]
+        consumers.add(id(pool._consumers[pool._key(config, "reader")][0]))
+        batch = pa.RecordBatch.from_arrays([pa.array([k for k, _ in rows]), pa.array([v for _, v in rows])],
+                                           names=["key", "value"])
+        assert produce_batches(options, iter([batch])) == 30
+        producers.add(id(pool._producers[pool._key(options.config, "writer")][0][0]))
+    assert len(consumers) == 1 and len(producers) == 1

@@ -472,26 +472,48 @@ def _last_offsets(consumer: Any, topic: str, starts: dict[int, int], first_wait:
                   settle: float = END_SETTLE_S, quiet: float = END_QUIET_S) -> dict[int, int]:
     """Highest offset seen per partition reading from `starts` until the partitions go quiet.
 
-    A batch arrives whole in one fetch, so once every partition has shown its first record
-    the rest of that batch is already local and arrives within milliseconds: on a quiet topic
-    reading stops after `quiet` seconds with nothing new; on a busy topic (new batches keep
-    coming) it stops after `settle` seconds. Either way the end is at or past the end of the
-    batch holding `high - 1`, or, if the read was cut short, a valid earlier end whose rest is
-    found by the next call. Stopping early matters: this runs before every micro-batch.
+    A batch arrives whole in one fetch, so once a partition has shown its first record the rest of that batch is
+    already local: it is taken at once, without waiting (`_first_records`). Then, on a quiet topic reading stops
+    after `quiet` seconds with nothing new; on a busy topic (new batches keep coming) it stops after `settle`
+    seconds (0 for both: only what is local already). Either way the end is at or past the end of the batch
+    holding `high - 1`, or, if the read was cut short, a valid earlier end whose rest is found by the next call.
+    Stopping early matters: this runs before every micro-batch.
     """
     from confluent_kafka import TopicPartition
 
     consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
-    seen: dict[int, int] = {}
-    deadline = time.monotonic() + first_wait
     try:
-        while len(seen) < len(starts) and time.monotonic() < deadline:
-            _note_offsets(consumer.consume(10_000, quiet), seen)
+        seen = _first_records(consumer, topic, starts, first_wait)
         deadline = time.monotonic() + settle
         while _note_offsets(consumer.consume(10_000, quiet), seen) and time.monotonic() < deadline:
             pass
     finally:
         consumer.unassign()
+    return seen
+
+
+FIRST_POLL_S = 0.01
+"""The longest single wait of `_first_records` between two looks at the partitions' positions."""
+
+
+def _first_records(consumer: Any, topic: str, starts: dict[int, int], first_wait: float) -> dict[int, int]:
+    """Highest offset seen per partition once each partition has delivered its first record with the rest of its
+    fetch (local already: taken without waiting), or moved its position past its start without delivering one (a
+    transaction marker at `high - 1`), or `first_wait` s passed. `poll` returns as soon as a record is there, where
+    a `consume` of many waits its whole timeout unless they all come."""
+    from confluent_kafka import TopicPartition
+
+    seen: dict[int, int] = {}
+    waiting = set(starts)
+    deadline = time.monotonic() + first_wait
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        message = consumer.poll(min(left, FIRST_POLL_S))
+        if message is not None:
+            _note_offsets([message, *consumer.consume(10_000, 0)], seen)
+        waiting -= set(seen)
+        if waiting and message is None:
+            moved = consumer.position([TopicPartition(topic, p) for p in waiting])
+            waiting -= {tp.partition for tp in moved if tp.offset > starts[tp.partition]}
     return seen
 
 

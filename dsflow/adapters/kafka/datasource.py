@@ -32,6 +32,8 @@ Options (keys are case-insensitive):
     transaction.ledger     writing (batch writer) exactly-once: each task writes its records and the batch id in one
                            Kafka transaction of this ledger and skips a batch the ledger holds (transactions.py)
     transaction.batch      with transaction.ledger: the micro-batch id
+    run.id                 writing (stream writer): the query run's id, set once at its start: the write tasks'
+                           producers are kept across its micro-batches (pool.py); without it a producer lasts one batch
 
 Reading yields key, value, topic, partition, offset, timestamp (see SCHEMA). Offsets are
 {"<partition>": next offset}; a partition missing from the start offset is read from 0.
@@ -91,6 +93,9 @@ SCHEMA = StructType([
 ])
 """Rows read from Kafka; timestamp is the record timestamp (ms since the epoch)."""
 
+RUN_OPTION = "run.id"
+"""A streaming write's run: set once per query start, it keeps the sink's producers across micro-batches."""
+
 AT_READ = -1
 """A task's end offset to be found when it runs (`ends.at.read`)."""
 
@@ -98,8 +103,12 @@ CHUNK_ROWS = 10_000
 """Rows per Arrow RecordBatch produced by a read task."""
 
 QUICK_SETTLE_S = 0.02
-"""Between micro-batches, how long the end-offset probe reads (see client.end_offsets): this runs
+"""Between micro-batches, how long the end-offset probe reads on (see client.end_offsets): this runs
 before every batch, so it bounds latency; an end found short is completed by the next batch."""
+
+QUICK_QUIET_S = 0.0
+"""Between micro-batches, the probe's wait for more records once each partition showed its last batch: none, it
+takes only what is local already (a consume that waits takes its whole wait on a busy topic, every batch)."""
 
 class KafkaDataSource(DataSource):
     """Read and write Kafka topics, batch or streaming, under the name `dsflow_kafka`."""
@@ -130,8 +139,16 @@ class KafkaDataSource(DataSource):
         return KafkaBatchWriter(KafkaOptions.parse(self.options), check_write_schema(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
-        return KafkaStreamWriter(replace(KafkaOptions.parse(self.options), run=uuid.uuid4().hex),
+        return KafkaStreamWriter(replace(KafkaOptions.parse(self.options), run=write_run(self.options)),
                                  check_write_schema(schema))
+
+
+def write_run(options: Mapping[str, str]) -> str:
+    """The run a streaming write's pooled producers belong to (pool.py): its `run.id` option, which the query's start
+    sets once (adapters/kafka/spark.py), else a new id. Spark plans a Python sink's write again at every
+    micro-batch (`streamWriter` each time), so without the option no producer outlives its batch."""
+    given = {str(k).lower(): str(v) for k, v in options.items()}.get(RUN_OPTION, "").strip()
+    return given or uuid.uuid4().hex
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -337,12 +354,12 @@ class _ConsumerHolder:
             topic = self.options.topic
             from_kept_list = self._partitions.holds(topic)
             try:
-                return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_SETTLE_S)
+                return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_QUIET_S)
             except DsflowError:
                 if not from_kept_list:  # the broker's own answer failed (down, topic gone): no second wait
                     raise
                 self._partitions.forget(topic)  # the list kept may be stale (a deleted topic): read it again, once
-                return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_SETTLE_S)
+                return self._tracker.ends(c, topic, self._partitions.get(c, topic), QUICK_SETTLE_S, QUICK_QUIET_S)
 
     def start_offsets(self) -> dict[int, int]:
         with unchained_kafka(self.options.topic):

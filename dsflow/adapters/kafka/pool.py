@@ -7,8 +7,12 @@ of each task of a ~1 s batch, straight into end-to-end latency (docs/benchmarks.
 
 A client goes back to the pool only after a task that succeeded with it: a consumer is unassigned by
 `client.read_range` (its fetch queue purged), and a producer was flushed with no delivery error. Anything
-else closes it. Clients are keyed by their configuration, so two queries with different settings never share
-one; at most `KEEP` idle clients of each kind per configuration (a worker runs one task at a time).
+else closes it. Clients are keyed by their kind, configuration and streaming run, so two queries with different
+settings never share one and a run's clients are never handed to another run; at most `KEEP` idle clients of each
+key (a worker runs one task at a time). A worker serves the reads and writes of several runs in turn (a query's
+source and its sink, a join's two sources, the queries of a shared application), so a run's idle clients are
+closed only once it has not taken one for `STALE_S`, or when more than `RUNS` runs of a kind and configuration
+hold idle clients (the least recently used first).
 `DSFLOW_KAFKA_REUSE=0` in the environment turns pooling off (a new client per task, as before).
 """
 
@@ -16,18 +20,21 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from dsflow.adapters.kafka import client
 
 KEEP = 2
+RUNS = 4
+STALE_S = 60.0
 REUSE_ENV = "DSFLOW_KAFKA_REUSE"
 
 _consumers: dict[str, list[Any]] = {}
 _producers: dict[str, list[tuple[Any, client.DeliveryErrors]]] = {}
-_runs: dict[str, str] = {}
-"""Per configuration, the streaming run whose clients are pooled now (see `_start_turn`)."""
+_runs: dict[str, dict[str, float]] = {}
+"""Per kind and configuration, the runs holding pooled clients and when each last took one (see `_start_turn`)."""
 
 
 def _enabled() -> bool:
@@ -38,29 +45,34 @@ def _key(config: Mapping[str, Any], run: str) -> str:
     return f"{json.dumps(config, sort_keys=True, default=str)}|{run}"
 
 
-def _start_turn(config: Mapping[str, Any], run: str) -> str:
+def _start_turn(kind: str, config: Mapping[str, Any], run: str) -> str:
     """The pool key of this configuration and streaming run. A run's clients are never handed to another run: a
     pooled producer taken over by the next run of the same query in the same worker (a query stopped and started
-    again in one Spark session) crashed that worker. When another run of a configuration takes its first
-    client, the idle clients of the run before are closed."""
+    again in one Spark session) crashed that worker. The idle clients of other runs of the configuration that went
+    `STALE_S` without taking one, or beyond the `RUNS` most recent, are closed."""
     settings = json.dumps(config, sort_keys=True, default=str)
-    before = _runs.get(settings, run)
-    if before != run:
-        _close_idle(f"{settings}|{before}")
-    _runs[settings] = run
+    now = time.monotonic()
+    runs = _runs.setdefault(f"{kind}|{settings}", {})
+    runs[run] = now
+    others = sorted((r for r in runs if r != run), key=runs.__getitem__, reverse=True)
+    for before in others[RUNS - 1:] + [r for r in others[:RUNS - 1] if now - runs[r] > STALE_S]:
+        del runs[before]
+        _close_idle(kind, f"{settings}|{before}")
     return f"{settings}|{run}"
 
 
-def _close_idle(key: str) -> None:
-    for c in _consumers.pop(key, []):
-        c.close()
-    for p, _ in _producers.pop(key, []):
-        p.flush(0)
+def _close_idle(kind: str, key: str) -> None:
+    if kind == "consumer":
+        for c in _consumers.pop(key, []):
+            c.close()
+    else:
+        for p, _ in _producers.pop(key, []):
+            p.flush(0)
 
 
 def consumer(config: Mapping[str, Any], run: str = "") -> Any:
     """An idle consumer made with `config` for this run, or a new one; hand it back with `release_consumer`."""
-    idle = _consumers.get(_start_turn(config, run))
+    idle = _consumers.get(_start_turn("consumer", config, run))
     return idle.pop() if idle else client.new_consumer(config)
 
 
@@ -75,7 +87,7 @@ def release_consumer(config: Mapping[str, Any], c: Any, ok: bool, run: str = "")
 
 def producer(config: Mapping[str, Any], run: str = "") -> tuple[Any, client.DeliveryErrors]:
     """An idle producer made with `config` for this run and its (emptied) delivery-error list, or a new pair."""
-    idle = _producers.get(_start_turn(config, run))
+    idle = _producers.get(_start_turn("producer", config, run))
     if idle:
         found, errors = idle.pop()
         errors.clear()

@@ -6,6 +6,7 @@ end offsets for the query's lag (in records)."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from dsflow.adapters.spark.facets import SparkFacet
@@ -111,6 +112,7 @@ class KafkaSpark:
         return sink_frame(result, sink)
 
     def start(self, spec: Any, frame: Any, trigger: dict[str, Any], options: dict[str, str]) -> Any:
+        from dsflow.adapters.kafka.datasource import RUN_OPTION
         from dsflow.adapters.spark.frames import sink_format_options
 
         if spec.sink.exactly_once:
@@ -120,6 +122,7 @@ class KafkaSpark:
         writer = (frame.writeStream.format("dsflow_kafka")
                   .option(BOOTSTRAP, spec.sink.client_config[BOOTSTRAP])
                   .option("topic", spec.sink.topic)
+                  .option(RUN_OPTION, uuid.uuid4().hex)
                   .option("checkpointLocation", spec.checkpoint)
                   .queryName(spark_query_name(spec.name))
                   .trigger(**trigger))
