@@ -213,11 +213,12 @@ def test_produce_json_lines_and_print_records(broker: str) -> None:
 
     lines = [json.dumps({"id": i, "name": f"n{i}"}) for i in range(3)] + ['{"name": "no id"}']
     assert client.produce_json_lines(broker, topic, lines, key_field="id") == 4
-    records = list(client.print_records(broker, topic, from_beginning=True, timeout=1.0))
-    assert sorted(r["value"] for r in records) == sorted(lines)
+    # a limit, not a short idle timeout, ends the reads: a loaded machine may take seconds to the first fetch
+    records = list(client.print_records(broker, topic, from_beginning=True, limit=len(lines), timeout=60.0))
+    assert sorted(r["value"] for r in records) == sorted(lines) and len(client.read_to_end(broker, topic)) == 4
     assert sorted((r["key"] or "") for r in records) == ["", "0", "1", "2"]
     assert all(r["timestamp"] > 0 and r["offset"] >= 0 for r in records)
-    assert len(list(client.print_records(broker, topic, limit=2, timeout=1.0))) == 2
+    assert len(list(client.print_records(broker, topic, limit=2, timeout=60.0))) == 2
     assert list(client.print_records(broker, topic, from_beginning=False, timeout=0.5)) == []
 
 
