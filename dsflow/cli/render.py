@@ -113,7 +113,7 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
 
         blue_green = BlueGreen.model_validate(change["blue_green"])
         if blue_green.interrupted is not None:
-            details.append(("interrupted", interrupted_text(blue_green.interrupted)))
+            details.append(("interrupted", interrupted_text(blue_green.interrupted, blue_green)))
         details += [("phase", text) for text in phase_text(blue_green)]
     if change.get("consumers"):
         details.append(("consumers", f"{', '.join(change['consumers'])} (consumer groups on its log, outside the "
