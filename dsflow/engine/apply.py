@@ -25,7 +25,7 @@ from dsflow.core.secrets import Redactor, scrub
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
-from dsflow.engine import bluegreen, bluegreen_resume, eventlog, failpoints
+from dsflow.engine import bluegreen, bluegreen_forward, bluegreen_resume, eventlog, failpoints
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
@@ -104,7 +104,8 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             try:
                 seen = plan.observations.resources.get(change.address)
                 if change.blue_green is not None:  # carried out beside the deployed version: engine/bluegreen.py
-                    state = bluegreen.deploy(ctx, change, holder.current, _record_ledger).with_pending(None)
+                    deploy = bluegreen_forward.finish if bluegreen_forward.rolls_forward(change) else bluegreen.deploy
+                    state = deploy(ctx, change, holder.current, _record_ledger).with_pending(None)
                 elif _only_rolled_back(change):  # its SQL reverted: the deployment's leftovers removed alone
                     state = _rolled_back(ctx, change, holder.state)[1].with_pending(None)
                 else:

@@ -32,7 +32,8 @@ from dsflow.engine import failpoints
 from dsflow.engine import bluegreen_lake as lake
 from dsflow.engine import bluegreen_resume as resume
 from dsflow.engine import bluegreen_tables as tables
-from dsflow.engine.executors import LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity
+from dsflow.engine.executors import (LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity,
+                                     query_identity)
 
 POLL_SECONDS = 0.5
 Ledger = Callable[[State, Change, dict | None, dict | None], State]
@@ -108,10 +109,6 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     """Carry out the blue/green replay `change` (its `blue_green`); the state after the switch. `current`: the state
     as apply holds it now (notes included); `ledger`: apply's recording of a query version stopped and started."""
     prior = change.blue_green.interrupted if change.blue_green is not None else None
-    if prior is not None and prior.action == "roll forward":  # killed in the switch: engine/bluegreen_forward.py
-        from dsflow.engine import bluegreen_forward
-
-        return bluegreen_forward.finish(ctx, change, current, ledger)
     restarted = None
     if prior is not None and prior.action != "resume":  # an apply killed during it: engine/bluegreen_resume.py
         restarted = resume.roll_back(ctx, change.address, current(), restart=True)
@@ -325,7 +322,7 @@ def _switch_reader(run: _Deploying, ctx: Context, entry: DeployedResource) -> di
 def _still_switched(ctx: Context, entry: DeployedResource, noted: dict[str, Any]) -> dict[str, Any]:
     """A reader switched before the kill, as it runs now: started again on its new checkpoint if its driver ended."""
     outputs = noted["outputs"]
-    if process.is_running(outputs.get("pid"), driver_identity(Path(outputs["run_dir"]))):
+    if process.is_running(outputs.get("pid"), query_identity(outputs)):
         return noted
     pid = engine().relaunch(ctx.project, entry.model_copy(update={"outputs": outputs}), None)
     return {**noted, "outputs": {**outputs, "pid": pid}}

@@ -30,6 +30,12 @@ from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import Context
 
 
+def rolls_forward(change: Change) -> bool:
+    """The plan marked this blue/green change as the roll forward of a switch an apply was killed in."""
+    prior = change.blue_green.interrupted if change.blue_green is not None else None
+    return prior is not None and prior.action == "roll forward"
+
+
 def finish(ctx: Context, change: Change, current: Callable[[], State], ledger: bg.Ledger) -> State:
     """The interrupted switch of `change` finished; the state after it (as deploy() returns it)."""
     noted, switch = ctx.resumed[RUN_NOTE], ctx.resumed[SWITCH_NOTE]
