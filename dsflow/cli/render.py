@@ -170,6 +170,8 @@ def summary_line(plan: dict[str, Any]) -> str:
             f"{counts['replace']} to replace, {counts['delete']} to delete")
     forgets = sum(1 for c in actionable if c["action"] == "forget")
     line += f", {forgets} to forget (kept, no longer managed)" if forgets else ""
+    refreshes = sum(1 for c in actionable if c["action"] == "refresh")  # a query's interrupted deployment
+    line += f", {refreshes} interrupted deployment(s) to roll back" if refreshes else ""
     imports = sum(1 for c in actionable if c.get("imported"))
     line = line.replace("Plan: ", f"Plan: {imports} to import, ") if imports else line
     line += "."

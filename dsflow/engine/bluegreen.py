@@ -292,13 +292,12 @@ def _switched_readers(run: _Deploying, state: State, ledger: Ledger,
         entry = state.resources.get(reader)
         if entry is None:
             continue
-        if reader in noted:
-            noted[reader] = _still_switched(ctx, entry, noted[reader])
-        else:
-            noted[reader] = _switch_reader(run, ctx, entry)
-            run.ctx.note({SWITCHED_NOTE: noted})
-            if len(noted) == 1:
-                failpoints.pause_at("blue_green.switched_one")
+        first = not noted
+        noted[reader] = _still_switched(ctx, entry, noted[reader]) if reader in noted else \
+            _switch_reader(run, ctx, entry)
+        run.ctx.note({SWITCHED_NOTE: noted})
+        if first:
+            failpoints.pause_at("blue_green.switched_one")
         state = ledger(state, _as_change(entry), noted[reader]["stopped"], noted[reader]["started"])
         state = state.with_resource(entry.model_copy(update={"outputs": noted[reader]["outputs"]}))
     run.record = run.record.model_copy(update={"switched": {r: n["offsets"] for r, n in noted.items()}})
@@ -322,9 +321,11 @@ def _switch_reader(run: _Deploying, ctx: Context, entry: DeployedResource) -> di
 def _still_switched(ctx: Context, entry: DeployedResource, noted: dict[str, Any]) -> dict[str, Any]:
     """A reader switched before the kill, as it runs now: started again on its new checkpoint if its driver ended."""
     outputs = noted["outputs"]
-    if process.is_running(outputs.get("pid"), query_identity(outputs)):
+    identity = query_identity(outputs)
+    if process.is_running(outputs.get("pid"), identity):
         return noted
-    pid = engine().relaunch(ctx.project, entry.model_copy(update={"outputs": outputs}), None)
+    pid = process.holder(identity) or engine().relaunch(ctx.project, entry.model_copy(update={"outputs": outputs}),
+                                                        None)  # a driver an earlier roll forward started, or one now
     return {**noted, "outputs": {**outputs, "pid": pid}}
 
 

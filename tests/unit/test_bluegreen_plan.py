@@ -296,6 +296,7 @@ def test_a_deployment_killed_in_its_switch_rolls_forward_and_one_whose_sql_rever
                                   "checkpoint removed")
     assert reverted.summary()["refresh"] == 1
     assert f"! {QUERY}" in plan_text(reverted.model_dump(mode="json"))
+    assert "0 to delete, 1 interrupted deployment(s) to roll back." in plan_text(reverted.model_dump(mode="json"))
     assert "deployed version started again" in change_of(plan_of(example, killed("compare", None)), QUERY).effect
     assert "DSF-E966" in change_of(plan_of(example, killed("switch", first.data_hash)), QUERY).effect
 
