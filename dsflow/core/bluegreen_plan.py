@@ -46,7 +46,17 @@ def with_blue_green(changes: list[Change], wanted: Mapping[str, Resource], state
     marked = [_blue_green(c, wanted, state, options, readers) if c.category is Category.REPLAY
               and c.action is Action.REPLACE and f"relation.{(c.after or {}).get('sink')}" not in touched else c
               for c in changes]
-    return [_rolled_back(c, state) for c in marked]
+    forwarded = {r: c.address for c in marked if c.blue_green is not None and c.blue_green.interrupted is not None
+                 and c.blue_green.interrupted.action == "roll forward" for r in c.blue_green.readers}
+    return [_left_to(forwarded[c.address], c) if c.drift and c.address in forwarded else _rolled_back(c, state)
+            for c in marked]
+
+
+def _left_to(query: str, change: Change) -> Change:
+    """A reader whose recorded driver the interrupted switch stopped (the drift the refresh saw): the roll forward
+    of `query` starts it on the new log, or again on its new checkpoint; nothing else restarts it."""
+    return change.model_copy(update={"action": Action.NOOP, "drift": False, "category": None, "effect": None,
+                                     "reason": f"{change.reason}: left to the roll forward of {query}"})
 
 
 def _intent(change: Change, state: State) -> dict:

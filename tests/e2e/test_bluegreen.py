@@ -225,6 +225,7 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
             assert (bg.interrupted.version, bg.interrupted.phase, bg.interrupted.action) == (3, "switch",
                                                                                          "roll forward")
             assert "(switch): it rolls forward: readers not yet on" in plan_text(plan.model_dump(mode="json"))
+            assert [c.address for c in plan.actionable] == [QUERY], "no drift repair: the roll forward starts readers"
             result = operations.apply(loaded, plan)
         assert result.ok, result.failed
         produced = producer.next

@@ -10,7 +10,7 @@ import pytest
 
 from dsflow.cli.render import plan_text
 from dsflow.core.bluegreen import Deployment, compared, reached, redirected, redirects
-from dsflow.core.plan import Action, Observations, Plan, PlanOptions, make_plan
+from dsflow.core.plan import Action, Observation, Observations, Plan, PlanOptions, make_plan
 from dsflow.core.plan_schema import plan_from_json
 from dsflow.core.resources import project_resources
 from dsflow.core.state import State
@@ -274,7 +274,11 @@ def test_a_deployment_killed_in_its_switch_rolls_forward_and_one_whose_sql_rever
                      if switch else {})}
         return state.with_pending(PendingChange(address=QUERY, action="replace", intent=intent))
 
-    plan = plan_of(example, killed("switch", first.data_hash))  # without --blue-green: it is finished all the same
+    dead = Observations(resources={READER: Observation(address=READER, healthy=False, detail="driver not running")})
+    plan = plan_of(example, killed("switch", first.data_hash), observations=dead)  # without --blue-green, too
+    assert change_of(plan, READER).action is Action.NOOP, "its stopped driver is the roll forward's to start"
+    assert change_of(plan, READER).reason == f"drift: driver not running: left to the roll forward of {QUERY}"
+    assert change_of(plan_of(example, state, observations=dead), READER).drift, "a drift repair otherwise"
     forward = change_of(plan, QUERY).blue_green
     assert forward is not None and forward.interrupted == Interrupted(version=2, phase="switch", action="roll forward")
     assert forward.model_copy(update={"interrupted": None}) == first.blue_green, "the deployment as it was frozen"
