@@ -113,7 +113,7 @@ def change_details(change: dict[str, Any]) -> list[tuple[str, str]]:
 
         blue_green = BlueGreen.model_validate(change["blue_green"])
         if blue_green.interrupted is not None:
-            details.append(("interrupted", interrupted_text(blue_green.interrupted)))
+            details.append(("interrupted", interrupted_text(blue_green.interrupted, blue_green)))
         details += [("phase", text) for text in phase_text(blue_green)]
     if change.get("consumers"):
         details.append(("consumers", f"{', '.join(change['consumers'])} (consumer groups on its log, outside the "
@@ -170,6 +170,8 @@ def summary_line(plan: dict[str, Any]) -> str:
             f"{counts['replace']} to replace, {counts['delete']} to delete")
     forgets = sum(1 for c in actionable if c["action"] == "forget")
     line += f", {forgets} to forget (kept, no longer managed)" if forgets else ""
+    refreshes = sum(1 for c in actionable if c["action"] == "refresh")  # a query's interrupted deployment
+    line += f", {refreshes} interrupted deployment(s) to roll back" if refreshes else ""
     imports = sum(1 for c in actionable if c.get("imported"))
     line = line.replace("Plan: ", f"Plan: {imports} to import, ") if imports else line
     line += "."

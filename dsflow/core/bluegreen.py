@@ -56,8 +56,12 @@ class Interrupted(BaseModel):
     action: str = Field(description="'resume': its new version goes on from its own log and checkpoint (build or "
                                     "catch up, same SQL); 'roll back': its new version is stopped, its log deleted, "
                                     "its checkpoint removed (and, past the catch up, the deployed version started "
-                                    "again) before this change is carried out; 'refuse': killed in the switch, "
-                                    "readers may have moved: apply refuses the change (DSF-E966)")
+                                    "again) before this change is carried out; 'roll forward': killed in the "
+                                    "switch of the same change: apply finishes the switch (readers not yet on the "
+                                    "new log switched, those switched left there; a table's renames looked up in "
+                                    "the catalog and done if they did not commit); 'refuse': killed in the switch, "
+                                    "the SQL changed since or the switch noted nothing to finish it from: apply "
+                                    "refuses the change (DSF-E966)")
 
 
 class BlueGreen(BaseModel):
@@ -209,31 +213,60 @@ def next_version(deployed_outputs: Mapping[str, Any], failed: Deployment | None,
 def interrupted(intent: Mapping[str, Any], data_hash: str | None, blue_green: bool) -> Interrupted | None:
     """What an apply killed during a blue/green deployment of this query left (the pending intent it noted), and
     whether the change planned now resumes it: a blue/green change of the same SQL, killed before the deployed
-    version was stopped; anything else rolls it back."""
+    version was stopped; rolls it forward: the same change, killed in the switch (which noted what finishing it
+    needs); refuses it: killed in the switch otherwise; anything else rolls it back."""
     noted, run = intent.get(BLUE_GREEN), intent.get(RUN_NOTE)
     if not noted or not run:
         return None
-    resume = blue_green and noted.get("phase") in RESUMABLE and run.get("data_hash") == data_hash
-    action = "refuse" if noted.get("phase") == "switch" else "resume" if resume else "roll back"
+    same = blue_green and run.get("data_hash") == data_hash
+    if noted.get("phase") == "switch":
+        action = "roll forward" if same and intent.get(SWITCH_NOTE) else "refuse"
+    else:
+        action = "resume" if same and noted.get("phase") in RESUMABLE else "roll back"
     return Interrupted(version=int(noted["version"]), phase=str(noted["phase"]), action=action)
 
 
 RUN_NOTE = "blue_green_run"
 """The pending intent's note of a deployment under way: its plan, the new version's checkpoint and SQL hash, and
 the log it created (what a later apply resumes or rolls back)."""
+SWITCH_NOTE = "blue_green_switch"
+"""The pending intent's note of a switch under way, made before anything in it moves: the deployment record so far
+(cut, compare), what stopping the deployed version returned, the new log's end offsets at the cut and the offsets
+the new version first read (what a later apply rolls it forward from)."""
+SWITCHED_NOTE = "blue_green_switched"
+"""By reader: its new version's outputs, ledger entries and start offsets, noted once it started on the new log."""
 
 
-def interrupted_text(found: Interrupted) -> str:
-    """The plan's words for what happens to an interrupted deployment."""
+def interrupted_text(found: Interrupted, plan: BlueGreen | None = None) -> str:
+    """The plan's words for what happens to an interrupted deployment (`plan`: the deployment's, for a roll
+    forward's)."""
     head = f"an apply was killed during the blue/green deployment v{found.version} ({found.phase}): "
     if found.action == "refuse":
-        return head + ("its readers may have moved already: apply refuses this change (DSF-E966); finish the switch "
-                       "by hand, see docs/plan.md")
+        return head + ("its readers may have moved already and the change planned now is not the one it was "
+                       "switching: apply refuses this change (DSF-E966); apply that SQL again to roll it forward, "
+                       "or finish the switch by hand, see docs/plan.md")
+    if found.action == "roll forward":
+        return head + "it rolls forward: " + _forward_text(plan)
     if found.action == "resume":
         return head + ("it resumes: its new version restarted on its own checkpoint and log, where it stopped; "
                        "the deployed version and its readers were not touched")
     restart = "" if found.phase in RESUMABLE else "; the deployed version started again on its checkpoint"
     return head + f"it is rolled back first: its new version stopped, its log deleted, its checkpoint removed{restart}"
+
+
+def _forward_text(plan: BlueGreen | None) -> str:
+    resumes = "the new version resumes from its checkpoint"
+    if plan is None:
+        return f"the switch is finished and {resumes}"
+    if plan.kept_as is not None:
+        return (f"the catalog says whether its transaction of renames committed ({plan.new_log} named "
+                f"{plan.old_log}, {plan.old_log} kept as {plan.kept_as}); if not, the renames are done now; then "
+                f"{resumes} writing {plan.old_log}")
+    if plan.relocate:
+        return f"{resumes} writing the table at {plan.new_log}, and the relation moves there in one state write"
+    return (f"readers not yet on {plan.new_log} are switched as the switch does ({plan.old_log} read to its end, "
+            f"then restarted on {plan.new_log} at the cut), readers switched already stay on their new checkpoint "
+            f"(restarted there if their driver ended); then {resumes}")
 
 
 def versioned_log(declared: str, version: int) -> str:

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, TABLE_KINDS, Retirement, interrupted, interrupted_text, planned,
-                                   retirements, wanted_blue_green)
+from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, RUN_NOTE, TABLE_KINDS, BlueGreen, Retirement, interrupted,
+                                   interrupted_text, planned, retirements, wanted_blue_green)
 from dsflow.core.categories import Category, effect_text
 from dsflow.core.changes import Action, Change, Observations
 from dsflow.core.resources import Resource
@@ -46,7 +46,17 @@ def with_blue_green(changes: list[Change], wanted: Mapping[str, Resource], state
     marked = [_blue_green(c, wanted, state, options, readers) if c.category is Category.REPLAY
               and c.action is Action.REPLACE and f"relation.{(c.after or {}).get('sink')}" not in touched else c
               for c in changes]
-    return [_rolled_back(c, state) for c in marked]
+    forwarded = {r: c.address for c in marked if c.blue_green is not None and c.blue_green.interrupted is not None
+                 and c.blue_green.interrupted.action == "roll forward" for r in c.blue_green.readers}
+    return [_left_to(forwarded[c.address], c) if c.drift and c.address in forwarded else _rolled_back(c, state)
+            for c in marked]
+
+
+def _left_to(query: str, change: Change) -> Change:
+    """A reader whose recorded driver the interrupted switch stopped (the drift the refresh saw): the roll forward
+    of `query` starts it on the new log, or again on its new checkpoint; nothing else restarts it."""
+    return change.model_copy(update={"action": Action.NOOP, "drift": False, "category": None, "effect": None,
+                                     "reason": f"{change.reason}: left to the roll forward of {query}"})
 
 
 def _intent(change: Change, state: State) -> dict:
@@ -56,12 +66,16 @@ def _intent(change: Change, state: State) -> dict:
 
 def _rolled_back(change: Change, state: State) -> Change:
     """A change carried out without blue/green whose query an apply was killed deploying blue/green: its effect
-    says the deployment is rolled back first (engine/bluegreen_resume.py)."""
-    if change.blue_green is not None or change.action is Action.NOOP:
+    says the deployment is rolled back first (engine/bluegreen_resume.py). A query with no change of its own (its
+    SQL reverted) is refreshed instead of left alone, so that apply rolls the deployment back all the same."""
+    if change.blue_green is not None:
         return change
     found = interrupted(_intent(change, state), change.data_hash, False)
     if found is None:
         return change
+    if change.action is Action.NOOP:
+        return change.model_copy(update={"action": Action.REFRESH, "reason": "an interrupted blue/green deployment",
+                                         "effect": interrupted_text(found)})
     effect = f"{change.effect}; first, " if change.effect else "first, "
     return change.model_copy(update={"effect": effect + interrupted_text(found)})
 
@@ -70,14 +84,20 @@ def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, op
                 readers: Callable[[Address], list[str]]) -> Change:
     address = f"relation.{(change.after or {}).get('sink')}"
     sink, deployed = wanted.get(address), state.resources.get(address)
-    if sink is None or deployed is None or not wanted_blue_green({**sink.data, **sink.metadata}, options.blue_green,
-                                                                 options.store_types):
+    intent = _intent(change, state)
+    prior = interrupted(intent, change.data_hash, True)
+    forward = prior is not None and prior.action == "roll forward"  # finished whether asked for again or not
+    if sink is None or deployed is None or not wanted_blue_green({**sink.data, **sink.metadata},
+                                                                 options.blue_green or forward, options.store_types):
         return change
-    relocate = options.store_types.get(str(sink.data.get("store", ""))) in kinds_that(Capability.RELOCATE)
-    plan = planned(address, sink.data, deployed.outputs, state.deployments.get(change.address),
-                   readers(sink.address), options.observations.consumer_groups.get(address, []),
-                   options.catch_up_seconds, relocate=relocate and sink.data.get("kind") in TABLE_KINDS,
-                   prior=interrupted(_intent(change, state), change.data_hash, True))
+    if forward:  # the deployment as it was frozen: its version, logs and readers
+        plan = BlueGreen.model_validate(intent[RUN_NOTE]["plan"]).model_copy(update={"interrupted": prior})
+    else:
+        relocate = options.store_types.get(str(sink.data.get("store", ""))) in kinds_that(Capability.RELOCATE)
+        plan = planned(address, sink.data, deployed.outputs, state.deployments.get(change.address),
+                       readers(sink.address), options.observations.consumer_groups.get(address, []),
+                       options.catch_up_seconds, relocate=relocate and sink.data.get("kind") in TABLE_KINDS,
+                       prior=prior)
     return change.model_copy(update={"blue_green": plan, "effect": BLUE_GREEN_EFFECT.format(
         replay=effect_text(Category.REPLAY, change.override), new=plan.new_log, old=plan.old_log)})
 

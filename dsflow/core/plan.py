@@ -92,8 +92,8 @@ class Plan(BaseModel):
         for change in self.actionable:
             if change.imported is not None:
                 counts["import"] += 1
-            if change.action is not Action.NOOP:
-                counts[change.action.value] += 1
+            if change.action is not Action.NOOP:  # a refresh outside refresh-only: an interrupted deployment's
+                counts[change.action.value] = counts.get(change.action.value, 0) + 1
         return counts
 
 

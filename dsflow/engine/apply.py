@@ -25,7 +25,7 @@ from dsflow.core.secrets import Redactor, scrub
 from dsflow.core.safety import Allowance, check_data_loss
 from dsflow.core.state import DeployedResource, ForgottenEntry, LedgerEntry, PendingChange, State
 from dsflow.errors import DsflowError
-from dsflow.engine import bluegreen, bluegreen_resume, eventlog, failpoints
+from dsflow.engine import bluegreen, bluegreen_forward, bluegreen_resume, eventlog, failpoints
 from dsflow.engine.refresh import check_still_observed
 from dsflow.engine.executors import GONE, LEDGER_STARTED, LEDGER_STOPPED, Context, run_change
 from dsflow.runtime.locking import lock_patiently
@@ -104,10 +104,13 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             try:
                 seen = plan.observations.resources.get(change.address)
                 if change.blue_green is not None:  # carried out beside the deployed version: engine/bluegreen.py
-                    state = bluegreen.deploy(ctx, change, holder.current, _record_ledger).with_pending(None)
+                    deploy = bluegreen_forward.finish if bluegreen_forward.rolls_forward(change) else bluegreen.deploy
+                    state = deploy(ctx, change, holder.current, _record_ledger).with_pending(None)
+                elif _only_rolled_back(change):  # its SQL reverted: the deployment's leftovers removed alone
+                    state = _rolled_back(ctx, change, holder.state)[1].with_pending(None)
                 else:
-                    ctx = _rolled_back(ctx, change, holder.state)
-                    state = _apply_one(ctx, change, holder.state, seen.running if seen else None).with_pending(None)
+                    ctx, rolled = _rolled_back(ctx, change, holder.state)
+                    state = _apply_one(ctx, change, rolled, seen.running if seen else None).with_pending(None)
             except (DsflowError, Exception) as err:  # noqa: BLE001 - reported with the change that failed
                 state = err.state if isinstance(err, bluegreen.Failed) else holder.state
                 result.failed = (change, err)
@@ -232,13 +235,20 @@ class _IntentRecorder:
         failpoints.pause_after_note(pending.address)
 
 
-def _rolled_back(ctx: Context, change: Change, state: State) -> Context:
+def _rolled_back(ctx: Context, change: Change, state: State) -> tuple[Context, State]:
     """A blue/green deployment of this query an apply was killed in, rolled back before the change is carried out
-    without it (the plan said so: engine/bluegreen_resume.py)."""
+    without it (the plan said so: engine/bluegreen_resume.py); alone (a query with no change of its own), the
+    deployed version is started again if the kill left it stopped at the cut."""
     if not ctx.resumed.get(bluegreen_resume.RUN_NOTE):
-        return ctx
-    bluegreen_resume.roll_back(ctx, change.address, state, restart=False)
-    return dataclasses.replace(ctx, resumed={})
+        return ctx, state
+    restarted = bluegreen_resume.roll_back(ctx, change.address, state, restart=_only_rolled_back(change))
+    return dataclasses.replace(ctx, resumed={}), state.with_resource(restarted) if restarted is not None else state
+
+
+def _only_rolled_back(change: Change) -> bool:
+    """The plan's refresh of a query with no change of its own whose blue/green deployment an apply was killed in
+    (core/bluegreen_plan.py)."""
+    return change.action is Action.REFRESH and not change.drift and change.address.startswith("query.")
 
 
 def _apply_one(ctx: Context, change: Change, state: State, running: dict[str, Any] | None = None) -> State:

@@ -21,7 +21,8 @@ from typing import Any
 
 from dsflow.adapters import process
 from dsflow.core.address import Address
-from dsflow.core.bluegreen import Deployment, Retirement, compared, reached, redirected
+from dsflow.core.bluegreen import (SWITCH_NOTE, SWITCHED_NOTE, Deployment, Retirement, compared, reached,
+                                   redirected)
 from dsflow.core.categories import Category
 from dsflow.core.engines import StartAt, engine
 from dsflow.core.plan import Action, Change
@@ -31,7 +32,8 @@ from dsflow.engine import failpoints
 from dsflow.engine import bluegreen_lake as lake
 from dsflow.engine import bluegreen_resume as resume
 from dsflow.engine import bluegreen_tables as tables
-from dsflow.engine.executors import LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity
+from dsflow.engine.executors import (LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity,
+                                     query_identity)
 
 POLL_SECONDS = 0.5
 Ledger = Callable[[State, Change, dict | None, dict | None], State]
@@ -78,6 +80,8 @@ class _Deploying:
         """The new log, once created."""
         self.read_from: dict[str, dict[str, int]] = {}
         """The first offsets the new version read from (what a later replay checks is still held)."""
+        self.new_ends: dict[str, dict[str, int]] = {}
+        """The new log's end offsets at the cut: where its readers start."""
         self.query = next(q for q in ctx.project.queries if q.fqn == self.name)
         sink = Address.parse(self.plan.sink).name
         self.table = tables.is_table(self.plan)
@@ -156,7 +160,8 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
         run.phase("compare", cut=cut)
         run.phase("compare", compared=_compared(run))
         _drain_readers(run)
-        if run.table:  # noted first: a kill from here on may have renamed (bluegreen_resume.py refuses it)
+        _note_switch(run, stopped)
+        if run.table:  # noted first: a kill from here on may have renamed (engine/bluegreen_forward.py)
             run.phase("switch")
             run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
     except DsflowError as err:
@@ -266,32 +271,62 @@ def _drain_readers(run: _Deploying) -> None:
         _wait(target, ends, run.plan.catch_up_seconds, f"reader {reader} (reading {run.plan.old_log} to its end)")
 
 
-def _switched_readers(run: _Deploying, state: State, ledger: Ledger) -> State:
+def _note_switch(run: _Deploying, stopped: dict[str, Any]) -> None:
+    """What finishing the switch needs, noted before anything in it moves (core/bluegreen.py SWITCH_NOTE)."""
+    if run.plan.readers and not (run.table or run.plan.relocate):
+        run.new_ends = _ends(run.new_project, [run.plan.new_log])
+    run.ctx.note({SWITCH_NOTE: {"record": run.record.model_dump(mode="json"), "stopped": stopped,
+                                "new_ends": run.new_ends, "read_from": run.read_from}})
+
+
+def _switched_readers(run: _Deploying, state: State, ledger: Ledger,
+                      done: Mapping[str, dict[str, Any]] | None = None) -> State:
     """Each reader stopped and started in a new checkpoint on the new log at its end (the cut), its other sources
-    where it stopped."""
+    where it stopped; each noted once started (SWITCHED_NOTE). `done`: readers an interrupted switch noted as
+    switched already (engine/bluegreen_forward.py): recorded as they run, restarted there if their driver ended."""
     if not run.plan.readers:
         return state
-    new_ends = _ends(run.new_project, [run.plan.new_log])
     ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
-    switched = {}
+    noted = dict(done or {})
     for reader in run.plan.readers:
         entry = state.resources.get(reader)
         if entry is None:
             continue
-        stopped = QueryExecutor()._stop(entry)
-        carried = {t: {str(p): int(o) for p, o in parts.items()}
-                   for t, parts in (stopped["stop_offsets"] or {}).items() if t != run.plan.old_log}
-        start = StartAt(offsets={**carried, run.plan.new_log: new_ends[run.plan.new_log]})
-        change = _as_change(entry)
-        checkpoint = ctx.workspace.checkpoint(Address.parse(reader).name, f"{entry.data_hash}-bg{run.plan.version}")
-        outputs = QueryExecutor()._start(ctx, change, checkpoint, start, Category.CARRY_OFFSETS, None,
-                                         entry.outputs.get("read_from") or {})
-        outputs[LEDGER_STARTED]["category"] = "blue_green"
-        state = ledger(state, change, stopped, outputs.pop(LEDGER_STARTED))
-        state = state.with_resource(entry.model_copy(update={"outputs": outputs}))
-        switched[reader] = start.offsets
-    run.record = run.record.model_copy(update={"switched": switched})
+        first = not noted
+        noted[reader] = _still_switched(ctx, entry, noted[reader]) if reader in noted else \
+            _switch_reader(run, ctx, entry)
+        run.ctx.note({SWITCHED_NOTE: noted})
+        if first:
+            failpoints.pause_at("blue_green.switched_one")
+        state = ledger(state, _as_change(entry), noted[reader]["stopped"], noted[reader]["started"])
+        state = state.with_resource(entry.model_copy(update={"outputs": noted[reader]["outputs"]}))
+    run.record = run.record.model_copy(update={"switched": {r: n["offsets"] for r, n in noted.items()}})
     return state
+
+
+def _switch_reader(run: _Deploying, ctx: Context, entry: DeployedResource) -> dict[str, Any]:
+    """One reader moved to the new log at the cut: its new outputs, ledger entries and start offsets."""
+    stopped = QueryExecutor()._stop(entry)
+    carried = {t: {str(p): int(o) for p, o in parts.items()}
+               for t, parts in (stopped["stop_offsets"] or {}).items() if t != run.plan.old_log}
+    start = StartAt(offsets={**carried, run.plan.new_log: run.new_ends[run.plan.new_log]})
+    checkpoint = ctx.workspace.checkpoint(Address.parse(entry.address).name, f"{entry.data_hash}-bg{run.plan.version}")
+    outputs = QueryExecutor()._start(ctx, _as_change(entry), checkpoint, start, Category.CARRY_OFFSETS, None,
+                                     entry.outputs.get("read_from") or {})
+    started = outputs.pop(LEDGER_STARTED)
+    return {"offsets": start.offsets, "outputs": outputs, "stopped": stopped, "started": {**started,
+                                                                                         "category": "blue_green"}}
+
+
+def _still_switched(ctx: Context, entry: DeployedResource, noted: dict[str, Any]) -> dict[str, Any]:
+    """A reader switched before the kill, as it runs now: started again on its new checkpoint if its driver ended."""
+    outputs = noted["outputs"]
+    identity = query_identity(outputs)
+    if process.is_running(outputs.get("pid"), identity):
+        return noted
+    pid = process.holder(identity) or engine().relaunch(ctx.project, entry.model_copy(update={"outputs": outputs}),
+                                                        None)  # a driver an earlier roll forward started, or one now
+    return {**noted, "outputs": {**outputs, "pid": pid}}
 
 
 def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopped: dict[str, Any], state: State,

@@ -2,13 +2,14 @@
 
 The deployment notes in the change's pending intent what it has made, before it makes it: its plan, the new
 version's run folder, checkpoint and SQL hash (`blue_green_run`), the log or table it created (`log`), and its phase
-(`blue_green`). The plan made after the kill says which of two things happens:
+(`blue_green`). The plan made after the kill says which of these happens:
 
     resume     the same blue/green change (same SQL), killed in build or catch up: deploy() goes on with the same
                version; the new version's driver left running is stopped (SIGTERM, its batch finished) and started
                again on its own checkpoint and log, so what it wrote is neither lost nor written again
-    refuse     killed in the switch (readers being restarted, a transaction of renames): readers may have moved, so
-               apply refuses the change (DSF-E966) and touches nothing
+    roll fwd   killed in the switch of the same change: the switch is finished (engine/bluegreen_forward.py)
+    refuse     killed in the switch, but the change planned now is another (its SQL changed, or it is not a replay
+               any more): readers may have moved, so apply refuses the change (DSF-E966) and touches nothing
     roll back  anything else: the new version's driver stopped, its log or table deleted (if this deployment
                created it), its checkpoint and run folder removed; killed past the catch up (the deployed version
                stopped at the cut), the deployed version started again on its checkpoint. The change is then
@@ -48,10 +49,12 @@ def roll_back(ctx: Context, address: str, state: State, restart: bool) -> Deploy
     plan = BlueGreen.model_validate(run["plan"])
     if noted.get("phase") == "switch":
         raise DsflowError("DSF-E966", f"an apply was killed during the switch of the blue/green deployment "
-                          f"v{plan.version} of {address}: its readers may have moved to {plan.new_log} already, so it "
-                          "is neither resumed nor rolled back; nothing was touched",
-                          hint=f"check 'dsflow status'; apply the rest with --exclude {address}; finish the switch "
-                               "by hand (docs/plan.md, 'An apply killed during a deployment')")
+                          f"v{plan.version} of {address}: its readers may have moved to {plan.new_log} already, and "
+                          "the change planned now is not the one it was switching, so it is neither rolled forward "
+                          "nor rolled back; nothing was touched",
+                          hint=f"apply the deployment's SQL again to roll it forward (or --exclude {address} for the "
+                               "rest); else finish the switch by hand (docs/plan.md, 'An apply killed during a "
+                               "deployment')")
     run_dir = Path(run["run_dir"])
     process.stop(process.holder(driver_identity(run_dir)), driver_identity(run_dir))
     if run.get("log"):

@@ -75,6 +75,21 @@ def swap(project: Any, plan: BlueGreen) -> list[str]:
     return list(facet.swap(settings, facet.place(relation), _name(plan.new_log), _name(plan.kept_as)))
 
 
+def swapped(project: Any, plan: BlueGreen) -> bool:
+    """Whether the transaction of renames committed, from the catalog: the kept name is there and the new
+    version's is not (committed), or the other way round (not); DSF-E966 when the catalog shows neither."""
+    facet, relation, settings = _facet(project, plan)
+    assert plan.kept_as is not None  # a table's deployment
+    kept_, new = (facet.exists(settings, facet.place(facet.versioned(relation, _name(name))))
+                  for name in (plan.kept_as, plan.new_log))
+    if kept_ != new:
+        return kept_
+    raise DsflowError("DSF-E966", f"{plan.sink}: the catalog holds {'both' if new else 'neither'} of "
+                      f"{plan.kept_as} and {plan.new_log}, so whether the transaction of renames committed cannot be "
+                      "told; nothing was touched", hint="look at the tables, rename them by hand to one of the two "
+                      "outcomes, and apply again (docs/plan.md, 'An apply killed during a deployment')")
+
+
 def kept(project: Any, plan: BlueGreen, sink_outputs: dict[str, Any]) -> dict[str, str]:
     """What the deployment keeps of the old version's table: where it is now, and whether dsflow made it."""
     facet, relation, _ = _facet(project, plan)

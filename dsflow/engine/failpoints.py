@@ -8,7 +8,8 @@ Unset, a failpoint costs one dictionary lookup and does nothing. Today there are
   (tests/e2e/test_interrupt.py, test_interrupt_backends.py, test_state_apply.py);
   with `DSFLOW_FAILPOINT_RESUME_FILE=<path>` it goes on once that file exists, otherwise it waits for its kill.
 - `DSFLOW_FAILPOINT_PAUSE_AT=<point>`: the process pauses for its kill when it reaches the named point; today
-  `blue_green.caught_up` (engine/bluegreen.py: the new version caught up, the deployed one not stopped yet;
+  `blue_green.caught_up` (engine/bluegreen.py: the new version caught up, the deployed one not stopped yet) and
+  `blue_green.switched_one` (the first reader started on the new log and noted, the others not moved yet; both
   tests/e2e/test_bluegreen.py).
 """
 

@@ -10,8 +10,12 @@ deployment recorded, the new one after it (a plain-Python reference from the sou
 removes the kept old version: the old topic is deleted and the old checkpoint removed.
 
 A `dsflow apply --blue-green` is killed (SIGKILL) in the catch up of that deployment while events arrive: the
-plan made after it says the deployment resumes, and the apply that follows stops the new version's driver the kill
-left running, restarts it on its own checkpoint and log, and finishes: the assertions above hold after it.
+plan made after it says the deployment resumes, and the apply that follows (in a process of its own) stops the new
+version's driver the kill left running and restarts it on its own checkpoint and log. That apply is killed in its
+turn in the switch, once the first of the two readers (`scaled_copy`) started on the new topic and the other
+(`scaled_copy_b`) had not moved; the first reader's new driver is then stopped. The plan made after it says the
+deployment rolls forward, and its apply switches the second reader, starts the first again on its new checkpoint,
+and finishes: the assertions above hold for both readers after it.
 
 The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
@@ -46,7 +50,7 @@ import pytest
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import read_to_end
-from dsflow.cli.render import blue_green_cell
+from dsflow.cli.render import blue_green_cell, plan_text
 from dsflow.engine import operations
 from dsflow.engine.executors import driver_identity, query_identity
 from dsflow.engine.failpoints import PAUSE_AT
@@ -61,8 +65,10 @@ SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
 CREATE STREAM scaled WITH ('trigger.interval' = '500 ms'{start}) AS SELECT id, v * {factor} AS w FROM events;
 CREATE STREAM scaled_copy WITH ('trigger.interval' = '500 ms') AS SELECT id, w FROM scaled;
+CREATE STREAM scaled_copy_b WITH ('trigger.interval' = '500 ms') AS SELECT id, w FROM scaled;
 """
 QUERY, READER = "query.analytics.public.scaled", "query.analytics.public.scaled_copy"
+READER_B = "query.analytics.public.scaled_copy_b"
 
 
 def _events(first: int, count: int) -> list[dict]:
@@ -98,10 +104,27 @@ def _commit(broker: str, group: str, log: str) -> None:
         consumer.close()
 
 
-def _noted_phase(backend) -> str | None:
-    """The phase a blue/green deployment under way noted last (the pending intent), read as another process does."""
+def _intent(backend) -> dict:
+    """The pending intent of a change under way, read as another process does."""
     pending = backend.read().pending
-    return ((pending.intent if pending is not None else {}).get("blue_green") or {}).get("phase")
+    return pending.intent if pending is not None else {}
+
+
+def _noted_phase(backend) -> str | None:
+    """The phase a blue/green deployment under way noted last."""
+    return (_intent(backend).get("blue_green") or {}).get("phase")
+
+
+def _switched_readers(backend) -> dict:
+    """The readers an interrupted switch noted as moved to the new log."""
+    return _intent(backend).get("blue_green_switched") or {}
+
+
+def _killed_apply(root: Path, broker: str, point: str) -> subprocess.Popen:
+    """`dsflow apply --blue-green` in a process of its own, pausing at the failpoint `point` for its kill."""
+    return subprocess.Popen([sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var", f"bootstrap={broker}",
+                             "apply", "--auto-approve", "--blue-green", "--catch-up-timeout", "240"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, PAUSE_AT: point})
 
 
 def _running(state, address: str) -> bool:
@@ -140,9 +163,11 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
     assert operations.apply(loaded, operations.plan(loaded)).ok
     project = loaded.project
     old_log, copy_log, source = topic(project, "scaled"), topic(project, "scaled_copy"), topic(project, "events")
+    copy_b = topic(project, "scaled_copy_b")
     try:
         produce(broker, project, "events", _events(0, 300), "id")
-        wait_for(lambda: len(_values(broker, copy_log)) >= 300, 180, "the reader to copy the first 300 events")
+        wait_for(lambda: len(_values(broker, copy_log)) >= 300 and len(_values(broker, copy_b)) >= 300, 180,
+                 "the readers to copy the first 300 events")
         external = f"billing-{old_log}"
         _commit(broker, external, old_log)
         (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=3))
@@ -152,14 +177,14 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         loaded = operations.load(options)
         plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=0))
         change = next(c for c in plan.changes if c.address == QUERY)
-        assert change.blue_green is not None and change.blue_green.readers == [READER]
+        assert change.blue_green is not None and change.blue_green.readers == [READER, READER_B]
         assert change.blue_green.consumers == [external], "the plan names who must move"
         assert change.blue_green.new_log == f"{old_log}_v2"
         failed = operations.apply(loaded, plan)
         assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961"
         assert "production untouched" in str(failed.failed[1])
         after = backend.read()
-        for address in (QUERY, READER):
+        for address in (QUERY, READER, READER_B):
             assert after.resources[address] == before.resources[address] and _running(after, address)
         assert after.deployments[QUERY].phase == "failed" and after.pending is None
         produce(broker, project, "events", _events(300, 50), "id")
@@ -167,10 +192,7 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         assert all(r["w"] == 2 * (r["id"] % 97 + 1) for r in _values(broker, copy_log)), "the old factor"
 
         with _Producer(broker, project, 350) as producer:
-            killed = subprocess.Popen([sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var",
-                                       f"bootstrap={broker}", "apply", "--auto-approve", "--blue-green",
-                                       "--catch-up-timeout", "240"], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, env={**os.environ, PAUSE_AT: "blue_green.caught_up"})
+            killed = _killed_apply(root, broker, "blue_green.caught_up")
             wait_for(lambda: _noted_phase(backend) == "catch_up" and _at_least(broker, f"{old_log}_v3", 350), 180,
                      "the new version to write what came before it was built")
             assert _noted_phase(backend) == "catch_up"
@@ -186,15 +208,36 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
             new_log = bg.new_log
             assert new_log == f"{old_log}_v3", "the failed attempt's version is not taken again"
             assert bg.interrupted is not None and (bg.interrupted.version, bg.interrupted.action) == (3, "resume")
+
+            killed = _killed_apply(root, broker, "blue_green.switched_one")  # resumes, then is killed in the switch
+            wait_for(lambda: len(_switched_readers(backend)) == 1, 300, "the resumed apply to switch its first reader")
+            os.kill(killed.pid, signal.SIGKILL)  # one reader on the new log, the other still on the old one
+            killed.wait()
+            assert not process.is_running(left, candidate), "the killed apply's new version was stopped, then resumed"
+            moved, moved_at = (_switched_readers(backend)[READER][k] for k in ("outputs", "offsets"))
+            assert _noted_phase(backend) == "switch" and process.is_running(moved["pid"], query_identity(moved))
+            process.stop(moved["pid"], query_identity(moved))  # its driver ended: restarted on its new checkpoint
+            backend.force_unlock(backend.lock_holder().id)
+            loaded = operations.load(options)
+            plan = operations.plan(loaded)  # without --blue-green: the switch is finished all the same
+            bg = next(c for c in plan.changes if c.address == QUERY).blue_green
+            assert bg is not None and bg.new_log == new_log and bg.readers == [READER, READER_B]
+            assert (bg.interrupted.version, bg.interrupted.phase, bg.interrupted.action) == (3, "switch",
+                                                                                         "roll forward")
+            assert "(switch): it rolls forward: readers not yet on" in plan_text(plan.model_dump(mode="json"))
+            assert [c.address for c in plan.actionable] == [QUERY], "no drift repair: the roll forward starts readers"
             result = operations.apply(loaded, plan)
         assert result.ok, result.failed
-        assert not process.is_running(left, candidate), "the killed apply's new version was stopped, then resumed"
         produced = producer.next
         state = backend.read()
         record = state.deployments[QUERY]
-        assert record.phase == "keep_old" and record.switched[READER] and record.kept["log"] == old_log
+        assert record.phase == "keep_old" and record.kept["log"] == old_log and state.pending is None
+        assert set(record.switched) == {READER, READER_B}
+        assert record.switched[READER] == moved_at, "left where it was switched"
         assert state.resources["relation.analytics.public.scaled"].outputs["topic"] == new_log
-        assert _running(state, QUERY) and _running(state, READER)
+        assert all(_running(state, a) for a in (QUERY, READER, READER_B))
+        assert state.resources[READER].outputs["checkpoint"] == moved["checkpoint"]
+        assert state.resources[READER].outputs["pid"] != moved["pid"], "restarted on its new checkpoint"
         assert not process.is_running(before.resources[QUERY].outputs["pid"], query_identity(
             before.resources[QUERY].outputs)), "the old version is stopped"
         entry = next(e for e in operations.status(operations.load(options), False) if e["address"] == QUERY)
@@ -211,10 +254,11 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         new = wait_for(lambda: _at_least(broker, new_log, produced), 180, "the new topic to hold every event")
         assert sorted(r["id"] for r in new) == list(range(produced))
         assert all(r["w"] == 3 * (r["id"] % 97 + 1) for r in new), "the full recomputed output"
-        copied = wait_for(lambda: _at_least(broker, copy_log, produced), 180, "the reader to copy every event")
         expected = {i: (2 if i in before_cut else 3) * (i % 97 + 1) for i in range(produced)}
-        assert Counter(r["id"] for r in copied) == Counter(range(produced)), "every id exactly once"
-        assert {r["id"]: r["w"] for r in copied} == expected
+        for log in (copy_log, copy_b):  # switched before the kill, and by the roll forward
+            copied = wait_for(lambda log=log: _at_least(broker, log, produced), 180, f"{log} to copy every event")
+            assert Counter(r["id"] for r in copied) == Counter(range(produced)), f"{log}: every id exactly once"
+            assert {r["id"]: r["w"] for r in copied} == expected, log
         n = len(before_cut)  # both logs at the cut, every value other: the factor changed
         assert record.compared == {"old_records": n, "new_records": n, "only_old": n, "only_new": n}
 
@@ -225,6 +269,25 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         wait_for(lambda: describe_topic(broker, old_log) is None, 60, "the old topic to be deleted")
         assert not Path(record.kept["checkpoint"]).exists() and backend.read().deployments[QUERY].kept == {}
         assert describe_topic(broker, new_log) is not None and _running(backend.read(), READER)
+
+        (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=4))
+        killed = _killed_apply(root, broker, "blue_green.caught_up")  # killed once its new version was launched
+        wait_for(lambda: _intent(backend).get("blue_green_pid"), 180, "the next deployment to launch its new version")
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait()
+        left = _intent(backend)["blue_green_pid"]
+        backend.force_unlock(backend.lock_holder().id)
+        (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=3))
+        loaded = operations.load(options)  # reverted: the query has no change of its own, its deployment goes
+        plan = operations.plan(loaded)
+        reverted = next(c for c in plan.changes if c.address == QUERY)
+        assert reverted.action.value == "refresh" and "deployment v4 (" in reverted.effect
+        assert "it is rolled back first: its new version stopped, its log deleted" in reverted.effect
+        deployed = backend.read().resources[QUERY]
+        assert operations.apply(loaded, plan).ok
+        assert not process.is_running(left, candidate) and backend.read().pending is None
+        assert backend.read().resources[QUERY] == deployed and _running(backend.read(), QUERY)
+        wait_for(lambda: describe_topic(broker, f"{old_log}_v4") is None, 60, "the rolled back version's topic to go")
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
@@ -431,6 +494,33 @@ def test_the_transaction_of_renames_repoints_views_carries_grants_and_ledger_and
     _rows(pgdb, f"DROP ROLE bg_reader_{pgdb[-10:]}")
 
 
+def test_a_switch_killed_in_its_transaction_of_renames_is_told_committed_or_not_from_the_catalog(tmp_path, pgdb):
+    """The roll forward's question to PostgreSQL's catalog (no query): not committed while the new version's table
+    has its own name, committed once the renames made it the production table, and not to be told (DSF-E966) when
+    both names are there."""
+    from dsflow.core.bluegreen import BlueGreen
+    from dsflow.engine import bluegreen_tables as tables
+    from dsflow.errors import DsflowError
+    from dsflow.load.project import load_project
+
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix="bgc_"), "stores/kafka.yml": PG_STORES % pgdb,
+                                   "sql/all.sql": PG_SQL.format(start="", factor=2)})
+    project = load_project(root, variables={"bootstrap": "127.0.0.1:1"})
+    plan = BlueGreen(sink=TABLE, old_log=f"{pgdb}.public.scaled", new_log=f"{pgdb}.public.scaled_v2", version=2,
+                     catch_up_seconds=1, kept_as=f"{pgdb}.public.scaled_v1")
+    for statement in ("CREATE TABLE scaled (id BIGINT, w BIGINT)", "INSERT INTO scaled VALUES (1, 2)",
+                      "CREATE TABLE scaled_v2 (id BIGINT, w BIGINT)", "INSERT INTO scaled_v2 VALUES (1, 3)"):
+        _rows(pgdb, statement)
+    assert tables.swapped(project, plan) is False, "killed before the transaction committed: the switch is redone"
+    assert tables.swap(project, plan) == []
+    assert tables.swapped(project, plan) is True, "committed: nothing is renamed again"
+    assert _rows(pgdb, "SELECT w FROM scaled") == [(3,)] and _rows(pgdb, "SELECT w FROM scaled_v1") == [(2,)]
+    _rows(pgdb, "CREATE TABLE scaled_v2 (id BIGINT, w BIGINT)")
+    with pytest.raises(DsflowError) as cannot:
+        tables.swapped(project, plan)
+    assert cannot.value.code == "DSF-E966" and "holds both" in cannot.value.message
+
+
 LAKE_STORES = """\
 stores:
   - name: kafka_main
@@ -478,6 +568,38 @@ def _delta_rows(endpoint: str, location: str) -> list[tuple[int, int]] | None:
     if not DeltaTable.is_deltatable(location, storage_options=options):
         return None
     return [(r["id"], r["w"]) for r in DeltaTable(location, storage_options=options).to_pyarrow_table().to_pylist()]
+
+
+def test_an_iceberg_switch_killed_in_its_catalog_transaction_is_told_committed_or_not_from_the_catalog(tmp_path):
+    """The roll forward's question to Iceberg's SQL catalog (no query), as for PostgreSQL above."""
+    import pyarrow as pa
+
+    from dsflow.adapters.iceberg.catalog import catalog
+    from dsflow.core.bluegreen import BlueGreen
+    from dsflow.engine import bluegreen_tables as tables
+    from dsflow.errors import DsflowError
+    from dsflow.load.project import load_project
+
+    warehouse = tmp_path / "warehouse"
+    stores = "\n".join(LAKE_STORES.splitlines()[:7]) % warehouse + "\n"  # the Kafka and Iceberg stores
+    root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix="bgi_"), "stores/kafka.yml": stores,
+                                   "sql/all.sql": "\n".join(LAKE_SQL.splitlines()[:3]).format(start="", factor=2)})
+    project = load_project(root, variables={"bootstrap": "127.0.0.1:1"})
+    store = catalog({"warehouse": str(warehouse)})
+    store.create_namespace("public")
+    for name, w in (("scaled_ice", 2), ("scaled_ice_v2", 3)):
+        store.create_table(("public", name), schema=pa.schema([("id", pa.int64()), ("w", pa.int64())])).append(
+            pa.table({"id": [1], "w": [w]}))
+    plan = BlueGreen(sink="relation.analytics.public.scaled_ice", old_log="public.scaled_ice",
+                     new_log="public.scaled_ice_v2", version=2, catch_up_seconds=1, kept_as="public.scaled_ice_v1")
+    assert tables.swapped(project, plan) is False, "killed before the catalog transaction committed"
+    tables.swap(project, plan)
+    assert tables.swapped(project, plan) is True, "committed: nothing is renamed again"
+    assert _ice_rows(warehouse, "scaled_ice") == [(1, 3)] and _ice_rows(warehouse, "scaled_ice_v1") == [(1, 2)]
+    store.drop_table(("public", "scaled_ice_v1"))  # neither outcome: no kept table and no new version's name
+    with pytest.raises(DsflowError) as cannot:
+        tables.swapped(project, plan)
+    assert cannot.value.code == "DSF-E966" and "holds neither" in cannot.value.message
 
 
 def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_moves_the_path(

@@ -10,7 +10,7 @@ import pytest
 
 from dsflow.cli.render import plan_text
 from dsflow.core.bluegreen import Deployment, compared, reached, redirected, redirects
-from dsflow.core.plan import Action, Observations, Plan, PlanOptions, make_plan
+from dsflow.core.plan import Action, Observation, Observations, Plan, PlanOptions, make_plan
 from dsflow.core.plan_schema import plan_from_json
 from dsflow.core.resources import project_resources
 from dsflow.core.state import State
@@ -254,3 +254,57 @@ def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_is_refused_befo
     (root / "sql" / "all.sql").write_text(asking.format(start=", 'start.position' = 'earliest'"))
     asked = change_of(plan_of(root, state), "query.analytics.public.archived").blue_green
     assert asked is not None and asked.relocate, "'deploy' = 'blue_green' on the table asks for it"
+
+
+def test_a_deployment_killed_in_its_switch_rolls_forward_and_one_whose_sql_reverted_is_still_rolled_back(example):
+    from dsflow.core.bluegreen import Interrupted, interrupted_text
+    from dsflow.core.state import PendingChange
+
+    sql = example / "sql" / "pipelines.sql"
+    declared = sql.read_text()
+    state = applied(plan_of(example))
+    replay(example)
+    first = change_of(plan_of(example, state, blue_green=True), QUERY)
+
+    def killed(phase: str, data_hash: str | None, switch: bool = True) -> State:
+        intent = {"blue_green": {"phase": phase, "version": 2, "new_log": first.blue_green.new_log},
+                  "blue_green_run": {"plan": first.blue_green.model_dump(mode="json"), "run_dir": "r",
+                                     "checkpoint": "c", "data_hash": data_hash, "log": None},
+                  **({"blue_green_switch": {"record": {}, "stopped": {}, "new_ends": {}, "read_from": {}}}
+                     if switch else {})}
+        return state.with_pending(PendingChange(address=QUERY, action="replace", intent=intent))
+
+    dead = Observations(resources={READER: Observation(address=READER, healthy=False, detail="driver not running")})
+    plan = plan_of(example, killed("switch", first.data_hash), observations=dead)  # without --blue-green, too
+    assert change_of(plan, READER).action is Action.NOOP, "its stopped driver is the roll forward's to start"
+    assert change_of(plan, READER).reason == f"drift: driver not running: left to the roll forward of {QUERY}"
+    assert change_of(plan_of(example, state, observations=dead), READER).drift, "a drift repair otherwise"
+    forward = change_of(plan, QUERY).blue_green
+    assert forward is not None and forward.interrupted == Interrupted(version=2, phase="switch", action="roll forward")
+    assert forward.model_copy(update={"interrupted": None}) == first.blue_green, "the deployment as it was frozen"
+    text = plan_text(plan.model_dump(mode="json"))
+    assert (f"interrupted: an apply was killed during the blue/green deployment v2 (switch): it rolls forward: "
+            f"readers not yet on {forward.new_log} are switched as the switch does") in text
+    assert plan_from_json(plan.model_dump_json(), "plan.json") == plan
+    for state_, why in ((killed("switch", "other sql"), "the SQL changed since"),
+                        (killed("switch", first.data_hash, switch=False), "nothing noted to finish it from")):
+        assert change_of(plan_of(example, state_, blue_green=True), QUERY).blue_green.interrupted.action == "refuse", \
+            why
+
+    sql.write_text(declared)  # reverted: the query has no change of its own
+    assert change_of(plan_of(example, state), QUERY).action is Action.NOOP
+    reverted = plan_of(example, killed("catch_up", first.data_hash))
+    change = change_of(reverted, QUERY)
+    assert change.action is Action.REFRESH and change in reverted.actionable and reverted.has_changes
+    assert change.effect.endswith("it is rolled back first: its new version stopped, its log deleted, its "
+                                  "checkpoint removed")
+    assert reverted.summary()["refresh"] == 1
+    assert f"! {QUERY}" in plan_text(reverted.model_dump(mode="json"))
+    assert "0 to delete, 1 interrupted deployment(s) to roll back." in plan_text(reverted.model_dump(mode="json"))
+    assert "deployed version started again" in change_of(plan_of(example, killed("compare", None)), QUERY).effect
+    assert "DSF-E966" in change_of(plan_of(example, killed("switch", first.data_hash)), QUERY).effect
+
+    table = first.blue_green.model_copy(update={"kept_as": "t_v1", "old_log": "t", "new_log": "t_v2"})
+    assert "the catalog says whether its transaction of renames committed (t_v2 named t, t kept as t_v1); if not, " \
+        "the renames are done now" in interrupted_text(Interrupted(version=2, phase="switch",
+                                                                   action="roll forward"), table)

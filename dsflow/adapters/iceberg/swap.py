@@ -40,6 +40,12 @@ def refusal(settings: dict[str, str], where: Place) -> str | None:
     return None
 
 
+def exists(settings: dict[str, str], where: Place) -> bool:
+    """Whether the catalog holds a table by that name."""
+    _, namespace, table = where
+    return bool(catalog(settings).table_exists((namespace, table)))
+
+
 def rows(settings: dict[str, str], where: Place) -> list[tuple]:
     """Every row of a table, its columns in name order."""
     _, namespace, table = where
@@ -96,6 +102,7 @@ class IcebergSwap:
     place = staticmethod(place)
     versioned = staticmethod(versioned)
     refusal = staticmethod(refusal)
+    exists = staticmethod(exists)
     rows = staticmethod(rows)
     swap = staticmethod(swap)
     drop = staticmethod(drop)

@@ -81,6 +81,19 @@ def _refused(cur: Any, name: str) -> str | None:
     return "; ".join(found) or None
 
 
+def exists(settings: dict[str, str], where: Place) -> bool:
+    """Whether the catalog holds a table (or view) by that name."""
+    database, schema, table = where
+    conn = connect(settings, database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (qualified(schema, table),))
+            return cur.fetchone()[0] is not None
+    finally:
+        conn.rollback()
+        conn.close()
+
+
 def rows(settings: dict[str, str], where: Place) -> list[tuple]:
     """Every row of a table, its columns in name order (two versions compared as multisets)."""
     database, schema, table = where
@@ -182,6 +195,7 @@ class PostgresSwap:
     place = staticmethod(place)
     versioned = staticmethod(versioned)
     refusal = staticmethod(refusal)
+    exists = staticmethod(exists)
     rows = staticmethod(rows)
     swap = staticmethod(swap)
     drop = staticmethod(drop)
