@@ -203,8 +203,8 @@ class AccessModel:
         """Every change of a plan (its JSON document) that `user` may not make."""
         refusals = []
         for change in plan.get("changes", ()):
-            if change.get("action") in ("no-op", "refresh") and not change.get("imported"):
-                continue  # an import that matches is applied (recorded): it needs what a create needs
+            if not acts(change):
+                continue
             missing = []
             for privilege, on in change_requirements(change):
                 decision = self.check(user, privilege, on)
@@ -228,6 +228,17 @@ class AccessModel:
     def _granted(self, roles: frozenset[str], privilege: Privilege, address: str) -> bool:
         return any((privilege, address) in self.grants.get(r, ()) or (P.ALL, address) in self.grants.get(r, ())
                    for r in roles)
+
+
+def acts(change: Mapping[str, Any]) -> bool:
+    """Whether applying a change (of the plan JSON) does something a privilege must allow: not a no-op, nor a refresh
+    that only records drift; an import that matches is applied (recorded), and a query's refresh outside a
+    refresh-only plan rolls back an interrupted blue/green deployment (stops a driver, deletes what it made)."""
+    if change.get("imported"):
+        return True
+    if change.get("action") == "no-op":
+        return False
+    return change.get("action") != "refresh" or (not change.get("drift") and change["address"].startswith("query."))
 
 
 def change_requirements(change: Mapping[str, Any]) -> list[tuple[Privilege, str]]:

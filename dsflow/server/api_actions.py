@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsflow.engine import eventlog, operations
-from dsflow.core.access import Privilege
+from dsflow.core.access import Privilege, acts
 from dsflow.core.secrets import scrub
 from dsflow.server.context import API, ApiError, Caller, Server, caller, server_of
 
@@ -49,12 +49,12 @@ class ViewQuery(BaseModel):
 
 
 def authorization(me: Caller, plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per change of the plan (no-ops and refreshes left out): whether the caller may make it, and if not, what
+    """Per change of the plan (no-ops and drift refreshes left out: core/access.py `acts`): whether the caller may make it, and if not, what
     it lacks."""
     refused = {(r.address, r.action): r for r in me.access.authorize_plan(me.user, plan)}
     out = []
     for change in plan.get("changes", ()):
-        if change["action"] in ("no-op", "refresh") and not change.get("imported"):
+        if not acts(change):
             continue
         refusal = refused.get((change["address"], change["action"]))
         missing = refusal.decision.missing if refusal else ()

@@ -81,3 +81,12 @@ def test_plan_changes_need_the_privileges_of_their_action():
     assert refused["query.db.public.q2"].decision.missing == ((Privilege.CREATE, "schema.db.public"),)
     assert "OWNERSHIP on relation.db.public.pv" in refused["relation.db.public.pv"].decision.message
     assert MODEL.authorize_plan("ola", plan) == []
+
+
+def test_a_refresh_that_rolls_back_a_deployment_needs_ownership_and_a_drift_refresh_nothing():
+    rollback = {"address": "query.db.public.q", "action": "refresh", "drift": False,
+                "reason": "an interrupted blue/green deployment", "after": {"sink": "db.public.pv"}}
+    drift = {"address": "query.db.public.q", "action": "refresh", "drift": True, "reason": "drift: not running"}
+    assert [r.address for r in MODEL.authorize_plan("leo", {"changes": [rollback]})] == ["query.db.public.q"]
+    assert MODEL.authorize_plan("leo", {"changes": [drift]}) == []
+    assert MODEL.authorize_plan("ola", {"changes": [rollback]}) == []  # a role that owns the query
