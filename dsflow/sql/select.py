@@ -47,6 +47,7 @@ from dsflow.sql.functions import check_functions, declare_result_types
 from dsflow.sql.parse import DIALECT, RawStatement, node_location, type_sql
 from dsflow.sql.statements import Analysed  # noqa: F401  (defined without sqlglot, for the load cache)
 from dsflow.core.suggest import did_you_mean, relation_hint
+from dsflow.sql.simple import qualify_simple
 from dsflow.sql.typecheck import check_types
 from dsflow.sql.temporal import check_shape, system_time, temporal_join
 from dsflow.sql import aggregates as grouping
@@ -63,6 +64,9 @@ from dsflow.sql.topn import extract_top_n, restore_top_n
 from dsflow.sql.over import extract_over, restore_over
 
 Report = Callable[[Diagnostic], None]
+QUALIFY_SIMPLE = True
+"""sql/simple.py's qualify for the simplest SELECTs (False: sqlglot's qualify for every SELECT; the tests that
+compare the two paths switch it)."""
 TYPE_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "TIMESTAMPTZ": "TIMESTAMP"}
 UNSUPPORTED = {
     exp.Window: "window functions (OVER)", exp.Union: "UNION", exp.Subquery: "subqueries",
@@ -490,7 +494,10 @@ def _qualified(select: exp.Select, tables: list[exp.Table], found: dict, window:
         def annotate(node: exp.Expr) -> exp.Expr:
             return annotate_types(declare_result_types(node), schema=schema, dialect=DIALECT, overwrite_types=False)
 
-        qualified = type_map_subscripts(annotate(qualify(select, schema=schema, dialect=DIALECT)), annotate)
+        # one relation and the simple shape: qualify's effect in one walk (sql/simple.py), the same tree
+        simple = len(tables) == 1 and window is None and QUALIFY_SIMPLE and qualify_simple(select, columns)
+        qualified = type_map_subscripts(annotate(select if simple else qualify(select, schema=schema, dialect=DIALECT)),
+                                        annotate)
         return cast(exp.Select, qualified)  # qualify and annotate_types return the tree they were given
     except OptimizeError as err:
         report(Diagnostic("DSF-E041", f"cannot resolve the SELECT: {err}", st.location))
