@@ -49,8 +49,8 @@ class ViewQuery(BaseModel):
 
 
 def authorization(me: Caller, plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per change of the plan (no-ops and drift refreshes left out: core/access.py `acts`): whether the caller may make it, and if not, what
-    it lacks."""
+    """Per change of the plan (no-ops and drift refreshes left out: core/access.py `acts`): whether the caller may
+    make it, and if not, what it lacks."""
     refused = {(r.address, r.action): r for r in me.access.authorize_plan(me.user, plan)}
     out = []
     for change in plan.get("changes", ()):
