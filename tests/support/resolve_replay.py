@@ -5,13 +5,15 @@ load (docs/benchmarks.md, "Plan time, 2026-11-30 (fifth pass)"):
 
     DSFLOW_CACHE=0 DSFLOW_LOAD_WORKERS=1 python -m pytest -n 0 -p tests.support.resolve_replay tests/unit -q
 
-prints a summary at the end and fails the session on any difference. `install()` does the same for a script.
+prints a summary at the end and fails the session on any difference. `install()` does the same for a script;
+tests/unit/test_simple_qualify.py runs it over the example projects and a generated benchmark project in every run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
 
 from dsflow.sql import select as select_module
 from dsflow.sql import simple
@@ -22,8 +24,8 @@ DIFFERENCES: list[str] = []
 _replaying = False
 
 
-def install() -> None:
-    """Wrap analyse_select (and count what qualify_simple takes)."""
+def install() -> Callable[[], None]:
+    """Wrap analyse_select (and count what qualify_simple takes); returns what undoes it."""
     original, one_walk = select_module.analyse_select, simple.qualify_simple
 
     def counted(select, columns) -> bool:
@@ -56,6 +58,12 @@ def install() -> None:
     select_module.analyse_select = both
     simple.qualify_simple = counted
     select_module.qualify_simple = counted
+
+    def undo() -> None:
+        select_module.analyse_select = original
+        simple.qualify_simple = select_module.qualify_simple = one_walk
+
+    return undo
 
 
 def _outcome(function, *args):

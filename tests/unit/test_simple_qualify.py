@@ -157,3 +157,33 @@ REFUSED = [
 def test_which_selects_take_the_one_walk() -> None:
     assert all(_compare(text) for text in TAKEN)
     assert not any(_compare(text) for text in REFUSED)
+
+
+def test_every_select_of_the_example_projects_and_a_benchmark_project_resolves_the_same_both_ways(tmp_path,
+                                                                                                   monkeypatch):
+    """The CI slice of tests/support/resolve_replay.py (run by hand over every project the unit tests load): each
+    SELECT of the example projects and of a generated 400-relation benchmark project resolved by the one walk and by
+    qualify alone, results, diagnostics and trees compared."""
+    import sys
+
+    from dsflow.load.project import load_project
+    from support import resolve_replay
+    from support.projects import REPO
+
+    sys.path.insert(0, str(REPO))
+    from bench.plan_scale import write_dsflow_project
+
+    monkeypatch.setenv("DSFLOW_CACHE", "0")
+    monkeypatch.setenv("DSFLOW_LOAD_WORKERS", "1")
+    resolve_replay.COUNTS.clear()
+    resolve_replay.DIFFERENCES.clear()
+    roots = [REPO / "example_project", REPO / "templates", write_dsflow_project(tmp_path / "bench", 400)]
+    undo = resolve_replay.install()
+    try:
+        for root in roots:
+            load_project(root, variables={"bootstrap": "127.0.0.1:9"})
+    finally:
+        undo()
+    assert resolve_replay.DIFFERENCES == []
+    assert resolve_replay.COUNTS["one walk"] >= 200 and resolve_replay.COUNTS["refused by the one walk"] > 0, \
+        resolve_replay.COUNTS

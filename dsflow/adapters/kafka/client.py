@@ -444,8 +444,9 @@ class EndTracker:
     answer is at most the true end.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, busy_wait: float = BUSY_FIRST_WAIT_S) -> None:
         self._known: dict[int, tuple[int, int, bool]] = {}  # partition -> (high, end, probed)
+        self._busy_wait = busy_wait
 
     def ends(self, consumer: Any, topic: str, partitions: Iterable[int], settle: float = END_SETTLE_S,
              quiet: float = END_QUIET_S) -> dict[int, int]:
@@ -460,7 +461,7 @@ class EndTracker:
                 first_probe = first_probe or before is None or before[0] == high
             else:
                 result[p], self._known[p] = high, (high, high, True)
-        first_wait = 2.0 if first_probe else BUSY_FIRST_WAIT_S
+        first_wait = 2.0 if first_probe else self._busy_wait
         seen = _last_offsets(consumer, topic, probe, first_wait, settle, quiet) if probe else {}
         for p, start in probe.items():
             end = max(start + 1, seen.get(p, -1) + 1)
