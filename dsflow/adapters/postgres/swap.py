@@ -83,15 +83,9 @@ def _refused(cur: Any, name: str) -> str | None:
 
 def exists(settings: dict[str, str], where: Place) -> bool:
     """Whether the catalog holds a table (or view) by that name."""
-    database, schema, table = where
-    conn = connect(settings, database)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT to_regclass(%s)", (qualified(schema, table),))
-            return cur.fetchone()[0] is not None
-    finally:
-        conn.rollback()
-        conn.close()
+    from dsflow.adapters.postgres.mv import table_exists
+
+    return table_exists(settings, *where)
 
 
 def rows(settings: dict[str, str], where: Place) -> list[tuple]:
