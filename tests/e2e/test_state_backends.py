@@ -7,7 +7,6 @@ racing writers win.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,10 +25,10 @@ from dsflow.core.state import DeployedResource, LedgerEntry, State
 from dsflow.errors import DsflowError
 from support import pgserver
 from support.pgserver import DSN as PG_DSN
+from support.state_children import SPAWN, append_events, hold_lock, race, try_lock
 
 pytestmark = pytest.mark.integration
 
-FORK = multiprocessing.get_context("fork")
 
 
 @pytest.fixture(autouse=True)
@@ -97,13 +96,6 @@ def test_read_empty_write_read_back(target) -> None:
     assert make_backend(*target).read() == later
 
 
-def _append(target, marker: str, count: int, results) -> None:
-    backend = make_backend(*target)
-    for i in range(count):
-        backend.append_events([event(f"query.db.public.{marker}", "restart", "supervisor", target[2], n=i)])
-    results.put(count)
-
-
 def test_event_log_is_appended_beside_the_state_and_read_since(target) -> None:
     backend = make_backend(*target)
     assert backend.read_events() == []
@@ -116,8 +108,8 @@ def test_event_log_is_appended_beside_the_state_and_read_since(target) -> None:
     assert make_backend(*target).read_events() == [first, second]
     assert make_backend(*target).read_events(since=first.time) == ([second] if second.time > first.time else [])
     assert make_backend(*target).read_events(since=second.time) == []
-    queue = FORK.Queue()
-    writers = [FORK.Process(target=_append, args=(target, name, 5, queue)) for name in ("a", "b")]
+    queue = SPAWN.Queue()
+    writers = [SPAWN.Process(target=append_events, args=(target, name, 5, queue)) for name in ("a", "b")]
     for w in writers:
         w.start()
     for w in writers:
@@ -147,21 +139,12 @@ def test_stale_write_is_refused(target) -> None:
     assert backend.read() == _state(target[2], 2)
 
 
-def _try_lock(target, results) -> None:
-    start = time.monotonic()
-    try:
-        with make_backend(*target).lock("child"):
-            results.put(("acquired", "", time.monotonic() - start))
-    except DsflowError as err:
-        results.put((err.code, f"{err.message} | {err.hint}", time.monotonic() - start))
-
-
 def _in_child(func, *args) -> tuple:
-    results = FORK.Queue()
-    child = FORK.Process(target=func, args=(*args, results))
+    results = SPAWN.Queue()
+    child = SPAWN.Process(target=func, args=(*args, results))
     child.start()
     try:
-        return results.get(timeout=20)
+        return results.get(timeout=60)
     finally:
         child.join(10)
 
@@ -170,18 +153,12 @@ def test_lock_held_elsewhere_fails_fast_naming_the_holder(target) -> None:
     backend = make_backend(*target)
     with backend.lock("apply") as held:
         assert backend.lock_holder() == held
-        code, text, elapsed = _in_child(_try_lock, target)
+        code, text, elapsed = _in_child(try_lock, target)
         assert code == "DSF-E802", text
         assert elapsed < 5
         assert held.id in text and held.who in text and "'apply'" in text and f"pid {held.pid}" in text
     assert backend.lock_holder() is None
-    assert _in_child(_try_lock, target)[0] == "acquired"
-
-
-def _hold_lock(target, results) -> None:
-    with make_backend(*target).lock("hung apply") as info:
-        results.put(info)
-        time.sleep(60)
+    assert _in_child(try_lock, target)[0] == "acquired"
 
 
 def test_force_unlock_needs_the_holders_id(target) -> None:
@@ -189,11 +166,11 @@ def test_force_unlock_needs_the_holders_id(target) -> None:
     with pytest.raises(DsflowError) as err:
         backend.force_unlock("nobody")
     assert err.value.code == "DSF-E803" and "not locked" in err.value.message
-    results = FORK.Queue()
-    holder = FORK.Process(target=_hold_lock, args=(target, results))
+    results = SPAWN.Queue()
+    holder = SPAWN.Process(target=hold_lock, args=(target, results))
     holder.start()
     try:
-        info = results.get(timeout=20)
+        info = results.get(timeout=60)
         assert backend.lock_holder() == info
         with pytest.raises(DsflowError) as err:
             backend.force_unlock("wrong-id")
@@ -208,27 +185,17 @@ def test_force_unlock_needs_the_holders_id(target) -> None:
         holder.join(10)
 
 
-def _race(target, expected: int, marker: str, barrier, results) -> None:
-    backend = make_backend(*target)
-    backend.read()  # connect first, so both writers reach the write together
-    barrier.wait(10)
-    try:
-        backend.write(_state(target[2], expected + 1, marker=marker), expected_serial=expected)
-        results.put((marker, "won"))
-    except DsflowError as err:
-        results.put((marker, err.code))
-
-
 def test_racing_writers_exactly_one_wins(target) -> None:
     backend = make_backend(*target)
     backend.write(_state(target[2], 1), expected_serial=0)
     for round_ in range(1, 4):
-        barrier, results = FORK.Barrier(2), FORK.Queue()
-        writers = [FORK.Process(target=_race, args=(target, round_, f"w{round_}{i}", barrier, results))
-                   for i in range(2)]
+        barrier, results = SPAWN.Barrier(2), SPAWN.Queue()
+        markers = [f"w{round_}{i}" for i in range(2)]
+        writers = [SPAWN.Process(target=race, args=(target, _state(target[2], round_ + 1, marker=marker), round_,
+                                                    marker, barrier, results)) for marker in markers]
         for writer in writers:
             writer.start()
-        outcomes = dict(results.get(timeout=20) for _ in writers)
+        outcomes = dict(results.get(timeout=60) for _ in writers)
         for writer in writers:
             writer.join(10)
         winners = [m for m, outcome in outcomes.items() if outcome == "won"]
@@ -331,10 +298,10 @@ def test_validate_compares_contracts_with_a_postgres_state_and_creates_nothing(t
 
 def test_postgres_lock_of_a_dead_process_is_released(pg_table: str) -> None:
     target = (StateSettings(backend="postgres", project="p", dsn=PG_DSN, table=pg_table), Path("."), "dead")
-    results = FORK.Queue()
-    holder = FORK.Process(target=_hold_lock, args=(target, results))
+    results = SPAWN.Queue()
+    holder = SPAWN.Process(target=hold_lock, args=(target, results))
     holder.start()
-    info = results.get(timeout=20)
+    info = results.get(timeout=60)
     backend = make_backend(*target)
     assert backend.lock_holder() == info
     holder.kill()

@@ -13,7 +13,6 @@ every backend against its real store: a local folder, a moto S3 server, PostgreS
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import socket
@@ -40,10 +39,10 @@ from dsflow.load.project import load_project
 from support.projects import applied, make_project
 from support.waiting import wait_for
 from support.pgserver import DSN as PG_DSN
+from support.state_children import SPAWN, legacy_rewrite, redaction_key, take_lock_and_die
 
 pytestmark = pytest.mark.integration
 
-FORK = multiprocessing.get_context("fork")
 
 
 @pytest.fixture(autouse=True)
@@ -156,13 +155,6 @@ def test_a_missing_state_reads_empty_and_a_stored_one_always_has_a_lineage(targe
     assert err.value.code == "DSF-E804"
 
 
-def _take_lock_and_die(target) -> None:
-    backend = make_backend(*target)
-    held = backend.lock("apply")  # referenced: a collected context manager would release the lock
-    held.__enter__()
-    os.kill(os.getpid(), signal.SIGKILL)  # kill -9: no finally, no release
-
-
 def test_every_lock_records_its_holder(target) -> None:
     backend = make_backend(*target)
     with backend.lock("apply") as held:
@@ -179,7 +171,7 @@ def test_every_lock_records_its_holder(target) -> None:
 
 
 def test_a_lock_whose_process_died_on_this_host_says_so_and_names_the_release(target) -> None:
-    child = FORK.Process(target=_take_lock_and_die, args=(target,))
+    child = SPAWN.Process(target=take_lock_and_die, args=(target,))
     child.start()
     child.join(30)
     assert child.exitcode == -signal.SIGKILL
@@ -272,13 +264,9 @@ def test_local_temporary_files_are_removed(tmp_path: Path, monkeypatch: pytest.M
     assert backend.read().serial == 2
 
 
-def _key_in_child(target, results) -> None:
-    results.put(make_backend(*target).redaction_key())
-
-
 def test_the_redaction_key_is_made_once_and_kept_apart_from_the_state(target) -> None:
-    results = FORK.Queue()
-    children = [FORK.Process(target=_key_in_child, args=(target, results)) for _ in range(3)]
+    results = SPAWN.Queue()
+    children = [SPAWN.Process(target=redaction_key, args=(target, results)) for _ in range(3)]
     for child in children:
         child.start()
     keys = {results.get(timeout=30) for _ in children}
@@ -329,26 +317,6 @@ def test_a_state_with_unkeyed_markers_migrates_without_a_planned_change(tmp_path
     assert {c.address for c in changes} >= {"store.kafka_main"}, "a secret changed since must still show"
 
 
-def _legacy_rewrite(root: Path, environ: dict[str, str], bootstrap: str) -> None:
-    """The state as dsflow wrote it before 2026-11-25: unkeyed markers, the broker address in clear in a topic's
-    outputs (run in a child process: loading registers the secrets for scrubbing, which the test process must not
-    inherit)."""
-    from dsflow.adapters.state.local import LocalStateBackend
-
-    project = load_project(root, environ=environ)
-    backend = LocalStateBackend(root / ".dsflow" / "state", "dev")
-    state = backend.read()
-    resources = dict(state.resources)
-    for resource in project_resources(project, LegacyRedactor()):
-        entry = resources[str(resource.address)]
-        outputs = {**entry.outputs, "bootstrap": bootstrap} if "created_by_dsflow" in entry.outputs else entry.outputs
-        resources[entry.address] = entry.model_copy(update={
-            "data": resource.data, "metadata": resource.metadata, "data_hash": resource.data_hash,
-            "metadata_hash": resource.metadata_hash, "outputs": outputs})
-    backend.write(state.model_copy(update={"resources": resources}))
-    backend.write(state.model_copy(update={"resources": resources}))  # the backup copy too, as old dsflow left it
-
-
 def test_an_old_state_is_rewritten_without_its_clear_secrets_by_the_next_apply(tmp_path: Path, broker: str) -> None:
     topic = f"migrated_{uuid.uuid4().hex[:8]}"
     root = make_project(tmp_path, {
@@ -364,7 +332,7 @@ def test_an_old_state_is_rewritten_without_its_clear_secrets_by_the_next_apply(t
                               capture_output=True, text=True, timeout=120)
 
     assert dsflow("apply", "--auto-approve").returncode == 0
-    child = FORK.Process(target=_legacy_rewrite, args=(root, environ, broker))
+    child = SPAWN.Process(target=legacy_rewrite, args=(root, environ, broker))
     child.start()
     child.join(60)
     assert child.exitcode == 0
