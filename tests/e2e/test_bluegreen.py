@@ -63,9 +63,9 @@ pytestmark = pytest.mark.integration
 
 SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
-CREATE STREAM scaled WITH ('trigger.interval' = '500 ms'{start}) AS SELECT id, v * {factor} AS w FROM events;
-CREATE STREAM scaled_copy WITH ('trigger.interval' = '500 ms') AS SELECT id, w FROM scaled;
-CREATE STREAM scaled_copy_b WITH ('trigger.interval' = '500 ms') AS SELECT id, w FROM scaled;
+CREATE STREAM scaled WITH ('trigger.interval' = '1 second'{start}) AS SELECT id, v * {factor} AS w FROM events;
+CREATE STREAM scaled_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled;
+CREATE STREAM scaled_copy_b WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled;
 """
 QUERY, READER = "query.analytics.public.scaled", "query.analytics.public.scaled_copy"
 READER_B = "query.analytics.public.scaled_copy_b"
@@ -304,7 +304,7 @@ stores:
 """
 PG_SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
-CREATE TABLE scaled WITH ('store' = 'pg', 'trigger.interval' = '500 ms'{start}) AS SELECT id, v * {factor} AS w
+CREATE TABLE scaled WITH ('store' = 'pg', 'trigger.interval' = '1 second'{start}) AS SELECT id, v * {factor} AS w
   FROM events;
 """
 TABLE = "relation.analytics.public.scaled"
@@ -541,9 +541,9 @@ stores:
 """
 LAKE_SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
-CREATE TABLE scaled_ice WITH ('store' = 'ice', 'trigger.interval' = '500 ms'{start}) AS SELECT id, v * {factor} AS w
+CREATE TABLE scaled_ice WITH ('store' = 'ice', 'trigger.interval' = '1 second'{start}) AS SELECT id, v * {factor} AS w
   FROM events;
-CREATE TABLE scaled_delta WITH ('store' = 's3lake', 'trigger.interval' = '500 ms'{start}) AS
+CREATE TABLE scaled_delta WITH ('store' = 's3lake', 'trigger.interval' = '1 second'{start}) AS
   SELECT id, v * {factor} AS w FROM events;
 """
 ICE, DELTA = "query.analytics.public.scaled_ice", "query.analytics.public.scaled_delta"
