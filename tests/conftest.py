@@ -49,7 +49,20 @@ def pytest_configure(config: pytest.Config) -> None:
     from support import shared
 
     shared.begin()
-    pgserver.start()
+    pgserver.start()  # first: its folder is the server user's, outside the run's folder (this user's, 0700)
+    _temporary_files_in_the_run_folder(shared.run_dir() / "tmp")
+
+
+def _temporary_files_in_the_run_folder(folder: Path) -> None:
+    """Every process of the run (workers, drivers, JVMs, Spark's Python workers) keeps its temporary files in the
+    run's folder, which `shared.end()` removes: a test leaves nothing in the host's /tmp, even where it kills a
+    driver with SIGKILL (Spark's local folders, RocksDB working copies, extracted native libraries, the mkdtemp
+    folders of tests and of dsflow itself). pytest's own tmp_path folders stay where pytest keeps and rotates them."""
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = str(folder)
+    os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} -Djava.io.tmpdir={folder}".strip()
+    tempfile.tempdir = None  # this process asks again
 
 
 FILE_SECONDS = Path(__file__).parent / "file_seconds.json"

@@ -14,6 +14,13 @@ create_time) and the lock is held. A PID the system reused (pid_max is 32768 on 
 time: it is never reported running and never stopped. Only one live process holds an identity's lock, so two
 processes never run as one identity (two drivers on one checkpoint): DSF-E274.
 
+Each spawned process gets a **scratch folder** of its identity (`scratch`) as its temporary directory: TMPDIR for
+it and its Python workers, `java.io.tmpdir` (through JDK_JAVA_OPTIONS) for its JVMs, where Spark keeps its local
+files (RocksDB state stores' working copies, shuffle and block files, extracted native libraries). A driver killed
+with SIGKILL cannot clean them up; its scratch folder is emptied by the next `spawn` of its identity (which holds
+the lock: nothing lives there any more) and removed by `stop`. It sits in the system's temporary directory, not in
+the project, so the Unix sockets Spark makes there keep short paths (108 bytes at most).
+
 Processes started by dsflow before identity records (2026-11-29) have none; for those only, the command line is
 read, never written: the module and a path only that process was given (`Identity.legacy`).
 """
@@ -21,20 +28,29 @@ read, never written: the module and a path only that process was given (`Identit
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
+import shlex
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from tempfile import gettempdir
 from typing import Any
 
 from dsflow.errors import DsflowError
 
 RECORD_ENV = "DSFLOW_PROCESS_RECORD"
 """Set by `spawn` in the child's environment: the record of the identity it was started as (its lock is held)."""
+SCRATCH_ROOT_ENV = "DSFLOW_SCRATCH_ROOT"
+"""Set by `spawn` in the child's environment: the temporary directory scratch folders are made in, the first dsflow
+command's. A spawned process's own TMPDIR is its scratch folder, so the processes it starts (the supervisor's
+drivers) must not nest theirs inside it: stopping it would remove theirs."""
 LOCK_WAIT_SECONDS = 10.0
 """How long `spawn` and `claim` wait for an identity's lock: a process stopped with SIGKILL a moment ago lets it go
 as it exits."""
@@ -58,6 +74,19 @@ class Identity:
     def lock(self) -> Path | None:
         return self.folder / f"{self.role}.process.lock" if self.folder is not None else None
 
+    @property
+    def scratch(self) -> Path | None:
+        """The temporary directory of the process (see the module's docstring): one per identity, a short path."""
+        if self.lock is None:
+            return None
+        digest = hashlib.sha256(str(self.lock.resolve()).encode()).hexdigest()[:12]
+        return scratch_root() / f"dsflow-{digest}"
+
+
+def scratch_root() -> Path:
+    """Where scratch folders are made: the system's temporary directory as the first dsflow command saw it."""
+    return Path(os.environ.get(SCRATCH_ROOT_ENV) or gettempdir())
+
 
 def launch(module: str, args: list[str], log_path: Path, identity: Identity, env: dict[str, str] | None = None) -> int:
     """Start `python -m module args...` detached as `identity`; its output goes to log_path."""
@@ -74,6 +103,7 @@ def spawn(module: str, args: list[str], log_path: Path, identity: Identity, env:
     environ = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"), **(env or {}),
                RECORD_ENV: str(identity.record)}
     try:
+        environ.update(_scratch_env(_fresh_scratch(identity), environ))
         with open(log_path, "ab") as log:
             popen = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=stdin, start_new_session=True, env=environ,
@@ -82,6 +112,33 @@ def spawn(module: str, args: list[str], log_path: Path, identity: Identity, env:
     finally:
         os.close(lock)  # the child holds the lock now
     return popen
+
+
+def _fresh_scratch(identity: Identity) -> Path:
+    """The identity's scratch folder, emptied (its lock is held: the process that used it is gone), mode 0700."""
+    folder = identity.scratch
+    assert folder is not None
+    _remove_scratch(folder)
+    folder.mkdir(mode=0o700)
+    return folder
+
+
+def _remove_scratch(folder: Path) -> None:
+    """Remove a scratch folder this user owns; another user's file or a link at that path is an error."""
+    try:
+        found = folder.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+        raise DsflowError("DSF-E276", f"{folder} is not a folder of this user: dsflow keeps a process's temporary "
+                          "files there", hint="remove it, or set TMPDIR to a folder of your own")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _scratch_env(folder: Path, environ: dict[str, str]) -> dict[str, str]:
+    java = environ.get("JDK_JAVA_OPTIONS", "")
+    return {"TMPDIR": str(folder), SCRATCH_ROOT_ENV: str(folder.parent),
+            "JDK_JAVA_OPTIONS": f"{java} -Djava.io.tmpdir={shlex.quote(str(folder))}".strip()}
 
 
 _claimed: dict[Path, int] = {}
@@ -250,9 +307,10 @@ def _command_line(proc, settle: float = 1.0) -> list[str]:
 
 
 def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
-    """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group. True if it was running (only the
-    process `identity` records: a reused PID is never signalled)."""
+    """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group; then its scratch folder goes. True if
+    it was running (only the process `identity` records: a reused PID is never signalled)."""
     if not is_running(pid, identity):
+        _drop_scratch(identity)
         return False
     assert pid is not None  # is_running: a PID
     os.kill(pid, signal.SIGTERM)
@@ -260,7 +318,14 @@ def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
     while is_running(pid, identity) and time.monotonic() < deadline:
         time.sleep(0.2)
     _kill_group(pid)
+    _drop_scratch(identity)
     return True
+
+
+def _drop_scratch(identity: Identity) -> None:
+    """Remove the identity's scratch folder unless a live process holds the identity (another one started)."""
+    if identity.scratch is not None and not _held(identity):
+        _remove_scratch(identity.scratch)
 
 
 def _kill_group(pid: int | None) -> None:

@@ -1,13 +1,14 @@
-"""kill -9 of running queries' process, then `dsflow apply` restarts them (operations.apply, a real shared Spark
-application: `runtime.isolation: shared`; drivers of their own are killed in tests/e2e/test_e2e_example.py,
-tests/integration/test_lake_sinks.py, tests/integration/test_lake_sources.py, tests/e2e/test_sql_changelog_joins.py
-and tests/integration/test_runtime.py).
+"""kill -9 of running queries' process (its whole process group: the host and its JVM), then `dsflow apply` restarts
+them (operations.apply, a real shared Spark application: `runtime.isolation: shared`; drivers of their own are
+killed in tests/e2e/test_e2e_example.py, tests/integration/test_lake_sinks.py, tests/integration/test_lake_sources.py,
+tests/e2e/test_sql_changelog_joins.py and tests/integration/test_runtime.py).
 
 An aggregation writes a changelog, a materialized view reads that changelog (upserts by its key), and a
 filter writes a stream. Their application is killed with SIGKILL while records keep arriving; apply
 sees the dead queries as drift and restarts them on their checkpoints. The changelog's final content and
 the view's snapshot must equal a pandas reference exactly; the stream sink must hold every id (duplicates
-are allowed: it is at-least-once).
+are allowed: it is at-least-once). The killed JVM ran no shutdown hook: its Spark files (state stores' working
+copies, block files) stay in the host's scratch folder until the restart empties it, and destroy removes it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import random
 import signal
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -72,14 +74,17 @@ def test_killed_stateful_queries_resume_exactly(tmp_path, broker):
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded)).ok
+    scratch = None
     try:
-        _run(options, loaded.project, broker)
+        scratch = _run(options, loaded.project, broker)
     finally:  # stop the drivers even when an assertion failed
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+    assert scratch is not None and not scratch.exists(), "destroy removed the application's temporary files"
 
 
-def _run(options, project, broker) -> None:
+def _run(options, project, broker) -> Path:
+    """The killed application's scratch folder (adapters/process.py): its Spark files were removed by the restart."""
     rng = random.Random(17)
     events = _events(0, 1_500, rng)
     produce(broker, project, "pageviews", events, "userid")
@@ -93,8 +98,11 @@ def _run(options, project, broker) -> None:
     state = operations.load(options).workspace.state_backend().read()
     [pid] = {state.resources[q].outputs["pid"] for q in QUERIES}
     identity = query_identity(state.resources[QUERIES[0]].outputs)
-    os.kill(pid, signal.SIGKILL)
+    os.killpg(pid, signal.SIGKILL)  # the host and its JVM at once: no shutdown hook cleans Spark's files up
     wait_for(lambda: not process.is_running(pid, identity), 10, "the application to die")
+    scratch = identity.scratch
+    left = [p for p in scratch.iterdir() if p.name.startswith(("spark-", "blockmgr-"))]
+    assert left, f"Spark's local folders (state stores' working copies) in its scratch: {list(scratch.iterdir())}"
     assert changelog_content(broker, project, "user_totals")[0] != _reference(events), "complete before the kill"
 
     late = _events(4_500, 1_000, rng)
@@ -105,6 +113,7 @@ def _run(options, project, broker) -> None:
     assert sorted((c.address, c.action, c.drift) for c in plan.actionable) == [
         (q, Action.UPDATE, True) for q in sorted(QUERIES)]
     assert operations.apply(loaded, plan).ok
+    assert not any(p.exists() for p in left), "the restart emptied the killed host's scratch folder"
 
     expected = _reference(events)
     wait_for(lambda: changelog_content(broker, project, "user_totals")[0] == expected, 300,
@@ -116,3 +125,4 @@ def _run(options, project, broker) -> None:
     wanted = {e["id"] for e in events if e["pageid"] == "Page_1"}
     wait_for(lambda: {json.loads(r["value"])["id"] for r in records(broker, project, "page_one")} == wanted, 120,
              "every Page_1 id in the stream sink")
+    return scratch

@@ -205,3 +205,47 @@ def test_a_member_of_a_shared_application_is_found_only_while_its_live_host_repo
     host.kill()
     host.wait(10)
     assert apps.member(root, spec) is None, "its host is gone"
+
+
+def _environment(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
+
+
+def test_a_spawned_process_keeps_its_temporary_files_in_a_scratch_folder_that_its_next_start_and_stop_remove(
+        tmp_path, stand_in):
+    """A driver killed with SIGKILL leaves Spark's local files (RocksDB working copies, block files) behind: in its
+    identity's scratch folder, emptied by the next start, removed by stop; never in the system's /tmp itself."""
+    identity = driver_identity(tmp_path / "q")
+    scratch = identity.scratch
+    assert scratch is not None and scratch.parent == process.scratch_root()
+    assert len(str(scratch)) - len(str(scratch.parent)) <= 20, "a short path: Spark makes Unix sockets in it"
+    child = stand_in(identity)
+    environ = _environment(child.pid)
+    assert environ["TMPDIR"] == str(scratch) and environ[process.SCRATCH_ROOT_ENV] == str(scratch.parent)
+    assert environ["JDK_JAVA_OPTIONS"].endswith(f"-Djava.io.tmpdir={scratch}")
+    assert scratch.is_dir() and scratch.stat().st_mode & 0o777 == 0o700
+    (scratch / "spark-1234").mkdir()  # what a JVM left when it was killed
+    child.kill()
+    child.wait(10)
+    assert (scratch / "spark-1234").exists()
+    second = stand_in(identity)
+    assert scratch.is_dir() and not any(scratch.iterdir()), "the next start empties it"
+    assert _environment(second.pid)["TMPDIR"] == str(scratch)
+    assert process.stop(second.pid, identity, timeout=5) is True
+    assert not scratch.exists(), "stop removes it"
+    assert process.stop(second.pid, identity) is False and not scratch.exists()
+
+
+def test_a_scratch_path_that_is_not_a_folder_of_this_user_is_refused(tmp_path, stand_in):
+    identity = driver_identity(tmp_path / "q")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    identity.scratch.symlink_to(target)
+    try:
+        with pytest.raises(DsflowError) as err:
+            stand_in(identity)
+        assert err.value.code == "DSF-E276" and str(identity.scratch) in err.value.message
+        assert target.is_dir() and process.holder(identity) is None
+    finally:
+        identity.scratch.unlink()
