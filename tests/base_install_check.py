@@ -12,6 +12,7 @@ project with the virtualenv's `dsflow`. Exit status 0 only if validate succeeds 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,14 @@ PAYMENTS = REPO / "examples" / "registry_project" / "schemas" / "payments-value.
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dsflow-base-install-"))
+    try:
+        return _check(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _check(work: Path) -> int:
+    """Install dsflow alone into a virtualenv in `work` and validate the registry example with it."""
     venv.create(work / "venv", with_pip=True)
     python = work / "venv" / "bin" / "python"
     installed = subprocess.run([str(python), "-m", "pip", "install", "-q", str(REPO)], capture_output=True, text=True)

@@ -37,7 +37,7 @@ python3 -m pip install -q -e '.[test]'
 # dsflow's bytecode, once: an editable install writes none, and where PYTHONDONTWRITEBYTECODE is set (this machine)
 # every process of the run (drivers, Spark's Python workers, CLI calls) would compile dsflow's modules again.
 python3 -m compileall -q -j 0 dsflow tests/support >/dev/null
-python3 -c 'import fakesnow' 2>/dev/null || python3 -m pip install -q --no-deps 'fakesnow==0.12.1'
+python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("fakesnow") is None)' || python3 -m pip install -q --no-deps 'fakesnow==0.12.1'
 # Apache Kafka's jars (the test run's broker), resolved by Maven into dsflow's cache (dsflow/adapters/kafka/kraft.py).
 python3 -c 'from dsflow.adapters.kafka import kraft; kraft.ensure_jars()'
 # Spark's own Kafka connector (bench/kafka_connector.py and its smoke test), resolved the same way (bench/spark_kafka.py).
