@@ -159,6 +159,7 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
             _run_to(run, run.new_project, candidate, cut)
         run.phase("compare", cut=cut)
         run.phase("compare", compared=_compared(run))
+        failpoints.pause_at("blue_green.compared")
         _drain_readers(run)
         _note_switch(run, stopped)
         if run.table:  # noted first: a kill from here on may have renamed (engine/bluegreen_forward.py)

@@ -1,16 +1,17 @@
 """The one test hook in dsflow's code: failpoints, named by environment variables, that make a process stop dead
 at a chosen moment so a test can kill it there (the worst moment to die) or let another process race it.
 
-Unset, a failpoint costs one dictionary lookup and does nothing. Today there are two:
+Unset, a failpoint costs one dictionary lookup and does nothing. Today there are two kinds:
 
 - `DSFLOW_FAILPOINT_PAUSE_AFTER_NOTE=<address>`: `apply` pauses right after it has saved the intent of that
   resource's change (its PID, whether its topic existed) and before it acts on it
   (tests/e2e/test_interrupt.py, test_interrupt_backends.py, test_state_apply.py);
   with `DSFLOW_FAILPOINT_RESUME_FILE=<path>` it goes on once that file exists, otherwise it waits for its kill.
 - `DSFLOW_FAILPOINT_PAUSE_AT=<point>`: the process pauses for its kill when it reaches the named point; today
-  `blue_green.caught_up` (engine/bluegreen.py: the new version caught up, the deployed one not stopped yet) and
-  `blue_green.switched_one` (the first reader started on the new log and noted, the others not moved yet; both
-  tests/e2e/test_bluegreen.py).
+  `blue_green.caught_up` (engine/bluegreen.py: the new version caught up, the deployed one not stopped yet),
+  `blue_green.compared` (the deployed version stopped at the cut, both logs compared, no reader moved yet) and
+  `blue_green.switched_one` (the first reader started on the new log and noted, the others not moved yet; all
+  tests/e2e/test_bluegreen.py); with `DSFLOW_FAILPOINT_REACHED_FILE=<path>` it creates that file as it pauses.
 """
 
 from __future__ import annotations
@@ -37,12 +38,18 @@ def pause_after_note(address: str) -> None:
 
 PAUSE_AT = "DSFLOW_FAILPOINT_PAUSE_AT"
 """Set to a point's name to make the process stop dead there, until its kill."""
+REACHED_FILE = "DSFLOW_FAILPOINT_REACHED_FILE"
+"""With PAUSE_AT: the file the process creates once it pauses there (a test kills it then, not before)."""
 
 
 def pause_at(point: str) -> None:
     """Pause here, until the process is killed, when PAUSE_AT names `point`."""
     if os.environ.get(PAUSE_AT) != point:
         return
+    reached = os.environ.get(REACHED_FILE)
+    if reached:
+        with open(reached, "w", encoding="utf-8") as marker:
+            marker.write(point)
     deadline = time.monotonic() + LONGEST_PAUSE_S
     while time.monotonic() < deadline:
         time.sleep(1)

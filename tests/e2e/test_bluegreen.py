@@ -17,6 +17,12 @@ turn in the switch, once the first of the two readers (`scaled_copy`) started on
 deployment rolls forward, and its apply switches the second reader, starts the first again on its new checkpoint,
 and finishes: the assertions above hold for both readers after it.
 
+A next deployment (factor 4) is killed once it has compared its new version with the deployed one (so the deployed
+version is stopped at the cut), and its SQL is reverted: the plan restarts the deployed version on its checkpoint
+(its driver is not running: drift) and says the deployment is rolled back first; after the apply the new version is gone, its topic deleted, the
+deployed version runs again (a new PID, the same checkpoint), and the events produced after it reach both readers'
+outputs, every id exactly once with its factor.
+
 The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
 untouched), then a catch-up bound of 0 s fails (DSF-E961: the new version's table dropped, production untouched).
@@ -53,7 +59,7 @@ from dsflow.adapters.kafka.client import read_to_end
 from dsflow.cli.render import blue_green_cell, plan_text
 from dsflow.engine import operations
 from dsflow.engine.executors import driver_identity, query_identity
-from dsflow.engine.failpoints import PAUSE_AT
+from dsflow.engine.failpoints import PAUSE_AT, REACHED_FILE
 from support import pgserver
 from support.projects import make_project
 from support.streaming import CONFIG, produce, topic
@@ -120,11 +126,13 @@ def _switched_readers(backend) -> dict:
     return _intent(backend).get("blue_green_switched") or {}
 
 
-def _killed_apply(root: Path, broker: str, point: str) -> subprocess.Popen:
-    """`dsflow apply --blue-green` in a process of its own, pausing at the failpoint `point` for its kill."""
+def _killed_apply(root: Path, broker: str, point: str, reached: Path | None = None) -> subprocess.Popen:
+    """`dsflow apply --blue-green` in a process of its own, pausing at the failpoint `point` for its kill (and
+    creating `reached` as it pauses)."""
+    env = {**os.environ, PAUSE_AT: point, **({REACHED_FILE: str(reached)} if reached else {})}
     return subprocess.Popen([sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var", f"bootstrap={broker}",
                              "apply", "--auto-approve", "--blue-green", "--catch-up-timeout", "240"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, PAUSE_AT: point})
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def _running(state, address: str) -> bool:
@@ -271,23 +279,35 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         assert describe_topic(broker, new_log) is not None and _running(backend.read(), READER)
 
         (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=4))
-        killed = _killed_apply(root, broker, "blue_green.caught_up")  # killed once its new version was launched
-        wait_for(lambda: _intent(backend).get("blue_green_pid"), 180, "the next deployment to launch its new version")
+        reached = root / "compared"
+        killed = _killed_apply(root, broker, "blue_green.compared", reached)  # the deployed version stopped at the cut
+        wait_for(reached.exists, 240, "the next deployment to compare its new version with the deployed one")
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait()
         left = _intent(backend)["blue_green_pid"]
+        deployed = backend.read().resources[QUERY]
+        assert not _running(backend.read(), QUERY), "the deployed version was stopped at the cut"
         backend.force_unlock(backend.lock_holder().id)
         (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=3))
-        loaded = operations.load(options)  # reverted: the query has no change of its own, its deployment goes
+        loaded = operations.load(options)  # reverted: no change of the query's own but its stopped driver
         plan = operations.plan(loaded)
         reverted = next(c for c in plan.changes if c.address == QUERY)
-        assert reverted.action.value == "refresh" and "deployment v4 (" in reverted.effect
-        assert "it is rolled back first: its new version stopped, its log deleted" in reverted.effect
-        deployed = backend.read().resources[QUERY]
+        assert (reverted.action.value, reverted.drift) == ("update", True), "its driver is not running: a restart"
+        assert reverted.effect.startswith("restarted on the same checkpoint") and "v4 (compare)" in reverted.effect
+        assert ("it is rolled back first: its new version stopped, its log deleted, its checkpoint removed; the "
+                "deployed version started again on its checkpoint") in reverted.effect
         assert operations.apply(loaded, plan).ok
-        assert not process.is_running(left, candidate) and backend.read().pending is None
-        assert backend.read().resources[QUERY] == deployed and _running(backend.read(), QUERY)
+        state = backend.read()
+        assert not process.is_running(left, candidate) and state.pending is None
+        assert state.resources[QUERY].outputs == {**deployed.outputs, "pid": state.resources[QUERY].outputs["pid"]}
+        assert state.resources[QUERY].outputs["pid"] != deployed.outputs["pid"] and _running(state, QUERY)
         wait_for(lambda: describe_topic(broker, f"{old_log}_v4") is None, 60, "the rolled back version's topic to go")
+        produce(broker, project, "events", _events(produced, 50), "id")  # the restarted version goes on from the cut
+        expected.update({i: 3 * (i % 97 + 1) for i in range(produced, produced + 50)})
+        for log in (copy_log, copy_b):
+            copied = wait_for(lambda log=log: _at_least(broker, log, produced + 50), 180, f"{log} to copy the rest")
+            assert Counter(r["id"] for r in copied) == Counter(range(produced + 50)), f"{log}: every id exactly once"
+            assert {r["id"]: r["w"] for r in copied} == expected, log
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
