@@ -313,19 +313,38 @@ def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
         _drop_scratch(identity)
         return False
     assert pid is not None  # is_running: a PID
+    used = _scratch_in_use(pid)
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while is_running(pid, identity) and time.monotonic() < deadline:
         time.sleep(0.2)
     _kill_group(pid)
     _drop_scratch(identity)
+    if used is not None and used != identity.scratch:  # a standby's, kept when it took this identity over
+        _remove_scratch(used)
     return True
 
 
+def _scratch_in_use(pid: int) -> Path | None:
+    """The scratch folder the process runs with (its TMPDIR, when that is one; Linux only)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found = next((entry[len(b"TMPDIR="):] for entry in environ if entry.startswith(b"TMPDIR=")), None)
+    if found is None:
+        return None
+    folder = Path(os.fsdecode(found))
+    scratch = folder.parent == scratch_root() and len(folder.name) == 19 and folder.name.startswith("dsflow-")
+    return folder if scratch and all(c in "0123456789abcdef" for c in folder.name[7:]) else None
+
+
 def _drop_scratch(identity: Identity) -> None:
-    """Remove the identity's scratch folder unless a live process holds the identity (another one started)."""
-    if identity.scratch is not None and not _held(identity):
-        _remove_scratch(identity.scratch)
+    """Remove the identity's scratch folder unless a live process holds the identity (another one started) or its
+    process gave the identity up and lives on as another (a standby that took a query over keeps its TMPDIR)."""
+    if identity.scratch is None or _held(identity) or "released_by" in (read_record(identity) or {}):
+        return
+    _remove_scratch(identity.scratch)
 
 
 def _kill_group(pid: int | None) -> None:

@@ -146,8 +146,11 @@ def test_a_standby_takes_a_query_over_without_touching_its_command_line(tmp_path
     assert not process.is_running(child.pid, standby_process.standby_identity(folder))
     assert standby_process.describe(tmp_path) is None and standby_process.stop_all(tmp_path) == []
     assert process.is_running(child.pid, query_identity({"run_dir": str(run_dir)}))
+    kept = standby_process.standby_identity(folder).scratch
+    assert kept.is_dir(), "the standby's scratch folder is the driver's TMPDIR now: kept while it runs"
     assert process.stop(child.pid, driver_identity(run_dir), timeout=5) is True
     assert child.wait(10) is not None
+    assert not kept.exists(), "removed with the process that used it"
 
 
 def test_a_standby_does_not_take_a_query_whose_driver_lives(tmp_path, stand_in):
