@@ -19,9 +19,9 @@ and finishes: the assertions above hold for both readers after it.
 
 A next deployment (factor 4) is killed once it has compared its new version with the deployed one (so the deployed
 version is stopped at the cut), and its SQL is reverted: the plan restarts the deployed version on its checkpoint
-(its driver is not running: drift) and says the deployment is rolled back first; after the apply the new version is gone, its topic deleted, the
-deployed version runs again (a new PID, the same checkpoint), and the events produced after it reach both readers'
-outputs, every id exactly once with its factor.
+(its driver is not running: drift) and says the deployment is rolled back first; after the apply the new version
+is gone, its topic deleted, the deployed version runs again (a new PID, the same checkpoint), and the events
+produced after it reach both readers' outputs, every id exactly once with its factor.
 
 The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
