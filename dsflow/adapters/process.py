@@ -321,7 +321,7 @@ def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
     _kill_group(pid)
     _drop_scratch(identity)
     if used is not None and used != identity.scratch:  # a standby's, kept when it took this identity over
-        _remove_scratch(used)
+        _quietly_remove(used)
     return True
 
 
@@ -344,7 +344,15 @@ def _drop_scratch(identity: Identity) -> None:
     process gave the identity up and lives on as another (a standby that took a query over keeps its TMPDIR)."""
     if identity.scratch is None or _held(identity) or "released_by" in (read_record(identity) or {}):
         return
-    _remove_scratch(identity.scratch)
+    _quietly_remove(identity.scratch)
+
+
+def _quietly_remove(folder: Path) -> None:
+    """A stop removes what it can: a path that is not this user's folder is left (the next start refuses it)."""
+    try:
+        _remove_scratch(folder)
+    except DsflowError:
+        pass
 
 
 def _kill_group(pid: int | None) -> None:
