@@ -211,8 +211,14 @@ def test_a_member_of_a_shared_application_is_found_only_while_its_live_host_repo
 
 
 def _environment(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
+    """The environment the process was started with, once it runs the program it was started for (before its exec,
+    /proc shows its parent's)."""
+    def read() -> dict[str, str] | None:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        found = dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
+        return found if process.RECORD_ENV in found else None
+
+    return wait_for(read, 30, "the process to start", interval=0.01)
 
 
 def test_a_spawned_process_keeps_its_temporary_files_in_a_scratch_folder_that_its_next_start_and_stop_remove(
