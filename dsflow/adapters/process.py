@@ -332,11 +332,24 @@ def _scratch_in_use(pid: int) -> Path | None:
     except OSError:
         return None
     found = next((entry[len(b"TMPDIR="):] for entry in environ if entry.startswith(b"TMPDIR=")), None)
-    if found is None:
+    return _as_scratch(os.fsdecode(found)) if found is not None else None
+
+
+def _as_scratch(value: str | None) -> Path | None:
+    """`value` as a scratch folder's path, or None when it is not one."""
+    if not value:
         return None
-    folder = Path(os.fsdecode(found))
+    folder = Path(value)
     scratch = folder.parent == scratch_root() and len(folder.name) == 19 and folder.name.startswith("dsflow-")
     return folder if scratch and all(c in "0123456789abcdef" for c in folder.name[7:]) else None
+
+
+def remove_own_scratch() -> None:
+    """A process dsflow spawned that ends by itself, nothing of its own left running (the supervisor once nothing is
+    deployed): its scratch folder goes with it."""
+    folder = _as_scratch(os.environ.get("TMPDIR"))
+    if folder is not None:
+        _quietly_remove(folder)
 
 
 def _drop_scratch(identity: Identity) -> None:

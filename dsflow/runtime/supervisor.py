@@ -346,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint.stop(server)
         supervisor.standby.stop("the supervisor stops")
         _remove_own(info_path, run_dir / endpoint.TOKEN_FILE, token)
+        process.remove_own_scratch()
         log("supervisor stopped")
     return 0
 

@@ -258,3 +258,15 @@ def test_a_scratch_path_that_is_not_a_folder_of_this_user_is_refused(tmp_path, s
         assert target.is_dir() and process.holder(identity) is None
     finally:
         identity.scratch.unlink()
+
+
+def test_a_process_that_ends_by_itself_removes_its_own_scratch_folder(tmp_path):
+    """The supervisor exits once nothing is deployed: nobody stops it, so it removes its scratch folder itself."""
+    identity = process.Identity(tmp_path / "run", "supervisor")
+    (tmp_path / "ender.py").write_text("import os, pathlib\nfrom dsflow.adapters import process\n"
+                                       "pathlib.Path(os.environ['TMPDIR'], 'left').write_text('x')\n"
+                                       "process.remove_own_scratch()\n")
+    child = process.spawn("ender", [], tmp_path / "ender.log", identity,
+                          {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    assert child.wait(60) == 0, (tmp_path / "ender.log").read_text()
+    assert identity.scratch is not None and not identity.scratch.exists()
