@@ -310,7 +310,7 @@ def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
     """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group; then its scratch folder goes. True if
     it was running (only the process `identity` records: a reused PID is never signalled)."""
     if not is_running(pid, identity):
-        _drop_scratch(identity)
+        drop_scratch(identity)
         return False
     assert pid is not None  # is_running: a PID
     used = _scratch_in_use(pid)
@@ -319,7 +319,7 @@ def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
     while is_running(pid, identity) and time.monotonic() < deadline:
         time.sleep(0.2)
     _kill_group(pid)
-    _drop_scratch(identity)
+    drop_scratch(identity)
     if used is not None and used != identity.scratch:  # a standby's, kept when it took this identity over
         _quietly_remove(used)
     return True
@@ -352,7 +352,7 @@ def remove_own_scratch() -> None:
         _quietly_remove(folder)
 
 
-def _drop_scratch(identity: Identity) -> None:
+def drop_scratch(identity: Identity) -> None:
     """Remove the identity's scratch folder unless a live process holds the identity (another one started) or its
     process gave the identity up and lives on as another (a standby that took a query over keeps its TMPDIR)."""
     if identity.scratch is None or _held(identity) or "released_by" in (read_record(identity) or {}):

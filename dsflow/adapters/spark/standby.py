@@ -148,7 +148,12 @@ class Standby:
             os.killpg(self.popen.pid, signal.SIGKILL)  # its JVM and Python workers
         except (ProcessLookupError, PermissionError):
             pass
-        self.popen.poll()
+        if self.popen.poll() is None:
+            try:
+                self.popen.wait(5)
+            except subprocess.TimeoutExpired:
+                return
+        process.drop_scratch(standby_identity(self.folder))
 
 
 def start(folder: Path, master: str, spark_conf: dict[str, str]) -> Standby:
@@ -225,6 +230,7 @@ def sweep(root: Path) -> None:
             continue
         if adopted.get("spec") and process.is_running(pid, driver_identity(Path(adopted["spec"]).parent)):
             continue
+        process.drop_scratch(standby_identity(folder))
         shutil.rmtree(folder, ignore_errors=True)
 
 
