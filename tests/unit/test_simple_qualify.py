@@ -23,7 +23,8 @@ ALIASES = ["a", "id", "kind", "Total", "x_1", "amount", "ts"]
 TYPES = ["BIGINT", "VARCHAR", "DOUBLE", "DECIMAL(10, 2)", "INT", "TIMESTAMP", "BOOLEAN", "STRING"]
 LITERALS = ["1", "0", "42", "1.5", "1e3", "'x'", "'A b'", "TRUE", "FALSE", "NULL"]
 BINARY = ["+", "-", "*", "/", "%", "=", "<>", "!=", ">", ">=", "<", "<=", "AND", "OR", "||"]
-UNARY = ["NOT {}", "-{}", "({})", "{} IS NULL", "{} IS NOT NULL", "UPPER({})", "LOWER({})", "ABS({})",
+# "- {}", not "-{}": a negation of "-1" written "--1" is a comment to the end of the line
+UNARY = ["NOT {}", "- {}", "({})", "{} IS NULL", "{} IS NOT NULL", "UPPER({})", "LOWER({})", "ABS({})",
          "LENGTH({})", "ROUND({}, 1)", "SQRT({})"]
 BINARY_CALLS = ["COALESCE({}, {})", "CONCAT({}, {})", "CASE WHEN {} THEN {} END", "IF({}, {}, 1)"]
 
