@@ -31,6 +31,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -51,6 +52,8 @@ SCRATCH_ROOT_ENV = "DSFLOW_SCRATCH_ROOT"
 """Set by `spawn` in the child's environment: the temporary directory scratch folders are made in, the first dsflow
 command's. A spawned process's own TMPDIR is its scratch folder, so the processes it starts (the supervisor's
 drivers) must not nest theirs inside it: stopping it would remove theirs."""
+SCRATCH_NAME = re.compile(r"dsflow-[0-9a-f]{12}")
+"""A scratch folder's name (`Identity.scratch`)."""
 LOCK_WAIT_SECONDS = 10.0
 """How long `spawn` and `claim` wait for an identity's lock: a process stopped with SIGKILL a moment ago lets it go
 as it exits."""
@@ -80,7 +83,7 @@ class Identity:
         if self.lock is None:
             return None
         digest = hashlib.sha256(str(self.lock.resolve()).encode()).hexdigest()[:12]
-        return scratch_root() / f"dsflow-{digest}"
+        return scratch_root() / f"dsflow-{digest}"  # SCRATCH_NAME
 
 
 def scratch_root() -> Path:
@@ -340,8 +343,7 @@ def _as_scratch(value: str | None) -> Path | None:
     if not value:
         return None
     folder = Path(value)
-    scratch = folder.parent == scratch_root() and len(folder.name) == 19 and folder.name.startswith("dsflow-")
-    return folder if scratch and all(c in "0123456789abcdef" for c in folder.name[7:]) else None
+    return folder if folder.parent == scratch_root() and SCRATCH_NAME.fullmatch(folder.name) else None
 
 
 def remove_own_scratch() -> None:
