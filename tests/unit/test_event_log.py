@@ -123,13 +123,19 @@ def test_dsflow_events_reads_the_local_log(project) -> None:
     assert bad.exit_code == 1 and isinstance(bad.exception, DsflowError) and bad.exception.code == "DSF-E724"
 
 
+def _interruptible() -> None:
+    """The follower takes SIGINT even when this run was started in the background (which ignores it, and a child
+    keeps an ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_follow_prints_what_is_appended_until_interrupted(project) -> None:
     root, backend = project
     backend.append_events([event(QUERY, "crash", "a@h", "dev")])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     follower = subprocess.Popen([sys.executable, "-m", "dsflow.cli", "-C", str(root), "events", "--follow",
                                  "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env)
+                                env=env, preexec_fn=_interruptible)
     try:
         assert follower.stdout is not None
         assert " crash query.analytics.public.counts by a@h" in follower.stdout.readline()
