@@ -38,6 +38,13 @@ PHASES = ("build", "catch_up", "compare", "switch", "keep_old")
 DEFAULT_CATCH_UP_SECONDS = 600
 BLUE_GREEN_EFFECT = ("blue/green: {replay}, writing {new} beside the deployed version; its readers switch from {old} "
                      "once it caught up, nothing read twice or skipped")
+REALTIME_NEW = ("; in real-time mode: built, caught up and cut in micro-batches (real-time mode cannot stop at given "
+                "offsets), it resumes in real-time mode at the cut, its offsets carried")
+"""Added to the effect of a blue/green replay whose new version runs in real-time mode (engine/bluegreen.py)."""
+REALTIME_DEPLOYED = ("; refused by apply (DSF-E967): the deployed version runs in real-time mode, whose stop cannot "
+                     "come at given source offsets; apply it with 'trigger' = 'micro-batch' first")
+"""Added to the effect of a blue/green replay whose deployed version runs in real-time mode: apply refuses it before
+anything is built (engine/bluegreen.py `_check_not_realtime`)."""
 LOG_KINDS = ("stream", "changelog")
 TABLE_KINDS = ("table", "materialized_view")
 
@@ -291,6 +298,14 @@ def redirected(project: Any, logs: Mapping[str, str]) -> Any:
         return project
     relations = tuple(_on(r, logs[r.fqn]) if r.fqn in logs else r for r in project.relations)
     return project.model_copy(update={"relations": relations})
+
+
+def in_micro_batches(project: Any, query: str) -> Any:
+    """The project with the query `query` (its fqn) in micro-batches: how a new version in Spark's real-time mode is
+    built, caught up and run to the cut (that mode's source reads past any ending offset and its stop interrupts a
+    running batch); it resumes in real-time mode at the switch, its offsets carried (engine/bluegreen.py)."""
+    queries = tuple(q.model_copy(update={"trigger": "micro-batch"}) if q.fqn == query else q for q in project.queries)
+    return project.model_copy(update={"queries": queries})
 
 
 def _on(relation: Any, log: str) -> Any:

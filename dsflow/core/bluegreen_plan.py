@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, RUN_NOTE, TABLE_KINDS, BlueGreen, Retirement, interrupted,
-                                   interrupted_text, planned, retirements, wanted_blue_green)
+from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, REALTIME_DEPLOYED, REALTIME_NEW, RUN_NOTE, TABLE_KINDS, BlueGreen,
+                                   Retirement, interrupted, interrupted_text, planned, retirements,
+                                   wanted_blue_green)
 from dsflow.core.categories import Category, effect_text
 from dsflow.core.changes import Action, Change, Observations
 from dsflow.core.resources import Resource
@@ -98,8 +99,18 @@ def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, op
                        readers(sink.address), options.observations.consumer_groups.get(address, []),
                        options.catch_up_seconds, relocate=relocate and sink.data.get("kind") in TABLE_KINDS,
                        prior=prior)
-    return change.model_copy(update={"blue_green": plan, "effect": BLUE_GREEN_EFFECT.format(
-        replay=effect_text(Category.REPLAY, change.override), new=plan.new_log, old=plan.old_log)})
+    effect = BLUE_GREEN_EFFECT.format(replay=effect_text(Category.REPLAY, change.override), new=plan.new_log,
+                                      old=plan.old_log) + _realtime(change, state)
+    return change.model_copy(update={"blue_green": plan, "effect": effect})
+
+
+def _realtime(change: Change, state: State) -> str:
+    """What real-time mode does to the deployment: the deployed version's refuses it, the new version's is built in
+    micro-batches."""
+    deployed = state.resources.get(change.address)
+    if deployed is not None and deployed.data.get("trigger") == "realtime":
+        return REALTIME_DEPLOYED
+    return REALTIME_NEW if (change.after or {}).get("trigger") == "realtime" else ""
 
 
 def retired(desired: list[Resource], state: State, options: PlanOptions) -> list[Retirement]:

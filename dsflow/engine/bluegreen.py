@@ -7,6 +7,8 @@ version is stopped: where it stopped is the cut. The new version is run to exact
 readers start right after it. Anything that fails before the deployed version is stopped leaves production as it was
 (DSF-E961/E962); a failure after it restarts the deployed version on its checkpoint (DSF-E963). A table's deployment
 (the plan's `kept_as`) writes a versioned table and switches in one transaction of renames: engine/bluegreen_tables.py.
+Spark's real-time mode cannot stop at given offsets: a new version in it is built and cut in micro-batches and
+resumes in real-time mode at the cut (in a checkpoint of its own); a deployed version in it is refused (DSF-E967).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 
 from dsflow.adapters import process
 from dsflow.core.address import Address
-from dsflow.core.bluegreen import (SWITCH_NOTE, SWITCHED_NOTE, Deployment, Retirement, compared, reached,
-                                   redirected)
+from dsflow.core.bluegreen import (SWITCH_NOTE, SWITCHED_NOTE, Deployment, Retirement, compared, in_micro_batches,
+                                   reached, redirected)
 from dsflow.core.categories import Category
 from dsflow.core.engines import StartAt, engine
 from dsflow.core.plan import Action, Change
@@ -90,6 +92,11 @@ class _Deploying:
             redirected(ctx.project, {sink: self.plan.new_log})
         self.final_project = ctx.project if self.table else self.new_project
         """What the new version runs in after the switch."""
+        self.realtime = self.query.trigger == "realtime"
+        """A new version in Spark's real-time mode: built, caught up and run to the cut in micro-batches (that mode
+        cannot stop at given offsets), it resumes in real-time mode at the switch, its offsets carried."""
+        self.build_project = in_micro_batches(self.new_project, self.name) if self.realtime else self.new_project
+        """What the new version runs in until the switch."""
         now = _now()
         self.record = Deployment(query=change.address, sink=self.plan.sink, version=self.plan.version,
                                  old_log=self.plan.old_log, new_log=self.plan.new_log, phase="build",
@@ -115,6 +122,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
         ctx = dataclasses.replace(ctx, resumed={})
     run = _Deploying(ctx, change, current)
     _check_own_driver(run)
+    _check_not_realtime(run, restarted or current().resources[change.address])
     if run.table or run.plan.relocate:
         try:
             lake.check_readers(ctx.project, run.plan)
@@ -133,7 +141,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     built_to = _ends(ctx.project, candidate.topics)
     run.read_from = {} if change.override and change.override.isdigit() else _first(ctx.project, candidate.topics)
     try:
-        _start(run, run.new_project, candidate, _replay_start(change, built_to))
+        _start(run, run.build_project, candidate, _replay_start(change, built_to))
         run.phase("catch_up", built_to=built_to)
         _wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
         failpoints.pause_at("blue_green.caught_up")
@@ -156,7 +164,7 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
     try:
         candidate.stop()
         if not reached(candidate.committed(), cut):
-            _run_to(run, run.new_project, candidate, cut)
+            _run_to(run, run.build_project, candidate, cut)
         run.phase("compare", cut=cut)
         run.phase("compare", compared=_compared(run))
         failpoints.pause_at("blue_green.compared")
@@ -196,6 +204,20 @@ def _check_own_driver(run: _Deploying) -> None:
                                      hint="set 'runtime.isolation' = 'query' on it, or apply without --blue-green"))
 
 
+def _check_not_realtime(run: _Deploying, deployed: DeployedResource) -> None:
+    """DSF-E967 when the deployed version runs in real-time mode: its stop interrupts the running batch, so the cut
+    would not be where its log ends (what it wrote after its last checkpoint would reach the readers twice)."""
+    if deployed.data.get("trigger") == "realtime":
+        raise run.failed(DsflowError(
+            "DSF-E967", f"{run.change.address} runs in Spark's real-time mode ('trigger' = 'realtime'), whose stop "
+            "interrupts its running batch: a blue/green deployment cannot cut it at the source offsets where "
+            f"{run.plan.old_log} ends (what it wrote after its last checkpoint would reach its readers twice); "
+            "nothing was built",
+            hint="apply it with 'trigger' = 'micro-batch' first (a restart with its offsets carried), then the replay "
+                 "with --blue-green: its new version may set 'trigger' = 'realtime' (built and cut in micro-batches, "
+                 "it resumes in real-time mode); or apply without --blue-green"))
+
+
 def _create_log(run: _Deploying) -> DeployedResource:
     """The new version's own log, sized as the old one."""
     sink = run.current().resources[run.plan.sink]
@@ -211,7 +233,8 @@ def _create_log(run: _Deploying) -> DeployedResource:
 def _start(run: _Deploying, project: Any, target: _Run, start: StartAt) -> None:
     target.run_dir.mkdir(parents=True, exist_ok=True)
     process.stop(process.holder(driver_identity(target.run_dir)), driver_identity(target.run_dir))
-    started = engine().start(project, run.ctx.workspace.run_dir / "apps", run.query, run.change.data_hash or "v",
+    query = next(q for q in project.queries if q.fqn == run.name)  # the build project's: in micro-batches
+    started = engine().start(project, run.ctx.workspace.run_dir / "apps", query, run.change.data_hash or "v",
                              target.checkpoint, target.run_dir, start, None)
     target.pid = started["pid"]
     run.ctx.note({"blue_green_pid": target.pid})
@@ -335,8 +358,13 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
     """The new version resumed from its checkpoint in the query's own folder; the relation on its new log; the old
     log and checkpoint kept."""
     ctx = dataclasses.replace(run.ctx, project=run.final_project, resumed={})
-    outputs = QueryExecutor()._start(ctx, run.change, candidate.checkpoint, StartAt(), Category.REPLAY, None,
-                                     run.read_from)
+    checkpoint, start = candidate.checkpoint, StartAt()
+    if run.realtime:  # another kind of checkpoint: a new one at the cut, where the micro-batches stopped
+        checkpoint = candidate.checkpoint.with_name(f"{candidate.checkpoint.name}-rt")
+        start = StartAt(offsets=candidate.committed() or run.record.cut or {})
+    outputs = QueryExecutor()._start(ctx, run.change, checkpoint, start, Category.REPLAY, None, run.read_from)
+    if checkpoint != candidate.checkpoint:
+        shutil.rmtree(candidate.checkpoint, ignore_errors=True)  # a roll forward starts at the recorded cut
     state = ledger(state, run.change, stopped, outputs.pop(LEDGER_STARTED))
     state = state.with_resource(DeployedResource(
         address=run.change.address, depends_on=run.change.depends_on, data_hash=run.change.data_hash or "",

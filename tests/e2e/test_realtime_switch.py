@@ -1,32 +1,55 @@
-"""A running query switched to Spark's real-time mode and back by `dsflow apply` (issue 45): each switch is a
-replacement in a new checkpoint with the old version's offsets carried, on Apache Kafka and real drivers. Into
-real-time mode nothing is read twice or skipped; out of it, what the real-time version wrote after its last
-checkpoint may be written again (at-least-once), but nothing is skipped."""
+"""A running query switched to Spark's real-time mode and back by `dsflow apply` (issue 45), and real-time mode in
+a blue/green replay (issue 44, item 1), on Apache Kafka and real drivers.
+
+Each switch is a replacement in a new checkpoint with the old version's offsets carried. Into real-time mode nothing
+is read twice or skipped; out of it, what the real-time version wrote after its last checkpoint may be written again
+(at-least-once), but nothing is skipped. `mirrored` reads the query in real-time mode throughout.
+
+While the query runs in real-time mode, a blue/green replay of it is refused (DSF-E967: its stop cannot come at the
+source offsets where its log ends): nothing is built and it runs on. Back in micro-batches, it is replayed blue/green
+into real-time mode (its factor changed) while events arrive: its new version is built, caught up and cut in
+micro-batches, then resumes in real-time mode at the cut; its real-time reader is switched to the new log. The new
+log holds every id once with the new factor, and the reader every id after the last restart exactly once: the old
+factor before the cut the deployment recorded, the new one after it (a plain-Python reference from the source's
+offsets), events produced after the apply included.
+"""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from dsflow.adapters.kafka.client import produce_json_lines
+from dsflow.adapters import process
+from dsflow.adapters.kafka.admin import describe_topic
+from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
 from dsflow.core.categories import REALTIME, Category
 from dsflow.engine import operations
+from dsflow.engine.executors import query_identity
 from test_data_loss import _project, _wait_ids
 
 pytestmark = pytest.mark.integration
 
-QUERY = "query.default.public.copied"
+QUERY, READER = "query.default.public.copied", "query.default.public.mirrored"
 SQL = ("CREATE STREAM events (id BIGINT) WITH ('topic' = '{p}_events', 'value.format' = 'json', "
        "'topic.partitions' = 2);\n"
-       "CREATE STREAM copied WITH ('topic' = '{p}_copied'{trigger}) AS SELECT id FROM events WHERE id >= 0;\n")
+       "CREATE STREAM copied WITH ('topic' = '{p}_copied'{trigger}) AS SELECT id, id * {f} AS w FROM events "
+       "WHERE id >= 0;\n"
+       "CREATE STREAM mirrored WITH ('topic' = '{p}_mirrored'" + ", 'trigger' = 'realtime', 'trigger.interval' = "
+       "'5 seconds') AS SELECT id, w FROM copied;\n")
 REALTIME_PROPS = ", 'trigger' = 'realtime', 'trigger.interval' = '5 seconds'"
+REPLAY = ", 'start.position' = 'earliest'"
+
+
+def _sql(prefix: str, trigger: str, factor: int = 1) -> str:
+    return SQL.format(p=prefix, trigger=trigger, f=factor)
 
 
 def _switch(root: Path, options: operations.Options, prefix: str, trigger: str) -> None:
-    (root / "rel.sql").write_text(SQL.format(p=prefix, trigger=trigger))
+    (root / "rel.sql").write_text(_sql(prefix, trigger))
     loaded = operations.load(options)
     plan = operations.plan(loaded)
     [change] = plan.actionable
@@ -39,8 +62,65 @@ def _produce(broker: str, prefix: str, ids: range) -> None:
     produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i}) for i in ids])
 
 
+def _blue_green(root: Path, options: operations.Options, sql: str, effect: str):
+    (root / "rel.sql").write_text(sql)
+    loaded = operations.load(options)
+    plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
+    [change] = plan.actionable
+    assert change.address == QUERY and change.blue_green is not None and change.blue_green.readers == [READER]
+    assert effect in (change.effect or ""), change.effect
+    return loaded, plan, change.blue_green
+
+
+def _running(state, address: str) -> bool:
+    outputs = state.resources[address].outputs
+    return process.is_running(outputs["pid"], query_identity(outputs))
+
+
+def _refused_in_real_time_mode(root: Path, options: operations.Options, prefix: str) -> None:
+    """A blue/green replay of the query running in real-time mode: DSF-E967, nothing built, production as it was."""
+    loaded, plan, bg = _blue_green(root, options, _sql(prefix, REALTIME_PROPS + REPLAY, 2),
+                                   "refused by apply (DSF-E967)")
+    backend = loaded.workspace.state_backend()
+    before = backend.read()
+    failed = operations.apply(loaded, plan)
+    assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E967", failed.failed
+    assert QUERY in str(failed.failed[1]) and "nothing was built" in str(failed.failed[1])
+    after = backend.read()
+    for address in (QUERY, READER):
+        assert after.resources[address] == before.resources[address] and _running(after, address)
+    assert describe_topic((options.variables or {})["bootstrap"], bg.new_log) is None, "no new log"
+    assert not (loaded.workspace.run_dir / "blue_green").exists() and after.pending is None
+
+
+class _Producer:
+    """Events produced in the background, two every 200 ms, while an apply runs."""
+
+    def __init__(self, broker: str, prefix: str, first: int):
+        self.broker, self.prefix, self.next = broker, prefix, first
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            _produce(self.broker, self.prefix, range(self.next, self.next + 2))
+            self.next += 2
+
+    def __enter__(self) -> _Producer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _values(broker: str, log: str) -> list[dict]:
+    return [json.loads(r["value"]) for r in read_to_end(broker, log)]
+
+
 def test_switching_a_running_query_to_real_time_mode_and_back_carries_its_offsets(tmp_path: Path, broker: str) -> None:
-    root, options, prefix = _project(tmp_path, SQL.format(p="{p}", trigger=""), broker)
+    root, options, prefix = _project(tmp_path, _sql("{p}", ""), broker)
     try:
         loaded = operations.load(options)
         assert operations.apply(loaded, operations.plan(loaded)).ok
@@ -51,12 +131,48 @@ def test_switching_a_running_query_to_real_time_mode_and_back_carries_its_offset
         _produce(broker, prefix, range(50, 100))
         ids = Counter(_wait_ids(broker, f"{prefix}_copied", set(range(100))))
         assert all(n == 1 for n in ids.values()), "into real-time mode: nothing read twice"
+        _refused_in_real_time_mode(root, options, prefix)
 
         _switch(root, options, prefix, "")
         _produce(broker, prefix, range(100, 130))
         ids = Counter(_wait_ids(broker, f"{prefix}_copied", set(range(130))))
         assert set(ids) == set(range(130)), "out of real-time mode: nothing skipped, nothing else written"
         assert all(ids[i] == 1 for i in range(50)) and all(ids[i] == 1 for i in range(100, 130))
+
+        _blue_green_into_real_time_mode(root, options, prefix, broker)
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
+
+
+def _blue_green_into_real_time_mode(root: Path, options: operations.Options, prefix: str, broker: str) -> None:
+    _wait_ids(broker, f"{prefix}_mirrored", set(range(130)))
+    loaded, plan, bg = _blue_green(root, options, _sql(prefix, REALTIME_PROPS + REPLAY, 2),
+                                   "it resumes in real-time mode at the cut")
+    with _Producer(broker, prefix, 130) as producer:
+        result = operations.apply(loaded, plan)
+    assert result.ok, result.failed
+    state = loaded.workspace.state_backend().read()
+    record = state.deployments[QUERY]
+    assert record.phase == "keep_old" and record.new_log == bg.new_log == f"{prefix}_copied_v3"  # v2: refused
+    assert state.resources[QUERY].data.get("trigger") == "realtime" and _running(state, QUERY)
+    spec = json.loads((Path(state.resources[QUERY].outputs["run_dir"]) / "spec.json").read_text())
+    assert spec["realtime"] and spec["checkpoint"].endswith("-rt"), "resumed in real-time mode"
+    assert _running(state, READER) and set(record.switched) == {READER}
+    produced = producer.next + 20
+    _produce(broker, prefix, range(producer.next, produced))  # through the new version in real-time mode
+
+    where = {r["id"]: (str(r["partition"]), r["offset"])
+             for r in map(lambda r: {**r, **json.loads(r["value"])}, read_to_end(broker, f"{prefix}_events"))}
+    assert sorted(where) == list(range(produced))
+    cut = record.cut[f"{prefix}_events"]
+    before_cut = {i for i, (p, o) in where.items() if o < cut[p]}
+    assert 130 <= len(before_cut) < produced - 20, "the cut came while events arrived"
+    new = Counter(_wait_ids(broker, bg.new_log, set(range(produced))))
+    assert new == Counter(range(produced)), "the new log: every id once"
+    assert all(r["w"] == 2 * r["id"] for r in _values(broker, bg.new_log)), "the new factor"
+    copied = Counter(_wait_ids(broker, f"{prefix}_mirrored", set(range(produced))))
+    assert all(copied[i] == 1 for i in range(100, produced)), "the reader: every id once since the last restart"
+    values = {(r["id"], r["w"]) for r in _values(broker, f"{prefix}_mirrored")}
+    assert values == {(i, (1 if i in before_cut else 2) * i) for i in range(produced)}, \
+        "the old factor before the cut, the new one after it"

@@ -308,3 +308,22 @@ def test_a_deployment_killed_in_its_switch_rolls_forward_and_one_whose_sql_rever
     assert "the catalog says whether its transaction of renames committed (t_v2 named t, t kept as t_v1); if not, " \
         "the renames are done now" in interrupted_text(Interrupted(version=2, phase="switch",
                                                                    action="roll forward"), table)
+
+
+def test_real_time_mode_a_new_version_is_built_in_micro_batches_and_a_deployed_one_is_refused(example):
+    """The plan's effect says what apply does (engine/bluegreen.py; tests/e2e/test_realtime_switch.py runs both)."""
+    state = applied(plan_of(example))
+    sql = example / "sql" / "pipelines.sql"
+    declared = sql.read_text()
+    realtime = ", 'trigger' = 'realtime', 'trigger.interval' = '5 seconds'"
+    replay(example, realtime)
+    into = change_of(plan_of(example, state, blue_green=True), QUERY)
+    assert into.blue_green is not None and into.effect is not None
+    assert into.effect.endswith("built, caught up and cut in micro-batches (real-time mode cannot stop at given "
+                                "offsets), it resumes in real-time mode at the cut, its offsets carried")
+    sql.write_text(declared.replace(HEAD, f"{HEAD}{realtime}"))
+    state = applied(plan_of(example), state)
+    assert state.resources[QUERY].data["trigger"] == "realtime"
+    replay(example)
+    refused = change_of(plan_of(example, state, blue_green=True), QUERY)
+    assert refused.blue_green is not None and "refused by apply (DSF-E967)" in (refused.effect or "")
