@@ -11,7 +11,7 @@ into real-time mode (its factor changed) while events arrive: its new version is
 micro-batches, then resumes in real-time mode at the cut; its real-time reader is switched to the new log. The new
 log holds every id once with the new factor, and the reader every id after the last restart exactly once: the old
 factor before the cut the deployment recorded, the new one after it (a plain-Python reference from the source's
-offsets), events produced after the apply included.
+offsets), events produced after the apply included. The next plan has nothing to change but the kept old version.
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ def _blue_green_into_real_time_mode(root: Path, options: operations.Options, pre
     assert state.resources[QUERY].data.get("trigger") == "realtime" and _running(state, QUERY)
     spec = json.loads((Path(state.resources[QUERY].outputs["run_dir"]) / "spec.json").read_text())
     assert spec["realtime"] and spec["checkpoint"].endswith("-rt"), "resumed in real-time mode"
+    assert not Path(spec["checkpoint"].removesuffix("-rt")).exists(), "its micro-batch checkpoint removed"
     assert _running(state, READER) and set(record.switched) == {READER}
     produced = producer.next + 20
     _produce(broker, prefix, range(producer.next, produced))  # through the new version in real-time mode
@@ -176,3 +177,7 @@ def _blue_green_into_real_time_mode(root: Path, options: operations.Options, pre
     values = {(r["id"], r["w"]) for r in _values(broker, f"{prefix}_mirrored")}
     assert values == {(i, (1 if i in before_cut else 2) * i) for i in range(produced)}, \
         "the old factor before the cut, the new one after it"
+
+    loaded = operations.load(options)  # nothing drifted; the kept old version goes
+    plan = operations.plan(loaded)
+    assert not plan.actionable and [r.log for r in plan.retired] == [f"{prefix}_copied"]

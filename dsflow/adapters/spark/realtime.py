@@ -5,7 +5,8 @@ trigger interval is how often the query checkpoints. Python data sources are not
 and the sink are read and written by Spark's own connector, asked of the store's `spark` facet (`realtime_conf`,
 `realtime_stream`, `realtime_start`). The source view, the SELECT and the sink's (key, value) rows are dsflow's own
 (adapters/spark/frames.py), so the records are those a micro-batch query writes. The sink is at-least-once: a
-stop interrupts the running batch, whose records may be written again from the last checkpoint.
+stop interrupts the running batch, whose records may be written again from the last checkpoint. So a blue/green
+deployment builds a new version in real-time mode in micro-batches, and refuses a deployed one (engine/bluegreen.py).
 """
 
 from __future__ import annotations
