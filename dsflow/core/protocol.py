@@ -298,6 +298,10 @@ class SparkFacet(Protocol):
     def realtime_start(self, spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
         """Real-time mode: start the query writing `frame`'s (key, value) rows through Spark's own connector."""
 
+    def latency_probe(self, sink: Any) -> Any:
+        """Real-time mode: what reads the latency of the records the sink received (`fields()` gives
+        core/latency.py's record_latency_*, `close()` ends it)."""
+
     def ensure_table(self, sink: Any, columns: list[tuple[str, str]]) -> None:
         """A view sink (Capability.VIEWS): create the view's table if apply has not."""
 

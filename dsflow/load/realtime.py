@@ -101,9 +101,6 @@ def unsupported(query: Query, ns: Namespace) -> list[str]:
     if interval_ms(query.trigger_interval) < interval_ms(MIN_INTERVAL):
         reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
                        f"shorter than its minimum of {MIN_INTERVAL}")
-    if interval_ms(query.trigger_interval) < interval_ms(MIN_INTERVAL):
-        reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
-                       f"shorter than its minimum of {MIN_INTERVAL}")
     if (query.isolation or ns.isolation) == "shared":
         reasons.append("it runs in a shared Spark application (runtime.isolation 'shared'), whose session has no "
                        "connector; real-time queries run in their own driver ('runtime.isolation' = "

@@ -95,11 +95,18 @@ class KafkaSpark:
                                  "partition", "offset", "timestamp")
 
     def realtime_start(self, spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
-        """(key, value) rows written by Spark's own connector in real-time mode (update mode, at-least-once)."""
+        """(key, value) rows written by Spark's own connector in real-time mode (update mode, at-least-once), each
+        with its source record's timestamp as a header (core/latency.py)."""
         writer = (frame.writeStream.format("kafka").option("topic", spec.sink.topic)
                   .option("checkpointLocation", spec.checkpoint).outputMode("update")
                   .queryName(spark_query_name(spec.name)).trigger(**trigger))
         return writer.options(**{f"kafka.{k}": v for k, v in spec.sink.client_config.items()}).start()
+
+    def latency_probe(self, sink: Any) -> Any:
+        """The latency of the records a real-time query wrote, read from its sink topic (kafka/latency.py)."""
+        from dsflow.adapters.kafka.latency import SinkLatency
+
+        return SinkLatency(sink.client_config, sink.topic)
 
     def value_layout(self, source: Any) -> str:
         from dsflow.formats.decoding import value_layout
