@@ -112,6 +112,10 @@ def _relation_misfit(relation: Relation, ns: Namespace, what: str) -> str | None
     store = ns.stores.get(relation.store or "")
     if store is None or not rule(store.type, "realtime_logs"):
         return f"in a {getattr(store, 'type', 'no')} store; real-time mode reads and writes {_stores()} logs only"
+    refused = rule(store.type, "realtime_refusals")
+    if refused is not None and refused(store.properties):
+        return f"in store '{store.name}', whose settings real-time mode's connector cannot use: " + \
+            "; ".join(refused(store.properties))
     if relation.kind not in ("stream", "changelog") or (what == "source" and relation.kind != "stream"):
         return f"a {relation.kind.replace('_', ' ')}; real-time mode reads streams and writes streams or changelogs"
     if (relation.value_format or "json") != "json":
