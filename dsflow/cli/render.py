@@ -339,10 +339,14 @@ def lag_cell(entry: dict[str, Any]) -> str:
 
 def latency_cell(entry: dict[str, Any]) -> str:
     """The newest micro-batch with records: its trigger execution, and its end minus the newest event time it read
-    (queries with a watermark); '-' for what is not known (core/latency.py)."""
+    (queries with a watermark); a real-time query's records of the last minute: p50 and p99 from source to sink;
+    '-' for what is not known (core/latency.py)."""
     parts = [f"batch {duration_text(entry['batch_latency_ms'])}"] if entry.get("batch_latency_ms") is not None else []
     parts += ([f"event {duration_text(entry['event_time_lag_ms'])}"] if entry.get("event_time_lag_ms") is not None
               else [])
+    if entry.get("record_latency_p99_ms") is not None:
+        parts.append(f"records p50 {duration_text(entry['record_latency_p50_ms'])} "
+                     f"p99 {duration_text(entry['record_latency_p99_ms'])}")
     return ", ".join(parts) or "-"
 
 

@@ -1,5 +1,6 @@
-"""The latency a query's status reports, computed from Spark's streaming progress alone (a StreamingQueryProgress
-as a dict, e.g. `query.lastProgress`): what the progress really carries, nothing estimated.
+"""The latency a query's status reports: of a micro-batch query, from Spark's streaming progress (a
+StreamingQueryProgress as a dict, e.g. `query.lastProgress`), what it really carries, nothing estimated; of a
+real-time query, from its records (below).
 
 - `batch_latency_ms`: the micro-batch's `durationMs.triggerExecution`, the time Spark took from the batch's
   start to its commit. Unknown in real-time mode, where that figure is the length of the long-running real-time
@@ -10,6 +11,13 @@ as a dict, e.g. `query.lastProgress`): what the progress really carries, nothing
   times only for queries with a watermark (dsflow: windows and interval joins); otherwise unknown.
 - `latency_batch_id`: the batch the figures are of: the newest one that read records (a batch that read none,
   such as a watermark-advancing one, has no event time and no latency of records).
+
+A query in real-time mode reports the latency of its records instead (`record_latency_fields`): each record it
+writes carries its source record's timestamp in the header SOURCE_TIMESTAMP_HEADER (adapters/spark/frames.py), and
+the driver reads the records its sink received in the last RECORD_WINDOW_SECONDS (its sink facet's
+`latency_probe`): the latency of a record is its timestamp in the sink (when Spark's producer made it) minus that
+header, from the source record's timestamp to the sink's write. `record_latency_p50_ms`, `record_latency_p99_ms`
+and `record_latency_max_ms` are over those records (nearest rank), `record_latency_samples` their count.
 
 Unknown is None (null in JSON, left out of the metrics), never 0.
 """
@@ -22,6 +30,11 @@ from typing import Any
 
 FIELDS = ("latency_batch_id", "batch_latency_ms", "event_time_lag_ms", "oldest_event_lag_ms")
 UNKNOWN: dict[str, int | None] = dict.fromkeys(FIELDS)
+SOURCE_TIMESTAMP_HEADER = "dsflow.source.timestamp"
+"""The header of a real-time query's records: the source record's timestamp, epoch milliseconds as decimal text."""
+RECORD_FIELDS = ("record_latency_p50_ms", "record_latency_p99_ms", "record_latency_max_ms", "record_latency_samples")
+RECORD_WINDOW_SECONDS = 60.0
+"""The records a real-time query's latency is of: those its sink received this long before the status."""
 
 
 def _millis(stamp: Any) -> int | None:
@@ -82,3 +95,18 @@ class NewestBatch:
                 self.progress = newest_with_records(recent()) or self.progress
             self.looked_at = batch
         return latency_fields(self.progress, self.realtime)
+
+
+def nearest_rank(ordered: Sequence[int], fraction: float) -> int:
+    """The value at `fraction` (0 < fraction <= 1) of an ascending, non-empty list, by nearest rank."""
+    rank = max(1, -(-len(ordered) * round(fraction * 1000) // 1000))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def record_latency_fields(latencies_ms: Sequence[int]) -> dict[str, int | None]:
+    """p50, p99 and max of records' latencies (module docstring), and their count; None for each with no record."""
+    if not latencies_ms:
+        return {**dict.fromkeys(RECORD_FIELDS[:-1]), "record_latency_samples": 0}
+    ordered = sorted(latencies_ms)
+    return {"record_latency_p50_ms": nearest_rank(ordered, 0.5), "record_latency_p99_ms": nearest_rank(ordered, 0.99),
+            "record_latency_max_ms": ordered[-1], "record_latency_samples": len(ordered)}

@@ -104,6 +104,10 @@ class StoreRules(Protocol):
     def roles_named(self, properties: Mapping[str, str]) -> dict[str, str]:
         """The dsflow roles a store's settings name (a grant's pushdown mapping): {role: the setting naming it}."""
 
+    def realtime_refusals(self, properties: dict[str, str]) -> list[str]:
+        """Logs whose rules say `realtime_logs`: what in a store's settings Spark's own connector cannot do (each a
+        DSF-E872 reason of a real-time query reading or writing it); none: it can."""
+
     def view_options(self, fqn: str, props: dict[str, str], store: Any, location: Location | None,
                      prop_location: Where, report: Report) -> tuple[str, dict[str, str]] | None:
         """(a materialized view's table name, its options) in it (Capability.VIEWS)."""
@@ -297,6 +301,10 @@ class SparkFacet(Protocol):
 
     def realtime_start(self, spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
         """Real-time mode: start the query writing `frame`'s (key, value) rows through Spark's own connector."""
+
+    def latency_probe(self, sink: Any) -> Any:
+        """Real-time mode: what reads the latency of the records the sink received (`fields()` gives
+        core/latency.py's record_latency_*, `close()` ends it)."""
 
     def ensure_table(self, sink: Any, columns: list[tuple[str, str]]) -> None:
         """A view sink (Capability.VIEWS): create the view's table if apply has not."""

@@ -101,9 +101,6 @@ def unsupported(query: Query, ns: Namespace) -> list[str]:
     if interval_ms(query.trigger_interval) < interval_ms(MIN_INTERVAL):
         reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
                        f"shorter than its minimum of {MIN_INTERVAL}")
-    if interval_ms(query.trigger_interval) < interval_ms(MIN_INTERVAL):
-        reasons.append(f"its 'trigger.interval' '{query.trigger_interval}', real-time mode's checkpoint interval, is "
-                       f"shorter than its minimum of {MIN_INTERVAL}")
     if (query.isolation or ns.isolation) == "shared":
         reasons.append("it runs in a shared Spark application (runtime.isolation 'shared'), whose session has no "
                        "connector; real-time queries run in their own driver ('runtime.isolation' = "
@@ -115,6 +112,10 @@ def _relation_misfit(relation: Relation, ns: Namespace, what: str) -> str | None
     store = ns.stores.get(relation.store or "")
     if store is None or not rule(store.type, "realtime_logs"):
         return f"in a {getattr(store, 'type', 'no')} store; real-time mode reads and writes {_stores()} logs only"
+    refused = rule(store.type, "realtime_refusals")
+    if refused is not None and refused(store.properties):
+        return f"in store '{store.name}', whose settings real-time mode's connector cannot use: " + \
+            "; ".join(refused(store.properties))
     if relation.kind not in ("stream", "changelog") or (what == "source" and relation.kind != "stream"):
         return f"a {relation.kind.replace('_', ' ')}; real-time mode reads streams and writes streams or changelogs"
     if (relation.value_format or "json") != "json":

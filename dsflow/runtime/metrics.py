@@ -17,6 +17,9 @@ Metrics (label `query`: the query's name; generators under `datagen`):
     dsflow_query_event_time_lag_seconds           that batch's end minus the newest event time it read (queries with a
                                                   watermark only)
     dsflow_query_oldest_event_lag_seconds         the same with the oldest event time it read
+    dsflow_query_record_latency_p50_seconds       real-time mode: the median latency of the records the sink received
+                                                  in the last minute, source timestamp to sink (core/latency.py)
+    dsflow_query_record_latency_p99_seconds       the same, 99th percentile
     dsflow_query_state_rows                       rows the query's state stores hold (stateful queries)
     dsflow_query_state_bytes                      memory the state stores report using
     dsflow_query_lag_records                      records the sources hold past what the query read (all partitions)
@@ -56,13 +59,19 @@ PROGRESS = {"input_rows_per_second": "dsflow_query_input_rows_per_second",
             "state_bytes": "dsflow_query_state_bytes",
             "batch_latency_ms": "dsflow_query_batch_latency_seconds",
             "event_time_lag_ms": "dsflow_query_event_time_lag_seconds",
-            "oldest_event_lag_ms": "dsflow_query_oldest_event_lag_seconds"}
-PER_UNIT = dict.fromkeys(("last_batch_duration_ms", "batch_latency_ms", "event_time_lag_ms", "oldest_event_lag_ms"),
-                        1000.0)
+            "oldest_event_lag_ms": "dsflow_query_oldest_event_lag_seconds",
+            "record_latency_p50_ms": "dsflow_query_record_latency_p50_seconds",
+            "record_latency_p99_ms": "dsflow_query_record_latency_p99_seconds"}
+PER_UNIT = dict.fromkeys(("last_batch_duration_ms", "batch_latency_ms", "event_time_lag_ms", "oldest_event_lag_ms",
+                          "record_latency_p50_ms", "record_latency_p99_ms"), 1000.0)
 """Status fields exported in another unit: the field's value divided by this (milliseconds as seconds)."""
 HELP = {"batch_latency_ms": "trigger execution of the query's newest micro-batch with records (core/latency.py)",
         "event_time_lag_ms": "end of the query's newest micro-batch with records minus the newest event time it read",
-        "oldest_event_lag_ms": "end of the query's newest micro-batch with records minus the oldest event time it read"}
+        "oldest_event_lag_ms": "end of the query's newest micro-batch with records minus the oldest event time it read",
+        "record_latency_p50_ms": "median latency of a real-time query's records written in the last minute, from the "
+                                 "source's timestamp to the sink's (core/latency.py)",
+        "record_latency_p99_ms": "99th percentile latency of a real-time query's records written in the last minute, "
+                                 "from the source's timestamp to the sink's (core/latency.py)"}
 """Help texts of the progress metrics that are not "<field> of the query's last progress"."""
 PARTITION_LAG = {"lag": ("dsflow_query_partition_lag_records", "records a source partition holds past the offset "
                          "the query's last micro-batch read up to"),

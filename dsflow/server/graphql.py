@@ -200,6 +200,9 @@ class StatusEntry:
                                                       "execution (null in real-time mode or before one)")
     event_time_lag_ms: float | None = strawberry.field(description="that batch's end minus the newest event time "
                                                        "it read (null without a watermark)")
+    record_latency_p99_ms: float | None = strawberry.field(description="a real-time query: the 99th percentile "
+                                                           "latency of its records written in the last minute, "
+                                                           "source to sink (null otherwise)")
     details: JSON
 
 
@@ -251,6 +254,7 @@ def _status_entry(entry: dict[str, Any]) -> StatusEntry:
                        input_rows_per_second=number("input_rows_per_second"),
                        processed_rows_per_second=number("processed_rows_per_second"),
                        batch_latency_ms=number("batch_latency_ms"), event_time_lag_ms=number("event_time_lag_ms"),
+                       record_latency_p99_ms=number("record_latency_p99_ms"),
                        details=_scrubbed(entry))
 
 

@@ -5,6 +5,10 @@ Each switch is a replacement in a new checkpoint with the old version's offsets 
 is read twice or skipped; out of it, what the real-time version wrote after its last checkpoint may be written again
 (at-least-once), but nothing is skipped. `mirrored` reads the query in real-time mode throughout.
 
+In real-time mode each record written carries its source record's timestamp as a header (checked by id against
+the source topic), and `dsflow status` reports the latency of the records its sink received: its p50, p99 and max
+are latencies of records the test reads from the sink itself (nearest rank of the same records).
+
 While the query runs in real-time mode, a blue/green replay of it is refused (DSF-E967: its stop cannot come at the
 source offsets where its log ends): nothing is built and it runs on. Back in micro-batches, it is replayed blue/green
 into real-time mode (its factor changed) while events arrive: its new version is built, caught up and cut in
@@ -25,10 +29,12 @@ import pytest
 
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import describe_topic
-from dsflow.adapters.kafka.client import produce_json_lines, read_to_end
+from dsflow.adapters.kafka.client import consumer, produce_json_lines, read_to_end, topic_partitions
 from dsflow.core.categories import REALTIME, Category
+from dsflow.core.latency import SOURCE_TIMESTAMP_HEADER
 from dsflow.engine import operations
 from dsflow.engine.executors import query_identity
+from support.waiting import wait_for
 from test_data_loss import _project, _wait_ids
 
 pytestmark = pytest.mark.integration
@@ -60,6 +66,34 @@ def _switch(root: Path, options: operations.Options, prefix: str, trigger: str) 
 
 def _produce(broker: str, prefix: str, ids: range) -> None:
     produce_json_lines(broker, f"{prefix}_events", [json.dumps({"id": i}) for i in ids])
+
+
+def _records(broker: str, topic: str) -> list[tuple[int, int, dict[str, bytes]]]:
+    """(id, timestamp ms, headers) of every record of the topic, read to its end."""
+    from confluent_kafka import TopicPartition
+
+    with consumer({"bootstrap.servers": broker}) as c:
+        parts = topic_partitions(c, topic)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p))[1] for p in parts}
+        c.assign([TopicPartition(topic, p, 0) for p in parts if ends[p] > 0])
+        out, left = [], {p for p in parts if ends[p] > 0}
+        while left:
+            for m in c.consume(500, timeout=1.0):
+                if m.error() is None:
+                    out.append((json.loads(m.value())["id"], m.timestamp()[1], dict(m.headers() or [])))
+                    if m.offset() + 1 >= ends[m.partition()]:
+                        left.discard(m.partition())
+        return out
+
+
+def _status_latency(options: operations.Options, latencies: list[int]) -> dict:
+    """The query's status once it reports the latency of records; each figure one of `latencies`."""
+    def reported() -> dict | None:
+        [entry] = [e for e in operations.status(operations.load(options), with_dead_letters=False)
+                   if e.get("address") == QUERY]
+        return entry if entry.get("record_latency_samples") else None
+
+    return wait_for(reported, 60, "the real-time query's record latency in its status", interval=2)
 
 
 def _blue_green(root: Path, options: operations.Options, sql: str, effect: str):
@@ -131,6 +165,18 @@ def test_switching_a_running_query_to_real_time_mode_and_back_carries_its_offset
         _produce(broker, prefix, range(50, 100))
         ids = Counter(_wait_ids(broker, f"{prefix}_copied", set(range(100))))
         assert all(n == 1 for n in ids.values()), "into real-time mode: nothing read twice"
+
+        source_ts = {i: ts for i, ts, _ in _records(broker, f"{prefix}_events")}
+        written = {i: (ts, headers) for i, ts, headers in _records(broker, f"{prefix}_copied")}
+        assert all(SOURCE_TIMESTAMP_HEADER not in written[i][1] for i in range(50)), "micro-batches add no header"
+        assert {i: int(written[i][1][SOURCE_TIMESTAMP_HEADER]) for i in range(50, 100)} == \
+            {i: source_ts[i] for i in range(50, 100)}, "each real-time record carries its source record's timestamp"
+        latencies = [written[i][0] - source_ts[i] for i in range(50, 100)]
+        entry = _status_latency(options, latencies)
+        assert entry["record_latency_samples"] <= 50
+        for field in ("record_latency_p50_ms", "record_latency_p99_ms", "record_latency_max_ms"):
+            assert entry[field] in latencies, (field, entry[field], sorted(latencies))
+        assert entry["record_latency_p50_ms"] <= entry["record_latency_p99_ms"] <= entry["record_latency_max_ms"]
         _refused_in_real_time_mode(root, options, prefix)
 
         _switch(root, options, prefix, "")

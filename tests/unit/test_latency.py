@@ -10,10 +10,16 @@ import json
 import time
 from pathlib import Path
 
+import numpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from dsflow.cli.render import latency_cell
-from dsflow.core.latency import NewestBatch, latency_fields, newest_with_records
+from dsflow.core.latency import (
+    RECORD_FIELDS, SOURCE_TIMESTAMP_HEADER, NewestBatch, latency_fields, nearest_rank, newest_with_records,
+    record_latency_fields,
+)
 from dsflow.runtime.metrics import registry
 
 RECORDED = json.loads((Path(__file__).parent / "progress" / "spark_progress.json").read_text())
@@ -104,3 +110,43 @@ def test_the_table_and_the_metrics_show_known_figures_and_leave_out_unknown_ones
     shown = {line.split("{")[0] + line.split("}")[0].split("query=")[1] for line in lines if line.startswith(latency)}
     assert shown == {f"{name}{query}" for name in latency for query in ('"a.b.c"',)} | {
         'dsflow_query_batch_latency_seconds"a.b.d"'}  # the unknown ones left out, not 0
+
+
+@settings(max_examples=60)
+@given(st.lists(st.integers(-5_000, 600_000), min_size=1, max_size=400), st.sampled_from([0.01, 0.5, 0.9, 0.99, 1.0]))
+def test_a_percentile_of_records_is_numpys_inverted_cdf(latencies, fraction):
+    assert nearest_rank(sorted(latencies), fraction) == int(numpy.percentile(latencies, fraction * 100,
+                                                                                method="inverted_cdf"))
+
+
+def test_record_latencies_give_p50_p99_max_and_their_count_and_none_without_records():
+    assert record_latency_fields([]) == {**dict.fromkeys(RECORD_FIELDS[:-1]), "record_latency_samples": 0}
+    fields = record_latency_fields(list(range(200, 0, -1)))
+    assert fields == {"record_latency_p50_ms": 100, "record_latency_p99_ms": 198, "record_latency_max_ms": 200,
+                      "record_latency_samples": 200}
+    entry = {"address": "query.a.b.r", "state": "running", **latency_fields(None), **fields}
+    assert latency_cell(entry) == "records p50 100 ms p99 198 ms"
+    lines = generate_latest(registry(lambda: [entry])).decode().splitlines()
+    assert 'dsflow_query_record_latency_p99_seconds{query="a.b.r"} 0.198' in lines
+    assert 'dsflow_query_record_latency_p50_seconds{query="a.b.r"} 0.1' in lines
+
+
+class _Message:
+    def __init__(self, timestamp: tuple[int, int], headers: list | None) -> None:
+        self._timestamp, self._headers = timestamp, headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._timestamp
+
+    def headers(self) -> list | None:
+        return self._headers
+
+
+def test_a_records_latency_is_its_timestamp_minus_its_source_header_and_unknown_without_either():
+    from dsflow.adapters.kafka.latency import record_latency_ms
+
+    header = [("other", b"1"), (SOURCE_TIMESTAMP_HEADER, b"1700000000000")]
+    assert record_latency_ms(_Message((1, 1700000000012), header)) == 12
+    assert record_latency_ms(_Message((1, 1700000000012), None)) is None
+    assert record_latency_ms(_Message((0, -1), header)) is None
+    assert record_latency_ms(_Message((1, 1700000000012), [(SOURCE_TIMESTAMP_HEADER, b"x")])) is None

@@ -159,3 +159,50 @@ def test_a_real_time_version_stopped_before_its_first_checkpoint_carries_the_off
     assert committed_offsets(checkpoint) == [{"0": 27, "1": 23}]
     (checkpoint / "commits").mkdir()
     assert committed_offsets(tmp_path / "none") is None
+
+
+def test_a_stores_security_settings_the_connector_cannot_use_are_refused_at_the_property(tmp_path, monkeypatch):
+    def store(properties: str) -> str:
+        return STORES.replace("bootstrap_servers: 127.0.0.1:9092\n",
+                              f"bootstrap_servers: 127.0.0.1:9092\n    properties: {{{properties}}}\n")
+
+    secured = store("security.protocol: SASL_SSL, sasl.mechanism: AWS_MSK_IAM, aws.region: eu-west-1")
+    result = check_project(make_project(tmp_path, {**_files(_copy()), "stores/kafka.yml": secured}))
+    found = [(d.code, str(d.location), d.message) for d in result.diagnostics]
+    assert [(code, location) for code, location, _ in found] == [("DSF-E872", "sql/q.sql:3:28")] * 2, found
+    for what, (_, _, message) in zip(("source 'analytics.public.events'", "sink 'analytics.public.copied'"), found,
+                                     strict=True):
+        assert f"{what} is in store 'k', whose settings real-time mode's connector cannot use: sasl.mechanism " \
+               "AWS_MSK_IAM (dsflow gives Spark's Kafka connector PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 logins only)" \
+               in message, message
+    monkeypatch.setenv("RT_PASSWORD", "p")
+    scram = store("security.protocol: SASL_SSL, sasl.mechanism: SCRAM-SHA-512, sasl.username: u, "
+                  "sasl.password: \"{{ env_var('RT_PASSWORD') }}\"")
+    assert check_project(make_project(tmp_path / "b", {**_files(_copy()), "stores/kafka.yml": scram})).diagnostics \
+        == [], "SCRAM runs in real-time mode"
+
+
+def test_librdkafka_security_settings_become_the_java_clients(tmp_path):
+    from dsflow.adapters.kafka.javaclient import java_settings, refusals
+
+    (tmp_path / "ca.pem").write_text("CA\n")
+    (tmp_path / "c.pem").write_text("CERT\n")
+    (tmp_path / "c.key").write_text("KEY\n")
+    config = {"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.mechanisms": "scram-sha-256",
+              "sasl.username": 'u"1', "sasl.password": "p\\w", "ssl.ca.location": str(tmp_path / "ca.pem"),
+              "ssl.certificate.location": str(tmp_path / "c.pem"), "ssl.key.location": str(tmp_path / "c.key"),
+              "ssl.endpoint.identification.algorithm": "none", "client.id": "x"}
+    out = java_settings(config, tmp_path / "scratch")
+    assert out["sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                       'username="u\\"1" password="p\\\\w";')
+    assert {k: out[k] for k in ("bootstrap.servers", "security.protocol", "sasl.mechanism", "client.id",
+                                "ssl.truststore.type", "ssl.keystore.type", "ssl.endpoint.identification.algorithm")} \
+        == {"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+            "client.id": "x", "ssl.truststore.type": "PEM", "ssl.keystore.type": "PEM",
+            "ssl.endpoint.identification.algorithm": ""}
+    assert Path(out["ssl.truststore.location"]).read_text() == "CA\n"
+    assert Path(out["ssl.keystore.location"]).read_text() == "KEY\nCERT\n"
+    assert not {"sasl.username", "sasl.password", "sasl.mechanisms", "ssl.ca.location", "ssl.key.location"} & set(out)
+    assert refusals(config) == []
+    assert len(refusals({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                         "enable.ssl.certificate.verification": "false"})) == 2

@@ -43,6 +43,12 @@ class KafkaRules:
     config_prefix = "kafka.topic."
     realtime_logs = True
     """Spark's own Kafka connector (spark-sql-kafka-0-10) serves real-time mode (adapters/kafka/connector.py)."""
+
+    def realtime_refusals(self, properties: dict[str, str]) -> list[str]:
+        """What in the store's settings Spark's Kafka connector cannot do as librdkafka does (javaclient.py)."""
+        from dsflow.adapters.kafka.javaclient import refusals
+
+        return refusals(properties)
     row_dead_letters = True
     """A query's DEAD LETTER expectations send rows to its dead-letter topic (adapters/spark/expectations.py)."""
     """A relation's 'kafka.topic.<config>' properties are configs of its topic."""

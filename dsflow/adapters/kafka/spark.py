@@ -90,16 +90,23 @@ class KafkaSpark:
 
         raw = (spark.readStream.format("kafka").option("subscribe", source.topic)
                .option("startingOffsets", _connector_start(source)))
-        raw = raw.options(**{f"kafka.{k}": v for k, v in source.client_config.items()})
+        raw = raw.options(**_connector_client(source.client_config))
         return raw.load().select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
                                  "partition", "offset", "timestamp")
 
     def realtime_start(self, spec: Any, frame: Any, trigger: dict[str, Any]) -> Any:
-        """(key, value) rows written by Spark's own connector in real-time mode (update mode, at-least-once)."""
+        """(key, value) rows written by Spark's own connector in real-time mode (update mode, at-least-once), each
+        with its source record's timestamp as a header (core/latency.py)."""
         writer = (frame.writeStream.format("kafka").option("topic", spec.sink.topic)
                   .option("checkpointLocation", spec.checkpoint).outputMode("update")
                   .queryName(spark_query_name(spec.name)).trigger(**trigger))
-        return writer.options(**{f"kafka.{k}": v for k, v in spec.sink.client_config.items()}).start()
+        return writer.options(**_connector_client(spec.sink.client_config)).start()
+
+    def latency_probe(self, sink: Any) -> Any:
+        """The latency of the records a real-time query wrote, read from its sink topic (kafka/latency.py)."""
+        from dsflow.adapters.kafka.latency import SinkLatency
+
+        return SinkLatency(sink.client_config, sink.topic)
 
     def value_layout(self, source: Any) -> str:
         from dsflow.formats.decoding import value_layout
@@ -146,6 +153,17 @@ def _connector_start(source: Any) -> str:
     if source.starting_offsets:
         return json.dumps({source.topic: {str(p): int(o) for p, o in source.starting_offsets.items()}})
     return source.starting_position
+
+
+def _connector_client(config: dict[str, str]) -> dict[str, str]:
+    """The store's client settings as options of Spark's Kafka connector (`kafka.<setting>`, Java's names:
+    javaclient.py); files it needs (PEM key stores) go to the process's temporary folder, its scratch folder."""
+    import tempfile
+    from pathlib import Path
+
+    from dsflow.adapters.kafka.javaclient import java_settings
+
+    return {f"kafka.{k}": v for k, v in java_settings(config, Path(tempfile.gettempdir())).items()}
 
 
 def _with_client(io: Any, config: dict[str, str]) -> Any:

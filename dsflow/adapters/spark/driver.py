@@ -347,10 +347,12 @@ def _run_version(spark, spec: QuerySpec, stop: threading.Event, wake: threading.
     query, request = None, None
     lag = LagProbe(spec)
     totals = ExpectationTotals(spec)
+    records = _latency_probe(spec)
     try:
         query = start_query(spark, spec)
         while not stop.is_set() and query.isActive:
-            write_status(spec.status_path, {**progress_status(spec, query, "running", totals), **_lag(lag, query)})
+            write_status(spec.status_path, {**progress_status(spec, query, "running", totals), **_lag(lag, query),
+                                            **_record_latency(records)})
             request = reload.pending(run_dir, "park")
             if request is not None:
                 break
@@ -373,6 +375,8 @@ def _run_version(spark, spec: QuerySpec, stop: threading.Event, wake: threading.
         return 1, False
     finally:
         lag.close()
+        if records is not None:
+            records.close()
 
 
 def _await_resume(spec: QuerySpec, built: QuerySpec, stop: threading.Event, wake: threading.Event,
@@ -428,6 +432,22 @@ def _lag(probe: LagProbe, query) -> dict[str, Any]:
     try:
         return probe.measure(progress.get("sources", []) if progress else [])
     except Exception:  # noqa: BLE001 - lag is a measurement: an unreachable broker must not stop the query
+        return probe.last
+
+
+def _latency_probe(spec: QuerySpec) -> Any:
+    """A real-time query's reader of its records' latency (its sink's facet: `latency_probe`); None otherwise."""
+    sink: Any = for_kind(spec.sink.kind)
+    return sink.latency_probe(spec.sink) if spec.realtime and hasattr(sink, "latency_probe") else None
+
+
+def _record_latency(probe: Any) -> dict[str, Any]:
+    """The record_latency_* fields of the status (core/latency.py); an unreachable broker leaves the last ones."""
+    if probe is None:
+        return {}
+    try:
+        return probe.fields()
+    except Exception:  # noqa: BLE001 - latency is a measurement: an unreachable broker must not stop the query
         return probe.last
 
 

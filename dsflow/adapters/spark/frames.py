@@ -19,7 +19,7 @@ from typing import Any
 
 from dsflow.adapters.spark.facets import for_kind
 from dsflow.adapters.spark.gate import spark_query_name
-from dsflow.adapters.spark.spec import RECORD_TIMESTAMP, QuerySpec, SinkSpec, SourceSpec
+from dsflow.adapters.spark.spec import RECORD_TIMESTAMP, SOURCE_TIMESTAMP, QuerySpec, SinkSpec, SourceSpec
 from dsflow.formats.keys import null_key_text
 
 KEY = "__key"
@@ -50,7 +50,7 @@ def source_view(raw, source: SourceSpec):
     elif not cdc_key:
         view = view.drop(DELETED, *([] if position else [OFFSET]))
     if source.event_time is None:
-        return view.drop(RECORD_TIMESTAMP)
+        return view if source.keep_timestamp else view.drop(RECORD_TIMESTAMP)
     view = view.withColumn("__ts", F.coalesce(F.expr(source.event_time), F.col(RECORD_TIMESTAMP)))
     if source.watermark_delay:
         view = view.withWatermark("__ts", source.watermark_delay)
@@ -109,7 +109,8 @@ def split_deletes(rows: list[tuple], columns: list[str], key: list[str]) -> tupl
 
 
 def sink_frame(result, sink: SinkSpec):
-    """(key, value) rows for a log sink; a row whose __keep is false becomes a tombstone (null value)."""
+    """(key, value) rows for a log sink; a row whose __keep is false becomes a tombstone (null value). A real-time
+    query's rows also carry their source record's timestamp as a header (core/latency.py)."""
     from pyspark.sql import functions as F
 
     value = F.struct(*[F.col(f"`{c}`") for c in sink.columns])
@@ -124,7 +125,18 @@ def sink_frame(result, sink: SinkSpec):
         key = F.coalesce(F.col(f"`{name}`").cast("string"), F.lit(null_key_text(name)))
     else:
         key = F.to_json(F.struct(*[F.col(f"`{c}`") for c in sink.key_columns]))
-    return result.select(key.alias("key"), value.alias("value"))
+    return result.select(key.alias("key"), value.alias("value"), *_source_timestamp_header(result))
+
+
+def _source_timestamp_header(result) -> list:
+    from pyspark.sql import functions as F
+
+    from dsflow.core.latency import SOURCE_TIMESTAMP_HEADER
+
+    if SOURCE_TIMESTAMP not in result.columns:
+        return []
+    millis = F.unix_millis(F.col(SOURCE_TIMESTAMP)).cast("string").cast("binary")
+    return [F.array(F.struct(F.lit(SOURCE_TIMESTAMP_HEADER).alias("key"), millis.alias("value"))).alias("headers")]
 
 
 def view_writer(spec: QuerySpec, views: Any):

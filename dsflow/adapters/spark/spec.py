@@ -39,6 +39,8 @@ ENV_REF = "@env:"
 LOG = "kafka"
 """The kind of a source or sink whose spec names none: specs written before kinds existed read a Kafka topic."""
 RECORD_TIMESTAMP = "__kafka_ts"
+SOURCE_TIMESTAMP = "__source_ts"
+"""A real-time query's result column: its source record's timestamp, written as a header (core/latency.py)."""
 """The source view's column of each record's own timestamp (the fallback event time). Its name is kept as first
 written: it is a column of the queries' Spark plans and of their checkpointed state."""
 
@@ -89,6 +91,8 @@ class SourceSpec(BaseModel):
                                    "avro, protobuf: Confluent wire-format keys, read as text")
     keep_position: bool = Field(False, description="the view keeps each record's partition and offset (__partition, "
                                 "__offset): a query's DEAD LETTER expectations name them")
+    keep_timestamp: bool = Field(False, description="the view keeps each record's timestamp (__kafka_ts) without "
+                                 "an event time: a real-time query carries it to its sink (core/latency.py)")
     on_error: Literal["TERMINATE", "IGNORE", "IGNORE_AND_LOG"] | None = Field(
         None, description="'source.deserialization.error.handling': a record that does not decode stops the query, "
         "is skipped and counted, or goes to dlq_topic; None: dlq_topic when set")

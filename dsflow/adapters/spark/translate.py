@@ -19,7 +19,7 @@ from dsflow.adapters.spark.spec import (
     RECORD_TIMESTAMP, ChainStepSpec, ChangelogJoinSpec, ChangelogStepSpec, ExpectationSpec, FunctionSpec, JoinChainSpec,
     QuerySpec,
     RetractSpec,
-    SinkSpec, SourceSpec, TemporalSpec, TopNSpec, OverSpec,
+    SOURCE_TIMESTAMP, SinkSpec, SourceSpec, TemporalSpec, TopNSpec, OverSpec,
 )
 from dsflow.adapters.spark.nested import nested_select, windowed_join
 from dsflow.adapters.spark.stacked import outer_select, stacked_spec
@@ -98,6 +98,8 @@ def spark_tree(plan: QueryPlan, project: Project | None = None) -> exp.Query:
         alias = plan.sources[0].alias
         select.select(exp.column("__partition", table=alias).as_(SOURCE_PARTITION),
                       exp.column("__offset", table=alias).as_(SOURCE_OFFSET), copy=False)
+    if query.trigger == "realtime":  # one stream, stateless (load/realtime.py): a row per source record
+        select.select(exp.column(RECORD_TIMESTAMP, table=plan.sources[0].alias).as_(SOURCE_TIMESTAMP), copy=False)
     if not query.key_columns:
         select = select.select(_carried_key(plan).as_(KEY_COLUMN), copy=False)
     return select
@@ -301,6 +303,8 @@ def source_specs(project: Project, plan: QueryPlan, start: StartAt | None = None
         ranked = plan.top_n is not None or plan.over is not None or _keyed_streams(query)
         if carries_position(project, query) or ranked:  # ties by place
             read["keep_position"] = True
+        if query.trigger == "realtime":  # its records' latency (core/latency.py)
+            read["keep_timestamp"] = True
         sources.append(SourceSpec(view=view_name(index, query), topic=relation.topic, **read,
                                   schema_ddl=schema_ddl(relation.columns),
                                   starting_position=start.position or source.starting_position,
