@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dsflow.cli.render import plan_text
-from dsflow.core.bluegreen import Deployment, compared, reached, redirected, redirects
+from dsflow.core.bluegreen import Deployment, compared, in_micro_batches, reached, redirected, redirects
 from dsflow.core.plan import Action, Observation, Observations, Plan, PlanOptions, make_plan
 from dsflow.core.plan_schema import plan_from_json
 from dsflow.core.resources import project_resources
@@ -327,3 +327,8 @@ def test_real_time_mode_a_new_version_is_built_in_micro_batches_and_a_deployed_o
     replay(example)
     refused = change_of(plan_of(example, state, blue_green=True), QUERY)
     assert refused.blue_green is not None and "refused by apply (DSF-E967)" in (refused.effect or "")
+
+    project = load_project(example, variables=EXAMPLE_VARIABLES)
+    built = {q.fqn: q.trigger for q in in_micro_batches(project, QUERY.split(".", 1)[1]).queries}
+    assert built == {q.fqn: q.trigger for q in project.queries} | {QUERY.split(".", 1)[1]: "micro-batch"}
+    assert next(q for q in project.queries if f"query.{q.fqn}" == QUERY).trigger == "realtime", "left as it is"
