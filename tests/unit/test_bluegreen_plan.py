@@ -258,6 +258,13 @@ def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_moves_its_reade
         check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake)
     assert err.value.code == "DSF-E965" and "archived_copy" in err.value.message
     check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake.model_copy(update={"readers": []}))
+    from dsflow.engine.bluegreen_lake import reached
+
+    assert reached({"t": {"version": 7}}, {"t": {"version": 6}}) and not reached({"t": {"version": 5}}, {"t": {
+        "version": 6}}), "a table version is reached at or past it"
+    assert not reached({"t": {"snapshot": 9}}, {"t": {"snapshot": 4}}), "snapshot ids are not ordered: only equal"
+    assert reached({"t": {"snapshot": 4}}, {"t": {"snapshot": 4}}) and reached(None, {"t": {"snapshot": -1}})
+    assert not reached(None, {"t": {"version": 0}})
     asking = TABLES_SQL.replace("'store' = 'lake'", "'store' = 'lake', 'deploy' = 'blue_green'")
     (root / "sql" / "all.sql").write_text(asking.format(start=""))
     state = applied(plan_of(root), state)
