@@ -15,7 +15,8 @@ way, or one writing a table or materialized view in a store that swaps tables (C
 a table catalog) or relocates them (Capability.RELOCATE: tables at a path). A swapped table's new version writes
 `<table>_v<N>`; at the switch one transaction of renames makes it the production table and keeps the old one as
 `<table>_v<N-1>` (`kept_as`), views over it following (engine/bluegreen_tables.py). A relocated table's new version
-writes the path `<path>_v<N>`, and the switch records the relation there, as a log's (`relocate`). Apply
+writes the path `<path>_v<N>`, and the switch records the relation there, as a log's (`relocate`). The project's
+queries reading a lake table as a stream switch as a log's readers do, at the tables' positions at the cut. Apply
 walks what the plan froze (`BlueGreen` on the change) and records a `Deployment` in the state.
 """
 
@@ -266,11 +267,14 @@ def _forward_text(plan: BlueGreen | None) -> str:
     if plan is None:
         return f"the switch is finished and {resumes}"
     if plan.kept_as is not None:
+        readers = " (readers not yet switched stopped first), and those readers restart on the new table after " \
+                  "the cut" if plan.readers else ""
         return (f"the catalog says whether its transaction of renames committed ({plan.new_log} named "
-                f"{plan.old_log}, {plan.old_log} kept as {plan.kept_as}); if not, the renames are done now; then "
-                f"{resumes} writing {plan.old_log}")
+                f"{plan.old_log}, {plan.old_log} kept as {plan.kept_as}); if not, the renames are done now{readers}; "
+                f"then {resumes} writing {plan.old_log}")
     if plan.relocate:
-        return f"{resumes} writing the table at {plan.new_log}, and the relation moves there in one state write"
+        moved = f"readers not yet on {plan.new_log} are switched as the switch does, then " if plan.readers else ""
+        return f"{moved}{resumes} writing the table at {plan.new_log}, and the relation moves there in one state write"
     return (f"readers not yet on {plan.new_log} are switched as the switch does ({plan.old_log} read to its end, "
             f"then restarted on {plan.new_log} at the cut), readers switched already stay on their new checkpoint "
             f"(restarted there if their driver ended); then {resumes}")
@@ -344,7 +348,7 @@ def _table_phase_text(blue_green: BlueGreen) -> list[str]:
         "compare: the deployed version stopped once past what the new one caught up to, the new one run to the "
         f"same source offsets; {old} and {new} compared row by row",
         f"switch: one transaction of renames: {old} -> {kept}, {new} -> {old}; views over {old} defined again on "
-        "the new table, its grants carried; the new version resumes writing it",
+        f"the new table, its grants carried; the new version resumes writing it{_lake_readers(blue_green, old)}",
         f"keep old: {kept} and the old checkpoint kept; the old version stopped",
     ]
 
@@ -359,9 +363,18 @@ def _path_phase_text(blue_green: BlueGreen) -> list[str]:
         "compare: the deployed version stopped once past what the new one caught up to, the new one run to the "
         f"same source offsets; the tables at {old} and {new} compared row by row",
         f"switch: the relation's table moves to {new} in one state write (a path has no catalog to rename in); "
-        f"the new version resumes writing it; readers outside dsflow must move to {new} themselves",
+        f"the new version resumes writing it{_lake_readers(blue_green, new)}; readers outside dsflow must move to "
+        f"{new} themselves",
         f"keep old: the table at {old} and the old checkpoint kept; the old version stopped",
     ]
+
+
+def _lake_readers(blue_green: BlueGreen, new: str) -> str:
+    """The switch's words for the project's queries reading the table as a stream (none: nothing)."""
+    if not blue_green.readers:
+        return ""
+    return (f"; readers ({', '.join(blue_green.readers)}) read {blue_green.old_log} to its end, then restart on "
+            f"{new} right after its version (snapshot) at the cut")
 
 
 def reached(committed: Mapping[str, Mapping[str, Any]] | None, target: Mapping[str, Mapping[str, int]]) -> bool:

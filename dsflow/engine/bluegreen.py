@@ -9,6 +9,8 @@ readers start right after it. Anything that fails before the deployed version is
 (the plan's `kept_as`) writes a versioned table and switches in one transaction of renames: engine/bluegreen_tables.py.
 Spark's real-time mode cannot stop at given offsets: a new version in it is built and cut in micro-batches and
 resumes in real-time mode at the cut (in a checkpoint of its own); a deployed version in it is refused (DSF-E967).
+Readers of a lake table move by the tables' positions (a table version, a snapshot) in place of a log's offsets:
+engine/bluegreen_lake.py.
 """
 
 from __future__ import annotations
@@ -83,7 +85,13 @@ class _Deploying:
         self.read_from: dict[str, dict[str, int]] = {}
         """The first offsets the new version read from (what a later replay checks is still held)."""
         self.new_ends: dict[str, dict[str, int]] = {}
-        """The new log's end offsets at the cut: where its readers start."""
+        """The new log's end offsets at the cut (a lake table's position), by the name its readers know it by:
+        where they start."""
+        self.old_ends: dict[str, dict[str, int]] = {}
+        """The old log's end offsets (a lake table's position) once the deployed version stopped: what each reader
+        reads to before it moves."""
+        self.stopped_readers: dict[str, dict[str, Any]] = {}
+        """Readers stopped before a catalog swap (a lake table's): what stopping them returned."""
         self.query = next(q for q in ctx.project.queries if q.fqn == self.name)
         sink = Address.parse(self.plan.sink).name
         self.table = tables.is_table(self.plan)
@@ -172,6 +180,7 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
         _note_switch(run, stopped)
         if run.table:  # noted first: a kill from here on may have renamed (engine/bluegreen_forward.py)
             run.phase("switch")
+            stop_readers(run)
             run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
     except DsflowError as err:
         candidate.stop()
@@ -240,11 +249,12 @@ def _start(run: _Deploying, project: Any, target: _Run, start: StartAt) -> None:
     run.ctx.note({"blue_green_pid": target.pid})
 
 
-def _wait(target: _Run, until: Mapping[str, Mapping[str, int]], seconds: float, what: str) -> None:
-    """Until the run's checkpoint committed `until` (lag 0 on those offsets); DSF-E961 past `seconds`, DSF-E962 when
-    its driver ended first."""
+def _wait(target: _Run, until: Mapping[str, Mapping[str, int]], seconds: float, what: str,
+          done: Callable[[Any, Mapping[str, Mapping[str, int]]], bool] = reached) -> None:
+    """Until the run's checkpoint committed `until` (lag 0 on those offsets; `done` says); DSF-E961 past `seconds`,
+    DSF-E962 when its driver ended first."""
     deadline = time.monotonic() + seconds
-    while not reached(target.committed(), until):
+    while not done(target.committed(), until):
         if not target.alive():
             raise DsflowError("DSF-E962", f"{what} stopped before it caught up (its driver ended; see "
                               f"{target.run_dir / 'driver.log'})")
@@ -282,25 +292,41 @@ def _compare(run: _Deploying) -> dict[str, int]:
 
 
 def _drain_readers(run: _Deploying) -> None:
-    """Wait until every reader read the old log to its end (the deployed version is stopped: it ends there)."""
+    """Wait until every reader read the old log (a lake table) to its end (the deployed version is stopped: it ends
+    there)."""
     if not run.plan.readers:
         return
-    ends = _ends(run.ctx.project, [run.plan.old_log])
+    on_lake = lake.moves_readers(run.ctx.project, run.plan)
+    if not run.old_ends:
+        run.old_ends = lake.ends(run.ctx.project, run.ctx.project, run.plan) if on_lake else \
+            _ends(run.ctx.project, [run.plan.old_log])
     for reader in run.plan.readers:
         entry = run.current().resources.get(reader)
         if entry is None:
             continue
         target = _Run(Path(entry.outputs["run_dir"]), Path(entry.outputs["checkpoint"]),
                       list(entry.outputs.get("topics") or []), entry.outputs.get("pid"))
-        _wait(target, ends, run.plan.catch_up_seconds, f"reader {reader} (reading {run.plan.old_log} to its end)")
+        _wait(target, run.old_ends, run.plan.catch_up_seconds,
+              f"reader {reader} (reading {run.plan.old_log} to its end)", lake.reached if on_lake else reached)
 
 
 def _note_switch(run: _Deploying, stopped: dict[str, Any]) -> None:
     """What finishing the switch needs, noted before anything in it moves (core/bluegreen.py SWITCH_NOTE)."""
-    if run.plan.readers and not (run.table or run.plan.relocate):
+    if run.plan.readers and lake.moves_readers(run.ctx.project, run.plan):
+        run.new_ends = lake.ends(run.new_project, run.final_project, run.plan)
+    elif run.plan.readers and not (run.table or run.plan.relocate):
         run.new_ends = _ends(run.new_project, [run.plan.new_log])
     run.ctx.note({SWITCH_NOTE: {"record": run.record.model_dump(mode="json"), "stopped": stopped,
-                                "new_ends": run.new_ends, "read_from": run.read_from}})
+                                "new_ends": run.new_ends, "old_ends": run.old_ends, "read_from": run.read_from}})
+
+
+def stop_readers(run: _Deploying, done: Mapping[str, Any] | None = None) -> None:
+    """Before a catalog swap: each reader not switched yet (`done`) stopped, having read the old table to its end,
+    so that no running reader finds the new table's snapshots under the name it reads."""
+    for reader in run.plan.readers:
+        entry = run.current().resources.get(reader)
+        if entry is not None and reader not in (done or {}) and reader not in run.stopped_readers:
+            run.stopped_readers[reader] = QueryExecutor()._stop(entry)
 
 
 def _switched_readers(run: _Deploying, state: State, ledger: Ledger,
@@ -310,7 +336,7 @@ def _switched_readers(run: _Deploying, state: State, ledger: Ledger,
     switched already (engine/bluegreen_forward.py): recorded as they run, restarted there if their driver ended."""
     if not run.plan.readers:
         return state
-    ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})
+    ctx = dataclasses.replace(run.ctx, project=run.final_project, resumed={})
     noted = dict(done or {})
     for reader in run.plan.readers:
         entry = state.resources.get(reader)
@@ -329,11 +355,12 @@ def _switched_readers(run: _Deploying, state: State, ledger: Ledger,
 
 
 def _switch_reader(run: _Deploying, ctx: Context, entry: DeployedResource) -> dict[str, Any]:
-    """One reader moved to the new log at the cut: its new outputs, ledger entries and start offsets."""
-    stopped = QueryExecutor()._stop(entry)
+    """One reader moved to the new log at the cut (a lake table: after its position there): its new outputs, ledger
+    entries and start offsets."""
+    stopped = run.stopped_readers.get(entry.address) or QueryExecutor()._stop(entry)
     carried = {t: {str(p): int(o) for p, o in parts.items()}
                for t, parts in (stopped["stop_offsets"] or {}).items() if t != run.plan.old_log}
-    start = StartAt(offsets={**carried, run.plan.new_log: run.new_ends[run.plan.new_log]})
+    start = StartAt(offsets={**carried, **run.new_ends})
     checkpoint = ctx.workspace.checkpoint(Address.parse(entry.address).name, f"{entry.data_hash}-bg{run.plan.version}")
     outputs = QueryExecutor()._start(ctx, _as_change(entry), checkpoint, start, Category.CARRY_OFFSETS, None,
                                      entry.outputs.get("read_from") or {})
@@ -410,10 +437,13 @@ def retire(ctx: Context, retired: list[Retirement], state: State) -> State:
 
 
 def _restarted(run: _Deploying, deployed: DeployedResource) -> State:
-    """The deployed version started again on its recorded spec and checkpoint (production restored)."""
-    pid = engine().relaunch(run.ctx.project, deployed, None)
+    """The deployed version (and readers stopped before a catalog swap) started again on its recorded spec and
+    checkpoint (production restored)."""
     state = run.current()
-    return state.with_resource(deployed.model_copy(update={"outputs": {**deployed.outputs, "pid": pid}}))
+    for entry in [deployed] + [state.resources[r] for r in run.stopped_readers if r in state.resources]:
+        pid = engine().relaunch(run.ctx.project, entry, None)
+        state = state.with_resource(entry.model_copy(update={"outputs": {**entry.outputs, "pid": pid}}))
+    return state
 
 
 def _abandon(run: _Deploying, candidate: _Run, log: DeployedResource) -> None:

@@ -11,6 +11,8 @@ reader has started on the new log, that reader's new outputs (SWITCHED_NOTE). Th
     a table    the catalog says whether the transaction of renames committed (the kept name and not the new one
                exist): committed, nothing is renamed again; not committed, the renames are done now
     a path     nothing moved before the state write that records the switch
+    readers    of a lake table, as of a log, from the tables' positions noted (`old_ends`, `new_ends`); a swapped
+               table's readers not switched yet are stopped before the renames are done now
 
 and then the new version resumes from its checkpoint writing the production relation, and the deployment is recorded
 in `keep_old`, as after a switch that was not interrupted.
@@ -43,6 +45,7 @@ def finish(ctx: Context, change: Change, current: Callable[[], State], ledger: b
     run = bg._Deploying(dataclasses.replace(ctx, resumed={}), change, current)
     run.record = Deployment.model_validate(switch["record"])
     run.read_from, run.new_ends = switch.get("read_from") or {}, switch.get("new_ends") or {}
+    run.old_ends = switch.get("old_ends") or {}
     sink = current().resources[run.plan.sink]
     run.log = DeployedResource(address=run.plan.sink, data_hash=sink.data_hash, metadata_hash=sink.metadata_hash,
                                data=sink.data, metadata=sink.metadata, outputs=noted.get("log") or {})
@@ -51,6 +54,7 @@ def finish(ctx: Context, change: Change, current: Callable[[], State], ledger: b
     deployed = current().resources[change.address]
     run.phase("switch")
     if run.table and not tables.swapped(run.ctx.project, run.plan):
+        bg.stop_readers(run, done)
         run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
     bg._drain_readers(run)
     state = bg._switched_readers(run, current(), ledger, done)

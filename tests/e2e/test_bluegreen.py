@@ -35,7 +35,10 @@ cut. The next apply drops the kept table.
 The same for an Iceberg table (a catalog swap: one transaction of the SQL catalog renames both tables) and a Delta
 table on S3 (the relation moves to the new version's path in one state write), both in one project and one apply:
 a catch-up bound of 0 s fails for each with production untouched; then every id is in the new table exactly once
-with the new SQL, the kept old table holds exactly the events before the cut, and the next apply deletes it.
+with the new SQL, the kept old table holds exactly the events before the cut, and the next apply deletes it. A
+query of the project reads each table as a stream into a topic: the deployment moves it to the new table (the new
+path; the production Iceberg name after the renames) right after the table's version or snapshot at the cut, and
+its topic holds every id exactly once, the old SQL's value before the cut and the new one after it.
 """
 
 from __future__ import annotations
@@ -565,8 +568,11 @@ CREATE TABLE scaled_ice WITH ('store' = 'ice', 'trigger.interval' = '1 second'{s
   FROM events;
 CREATE TABLE scaled_delta WITH ('store' = 's3lake', 'trigger.interval' = '1 second'{start}) AS
   SELECT id, v * {factor} AS w FROM events;
+CREATE STREAM ice_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled_ice;
+CREATE STREAM delta_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled_delta;
 """
 ICE, DELTA = "query.analytics.public.scaled_ice", "query.analytics.public.scaled_delta"
+LAKE_READERS = {ICE: "query.analytics.public.ice_copy", DELTA: "query.analytics.public.delta_copy"}
 
 
 def _ice_rows(warehouse: Path, table: str) -> list[tuple[int, int]] | None:
@@ -650,6 +656,7 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=0))
         ice = next(c for c in plan.changes if c.address == ICE).blue_green
         delta = next(c for c in plan.changes if c.address == DELTA).blue_green
+        assert (ice.readers, delta.readers) == ([LAKE_READERS[ICE]], [LAKE_READERS[DELTA]])
         assert (ice.old_log, ice.new_log, ice.kept_as, ice.relocate) == (
             "public.scaled_ice", "public.scaled_ice_v2", "public.scaled_ice_v1", False)
         assert (delta.old_log, delta.new_log, delta.kept_as, delta.relocate) == (
@@ -663,7 +670,7 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
         assert failed.failed[0].address == ICE
         after = backend.read()
-        for address in (ICE, DELTA):
+        for address in (ICE, DELTA, *LAKE_READERS.values()):
             assert after.resources[address] == before.resources[address] and _running(after, address)
         assert _ice_rows(warehouse, "scaled_ice_v2") is None and _delta_rows(s3_endpoint, old_path + "_v2") is None
         assert sorted(_ice_rows(warehouse, "scaled_ice") or []) == [(i, 2 * (i % 97 + 1)) for i in range(300)]
@@ -676,9 +683,10 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         with _Producer(broker, project, 300, count=2, every=0.25) as producer:
             result = operations.apply(loaded, plan)
         assert result.ok, result.failed
-        produced = producer.next
+        produce(broker, project, "events", _events(producer.next, 20), "id")  # read from the new tables only
+        produced = producer.next + 20
         state = backend.read()
-        assert _running(state, ICE) and _running(state, DELTA)
+        assert all(_running(state, a) for a in (ICE, DELTA, *LAKE_READERS.values()))
         assert state.resources["relation.analytics.public.scaled_delta"].outputs["table"] == new_path
         where = _source_offsets(broker, topic(project, "events"))
         assert len(where) == produced
@@ -696,6 +704,15 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
             assert sorted(new_rows()) == expected, f"{address}: the new version's rows"
             n = len(before_cut)
             assert record.compared == {"old_records": n, "new_records": n, "only_old": n, "only_new": n}
+            reader = LAKE_READERS[address]
+            assert list(record.switched) == [reader] and state.resources[reader].outputs["checkpoint"] != \
+                before.resources[reader].outputs["checkpoint"], "the reader restarted in a new checkpoint"
+            out = topic(project, reader.rsplit(".", 1)[1])
+            read = wait_for(lambda log=out: _at_least(broker, log, produced), 180, f"{reader}: every event")
+            assert Counter(r["id"] for r in read) == Counter(range(produced)), f"{reader}: every id once"
+            assert sorted((r["id"], r["w"]) for r in read) == sorted(
+                (i, (2 if i in before_cut else 3) * (i % 97 + 1)) for i in range(produced)), \
+                f"{reader}: the old SQL's value before the cut, the new one after it"
 
         loaded = operations.load(options)  # the next apply removes both kept old versions
         plan = operations.plan(loaded)
@@ -704,6 +721,9 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         assert operations.apply(loaded, plan).ok
         assert _ice_rows(warehouse, ice_kept) is None and _delta_rows(s3_endpoint, old_path) is None
         assert _ice_rows(warehouse, "scaled_ice") is not None and _running(backend.read(), DELTA)
+        for reader in LAKE_READERS.values():  # left on the new tables, not replayed
+            assert backend.read().resources[reader].outputs == state.resources[reader].outputs
+            assert _running(backend.read(), reader)
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))

@@ -231,7 +231,10 @@ def test_a_deployment_an_apply_was_killed_in_is_resumed_or_rolled_back_and_the_p
     assert change_of(plan_of(example, state, blue_green=True), QUERY).blue_green.interrupted is None
 
 
-def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_is_refused_before_anything_is_built(tmp_path):
+def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_moves_its_readers_unless_its_format_cannot_say(
+        tmp_path, monkeypatch):
+    from dsflow.adapters.tables.delta import DeltaFormat
+    from dsflow.core.bluegreen import Interrupted, interrupted_text, phase_text
     from dsflow.engine.bluegreen_lake import check_readers
     from dsflow.errors import DsflowError
     from support.projects import make_project
@@ -244,10 +247,24 @@ def test_a_lake_table_read_as_a_stream_by_a_query_of_the_project_is_refused_befo
     (root / "sql" / "all.sql").write_text(TABLES_SQL.format(start=", 'start.position' = 'earliest'") + reader)
     lake = change_of(plan_of(root, state, blue_green=True), "query.analytics.public.archived").blue_green
     assert lake is not None and lake.readers == ["query.analytics.public.archived_copy"]
+    check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake)  # Delta says a reader's position
+    switch = next(p for p in phase_text(lake) if p.startswith("switch:"))
+    assert "readers (query.analytics.public.archived_copy) read archived to its end, then restart on " \
+           "archived_v2 right after its version (snapshot) at the cut" in switch
+    forward = interrupted_text(Interrupted(version=2, phase="switch", action="roll forward"), lake)
+    assert "readers not yet on archived_v2 are switched as the switch does" in forward
+    monkeypatch.delattr(DeltaFormat, "position")  # a format that cannot say where a reader stands
     with pytest.raises(DsflowError) as err:
         check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake)
     assert err.value.code == "DSF-E965" and "archived_copy" in err.value.message
     check_readers(load_project(root, variables=EXAMPLE_VARIABLES), lake.model_copy(update={"readers": []}))
+    from dsflow.engine.bluegreen_lake import reached
+
+    assert reached({"t": {"version": 7}}, {"t": {"version": 6}}) and not reached({"t": {"version": 5}}, {"t": {
+        "version": 6}}), "a table version is reached at or past it"
+    assert not reached({"t": {"snapshot": 9}}, {"t": {"snapshot": 4}}), "snapshot ids are not ordered: only equal"
+    assert reached({"t": {"snapshot": 4}}, {"t": {"snapshot": 4}}) and reached(None, {"t": {"snapshot": -1}})
+    assert not reached(None, {"t": {"version": 0}})
     asking = TABLES_SQL.replace("'store' = 'lake'", "'store' = 'lake', 'deploy' = 'blue_green'")
     (root / "sql" / "all.sql").write_text(asking.format(start=""))
     state = applied(plan_of(root), state)

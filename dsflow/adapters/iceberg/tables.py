@@ -133,6 +133,12 @@ class IcebergFormat:
     def count_rows(self, ref: TableRef) -> int:
         return _table(ref).scan().count()
 
+    def position(self, ref: TableRef) -> dict[str, int]:
+        """Where a stream of the table's appended rows stands once it read every snapshot so far: the offset of
+        the `dsflow_iceberg` source (reading.py), {"snapshot": the current snapshot's id} (-1: none yet)."""
+        snapshot = _table(ref).current_snapshot()
+        return {"snapshot": snapshot.snapshot_id if snapshot is not None else -1}
+
     def rows(self, ref: TableRef, limit: int) -> tuple[list[str], list[tuple]]:
         data = _table(ref).scan(limit=limit).to_arrow()
         columns = data.column_names

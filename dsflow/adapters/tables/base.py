@@ -46,6 +46,14 @@ class RenamingFormat(TableFormat, Protocol):
     def rename(self, old: TableRef, new: TableRef) -> None: ...
 
 
+class PositionedFormat(TableFormat, Protocol):
+    """A format whose tables a query reads as a stream (core/stores.py Capability.TABLE_SOURCE) and that says where
+    such a reader stands once it read every commit so far: its stream source's offset ({"version": v},
+    {"snapshot": id}). A blue/green deployment moves the table's readers by it (engine/bluegreen_lake.py)."""
+
+    def position(self, ref: TableRef) -> dict[str, int]: ...
+
+
 def delta_root(project_root: str | Path, store_type: str, settings: dict[str, str]) -> str:
     """Where a Delta store keeps its tables: s3://bucket/prefix, abfss://container@account.../prefix (adls) or a
     local folder (relative to the project)."""

@@ -180,6 +180,11 @@ class DeltaFormat:
     def count_rows(self, ref: TableRef) -> int:
         return _table(ref).to_pyarrow_dataset().count_rows()
 
+    def position(self, ref: TableRef) -> dict[str, int]:
+        """Where a stream of the table's appended rows stands once it read every commit so far: the offset of
+        the `dsflow_delta` source (reading.py), {"version": the table's latest version}."""
+        return {"version": _table(ref).version()}
+
     def rows(self, ref: TableRef, limit: int) -> tuple[list[str], list[tuple]]:
         data = _table(ref).to_pyarrow_dataset().head(limit)
         columns = data.column_names
