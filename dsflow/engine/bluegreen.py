@@ -11,6 +11,12 @@ Spark's real-time mode cannot stop at given offsets: a new version in it is buil
 resumes in real-time mode at the cut (in a checkpoint of its own); a deployed version in it is refused (DSF-E967).
 Readers of a lake table move by the tables' positions (a table version, a snapshot) in place of a log's offsets:
 engine/bluegreen_lake.py.
+
+A query in a shared Spark application (`runtime.isolation: shared`) builds its new version in a driver of its own
+(the application runs the deployed one under the query's name); its deployed version is stopped inside the
+application (the other queries go on) and the new one, resumed after the switch, is placed in a shared application
+on its own checkpoint. A reader in a shared application is followed, stopped and started again there; a restart of
+the deployed version (a failure after the cut) goes back into its application.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from dsflow.engine import bluegreen_lake as lake
 from dsflow.engine import bluegreen_resume as resume
 from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import (LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity,
-                                     query_identity)
+                                     runs_now, start_recorded)
 
 POLL_SECONDS = 0.5
 Ledger = Callable[[State, Change, dict | None, dict | None], State]
@@ -53,12 +59,21 @@ class Failed(DsflowError):
 
 @dataclasses.dataclass
 class _Run:
-    """One Spark run of a query version started here: its folder, checkpoint and source logs."""
+    """One Spark run of a query version: its folder, checkpoint and source logs; a deployed one (`of`) may run in a
+    shared application (`app`: its folder and the query's name there)."""
 
     run_dir: Path
     checkpoint: Path
     topics: list[str]
     pid: int | None = None
+    app: tuple[Path, str] | None = None
+
+    @classmethod
+    def of(cls, outputs: Mapping[str, Any], topics: list[str] | None = None) -> _Run:
+        """A deployed version as its outputs record it."""
+        app = (Path(outputs["app_dir"]), str(outputs["app_query"])) if outputs.get("app_dir") else None
+        return cls(Path(outputs["run_dir"]), Path(outputs["checkpoint"]),
+                   list(topics if topics is not None else outputs.get("topics") or []), outputs.get("pid"), app)
 
     def committed(self) -> dict[str, dict[str, int]] | None:
         offsets = engine().committed_offsets(self.checkpoint) if self.checkpoint.is_dir() else None
@@ -67,7 +82,12 @@ class _Run:
         return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in zip(self.topics, offsets, strict=False)}
 
     def alive(self) -> bool:
-        return process.is_running(self.pid, driver_identity(self.run_dir))
+        """Its driver runs; in a shared application: its host runs and does not report the query failed."""
+        if self.app is None:
+            return process.is_running(self.pid, driver_identity(self.run_dir))
+        shared = engine().shared
+        return process.is_running(self.pid, shared.host_identity(self.app[0])) and \
+            shared.failure(self.app[0], self.app[1]) is None
 
     def stop(self) -> None:
         engine().stop({"pid": self.pid, "run_dir": str(self.run_dir)}, None)
@@ -129,7 +149,6 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
         restarted = resume.roll_back(ctx, change.address, current(), restart=True)
         ctx = dataclasses.replace(ctx, resumed={})
     run = _Deploying(ctx, change, current)
-    _check_own_driver(run)
     _check_not_realtime(run, restarted or current().resources[change.address])
     if run.table or run.plan.relocate:
         try:
@@ -153,8 +172,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
         run.phase("catch_up", built_to=built_to)
         _wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
         failpoints.pause_at("blue_green.caught_up")
-        old = _Run(Path(deployed.outputs["run_dir"]), Path(deployed.outputs["checkpoint"]), candidate.topics,
-                   deployed.outputs.get("pid"))
+        old = _Run.of(deployed.outputs, candidate.topics)
         _wait(old, built_to, run.plan.catch_up_seconds, f"the deployed version of {change.address}")
     except DsflowError as err:
         _abandon(run, candidate, log)
@@ -206,13 +224,6 @@ def _replay_start(change: Change, until: dict[str, dict[str, int]]) -> StartAt:
     return StartAt(position="earliest", until=until)
 
 
-def _check_own_driver(run: _Deploying) -> None:
-    if engine().isolation(run.ctx.project, run.query) == "shared":
-        raise run.failed(DsflowError("DSF-E964", f"{run.change.address} runs in a shared application: a blue/green "
-                                     "deployment needs a driver of its own for its new version",
-                                     hint="set 'runtime.isolation' = 'query' on it, or apply without --blue-green"))
-
-
 def _check_not_realtime(run: _Deploying, deployed: DeployedResource) -> None:
     """DSF-E967 when the deployed version runs in real-time mode: its stop interrupts the running batch, so the cut
     would not be where its log ends (what it wrote after its last checkpoint would reach the readers twice)."""
@@ -240,10 +251,14 @@ def _create_log(run: _Deploying) -> DeployedResource:
 
 
 def _start(run: _Deploying, project: Any, target: _Run, start: StartAt) -> None:
+    """The new version started in a driver of its own, also when the query runs in a shared application: built
+    beside the deployed version (which the application runs under the query's name) and stopped at the cut, it
+    moves into the application only when it resumes after the switch (`_resumed`)."""
     target.run_dir.mkdir(parents=True, exist_ok=True)
     process.stop(process.holder(driver_identity(target.run_dir)), driver_identity(target.run_dir))
     query = next(q for q in project.queries if q.fqn == run.name)  # the build project's: in micro-batches
-    started = engine().start(project, run.ctx.workspace.run_dir / "apps", query, run.change.data_hash or "v",
+    own = query.model_copy(update={"isolation": "query"})
+    started = engine().start(project, run.ctx.workspace.run_dir / "apps", own, run.change.data_hash or "v",
                              target.checkpoint, target.run_dir, start, None)
     target.pid = started["pid"]
     run.ctx.note({"blue_green_pid": target.pid})
@@ -304,9 +319,7 @@ def _drain_readers(run: _Deploying) -> None:
         entry = run.current().resources.get(reader)
         if entry is None:
             continue
-        target = _Run(Path(entry.outputs["run_dir"]), Path(entry.outputs["checkpoint"]),
-                      list(entry.outputs.get("topics") or []), entry.outputs.get("pid"))
-        _wait(target, run.old_ends, run.plan.catch_up_seconds,
+        _wait(_Run.of(entry.outputs), run.old_ends, run.plan.catch_up_seconds,
               f"reader {reader} (reading {run.plan.old_log} to its end)", lake.reached if on_lake else reached)
 
 
@@ -370,14 +383,12 @@ def _switch_reader(run: _Deploying, ctx: Context, entry: DeployedResource) -> di
 
 
 def _still_switched(ctx: Context, entry: DeployedResource, noted: dict[str, Any]) -> dict[str, Any]:
-    """A reader switched before the kill, as it runs now: started again on its new checkpoint if its driver ended."""
+    """A reader switched before the kill, as it runs now (a driver an earlier roll forward started counts): started
+    again on its new checkpoint if its driver ended, or its shared application no longer runs it."""
     outputs = noted["outputs"]
-    identity = query_identity(outputs)
-    if process.is_running(outputs.get("pid"), identity):
-        return noted
-    pid = process.holder(identity) or engine().relaunch(ctx.project, entry.model_copy(update={"outputs": outputs}),
-                                                        None)  # a driver an earlier roll forward started, or one now
-    return {**noted, "outputs": {**outputs, "pid": pid}}
+    found = runs_now(ctx.workspace, outputs) or \
+        start_recorded(ctx.project, ctx.workspace, entry.model_copy(update={"outputs": outputs}))
+    return {**noted, "outputs": {**outputs, **found}}
 
 
 def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopped: dict[str, Any], state: State,
@@ -438,11 +449,11 @@ def retire(ctx: Context, retired: list[Retirement], state: State) -> State:
 
 def _restarted(run: _Deploying, deployed: DeployedResource) -> State:
     """The deployed version (and readers stopped before a catalog swap) started again on its recorded spec and
-    checkpoint (production restored)."""
+    checkpoint, in its own driver or its shared application (production restored)."""
     state = run.current()
     for entry in [deployed] + [state.resources[r] for r in run.stopped_readers if r in state.resources]:
-        pid = engine().relaunch(run.ctx.project, entry, None)
-        state = state.with_resource(entry.model_copy(update={"outputs": {**entry.outputs, "pid": pid}}))
+        started = start_recorded(run.ctx.project, run.ctx.workspace, entry)
+        state = state.with_resource(entry.model_copy(update={"outputs": {**entry.outputs, **started}}))
     return state
 
 

@@ -12,7 +12,8 @@ version's run folder, checkpoint and SQL hash (`blue_green_run`), the log or tab
                any more): readers may have moved, so apply refuses the change (DSF-E966) and touches nothing
     roll back  anything else: the new version's driver stopped, its log or table deleted (if this deployment
                created it), its checkpoint and run folder removed; killed past the catch up (the deployed version
-               stopped at the cut), the deployed version started again on its checkpoint. The change is then
+               stopped at the cut), the deployed version started again on its checkpoint (in its own driver or
+               its shared application). The change is then
                carried out as planned (a blue/green one under a version not taken before).
 """
 
@@ -26,10 +27,9 @@ from typing import Any
 from dsflow.adapters import process
 from dsflow.core.address import Address
 from dsflow.core.bluegreen import BLUE_GREEN, RESUMABLE, RUN_NOTE, BlueGreen, redirected
-from dsflow.core.engines import engine
 from dsflow.core.state import DeployedResource, State
 from dsflow.engine import bluegreen_tables as tables
-from dsflow.engine.executors import Context, RelationExecutor, driver_identity
+from dsflow.engine.executors import Context, RelationExecutor, driver_identity, runs_now, start_recorded
 from dsflow.errors import DsflowError
 
 
@@ -64,10 +64,10 @@ def roll_back(ctx: Context, address: str, state: State, restart: bool) -> Deploy
     deployed = state.resources.get(address)
     if not restart or deployed is None or noted.get("phase") in RESUMABLE:
         return None
-    if process.is_running(deployed.outputs.get("pid"), driver_identity(Path(deployed.outputs["run_dir"]))):
+    if runs_now(ctx.workspace, deployed.outputs) is not None:
         return None
-    pid = engine().relaunch(ctx.project, deployed, None)
-    return deployed.model_copy(update={"outputs": {**deployed.outputs, "pid": pid}})
+    started = start_recorded(ctx.project, ctx.workspace, deployed)  # its own driver or its shared application
+    return deployed.model_copy(update={"outputs": {**deployed.outputs, **started}})
 
 
 def _delete_log(ctx: Context, plan: BlueGreen, state: State, outputs: dict[str, Any]) -> None:

@@ -281,6 +281,25 @@ def relaunch_driver(project: Project | None, deployed: DeployedResource, handoff
     return engine().relaunch(project, deployed, handoff)
 
 
+def runs_now(workspace: Workspace, outputs: dict[str, Any]) -> dict[str, Any] | None:
+    """What runs a deployed query's recorded version now, as outputs to record (`pid`, and a shared application's
+    `app*` keys): its own driver (by the run folder's identity), or its shared application when that lists it live
+    (a host alone does not say its query runs: the query may have been stopped in it); None if nothing runs it."""
+    found = engine().running_driver(Path(outputs["run_dir"]), workspace.run_dir / "apps")
+    if found is None:
+        return None
+    return {k: found[k] for k in ("pid", "app", "app_dir", "app_query") if k in found}
+
+
+def start_recorded(project: Project, workspace: Workspace, deployed: DeployedResource) -> dict[str, Any]:
+    """A deployed query's recorded spec started again on its checkpoint, where it runs: in a shared application
+    (placed again: its old one may have stopped with its last query), else in its own driver; the outputs to
+    record."""
+    if deployed.outputs.get("app_dir"):
+        return engine().start_again(project, workspace.run_dir / "apps", deployed)
+    return {"pid": relaunch_driver(project, deployed)}
+
+
 def source_logs(project: Project, query) -> dict[str, str]:
     """The identity of each source's log (a topic's id, a stream's ARN and creation time), asked of its store;
     sources whose store gives none are left out."""

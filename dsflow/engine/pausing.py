@@ -12,7 +12,6 @@ restart does: it resumes from the last committed batch, so nothing is read twice
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
 
 from dsflow.core.address import Address, Kind
 from dsflow.core.forcing import is_paused
@@ -48,27 +47,18 @@ def pause(project: Project, workspace: Workspace, address: str) -> DeployedResou
 def resume(project: Project, workspace: Workspace, address: str) -> DeployedResource:
     """Start the paused query at `address` again on its checkpoint (its recorded version and spec); DSF-E828 if it
     is not deployed or not paused."""
+    from dsflow.engine.executors import start_recorded
+
     backend = workspace.state_backend()
     with lock_patiently(backend, "resume"):
         state = backend.read()
         deployed = _deployed(state, address, want_paused=True)
-        started = _start_again(project, workspace, deployed)
+        started = start_recorded(project, workspace, deployed)
         outputs = {k: v for k, v in deployed.outputs.items() if k not in PAUSED_KEYS} | started
         entry = _record(backend, state, deployed.model_copy(update={"outputs": outputs}))
     eventlog.emit(backend, project.environment, address, "resume", eventlog.local_actor(), pid=started.get("pid"),
                   checkpoint=deployed.outputs.get("checkpoint"))
     return entry
-
-
-def _start_again(project: Project, workspace: Workspace, deployed: DeployedResource) -> dict[str, Any]:
-    """The recorded spec started again: in a shared application (placed again: its old one may have stopped with
-    its last query), else in its own driver."""
-    from dsflow.core.engines import engine
-    from dsflow.engine.executors import relaunch_driver
-
-    if deployed.outputs.get("app_dir"):
-        return engine().start_again(project, workspace.run_dir / "apps", deployed)
-    return {"pid": relaunch_driver(project, deployed)}
 
 
 def _deployed(state: State, address: str, want_paused: bool) -> DeployedResource:

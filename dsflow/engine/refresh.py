@@ -211,9 +211,12 @@ def _observe_query(deployed: DeployedResource) -> Observation:
     if checkpoint and status.get("batch_id") is not None and not Path(checkpoint).is_dir():
         return Observation(address=deployed.address, healthy=False,
                            detail="checkpoint is gone; the query restarts from its starting position")
-    if running and status.get("state") != "failed":
+    stopped = deployed.outputs.get("app_dir") and status.get("state") == "stopped"  # its host runs the others
+    if running and status.get("state") != "failed" and not stopped:
         return Observation(address=deployed.address, healthy=True, detail="running")
-    if status.get("state") == "failed":
+    if stopped:
+        detail = "query stopped in its shared application (the application runs on)"
+    elif status.get("state") == "failed":
         detail = f"query failed: {status.get('error', 'unknown error')}"
     else:
         detail = "query process is not running"

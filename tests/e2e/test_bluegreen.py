@@ -1,26 +1,32 @@
 """Blue/green replays (issue 44, item 1) on Apache Kafka and Spark, through real driver processes.
 
-`scaled` multiplies each event's value; `scaled_copy` reads it. The factor changes and the query is asked to replay
-from the earliest offset, applied with --blue-green. First with a catch-up bound of 0 s, which no new version can
-meet: apply fails with DSF-E961 and production is untouched (the same drivers run, the state entry is the same, and
-new events still flow through the old factor). Then with a real bound, while events keep arriving: the old topic
-keeps being written until the switch, the new topic holds the full recomputed output (every id once, the new
-factor), and the reader's output holds every id exactly once: the old factor for events before the cut the
-deployment recorded, the new one after it (a plain-Python reference from the source's offsets). The next apply
-removes the kept old version: the old topic is deleted and the old checkpoint removed.
+`scaled` multiplies each event's value; `scaled_copy` and `scaled_copy_b` read it. `scaled`, `scaled_copy` and
+`events_copy` (another query of the source) run in one shared Spark application, `scaled_copy_b` in a driver of its
+own: the new version is built in a driver of its own beside the deployed one and, after the switch, runs in the
+application on its own checkpoint; the shared reader is switched inside the application; `events_copy` is never
+restarted (the host reports the same run id throughout) and its output holds every id exactly once.
+
+The factor changes and the query is asked to replay from the earliest offset, applied with --blue-green. First with
+a catch-up bound of 0 s, which no new version can meet: apply fails with DSF-E961 and production is untouched (the
+same drivers run, the state entry is the same, and new events still flow through the old factor). Then with a real
+bound, while events keep arriving: the old topic keeps being written until the switch, the new topic holds the full
+recomputed output (every id once, the new factor), and the reader's output holds every id exactly once: the old
+factor for events before the cut the deployment recorded, the new one after it (a plain-Python reference from the
+source's offsets). The next apply removes the kept old version: the old topic is deleted and the old checkpoint
+removed.
 
 A `dsflow apply --blue-green` is killed (SIGKILL) in the catch up of that deployment while events arrive: the
 plan made after it says the deployment resumes, and the apply that follows (in a process of its own) stops the new
 version's driver the kill left running and restarts it on its own checkpoint and log. That apply is killed in its
 turn in the switch, once the first of the two readers (`scaled_copy`) started on the new topic and the other
-(`scaled_copy_b`) had not moved; the first reader's new driver is then stopped. The plan made after it says the
-deployment rolls forward, and its apply switches the second reader, starts the first again on its new checkpoint,
-and finishes: the assertions above hold for both readers after it.
+(`scaled_copy_b`) had not moved; the first reader is then stopped inside its application. The plan made after it
+says the deployment rolls forward, and its apply switches the second reader, starts the first again on its new
+checkpoint, and finishes: the assertions above hold for both readers after it.
 
 A next deployment (factor 4) is killed once it has compared its new version with the deployed one (so the deployed
 version is stopped at the cut), and its SQL is reverted: the plan restarts the deployed version on its checkpoint
 (its driver is not running: drift) and says the deployment is rolled back first; after the apply the new version
-is gone, its topic deleted, the deployed version runs again (a new PID, the same checkpoint), and the events
+is gone, its topic deleted, the deployed version runs again in its application (the same checkpoint), and the events
 produced after it reach both readers' outputs, every id exactly once with its factor.
 
 The same for a query writing a PostgreSQL table (the session's server, a database of the test's own): a plain view
@@ -59,6 +65,7 @@ import pytest
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import read_to_end
+from dsflow.adapters.spark import apps
 from dsflow.cli.render import blue_green_cell, plan_text
 from dsflow.engine import operations
 from dsflow.engine.executors import driver_identity, query_identity
@@ -70,14 +77,17 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
+SHARED = "'runtime.isolation' = 'shared'"
 SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
-CREATE STREAM scaled WITH ('trigger.interval' = '1 second'{start}) AS SELECT id, v * {factor} AS w FROM events;
-CREATE STREAM scaled_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled;
+CREATE STREAM scaled WITH ('trigger.interval' = '1 second', """ + SHARED + """{start}) AS
+  SELECT id, v * {factor} AS w FROM events;
+CREATE STREAM scaled_copy WITH ('trigger.interval' = '1 second', """ + SHARED + """) AS SELECT id, w FROM scaled;
 CREATE STREAM scaled_copy_b WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled;
+CREATE STREAM events_copy WITH ('trigger.interval' = '1 second', """ + SHARED + """) AS SELECT id, v FROM events;
 """
 QUERY, READER = "query.analytics.public.scaled", "query.analytics.public.scaled_copy"
-READER_B = "query.analytics.public.scaled_copy_b"
+READER_B, OTHER = "query.analytics.public.scaled_copy_b", "query.analytics.public.events_copy"
 
 
 def _events(first: int, count: int) -> list[dict]:
@@ -139,8 +149,26 @@ def _killed_apply(root: Path, broker: str, point: str, reached: Path | None = No
 
 
 def _running(state, address: str) -> bool:
+    """Its driver runs; in a shared application: its host runs, lists the query with the recorded spec, and does not
+    report it failed."""
     outputs = state.resources[address].outputs
-    return process.is_running(outputs["pid"], query_identity(outputs))
+    if not process.is_running(outputs["pid"], query_identity(outputs)):
+        return False
+    if not outputs.get("app_dir"):
+        return True
+    app_dir, name = Path(outputs["app_dir"]), outputs["app_query"]
+    listed = (apps.desired(app_dir).get(name) or {}).get("spec")
+    return listed == str(Path(outputs["run_dir"]) / "spec.json") and apps.failure(app_dir, name) is None
+
+
+def _run_id(outputs: dict) -> str | None:
+    """The Spark run id its shared application's host reports for the query (new at every start)."""
+    return (apps.reported(Path(outputs["app_dir"])).get(outputs["app_query"]) or {}).get("run_id")
+
+
+def _runs_spec_of(outputs: dict) -> str:
+    """The checkpoint of the spec the query's run folder holds (what its driver or application runs)."""
+    return json.loads((Path(outputs["run_dir"]) / "spec.json").read_text())["checkpoint"]
 
 
 class _Producer:
@@ -174,11 +202,15 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
     assert operations.apply(loaded, operations.plan(loaded)).ok
     project = loaded.project
     old_log, copy_log, source = topic(project, "scaled"), topic(project, "scaled_copy"), topic(project, "events")
-    copy_b = topic(project, "scaled_copy_b")
+    copy_b, other_log = topic(project, "scaled_copy_b"), topic(project, "events_copy")
     try:
         produce(broker, project, "events", _events(0, 300), "id")
         wait_for(lambda: len(_values(broker, copy_log)) >= 300 and len(_values(broker, copy_b)) >= 300, 180,
                  "the readers to copy the first 300 events")
+        shared = {a: loaded.workspace.state_backend().read().resources[a].outputs for a in (QUERY, READER, OTHER)}
+        assert len({o["app_dir"] for o in shared.values()}) == 1, "the query, a reader and another in one app"
+        other_run = _run_id(shared[OTHER])
+        assert other_run is not None
         external = f"billing-{old_log}"
         _commit(broker, external, old_log)
         (root / "sql" / "all.sql").write_text(SQL.format(start=", 'start.position' = 'earliest'", factor=3))
@@ -227,7 +259,8 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
             assert not process.is_running(left, candidate), "the killed apply's new version was stopped, then resumed"
             moved, moved_at = (_switched_readers(backend)[READER][k] for k in ("outputs", "offsets"))
             assert _noted_phase(backend) == "switch" and process.is_running(moved["pid"], query_identity(moved))
-            process.stop(moved["pid"], query_identity(moved))  # its driver ended: restarted on its new checkpoint
+            assert moved["app_dir"] == shared[READER]["app_dir"], "switched inside its shared application"
+            apps.remove(Path(moved["app_dir"]), moved["app_query"])  # it ended: restarted on its new checkpoint
             backend.force_unlock(backend.lock_holder().id)
             loaded = operations.load(options)
             plan = operations.plan(loaded)  # without --blue-green: the switch is finished all the same
@@ -247,10 +280,11 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         assert record.switched[READER] == moved_at, "left where it was switched"
         assert state.resources["relation.analytics.public.scaled"].outputs["topic"] == new_log
         assert all(_running(state, a) for a in (QUERY, READER, READER_B))
-        assert state.resources[READER].outputs["checkpoint"] == moved["checkpoint"]
-        assert state.resources[READER].outputs["pid"] != moved["pid"], "restarted on its new checkpoint"
-        assert not process.is_running(before.resources[QUERY].outputs["pid"], query_identity(
-            before.resources[QUERY].outputs)), "the old version is stopped"
+        assert state.resources[READER].outputs["checkpoint"] == moved["checkpoint"] == _runs_spec_of(moved)
+        now = state.resources[QUERY].outputs
+        assert now["app_dir"] == shared[QUERY]["app_dir"], "the new version runs in the shared application"
+        assert _runs_spec_of(now) == now["checkpoint"] != before.resources[QUERY].outputs["checkpoint"], \
+            "the application runs the new version only: the old one is stopped"
         entry = next(e for e in operations.status(operations.load(options), False) if e["address"] == QUERY)
         assert blue_green_cell(entry["blue_green"]) == "blue/green v3 keep_old"
 
@@ -302,8 +336,8 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         assert operations.apply(loaded, plan).ok
         state = backend.read()
         assert not process.is_running(left, candidate) and state.pending is None
-        assert state.resources[QUERY].outputs == {**deployed.outputs, "pid": state.resources[QUERY].outputs["pid"]}
-        assert state.resources[QUERY].outputs["pid"] != deployed.outputs["pid"] and _running(state, QUERY)
+        assert state.resources[QUERY].outputs == deployed.outputs and _running(state, QUERY), \
+            "started again in its shared application, on the same checkpoint"
         wait_for(lambda: describe_topic(broker, f"{old_log}_v4") is None, 60, "the rolled back version's topic to go")
         produce(broker, project, "events", _events(produced, 50), "id")  # the restarted version goes on from the cut
         expected.update({i: 3 * (i % 97 + 1) for i in range(produced, produced + 50)})
@@ -311,6 +345,9 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
             copied = wait_for(lambda log=log: _at_least(broker, log, produced + 50), 180, f"{log} to copy the rest")
             assert Counter(r["id"] for r in copied) == Counter(range(produced + 50)), f"{log}: every id exactly once"
             assert {r["id"]: r["w"] for r in copied} == expected, log
+        copied = wait_for(lambda: _at_least(broker, other_log, produced + 50), 180, "the other query to copy all")
+        assert Counter(r["id"] for r in copied) == Counter(range(produced + 50)), "no gap, no duplicate"
+        assert _run_id(backend.read().resources[OTHER].outputs) == other_run, "never restarted in its application"
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))

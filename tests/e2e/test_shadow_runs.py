@@ -4,8 +4,9 @@ the same 10,000 source records into their own `__shadow` topics, beside the live
 A stream whose change does not alter its rows diffs empty over all 10,000; a changelog whose change does alters
 exactly the keys a plain-Python reference of the input says (one key gone, the others' counts). The plan shows the
 queries' own changes and nothing of the shadows; `shadow promote` applies the stream's change (every id once across
-it) and removes its shadow, and is refused for the changelog's replay, which runs in a shared application where
-blue/green cannot build beside it; `shadow stop` deletes the shadow's topic and checkpoint and forgets it."""
+it) and removes its shadow; the changelog's replay through blue/green, with a catch-up bound of 0 s no new version
+meets, fails and leaves production and the shadow as they were; `shadow stop` deletes the shadow's topic and
+checkpoint and forgets it."""
 
 from __future__ import annotations
 
@@ -166,8 +167,8 @@ def _cli():
 
 def _promote(root: Path, broker: str, options: operations.Options, prefix: str, rows: list[dict], live) -> None:
     """`shadow promote`: refused for a project whose version is not the shadowed one; the stream's in-place change
-    applied (its checkpoint kept: every id once, before and after) and its shadow removed; the changelog's replay,
-    in a shared application, refused by blue/green (DSF-E964) with production untouched and its shadow kept."""
+    applied (its checkpoint kept: every id once, before and after) and its shadow removed; the changelog's replay
+    failed by blue/green (DSF-E961: a catch-up bound of 0 s) with production untouched and its shadow kept."""
     sql = root / "rel.sql"
     shadowed = sql.read_text()
     sql.write_text(shadowed.replace("WHERE amount >= 0", "WHERE amount >= 1"))
@@ -187,12 +188,12 @@ def _promote(root: Path, broker: str, options: operations.Options, prefix: str, 
     copied = _wait_ids(broker, f"{prefix}_copied", set(range(RECORDS + 200)))
     assert sorted(copied) == list(range(RECORDS + 200)), "each id once across the promotion"
     refused = CliRunner().invoke(_cli(), ["-C", str(root), "--var", f"bootstrap={broker}", "shadow", "promote",
-                                          "per_k", "--auto-approve", "--catch-up-timeout", "60"])
+                                          "per_k", "--auto-approve", "--catch-up-timeout", "0"])
     assert refused.exit_code == 1, refused.output
     state = operations.load(options).workspace.state_backend().read()
     assert state.resources[CHANGELOG] == live[CHANGELOG] and CHANGELOG in state.shadows
     failed = state.deployments[CHANGELOG]
-    assert failed.phase == "failed" and "DSF-E964" in (failed.error or ""), failed
+    assert failed.phase == "failed" and "DSF-E961" in (failed.error or ""), failed
 
 
 def _stop_deletes_what_the_shadow_made(loaded: operations.Loaded, broker: str, prefix: str) -> None:
