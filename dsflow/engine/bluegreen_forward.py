@@ -51,7 +51,7 @@ def finish(ctx: Context, change: Change, current: Callable[[], State], ledger: b
     deployed = current().resources[change.address]
     run.phase("switch")
     if run.table and not tables.swapped(run.ctx.project, run.plan):
-        run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
+        bg.swapped(run, switch["stopped"], tables.swap(run.ctx.project, run.plan))
     bg._drain_readers(run)
     state = bg._switched_readers(run, current(), ledger, done)
     state = bg._resumed(run, candidate, deployed, switch["stopped"], state, ledger)
