@@ -12,8 +12,10 @@ reader has started on the new log, that reader's new outputs (SWITCHED_NOTE). Th
                exist): committed, nothing is renamed again; not committed, the renames are done now
     a path     nothing moved before the state write that records the switch
 
-and then the new version resumes from its checkpoint writing the production relation, and the deployment is recorded
-in `keep_old`, as after a switch that was not interrupted.
+and then the new version resumes from its checkpoint writing the production relation (a driver a killed apply had
+started there already is stopped first: it runs in the query's own folder), and the deployment is recorded in
+`keep_old`, as after a switch that was not interrupted. A table's swap is noted again once it committed, with the
+views it re-pointed, so they are recorded whichever apply renamed.
 """
 
 from __future__ import annotations

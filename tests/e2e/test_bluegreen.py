@@ -27,15 +27,20 @@ The same for a query writing a PostgreSQL table (the session's server, a databas
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
 untouched), then a catch-up bound of 0 s fails (DSF-E961: the new version's table dropped, production untouched).
 Then the new version writes `scaled_v4` beside the table, and one transaction of renames makes it the production
-table: a client polling the table and the view across the switch reads every id exactly once at every read, never
+table. That switch is killed twice: an apply (a process of its own) once the switch is noted, before the renames;
+the next one, rolling forward, once it renamed and started the new version again (the state not written); the plan
+after it rolls forward again, finds the renames committed, and its apply stops the driver the kill left writing
+the table. Throughout, a client polling the table and the view reads every id exactly once at every read, never
 fewer ids than the read before, one factor per read, the old factor and then the new; after it, the table (and the
 view) hold the new version's rows (a plain-Python reference) and the kept `scaled_v3` exactly the events before the
 cut. The next apply drops the kept table.
 
-The same for an Iceberg table (a catalog swap: one transaction of the SQL catalog renames both tables) and a Delta
-table on S3 (the relation moves to the new version's path in one state write), both in one project and one apply:
-a catch-up bound of 0 s fails for each with production untouched; then every id is in the new table exactly once
-with the new SQL, the kept old table holds exactly the events before the cut, and the next apply deletes it.
+The same for an Iceberg table (a catalog swap: one transaction of the SQL catalog renames both tables) and Delta
+tables on S3 and on ADLS (Azurite) (the relation moves to the new version's path in one state write), all in one
+project: a catch-up bound of 0 s fails with production untouched; then an apply is killed once the S3 table's new
+version was started again on its new path (the state not written), and the next apply rolls it forward (that
+driver stopped) and carries out the two others: every id is in each new table exactly once with the new SQL, each
+kept old table holds exactly the events before its cut, and the next apply deletes them.
 """
 
 from __future__ import annotations
