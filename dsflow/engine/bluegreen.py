@@ -196,17 +196,17 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
         failpoints.pause_at("blue_green.compared")
         _drain_readers(run)
         _note_switch(run, stopped)
-        if run.table:  # noted first: a kill from here on may have renamed (engine/bluegreen_forward.py)
-            run.phase("switch")
+        run.phase("switch")  # noted first: a kill from here on is rolled forward (engine/bluegreen_forward.py)
+        failpoints.pause_at("blue_green.switching")
+        if run.table:  # a kill from here on may have renamed
             stop_readers(run)
-            run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
+            swapped(run, stopped, tables.swap(run.ctx.project, run.plan))
     except DsflowError as err:
         candidate.stop()
         state = _restarted(run, deployed)
         raise run.failed(DsflowError("DSF-E963", f"blue/green deployment of {run.change.address} failed before "
                                      f"its readers switched ({err.code}: {err.message}); the deployed version was "
                                      f"restarted on its checkpoint writing {run.plan.old_log}"), state) from err
-    run.phase("switch")
     state = _switched_readers(run, run.current(), ledger)
     return _resumed(run, candidate, deployed, stopped, state, ledger)
 
@@ -342,6 +342,13 @@ def stop_readers(run: _Deploying, done: Mapping[str, Any] | None = None) -> None
             run.stopped_readers[reader] = QueryExecutor()._stop(entry)
 
 
+def swapped(run: _Deploying, stopped: dict[str, Any], views: list[str]) -> None:
+    """A table's transaction of renames committed: the views it defined again recorded, and noted with the rest of
+    the switch (a roll forward after a kill from here on finds them there)."""
+    run.phase("switch", views=views)
+    _note_switch(run, stopped)
+
+
 def _switched_readers(run: _Deploying, state: State, ledger: Ledger,
                       done: Mapping[str, dict[str, Any]] | None = None) -> State:
     """Each reader stopped and started in a new checkpoint on the new log at its end (the cut), its other sources
@@ -403,6 +410,7 @@ def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopp
     outputs = QueryExecutor()._start(ctx, run.change, checkpoint, start, Category.REPLAY, None, run.read_from)
     if checkpoint != candidate.checkpoint:
         shutil.rmtree(candidate.checkpoint, ignore_errors=True)  # a roll forward starts at the recorded cut
+    failpoints.pause_at("blue_green.resumed")
     state = ledger(state, run.change, stopped, outputs.pop(LEDGER_STARTED))
     state = state.with_resource(DeployedResource(
         address=run.change.address, depends_on=run.change.depends_on, data_hash=run.change.data_hash or "",

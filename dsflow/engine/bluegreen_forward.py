@@ -14,8 +14,10 @@ reader has started on the new log, that reader's new outputs (SWITCHED_NOTE). Th
     readers    of a lake table, as of a log, from the tables' positions noted (`old_ends`, `new_ends`); a swapped
                table's readers not switched yet are stopped before the renames are done now
 
-and then the new version resumes from its checkpoint writing the production relation, and the deployment is recorded
-in `keep_old`, as after a switch that was not interrupted.
+and then the new version resumes from its checkpoint writing the production relation (a driver a killed apply had
+started there already is stopped first: it runs in the query's own folder), and the deployment is recorded in
+`keep_old`, as after a switch that was not interrupted. A table's swap is noted again once it committed, with the
+views it re-pointed, so they are recorded whichever apply renamed.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def finish(ctx: Context, change: Change, current: Callable[[], State], ledger: b
     run.phase("switch")
     if run.table and not tables.swapped(run.ctx.project, run.plan):
         bg.stop_readers(run, done)
-        run.phase("switch", views=tables.swap(run.ctx.project, run.plan))
+        bg.swapped(run, switch["stopped"], tables.swap(run.ctx.project, run.plan))
     bg._drain_readers(run)
     state = bg._switched_readers(run, current(), ledger, done)
     state = bg._resumed(run, candidate, deployed, switch["stopped"], state, ledger)

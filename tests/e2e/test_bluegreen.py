@@ -33,18 +33,24 @@ The same for a query writing a PostgreSQL table (the session's server, a databas
 over it and a materialized view of PostgreSQL's own first make apply refuse (DSF-E965, nothing built, production
 untouched), then a catch-up bound of 0 s fails (DSF-E961: the new version's table dropped, production untouched).
 Then the new version writes `scaled_v4` beside the table, and one transaction of renames makes it the production
-table: a client polling the table and the view across the switch reads every id exactly once at every read, never
+table. That switch is killed twice: an apply (a process of its own) once the switch is noted, before the renames;
+the next one, rolling forward, once it renamed and started the new version again (the state not written); the plan
+after it rolls forward again, finds the renames committed, and its apply stops the driver the kill left writing
+the table. Throughout, a client polling the table and the view reads every id exactly once at every read, never
 fewer ids than the read before, one factor per read, the old factor and then the new; after it, the table (and the
 view) hold the new version's rows (a plain-Python reference) and the kept `scaled_v3` exactly the events before the
 cut. The next apply drops the kept table.
 
-The same for an Iceberg table (a catalog swap: one transaction of the SQL catalog renames both tables) and a Delta
-table on S3 (the relation moves to the new version's path in one state write), both in one project and one apply:
-a catch-up bound of 0 s fails for each with production untouched; then every id is in the new table exactly once
-with the new SQL, the kept old table holds exactly the events before the cut, and the next apply deletes it. A
-query of the project reads each table as a stream into a topic: the deployment moves it to the new table (the new
-path; the production Iceberg name after the renames) right after the table's version or snapshot at the cut, and
-its topic holds every id exactly once, the old SQL's value before the cut and the new one after it.
+The same for an Iceberg table (a catalog swap: one transaction of the SQL catalog renames both tables) and Delta
+tables on S3 and on ADLS (Azurite) (the relation moves to the new version's path in one state write), all in one
+project: a catch-up bound of 0 s fails with production untouched; then an apply is killed once the S3 table's new
+version was started again on its new path (the state not written), and the next apply rolls it forward (that
+driver stopped) and carries out the two others: every id is in each new table exactly once with the new SQL, each
+kept old table holds exactly the events before its cut, and the next apply deletes them. A
+query of the project reads the Iceberg and the S3 Delta table as a stream into a topic: the deployment moves it to
+the new table (the new path; the production Iceberg name after the renames) right after the table's version or
+snapshot at the cut (for the S3 table, by the roll forward's apply), and its topic holds every id exactly once, the
+old SQL's value before the cut and the new one after it.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from conftest import AZURITE_ACCOUNT
 from dsflow.adapters import process
 from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import read_to_end
@@ -146,6 +153,19 @@ def _killed_apply(root: Path, broker: str, point: str, reached: Path | None = No
     return subprocess.Popen([sys.executable, "-m", "dsflow.cli", "-C", str(root), "--var", f"bootstrap={broker}",
                              "apply", "--auto-approve", "--blue-green", "--catch-up-timeout", "240"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
+def _killed_at(root: Path, broker: str, point: str, backend) -> None:
+    """`dsflow apply --blue-green` in a process of its own, killed (SIGKILL) once it paused at the failpoint `point`;
+    the lock it held released."""
+    reached = root / f"reached-{point}"
+    killed = _killed_apply(root, broker, point, reached)
+    wait_for(lambda: reached.exists() or killed.poll() is not None, 300, f"the apply to reach {point}")
+    assert reached.exists(), f"the apply ended (exit {killed.returncode}) before it reached {point}"
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    reached.unlink()
+    backend.force_unlock(backend.lock_holder().id)
 
 
 def _running(state, address: str) -> bool:
@@ -465,11 +485,25 @@ def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_
         plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
         kept = f"{pgdb}.public.scaled_v3"
         assert next(c for c in plan.changes if c.address == QUERY).blue_green.kept_as == kept
+        tables = "SELECT to_regclass('scaled_v3') IS NOT NULL, to_regclass('scaled_v4') IS NOT NULL"
+        writer = driver_identity(loaded.workspace.query_dir(QUERY.split(".", 1)[1]))
         with _TableReader(pgdb) as reader, _Producer(broker, project, 300, count=2, every=0.25) as producer:
-            result = operations.apply(loaded, plan)
+            _killed_at(root, broker, "blue_green.switching", backend)  # the switch noted, nothing renamed
+            assert _noted_phase(backend) == "switch" and _rows(pgdb, tables) == [(False, True)]
+            _killed_at(root, broker, "blue_green.resumed", backend)  # rolled forward: renamed, new version started
+            left = _intent(backend)["pid"]
+            assert _rows(pgdb, tables) == [(True, False)] and process.is_running(left, writer)
+            loaded = operations.load(options)
+            plan = operations.plan(loaded)  # without --blue-green: the switch is finished all the same
+            bg = next(c for c in plan.changes if c.address == QUERY).blue_green
+            assert bg is not None and bg.kept_as == kept
+            assert (bg.interrupted.version, bg.interrupted.phase, bg.interrupted.action) == (4, "switch",
+                                                                                         "roll forward")
+            result = operations.apply(loaded, plan)  # the catalog says committed: nothing renamed again
             reader.stop.wait(1.0)  # a few reads after the switch
         assert result.ok, result.failed
         produced = producer.next
+        assert not process.is_running(left, writer), "the driver the killed apply started was stopped"
 
         assert not reader.errors, reader.errors[:3]
         seen: set[int] = set()
@@ -598,6 +632,14 @@ stores:
       region: us-east-1
       access_key_id: "{{ env_var('LAKE_TEST_KEY_ID') }}"
       secret_access_key: "{{ env_var('LAKE_TEST_SECRET') }}"
+  - name: azlake
+    type: adls
+    properties:
+      account: %s
+      container: %s
+      prefix: tables
+      endpoint: %s
+      account_key: "{{ env_var('AZ_TEST_KEY') }}"
 """
 LAKE_SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
@@ -605,10 +647,13 @@ CREATE TABLE scaled_ice WITH ('store' = 'ice', 'trigger.interval' = '1 second'{s
   FROM events;
 CREATE TABLE scaled_delta WITH ('store' = 's3lake', 'trigger.interval' = '1 second'{start}) AS
   SELECT id, v * {factor} AS w FROM events;
+CREATE TABLE scaled_delta_az WITH ('store' = 'azlake', 'trigger.interval' = '1 second'{start}) AS
+  SELECT id, v * {factor} AS w FROM events;
 CREATE STREAM ice_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled_ice;
 CREATE STREAM delta_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled_delta;
 """
 ICE, DELTA = "query.analytics.public.scaled_ice", "query.analytics.public.scaled_delta"
+AZ = "query.analytics.public.scaled_delta_az"
 LAKE_READERS = {ICE: "query.analytics.public.ice_copy", DELTA: "query.analytics.public.delta_copy"}
 
 
@@ -623,11 +668,15 @@ def _ice_rows(warehouse: Path, table: str) -> list[tuple[int, int]] | None:
 
 
 def _delta_rows(endpoint: str, location: str) -> list[tuple[int, int]] | None:
-    """The Delta table at `location` read with delta-rs itself (None: no table there)."""
+    """The Delta table at `location` (on S3, or on Azurite: abfss://) read with delta-rs itself (None: no table
+    there)."""
     from deltalake import DeltaTable
 
     options = {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ALLOW_HTTP": "true"}
+    if location.startswith("abfss://"):
+        options = {"account_name": AZURITE_ACCOUNT[0], "account_key": AZURITE_ACCOUNT[1], "endpoint": endpoint,
+                   "allow_http": "true"}
     if not DeltaTable.is_deltatable(location, storage_options=options):
         return None
     return [(r["id"], r["w"]) for r in DeltaTable(location, storage_options=options).to_pyarrow_table().to_pylist()]
@@ -666,26 +715,34 @@ def test_an_iceberg_switch_killed_in_its_catalog_transaction_is_told_committed_o
 
 
 def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_moves_the_path(
-        tmp_path, broker, s3_endpoint, monkeypatch):
+        tmp_path, broker, s3_endpoint, azurite_endpoint, monkeypatch):
+    from azure.storage.blob import BlobServiceClient
+
     from support.lake import S3_KEYS, create_bucket
 
-    for key, value in S3_KEYS.items():
+    for key, value in {**S3_KEYS, "AZ_TEST_KEY": AZURITE_ACCOUNT[1]}.items():
         monkeypatch.setenv(key, value)
     bucket = f"bg-{uuid.uuid4().hex[:8]}"
     create_bucket(s3_endpoint, bucket)
+    BlobServiceClient(azurite_endpoint, credential=dict(zip(("account_name", "account_key"), AZURITE_ACCOUNT,
+                                                            strict=True))).create_container(bucket)
     warehouse = tmp_path / "warehouse"
     root = make_project(tmp_path, {"dsflow.yml": CONFIG.format(prefix=f"bgl{os.getpid()}_"), "stores/kafka.yml":
-                                   LAKE_STORES % (warehouse, bucket, s3_endpoint),
+                                   LAKE_STORES % (warehouse, bucket, s3_endpoint, AZURITE_ACCOUNT[0], bucket,
+                                                  azurite_endpoint),
                                    "sql/all.sql": LAKE_SQL.format(start="", factor=2)})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
     assert operations.apply(loaded, operations.plan(loaded)).ok
     project, backend = loaded.project, loaded.workspace.state_backend()
     old_path = f"s3://{bucket}/tables/scaled_delta"
+    az_root = f"abfss://{bucket}@{AZURITE_ACCOUNT[0]}.dfs.core.windows.net/tables"
     try:
         produce(broker, project, "events", _events(0, 300), "id")
         wait_for(lambda: len(_ice_rows(warehouse, "scaled_ice") or []) >= 300
-                 and len(_delta_rows(s3_endpoint, old_path) or []) >= 300, 180, "both tables to hold 300 rows")
+                 and len(_delta_rows(s3_endpoint, old_path) or []) >= 300
+                 and len(_delta_rows(azurite_endpoint, f"{az_root}/scaled_delta_az") or []) >= 300, 180,
+                 "the three tables to hold 300 rows")
         (root / "sql" / "all.sql").write_text(LAKE_SQL.format(start=", 'start.position' = 'earliest'", factor=3))
 
         before = backend.read()
@@ -694,10 +751,13 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         ice = next(c for c in plan.changes if c.address == ICE).blue_green
         delta = next(c for c in plan.changes if c.address == DELTA).blue_green
         assert (ice.readers, delta.readers) == ([LAKE_READERS[ICE]], [LAKE_READERS[DELTA]])
+        az = next(c for c in plan.changes if c.address == AZ).blue_green
         assert (ice.old_log, ice.new_log, ice.kept_as, ice.relocate) == (
             "public.scaled_ice", "public.scaled_ice_v2", "public.scaled_ice_v1", False)
         assert (delta.old_log, delta.new_log, delta.kept_as, delta.relocate) == (
             "scaled_delta", "scaled_delta_v2", None, True)
+        assert (az.old_log, az.new_log, az.kept_as, az.relocate) == ("scaled_delta_az", "scaled_delta_az_v2", None,
+                                                                     True), "ADLS: a path, as on S3"
         failed = operations.apply(loaded, plan)
         assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E961", failed.failed
         assert failed.failed[0].address == DELTA
@@ -712,25 +772,39 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         assert _ice_rows(warehouse, "scaled_ice_v2") is None and _delta_rows(s3_endpoint, old_path + "_v2") is None
         assert sorted(_ice_rows(warehouse, "scaled_ice") or []) == [(i, 2 * (i % 97 + 1)) for i in range(300)]
 
-        loaded = operations.load(options)
-        plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
-        versions = {c.address: c.blue_green for c in plan.changes if c.blue_green is not None}
-        ice_kept = versions[ICE].kept_as.split(".")[1]
-        new_path = f"s3://{bucket}/tables/{versions[DELTA].new_log}"
+        writer = driver_identity(loaded.workspace.query_dir(DELTA.split(".", 1)[1]))
         with _Producer(broker, project, 300, count=2, every=0.25) as producer:
+            _killed_at(root, broker, "blue_green.resumed", backend)  # the Delta table's, first in the plan
+            state = backend.read()
+            left = state.pending.intent["pid"]  # its new version, started on the new path: the state not written
+            assert state.pending.address == DELTA and process.is_running(left, writer)
+            assert state.resources["relation.analytics.public.scaled_delta"].outputs["table"] == old_path
+            loaded = operations.load(options)
+            plan = operations.plan(loaded, forced=operations.Forced(blue_green=True, catch_up_seconds=240))
+            versions = {c.address: c.blue_green for c in plan.changes if c.blue_green is not None}
+            assert (versions[DELTA].interrupted.phase, versions[DELTA].interrupted.action) == ("switch",
+                                                                                               "roll forward")
+            assert versions[ICE].interrupted is None and versions[AZ].interrupted is None
+            ice_kept = versions[ICE].kept_as.split(".")[1]
+            new_path = f"s3://{bucket}/tables/{versions[DELTA].new_log}"
+            az_new = f"{az_root}/{versions[AZ].new_log}"
             result = operations.apply(loaded, plan)
         assert result.ok, result.failed
         produce(broker, project, "events", _events(producer.next, 20), "id")  # read from the new tables only
         produced = producer.next + 20
+        assert not process.is_running(left, writer), "the driver the killed apply started was stopped"
         state = backend.read()
-        assert all(_running(state, a) for a in (ICE, DELTA, *LAKE_READERS.values()))
+        assert all(_running(state, a) for a in (ICE, DELTA, AZ, *LAKE_READERS.values()))
         assert state.resources["relation.analytics.public.scaled_delta"].outputs["table"] == new_path
+        assert state.resources["relation.analytics.public.scaled_delta_az"].outputs["table"] == az_new
         where = _source_offsets(broker, topic(project, "events"))
         assert len(where) == produced
         expected = sorted((i, 3 * (i % 97 + 1)) for i in range(produced))
         for address, old_rows, new_rows in (
                 (ICE, lambda: _ice_rows(warehouse, ice_kept), lambda: _ice_rows(warehouse, "scaled_ice")),
-                (DELTA, lambda: _delta_rows(s3_endpoint, old_path), lambda: _delta_rows(s3_endpoint, new_path))):
+                (DELTA, lambda: _delta_rows(s3_endpoint, old_path), lambda: _delta_rows(s3_endpoint, new_path)),
+                (AZ, lambda: _delta_rows(azurite_endpoint, f"{az_root}/scaled_delta_az"),
+                 lambda: _delta_rows(azurite_endpoint, az_new))):
             record = state.deployments[address]
             assert record.phase == "keep_old", record
             before_cut = {i for i, (p, o) in where.items() if o < record.cut[topic(project, "events")][p]}
@@ -741,7 +815,10 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
             assert sorted(new_rows()) == expected, f"{address}: the new version's rows"
             n = len(before_cut)
             assert record.compared == {"old_records": n, "new_records": n, "only_old": n, "only_new": n}
-            reader = LAKE_READERS[address]
+            reader = LAKE_READERS.get(address)
+            if reader is None:  # the ADLS table has no reader
+                assert not record.switched, record
+                continue
             assert list(record.switched) == [reader] and state.resources[reader].outputs["checkpoint"] != \
                 before.resources[reader].outputs["checkpoint"], "the reader restarted in a new checkpoint"
             out = topic(project, reader.rsplit(".", 1)[1])
@@ -751,12 +828,13 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
                 (i, (2 if i in before_cut else 3) * (i % 97 + 1)) for i in range(produced)), \
                 f"{reader}: the old SQL's value before the cut, the new one after it"
 
-        loaded = operations.load(options)  # the next apply removes both kept old versions
+        loaded = operations.load(options)  # the next apply removes the kept old versions
         plan = operations.plan(loaded)
         assert sorted((r.object, r.log) for r in plan.retired) == [
-            ("table", f"public.{ice_kept}"), ("table", "scaled_delta")]
+            ("table", f"public.{ice_kept}"), ("table", "scaled_delta"), ("table", "scaled_delta_az")]
         assert operations.apply(loaded, plan).ok
         assert _ice_rows(warehouse, ice_kept) is None and _delta_rows(s3_endpoint, old_path) is None
+        assert _delta_rows(azurite_endpoint, f"{az_root}/scaled_delta_az") is None
         assert _ice_rows(warehouse, "scaled_ice") is not None and _running(backend.read(), DELTA)
         for reader in LAKE_READERS.values():  # left on the new tables, not replayed
             assert backend.read().resources[reader].outputs == state.resources[reader].outputs
