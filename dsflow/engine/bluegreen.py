@@ -325,9 +325,11 @@ def _drain_readers(run: _Deploying) -> None:
 
 def _note_switch(run: _Deploying, stopped: dict[str, Any]) -> None:
     """What finishing the switch needs, noted before anything in it moves (core/bluegreen.py SWITCH_NOTE)."""
-    if run.plan.readers and lake.moves_readers(run.ctx.project, run.plan):
+    if run.new_ends or not run.plan.readers:  # noted again after a swap: the positions of before the renames
+        pass
+    elif lake.moves_readers(run.ctx.project, run.plan):
         run.new_ends = lake.ends(run.new_project, run.final_project, run.plan)
-    elif run.plan.readers and not (run.table or run.plan.relocate):
+    elif not (run.table or run.plan.relocate):
         run.new_ends = _ends(run.new_project, [run.plan.new_log])
     run.ctx.note({SWITCH_NOTE: {"record": run.record.model_dump(mode="json"), "stopped": stopped,
                                 "new_ends": run.new_ends, "old_ends": run.old_ends, "read_from": run.read_from}})

@@ -98,8 +98,9 @@ class IcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cutoff: int | None = None
         self._planned: tuple[dict, dict] | None = None
 
-    def _current(self) -> int:
-        snapshot = self.options.load().current_snapshot()
+    def _current(self, table: Any = None) -> int:
+        """The current snapshot of `table` (one load of the table's metadata), or of the table loaded now."""
+        snapshot = (table if table is not None else self.options.load()).current_snapshot()
         return snapshot.snapshot_id if snapshot else -1
 
     def initialOffset(self) -> dict:
@@ -112,8 +113,8 @@ class IcebergStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The newest snapshot, or the last append before an overwrite/delete (which fails once reached)."""
-        table = self.options.load()
-        newest = self._cutoff if self._cutoff is not None else self._current()
+        table = self.options.load()  # the newest snapshot from this same load: a second load may hold a later one
+        newest = self._cutoff if self._cutoff is not None else self._current(table)
         end = int(start["snapshot"])
         for snapshot in _after(table, int(start["snapshot"]), newest, self.options.table):
             if _operation(snapshot) in ("overwrite", "delete"):
