@@ -57,6 +57,8 @@ SCRATCH_NAME = re.compile(r"dsflow-[0-9a-f]{12}")
 LOCK_WAIT_SECONDS = 10.0
 """How long `spawn` and `claim` wait for an identity's lock: a process stopped with SIGKILL a moment ago lets it go
 as it exits."""
+RELEASE_WAIT_SECONDS = 5.0
+"""How long a stop waits for the stopped group's last process to let the identity's lock go."""
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,7 @@ def stop(pid: int | None, identity: Identity, timeout: float = 60.0) -> bool:
     while is_running(pid, identity) and time.monotonic() < deadline:
         time.sleep(0.2)
     _kill_group(pid)
+    _wait_released(identity)
     drop_scratch(identity)
     if used is not None and used != identity.scratch:  # a standby's, kept when it took this identity over
         _quietly_remove(used)
@@ -368,6 +371,16 @@ def _quietly_remove(folder: Path) -> None:
         _remove_scratch(folder)
     except DsflowError:
         pass
+
+
+def _wait_released(identity: Identity, timeout: float = RELEASE_WAIT_SECONDS) -> None:
+    """Until no process holds the identity's lock: a child of the stopped process (its JVM) that inherited the lock
+    dies a moment after the group's SIGKILL, and the scratch folder is removed only once it is free."""
+    if identity.lock is None or identity.scratch is None:
+        return
+    deadline = time.monotonic() + timeout
+    while _held(identity) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _kill_group(pid: int | None) -> None:
