@@ -87,11 +87,11 @@ pytestmark = pytest.mark.integration
 SHARED = "'runtime.isolation' = 'shared'"
 SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
-CREATE STREAM scaled WITH ('trigger.interval' = '1 second', """ + SHARED + """{start}) AS
+CREATE STREAM scaled WITH ('trigger.interval' = '2 seconds', """ + SHARED + """{start}) AS
   SELECT id, v * {factor} AS w FROM events;
-CREATE STREAM scaled_copy WITH ('trigger.interval' = '1 second', """ + SHARED + """) AS SELECT id, w FROM scaled;
-CREATE STREAM scaled_copy_b WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled;
-CREATE STREAM events_copy WITH ('trigger.interval' = '1 second', """ + SHARED + """) AS SELECT id, v FROM events;
+CREATE STREAM scaled_copy WITH ('trigger.interval' = '2 seconds', """ + SHARED + """) AS SELECT id, w FROM scaled;
+CREATE STREAM scaled_copy_b WITH ('trigger.interval' = '2 seconds') AS SELECT id, w FROM scaled;
+CREATE STREAM events_copy WITH ('trigger.interval' = '2 seconds', """ + SHARED + """) AS SELECT id, v FROM events;
 """
 QUERY, READER = "query.analytics.public.scaled", "query.analytics.public.scaled_copy"
 READER_B, OTHER = "query.analytics.public.scaled_copy_b", "query.analytics.public.events_copy"
@@ -192,9 +192,9 @@ def _runs_spec_of(outputs: dict) -> str:
 
 
 class _Producer:
-    """Events produced in the background, a few every 100 ms, while an apply runs."""
+    """Events produced in the background, a few every half second, while an apply runs."""
 
-    def __init__(self, broker: str, project, first: int, count: int = 5, every: float = 0.1):
+    def __init__(self, broker: str, project, first: int, count: int = 10, every: float = 0.5):
         self.broker, self.project, self.next, self.count, self.every = broker, project, first, count, every
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -643,14 +643,14 @@ stores:
 """
 LAKE_SQL = """\
 CREATE STREAM events (id BIGINT, v BIGINT) WITH ('value.format' = 'json', 'topic.partitions' = 2);
-CREATE TABLE scaled_ice WITH ('store' = 'ice', 'trigger.interval' = '1 second'{start}) AS SELECT id, v * {factor} AS w
-  FROM events;
-CREATE TABLE scaled_delta WITH ('store' = 's3lake', 'trigger.interval' = '1 second'{start}) AS
+CREATE TABLE scaled_ice WITH ('store' = 'ice', 'trigger.interval' = '2 seconds', """ + SHARED + """{start}) AS
   SELECT id, v * {factor} AS w FROM events;
-CREATE TABLE scaled_delta_az WITH ('store' = 'azlake', 'trigger.interval' = '1 second'{start}) AS
+CREATE TABLE scaled_delta WITH ('store' = 's3lake', 'trigger.interval' = '2 seconds'{start}) AS
   SELECT id, v * {factor} AS w FROM events;
-CREATE STREAM ice_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled_ice;
-CREATE STREAM delta_copy WITH ('trigger.interval' = '1 second') AS SELECT id, w FROM scaled_delta;
+CREATE TABLE scaled_delta_az WITH ('store' = 'azlake', 'trigger.interval' = '2 seconds'{start}) AS
+  SELECT id, v * {factor} AS w FROM events;
+CREATE STREAM ice_copy WITH ('trigger.interval' = '2 seconds', """ + SHARED + """) AS SELECT id, w FROM scaled_ice;
+CREATE STREAM delta_copy WITH ('trigger.interval' = '2 seconds') AS SELECT id, w FROM scaled_delta;
 """
 ICE, DELTA = "query.analytics.public.scaled_ice", "query.analytics.public.scaled_delta"
 AZ = "query.analytics.public.scaled_delta_az"
@@ -773,7 +773,7 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         assert sorted(_ice_rows(warehouse, "scaled_ice") or []) == [(i, 2 * (i % 97 + 1)) for i in range(300)]
 
         writer = driver_identity(loaded.workspace.query_dir(DELTA.split(".", 1)[1]))
-        with _Producer(broker, project, 300, count=2, every=0.25) as producer:
+        with _Producer(broker, project, 300, count=4, every=1.0) as producer:
             _killed_at(root, broker, "blue_green.resumed", backend)  # the Delta table's, first in the plan
             state = backend.read()
             left = state.pending.intent["pid"]  # its new version, started on the new path: the state not written
