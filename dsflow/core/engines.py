@@ -34,6 +34,9 @@ class StartAt:
     position: str | None = None
     timestamp: int | None = None
     until: dict[str, dict[str, int]] = field(default_factory=dict)
+    until_file: str | None = None
+    """A file whose offsets per topic, once written, replace `until` in the running version: a blue/green
+    deployment moves its new version's bound to the cut without restarting it."""
 
 
 Handoff = Callable[[Path, dict[str, str], Path], tuple[int | None, str]]

@@ -22,6 +22,7 @@ the deployed version (a failure after the cut) goes back into its application.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -46,6 +47,8 @@ from dsflow.engine.executors import (LEDGER_STARTED, Context, QueryExecutor, Rel
                                      runs_now, start_recorded)
 
 POLL_SECONDS = 0.5
+UNTIL_FILE = "until.json"
+"""In a new version's run folder: the cut it is to read to, written once the deployed version stopped there."""
 Ledger = Callable[[State, Change, dict | None, dict | None], State]
 
 
@@ -188,9 +191,9 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
     stopped = QueryExecutor()._stop(deployed)
     cut = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (stopped["stop_offsets"] or {}).items()}
     try:
-        candidate.stop()
         if not reached(candidate.committed(), cut):
-            _run_to(run, run.build_project, candidate, cut)
+            _bring_to(run, candidate, cut)
+        candidate.stop()
         run.phase("compare", cut=cut)
         run.phase("compare", compared=_compared(run))
         failpoints.pause_at("blue_green.compared")
@@ -256,6 +259,8 @@ def _start(run: _Deploying, project: Any, target: _Run, start: StartAt) -> None:
     moves into the application only when it resumes after the switch (`_resumed`)."""
     target.run_dir.mkdir(parents=True, exist_ok=True)
     process.stop(process.holder(driver_identity(target.run_dir)), driver_identity(target.run_dir))
+    (target.run_dir / UNTIL_FILE).unlink(missing_ok=True)  # an earlier attempt's cut
+    start = dataclasses.replace(start, until_file=str(target.run_dir / UNTIL_FILE))
     query = next(q for q in project.queries if q.fqn == run.name)  # the build project's: in micro-batches
     own = query.model_copy(update={"isolation": "query"})
     started = engine().start(project, run.ctx.workspace.run_dir / "apps", own, run.change.data_hash or "v",
@@ -278,6 +283,23 @@ def _wait(target: _Run, until: Mapping[str, Mapping[str, int]], seconds: float, 
                               f"{target.committed() or 'nothing'}, to reach {dict(until)}",
                               hint="raise --catch-up-timeout, or apply when the sources are quieter")
         time.sleep(POLL_SECONDS)
+
+
+def _bring_to(run: _Deploying, candidate: _Run, cut: dict[str, dict[str, int]]) -> None:
+    """The running new version's bound moved from where it was built to the cut (its driver reads the file before
+    each micro-batch), then waited for; a new version whose driver ended is started again to the cut."""
+    if candidate.alive():
+        moved = candidate.run_dir / UNTIL_FILE
+        moved.with_suffix(".tmp").write_text(json.dumps(cut))
+        moved.with_suffix(".tmp").replace(moved)
+        try:
+            _wait(candidate, cut, run.plan.catch_up_seconds, f"{run.change.address} (to the cut)")
+            return
+        except DsflowError as err:
+            if err.code != "DSF-E962":
+                raise
+    candidate.stop()
+    _run_to(run, run.build_project, candidate, cut)
 
 
 def _run_to(run: _Deploying, project: Any, target: _Run, cut: dict[str, dict[str, int]]) -> None:

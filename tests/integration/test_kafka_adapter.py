@@ -15,6 +15,7 @@ from dsflow.adapters.kafka import client
 from dsflow.adapters.kafka.admin import TopicSpec, delete_topic, describe_topic, ensure_topic, list_topics
 from dsflow.adapters.kafka.datasource import SCHEMA, KafkaDataSource, KafkaOptions, cap_rows
 from dsflow.adapters.kafka.writing import check_write_schema
+from dsflow.adapters.kafka.options import moved_ending_offsets
 from dsflow.adapters.kafka.devbroker import free_port
 from dsflow.errors import DsflowError
 from support.brokers import both_brokers, kafka_only, tansu_only
@@ -43,6 +44,17 @@ def test_options_are_case_insensitive_and_pass_kafka_settings() -> None:
         KafkaOptions.parse({"bootstrap.servers": "h:1"})
     with pytest.raises(DsflowError, match="starting.position"):
         KafkaOptions.parse({"bootstrap.servers": "h:1", "topic": "t", "starting.position": "middle"})
+
+
+def test_a_moved_bound_replaces_the_ending_offsets_once_written(tmp_path: Path) -> None:
+    moved = tmp_path / "until.json"
+    opts = KafkaOptions.parse({"bootstrap.servers": "h:1", "topic": "t", "ending.offsets": '{"0": 5, "1": 7}',
+                               "ending.offsets.file": str(moved)})
+    assert (moved_ending_offsets(opts), opts.ending_offsets) == (None, {0: 5, 1: 7}), "not written yet"
+    moved.write_text(json.dumps({"other": {"0": 1}}))
+    assert moved_ending_offsets(opts) is None, "another topic's cut"
+    moved.write_text(json.dumps({"t": {"0": 9, "1": 12}, "other": {"0": 1}}))
+    assert moved_ending_offsets(opts) == {0: 9, 1: 12}
 
 
 def test_write_schema_needs_a_value_column() -> None:

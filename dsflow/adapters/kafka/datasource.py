@@ -74,7 +74,7 @@ from pyspark.sql.types import (
 from dsflow.adapters.continuity import check_continues
 from dsflow.adapters.kafka import client, pool
 from dsflow.adapters.kafka.deadletters import DeadLetters
-from dsflow.adapters.kafka.options import KafkaOptions
+from dsflow.adapters.kafka.options import KafkaOptions, moved_ending_offsets
 from dsflow.adapters.spark.gate import ReaderGate, admitted, gated_query
 from dsflow.core.secrets import register
 from dsflow.adapters.kafka.writing import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
@@ -418,7 +418,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         available = self._target if self._target is not None else self._offsets.end_offsets(quick=True)
         begin = {p: int(start.get(str(p), 0)) for p in available}
-        until = self.options.ending_offsets or {}
+        until = moved_ending_offsets(self.options) or self.options.ending_offsets or {}
         end = {p: max(begin[p], min(available[p], until.get(p, available[p]))) for p in available}
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(begin, end, limit.max_rows)

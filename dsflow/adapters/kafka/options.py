@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dsflow.adapters.kafka import client
@@ -30,6 +31,8 @@ class KafkaOptions:
     """Epoch ms: start each partition at the first record at or after it (a replay)."""
     ending_offsets: dict[int, int] | None = None
     """Per-partition offsets a streaming read goes no further than (a blue/green deployment's run to a cut)."""
+    ending_offsets_file: str | None = None
+    """A JSON file {topic: {partition: offset}}: once written, its offsets for this topic replace `ending_offsets`."""
     max_records_per_batch: int | None = None
     stall_timeout: float = client.STALL_TIMEOUT
     allow_gaps: bool = False
@@ -79,6 +82,7 @@ class KafkaOptions:
             starting_offsets=_offsets_option(opts.get("starting.offsets")),
             starting_timestamp=_positive(opts, "starting.timestamp", int),
             ending_offsets=_offsets_option(opts.get("ending.offsets"), "ending.offsets"),
+            ending_offsets_file=opts.get("ending.offsets.file") or None,
             max_records_per_batch=_positive(opts, "max.records.per.batch", int),
             stall_timeout=_positive(opts, "stall.timeout.seconds", float) or client.STALL_TIMEOUT,
             allow_gaps=gaps == "count",
@@ -109,6 +113,17 @@ def _offsets_option(text: str | None, name: str = "starting.offsets") -> dict[in
         return {int(p): int(o) for p, o in json.loads(text).items()}
     except (ValueError, AttributeError) as err:
         raise _bad_option(name, text, 'JSON like {"0": 42, "1": 17}') from err
+
+
+def moved_ending_offsets(options: KafkaOptions) -> dict[int, int] | None:
+    """The offsets `ending.offsets.file` holds for the options' topic; None until it is written (or without one)."""
+    if not options.ending_offsets_file:
+        return None
+    try:
+        moved = json.loads(Path(options.ending_offsets_file).read_text()).get(options.topic)
+    except FileNotFoundError:
+        return None
+    return {int(p): int(o) for p, o in moved.items()} if moved is not None else None
 
 
 def _batch_id(opts: dict[str, str]) -> int:

@@ -63,6 +63,8 @@ class KafkaSpark:
             raw = raw.option("starting.timestamp", str(source.starting_timestamp))
         if source.ending_offsets:
             raw = raw.option("ending.offsets", json.dumps(source.ending_offsets))
+        if source.ending_offsets_file:
+            raw = raw.option("ending.offsets.file", source.ending_offsets_file)
         raw = _with_client(raw, source.client_config)
         return raw.options(**source_format_options(source, spec.name), **gap_options(spec, source),
                            **gate_options(spec.name)).load()

@@ -66,6 +66,9 @@ class SourceSpec(BaseModel):
     starting_timestamp: int | None = Field(None, description="epoch ms to replay from")
     ending_offsets: dict[str, int] | None = Field(None, description="offsets per partition read no further than (a "
                                                   "blue/green deployment's run to a cut: core/bluegreen.py)")
+    ending_offsets_file: str | None = Field(None, description="a JSON file of offsets per topic that, once "
+                                            "written, replaces ending_offsets (the bound moved to the cut while the "
+                                            "query runs)")
     event_time: str | None = Field(None, description="Spark SQL giving the event time (column __ts); "
                                                      "None: the source needs no event time")
     watermark_delay: str | None = Field(None, description="watermark on __ts, e.g. '5000 milliseconds'")

@@ -311,6 +311,7 @@ def source_specs(project: Project, plan: QueryPlan, start: StartAt | None = None
                                   starting_offsets=start.offsets.get(relation.topic),
                                   starting_timestamp=start.timestamp,
                                   ending_offsets=start.until.get(relation.topic),
+                                  ending_offsets_file=start.until_file,
                                   **_times(query, relation, source, timed, unwatermarked),
                                   lookup=source.lookup,
                                   **window, changelog_key=_changelog_key(relation), gaps=relation.read_gaps))
