@@ -1,5 +1,5 @@
-"""A running query switched to Spark's real-time mode and back by `dsflow apply` (issue 45), and real-time mode in
-a blue/green replay (issue 44, item 1), on Apache Kafka and real drivers.
+"""A running query switched to Spark's real-time mode by `dsflow apply` (issue 45), and out of it by a blue/green
+replay that also moves it back into it (issue 44), on Apache Kafka and real drivers.
 
 Each switch is a replacement in a new checkpoint with the old version's offsets carried. Into real-time mode nothing
 is read twice or skipped; out of it, what the real-time version wrote after its last checkpoint may be written again
