@@ -361,9 +361,11 @@ def duration_text(ms: float) -> str:
 
 def blue_green_cell(deployment: dict[str, Any]) -> str:
     """Where a query's blue/green deployment stands: 'blue/green v2 catch_up (under way)', '... keep_old', '...
-    failed: DSF-E961 ...'."""
+    failed: DSF-E961 ...'; '..., first moved out of real-time mode' when its deployed version was restarted in
+    micro-batches before the build."""
     text = f"blue/green v{deployment['version']} {deployment['phase']}"
     text += " (under way)" if deployment.get("under_way") else ""
+    text += ", first moved out of real-time mode" if deployment.get("micro_batches_from") else ""
     return text + (f": {deployment['error']}" if deployment.get("error") else "")
 
 

@@ -1,6 +1,10 @@
 """Blue/green replays: a query change that would replay is built beside the deployed version, checked, and then its
 readers switch in one step (issue 44). Pure: what the plan says and what the state records.
 
+    micro_batches  (a deployed version in Spark's real-time mode only) the deployed version restarted in
+               micro-batches on a new checkpoint, its offsets carried from its last real-time checkpoint: that
+               mode's stop cannot come at given offsets (at-least-once: what it wrote past that checkpoint may be in
+               its log twice)
     build      the new version in its own checkpoint, writing its own versioned log (<topic>_v<N>), the old one
                running on
     catch_up   the new version reads its sources up to their end offsets when it was built, within a bound
@@ -36,16 +40,22 @@ without it, the next apply removes it."""
 BLUE_GREEN = "blue_green"
 DEPLOY_VALUES = (BLUE_GREEN, "in_place")
 PHASES = ("build", "catch_up", "compare", "switch", "keep_old")
+MICRO_BATCHES = "micro_batches"
+"""The phase before the build when the deployed version runs in real-time mode (first in `BlueGreen.phases`)."""
 DEFAULT_CATCH_UP_SECONDS = 600
 BLUE_GREEN_EFFECT = ("blue/green: {replay}, writing {new} beside the deployed version; its readers switch from {old} "
-                     "once it caught up, nothing read twice or skipped")
+                     "once it caught up, {guarantee}")
+EXACT = "nothing read twice or skipped"
 REALTIME_NEW = ("; in real-time mode: built, caught up and cut in micro-batches (real-time mode cannot stop at given "
                 "offsets), it resumes in real-time mode at the cut, its offsets carried")
 """Added to the effect of a blue/green replay whose new version runs in real-time mode (engine/bluegreen.py)."""
-REALTIME_DEPLOYED = ("; refused by apply (DSF-E967): the deployed version runs in real-time mode, whose stop cannot "
-                     "come at given source offsets; apply it with 'trigger' = 'micro-batch' first")
-"""Added to the effect of a blue/green replay whose deployed version runs in real-time mode: apply refuses it before
-anything is built (engine/bluegreen.py `_check_not_realtime`)."""
+REALTIME_DEPLOYED = ("nothing skipped; the deployed version first moves to micro-batches (real-time mode cannot stop "
+                     "at given offsets): restarted on a new checkpoint, its offsets carried from its last real-time "
+                     "checkpoint, so what it wrote after that checkpoint may be written again to {old} and read twice "
+                     "by its readers (at-least-once)")
+"""The guarantee of a blue/green replay whose deployed version runs in real-time mode, in place of EXACT: apply
+restarts it in micro-batches before anything is built (engine/bluegreen.py `_into_micro_batches`), as a switch out
+of real-time mode does (core/plan.py)."""
 LOG_KINDS = ("stream", "changelog")
 TABLE_KINDS = ("table", "materialized_view")
 
@@ -88,7 +98,10 @@ class BlueGreen(BaseModel):
                                "each restarts on the new log where it stood on the old one")
     consumers: list[str] = Field(default_factory=list, description="consumer groups outside the project the refresh "
                                  "saw on the old log: they must move to the new log themselves")
-    phases: list[str] = Field(default_factory=lambda: list(PHASES), description="what apply does, in order")
+    phases: list[str] = Field(default_factory=lambda: list(PHASES), description="what apply does, in order; "
+                              "'micro_batches' first when the deployed version runs in real-time mode: it is "
+                              "restarted in micro-batches (offsets carried from its last real-time checkpoint) "
+                              "before the build")
     kept_as: str | None = Field(None, description="a table's deployment: what the production table (old_log) is "
                                 "renamed to at the switch, in the transaction that gives new_log its name; null "
                                 "for a log's")
@@ -110,12 +123,17 @@ class Deployment(BaseModel):
     version: int
     old_log: str
     new_log: str
-    phase: str = Field(description="the last phase reached: build, catch_up, compare, switch, keep_old (done) or "
-                                   "failed")
+    phase: str = Field(description="the last phase reached: micro_batches, build, catch_up, compare, switch, "
+                                   "keep_old (done) or failed")
     started_at: str
     updated_at: str
     built_to: dict[str, dict[str, int]] | None = Field(None, description="the sources' end offsets when the new "
                                                        "version was built: what it caught up to")
+    micro_batches_from: dict[str, dict[str, int]] | None = Field(None, description="the deployed version ran in "
+                                                                 "real-time mode: the sources' offsets of its last "
+                                                                 "real-time checkpoint, where it restarted in "
+                                                                 "micro-batches before the build (what it had "
+                                                                 "written past them may be in old_log twice)")
     cut: dict[str, dict[str, int]] | None = Field(None, description="the sources' offsets both versions stopped at "
                                                   "before the switch: the old log holds what came before it, the "
                                                   "new log's readers start after it")
@@ -241,6 +259,10 @@ SWITCH_NOTE = "blue_green_switch"
 """The pending intent's note of a switch under way, made before anything in it moves: the deployment record so far
 (cut, compare), what stopping the deployed version returned, the new log's end offsets at the cut and the offsets
 the new version first read (what a later apply rolls it forward from)."""
+MICRO_BATCHES_NOTE = "blue_green_micro_batches"
+"""The pending intent's note of a deployed version in real-time mode being restarted in micro-batches: its new
+checkpoint (noted before it starts), where the real-time version stopped, and the new version's state entry once
+recorded (a later apply of the same change reuses the checkpoint and the stop)."""
 SWITCHED_NOTE = "blue_green_switched"
 """By reader: its new version's outputs, ledger entries and start offsets, noted once it started on the new log."""
 
@@ -326,7 +348,7 @@ def phase_text(blue_green: BlueGreen) -> list[str]:
         return _path_phase_text(blue_green)
     readers = ", ".join(blue_green.readers) or "none in the project"
     consumers = ", ".join(blue_green.consumers) or "none seen"
-    return [
+    return _micro_batches_text(blue_green) + [
         f"build: new version in its own checkpoint writing {blue_green.new_log}; the old version keeps writing "
         f"{blue_green.old_log}",
         f"catch up: lag 0 on the sources' end offsets within {blue_green.catch_up_seconds} s, else the new version "
@@ -337,6 +359,16 @@ def phase_text(blue_green: BlueGreen) -> list[str]:
         f"external consumer groups must move themselves ({consumers})",
         f"keep old: {blue_green.old_log} and the old checkpoint kept; the old version stopped",
     ]
+
+
+def _micro_batches_text(blue_green: BlueGreen) -> list[str]:
+    """The first phase's words when the deployed version runs in real-time mode (a log's deployment only: a
+    real-time query writes a stream or changelog)."""
+    if MICRO_BATCHES not in blue_green.phases:
+        return []
+    return [f"micro batches: the deployed version, in real-time mode, restarted in micro-batches on a new "
+            f"checkpoint, its offsets carried from its last real-time checkpoint: what it wrote after that "
+            f"checkpoint may be written again to {blue_green.old_log} (at-least-once), nothing skipped"]
 
 
 def _table_phase_text(blue_green: BlueGreen) -> list[str]:

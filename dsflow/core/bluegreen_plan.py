@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from dsflow.core.address import Address, Kind
-from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, REALTIME_DEPLOYED, REALTIME_NEW, RUN_NOTE, TABLE_KINDS, BlueGreen,
-                                   Retirement, interrupted, interrupted_text, planned, retirements,
-                                   wanted_blue_green)
+from dsflow.core.bluegreen import (BLUE_GREEN_EFFECT, EXACT, MICRO_BATCHES, REALTIME_DEPLOYED, REALTIME_NEW, RUN_NOTE,
+                                   TABLE_KINDS, BlueGreen, Retirement, interrupted, interrupted_text, planned,
+                                   retirements, wanted_blue_green)
 from dsflow.core.categories import Category, effect_text
 from dsflow.core.changes import Action, Change, Observations
 from dsflow.core.resources import Resource
@@ -99,18 +99,14 @@ def _blue_green(change: Change, wanted: Mapping[str, Resource], state: State, op
                        readers(sink.address), options.observations.consumer_groups.get(address, []),
                        options.catch_up_seconds, relocate=relocate and sink.data.get("kind") in TABLE_KINDS,
                        prior=prior)
+    query = state.resources.get(change.address)
+    if not forward and query is not None and query.data.get("trigger") == "realtime":
+        plan = plan.model_copy(update={"phases": [MICRO_BATCHES, *plan.phases]})  # engine/bluegreen.py restarts it
+    guarantee = REALTIME_DEPLOYED.format(old=plan.old_log) if MICRO_BATCHES in plan.phases else EXACT
     effect = BLUE_GREEN_EFFECT.format(replay=effect_text(Category.REPLAY, change.override), new=plan.new_log,
-                                      old=plan.old_log) + _realtime(change, state)
+                                      old=plan.old_log, guarantee=guarantee)
+    effect += REALTIME_NEW if (change.after or {}).get("trigger") == "realtime" else ""
     return change.model_copy(update={"blue_green": plan, "effect": effect})
-
-
-def _realtime(change: Change, state: State) -> str:
-    """What real-time mode does to the deployment: the deployed version's refuses it, the new version's is built in
-    micro-batches."""
-    deployed = state.resources.get(change.address)
-    if deployed is not None and deployed.data.get("trigger") == "realtime":
-        return REALTIME_DEPLOYED
-    return REALTIME_NEW if (change.after or {}).get("trigger") == "realtime" else ""
 
 
 def retired(desired: list[Resource], state: State, options: PlanOptions) -> list[Retirement]:

@@ -154,6 +154,12 @@ class Engine(Protocol):
     def start_again(self, project: Any, apps_root: Path, deployed: Any) -> dict[str, Any]:
         """A paused query of a shared application placed again in one; the outputs to record."""
 
+    def start_in_micro_batches(self, project: Any, deployed: Any, version: str, checkpoint: Path,
+                               start: StartAt) -> dict[str, Any]:
+        """A stopped deployed query of real-time mode started again in micro-batches from its recorded spec (its own
+        SQL, which the project may no longer hold), as `version`, on the fresh `checkpoint` from `start`, in a
+        driver of its own (a real-time query runs in one); the outputs to record (`pid`, `topics`)."""
+
     def committed_offsets(self, checkpoint: Path) -> list[dict[str, Any]] | None:
         """Progress: the offsets per source the checkpoint's last committed batch ended at (None: nothing)."""
 

@@ -99,7 +99,7 @@ def apply_plan(plan: Plan, project: Project, workspace: Workspace,
             writer.write(state)
             holder = _IntentRecorder(writer, state)
             ctx = Context(redirected(project, redirects(state.resources)), workspace, note=holder.note,
-                          resumed=resumed)  # relations a blue/green deployment moved to a new log, on it
+                          resumed=resumed, record=holder.record)  # relations a blue/green switch moved, on it
             before = state
             try:
                 seen = plan.observations.resources.get(change.address)
@@ -233,6 +233,11 @@ class _IntentRecorder:
         self.state = self.state.with_pending(merged)
         self.writer.write(self.state)
         failpoints.pause_after_note(pending.address)
+
+    def record(self, state: State) -> None:
+        """A state a step of the change reached, written now with the change still pending (its notes kept)."""
+        self.state = state.with_pending(self.state.pending)
+        self.writer.write(self.state)
 
 
 def _rolled_back(ctx: Context, change: Change, state: State) -> tuple[Context, State]:

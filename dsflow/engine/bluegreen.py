@@ -8,7 +8,9 @@ readers start right after it. Anything that fails before the deployed version is
 (DSF-E961/E962); a failure after it restarts the deployed version on its checkpoint (DSF-E963). A table's deployment
 (the plan's `kept_as`) writes a versioned table and switches in one transaction of renames: engine/bluegreen_tables.py.
 Spark's real-time mode cannot stop at given offsets: a new version in it is built and cut in micro-batches and
-resumes in real-time mode at the cut (in a checkpoint of its own); a deployed version in it is refused (DSF-E967).
+resumes in real-time mode at the cut (in a checkpoint of its own); a deployed version in it is first restarted in
+micro-batches on a new checkpoint, its offsets carried (`_into_micro_batches`, recorded in the state at once), as
+a switch out of real-time mode does: what it wrote after its last real-time checkpoint may be written again.
 Readers of a lake table move by the tables' positions (a table version, a snapshot) in place of a log's offsets:
 engine/bluegreen_lake.py.
 
@@ -32,11 +34,12 @@ from typing import Any
 
 from dsflow.adapters import process
 from dsflow.core.address import Address
-from dsflow.core.bluegreen import (SWITCH_NOTE, SWITCHED_NOTE, Deployment, Retirement, compared, in_micro_batches,
-                                   reached, redirected)
+from dsflow.core.bluegreen import (MICRO_BATCHES, MICRO_BATCHES_NOTE, RUN_NOTE, SWITCH_NOTE, SWITCHED_NOTE, Deployment,
+                                   Retirement, compared, in_micro_batches, reached, redirected)
 from dsflow.core.categories import Category
 from dsflow.core.engines import StartAt, engine
 from dsflow.core.plan import Action, Change
+from dsflow.core.resources import fingerprint
 from dsflow.core.state import DeployedResource, State
 from dsflow.errors import DsflowError
 from dsflow.engine import failpoints
@@ -44,7 +47,7 @@ from dsflow.engine import bluegreen_lake as lake
 from dsflow.engine import bluegreen_resume as resume
 from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import (LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity,
-                                     runs_now, start_recorded)
+                                     runs_now, start_recorded, write_declared)
 
 POLL_SECONDS = 0.5
 UNTIL_FILE = "until.json"
@@ -128,6 +131,8 @@ class _Deploying:
         cannot stop at given offsets), it resumes in real-time mode at the switch, its offsets carried."""
         self.build_project = in_micro_batches(self.new_project, self.name) if self.realtime else self.new_project
         """What the new version runs in until the switch."""
+        self.moved = False
+        """The deployed version ran in real-time mode: this apply restarted it in micro-batches."""
         now = _now()
         self.record = Deployment(query=change.address, sink=self.plan.sink, version=self.plan.version,
                                  old_log=self.plan.old_log, new_log=self.plan.new_log, phase="build",
@@ -147,12 +152,11 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     """Carry out the blue/green replay `change` (its `blue_green`); the state after the switch. `current`: the state
     as apply holds it now (notes included); `ledger`: apply's recording of a query version stopped and started."""
     prior = change.blue_green.interrupted if change.blue_green is not None else None
-    restarted = None
+    restarted, moved = None, ctx.resumed.get(MICRO_BATCHES_NOTE) or {}
     if prior is not None and prior.action != "resume":  # an apply killed during it: engine/bluegreen_resume.py
         restarted = resume.roll_back(ctx, change.address, current(), restart=True)
-        ctx = dataclasses.replace(ctx, resumed={})
+        ctx = dataclasses.replace(ctx, resumed={} if not moved else {MICRO_BATCHES_NOTE: moved})
     run = _Deploying(ctx, change, current)
-    _check_not_realtime(run, restarted or current().resources[change.address])
     if run.table or run.plan.relocate:
         try:
             lake.check_readers(ctx.project, run.plan)
@@ -161,6 +165,10 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
         except DsflowError as err:
             raise run.failed(_untouched(err, run)) from err
     deployed = restarted or current().resources[change.address]
+    if deployed.data.get("trigger") == "realtime":  # the plan's first phase (core/bluegreen.py MICRO_BATCHES)
+        deployed = _into_micro_batches(run, deployed, ledger)
+    elif moved.get("stopped"):  # an apply killed after it: recorded in micro-batches already
+        run.record = run.record.model_copy(update={"micro_batches_from": _offsets(moved["stopped"]) or None})
     candidate = _Run(ctx.workspace.run_dir / "blue_green" / run.name,
                      ctx.workspace.checkpoint(run.name, f"{change.data_hash or 'v'}-bg{run.plan.version}"),
                      _source_topics(ctx.project, run.query))
@@ -227,18 +235,49 @@ def _replay_start(change: Change, until: dict[str, dict[str, int]]) -> StartAt:
     return StartAt(position="earliest", until=until)
 
 
-def _check_not_realtime(run: _Deploying, deployed: DeployedResource) -> None:
-    """DSF-E967 when the deployed version runs in real-time mode: its stop interrupts the running batch, so the cut
-    would not be where its log ends (what it wrote after its last checkpoint would reach the readers twice)."""
-    if deployed.data.get("trigger") == "realtime":
-        raise run.failed(DsflowError(
-            "DSF-E967", f"{run.change.address} runs in Spark's real-time mode ('trigger' = 'realtime'), whose stop "
-            "interrupts its running batch: a blue/green deployment cannot cut it at the source offsets where "
-            f"{run.plan.old_log} ends (what it wrote after its last checkpoint would reach its readers twice); "
-            "nothing was built",
-            hint="apply it with 'trigger' = 'micro-batch' first (a restart with its offsets carried), then the replay "
-                 "with --blue-green: its new version may set 'trigger' = 'realtime' (built and cut in micro-batches, "
-                 "it resumes in real-time mode); or apply without --blue-green"))
+def _into_micro_batches(run: _Deploying, deployed: DeployedResource, ledger: Ledger) -> DeployedResource:
+    """The deployed version, in real-time mode, restarted in micro-batches (its own SQL, from its recorded spec) on a
+    new checkpoint, its offsets carried from its last real-time checkpoint: that mode's stop interrupts its running
+    batch and cannot come at given offsets, so it could not be cut; what it wrote after that checkpoint may be
+    written again (at-least-once), as by a switch out of real-time mode. Recorded in the state at once (its entry as
+    if applied in micro-batches, the ledger), so that a kill from here on leaves it so and the next plan deploys
+    from micro-batches. The checkpoint and the stop are noted first: an apply killed before the record reuses them
+    (a driver it left in the run folder stopped first). Its entry as it runs now."""
+    noted = run.ctx.resumed.get(MICRO_BATCHES_NOTE) or {}
+    data = {k: v for k, v in deployed.data.items() if k != "trigger"}
+    version, run_dir = fingerprint(data), Path(deployed.outputs["run_dir"])
+    checkpoint = Path(noted.get("checkpoint") or
+                      run.ctx.workspace.checkpoint(run.name, f"{version}-mb{run.plan.version}"))
+    run.phase(MICRO_BATCHES)
+    run.ctx.note({MICRO_BATCHES_NOTE: {"checkpoint": str(checkpoint)}, RUN_NOTE: None})  # a rolled back one's gone
+    stopped = noted.get("stopped") or QueryExecutor()._stop(deployed)
+    run.ctx.note({MICRO_BATCHES_NOTE: {"checkpoint": str(checkpoint), "stopped": stopped}})
+    process.stop(process.holder(driver_identity(run_dir)), driver_identity(run_dir))
+    carried = _offsets(stopped)
+    try:
+        started = engine().start_in_micro_batches(run.ctx.project, deployed, version, checkpoint,
+                                                  StartAt(offsets=carried))
+    except DsflowError as err:  # raised before its spec was written over: started again as it ran
+        raise run.failed(DsflowError("DSF-E963", f"the deployed version of {run.change.address} could not be "
+                                     f"restarted in micro-batches ({err.code}: {err.message}); it was started again "
+                                     "in real-time mode on its checkpoint, nothing built"),
+                         _restarted(run, deployed)) from err
+    entry = deployed.model_copy(update={"data": data, "data_hash": version, "outputs": {
+        **deployed.outputs, "pid": started["pid"], "version": version, "checkpoint": str(checkpoint),
+        "topics": started["topics"]}})
+    write_declared(run_dir, _as_change(entry))  # what `dsflow import` takes a running driver back as
+    opened = {"version": version, "category": Category.CARRY_OFFSETS.value, "checkpoint": str(checkpoint),
+              "start_offsets": carried or None, "source_logs": deployed.outputs.get("logs") or None}
+    run.ctx.record(ledger(run.current(), _as_change(entry), stopped, opened).with_resource(entry))
+    run.moved = True
+    run.record = run.record.model_copy(update={"micro_batches_from": carried or None})
+    failpoints.pause_at("blue_green.micro_batches")
+    return entry
+
+
+def _offsets(stopped: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Where a stopped version's checkpoint ended, by log (what `QueryExecutor._stop` returned)."""
+    return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (stopped.get("stop_offsets") or {}).items()}
 
 
 def _create_log(run: _Deploying) -> DeployedResource:
@@ -505,8 +544,9 @@ def _abandon(run: _Deploying, candidate: _Run, log: DeployedResource) -> None:
 
 
 def _untouched(err: DsflowError, run: _Deploying) -> DsflowError:
+    moved = " (in micro-batches since this apply restarted it out of real-time mode)" if run.moved else ""
     return DsflowError(err.code, f"{err.message}; production untouched: {run.change.address} still runs its deployed "
-                       f"version writing {run.plan.old_log}, and its readers still read it", hint=err.hint)
+                       f"version{moved} writing {run.plan.old_log}, and its readers still read it", hint=err.hint)
 
 
 def _as_change(entry: DeployedResource) -> Change:
@@ -563,4 +603,5 @@ def status_of(state: State, address: str) -> dict[str, Any] | None:
         return None
     return {"phase": record.phase, "version": record.version, "new_log": record.new_log, "old_log": record.old_log,
             **({"kept": record.kept["log"]} if record.kept.get("table") else {}),
+            **({"micro_batches_from": record.micro_batches_from} if record.micro_batches_from else {}),
             **({"error": record.error} if record.error else {})}

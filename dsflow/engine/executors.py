@@ -58,6 +58,10 @@ class Context:
     note: Callable[[dict[str, Any]], None] = lambda _: None
     resumed: dict[str, Any] = field(default_factory=dict)
     """What an earlier, interrupted attempt at the same change noted."""
+    record: Callable[[Any], None] = lambda _: None
+    """Writes a state (core/state.py State) a step of the change reached, the change still pending: a blue/green
+    deployment's restart of its deployed version in micro-batches (engine/bluegreen.py), which a kill must find
+    recorded."""
 
 
 class Executor(Protocol):

@@ -8,12 +8,14 @@ Unset, a failpoint costs one dictionary lookup and does nothing. Today there are
   (tests/e2e/test_interrupt.py, test_interrupt_backends.py, test_state_apply.py);
   with `DSFLOW_FAILPOINT_RESUME_FILE=<path>` it goes on once that file exists, otherwise it waits for its kill.
 - `DSFLOW_FAILPOINT_PAUSE_AT=<point>`: the process pauses for its kill when it reaches the named point; today
-  `blue_green.caught_up` (engine/bluegreen.py: the new version caught up, the deployed one not stopped yet),
+  `blue_green.micro_batches` (engine/bluegreen.py: a deployed version of real-time mode restarted in
+  micro-batches and recorded, nothing built yet; tests/e2e/test_realtime_switch.py), `blue_green.caught_up` (the new
+  version caught up, the deployed one not stopped yet),
   `blue_green.compared` (the deployed version stopped at the cut, both logs compared, no reader moved yet),
   `blue_green.switching` (the switch noted, nothing in it moved: a table's transaction of renames not begun),
   `blue_green.switched_one` (the first reader started on the new log and noted, the others not moved yet) and
   `blue_green.resumed` (the switch done: a table renamed, readers moved; the new version started again writing
-  the production relation, and the state not written yet; all tests/e2e/test_bluegreen.py); with
+  the production relation, and the state not written yet; these five: tests/e2e/test_bluegreen.py); with
   `DSFLOW_FAILPOINT_REACHED_FILE=<path>` it creates that file as it pauses.
 """
 

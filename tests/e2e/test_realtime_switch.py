@@ -1,5 +1,5 @@
-"""A running query switched to Spark's real-time mode and back by `dsflow apply` (issue 45), and real-time mode in
-a blue/green replay (issue 44, item 1), on Apache Kafka and real drivers.
+"""A running query switched to Spark's real-time mode by `dsflow apply` (issue 45), and out of it by a blue/green
+replay that also moves it back into it (issue 44), on Apache Kafka and real drivers.
 
 Each switch is a replacement in a new checkpoint with the old version's offsets carried. Into real-time mode nothing
 is read twice or skipped; out of it, what the real-time version wrote after its last checkpoint may be written again
@@ -9,13 +9,18 @@ In real-time mode each record written carries its source record's timestamp as a
 the source topic), and `dsflow status` reports the latency of the records its sink received: its p50, p99 and max
 are latencies of records the test reads from the sink itself (nearest rank of the same records).
 
-While the query runs in real-time mode, a blue/green replay of it is refused (DSF-E967: its stop cannot come at the
-source offsets where its log ends): nothing is built and it runs on. Back in micro-batches, it is replayed blue/green
-into real-time mode (its factor changed) while events arrive: its new version is built, caught up and cut in
-micro-batches, then resumes in real-time mode at the cut; its real-time reader is switched to the new log. The new
-log holds every id once with the new factor, and the reader every id after the last restart exactly once: the old
-factor before the cut the deployment recorded, the new one after it (a plain-Python reference from the source's
-offsets), events produced after the apply included. The next plan has nothing to change but the kept old version.
+While the query runs in real-time mode and events arrive, it is replayed blue/green in real-time mode with a new
+factor. Its stop could not come at given offsets, so the deployment first restarts the deployed version in
+micro-batches on a new checkpoint, its offsets carried from its last real-time checkpoint (`dsflow apply --blue-green`
+in a process of its own, killed right after that restart was recorded): the state then records it in micro-batches,
+running, and the next plan deploys from there (no first phase, nothing read twice). That apply builds, catches up
+and cuts the new version in micro-batches, which then resumes in real-time mode at the cut; its real-time reader is
+switched to the new log. Checked by id against a plain-Python reference from the source's offsets: the old log holds
+every id before the cut with the old factor, twice only ids between the last real-time checkpoint and the sources'
+ends when the new version was built (what the real-time version may have written after its checkpoint); the new
+log every id once with the new factor; the reader each id before the cut as often as the old log holds it, with the
+old factor, and each id after it exactly once with the new one, events produced after the apply included. The next
+plan has nothing to change but the kept old version.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from pathlib import Path
 import pytest
 
 from dsflow.adapters import process
-from dsflow.adapters.kafka.admin import describe_topic
 from dsflow.adapters.kafka.client import consumer, produce_json_lines, read_to_end, topic_partitions
 from dsflow.core.categories import REALTIME, Category
 from dsflow.core.latency import SOURCE_TIMESTAMP_HEADER
@@ -111,22 +115,6 @@ def _running(state, address: str) -> bool:
     return process.is_running(outputs["pid"], query_identity(outputs))
 
 
-def _refused_in_real_time_mode(root: Path, options: operations.Options, prefix: str) -> None:
-    """A blue/green replay of the query running in real-time mode: DSF-E967, nothing built, production as it was."""
-    loaded, plan, bg = _blue_green(root, options, _sql(prefix, REALTIME_PROPS + REPLAY, 2),
-                                   "refused by apply (DSF-E967)")
-    backend = loaded.workspace.state_backend()
-    before = backend.read()
-    failed = operations.apply(loaded, plan)
-    assert failed.failed is not None and getattr(failed.failed[1], "code", None) == "DSF-E967", failed.failed
-    assert QUERY in str(failed.failed[1]) and "nothing was built" in str(failed.failed[1])
-    after = backend.read()
-    for address in (QUERY, READER):
-        assert after.resources[address] == before.resources[address] and _running(after, address)
-    assert describe_topic((options.variables or {})["bootstrap"], bg.new_log) is None, "no new log"
-    assert not (loaded.workspace.run_dir / "blue_green").exists() and after.pending is None
-
-
 class _Producer:
     """Events produced in the background, two every 200 ms, while an apply runs."""
 
@@ -177,53 +165,88 @@ def test_switching_a_running_query_to_real_time_mode_and_back_carries_its_offset
         for field in ("record_latency_p50_ms", "record_latency_p99_ms", "record_latency_max_ms"):
             assert entry[field] in latencies, (field, entry[field], sorted(latencies))
         assert entry["record_latency_p50_ms"] <= entry["record_latency_p99_ms"] <= entry["record_latency_max_ms"]
-        _refused_in_real_time_mode(root, options, prefix)
-
-        _switch(root, options, prefix, "")
-        _produce(broker, prefix, range(100, 130))
-        ids = Counter(_wait_ids(broker, f"{prefix}_copied", set(range(130))))
-        assert set(ids) == set(range(130)), "out of real-time mode: nothing skipped, nothing else written"
-        assert all(ids[i] == 1 for i in range(50)) and all(ids[i] == 1 for i in range(100, 130))
-
-        _blue_green_into_real_time_mode(root, options, prefix, broker)
+        _blue_green_from_real_time_mode(root, options, prefix, broker)
     finally:
         loaded = operations.load(options)
         operations.apply(loaded, operations.plan(loaded, destroy=True))
 
 
-def _blue_green_into_real_time_mode(root: Path, options: operations.Options, prefix: str, broker: str) -> None:
-    _wait_ids(broker, f"{prefix}_mirrored", set(range(130)))
-    loaded, plan, bg = _blue_green(root, options, _sql(prefix, REALTIME_PROPS + REPLAY, 2),
-                                   "it resumes in real-time mode at the cut")
-    with _Producer(broker, prefix, 130) as producer:
+def _killed_after_the_move(root: Path, options: operations.Options, prefix: str, broker: str):
+    """`dsflow apply --blue-green` killed once it restarted the real-time version in micro-batches: the state records
+    that version, running; the next plan deploys from it (the plan of before said the move)."""
+    from test_bluegreen import _killed_at
+
+    loaded, _, bg = _blue_green(root, options, _sql(prefix, REALTIME_PROPS + REPLAY, 2),
+                                "nothing skipped; the deployed version first moves to micro-batches")
+    assert bg.phases[0] == "micro_batches"
+    backend = loaded.workspace.state_backend()
+    realtime = backend.read().resources[QUERY]
+    _killed_at(root, broker, "blue_green.micro_batches", backend)
+    state = backend.read()
+    moved = state.resources[QUERY]
+    assert "trigger" not in moved.data and moved.data_hash != realtime.data_hash and _running(state, QUERY)
+    spec = json.loads((Path(moved.outputs["run_dir"]) / "spec.json").read_text())
+    assert not spec["realtime"] and spec["checkpoint"] == moved.outputs["checkpoint"] != realtime.outputs["checkpoint"]
+    [*_, stopped, started] = state.history(QUERY)
+    assert stopped.checkpoint == realtime.outputs["checkpoint"] and stopped.stopped_at is not None
+    assert (started.category, started.checkpoint, started.stopped_at) == ("carry_offsets", spec["checkpoint"], None)
+    assert started.start_offsets == stopped.stop_offsets, "offsets carried from its last real-time checkpoint"
+    [entry] = [e for e in operations.status(operations.load(options), with_dead_letters=False)
+               if e.get("address") == QUERY]
+    assert (entry["blue_green"]["phase"], entry["blue_green"]["under_way"]) == ("micro_batches", True)
+    return _blue_green(root, options, _sql(prefix, REALTIME_PROPS + REPLAY, 2), "nothing read twice or skipped")
+
+
+def _blue_green_from_real_time_mode(root: Path, options: operations.Options, prefix: str, broker: str) -> None:
+    _wait_ids(broker, f"{prefix}_mirrored", set(range(100)))
+    with _Producer(broker, prefix, 100) as producer:
+        loaded, plan, bg = _killed_after_the_move(root, options, prefix, broker)
+        assert bg.phases[0] == "build" and bg.interrupted is None, bg
+        assert plan.actionable[0].effect.endswith("it resumes in real-time mode at the cut, its offsets carried")
         result = operations.apply(loaded, plan)
     assert result.ok, result.failed
     state = loaded.workspace.state_backend().read()
     record = state.deployments[QUERY]
-    assert record.phase == "keep_old" and record.new_log == bg.new_log == f"{prefix}_copied_v3"  # v2: refused
+    assert record.phase == "keep_old" and record.new_log == bg.new_log == f"{prefix}_copied_v2"
     assert state.resources[QUERY].data.get("trigger") == "realtime" and _running(state, QUERY)
     spec = json.loads((Path(state.resources[QUERY].outputs["run_dir"]) / "spec.json").read_text())
     assert spec["realtime"] and spec["checkpoint"].endswith("-rt"), "resumed in real-time mode"
     assert not Path(spec["checkpoint"].removesuffix("-rt")).exists(), "its micro-batch checkpoint removed"
     assert _running(state, READER) and set(record.switched) == {READER}
+    [*_, realtime, moved, new] = state.history(QUERY)
+    assert record.micro_batches_from == realtime.stop_offsets == moved.start_offsets, "recorded across the kill"
+    assert moved.stop_offsets == record.cut and record.kept["checkpoint"] == moved.checkpoint
     produced = producer.next + 20
     _produce(broker, prefix, range(producer.next, produced))  # through the new version in real-time mode
-
-    where = {r["id"]: (str(r["partition"]), r["offset"])
-             for r in map(lambda r: {**r, **json.loads(r["value"])}, read_to_end(broker, f"{prefix}_events"))}
-    assert sorted(where) == list(range(produced))
-    cut = record.cut[f"{prefix}_events"]
-    before_cut = {i for i, (p, o) in where.items() if o < cut[p]}
-    assert 130 <= len(before_cut) < produced - 20, "the cut came while events arrived"
-    new = Counter(_wait_ids(broker, bg.new_log, set(range(produced))))
-    assert new == Counter(range(produced)), "the new log: every id once"
-    assert all(r["w"] == 2 * r["id"] for r in _values(broker, bg.new_log)), "the new factor"
-    copied = Counter(_wait_ids(broker, f"{prefix}_mirrored", set(range(produced))))
-    assert all(copied[i] == 1 for i in range(100, produced)), "the reader: every id once since the last restart"
-    values = {(r["id"], r["w"]) for r in _values(broker, f"{prefix}_mirrored")}
-    assert values == {(i, (1 if i in before_cut else 2) * i) for i in range(produced)}, \
-        "the old factor before the cut, the new one after it"
+    _check_by_id(broker, prefix, bg.new_log, record, produced)
 
     loaded = operations.load(options)  # nothing drifted; the kept old version goes
     plan = operations.plan(loaded)
     assert not plan.actionable and [r.log for r in plan.retired] == [f"{prefix}_copied"]
+
+
+def _check_by_id(broker: str, prefix: str, new_log: str, record, produced: int) -> None:
+    """The logs and the reader against the source's offsets: the cut, the last real-time checkpoint, the ends the new
+    version was built to."""
+    where = {r["id"]: (str(r["partition"]), r["offset"])
+             for r in map(lambda r: {**r, **json.loads(r["value"])}, read_to_end(broker, f"{prefix}_events"))}
+    assert sorted(where) == list(range(produced))
+    events = f"{prefix}_events"
+    cut, checkpointed, built = record.cut[events], record.micro_batches_from[events], record.built_to[events]
+    before_cut = {i for i, (p, o) in where.items() if o < cut[p]}
+    assert 100 <= len(before_cut) < produced - 20, "the cut came while events arrived"
+    new = Counter(_wait_ids(broker, new_log, set(range(produced))))
+    assert new == Counter(range(produced)), "the new log: every id once"
+    assert all(r["w"] == 2 * r["id"] for r in _values(broker, new_log)), "the new factor"
+    old = Counter(_wait_ids(broker, f"{prefix}_copied", before_cut))
+    assert set(old) == before_cut and all(r["w"] == r["id"] for r in _values(broker, f"{prefix}_copied"))
+    again = {i for i, (p, o) in where.items() if checkpointed[p] <= o < built[p]}
+    twice = {i for i, n in old.items() if n > 1}
+    assert max(old.values()) <= 2 and twice <= again, "written again: only after the last real-time checkpoint"
+    print(f"written twice by the move to micro-batches: {len(twice)} of {len(again)} ids that could be")
+    copied = Counter(_wait_ids(broker, f"{prefix}_mirrored", set(range(produced))))
+    assert {i: copied[i] for i in before_cut} == dict(old), "the reader: the old log once, to the cut"
+    assert all(copied[i] == 1 for i in set(range(produced)) - before_cut), "after the cut: every id once"
+    values = {(r["id"], r["w"]) for r in _values(broker, f"{prefix}_mirrored")}
+    assert values == {(i, (1 if i in before_cut else 2) * i) for i in range(produced)}, \
+        "the old factor before the cut, the new one after it"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dsflow.cli.render import plan_text
-from dsflow.core.bluegreen import Deployment, compared, in_micro_batches, reached, redirected, redirects
+from dsflow.core.bluegreen import (PHASES, Deployment, compared, in_micro_batches, interrupted, phase_text, reached,
+                                   redirected, redirects)
 from dsflow.core.plan import Action, Observation, Observations, Plan, PlanOptions, make_plan
 from dsflow.core.plan_schema import plan_from_json
 from dsflow.core.resources import project_resources
@@ -327,8 +328,9 @@ def test_a_deployment_killed_in_its_switch_rolls_forward_and_one_whose_sql_rever
                                                                    action="roll forward"), table)
 
 
-def test_real_time_mode_a_new_version_is_built_in_micro_batches_and_a_deployed_one_is_refused(example):
-    """The plan's effect says what apply does (engine/bluegreen.py; tests/e2e/test_realtime_switch.py runs both)."""
+def test_real_time_mode_a_new_version_is_built_in_micro_batches_and_a_deployed_one_moves_to_them_first(example):
+    """The plan's effect and phases say what apply does (engine/bluegreen.py; tests/e2e/test_realtime_switch.py runs
+    both)."""
     state = applied(plan_of(example))
     sql = example / "sql" / "pipelines.sql"
     declared = sql.read_text()
@@ -341,9 +343,28 @@ def test_real_time_mode_a_new_version_is_built_in_micro_batches_and_a_deployed_o
     sql.write_text(declared.replace(HEAD, f"{HEAD}{realtime}"))
     state = applied(plan_of(example), state)
     assert state.resources[QUERY].data["trigger"] == "realtime"
-    replay(example)
-    refused = change_of(plan_of(example, state, blue_green=True), QUERY)
-    assert refused.blue_green is not None and "refused by apply (DSF-E967)" in (refused.effect or "")
+    assert into.blue_green.phases == list(PHASES) and "nothing read twice or skipped" in into.effect
+    sql.write_text(declared)
+    replay(example)  # out of real-time mode
+    moved = change_of(plan_of(example, state, blue_green=True), QUERY)
+    assert moved.blue_green is not None and moved.blue_green.phases == ["micro_batches", *PHASES]
+    old = moved.blue_green.old_log
+    assert moved.effect is not None and moved.effect.endswith(
+        "once it caught up, nothing skipped; the deployed version first moves to micro-batches (real-time mode "
+        "cannot stop at given offsets): restarted on a new checkpoint, its offsets carried from its last real-time "
+        f"checkpoint, so what it wrote after that checkpoint may be written again to {old} and read twice by its "
+        "readers (at-least-once)")
+    assert phase_text(moved.blue_green)[0].startswith("micro batches: the deployed version, in real-time mode, "
+                                                      "restarted in micro-batches on a new checkpoint")
+    assert len(phase_text(moved.blue_green)) == len(phase_text(into.blue_green)) + 1
+    killed = {"blue_green": {"phase": "micro_batches", "version": 2, "new_log": "x_v2"}, "blue_green_run": None,
+              "blue_green_micro_batches": {"checkpoint": "/cp", "stopped": {"stop_offsets": None}}}
+    assert interrupted(killed, moved.data_hash, True) is None, "killed in or after the move: nothing to roll back"
+    sql.write_text(declared)
+    replay(example, realtime)  # from real-time mode into it again
+    both = change_of(plan_of(example, state, blue_green=True), QUERY)
+    assert both.blue_green is not None and both.blue_green.phases == ["micro_batches", *PHASES]
+    assert both.effect is not None and "(at-least-once); in real-time mode: built, caught up and cut" in both.effect
 
     project = load_project(example, variables=EXAMPLE_VARIABLES)
     built = {q.fqn: q.trigger for q in in_micro_batches(project, QUERY.split(".", 1)[1]).queries}

@@ -43,6 +43,22 @@ def test_a_filter_of_a_json_kafka_stream_runs_in_real_time_mode(tmp_path):
     assert [s.dlq_topic for s in spec.sources] == [None]
 
 
+def test_a_real_time_spec_made_a_micro_batch_one_is_the_spec_of_the_same_query_in_micro_batches(tmp_path):
+    """What a blue/green deployment restarts a deployed real-time version as (its SQL no longer the project's):
+    adapters/spark/realtime.py `in_micro_batches`, checked against translate.py for the query without the trigger."""
+    from dsflow.adapters.spark.realtime import in_micro_batches
+
+    conf = "runtime:\n  spark_conf: {spark.jars: /opt/own.jar, spark.sql.shuffle.partitions: '3'}\n"
+    specs = []
+    for props in (f"{REALTIME_PROP}, 'trigger.interval' = '7 s'", "'trigger.interval' = '7 s'"):
+        project = load_project(make_project(tmp_path / str(len(specs)), _files(_copy(props), conf)))
+        [copy] = [q for q in project.queries if q.fqn.endswith("copied")]
+        specs.append(query_spec(project, copy, "v1", "/cp", "/status.json"))
+    realtime, micro_batches = specs
+    assert "__source_ts" in realtime.select_sql and realtime.spark_conf != micro_batches.spark_conf
+    assert in_micro_batches(realtime, "copied-dlq") == micro_batches.model_copy(update={"async_checkpoint": False})
+
+
 def test_runtime_trigger_is_the_default_and_a_query_may_opt_out(tmp_path):
     sql = _copy("'trigger' = 'micro-batch'") + "CREATE STREAM other AS SELECT id FROM events;\n"
     project = load_project(make_project(tmp_path, _files(sql, "runtime:\n  trigger: realtime\n")))

@@ -101,6 +101,28 @@ class SparkEngine:
         (spec_path.parent / "status.json").unlink(missing_ok=True)
         return apps.start_shared(project, apps_root, deployed.outputs["app_query"], spec, spec_path, {})
 
+    def start_in_micro_batches(self, project: Any, deployed: Any, version: str, checkpoint: Path,
+                               start: StartAt) -> dict[str, Any]:
+        """The recorded spec made a micro-batch one (realtime.py `in_micro_batches`), its sources at `start`'s
+        offsets (none: where the spec started them), written over run_dir/spec.json and started in a driver."""
+        from dsflow.adapters.spark.realtime import in_micro_batches
+
+        run_dir = Path(deployed.outputs["run_dir"])
+        spec_path = run_dir / "spec.json"
+        text = spec_path.read_text()
+        env = _restart_secrets(project, deployed, text) if specs.ENV_REF in text else {}
+        query = next(q for q in project.queries if q.fqn == Address.parse(deployed.address).name)
+        dlq = project.dlq_topic(query.model_copy(update={"dlq_topic": None}))  # the default: it had none
+        spec = in_micro_batches(specs.QuerySpec.model_validate_json(text), dlq)
+        sources = [s.model_copy(update={"starting_offsets": start.offsets[s.topic], "starting_timestamp": None})
+                   if start.offsets.get(s.topic) else s for s in spec.sources]
+        spec = spec.model_copy(update={"version": version, "checkpoint": str(checkpoint), "sources": sources})
+        spec_path.write_text(spec.model_dump_json(indent=2))
+        (run_dir / "status.json").unlink(missing_ok=True)
+        pid = process.launch(specs.DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log",
+                             specs.driver_identity(run_dir), env=env)
+        return {"pid": pid, "topics": [s.topic for s in spec.sources]}
+
     def committed_offsets(self, checkpoint: Path) -> list[dict[str, Any]] | None:
         return checkpoints.committed_offsets(checkpoint)
 
