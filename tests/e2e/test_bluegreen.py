@@ -78,6 +78,7 @@ from dsflow.engine import operations
 from dsflow.engine.executors import driver_identity, query_identity
 from dsflow.engine.failpoints import PAUSE_AT, REACHED_FILE
 from support import pgserver
+from support.background import Producer
 from support.projects import make_project
 from support.streaming import CONFIG, produce, topic
 from support.waiting import wait_for
@@ -191,26 +192,9 @@ def _runs_spec_of(outputs: dict) -> str:
     return json.loads((Path(outputs["run_dir"]) / "spec.json").read_text())["checkpoint"]
 
 
-class _Producer:
-    """Events produced in the background, a few every half second, while an apply runs."""
-
-    def __init__(self, broker: str, project, first: int, count: int = 10, every: float = 0.5):
-        self.broker, self.project, self.next, self.count, self.every = broker, project, first, count, every
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.every):
-            produce(self.broker, self.project, "events", _events(self.next, self.count), "id")
-            self.next += self.count
-
-    def __enter__(self) -> _Producer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self.stop.set()
-        self.thread.join()
+def _producer(broker: str, project, first: int, count: int = 10, every: float = 0.5) -> Producer:
+    """Events produced in the background while an apply runs, `count` every `every` seconds."""
+    return Producer(lambda start, n: produce(broker, project, "events", _events(start, n), "id"), first, count, every)
 
 
 def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed_catch_up_changes_nothing(
@@ -254,7 +238,7 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
         wait_for(lambda: len(_values(broker, copy_log)) >= 350, 120, "production to go on after the failure")
         assert all(r["w"] == 2 * (r["id"] % 97 + 1) for r in _values(broker, copy_log)), "the old factor"
 
-        with _Producer(broker, project, 350) as producer:
+        with _producer(broker, project, 350) as producer:
             killed = _killed_apply(root, broker, "blue_green.caught_up")
             wait_for(lambda: _noted_phase(backend) == "catch_up" and _at_least(broker, f"{old_log}_v3", 350), 180,
                      "the new version to write what came before it was built")
@@ -487,7 +471,7 @@ def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_
         assert next(c for c in plan.changes if c.address == QUERY).blue_green.kept_as == kept
         tables = "SELECT to_regclass('scaled_v3') IS NOT NULL, to_regclass('scaled_v4') IS NOT NULL"
         writer = driver_identity(loaded.workspace.query_dir(QUERY.split(".", 1)[1]))
-        with _TableReader(pgdb) as reader, _Producer(broker, project, 300, count=2, every=0.25) as producer:
+        with _TableReader(pgdb) as reader, _producer(broker, project, 300, count=2, every=0.25) as producer:
             _killed_at(root, broker, "blue_green.switching", backend)  # the switch noted, nothing renamed
             assert _noted_phase(backend) == "switch" and _rows(pgdb, tables) == [(False, True)]
             _killed_at(root, broker, "blue_green.resumed", backend)  # rolled forward: renamed, new version started
@@ -773,7 +757,7 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
         assert sorted(_ice_rows(warehouse, "scaled_ice") or []) == [(i, 2 * (i % 97 + 1)) for i in range(300)]
 
         writer = driver_identity(loaded.workspace.query_dir(DELTA.split(".", 1)[1]))
-        with _Producer(broker, project, 300, count=4, every=1.0) as producer:
+        with _producer(broker, project, 300, count=4, every=1.0) as producer:
             _killed_at(root, broker, "blue_green.resumed", backend)  # the Delta table's, first in the plan
             state = backend.read()
             left = state.pending.intent["pid"]  # its new version, started on the new path: the state not written

@@ -26,7 +26,6 @@ plan has nothing to change but the kept old version.
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from dsflow.core.categories import REALTIME, Category
 from dsflow.core.latency import SOURCE_TIMESTAMP_HEADER
 from dsflow.engine import operations
 from dsflow.engine.executors import query_identity
+from support.background import Producer
 from support.waiting import wait_for
 from test_data_loss import _project, _wait_ids
 
@@ -115,26 +115,9 @@ def _running(state, address: str) -> bool:
     return process.is_running(outputs["pid"], query_identity(outputs))
 
 
-class _Producer:
-    """Events produced in the background, two every 200 ms, while an apply runs."""
-
-    def __init__(self, broker: str, prefix: str, first: int):
-        self.broker, self.prefix, self.next = broker, prefix, first
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.2):
-            _produce(self.broker, self.prefix, range(self.next, self.next + 2))
-            self.next += 2
-
-    def __enter__(self) -> _Producer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self.stop.set()
-        self.thread.join()
+def _producer(broker: str, prefix: str, first: int) -> Producer:
+    """Events produced in the background while an apply runs, two every 200 ms."""
+    return Producer(lambda start, n: _produce(broker, prefix, range(start, start + n)), first, 2, 0.2)
 
 
 def _values(broker: str, log: str) -> list[dict]:
@@ -199,7 +182,7 @@ def _killed_after_the_move(root: Path, options: operations.Options, prefix: str,
 
 def _blue_green_from_real_time_mode(root: Path, options: operations.Options, prefix: str, broker: str) -> None:
     _wait_ids(broker, f"{prefix}_mirrored", set(range(100)))
-    with _Producer(broker, prefix, 100) as producer:
+    with _producer(broker, prefix, 100) as producer:
         loaded, plan, bg = _killed_after_the_move(root, options, prefix, broker)
         assert bg.phases[0] == "build" and bg.interrupted is None, bg
         assert plan.actionable[0].effect.endswith("it resumes in real-time mode at the cut, its offsets carried")
