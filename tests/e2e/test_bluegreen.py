@@ -203,11 +203,11 @@ def test_a_blue_green_replay_switches_its_reader_with_every_id_once_and_a_failed
                                    "sql/all.sql": SQL.format(start="", factor=2)})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
-    assert operations.apply(loaded, operations.plan(loaded)).ok
     project = loaded.project
     old_log, copy_log, source = topic(project, "scaled"), topic(project, "scaled_copy"), topic(project, "events")
     copy_b, other_log = topic(project, "scaled_copy_b"), topic(project, "events_copy")
-    try:
+    try:  # a first apply that fails part way is torn down too
+        assert operations.apply(loaded, operations.plan(loaded)).ok
         produce(broker, project, "events", _events(0, 300), "id")
         wait_for(lambda: len(_values(broker, copy_log)) >= 300 and len(_values(broker, copy_b)) >= 300, 180,
                  "the readers to copy the first 300 events")
@@ -430,10 +430,10 @@ def test_a_blue_green_replay_of_a_postgres_table_switches_in_one_transaction_of_
                                    PG_STORES % pgdb, "sql/all.sql": PG_SQL.format(start="", factor=2)})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
-    assert operations.apply(loaded, operations.plan(loaded)).ok
     project, backend = loaded.project, loaded.workspace.state_backend()
     source = topic(project, "events")
     try:
+        assert operations.apply(loaded, operations.plan(loaded)).ok
         produce(broker, project, "events", _events(0, 300), "id")
         wait_for(lambda: _rows(pgdb, "SELECT COUNT(*) FROM scaled")[0][0] >= 300, 180, "the table to hold 300 rows")
         _rows(pgdb, "CREATE VIEW scaled_big AS SELECT id, w FROM scaled WHERE w > 0")
@@ -717,11 +717,11 @@ def test_a_blue_green_replay_of_iceberg_and_delta_tables_swaps_the_catalog_and_m
                                    "sql/all.sql": LAKE_SQL.format(start="", factor=2)})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
-    assert operations.apply(loaded, operations.plan(loaded)).ok
     project, backend = loaded.project, loaded.workspace.state_backend()
     old_path = f"s3://{bucket}/tables/scaled_delta"
     az_root = f"abfss://{bucket}@{AZURITE_ACCOUNT[0]}.dfs.core.windows.net/tables"
     try:
+        assert operations.apply(loaded, operations.plan(loaded)).ok
         produce(broker, project, "events", _events(0, 300), "id")
         wait_for(lambda: len(_ice_rows(warehouse, "scaled_ice") or []) >= 300
                  and len(_delta_rows(s3_endpoint, old_path) or []) >= 300

@@ -150,8 +150,8 @@ def test_project_runs_on_a_standalone_cluster_and_survives_a_killed_worker(tmp_p
     options = operations.Options(make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": SQL}), None,
                                  {"bootstrap": broker})
     loaded = operations.load(options)
-    assert operations.apply(loaded, operations.plan(loaded)).ok
-    try:
+    try:  # a first apply that fails part way is torn down too
+        assert operations.apply(loaded, operations.plan(loaded)).ok
         state = loaded.workspace.state_backend().read()
         hosts = {k: r.outputs.get("app") for k, r in state.resources.items() if k.startswith("query.")}
         assert hosts == {"query.analytics.public.user_totals": None, "query.analytics.public.page_one": "app-1"}, hosts

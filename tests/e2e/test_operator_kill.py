@@ -178,8 +178,8 @@ def test_killed_stateful_operators_resume_exactly(tmp_path, broker):
     root = make_project(tmp_path, {"dsflow.yml": SHARED.format(prefix=f"opk{os.getpid()}_"), "sql/all.sql": SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
-    assert operations.apply(loaded, operations.plan(loaded)).ok
-    try:
+    try:  # a first apply that fails part way is torn down too
+        assert operations.apply(loaded, operations.plan(loaded)).ok
         _run(options, loaded.project, broker)
     finally:
         loaded = operations.load(options)

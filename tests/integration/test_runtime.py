@@ -92,8 +92,8 @@ def test_supervisor_restarts_a_killed_driver_and_shows_a_crash_loop(tmp_path, br
     root = make_project(tmp_path, {"dsflow.yml": config, "sql/all.sql": SQL})
     options = operations.Options(root, None, {"bootstrap": broker})
     loaded = operations.load(options)
-    assert operations.apply(loaded, operations.plan(loaded)).ok
-    try:
+    try:  # a first apply that fails part way is torn down too
+        assert operations.apply(loaded, operations.plan(loaded)).ok
         found, started = control.up(loaded, options)
         again, started_again = control.up(loaded, options)
         assert started and not started_again and again["pid"] == found["pid"]  # one supervisor per environment
