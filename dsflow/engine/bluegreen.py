@@ -24,9 +24,7 @@ the deployed version (a failure after the cut) goes back into its application.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,13 +43,11 @@ from dsflow.errors import DsflowError
 from dsflow.engine import failpoints
 from dsflow.engine import bluegreen_lake as lake
 from dsflow.engine import bluegreen_resume as resume
+from dsflow.engine import bluegreen_runs as runs
 from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import (LEDGER_STARTED, Context, QueryExecutor, RelationExecutor, driver_identity,
                                      runs_now, start_recorded, write_declared)
 
-POLL_SECONDS = 0.5
-UNTIL_FILE = "until.json"
-"""In a new version's run folder: the cut it is to read to, written once the deployed version stopped there."""
 Ledger = Callable[[State, Change, dict | None, dict | None], State]
 
 
@@ -61,42 +57,6 @@ class Failed(DsflowError):
     def __init__(self, error: DsflowError, state: State):
         super().__init__(error.code, error.message, hint=error.hint)
         self.state = state
-
-
-@dataclasses.dataclass
-class _Run:
-    """One Spark run of a query version: its folder, checkpoint and source logs; a deployed one (`of`) may run in a
-    shared application (`app`: its folder and the query's name there)."""
-
-    run_dir: Path
-    checkpoint: Path
-    topics: list[str]
-    pid: int | None = None
-    app: tuple[Path, str] | None = None
-
-    @classmethod
-    def of(cls, outputs: Mapping[str, Any], topics: list[str] | None = None) -> _Run:
-        """A deployed version as its outputs record it."""
-        app = (Path(outputs["app_dir"]), str(outputs["app_query"])) if outputs.get("app_dir") else None
-        return cls(Path(outputs["run_dir"]), Path(outputs["checkpoint"]),
-                   list(topics if topics is not None else outputs.get("topics") or []), outputs.get("pid"), app)
-
-    def committed(self) -> dict[str, dict[str, int]] | None:
-        offsets = engine().committed_offsets(self.checkpoint) if self.checkpoint.is_dir() else None
-        if not offsets:
-            return None
-        return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in zip(self.topics, offsets, strict=False)}
-
-    def alive(self) -> bool:
-        """Its driver runs; in a shared application: its host runs and does not report the query failed."""
-        if self.app is None:
-            return process.is_running(self.pid, driver_identity(self.run_dir))
-        shared = engine().shared
-        return process.is_running(self.pid, shared.host_identity(self.app[0])) and \
-            shared.failure(self.app[0], self.app[1]) is None
-
-    def stop(self) -> None:
-        engine().stop({"pid": self.pid, "run_dir": str(self.run_dir)}, None)
 
 
 class _Deploying:
@@ -169,7 +129,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
         deployed = _into_micro_batches(run, deployed, ledger)
     elif moved.get("stopped"):  # an apply killed after it: recorded in micro-batches already
         run.record = run.record.model_copy(update={"micro_batches_from": _offsets(moved["stopped"]) or None})
-    candidate = _Run(ctx.workspace.run_dir / "blue_green" / run.name,
+    candidate = runs.Run(ctx.workspace.run_dir / "blue_green" / run.name,
                      ctx.workspace.checkpoint(run.name, f"{change.data_hash or 'v'}-bg{run.plan.version}"),
                      _source_topics(ctx.project, run.query))
     ctx.note(resume.run_note(run.plan, candidate.run_dir, candidate.checkpoint, change.data_hash))
@@ -179,12 +139,12 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     built_to = _ends(ctx.project, candidate.topics)
     run.read_from = {} if change.override and change.override.isdigit() else _first(ctx.project, candidate.topics)
     try:
-        _start(run, run.build_project, candidate, _replay_start(change, built_to))
+        runs.start(run, run.build_project, candidate, _replay_start(change, built_to))
         run.phase("catch_up", built_to=built_to)
-        _wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
+        runs.wait(candidate, built_to, run.plan.catch_up_seconds, "the new version")
         failpoints.pause_at("blue_green.caught_up")
-        old = _Run.of(deployed.outputs, candidate.topics)
-        _wait(old, built_to, run.plan.catch_up_seconds, f"the deployed version of {change.address}")
+        old = runs.Run.of(deployed.outputs, candidate.topics)
+        runs.wait(old, built_to, run.plan.catch_up_seconds, f"the deployed version of {change.address}")
     except DsflowError as err:
         _abandon(run, candidate, log)
         raise run.failed(_untouched(err, run), current().with_resource(deployed)) from err
@@ -192,7 +152,7 @@ def deploy(ctx: Context, change: Change, current: Callable[[], State], ledger: L
     return state.model_copy(update={"serial": max(state.serial, current().serial)})  # notes wrote meanwhile
 
 
-def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger: Ledger) -> State:
+def _switch(run: _Deploying, candidate: runs.Run, deployed: DeployedResource, ledger: Ledger) -> State:
     """Stop the deployed version (past what the new one caught up to): where it stopped is the cut. Bring the new
     one to it, compare, move the readers (a table: rename it), resume the new version."""
     run.phase("compare")  # noted first: a kill from here on finds the deployed version stopped (rolled back)
@@ -200,7 +160,7 @@ def _switch(run: _Deploying, candidate: _Run, deployed: DeployedResource, ledger
     cut = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in (stopped["stop_offsets"] or {}).items()}
     try:
         if not reached(candidate.committed(), cut):
-            _bring_to(run, candidate, cut)
+            runs.bring_to(run, candidate, cut)
         candidate.stop()
         run.phase("compare", cut=cut)
         run.phase("compare", compared=_compared(run))
@@ -292,64 +252,6 @@ def _create_log(run: _Deploying) -> DeployedResource:
                             data=sink.data, metadata=sink.metadata, outputs=outputs)
 
 
-def _start(run: _Deploying, project: Any, target: _Run, start: StartAt) -> None:
-    """The new version started in a driver of its own, also when the query runs in a shared application: built
-    beside the deployed version (which the application runs under the query's name) and stopped at the cut, it
-    moves into the application only when it resumes after the switch (`_resumed`)."""
-    target.run_dir.mkdir(parents=True, exist_ok=True)
-    process.stop(process.holder(driver_identity(target.run_dir)), driver_identity(target.run_dir))
-    (target.run_dir / UNTIL_FILE).unlink(missing_ok=True)  # an earlier attempt's cut
-    start = dataclasses.replace(start, until_file=str(target.run_dir / UNTIL_FILE))
-    query = next(q for q in project.queries if q.fqn == run.name)  # the build project's: in micro-batches
-    own = query.model_copy(update={"isolation": "query"})
-    started = engine().start(project, run.ctx.workspace.run_dir / "apps", own, run.change.data_hash or "v",
-                             target.checkpoint, target.run_dir, start, None)
-    target.pid = started["pid"]
-    run.ctx.note({"blue_green_pid": target.pid})
-
-
-def _wait(target: _Run, until: Mapping[str, Mapping[str, int]], seconds: float, what: str,
-          done: Callable[[Any, Mapping[str, Mapping[str, int]]], bool] = reached) -> None:
-    """Until the run's checkpoint committed `until` (lag 0 on those offsets; `done` says); DSF-E961 past `seconds`,
-    DSF-E962 when its driver ended first."""
-    deadline = time.monotonic() + seconds
-    while not done(target.committed(), until):
-        if not target.alive():
-            raise DsflowError("DSF-E962", f"{what} stopped before it caught up (its driver ended; see "
-                              f"{target.run_dir / 'driver.log'})")
-        if time.monotonic() >= deadline:
-            raise DsflowError("DSF-E961", f"{what} did not catch up within {seconds:g} s: committed "
-                              f"{target.committed() or 'nothing'}, to reach {dict(until)}",
-                              hint="raise --catch-up-timeout, or apply when the sources are quieter")
-        time.sleep(POLL_SECONDS)
-
-
-def _bring_to(run: _Deploying, candidate: _Run, cut: dict[str, dict[str, int]]) -> None:
-    """The running new version's bound moved from where it was built to the cut (its driver reads the file before
-    each micro-batch), then waited for; a new version whose driver ended is started again to the cut."""
-    if candidate.alive():
-        moved = candidate.run_dir / UNTIL_FILE
-        moved.with_suffix(".tmp").write_text(json.dumps(cut))
-        moved.with_suffix(".tmp").replace(moved)
-        try:
-            _wait(candidate, cut, run.plan.catch_up_seconds, f"{run.change.address} (to the cut)")
-            return
-        except DsflowError as err:
-            if err.code != "DSF-E962":
-                raise
-    candidate.stop()
-    _run_to(run, run.build_project, candidate, cut)
-
-
-def _run_to(run: _Deploying, project: Any, target: _Run, cut: dict[str, dict[str, int]]) -> None:
-    """Resume a version on its checkpoint, read no further than `cut`, and stop it there."""
-    _start(run, project, target, StartAt(until=cut))
-    try:
-        _wait(target, cut, run.plan.catch_up_seconds, f"{run.change.address} (to the cut)")
-    finally:
-        target.stop()
-
-
 def _compare(run: _Deploying) -> dict[str, int]:
     """The two logs' records at the cut, compared as (key, value) multisets."""
     from dsflow.engine import topics
@@ -380,7 +282,7 @@ def _drain_readers(run: _Deploying) -> None:
         entry = run.current().resources.get(reader)
         if entry is None:
             continue
-        _wait(_Run.of(entry.outputs), run.old_ends, run.plan.catch_up_seconds,
+        runs.wait(runs.Run.of(entry.outputs), run.old_ends, run.plan.catch_up_seconds,
               f"reader {reader} (reading {run.plan.old_log} to its end)", lake.reached if on_lake else reached)
 
 
@@ -461,7 +363,7 @@ def _still_switched(ctx: Context, entry: DeployedResource, noted: dict[str, Any]
     return {**noted, "outputs": {**outputs, **found}}
 
 
-def _resumed(run: _Deploying, candidate: _Run, deployed: DeployedResource, stopped: dict[str, Any], state: State,
+def _resumed(run: _Deploying, candidate: runs.Run, deployed: DeployedResource, stopped: dict[str, Any], state: State,
              ledger: Ledger) -> State:
     """The new version resumed from its checkpoint in the query's own folder; the relation on its new log; the old
     log and checkpoint kept."""
@@ -528,7 +430,7 @@ def _restarted(run: _Deploying, deployed: DeployedResource) -> State:
     return state
 
 
-def _abandon(run: _Deploying, candidate: _Run, log: DeployedResource) -> None:
+def _abandon(run: _Deploying, candidate: runs.Run, log: DeployedResource) -> None:
     """The new version stopped, its log deleted and its checkpoint removed: nothing of it is left running."""
     candidate.stop()
     ctx = dataclasses.replace(run.ctx, project=run.new_project, resumed={})

@@ -30,6 +30,7 @@ from dsflow.core.bluegreen import RUN_NOTE, SWITCH_NOTE, SWITCHED_NOTE, Deployme
 from dsflow.core.plan import Change
 from dsflow.core.state import DeployedResource, State
 from dsflow.engine import bluegreen as bg
+from dsflow.engine import bluegreen_runs as runs
 from dsflow.engine import bluegreen_tables as tables
 from dsflow.engine.executors import Context
 
@@ -51,7 +52,7 @@ def finish(ctx: Context, change: Change, current: Callable[[], State], ledger: b
     sink = current().resources[run.plan.sink]
     run.log = DeployedResource(address=run.plan.sink, data_hash=sink.data_hash, metadata_hash=sink.metadata_hash,
                                data=sink.data, metadata=sink.metadata, outputs=noted.get("log") or {})
-    candidate = bg._Run(Path(noted["run_dir"]), Path(noted["checkpoint"]),
+    candidate = runs.Run(Path(noted["run_dir"]), Path(noted["checkpoint"]),
                         bg._source_topics(run.ctx.project, run.query))
     deployed = current().resources[change.address]
     run.phase("switch")
