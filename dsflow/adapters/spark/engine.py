@@ -119,9 +119,7 @@ class SparkEngine:
         spec = spec.model_copy(update={"version": version, "checkpoint": str(checkpoint), "sources": sources})
         spec_path.write_text(spec.model_dump_json(indent=2))
         (run_dir / "status.json").unlink(missing_ok=True)
-        pid = process.launch(specs.DRIVER_MODULE, [str(spec_path)], run_dir / "driver.log",
-                             specs.driver_identity(run_dir), env=env)
-        return {"pid": pid, "topics": [s.topic for s in spec.sources]}
+        return {"pid": _launch_driver(run_dir, spec_path, env, None), "topics": [s.topic for s in spec.sources]}
 
     def committed_offsets(self, checkpoint: Path) -> list[dict[str, Any]] | None:
         return checkpoints.committed_offsets(checkpoint)
